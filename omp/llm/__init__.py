@@ -1,0 +1,1 @@
+"""LLM providers over httpx, the model registry and auth (issue: LLM providers)."""

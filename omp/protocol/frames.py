@@ -1,0 +1,63 @@
+"""The transport's own frames: ``ready``, ``response``, and the v1/v2 size-limit frames."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from .commands import RequestId
+
+PROTOCOL_VERSION = 1
+SUPPORTED_PROTOCOL_VERSIONS = (1, 2)
+MAX_FRAME_BYTES = 1024 * 1024
+"""Largest physical stdout line, counting its ``\\n`` (rpc-behavior §1.3)."""
+MAX_REASSEMBLED_FRAME_BYTES = 64 * 1024 * 1024
+CHUNK_SLICE_BYTES = 256 * 1024
+
+
+class Ready(msgspec.Struct, tag_field="type", tag="ready", frozen=True, kw_only=True):
+    protocolVersion: int = PROTOCOL_VERSION
+    supportedProtocolVersions: list[int] = msgspec.field(
+        default_factory=lambda: list(SUPPORTED_PROTOCOL_VERSIONS)
+    )
+    maxFrameBytes: int = MAX_FRAME_BYTES
+    maxReassembledFrameBytes: int = MAX_REASSEMBLED_FRAME_BYTES
+
+
+class Response(msgspec.Struct, tag_field="type", tag="response", frozen=True, kw_only=True,
+               omit_defaults=True):
+    """One per command. ``data`` left UNSET is omitted; ``data=None`` is written as ``null``."""
+
+    id: RequestId | None = None
+    command: str | UnsetType = UNSET
+    success: bool
+    data: Any = UNSET
+    error: str | UnsetType = UNSET
+    code: str | UnsetType = UNSET
+
+
+class RpcChunk(msgspec.Struct, tag_field="type", tag="rpc_chunk", frozen=True, kw_only=True):
+    """One slice of a v2 logical frame too big for one line (rpc-behavior §1.8)."""
+
+    chunkId: str
+    index: int
+    count: int
+    byteLength: int
+    data: str
+
+
+class RpcFrameError(msgspec.Struct, tag_field="type", tag="rpc_frame_error", frozen=True,
+                    kw_only=True):
+    originalType: str
+    error: str = "RPC frame exceeded the transport limit"
+
+
+def ok(command: str, id: RequestId | None, data: Any = UNSET) -> Response:
+    return Response(id=id, command=command, success=True, data=data)
+
+
+def fail(command: str | UnsetType, id: RequestId | None, error: str,
+         code: str | UnsetType = UNSET) -> Response:
+    return Response(id=id, command=command, success=False, error=error, code=code)

@@ -1,0 +1,215 @@
+"""Command handlers and the routing table the reader consults.
+
+A handler takes the decoded command and returns its ``Response`` (or ``None`` when it wrote the
+response itself). Handlers that never await are registered as *inline*: the reader answers them in
+place when the serial lane is idle. Commands whose issue has not landed answer
+``code: "not_implemented"``, so a host can tell "not yet" from "wrong".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import msgspec
+
+from ..protocol import commands as cmd
+from ..protocol import payloads
+from ..protocol.codec import INVALID_PARAMS
+from ..protocol.events import AvailableCommandsUpdate
+from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
+from .output import SwitchProtocol
+
+if TYPE_CHECKING:
+    from .server import RpcServer
+
+NOT_IMPLEMENTED = "not_implemented"
+INTERNAL_ERROR = "internal_error"
+
+# Commands that take time run as tasks in the command nursery (DESIGN.md §2).
+TASK_COMMANDS: tuple[type[msgspec.Struct], ...] = (
+    cmd.Bash, cmd.Compact, cmd.Login, cmd.ExportHtml, cmd.Handoff,
+)
+
+
+class CustomCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """A command an embedding host registered (``ServeOptions.commands``), with its raw body."""
+
+    type: str
+    id: cmd.RequestId | None = None
+    params: dict[str, Any]
+
+    @classmethod
+    def decode(cls, line: bytes, names: frozenset[str]) -> CustomCommand | None:
+        try:
+            body = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(body, dict) or body.get("type") not in names:
+            return None
+        rid = body.get("id")
+        if not isinstance(rid, str | int) or isinstance(rid, bool):
+            rid = None
+        return cls(type=body["type"], id=rid, params=body)
+
+
+Handler = Callable[[Any], Response | None]
+AsyncHandler = Callable[[Any], Awaitable[Response | None]]
+
+
+@attrs.define(eq=False)
+class CommandRouter:
+    server: RpcServer
+    custom: Mapping[str, Callable[[CustomCommand], Awaitable[Any]]]
+    event_filter: frozenset[str] | None = attrs.field(default=None, init=False)
+    custom_names: frozenset[str] = attrs.field(init=False)
+    _inline: dict[type[Any], Handler] = attrs.field(factory=dict, init=False)
+    _pending_control: dict[tuple[str, str], Callable[[Any], None]] = attrs.field(
+        factory=dict, init=False)
+    control_types: frozenset[type[Any]] = frozenset(
+        cls for cls in cmd.CONTROL_FRAMES.values())
+    immediate_types: frozenset[type[Any]] = frozenset(
+        {cmd.Abort, cmd.AbortBash, cmd.AbortRetry})
+    task_types: frozenset[type[Any]] = frozenset(TASK_COMMANDS)
+
+    def __attrs_post_init__(self) -> None:
+        clash = set(self.custom) & (set(cmd.COMMANDS) | set(cmd.CONTROL_FRAMES))
+        if clash:
+            raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
+        self.custom_names = frozenset(self.custom)
+        self._inline = {
+            cmd.GetState: self.get_state,
+            cmd.SetSteeringMode: self.set_steering_mode,
+            cmd.SetFollowUpMode: self.set_follow_up_mode,
+            cmd.SetInterruptMode: self.set_interrupt_mode,
+            cmd.SetTodos: self.set_todos,
+            cmd.NegotiateProtocol: self.negotiate_protocol,
+            cmd.SetEventFilter: self.set_event_filter,
+            cmd.GetAvailableCommands: self.get_available_commands,
+        }
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def inline(self, kind: type[Any]) -> Handler | None:
+        return self._inline.get(kind)
+
+    async def handle(self, frame: Any) -> Response | None:
+        """Answer any command; used by the serial lane and by command tasks.
+
+        On cancellation the command's own work is cancelled and ``Cancelled`` propagates.
+        """
+        if isinstance(frame, CustomCommand):
+            return await self._custom(frame)
+        if (handler := self._inline.get(type(frame))) is not None:
+            return handler(frame)
+        if isinstance(frame, cmd.Abort | cmd.AbortBash | cmd.AbortRetry):
+            return await self.abort_family(frame)
+        return not_implemented(frame)
+
+    def internal_error(self, frame: Any, exc: BaseException) -> Response:
+        return fail(_tag(frame), frame.id, f"Internal error: {type(exc).__name__}: {exc}",
+                    INTERNAL_ERROR)
+
+    # -- control frames ----------------------------------------------------------------------
+
+    def expect_control(self, kind: str, request_id: str, on_frame: Callable[[Any], None]) -> None:
+        """Route control frames of ``kind`` for ``request_id`` to ``on_frame`` until released."""
+        self._pending_control[(kind, request_id)] = on_frame
+
+    def release_control(self, kind: str, request_id: str) -> None:
+        self._pending_control.pop((kind, request_id), None)
+
+    def control(self, frame: Any) -> None:
+        """A result or update for a request we made. Unknown or settled ids are ignored."""
+        kind = _tag(frame)
+        if kind == "host_tool_update":
+            kind = "host_tool_result"  # one registration serves a call's updates and result
+        on_frame = self._pending_control.get((kind, frame.id))
+        if on_frame is not None:
+            on_frame(frame)
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def get_state(self, frame: cmd.GetState) -> Response:
+        s = self.server.session
+        state = payloads.SessionState(
+            isStreaming=s.is_streaming,
+            isCompacting=s.is_compacting,
+            steeringMode=s.steering_mode,
+            followUpMode=s.follow_up_mode,
+            interruptMode=s.interrupt_mode,
+            messageCount=s.message_count,
+            queuedMessageCount=s.queued_message_count,
+            todoPhases=s.todo_phases,
+        )
+        return ok("get_state", frame.id, state)
+
+    def set_steering_mode(self, frame: cmd.SetSteeringMode) -> Response:
+        self.server.session.steering_mode = frame.mode
+        return ok("set_steering_mode", frame.id)
+
+    def set_follow_up_mode(self, frame: cmd.SetFollowUpMode) -> Response:
+        self.server.session.follow_up_mode = frame.mode
+        return ok("set_follow_up_mode", frame.id)
+
+    def set_interrupt_mode(self, frame: cmd.SetInterruptMode) -> Response:
+        self.server.session.interrupt_mode = frame.mode
+        return ok("set_interrupt_mode", frame.id)
+
+    def set_todos(self, frame: cmd.SetTodos) -> Response:
+        phases = self.server.session.set_todos(frame.phases)
+        return ok("set_todos", frame.id, payloads.TodoPhasesPayload(todoPhases=phases))
+
+    def negotiate_protocol(self, frame: cmd.NegotiateProtocol) -> Response | None:
+        version = frame.protocolVersion
+        if type(version) is not int or version not in SUPPORTED_PROTOCOL_VERSIONS or version < 2:
+            shown = version if isinstance(version, str) else msgspec.json.encode(version).decode()
+            return fail("negotiate_protocol", frame.id,
+                        f"Unsupported RPC protocol version: {shown}", INVALID_PARAMS)
+        # The switch applies to the frames after this response, never to the response itself.
+        self.server.output.put_nowait(
+            ok("negotiate_protocol", frame.id, payloads.ProtocolVersionPayload(protocolVersion=2)))
+        self.server.output.put_nowait(SwitchProtocol(version))
+        return None
+
+    def set_event_filter(self, frame: cmd.SetEventFilter) -> Response:
+        if frame.events is not None and not all(e.strip() for e in frame.events):
+            return fail("set_event_filter", frame.id,
+                        "events must be null or an array of non-empty event type strings",
+                        INVALID_PARAMS)
+        self.event_filter = None if frame.events is None else frozenset(frame.events)
+        return ok("set_event_filter", frame.id, payloads.EventFilterPayload(
+            events=None if frame.events is None else list(dict.fromkeys(frame.events))))
+
+    def get_available_commands(self, frame: cmd.GetAvailableCommands) -> Response:
+        return ok("get_available_commands", frame.id,
+                  payloads.AvailableCommandsPayload(commands=[]))
+
+    def available_commands_update(self) -> AvailableCommandsUpdate:
+        # No slash commands exist yet; the frame is still sent once at startup, as hosts expect.
+        return AvailableCommandsUpdate(commands=[])
+
+    async def abort_family(self, frame: cmd.Abort | cmd.AbortBash | cmd.AbortRetry) -> Response:
+        # Nothing can be running yet (no run, no bash, no retry backoff): succeeding without
+        # doing anything is the protocol's answer for an idle session.
+        return ok(_tag(frame), frame.id)
+
+    async def _custom(self, frame: CustomCommand) -> Response:
+        try:
+            data = await self.custom[frame.type](frame)
+        except Exception as exc:
+            return fail(frame.type, frame.id, str(exc) or type(exc).__name__)
+        return ok(frame.type, frame.id, msgspec.UNSET if data is None else data)
+
+
+def not_implemented(frame: Any) -> Response:
+    kind = _tag(frame)
+    return fail(kind, frame.id, f"{kind} is not implemented yet", NOT_IMPLEMENTED)
+
+
+def _tag(frame: Any) -> str:
+    if isinstance(frame, CustomCommand):
+        return frame.type
+    tag = frame.__struct_config__.tag
+    return tag if isinstance(tag, str) else "unknown"

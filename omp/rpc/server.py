@@ -1,0 +1,275 @@
+"""``serve()``: the RPC server on stdio or any pair of trio streams.
+
+Who owns what (DESIGN.md §2):
+
+* the root nursery owns the writer task, the reader (``serve`` itself runs it), the serial
+  command worker and the command nursery;
+* the reader splits stdin into lines, decodes them and routes each frame to its lane:
+  control frames and the abort family are handled at once (nothing can queue them behind the work
+  they cancel); long-running commands become tasks in the command nursery, each in its own cancel
+  scope; every other command is answered in arrival order by the serial lane;
+* every frame goes through one ``FrameQueue`` to the writer.
+
+Shutdown: stdin EOF means the host is gone. Commands already read are still answered; work in
+flight (long-running commands, later the run and host waits) is cancelled at its own scope, so it
+still writes its terminal frames; then the queue is drained and ``serve`` returns. A broken stdout
+cancels everything and ``serve`` raises ``OutputClosedError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+
+from ..protocol import commands as cmd
+from ..protocol.codec import FrameEncoder, decode_line
+from ..protocol.events import SESSION_EVENT_TYPES
+from ..protocol.frames import Ready, Response, fail
+from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
+from ..session import AgentSession
+from .commands import CommandRouter, CustomCommand
+from .output import FrameQueue, OutputClosedError, write_frames
+
+READ_CHUNK = 64 * 1024
+
+CustomHandler = Callable[[CustomCommand], Awaitable[Any]]
+
+
+@attrs.define
+class ServeOptions:
+    """How ``serve`` behaves; every field has the default ``omp --mode rpc`` uses."""
+
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """Longest accepted input line; a longer one is answered with an error and skipped."""
+    output_high_water: int = 1024
+    """Queued frames above which streaming producers wait for the host to read."""
+    commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
+    """Extra commands for embedding hosts: ``type`` → async handler of the raw command; its
+    return value becomes the response's ``data``, an exception its ``error``. They run in the
+    serial lane like built-in commands. Built-in names cannot be replaced."""
+
+
+async def serve(
+    stdin: trio.abc.ReceiveStream | None = None,
+    stdout: trio.abc.SendStream | None = None,
+    *,
+    options: ServeOptions | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the RPC protocol until the input reaches EOF.
+
+    With no streams, serves the process's stdin and stdout; then, while serving, anything else
+    written to file descriptor 1 (a stray ``print``, a C library) goes to stderr, so that nothing
+    but frames reaches the host. ``task_status.started()`` is called once ``ready`` is queued and
+    commands are accepted. Streams passed in are not closed: the caller owns them.
+
+    Returns after EOF, once every command read has been answered and all work is finished or
+    cancelled. Raises ``OutputClosedError`` if the output stream breaks. On cancellation, all
+    in-flight work is cancelled and nothing is left running; queued frames may be lost.
+    """
+    options = options or ServeOptions()
+    if (stdin is None) != (stdout is None):
+        raise TypeError("serve() takes both streams or neither")
+    if stdin is not None and stdout is not None:
+        await _serve(stdin, stdout, options, task_status)
+        return
+    with _stdio_streams() as (rstream, wstream):
+        await _serve(rstream, wstream, options, task_status)
+
+
+class _stdio_streams:
+    """The process's stdin/stdout as trio streams, with fd 1 pointed at stderr meanwhile."""
+
+    def __enter__(self) -> tuple[trio.abc.ReceiveStream, trio.abc.SendStream]:
+        sys.stdout.flush()
+        self._in_fd = os.dup(0)
+        self._out_fd = os.dup(1)
+        self._saved_stdout = os.dup(1)
+        os.dup2(2, 1)
+        self._in = trio.lowlevel.FdStream(self._in_fd)
+        self._out = trio.lowlevel.FdStream(self._out_fd)
+        return self._in, self._out
+
+    def __exit__(self, *exc: object) -> None:
+        # FdStream made the shared descriptions non-blocking; give the host's terminal or pipe
+        # back in the mode it had.
+        for fd in (0, self._saved_stdout):
+            with contextlib.suppress(OSError):
+                os.set_blocking(fd, True)
+        for stream in (self._in, self._out):
+            with contextlib.suppress(OSError):
+                stream.close()
+        sys.stdout.flush()
+        os.dup2(self._saved_stdout, 1)
+        os.close(self._saved_stdout)
+
+
+async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
+                 options: ServeOptions, task_status: trio.TaskStatus[None]) -> None:
+    server = RpcServer(options=options)
+    output_error: OutputClosedError | None = None
+
+    async def writer() -> None:
+        nonlocal output_error
+        try:
+            await write_frames(server.output, stdout, server.encoder)
+        except OutputClosedError as exc:
+            output_error = exc
+            root.cancel_scope.cancel()
+
+    async with trio.open_nursery() as root:
+        root.start_soon(writer)
+        await root.start(server.run_commands)
+        server.output.put_nowait(Ready())
+        server.announce_commands()
+        task_status.started()
+        await server.read(stdin)
+        await server.shutdown()
+    if output_error is not None:
+        raise output_error
+
+
+@attrs.define(eq=False)
+class RpcServer:
+    """The server's state and lanes; ``serve`` wires it to streams."""
+
+    options: ServeOptions
+    session: AgentSession = attrs.field(factory=AgentSession)
+    encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
+    output: FrameQueue = attrs.field(init=False)
+    router: CommandRouter = attrs.field(init=False)
+    _serial_send: trio.MemorySendChannel[cmd.Command | CustomCommand] = attrs.field(init=False)
+    _serial_recv: trio.MemoryReceiveChannel[cmd.Command | CustomCommand] = attrs.field(
+        init=False)
+    # Commands accepted into the serial lane and not yet answered: while any is pending, new
+    # quick commands queue behind it instead of being answered inline (arrival order).
+    _serial_pending: int = attrs.field(default=0, init=False)
+    _command_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.output = FrameQueue(high_water=self.options.output_high_water)
+        self.router = CommandRouter(self, custom=self.options.commands)
+        self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
+
+    # -- lanes -------------------------------------------------------------------------------
+
+    async def read(self, stdin: trio.abc.ReceiveStream) -> None:
+        """The reader: route every line until EOF. It never waits for a command to finish."""
+        framer = LineFramer(max_line_bytes=self.options.max_line_bytes)
+        custom = self.router.custom_names
+        while True:
+            try:
+                data = await stdin.receive_some(READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""  # a broken input is an ended input: the host is gone
+            lines = framer.feed(data) if data else framer.close()
+            for line in lines:
+                if custom and isinstance(line, bytes):
+                    frame: Any = CustomCommand.decode(line, custom) or decode_line(line)
+                else:
+                    frame = decode_line(line)
+                self.route(frame)
+            if not data:
+                return
+
+    def route(self, frame: Any) -> None:
+        if isinstance(frame, Response):
+            self.output.put_nowait(frame)
+            return
+        kind = type(frame)
+        if kind in self.router.control_types:
+            self.router.control(frame)
+        elif kind in self.router.immediate_types or kind in self.router.task_types:
+            self.start_task(frame)
+        elif self._serial_pending == 0 and (handler := self.router.inline(kind)) is not None:
+            # The serial lane is idle and the handler never awaits: answer in place, which
+            # is what the lane would do next anyway, without two task switches per command.
+            self.respond(frame, handler)
+        else:
+            self._serial_pending += 1
+            self._serial_send.send_nowait(frame)
+
+    def respond(self, frame: Any, handler: Callable[[Any], Any]) -> None:
+        try:
+            response = handler(frame)
+        except Exception as exc:  # a handler bug must not take the server down
+            response = self.router.internal_error(frame, exc)
+        if response is not None:
+            self.output.put_nowait(response)
+
+    async def run_commands(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """The serial lane and the command nursery; returns when both are finished."""
+        async with trio.open_nursery() as nursery:
+            self._command_nursery = nursery
+            task_status.started()
+            async with self._serial_recv:
+                async for frame in self._serial_recv:
+                    try:
+                        response = await self.router.handle(frame)
+                    except Exception as exc:
+                        response = self.router.internal_error(frame, exc)
+                    self._serial_pending -= 1
+                    if response is not None:
+                        self.output.put_nowait(response)
+        self._commands_done.set()
+
+    def start_task(self, frame: Any) -> None:
+        """Run a command as its own task in the command nursery, in its own cancel scope."""
+        assert self._command_nursery is not None
+        scope = trio.CancelScope()
+        self._inflight.add(scope)
+
+        async def task() -> None:
+            try:
+                with scope:
+                    response = await self.router.handle(frame)
+                if scope.cancelled_caught:
+                    response = fail(frame_type(frame), frame.id,
+                                    "Cancelled: the host closed the connection")
+            except Exception as exc:
+                response = self.router.internal_error(frame, exc)
+            finally:
+                self._inflight.discard(scope)
+            if response is not None:
+                self.output.put_nowait(response)
+
+        self._command_nursery.start_soon(task)
+
+    def announce_commands(self) -> None:
+        self.output.put_nowait(self.router.available_commands_update())
+
+    async def shutdown(self) -> None:
+        """Input ended: answer what was read, cancel what is in flight, drain the output."""
+        self._serial_send.close()
+        for scope in list(self._inflight):
+            scope.cancel()
+        # The command nursery closes once the serial lane is drained and its tasks (now
+        # cancelled) have answered.
+        await self._commands_done.wait()
+        self.output.close()
+
+    def emit(self, frame: msgspec.Struct) -> None:
+        """Queue a frame the host did not ask for (side frames, session events).
+
+        Session events go through the host's ``set_event_filter``; other frames never do.
+        """
+        allowed = self.router.event_filter
+        if allowed is not None:
+            tag = frame.__struct_config__.tag
+            if tag in SESSION_EVENT_TYPES and tag not in allowed:
+                return
+        self.output.put_nowait(frame)
+
+
+def frame_type(frame: Any) -> str:
+    tag = frame.__struct_config__.tag if isinstance(frame, msgspec.Struct) else None
+    return tag if isinstance(tag, str) else getattr(frame, "type", "unknown")

@@ -1,0 +1,1 @@
+"""Built-in coding tools, truncation and the Tool protocol (issue: coding tools)."""
