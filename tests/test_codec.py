@@ -91,7 +91,7 @@ def test_valid_command_decodes_and_round_trips(kind: str) -> None:
     body = {"id": f"req-{kind}", "type": kind, **VALID[kind]}
     frame = decode_line(line(body))
     assert type(frame) is cmd.COMMANDS[kind]
-    assert frame.id == f"req-{kind}"  # type: ignore[union-attr]
+    assert frame.id == f"req-{kind}"
     assert msgspec.json.decode(msgspec.json.encode(frame)) == body
 
 

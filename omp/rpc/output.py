@@ -117,7 +117,8 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream,
             await stream.send_all(buffer)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             queue.close()
-            raise OutputClosedError(f"stdout closed: {exc or type(exc).__name__}") from exc
+            reason = str(exc.__cause__ or exc) or type(exc).__name__
+            raise OutputClosedError(f"stdout closed: {reason}") from exc
         buffer.clear()
         queue.taken()
 

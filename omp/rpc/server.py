@@ -38,6 +38,7 @@ from .commands import CommandRouter, CustomCommand
 from .output import FrameQueue, OutputClosedError, write_frames
 
 READ_CHUNK = 64 * 1024
+CANCELLED = "cancelled"
 
 CustomHandler = Callable[[CustomCommand], Awaitable[Any]]
 
@@ -154,6 +155,7 @@ class RpcServer:
     _command_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
+    _closing: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.output = FrameQueue(high_water=self.options.output_high_water)
@@ -213,42 +215,49 @@ class RpcServer:
             task_status.started()
             async with self._serial_recv:
                 async for frame in self._serial_recv:
-                    try:
-                        response = await self.router.handle(frame)
-                    except Exception as exc:
-                        response = self.router.internal_error(frame, exc)
+                    response = await self._answer(frame)
                     self._serial_pending -= 1
                     if response is not None:
                         self.output.put_nowait(response)
         self._commands_done.set()
 
     def start_task(self, frame: Any) -> None:
-        """Run a command as its own task in the command nursery, in its own cancel scope."""
+        """Run a command as its own task in the command nursery."""
         assert self._command_nursery is not None
-        scope = trio.CancelScope()
-        self._inflight.add(scope)
 
         async def task() -> None:
-            try:
-                with scope:
-                    response = await self.router.handle(frame)
-                if scope.cancelled_caught:
-                    response = fail(frame_type(frame), frame.id,
-                                    "Cancelled: the host closed the connection")
-            except Exception as exc:
-                response = self.router.internal_error(frame, exc)
-            finally:
-                self._inflight.discard(scope)
+            response = await self._answer(frame)
             if response is not None:
                 self.output.put_nowait(response)
 
         self._command_nursery.start_soon(task)
+
+    async def _answer(self, frame: Any) -> Response | None:
+        """Run one command's handler in its own cancel scope, which shutdown cancels.
+
+        A cancelled command is still answered (hosts keep reading until we exit).
+        """
+        scope = trio.CancelScope()
+        if self._closing:
+            scope.cancel()  # input already ended: async work is not started, only answered
+        self._inflight.add(scope)
+        try:
+            with scope:
+                return await self.router.handle(frame)
+            return fail(frame_type(frame), frame.id,
+                        "Cancelled: the host closed the input before the command finished",
+                        CANCELLED)
+        except Exception as exc:  # a handler bug must not take the server down
+            return self.router.internal_error(frame, exc)
+        finally:
+            self._inflight.discard(scope)
 
     def announce_commands(self) -> None:
         self.output.put_nowait(self.router.available_commands_update())
 
     async def shutdown(self) -> None:
         """Input ended: answer what was read, cancel what is in flight, drain the output."""
+        self._closing = True
         self._serial_send.close()
         for scope in list(self._inflight):
             scope.cancel()

@@ -1,0 +1,114 @@
+"""Startup, memory and throughput of `omp --mode rpc`. Run: `python bench/bench_rpc.py`.
+
+Prints, for fresh processes (median of --runs):
+  * the floor: `python -c "import trio"`, wall time from spawn to exit;
+  * spawn → `ready` (first stdout line), and spawn → the response to a `get_state` written at spawn;
+  * idle RSS once that response has arrived;
+and the throughput of small frames through one process over pipes: N `set_steering_mode`
+commands written as fast as the pipe takes them, timed until the N-th response is read.
+
+Targets (issue 2): ready and first response within 60 ms of the floor, idle RSS <= 45 MiB,
+>= 200,000 small frames/s. This is a benchmark, not a test: it prints figures, it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+OMP = [sys.executable, "-m", "omp", "--mode", "rpc"]
+
+
+def floor_once() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import trio"], check=True)
+    return time.perf_counter() - start
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def startup_once() -> tuple[float, float, float]:
+    """Seconds to ready, seconds to the first response, idle RSS in MiB."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(OMP, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(b'{"id":"1","type":"get_state"}\n')
+    proc.stdin.flush()
+    ready = proc.stdout.readline()
+    t_ready = time.perf_counter() - start
+    assert b'"type":"ready"' in ready, ready
+    while b'"type":"response"' not in (line := proc.stdout.readline()):
+        assert line, "process ended before answering"
+    t_response = time.perf_counter() - start
+    time.sleep(0.05)  # let it settle idle
+    rss = rss_kib(proc.pid) / 1024
+    proc.stdin.close()
+    proc.wait(timeout=10)
+    return t_ready, t_response, rss
+
+
+def throughput(n: int) -> float:
+    proc = subprocess.Popen(OMP, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    assert b'"type":"ready"' in stdout.readline()
+    stdout.readline()  # available_commands_update
+    payload = b'{"type":"set_steering_mode","mode":"all"}\n' * n
+
+    def feed() -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(payload)
+        proc.stdin.close()
+
+    start = time.perf_counter()
+    writer = threading.Thread(target=feed)
+    writer.start()
+    seen = 0
+    while seen < n:
+        chunk = os.read(stdout.fileno(), 1 << 20)
+        if not chunk:
+            raise RuntimeError(f"output ended after {seen} responses")
+        seen += chunk.count(b"\n")
+    elapsed = time.perf_counter() - start
+    writer.join()
+    proc.wait(timeout=10)
+    return n / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--frames", type=int, default=200_000)
+    args = parser.parse_args()
+
+    floor = statistics.median(floor_once() for _ in range(args.runs))
+    runs = [startup_once() for _ in range(args.runs)]
+    ready = statistics.median(r[0] for r in runs)
+    first = statistics.median(r[1] for r in runs)
+    rss = statistics.median(r[2] for r in runs)
+    rate = statistics.median(throughput(args.frames) for _ in range(3))
+
+    print(f"floor  python -c 'import trio'   {floor * 1000:8.1f} ms")
+    for name, value in (("spawn -> ready", ready), ("spawn -> first response", first)):
+        print(f"{name:33}{value * 1000:8.1f} ms  (floor +{(value - floor) * 1000:.1f} ms, "
+              "target <= +60)")
+    print(f"idle RSS                         {rss:8.1f} MiB (target <= 45)")
+    print(f"small frames through serve()     {rate:8.0f} /s  (target >= 200000; {args.frames} "
+          "commands in, as many responses out, median of 3)")
+
+
+if __name__ == "__main__":
+    main()
