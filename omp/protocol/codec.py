@@ -48,10 +48,9 @@ class _Envelope(msgspec.Struct):
 
 
 _envelope = msgspec.json.Decoder(_Envelope)
-_decoders: dict[str, msgspec.json.Decoder[Any]] = {
-    name: msgspec.json.Decoder(cls)
-    for name, cls in (cmd.COMMANDS | cmd.CONTROL_FRAMES).items()
-}
+_inbound_types: dict[str, type[msgspec.Struct]] = cmd.COMMANDS | cmd.CONTROL_FRAMES
+# Built on first use: startup time matters more than the first command's microseconds.
+_decoders: dict[str, msgspec.json.Decoder[Any]] = {}
 _json_kinds = {"list": "array", "str": "string", "int": "number", "float": "number",
                "bool": "boolean", "null": "null"}
 
@@ -89,7 +88,10 @@ def decode_line(line: Line) -> cmd.Inbound | Response:
                     "integer", INVALID_PARAMS)
     decoder = _decoders.get(kind)
     if decoder is None:
-        return fail(kind, rid, f"Unknown command: {kind}", UNKNOWN_COMMAND)
+        inbound_type = _inbound_types.get(kind)
+        if inbound_type is None:
+            return fail(kind, rid, f"Unknown command: {kind}", UNKNOWN_COMMAND)
+        decoder = _decoders[kind] = msgspec.json.Decoder(inbound_type)
     try:
         frame: cmd.Inbound = decoder.decode(line)
     except msgspec.ValidationError as exc:

@@ -1,30 +1,36 @@
-"""The stdout side of the server: one ordered frame queue and the writer task that drains it.
+"""The stdout side of the server: one ordered frame queue, a spool, and the writer.
 
-Every producer puts frames into one ``FrameQueue``; one writer task encodes them with one
-``FrameEncoder`` and writes batches, so frames are never interleaved, reordered or dropped.
+Every producer puts frames into one ``FrameQueue``. The writer encodes them with one
+``FrameEncoder`` into a ``ByteSpool`` and sends the spool to the stream, so frames are never
+interleaved, reordered or dropped.
 
 Two ways in, because the two kinds of producer need different things (DESIGN.md §2):
 
 * ``put_nowait`` never blocks. The reader and the command lanes use it for responses and for
-  frames a host's own input causes: a host that writes commands while not reading our output must
-  not deadlock us.
-* ``await put`` waits while the backlog is above the high-water mark. Streaming producers (the
-  provider stream, bash output) use it, so a host that stops reading slows them down instead of
-  growing our memory.
+  frames a host's own input causes: a host that writes commands while not reading our output
+  must not deadlock us. What it cannot take yet waits in the spool, in memory up to a limit and
+  then in a private temp file (0600, already unlinked), as the original does.
+* ``await put`` waits while the unsent backlog is above the high-water mark. Streaming producers
+  (the provider stream, bash output) use it, so a host that stops reading slows them down
+  instead of growing the spool.
 
 A trio memory channel offers one or the other per channel, not both on one ordered queue; hence
-this small queue on a deque and two parking lots.
+this small queue on a deque and parking lots.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import IO
 
 import attrs
 import msgspec
 import trio
 
 from ..protocol.codec import FrameEncoder
+
+SEND_BLOCK = 1024 * 1024
+ENCODE_BLOCK = 256 * 1024
 
 
 @attrs.frozen
@@ -42,8 +48,88 @@ class OutputClosedError(Exception):
 
 
 @attrs.define(eq=False)
+class ByteSpool:
+    """Encoded output not yet sent: in memory up to ``memory_limit``, past it in a temp file.
+
+    Order is kept by one rule: while the file holds unsent bytes, new bytes go to the file too,
+    so memory always holds the oldest bytes. The file is plain blocking I/O on purpose: it is a
+    local, private, page-cached file written in large blocks, and it only exists while a host is
+    far behind.
+    """
+
+    memory_limit: int = 8 * 1024 * 1024
+    spilled_bytes: int = attrs.field(default=0, init=False)
+    """How many bytes ever went through the file (for tests and diagnostics)."""
+    _memory: bytearray = attrs.field(factory=bytearray, init=False)
+    _file: IO[bytes] | None = attrs.field(default=None, init=False)
+    _file_read: int = attrs.field(default=0, init=False)
+    _file_write: int = attrs.field(default=0, init=False)
+
+    # Bytes taken by the sender whose send has not finished yet: still unsent for the host.
+    _sending: int = attrs.field(default=0, init=False)
+
+    @property
+    def pending(self) -> int:
+        """Bytes not yet delivered to the stream, including the block being sent."""
+        return len(self._memory) + self._file_write - self._file_read + self._sending
+
+    @property
+    def in_memory(self) -> int:
+        return len(self._memory)
+
+    def append(self, data: bytes | bytearray) -> None:
+        if self._file_write == self._file_read and (
+                len(self._memory) + len(data) <= self.memory_limit):
+            self._memory += data
+            return
+        if self._file is None:
+            import tempfile  # only a host far behind pays for importing it
+
+            # Owned by the spool and closed by ByteSpool.close() (write_frames' finally).
+            self._file = tempfile.TemporaryFile(prefix="omp-rpc-out-")  # noqa: SIM115
+        self._file.seek(self._file_write)
+        self._file.write(data)
+        self._file_write += len(data)
+        self.spilled_bytes += len(data)
+
+    def take(self) -> bytes:
+        """The oldest unsent bytes (memory first, then up to ``SEND_BLOCK`` of the file).
+
+        They count as pending until ``sent()``.
+        """
+        self._sending = 0
+        if self._memory:
+            data = bytes(self._memory)
+            self._memory.clear()
+            self._sending = len(data)
+            return data
+        if self._file is None or self._file_read == self._file_write:
+            return b""
+        self._file.seek(self._file_read)
+        data = self._file.read(min(SEND_BLOCK, self._file_write - self._file_read))
+        self._file_read += len(data)
+        if self._file_read == self._file_write:
+            # Caught up: start the file over instead of letting it grow.
+            self._file.seek(0)
+            self._file.truncate()
+            self._file_read = self._file_write = 0
+        self._sending = len(data)
+        return data
+
+    def sent(self) -> None:
+        self._sending = 0
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@attrs.define(eq=False)
 class FrameQueue:
-    high_water: int = 1024
+    high_water_bytes: int = 1024 * 1024
+    """Unsent bytes above which ``put`` waits."""
+    spool: ByteSpool = attrs.field(factory=ByteSpool)
     _items: deque[Item] = attrs.field(factory=deque, init=False)
     _readable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _writable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
@@ -57,18 +143,18 @@ class FrameQueue:
             self._readable.unpark()
 
     async def put(self, item: Item) -> None:
-        """Queue ``item``, first waiting while the backlog is at the high-water mark.
+        """Queue ``item``, first waiting while the host is far behind.
 
         On cancellation while waiting, nothing was queued.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        while len(self._items) >= self.high_water and not self._closed:
+        while self.spool.pending >= self.high_water_bytes and not self._closed:
             await self._writable.park()
         self.put_nowait(item)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def close(self) -> None:
-        """No more frames: the writer drains what is queued, then stops."""
+        """No more frames: the writer sends what is queued, then stops."""
         self._closed = True
         self._readable.unpark_all()
         self._writable.unpark_all()
@@ -93,32 +179,66 @@ class FrameQueue:
         self._items.clear()
         return items
 
-    def taken(self) -> None:
-        """The writer wrote a batch: producers waiting for room may go on."""
-        self._writable.unpark_all()
+    def sent(self) -> None:
+        """The writer sent a block: producers waiting for room may go on."""
+        self.spool.sent()
+        if self.spool.pending < self.high_water_bytes:
+            self._writable.unpark_all()
 
 
 async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream,
                        encoder: FrameEncoder) -> None:
-    """Drain ``queue`` to ``stream`` until the queue is closed and empty.
+    """Encode and send everything ``queue`` receives until it is closed and fully sent.
 
-    Frames that are ready together are encoded into one buffer and written with one call.
-    Raises ``OutputClosedError`` when the stream is broken. On cancellation, unwritten frames
-    are abandoned (the stream is gone or the server is being torn down).
+    Two tasks, so that encoding (and so ``put_nowait``) never waits for a slow host: one moves
+    frames from the queue into the spool, the other sends the spool. Raises
+    ``OutputClosedError`` when the stream is broken. On cancellation, unsent frames are
+    abandoned (the stream is gone or the server is being torn down).
     """
-    buffer = bytearray()
-    while items := await queue.take_all():
-        for item in items:
-            if isinstance(item, SwitchProtocol):
-                encoder.protocol_version = item.version
-            else:
-                encoder.encode_into(item, buffer)
-        try:
-            await stream.send_all(buffer)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            queue.close()
-            reason = str(exc.__cause__ or exc) or type(exc).__name__
-            raise OutputClosedError(f"stdout closed: {reason}") from exc
-        buffer.clear()
-        queue.taken()
+    spool = queue.spool
+    spooled = trio.lowlevel.ParkingLot()
+    encoding_done = False
 
+    async def encode() -> None:
+        nonlocal encoding_done
+        buffer = bytearray()
+        while items := await queue.take_all():
+            for item in items:
+                if isinstance(item, SwitchProtocol):
+                    encoder.protocol_version = item.version
+                else:
+                    encoder.encode_into(item, buffer)
+                    if len(buffer) >= ENCODE_BLOCK:  # keep a big batch from doubling in memory
+                        spool.append(buffer)
+                        buffer.clear()
+            spool.append(buffer)
+            buffer.clear()
+            spooled.unpark_all()
+        encoding_done = True
+        spooled.unpark_all()
+
+    error: OutputClosedError | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(encode)
+            while True:
+                data = spool.take()
+                if not data:
+                    if encoding_done:
+                        break
+                    await spooled.park()
+                    continue
+                try:
+                    await stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    queue.close()
+                    reason = str(exc.__cause__ or exc) or type(exc).__name__
+                    error = OutputClosedError(f"stdout closed: {reason}")
+                    error.__cause__ = exc
+                    nursery.cancel_scope.cancel()
+                    break
+                queue.sent()
+    finally:
+        spool.close()
+    if error is not None:
+        raise error

@@ -35,7 +35,7 @@ from ..protocol.frames import Ready, Response, fail
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from ..session import AgentSession
 from .commands import CommandRouter, CustomCommand
-from .output import FrameQueue, OutputClosedError, write_frames
+from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 READ_CHUNK = 64 * 1024
 CANCELLED = "cancelled"
@@ -49,8 +49,11 @@ class ServeOptions:
 
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """Longest accepted input line; a longer one is answered with an error and skipped."""
-    output_high_water: int = 1024
-    """Queued frames above which streaming producers wait for the host to read."""
+    output_high_water_bytes: int = 1024 * 1024
+    """Unsent output above which streaming producers wait for the host to read."""
+    output_memory_bytes: int = 8 * 1024 * 1024
+    """Unsent output kept in memory; more (a host that writes but does not read) goes to a
+    private temp file until the host catches up."""
     commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
     """Extra commands for embedding hosts: ``type`` → async handler of the raw command; its
     return value becomes the response's ``data``, an exception its ``error``. They run in the
@@ -158,7 +161,9 @@ class RpcServer:
     _closing: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.output = FrameQueue(high_water=self.options.output_high_water)
+        self.output = FrameQueue(
+            high_water_bytes=self.options.output_high_water_bytes,
+            spool=ByteSpool(memory_limit=self.options.output_memory_bytes))
         self.router = CommandRouter(self, custom=self.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
 

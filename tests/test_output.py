@@ -1,0 +1,119 @@
+"""The writer: ordered, never blocking the reader, spilling to disk for a host far behind."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import trio
+import trio.testing
+
+import omp
+from omp.protocol.codec import FrameEncoder
+from omp.protocol.frames import ok
+from omp.rpc.output import ByteSpool, FrameQueue, OutputClosedError, write_frames
+from omp.rpc.server import ServeOptions
+
+
+def test_spool_keeps_order_across_memory_and_file() -> None:
+    spool = ByteSpool(memory_limit=10)
+    for piece in (b"aaaa", b"bbbb", b"cccc", b"dddd"):  # c and d no longer fit in memory
+        spool.append(piece)
+    assert spool.in_memory == 8
+    assert spool.spilled_bytes == 8
+    spool.append(b"e")  # the file holds bytes: new ones follow them there, not into memory
+    assert spool.pending == 17
+    assert spool.take() == b"aaaabbbb"
+    spool.append(b"f")
+    assert spool.take() == b"ccccddddef"
+    assert spool.pending == 10  # until the sender says the block went out
+    spool.sent()
+    assert spool.pending == 0
+    spool.append(b"g")  # caught up: back to memory
+    assert spool.in_memory == 1
+    assert spool.take() == b"g"
+    assert spool.take() == b""
+    spool.close()
+
+
+def test_spool_counts_the_block_being_sent_as_pending() -> None:
+    spool = ByteSpool(memory_limit=4)
+    spool.append(b"x" * 100)  # larger than the memory limit: straight to the file
+    assert (spool.in_memory, spool.spilled_bytes) == (0, 100)
+    assert spool.take() == b"x" * 100
+    assert spool.pending == 100
+    spool.sent()
+    assert spool.pending == 0
+
+
+async def read_lines(stream: trio.abc.ReceiveStream, n: int) -> list[bytes]:
+    data = b""
+    while data.count(b"\n") < n:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "stream ended early"
+        data += chunk
+    return data.split(b"\n")[:n]
+
+
+async def test_host_not_reading_spills_and_loses_nothing() -> None:
+    send, recv = trio.testing.lockstep_stream_pair()  # send_all waits for the reader
+    queue = FrameQueue(spool=ByteSpool(memory_limit=64 * 1024))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write_frames, queue, send, FrameEncoder())
+            for i in range(20_000):
+                queue.put_nowait(ok("get_state", f"r{i}"))  # never blocks
+            await trio.testing.wait_all_tasks_blocked()
+            assert queue.spool.in_memory <= 64 * 1024
+            assert queue.spool.spilled_bytes > 500_000
+            queue.close()
+            lines = await read_lines(recv, 20_000)
+        # Leaving the nursery means write_frames returned: it finished after the last frame.
+    assert [json.loads(line)["id"] for line in lines] == [f"r{i}" for i in range(20_000)]
+
+
+async def test_streaming_producers_wait_for_a_slow_host(autojump_clock: trio.abc.Clock) -> None:
+    send, recv = trio.testing.lockstep_stream_pair()
+    queue = FrameQueue(high_water_bytes=1000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write_frames, queue, send, FrameEncoder())
+        for i in range(100):
+            queue.put_nowait(ok("get_state", f"r{i}"))
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.move_on_after(10) as waited:
+            await queue.put(ok("get_state", "streamed"))
+        assert waited.cancelled_caught  # the host is not reading: the producer waits
+        # A host that reads lets it go on.
+        nursery.start_soon(read_lines, recv, 10_000)
+        with trio.fail_after(10):
+            await queue.put(ok("get_state", "streamed"))
+        nursery.cancel_scope.cancel()
+
+
+async def test_broken_stream_raises_and_closes_the_queue() -> None:
+    send, recv = trio.testing.memory_stream_one_way_pair()
+    await recv.aclose()
+    queue = FrameQueue()
+    queue.put_nowait(ok("get_state", "x"))
+    with pytest.raises(OutputClosedError, match="stdout closed"):
+        await write_frames(queue, send, FrameEncoder())
+    assert queue.closed
+
+
+async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() -> None:
+    to_server, server_in = trio.testing.memory_stream_one_way_pair()
+    server_out, from_server = trio.testing.lockstep_stream_pair()
+    options = ServeOptions(output_memory_bytes=16 * 1024)
+    n = 30_000
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(omp.serve, options=options), server_in, server_out)
+        with trio.fail_after(30):
+            await to_server.send_all(
+                b"".join(b'{"id":%d,"type":"get_state"}\n' % i for i in range(n)))
+            await to_server.aclose()
+            await trio.testing.wait_all_tasks_blocked()
+            lines = await read_lines(from_server, n + 2)
+    frames = [json.loads(line) for line in lines]
+    assert [f["type"] for f in frames[:2]] == ["ready", "available_commands_update"]
+    assert [f["id"] for f in frames[2:]] == list(range(n))
