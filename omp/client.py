@@ -237,7 +237,6 @@ class _Options:
 
 @attrs.define(eq=False)
 class _Pending:
-    command: str
     done: trio.Event = attrs.field(factory=trio.Event)
     response: Response | None = None
 
@@ -336,7 +335,8 @@ class RpcClient:
         ``close_timeout`` seconds to exit, then its process group gets SIGTERM, then after
         ``terminate_grace`` seconds SIGKILL; the process is always waited for, and its exit code
         is ``returncode``. The exit takes at most about ``close_timeout + terminate_grace``
-        seconds, also when the body was cancelled.
+        seconds (one more if something the server started still holds its stdout: then the
+        rest of its process group is killed too), also when the body was cancelled.
         """
         argv = list(command) if command is not None else [sys.executable, "-m", "omp", *args]
         options = _make_options(host_tools, uri_schemes, ui, answer_unhandled, protocol_version,
@@ -346,7 +346,7 @@ class RpcClient:
                                           trio.Process | None]:
             process = await trio.lowlevel.open_process(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                env=env, cwd=cwd)
+                start_new_session=True, env=env, cwd=cwd)
             assert process.stdout is not None
             assert process.stdin is not None
             return process.stdout, process.stdin, process
@@ -416,7 +416,8 @@ class RpcClient:
 
         ``command`` is a command Struct or a raw JSON object; without an ``id`` it gets the next
         ``req_<n>``. Raises ``RpcConnectionClosed`` if the connection ends first,
-        ``RpcProtocolError`` if the server broke the protocol.
+        ``RpcProtocolError`` if the server broke the protocol, ``ValueError`` if a request with
+        the same ``id`` is still waiting.
 
         On cancellation the command is not withdrawn (it was sent, the server runs it) and its
         response is discarded when it comes.
@@ -425,7 +426,7 @@ class RpcClient:
         if request_id in self._pending:
             raise ValueError(f"a request with id {request_id!r} is already waiting")
         self._raise_if_unusable(kind, request_id)
-        pending = _Pending(kind)
+        pending = _Pending()
         self._pending[request_id] = pending
         try:
             self._enqueue(line)
@@ -473,7 +474,9 @@ class RpcClient:
     async def send(self, frame: msgspec.Struct | Mapping[str, Any]) -> None:
         """Send a frame without waiting for anything (a control frame, or a command whose
         response you will take from ``events``). It is queued whole, so cancellation never
-        tears a line; once this returns, it will be written unless the connection ends."""
+        tears a line; once this returns, it will be written unless the connection ends.
+
+        On cancellation (at its one checkpoint, before queuing) nothing is sent."""
         await trio.lowlevel.checkpoint()
         self._raise_if_unusable(None, None)
         body = dict(frame) if isinstance(frame, Mapping) else frame
@@ -555,8 +558,7 @@ class RpcClient:
             raise RpcConnectionClosed(self._closed_message(kind, request_id))
 
     def _closed_message(self, kind: str | None, request_id: cmd.RequestId | None) -> str:
-        what = "the client is closed" if self._closing and not self._ended else (
-            "the server closed the connection")
+        what = "the client is closed" if self._closing else "the server closed the connection"
         code = self.returncode
         if code is not None:
             what += f" (exit code {code})"

@@ -344,6 +344,11 @@ def test_chunk_assembler_rejects_bad_sequences() -> None:
     assert not asm.in_progress
     with pytest.raises(ChunkError, match="position"):
         ChunkAssembler().feed(chunk(0, 1, piece, total))
+    asm = ChunkAssembler()
+    asm.feed(chunk(0, 5, piece, total))
+    with pytest.raises(ChunkError, match="position 1/500"):
+        asm.feed(chunk(1, 500, piece, total))
+    assert not asm.in_progress
     with pytest.raises(ChunkError, match="byteLength"):
         ChunkAssembler().feed(chunk(0, 2, piece, 100))
     with pytest.raises(ChunkError, match="bad base64"):

@@ -372,12 +372,16 @@ class ChunkAssembler:
 
     def feed(self, chunk: RpcChunk) -> bytes | None:
         """Add one chunk; returns the whole frame's bytes after the last one, else ``None``."""
+        problem = None
         if not 1 <= len(chunk.chunkId) <= 128:
-            raise ChunkError("chunkId must be 1-128 characters")
-        if not 2 <= chunk.count <= 256 or not 0 <= chunk.index < chunk.count:
-            raise ChunkError(f"bad chunk position {chunk.index}/{chunk.count}")
-        if not MAX_FRAME_BYTES <= chunk.byteLength <= self.max_reassembled_bytes:
-            raise ChunkError(f"byteLength {chunk.byteLength} outside the allowed range")
+            problem = "chunkId must be 1-128 characters"
+        elif not 2 <= chunk.count <= 256 or not 0 <= chunk.index < chunk.count:
+            problem = f"bad chunk position {chunk.index}/{chunk.count}"
+        elif not MAX_FRAME_BYTES <= chunk.byteLength <= self.max_reassembled_bytes:
+            problem = f"byteLength {chunk.byteLength} outside the allowed range"
+        if problem is not None:
+            self.reset()  # a broken sequence is abandoned whole
+            raise ChunkError(problem)
         expected = 0 if self._current is None else self._current.index + 1
         if chunk.index != expected or (self._current is not None and (
                 chunk.chunkId, chunk.count, chunk.byteLength) != (
