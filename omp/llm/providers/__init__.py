@@ -1,0 +1,1 @@
+"""Provider adapters: each turns one API's streaming format into MessageBuilder calls."""

@@ -1,0 +1,49 @@
+"""What a model call needs: the context (system prompt, messages, tools) and the options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..protocol.commands import ThinkingLevel as ThinkingLevel
+from ..protocol.messages import AssistantMessage, ToolResultMessage, UserMessage
+
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("off", "minimal", "low", "medium", "high", "xhigh")
+
+# What providers receive: LLM-level messages only. The agent converts its own kinds
+# (bashExecution, custom, compactionSummary, ...) to these before a call (agent-core §1.6).
+LlmMessage = UserMessage | AssistantMessage | ToolResultMessage
+
+
+@attrs.frozen
+class ToolSpec:
+    """A tool as the model sees it: name, description and JSON-schema parameters."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@attrs.frozen
+class Context:
+    system_prompt: tuple[str, ...] = ()
+    """System prompt blocks, in order (Anthropic sends one text block per entry)."""
+    messages: tuple[LlmMessage, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+
+
+@attrs.frozen
+class StreamOptions:
+    api_key: str | None = None
+    """Resolved key; providers put it in their auth header and nowhere else."""
+    headers: dict[str, str] = attrs.field(factory=dict)
+    """Extra request headers (models.yml ``headers``)."""
+    thinking: ThinkingLevel = "off"
+    max_tokens: int | None = None
+    temperature: float | None = None
+    session_id: str | None = None
+    first_event_timeout: float = 100.0
+    """Seconds to wait for the response headers and the first event (agent-core §2.2)."""
+    idle_timeout: float = 120.0
+    """Seconds allowed between two events before the stream counts as stalled."""
