@@ -1,7 +1,8 @@
 """The ``omp`` command line.
 
 Exit codes: 0 when the host closed stdin (however much was running), 1 when stdout broke or the
-runtime could not start, 2 for a usage error.
+runtime could not start (bad models.yml, unknown model, missing key; nothing is written to
+stdout then), 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--mode", choices=["rpc"], required=True,
                         help="how the runtime is driven; 'rpc' is newline-delimited JSON on stdio")
+    parser.add_argument("--provider", metavar="NAME",
+                        help="provider to start with (anthropic, openai, google, offline, or one "
+                        "from models.yml); default: the first with an API key, else offline")
+    parser.add_argument("--model", metavar="[PROVIDER/]ID", help="model to start with")
+    parser.add_argument("--api-key", metavar="KEY",
+                        help="API key for the chosen provider (prefer the environment variable)")
+    parser.add_argument("--thinking", choices=["off", "minimal", "low", "medium", "high", "xhigh"],
+                        help="thinking level to start with (clamped to the model; default off)")
     parser.add_argument("--max-line-bytes", type=_positive_int, default=None, metavar="N",
                         help="longest accepted input line in bytes (default: 64 MiB)")
     parser.add_argument("--version", action="version", version=f"omp {__version__}")
@@ -49,15 +58,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import trio
 
+    from .llm.models import ConfigError
     from .rpc.output import OutputClosedError
     from .rpc.server import ServeOptions, serve
+    from .session import SessionError
 
-    options = ServeOptions()
+    options = ServeOptions(provider=args.provider, model=args.model, api_key=args.api_key,
+                           thinking=args.thinking)
     if args.max_line_bytes is not None:
         options.max_line_bytes = args.max_line_bytes
     try:
         trio.run(lambda: serve(options=options))
-    except OutputClosedError as exc:
+    except (OutputClosedError, SessionError, ConfigError) as exc:
         print(f"omp: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -67,7 +67,8 @@ async def test_broken_stdout_exits_one_with_a_reason() -> None:
     try:
         with trio.fail_after(30):
             proc = await trio.lowlevel.open_process(
-                [*OMP, "--mode", "rpc"], stdin=subprocess.PIPE, stdout=write_end,
+                [*OMP, "--mode", "rpc", "--model", "offline/echo"], stdin=subprocess.PIPE,
+                stdout=write_end,
                 stderr=subprocess.PIPE)
             os.close(write_end)
             write_end = -1

@@ -330,8 +330,9 @@ async def test_event_filter_drops_only_filtered_session_events() -> None:
     from omp.protocol import commands as cmd
     from omp.protocol import events
     from omp.rpc.server import RpcServer
+    from omp.session import create_session
 
-    server = RpcServer(options=ServeOptions())
+    server = RpcServer(options=ServeOptions(), session=create_session(announce_offline=False))
     server.router.set_event_filter(cmd.SetEventFilter(events=["agent_end"]))
     server.emit(events.AgentStart())
     server.emit(events.AgentEnd(messages=[]))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import attrs
 import httpx
@@ -61,7 +61,7 @@ class SseDecoder:
 
 
 async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeout: float,
-                   provider: str, model: str) -> AsyncIterator[SseEvent]:
+                   provider: str, model: str) -> AsyncGenerator[SseEvent, None]:
     """The response's events; a stall past the watchdog limits is a retryable ProviderError.
 
     Every read is bounded by its own deadline (no cancel scope is held across a ``yield``).

@@ -19,6 +19,7 @@ from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
+from ..session import SessionError
 from .output import SwitchProtocol
 
 if TYPE_CHECKING:
@@ -87,6 +88,12 @@ class CommandRouter:
             cmd.NegotiateProtocol: self.negotiate_protocol,
             cmd.SetEventFilter: self.set_event_filter,
             cmd.GetAvailableCommands: self.get_available_commands,
+            cmd.SetModel: self.set_model,
+            cmd.CycleModel: self.cycle_model,
+            cmd.GetAvailableModels: self.get_available_models,
+            cmd.SetThinkingLevel: self.set_thinking_level,
+            cmd.CycleThinkingLevel: self.cycle_thinking_level,
+            cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
         }
 
     # -- dispatch ----------------------------------------------------------------------------
@@ -134,6 +141,8 @@ class CommandRouter:
     def get_state(self, frame: cmd.GetState) -> Response:
         s = self.server.session
         state = payloads.SessionState(
+            model=s.model,
+            thinkingLevel=s.thinking_level if s.model.reasoning else msgspec.UNSET,
             isStreaming=s.is_streaming,
             isCompacting=s.is_compacting,
             steeringMode=s.steering_mode,
@@ -144,6 +153,39 @@ class CommandRouter:
             todoPhases=s.todo_phases,
         )
         return ok("get_state", frame.id, state)
+
+    def set_model(self, frame: cmd.SetModel) -> Response:
+        try:
+            model = self.server.session.set_model(frame.provider, frame.modelId)
+        except SessionError as exc:
+            return fail("set_model", frame.id, str(exc))
+        return ok("set_model", frame.id, model)
+
+    def cycle_model(self, frame: cmd.CycleModel) -> Response:
+        s = self.server.session
+        model = s.cycle_model()
+        if model is None:
+            return ok("cycle_model", frame.id, None)
+        return ok("cycle_model", frame.id, payloads.CycleModelResult(
+            model=model, thinkingLevel=s.thinking_level if model.reasoning else msgspec.UNSET,
+            isScoped=False))
+
+    def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
+        models = self.server.session.registry.available()
+        return ok("get_available_models", frame.id, payloads.ModelsPayload(models=models))
+
+    def set_thinking_level(self, frame: cmd.SetThinkingLevel) -> Response:
+        self.server.session.set_thinking_level(frame.level)
+        return ok("set_thinking_level", frame.id)
+
+    def cycle_thinking_level(self, frame: cmd.CycleThinkingLevel) -> Response:
+        level = self.server.session.cycle_thinking_level()
+        data = None if level is None else payloads.ThinkingLevelPayload(level=level)
+        return ok("cycle_thinking_level", frame.id, data)
+
+    def get_available_thinking_levels(self, frame: cmd.GetAvailableThinkingLevels) -> Response:
+        return ok("get_available_thinking_levels", frame.id, payloads.ThinkingLevelsPayload(
+            levels=self.server.session.available_thinking_levels()))
 
     def set_steering_mode(self, frame: cmd.SetSteeringMode) -> Response:
         self.server.session.steering_mode = frame.mode

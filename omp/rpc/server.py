@@ -22,6 +22,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -33,7 +34,7 @@ from ..protocol.codec import FrameEncoder, decode_line
 from ..protocol.events import SESSION_EVENT_TYPES
 from ..protocol.frames import Ready, Response, fail
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
-from ..session import AgentSession
+from ..session import AgentSession, create_session
 from .commands import CommandRouter, CustomCommand
 from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
@@ -54,6 +55,18 @@ class ServeOptions:
     output_memory_bytes: int = 8 * 1024 * 1024
     """Unsent output kept in memory; more (a host that writes but does not read) goes to a
     private temp file until the host catches up."""
+    provider: str | None = None
+    """Provider to start with (``--provider``); default: the first one with a key."""
+    model: str | None = None
+    """Model to start with, ``provider/id`` or ``id`` (``--model``)."""
+    api_key: str | None = None
+    """Key for the chosen provider (``--api-key``); never written anywhere."""
+    thinking: str | None = None
+    """Thinking level to start with (``--thinking``)."""
+    agent_dir: Path | None = None
+    """Where models.yml and auth.json live; default ``$OMP_AGENT_DIR`` or ``~/.omp/agent``."""
+    announce_offline: bool = True
+    """Say once on stderr when no key exists and the offline model is used."""
     commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
     """Extra commands for embedding hosts: ``type`` → async handler of the raw command; its
     return value becomes the response's ``data``, an exception its ``error``. They run in the
@@ -75,7 +88,8 @@ async def serve(
     commands are accepted. Streams passed in are not closed: the caller owns them.
 
     Returns after EOF, once every command read has been answered and all work is finished or
-    cancelled. Raises ``OutputClosedError`` if the output stream breaks. On cancellation, all
+    cancelled. Raises ``OutputClosedError`` if the output stream breaks, and ``SessionError`` or
+    ``ConfigError`` (before writing anything) when the session cannot start. On cancellation, all
     in-flight work is cancelled and nothing is left running; queued frames may be lost.
     """
     options = options or ServeOptions()
@@ -117,7 +131,12 @@ class _stdio_streams:
 
 async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
                  options: ServeOptions, task_status: trio.TaskStatus[None]) -> None:
-    server = RpcServer(options=options)
+    # Before anything is written: a session that cannot start means no ``ready``.
+    session = create_session(
+        provider=options.provider, model=options.model, api_key=options.api_key,
+        thinking=options.thinking, agent_directory=options.agent_dir,
+        announce_offline=options.announce_offline)
+    server = RpcServer(options=options, session=session)
     output_error: OutputClosedError | None = None
 
     async def writer() -> None:
@@ -145,7 +164,7 @@ class RpcServer:
     """The server's state and lanes; ``serve`` wires it to streams."""
 
     options: ServeOptions
-    session: AgentSession = attrs.field(factory=AgentSession)
+    session: AgentSession
     encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
     output: FrameQueue = attrs.field(init=False)
     router: CommandRouter = attrs.field(init=False)
@@ -166,6 +185,7 @@ class RpcServer:
             spool=ByteSpool(memory_limit=self.options.output_memory_bytes))
         self.router = CommandRouter(self, custom=self.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
+        self.session.subscribe(self.emit)
 
     # -- lanes -------------------------------------------------------------------------------
 

@@ -1,0 +1,429 @@
+"""The model registry: the built-in catalog, ``models.yml`` custom providers, and credentials.
+
+Sources, lowest precedence first: the catalog (``catalog.json`` beside this file, data not code),
+then ``<agent dir>/models.yml`` (providers added or overridden in the original's format). Keys
+for a provider come from, highest first: ``--api-key`` (for the provider chosen on the command
+line), ``<agent dir>/auth.json``, the provider's environment variables, the ``apiKey`` of
+``models.yml``. The agent directory is ``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
+
+Keys are resolved when a call needs them and never stored in a ``Model``: models are sent to
+hosts as they are, keys never are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import msgspec
+
+from ..protocol.payloads import Model, ModelCost, ModelThinking
+
+Api = Literal["openai-completions", "openai-responses", "anthropic-messages",
+              "google-generative-ai", "offline"]
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+OFFLINE_PROVIDER = "offline"
+OFFLINE_MODEL = "echo"
+# Which built-in model a fresh session starts on, by the first provider that has a key.
+DEFAULT_MODELS = (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-5.1"),
+                  ("google", "gemini-2.5-pro"))
+
+
+def agent_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if value := env.get("OMP_AGENT_DIR"):
+        return Path(value).expanduser()
+    return Path(env.get("HOME") or Path.home()) / ".omp" / "agent"
+
+
+class ConfigError(Exception):
+    """A configuration file is wrong; the message names the file, the place in it, and why."""
+
+
+# --- catalog ----------------------------------------------------------------------------------
+
+
+class _CatalogProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    api: str
+    baseUrl: str
+    env: list[str]
+    auth: Literal["apiKey", "none"] = "apiKey"
+
+
+class _CatalogModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    provider: str
+    id: str
+    name: str
+    reasoning: bool
+    input: list[Literal["text", "image"]]
+    cost: ModelCost
+    contextWindow: int | None
+    maxTokens: int | None
+    thinking: ModelThinking | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Catalog(msgspec.Struct, frozen=True):
+    providers: dict[str, _CatalogProvider]
+    models: list[_CatalogModel]
+
+
+# --- models.yml (user-edited: cattrs, errors a user can act on) -------------------------------
+
+
+@attrs.define(kw_only=True)
+class CostConfig:
+    input: float = 0.0
+    output: float = 0.0
+    cacheRead: float = 0.0
+    cacheWrite: float = 0.0
+
+
+@attrs.define(kw_only=True)
+class ThinkingConfig:
+    mode: Literal["effort", "budget", "google-level", "anthropic-adaptive",
+                  "anthropic-budget-effort"] = "effort"
+    efforts: list[Literal["minimal", "low", "medium", "high", "xhigh"]] = attrs.field(
+        factory=list)
+    defaultLevel: Literal["off", "minimal", "low", "medium", "high", "xhigh"] | None = None
+
+
+@attrs.define(kw_only=True)
+class ModelConfig:
+    id: str
+    name: str | None = None
+    api: Api | None = None
+    baseUrl: str | None = None
+    reasoning: bool = False
+    input: list[Literal["text", "image"]] = attrs.field(factory=lambda: ["text"])
+    contextWindow: int = 128000
+    maxTokens: int = 16384
+    cost: CostConfig = attrs.field(factory=CostConfig)
+    headers: dict[str, str] = attrs.field(factory=dict)
+    compat: dict[str, Any] = attrs.field(factory=dict)
+    thinking: ThinkingConfig | None = None
+
+
+@attrs.define(kw_only=True)
+class ModelOverride:
+    name: str | None = None
+    reasoning: bool | None = None
+    input: list[Literal["text", "image"]] | None = None
+    contextWindow: int | None = None
+    maxTokens: int | None = None
+    cost: CostConfig | None = None
+    headers: dict[str, str] | None = None
+    compat: dict[str, Any] | None = None
+    thinking: ThinkingConfig | None = None
+
+
+@attrs.define(kw_only=True)
+class ProviderConfig:
+    baseUrl: str | None = None
+    api: Api | None = None
+    apiKey: str | None = None
+    auth: Literal["apiKey", "none"] = "apiKey"
+    headers: dict[str, str] = attrs.field(factory=dict)
+    authHeader: bool = False
+    compat: dict[str, Any] = attrs.field(factory=dict)
+    models: list[ModelConfig] = attrs.field(factory=list)
+    modelOverrides: dict[str, ModelOverride] = attrs.field(factory=dict)
+
+
+@attrs.define(kw_only=True)
+class ModelsFile:
+    providers: dict[str, ProviderConfig] = attrs.field(factory=dict)
+
+
+def _converter() -> Any:
+    import cattrs
+
+    return cattrs.Converter(forbid_extra_keys=True)
+
+
+def load_models_file(path: Path) -> ModelsFile:
+    """Parse and validate ``models.yml``. Raises ConfigError naming the file, path and problem."""
+    import cattrs
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    if raw is None:
+        return ModelsFile()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping with a `providers` key, got "
+                          f"{type(raw).__name__}")
+    try:
+        parsed: ModelsFile = _converter().structure(raw, ModelsFile)
+    except cattrs.BaseValidationError as exc:
+        problems = cattrs.transform_error(exc, path="$")
+        raise ConfigError(f"{path}: " + "; ".join(_plain(p) for p in problems)) from None
+    _validate(parsed, path)
+    return parsed
+
+
+def _plain(problem: str) -> str:
+    # cattrs: "required field missing @ $.providers['x'].models[0].id" → "$.providers.x...: ..."
+    what, _, where = problem.partition(" @ ")
+    where = re.sub(r"\['([^']*)'\]", r".\1", where)
+    if what.startswith("extra fields found"):
+        what = what.replace("extra fields found", "unknown key(s)")
+    return f"{where}: {what}" if where else what
+
+
+def _validate(parsed: ModelsFile, path: Path) -> None:
+    for name, provider in parsed.providers.items():
+        where = f"$.providers.{name}"
+        if not name.strip():
+            raise ConfigError(f"{path}: {where}: provider names must not be empty")
+        if provider.models:
+            if not provider.baseUrl and not all(m.baseUrl for m in provider.models):
+                raise ConfigError(f"{path}: {where}.baseUrl: required for a provider with "
+                                  "models")
+            if provider.auth != "none" and not provider.apiKey:
+                raise ConfigError(f"{path}: {where}.apiKey: required for a provider with models"
+                                  " (an environment variable name or the key; or set "
+                                  "`auth: none`)")
+        for i, model in enumerate(provider.models):
+            mwhere = f"{where}.models[{i}]"
+            if not model.id.strip():
+                raise ConfigError(f"{path}: {mwhere}.id: must not be empty")
+            if not (model.api or provider.api):
+                raise ConfigError(f"{path}: {mwhere}.api: no api for this model (set `api` on "
+                                  "the model or its provider)")
+            for field in ("contextWindow", "maxTokens"):
+                if getattr(model, field) <= 0:
+                    raise ConfigError(f"{path}: {mwhere}.{field}: must be greater than 0, got "
+                                      f"{getattr(model, field)}")
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+
+@attrs.define(kw_only=True)
+class ProviderAuth:
+    """How to authenticate to one provider (never sent to hosts)."""
+
+    env: tuple[str, ...] = ()
+    config_key: str | None = None
+    """models.yml ``apiKey``: an environment variable name or a literal key."""
+    auth: Literal["apiKey", "none"] = "apiKey"
+    headers: dict[str, str] = attrs.field(factory=dict)
+    auth_header: bool = False
+
+
+@attrs.define
+class ModelRegistry:
+    models: list[Model] = attrs.field(factory=list)
+    providers: dict[str, ProviderAuth] = attrs.field(factory=dict)
+    model_headers: dict[tuple[str, str], dict[str, str]] = attrs.field(factory=dict)
+    environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ)
+    auth_file: dict[str, str] = attrs.field(factory=dict)
+    cli_keys: dict[str, str] = attrs.field(factory=dict)
+    """``--api-key``, for the provider it was given with."""
+
+    @classmethod
+    def load(cls, directory: Path | None = None, *, environ: Mapping[str, str] | None = None,
+             cli_keys: Mapping[str, str] | None = None) -> ModelRegistry:
+        """The catalog plus ``models.yml`` and ``auth.json`` of the agent directory."""
+        env = os.environ if environ is None else environ
+        directory = agent_dir(env) if directory is None else directory
+        registry = cls(environ=env, cli_keys=dict(cli_keys or {}))
+        registry._load_catalog()
+        for name in ("models.yml", "models.yaml"):
+            if (directory / name).is_file():
+                registry.apply(load_models_file(directory / name))
+                break
+        registry.auth_file = load_auth_file(directory / "auth.json")
+        return registry
+
+    def _load_catalog(self) -> None:
+        data = resources.files(__package__).joinpath("catalog.json").read_bytes()
+        catalog = msgspec.json.decode(data, type=_Catalog)
+        for name, p in catalog.providers.items():
+            self.providers[name] = ProviderAuth(env=tuple(p.env), auth=p.auth)
+        for cm in catalog.models:
+            p = catalog.providers[cm.provider]
+            self.models.append(Model(
+                id=cm.id, name=cm.name, api=p.api, provider=cm.provider, baseUrl=p.baseUrl,
+                reasoning=cm.reasoning, input=list(cm.input), cost=cm.cost,
+                contextWindow=cm.contextWindow, maxTokens=cm.maxTokens, thinking=cm.thinking))
+
+    def apply(self, file: ModelsFile) -> None:
+        """Add or override providers and models from a parsed models.yml."""
+        for name, pc in file.providers.items():
+            auth = self.providers.get(name, ProviderAuth())
+            self.providers[name] = ProviderAuth(
+                env=auth.env, config_key=pc.apiKey or auth.config_key,
+                auth=pc.auth if pc.apiKey or pc.auth == "none" or pc.models else auth.auth,
+                headers={**auth.headers, **pc.headers}, auth_header=pc.authHeader)
+            if pc.models:
+                # A provider that lists models replaces the built-in ones of that name.
+                self.models = [m for m in self.models if m.provider != name]
+            for mc in pc.models:
+                api = mc.api or pc.api
+                assert api is not None  # validated
+                self.models.append(Model(
+                    id=mc.id, name=mc.name or mc.id, api=api, provider=name,
+                    baseUrl=mc.baseUrl or pc.baseUrl or "", reasoning=mc.reasoning,
+                    input=list(mc.input), cost=_cost(mc.cost),
+                    contextWindow=mc.contextWindow, maxTokens=mc.maxTokens,
+                    compat={**pc.compat, **mc.compat} or msgspec.UNSET,
+                    thinking=_thinking(mc.thinking)))
+                if mc.headers:
+                    self.model_headers[(name, mc.id)] = dict(mc.headers)
+            for model_id, ov in pc.modelOverrides.items():
+                for i, model in enumerate(self.models):
+                    if model.provider == name and model.id == model_id:
+                        self.models[i] = _override(model, ov)
+                        if ov.headers:
+                            self.model_headers[(name, model_id)] = dict(ov.headers)
+            if pc.baseUrl and not pc.models:
+                self.models = [msgspec.structs.replace(m, baseUrl=pc.baseUrl)
+                               if m.provider == name else m for m in self.models]
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def find(self, provider: str, model_id: str) -> Model | None:
+        for model in self.models:
+            if model.provider == provider and model.id == model_id:
+                return model
+        return None
+
+    def has_credentials(self, provider: str) -> bool:
+        auth = self.providers.get(provider)
+        return auth is not None and (auth.auth == "none" or self.api_key(provider) is not None)
+
+    def available(self) -> list[Model]:
+        """Models whose provider has credentials (or needs none), in catalog order."""
+        ok = {p for p in self.providers if self.has_credentials(p)}
+        return [m for m in self.models if m.provider in ok]
+
+    def api_key(self, provider: str) -> str | None:
+        """The key to use for ``provider`` now, or None."""
+        if key := self.cli_keys.get(provider):
+            return key
+        if key := self.auth_file.get(provider):
+            return key
+        auth = self.providers.get(provider)
+        if auth is None:
+            return None
+        for name in auth.env:
+            if value := self.environ.get(name):
+                return value
+        if auth.config_key:
+            return resolve_config_value(auth.config_key, self.environ)
+        return None
+
+    def missing_key_hint(self, provider: str) -> str:
+        auth = self.providers.get(provider)
+        names = list(auth.env) if auth else []
+        if auth and auth.config_key and _ENV_NAME.match(auth.config_key):
+            names.append(auth.config_key)
+        if names:
+            return "set " + " or ".join(names)
+        return f"add a key for `{provider}` to models.yml or auth.json"
+
+    def headers(self, model: Model) -> dict[str, str]:
+        """Extra request headers for ``model`` (models.yml), values resolved like keys."""
+        auth = self.providers.get(model.provider, ProviderAuth())
+        merged = {**auth.headers, **self.model_headers.get((model.provider, model.id), {})}
+        out = {k: resolve_config_value(v, self.environ) or "" for k, v in merged.items()}
+        if auth.auth_header and (key := self.api_key(model.provider)):
+            out["Authorization"] = f"Bearer {key}"
+        return out
+
+    def default_model(self) -> Model:
+        """The first built-in default whose provider has a key; else a custom provider's
+        first model with credentials; else the offline model."""
+        for provider, model_id in DEFAULT_MODELS:
+            if self.has_credentials(provider) and (model := self.find(provider, model_id)):
+                return model
+        for model in self.available():
+            if model.provider != OFFLINE_PROVIDER:
+                return model
+        model = self.find(OFFLINE_PROVIDER, OFFLINE_MODEL)
+        assert model is not None
+        return model
+
+
+def resolve_config_value(value: str, environ: Mapping[str, str]) -> str | None:
+    """models.yml ``apiKey``/header value: an environment variable's value when the value names
+    a variable (unset → None), else the literal."""
+    if _ENV_NAME.match(value):
+        return environ.get(value) or None
+    return value
+
+
+def load_auth_file(path: Path) -> dict[str, str]:
+    """``auth.json``: ``{"provider": "key"}`` or ``{"provider": {"type": "api_key", "key": ...}}``.
+
+    The file holds secrets: one readable by others is used, with a warning on stderr.
+    """
+    try:
+        raw = path.read_bytes()
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(f"omp: warning: {path} is readable by others; run `chmod 600 {path}`",
+              file=sys.stderr)
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected an object of provider → key")
+    keys: dict[str, str] = {}
+    for provider, entry in data.items():
+        if isinstance(entry, str):
+            keys[provider] = entry
+        elif isinstance(entry, dict) and isinstance(entry.get("key"), str):
+            keys[provider] = entry["key"]
+        elif isinstance(entry, dict) and isinstance(entry.get("access"), str):
+            keys[provider] = entry["access"]  # an OAuth entry: its access token
+        else:
+            raise ConfigError(f"{path}: $.{provider}: expected a key string or an object with "
+                              "`key`")
+    return keys
+
+
+def _cost(c: CostConfig) -> ModelCost:
+    return ModelCost(input=c.input, output=c.output, cacheRead=c.cacheRead,
+                     cacheWrite=c.cacheWrite)
+
+
+def _thinking(t: ThinkingConfig | None) -> Any:
+    if t is None:
+        return msgspec.UNSET
+    return ModelThinking(mode=t.mode, efforts=list(t.efforts),
+                         defaultLevel=t.defaultLevel or msgspec.UNSET)
+
+
+def _override(model: Model, ov: ModelOverride) -> Model:
+    changes: dict[str, Any] = {}
+    for field in ("name", "reasoning", "input", "contextWindow", "maxTokens"):
+        if (value := getattr(ov, field)) is not None:
+            changes[field] = value
+    if ov.cost is not None:
+        changes["cost"] = _cost(ov.cost)
+    if ov.compat is not None:
+        changes["compat"] = ov.compat
+    if ov.thinking is not None:
+        changes["thinking"] = _thinking(ov.thinking)
+    return msgspec.structs.replace(model, **changes)

@@ -1,0 +1,69 @@
+"""Building the session a server starts with, from the command line's choices."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..llm.models import OFFLINE_PROVIDER, ModelRegistry
+from ..llm.types import THINKING_LEVELS, ThinkingLevel
+from ..protocol.payloads import Model
+from .agent_session import AgentSession, SessionError
+
+
+def create_session(*, provider: str | None = None, model: str | None = None,
+                   api_key: str | None = None, thinking: str | None = None,
+                   agent_directory: Path | None = None,
+                   environ: Mapping[str, str] | None = None,
+                   announce_offline: bool = True) -> AgentSession:
+    """The startup session. Raises ``SessionError`` / ``ConfigError`` with a message for the user.
+
+    ``model`` is ``provider/id`` or an id; ``provider`` alone picks that provider's first model.
+    ``api_key`` is for the chosen provider. With nothing chosen and no credentials anywhere, the
+    offline model is used and (``announce_offline``) said so once on stderr.
+    """
+    if thinking is not None and thinking not in THINKING_LEVELS:
+        raise SessionError(f"Unknown thinking level: {thinking} (expected one of "
+                           f"{', '.join(THINKING_LEVELS)})")
+    probe = ModelRegistry.load(agent_directory, environ=environ)
+    chosen = _choose(probe, provider, model) if (provider or model) else None
+    if api_key is not None:
+        if chosen is None:
+            raise SessionError("--api-key needs --provider or --model to say which provider "
+                               "it is for")
+        cli_keys = {chosen.provider: api_key}
+        registry = ModelRegistry.load(agent_directory, environ=environ, cli_keys=cli_keys)
+    else:
+        registry = probe
+    if chosen is None:
+        chosen = registry.default_model()
+        if chosen.provider == OFFLINE_PROVIDER and announce_offline:
+            print("omp: no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+                  "GEMINI_API_KEY, or add a provider to models.yml); using the offline model "
+                  f"{chosen.provider}/{chosen.id}", file=sys.stderr)
+    elif not registry.has_credentials(chosen.provider):
+        raise SessionError(f"No API key for {chosen.provider}/{chosen.id}: "
+                           f"{registry.missing_key_hint(chosen.provider)}")
+    level: ThinkingLevel = "off"
+    for known in THINKING_LEVELS:
+        if thinking == known:
+            level = known
+    return AgentSession(registry=registry, model=chosen, configured_thinking=level)
+
+
+def _choose(registry: ModelRegistry, provider: str | None, model: str | None) -> Model:
+    if model and "/" in model and provider is None:
+        provider, _, model = model.partition("/")
+    if model:
+        candidates = [m for m in registry.models
+                      if m.id == model and (provider is None or m.provider == provider)]
+        if not candidates:
+            raise SessionError(f"Model not found: {provider + '/' if provider else ''}{model}")
+        return candidates[0]
+    assert provider is not None
+    of_provider = [m for m in registry.models if m.provider == provider]
+    if not of_provider:
+        known = sorted({m.provider for m in registry.models})
+        raise SessionError(f"Unknown provider: {provider} (known: {', '.join(known)})")
+    return of_provider[0]
