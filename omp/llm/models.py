@@ -179,8 +179,12 @@ def _plain(problem: str) -> str:
     # cattrs: "required field missing @ $.providers['x'].models[0].id" → "$.providers.x...: ..."
     what, _, where = problem.partition(" @ ")
     where = re.sub(r"\['([^']*)'\]", r".\1", where)
-    if what.startswith("extra fields found"):
-        what = what.replace("extra fields found", "unknown key(s)")
+    if m := re.match(r"extra fields found \((.*)\)$", what):
+        what = f"unknown key(s): {m[1]}"
+    elif m := re.match(r"unknown error \((.*) not in literal typing\.Literal\[(.*)\]\)$", what):
+        what = f"must be one of {m[2]} (got {m[1]!r})"
+    elif what == "invalid value for type, expected int":
+        what = "expected an integer"
     return f"{where}: {what}" if where else what
 
 

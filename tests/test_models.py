@@ -1,0 +1,233 @@
+"""The model registry: catalog, models.yml, auth.json, keys, thinking levels."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from omp.llm import thinking
+from omp.llm.models import ConfigError, ModelRegistry, load_auth_file, load_models_file
+from omp.protocol.payloads import Model, ModelCost
+from omp.session import SessionError, create_session
+
+VALID_YML = """
+providers:
+  my-local:
+    baseUrl: http://localhost:8000/v1
+    api: openai-completions
+    apiKey: MY_LOCAL_KEY
+    headers: {x-team: platform}
+    models:
+      - id: qwen3-coder
+        name: Qwen3 Coder (local)
+        reasoning: true
+        input: [text]
+        contextWindow: 131072
+        maxTokens: 8192
+        cost: {input: 0.5, output: 1}
+        thinking: {mode: effort, efforts: [low, high]}
+      - id: tiny
+        api: anthropic-messages
+  nokey:
+    baseUrl: http://localhost:9000
+    api: openai-completions
+    auth: none
+    models: [{id: free}]
+  anthropic:
+    modelOverrides:
+      claude-sonnet-4-5: {contextWindow: 1000000}
+"""
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+def registry(directory: Path, **environ: str) -> ModelRegistry:
+    return ModelRegistry.load(directory, environ=environ)
+
+
+def test_catalog_models_are_complete() -> None:
+    reg = registry(Path("/nonexistent"))
+    providers = {m.provider for m in reg.models}
+    assert {"anthropic", "openai", "google", "offline"} <= providers
+    for model in reg.models:
+        assert model.api in {"anthropic-messages", "openai-responses", "google-generative-ai",
+                             "offline"}
+        assert model.contextWindow
+        assert model.maxTokens
+        assert model.input[0] == "text"
+    # Without keys only the offline models are available, and the default is offline.
+    assert [m.provider for m in reg.available()] == ["offline", "offline"]
+    assert (reg.default_model().provider, reg.default_model().id) == ("offline", "echo")
+
+
+def test_environment_keys_pick_the_default(tmp_path: Path) -> None:
+    reg = registry(tmp_path, OPENAI_API_KEY="sk-test")
+    assert reg.default_model().id == "gpt-5.1"
+    assert reg.api_key("openai") == "sk-test"
+    reg = registry(tmp_path, OPENAI_API_KEY="a", GEMINI_API_KEY="b", ANTHROPIC_API_KEY="c")
+    assert reg.default_model().provider == "anthropic"
+
+
+def test_valid_models_yml(tmp_path: Path) -> None:
+    write(tmp_path, "models.yml", VALID_YML)
+    reg = registry(tmp_path, MY_LOCAL_KEY="local-secret")
+    qwen = reg.find("my-local", "qwen3-coder")
+    assert qwen is not None
+    assert qwen == Model(
+        id="qwen3-coder", name="Qwen3 Coder (local)", api="openai-completions",
+        provider="my-local", baseUrl="http://localhost:8000/v1", reasoning=True, input=["text"],
+        cost=ModelCost(input=0.5, output=1.0, cacheRead=0.0, cacheWrite=0.0),
+        contextWindow=131072, maxTokens=8192, thinking=qwen.thinking)
+    assert thinking.available_levels(qwen) == ["off", "low", "high"]
+    tiny = reg.find("my-local", "tiny")
+    assert tiny is not None
+    assert (tiny.api, tiny.contextWindow, tiny.maxTokens, tiny.name) == (
+        "anthropic-messages", 128000, 16384, "tiny")
+    assert reg.api_key("my-local") == "local-secret"
+    assert reg.headers(qwen) == {"x-team": "platform"}
+    assert reg.has_credentials("nokey")
+    sonnet = reg.find("anthropic", "claude-sonnet-4-5")
+    assert sonnet is not None
+    assert sonnet.contextWindow == 1_000_000
+    available = {(m.provider, m.id) for m in reg.available()}
+    assert {("my-local", "qwen3-coder"), ("nokey", "free")} <= available
+    # The key never becomes part of a model (models are sent to hosts).
+    assert b"local-secret" not in msgspec.json.encode(reg.models)
+
+
+def test_literal_key_and_unset_variable(tmp_path: Path) -> None:
+    write(tmp_path, "models.yml", VALID_YML.replace("apiKey: MY_LOCAL_KEY", "apiKey: sk-literal"))
+    assert registry(tmp_path).api_key("my-local") == "sk-literal"
+    write(tmp_path, "models.yml", VALID_YML)
+    reg = registry(tmp_path)  # MY_LOCAL_KEY not set
+    assert reg.api_key("my-local") is None
+    assert reg.missing_key_hint("my-local") == "set MY_LOCAL_KEY"
+    assert not any(m.provider == "my-local" for m in reg.available())
+
+
+MISTAKES = [
+    ("providers: [1, 2", "models.yml: not valid YAML (line 1, column 17): expected ',' or ']', "
+     "but got '<stream end>'"),
+    ("- a\n- b\n", "models.yml: expected a mapping with a `providers` key, got list"),
+    ("providers:\n  p:\n    api: openai-completions\n    apiKey: K\n    models: [{id: m}]\n",
+     "models.yml: $.providers.p.baseUrl: required for a provider with models"),
+    ("providers:\n  p:\n    baseUrl: http://x\n    api: openai-completions\n"
+     "    models: [{id: m}]\n",
+     "models.yml: $.providers.p.apiKey: required for a provider with models (an environment "
+     "variable name or the key; or set `auth: none`)"),
+    ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    models: [{id: m}]\n",
+     "models.yml: $.providers.p.models[0].api: no api for this model (set `api` on the model "
+     "or its provider)"),
+    ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: openai-completions\n"
+     "    models: [{id: ' '}]\n",
+     "models.yml: $.providers.p.models[0].id: must not be empty"),
+    ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: openai-completions\n"
+     "    models: [{id: m, contextWindow: 0}]\n",
+     "models.yml: $.providers.p.models[0].contextWindow: must be greater than 0, got 0"),
+    ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: openai-completions\n"
+     "    models: [{id: m, maxTokens: lots}]\n",
+     "models.yml: $.providers.p.models[0].maxTokens: expected an integer"),
+    ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: carrier-pigeon\n"
+     "    models: [{id: m}]\n",
+     "models.yml: $.providers.p.api: must be one of 'openai-completions', 'openai-responses', "
+     "'anthropic-messages', 'google-generative-ai', 'offline' (got 'carrier-pigeon')"),
+    ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: openai-completions\n"
+     "    models: [{id: m, colour: blue}]\n",
+     "models.yml: $.providers.p.models[0]: unknown key(s): colour"),
+    ("providers:\n  p:\n    models: [{name: no-id}]\n    baseUrl: http://x\n    apiKey: K\n",
+     "models.yml: $.providers.p.models[0].id: required field missing"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), MISTAKES)
+def test_models_yml_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, "models.yml", text)
+    with pytest.raises(ConfigError) as caught:
+        load_models_file(path)
+    assert str(caught.value) == f"{tmp_path}/{message}"
+
+
+def test_auth_json_forms_and_permissions(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    path = write(tmp_path, "auth.json",
+                 '{"anthropic": "sk-a", "openai": {"type": "api_key", "key": "sk-o"}}')
+    os.chmod(path, 0o600)
+    assert load_auth_file(path) == {"anthropic": "sk-a", "openai": "sk-o"}
+    assert capsys.readouterr().err == ""
+    os.chmod(path, 0o644)
+    load_auth_file(path)
+    assert "is readable by others; run `chmod 600" in capsys.readouterr().err
+    reg = registry(tmp_path, ANTHROPIC_API_KEY="from-env")
+    assert reg.api_key("anthropic") == "sk-a"  # auth.json outranks the environment
+    write(tmp_path, "auth.json", '{"openai": 5}')
+    with pytest.raises(ConfigError, match=r"auth.json: \$.openai: expected a key string"):
+        load_auth_file(tmp_path / "auth.json")
+
+
+def test_cli_key_outranks_everything(tmp_path: Path) -> None:
+    reg = ModelRegistry.load(tmp_path, environ={"OPENAI_API_KEY": "env"},
+                             cli_keys={"openai": "cli"})
+    assert reg.api_key("openai") == "cli"
+
+
+def model(reasoning: bool, api: str = "anthropic-messages", **extra: object) -> Model:
+    return Model(id="m", name="m", api=api, provider="p", baseUrl="", reasoning=reasoning,
+                 input=["text"], cost=ModelCost(input=0, output=0, cacheRead=0, cacheWrite=0),
+                 contextWindow=1000, maxTokens=64000, **extra)  # type: ignore[arg-type]
+
+
+def test_thinking_levels_and_clamping() -> None:
+    plain = model(False)
+    assert thinking.available_levels(plain) == ["off"]
+    assert thinking.clamp(plain, "high") == "off"
+    assert thinking.cycle(plain, "off") is None
+    claude = model(True)
+    assert thinking.available_levels(claude) == ["off", "minimal", "low", "medium", "high",
+                                                 "xhigh"]
+    gpt = model(True, api="openai-responses")
+    assert thinking.clamp(gpt, "xhigh") == "high"
+    assert thinking.cycle(gpt, "high") == "off"
+    assert thinking.openai_effort(gpt, "low") == "low"
+    assert thinking.openai_effort(gpt, "off") is None
+
+
+def test_provider_parameters() -> None:
+    claude = model(True)
+    assert thinking.anthropic_thinking(claude, "medium", 8000) == (
+        {"type": "enabled", "budget_tokens": 8192}, 16192)
+    assert thinking.anthropic_thinking(claude, "off", 8000) == (None, 8000)
+    flash = Model(id="gemini-2.5-flash", name="f", api="google-generative-ai", provider="google",
+                  baseUrl="", reasoning=True, input=["text"],
+                  cost=ModelCost(input=0, output=0, cacheRead=0, cacheWrite=0),
+                  contextWindow=1, maxTokens=1)
+    assert thinking.google_thinking_config(flash, "high") == {"thinkingBudget": 16384,
+                                                              "includeThoughts": True}
+    assert thinking.google_thinking_config(flash, "off") == {"thinkingBudget": 0}
+    gemini3 = msgspec.structs.replace(flash, id="gemini-3-pro-preview")
+    assert thinking.google_thinking_config(gemini3, "low") == {"thinkingLevel": "LOW",
+                                                               "includeThoughts": True}
+
+
+def test_startup_choices(tmp_path: Path) -> None:
+    session = create_session(model="offline/echo-thinking", thinking="xhigh",
+                             agent_directory=tmp_path, environ={})
+    assert (session.model.id, session.thinking_level) == ("echo-thinking", "high")
+    with pytest.raises(SessionError, match=r"^Model not found: nope$"):
+        create_session(model="nope", agent_directory=tmp_path, environ={})
+    with pytest.raises(SessionError, match=r"^Unknown provider: zzz"):
+        create_session(provider="zzz", agent_directory=tmp_path, environ={})
+    with pytest.raises(SessionError,
+                       match=r"^No API key for anthropic/claude-sonnet-4-5: set ANTHROPIC_API"):
+        create_session(provider="anthropic", agent_directory=tmp_path, environ={})
+    session = create_session(provider="anthropic", api_key="sk-cli", agent_directory=tmp_path,
+                             environ={})
+    assert session.registry.api_key("anthropic") == "sk-cli"
+    with pytest.raises(SessionError, match="--api-key needs --provider"):
+        create_session(api_key="k", agent_directory=tmp_path, environ={})
