@@ -67,6 +67,10 @@ def kind_for_status(status: int, message: str) -> ErrorKind:
     if status in (401, 403):
         return "auth"
     if status == 429:
+        # Out of credit is a billing problem, not a rate: waiting does not help.
+        lowered = message.lower()
+        if "insufficient_quota" in lowered or "exceeded your current quota" in lowered:
+            return "bad_request"
         return "rate_limit"
     if status in (503, 529):
         return "overloaded"

@@ -134,7 +134,7 @@ class _Block:
                           thoughtSignature=_or_unset(self.thought_signature))
 
 
-def _or_unset(value: str | None) -> Any:
+def _or_unset(value: str | float | None) -> Any:
     return msgspec.UNSET if value is None else value
 
 
@@ -200,6 +200,8 @@ class MessageBuilder:
         """Add text / thinking / tool-argument JSON to the block under ``key``."""
         index = self._keys[key]
         block = self._blocks[index]
+        if block.closed:
+            raise RuntimeError(f"provider bug: delta for block {index} after it was closed")
         block.parts.append(delta)
         self._snapshot = None
         kind = "toolcall" if block.kind == "toolCall" else block.kind
@@ -378,7 +380,9 @@ class ModelCall:
             await fn(self, out, http or http_client())
             await out.close_all()
             if out.stop_reason in ("error", "aborted"):
-                raise ProviderError(kind="server", message=out.error_message or
+                # The provider said no (a refusal, a filter): the same request would get the
+                # same answer, so this is not retryable.
+                raise ProviderError(kind="bad_request", message=out.error_message or
                                     "The provider ended the response with an error",
                                     provider=provider, model=self.model.id)
         except trio.Cancelled:

@@ -48,7 +48,7 @@ def default_level(model: Model) -> ThinkingLevel:
         return "off"
     declared = getattr(model.thinking, "defaultLevel", None) if model.thinking else None
     if isinstance(declared, str) and declared in THINKING_LEVELS:
-        return clamp(model, declared)  # type: ignore[arg-type]
+        return clamp(model, declared)
     return clamp(model, "medium")
 
 
@@ -73,7 +73,11 @@ def anthropic_thinking(model: Model, level: ThinkingLevel, max_tokens: int
     ceiling = model.maxTokens or (max_tokens + budget)
     total = min(max_tokens + budget, ceiling)
     if total <= budget:
-        budget = max(1024, total - 1024)
+        # The model's ceiling leaves no room for both: keep 1024 tokens for the answer, and
+        # leave thinking out when the rest is below the API's 1024-token minimum budget.
+        budget = total - 1024
+        if budget < 1024:
+            return None, max_tokens
     return {"type": "enabled", "budget_tokens": budget}, total
 
 

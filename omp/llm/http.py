@@ -1,0 +1,72 @@
+"""What every HTTP provider does the same way: headers, the POST that opens the stream (with
+the first-event watchdog over the response headers), and draining a finished body."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+import trio
+
+from . import errors
+from .errors import ProviderError
+from .sse import SseEvent
+from .stream import ModelCall
+
+DRAIN_SECONDS = 1.0
+
+
+def request_headers(call: ModelCall, auth: dict[str, str]) -> dict[str, str]:
+    """SSE request headers: ours, then the provider's ``auth`` headers (only when a key is
+    given, so the caller passes ``{}`` then), then the model's and the call's extra headers."""
+    headers = {"accept": "text/event-stream", "content-type": "application/json", **auth}
+    if isinstance(call.model.headers, dict):
+        headers.update(call.model.headers)
+    headers.update(call.options.headers)
+    return headers
+
+
+@contextlib.asynccontextmanager
+async def post_stream(call: ModelCall, http: httpx.AsyncClient, url: str, body: bytes,
+                      headers: dict[str, str]) -> AsyncIterator[httpx.Response]:
+    """POST ``body`` and yield the streaming response once its status is 2xx.
+
+    The response headers must arrive within ``first_event_timeout`` (a silent server is a
+    retryable network error); a non-2xx status raises the ProviderError its body describes
+    (reading that body is bounded too). The response is closed on the way out, cancellation
+    included; no cancel scope is held across the ``yield``.
+    """
+    provider, model_id = call.model.provider, call.model.id
+    async with contextlib.AsyncExitStack() as stack:
+        timeout = call.options.first_event_timeout
+        with trio.move_on_after(timeout) as waited:
+            response = await stack.enter_async_context(
+                http.stream("POST", url, content=body, headers=headers))
+        if waited.cancelled_caught:
+            raise ProviderError(
+                kind="network", provider=provider, model=model_id,
+                message=f"No response within {timeout:g} s (first event timeout)")
+        if not response.is_success:
+            error: ProviderError | None = None
+            with trio.move_on_after(call.options.idle_timeout):
+                error = await errors.from_response(response, provider, model_id)
+            raise error or ProviderError(
+                kind=errors.kind_for_status(response.status_code, ""), provider=provider,
+                model=model_id, http_status=response.status_code,
+                message=f"{response.status_code} {response.reason_phrase or 'error'}")
+        yield response
+
+
+async def drain(events: AsyncIterator[SseEvent]) -> None:
+    """Read a finished body to its end, so the connection goes back to the pool.
+
+    Bounded: a server that keeps the stream open past its end marker, or breaks it, only costs
+    the connection, never the answer already received.
+    """
+    with trio.move_on_after(DRAIN_SECONDS):
+        try:
+            async for _ in events:
+                pass
+        except (httpx.HTTPError, ProviderError):
+            pass

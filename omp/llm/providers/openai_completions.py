@@ -1,0 +1,342 @@
+"""OpenAI chat completions (``POST {baseUrl}/chat/completions``), agent-core §2.2.
+
+Also every OpenAI-compatible server (vLLM, Ollama, llama.cpp, OpenRouter, Groq...): the request
+uses only the common subset, and a few ``model.compat`` flags adapt it (``maxTokensField``,
+``supportsDeveloperRole``, ``supportsReasoningEffort``, ``supportsUsageInStreaming``).
+
+The history normalisation every adapter applies (``transform_messages``, agent-core §2.3) and
+the request opening shared with the Responses adapter live here too.
+
+Cancellation: the HTTP response is closed on the way out (``http.stream``) and ``Cancelled``
+propagates; ``ModelCall`` records the aborted message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from typing import Any
+
+import attrs
+import httpx
+import msgspec
+
+from ...protocol import messages as m
+from ...protocol.payloads import Model
+from .. import errors
+from ..errors import ProviderError
+from ..http import drain, post_stream
+from ..http import request_headers as http_headers
+from ..sse import iter_sse
+from ..stream import MessageBuilder, ModelCall
+from ..thinking import openai_effort
+from ..transform import transform_messages
+
+Json = dict[str, Any]
+
+# The delta fields OpenAI-compatible servers stream reasoning in; the one seen is remembered
+# as the block's ``thinkingSignature`` and used again when the thinking is replayed.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
+TOOL_IMAGES_NOTE = "Attached image(s) from tool result:"
+SEE_IMAGE = "(see attached image)"
+"""Seconds to wait for the end of a body after its end marker."""
+_ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def safe_call_id(call_id: str, limit: int) -> str:
+    """A Responses-style ``call|item`` id as a plain call id other APIs accept."""
+    return _ID_UNSAFE.sub("_", call_id.partition("|")[0])[:limit] or "call"
+
+
+# --- shared request helpers -------------------------------------------------------------------
+
+
+def request_headers(call: ModelCall) -> dict[str, str]:
+    key = call.options.api_key
+    return http_headers(call, {"authorization": f"Bearer {key}"} if key else {})
+
+
+def endpoint(model: Model, path: str) -> str:
+    return model.baseUrl.rstrip("/") + path
+
+
+def compat(model: Model, key: str, default: Any) -> Any:
+    flags = model.compat if isinstance(model.compat, dict) else {}
+    return flags.get(key, default)
+
+
+def data_url(image: m.ImageContent) -> str:
+    if image.data:
+        return f"data:{image.mimeType};base64,{image.data}"
+    return image.url if isinstance(image.url, str) else ""
+
+
+def joined_text(content: list[m.UserContent]) -> str:
+    return "\n".join(b.text for b in content if isinstance(b, m.TextContent))
+
+
+def decode_chunk(data: str, call: ModelCall) -> Any:
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        raise ProviderError(kind="server", provider=call.model.provider, model=call.model.id,
+                            message=f"Malformed stream event: {data[:200]!r}") from None
+
+
+def stream_error(error: Any, call: ModelCall, *, fallback: str) -> ProviderError:
+    """An in-stream error object (``{"message", "type"/"code"}`` or a bare string)."""
+    if isinstance(error, dict):
+        message = error.get("message") if isinstance(error.get("message"), str) else None
+        kind = error.get("type") or error.get("code")
+        return errors.from_stream_error(message or fallback, call.model.provider, call.model.id,
+                                        error_type=str(kind) if kind else None)
+    text = error if isinstance(error, str) and error else fallback
+    return errors.from_stream_error(text, call.model.provider, call.model.id)
+
+
+def early_end(call: ModelCall) -> ProviderError:
+    return ProviderError(
+        kind="network", provider=call.model.provider, model=call.model.id,
+        message="The stream ended early: the connection closed before the response was complete")
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _obj(value: Any) -> Json:
+    return value if isinstance(value, dict) else {}
+
+
+# --- request ----------------------------------------------------------------------------------
+
+
+def build_request(call: ModelCall) -> Json:
+    model, opts = call.model, call.options
+    images = "image" in model.input
+    messages: list[Json] = []
+    if call.context.system_prompt:
+        role = ("developer" if model.reasoning and compat(model, "supportsDeveloperRole", False)
+                else "system")
+        messages.append({"role": role, "content": "\n\n".join(call.context.system_prompt)})
+    tool_images: list[m.ImageContent] = []
+
+    def flush_tool_images() -> None:
+        # Tool messages must follow their assistant message back to back, so the images of a
+        # run of results go in one user message after it (agent-core §1.7).
+        if tool_images:
+            messages.append({"role": "user", "content": [
+                {"type": "text", "text": TOOL_IMAGES_NOTE}, *map(_image_part, tool_images)]})
+            tool_images.clear()
+
+    history = transform_messages(call.context.messages, model, max_id_length=40,
+                                 normalize_id=lambda i, _same: safe_call_id(i, 40))
+    for message in history:
+        if isinstance(message, m.ToolResultMessage):
+            shown = [b for b in message.content if isinstance(b, m.ImageContent)] if images else []
+            text = joined_text(message.content)
+            messages.append({"role": "tool", "tool_call_id": message.toolCallId,
+                             "content": text or (SEE_IMAGE if shown else "")})
+            tool_images.extend(shown)
+            continue
+        flush_tool_images()
+        if isinstance(message, m.UserMessage):
+            if (content := _user_content(message.content, images)) is not None:
+                messages.append({"role": "user", "content": content})
+        elif (assistant := _assistant_message(message)) is not None:
+            messages.append(assistant)
+    flush_tool_images()
+
+    body: Json = {"model": model.id, "messages": messages, "stream": True}
+    if compat(model, "supportsUsageInStreaming", True):
+        body["stream_options"] = {"include_usage": True}
+    if opts.max_tokens is not None:
+        body[str(compat(model, "maxTokensField", "max_completion_tokens"))] = opts.max_tokens
+    if opts.temperature is not None:
+        body["temperature"] = opts.temperature
+    effort = openai_effort(model, opts.thinking)
+    if effort is not None and compat(model, "supportsReasoningEffort", True):
+        body["reasoning_effort"] = effort
+    if call.context.tools:
+        body["tools"] = [{"type": "function", "function": {
+            "name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in call.context.tools]
+    return body
+
+
+def _image_part(image: m.ImageContent) -> Json:
+    url: Json = {"url": data_url(image)}
+    if image.detail in ("auto", "low", "high"):
+        url["detail"] = image.detail
+    return {"type": "image_url", "image_url": url}
+
+
+def _user_content(content: str | list[m.UserContent], images: bool) -> str | list[Json] | None:
+    if isinstance(content, str):
+        return content
+    parts: list[Json] = []
+    for block in content:
+        if isinstance(block, m.TextContent):
+            parts.append({"type": "text", "text": block.text})
+        elif images:
+            parts.append(_image_part(block))
+    if not parts:
+        return None  # only images, for a text-only model
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)  # the form every compatible server takes
+    return parts
+
+
+def _assistant_message(message: m.AssistantMessage) -> Json | None:
+    text = "".join(b.text for b in message.content if isinstance(b, m.TextContent))
+    calls = [{"id": b.id, "type": "function",
+              "function": {"name": b.name, "arguments": msgspec.json.encode(b.arguments).decode()}}
+             for b in message.content if isinstance(b, m.ToolCall)]
+    if not text.strip() and not calls:
+        return None
+    out: Json = {"role": "assistant", "content": text or None}
+    # After transform_messages only this model's thinking is left: replay it in its field.
+    thinking = [b for b in message.content
+                if isinstance(b, m.ThinkingContent) and b.thinking.strip()]
+    field = thinking[0].thinkingSignature if thinking else None
+    if isinstance(field, str) and field in REASONING_FIELDS:
+        out[field] = "\n".join(b.thinking for b in thinking)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+# --- response ---------------------------------------------------------------------------------
+
+_FINISH: dict[str, m.StopReason] = {
+    "stop": "stop", "end": "stop", "length": "length", "tool_calls": "toolUse",
+    "function_call": "toolUse", "content_filter": "error", "error": "error"}
+
+
+@attrs.define
+class _Blocks:
+    """Which block is open: chat completions streams them strictly one after another."""
+
+    out: MessageBuilder
+    key: Any = None
+    kind: str = ""
+    tool_index: Any = None
+    tool_id: str = ""
+    count: int = 0
+
+    async def switch(self, kind: str) -> tuple[str, int]:
+        await self.end()
+        self.count += 1
+        key = (kind, self.count)
+        self.key, self.kind = key, kind
+        return key
+
+    async def end(self) -> None:
+        if self.key is None:
+            return
+        if self.kind == "toolCall" and not self.tool_id:
+            # Some compatible servers send no ids; the agent needs one to pair the result.
+            self.out.set_tool(self.key, tool_id=f"call_{uuid.uuid4().hex[:24]}")
+        await self.out.close(self.key)
+        self.key, self.kind, self.tool_index, self.tool_id = None, "", None, ""
+
+    async def text(self, kind: str, delta: str, signature: str | None = None) -> None:
+        if self.kind != kind:
+            await self.out.open(await self.switch(kind), "text" if kind == "text" else "thinking",
+                                signature=signature)
+        await self.out.append(self.key, delta)
+
+    async def tool(self, delta: Json) -> None:
+        index = delta.get("index", 0)
+        call_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
+        fn = _obj(delta.get("function"))
+        name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+        # A new call: another index, or (servers that reuse index 0) another id.
+        if (self.kind != "toolCall" or index != self.tool_index
+                or (call_id and self.tool_id and call_id != self.tool_id)):
+            await self.out.open(await self.switch("toolCall"), "toolCall",
+                                tool_id=call_id or "", tool_name=name or "")
+            self.tool_index = index
+        elif call_id or name:
+            self.out.set_tool(self.key, tool_id=call_id, name=name)
+        self.tool_id = self.tool_id or call_id or ""
+        args = fn.get("arguments")
+        if isinstance(args, str) and args:
+            await self.out.append(self.key, args)
+
+
+async def stream_openai_completions(call: ModelCall, out: MessageBuilder,
+                                    http: httpx.AsyncClient) -> None:
+    """Stream one chat-completions call into ``out``.
+
+    Raises ProviderError for an error status, an in-stream error, a refused or failed finish,
+    and a stream that ends before its finish. On cancellation the HTTP response is closed and
+    ``Cancelled`` propagates.
+    """
+    model, opts = call.model, call.options
+    body = build_request(call)
+    blocks = _Blocks(out)
+    finished = done = False
+    async with post_stream(call, http, endpoint(model, "/chat/completions"),
+                           msgspec.json.encode(body), request_headers(call)) as response:
+        await out.start()
+        async with contextlib.aclosing(iter_sse(
+                response, first_timeout=opts.first_event_timeout,
+                idle_timeout=opts.idle_timeout, provider=model.provider,
+                model=model.id)) as events:
+            async for event in events:
+                if event.data.strip() == "[DONE]":
+                    done = True
+                    await drain(events)
+                    break
+                chunk = decode_chunk(event.data, call)
+                if not isinstance(chunk, dict):
+                    continue
+                if chunk.get("error") is not None:
+                    raise stream_error(chunk["error"], call, fallback="Provider stream error")
+                if isinstance(chunk.get("id"), str) and out.response_id is None:
+                    out.response_id = chunk["id"]
+                choices = chunk.get("choices")
+                choice = _obj(choices[0]) if isinstance(choices, list) and choices else {}
+                usage = chunk.get("usage") or choice.get("usage")
+                if isinstance(usage, dict):
+                    _set_usage(out, usage)
+                delta = _obj(choice.get("delta"))
+                if isinstance(content := delta.get("content"), str) and content:
+                    await blocks.text("text", content)
+                for field in REASONING_FIELDS:
+                    if isinstance(thought := delta.get(field), str) and thought:
+                        await blocks.text("thinking", thought, signature=field)
+                        break
+                for tool_delta in delta.get("tool_calls") or ():
+                    if isinstance(tool_delta, dict):
+                        await blocks.tool(tool_delta)
+                if isinstance(reason := choice.get("finish_reason"), str) and reason:
+                    finished = True
+                    reason = reason.lower()
+                    out.stop_reason = _FINISH.get(reason, "stop")
+                    if reason == "content_filter":
+                        out.error_message = "Provider finish_reason: content_filter"
+                    elif reason == "error":
+                        out.error_message = "Provider returned error finish_reason"
+    if not (done or finished):
+        raise early_end(call)  # like any failure: the open block stays as it was cut
+    await blocks.end()
+    if out.stop_reason == "error":
+        # Raised here rather than left to ModelCall, which would call every such end a
+        # (retryable) server error: a content filter answers the same way on a retry.
+        raise ProviderError(
+            kind="bad_request" if "content_filter" in (out.error_message or "") else "server",
+            message=out.error_message or "Provider returned an error",
+            provider=model.provider, model=model.id)
+
+
+def _set_usage(out: MessageBuilder, usage: Json) -> None:
+    prompt = _int(usage.get("prompt_tokens"))
+    cached = (_int(_obj(usage.get("prompt_tokens_details")).get("cached_tokens"))
+              or _int(usage.get("prompt_cache_hit_tokens")))
+    reasoning = _obj(usage.get("completion_tokens_details")).get("reasoning_tokens")
+    out.set_usage(input=max(0, prompt - cached), output=_int(usage.get("completion_tokens")),
+                  cache_read=cached,
+                  reasoning=reasoning if isinstance(reasoning, int) else None)
