@@ -1,9 +1,8 @@
-"""Testing helpers for hosts and for omp itself: the fake LLM server and its script format."""
+"""Testing helpers for hosts and for omp itself.
 
-from .fake_llm import FakeLLM as FakeLLM
-from .fake_llm import RecordedRequest as RecordedRequest
-from .fake_llm import open_fake_llm as open_fake_llm
-from .fake_llm import serve_fake_llm as serve_fake_llm
-from .script import Reply as Reply
-from .script import Script as Script
-from .script import load_script as load_script
+* ``omp.testing.fake_llm``: the fake LLM server (``open_fake_llm``, ``serve_fake_llm``, and
+  ``python -m omp.testing.fake_llm --script FILE``);
+* ``omp.testing.script``: its provider-neutral script format.
+
+Nothing is imported here, so that ``python -m omp.testing.fake_llm`` runs the module once.
+"""
