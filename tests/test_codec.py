@@ -137,9 +137,9 @@ EXACT: list[tuple[dict[str, Any], str]] = [
     ({"id": "a", "type": "set_todos", "phases": {"name": "P"}},
      "Invalid params for set_todos: `phases` has the wrong type: expected an array of objects, "
      "got object"),
-    ({"id": "a", "type": "set_event_filter"},
-     "Invalid params for set_event_filter: `events` is required (expected an array of strings "
-     "or null)"),
+    ({"id": "a", "type": "set_event_filter", "messageUpdates": "full"},
+     'Invalid params for set_event_filter: `messageUpdates` must be one of "delta", "snapshot" '
+     '(got "full")'),
     ({"id": "a", "type": "set_auto_retry", "enabled": "yes"},
      "Invalid params for set_auto_retry: `enabled` has the wrong type: expected a boolean, "
      "got string"),

@@ -134,7 +134,11 @@ class NegotiateProtocol(_Frame, tag="negotiate_protocol", frozen=True):
 
 
 class SetEventFilter(_Frame, tag="set_event_filter", frozen=True):
-    events: list[str] | None
+    # Left out: unchanged. ``null``: every session event.
+    events: list[str] | UnsetType | None = UNSET
+    # Ours: "delta" sends message_update frames with the delta only (no message snapshots),
+    # so a long answer costs linear bytes instead of quadratic.
+    messageUpdates: Literal["snapshot", "delta"] | UnsetType = UNSET
 
 
 # --- model and thinking ----------------------------------------------------------------------

@@ -23,6 +23,7 @@ from .messages import (
     AssistantUpdateEvent,
     ImageContent,
     TextContent,
+    ToolCall,
     ToolResultMessage,
 )
 from .payloads import (
@@ -128,6 +129,26 @@ class MessageUpdate(_Frame, tag="message_update", frozen=True, kw_only=True, omi
     assistantMessageEvent: AssistantUpdateEvent
     message: AssistantMessage
     """Snapshot of the message so far; may run ahead of the deltas."""
+    messageId: str | UnsetType = UNSET
+
+
+class DeltaEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An ``assistantMessageEvent`` without its ``partial`` snapshot (delta mode)."""
+
+    type: str
+    contentIndex: int
+    delta: str | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+    toolCall: ToolCall | UnsetType = UNSET
+
+
+class MessageUpdateDelta(_Frame, tag="message_update", frozen=True, kw_only=True,
+                         omit_defaults=True):
+    """``message_update`` in delta mode (``set_event_filter {messageUpdates: "delta"}``): the
+    delta only, no snapshot, so an answer costs bytes linear in its length. Not part of the
+    ``SessionEvent`` union (same tag as ``MessageUpdate``); only ever encoded."""
+
+    assistantMessageEvent: DeltaEvent
     messageId: str | UnsetType = UNSET
 
 

@@ -366,6 +366,7 @@ class ProtocolVersionPayload(msgspec.Struct, frozen=True, kw_only=True, omit_def
 class EventFilterPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # No default, so ``None`` ("all events") is written as ``null`` as the protocol requires.
     events: list[str] | None
+    messageUpdates: Literal["snapshot", "delta"] = "snapshot"
 
 
 class FastModePayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

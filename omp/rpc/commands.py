@@ -64,6 +64,7 @@ class CommandRouter:
     server: RpcServer
     custom: Mapping[str, Callable[[CustomCommand], Awaitable[Any]]]
     event_filter: frozenset[str] | None = attrs.field(default=None, init=False)
+    message_updates: str = attrs.field(default="snapshot", init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     _inline: dict[type[Any], Handler] = attrs.field(factory=dict, init=False)
     _pending_control: dict[tuple[str, str], Callable[[Any], None]] = attrs.field(
@@ -71,7 +72,7 @@ class CommandRouter:
     control_types: frozenset[type[Any]] = frozenset(
         cls for cls in cmd.CONTROL_FRAMES.values())
     immediate_types: frozenset[type[Any]] = frozenset(
-        {cmd.Abort, cmd.AbortBash, cmd.AbortRetry})
+        {cmd.Abort, cmd.AbortBash, cmd.AbortRetry, cmd.AbortAndPrompt})
     task_types: frozenset[type[Any]] = frozenset(TASK_COMMANDS)
 
     def __attrs_post_init__(self) -> None:
@@ -94,6 +95,11 @@ class CommandRouter:
             cmd.SetThinkingLevel: self.set_thinking_level,
             cmd.CycleThinkingLevel: self.cycle_thinking_level,
             cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
+            cmd.Prompt: self.prompt,
+            cmd.Steer: self.steer,
+            cmd.FollowUp: self.follow_up,
+            cmd.GetMessages: self.get_messages,
+            cmd.GetLastAssistantText: self.get_last_assistant_text,
         }
 
     # -- dispatch ----------------------------------------------------------------------------
@@ -110,7 +116,12 @@ class CommandRouter:
             return await self._custom(frame)
         if (handler := self._inline.get(type(frame))) is not None:
             return handler(frame)
-        if isinstance(frame, cmd.Abort | cmd.AbortBash | cmd.AbortRetry):
+        if isinstance(frame, cmd.Abort):
+            await self.server.session.abort()
+            return ok("abort", frame.id)
+        if isinstance(frame, cmd.AbortAndPrompt):
+            return await self.abort_and_prompt(frame)
+        if isinstance(frame, cmd.AbortBash | cmd.AbortRetry):
             return await self.abort_family(frame)
         return not_implemented(frame)
 
@@ -151,8 +162,55 @@ class CommandRouter:
             messageCount=s.message_count,
             queuedMessageCount=s.queued_message_count,
             todoPhases=s.todo_phases,
+            systemPrompt=list(s.system_prompt),
+            dumpTools=[payloads.DumpTool(name=t.name, description=t.description,
+                                         parameters=t.parameters) for t in s.tools],
+            contextUsage=_context_usage(s.context_usage()),
         )
         return ok("get_state", frame.id, state)
+
+    def prompt(self, frame: cmd.Prompt) -> Response:
+        images = frame.images if isinstance(frame.images, list) else []
+        behavior = frame.streamingBehavior if isinstance(frame.streamingBehavior, str) else None
+        try:
+            self.server.session.prompt(frame.message, images, streaming_behavior=behavior,
+                                       request_id=frame.id)
+        except SessionError as exc:
+            return fail("prompt", frame.id, str(exc))
+        return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True))
+
+    def steer(self, frame: cmd.Steer) -> Response:
+        try:
+            self.server.session.steer(frame.message, frame.images or [])
+        except SessionError as exc:
+            return fail("steer", frame.id, str(exc))
+        return ok("steer", frame.id)
+
+    def follow_up(self, frame: cmd.FollowUp) -> Response:
+        try:
+            self.server.session.follow_up(frame.message, frame.images or [])
+        except SessionError as exc:
+            return fail("follow_up", frame.id, str(exc))
+        return ok("follow_up", frame.id)
+
+    async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
+        session = self.server.session
+        await session.abort()
+        images = frame.images if isinstance(frame.images, list) else []
+        try:
+            session.prompt(frame.message, images, request_id=frame.id)
+        except SessionError as exc:
+            return fail("abort_and_prompt", frame.id, str(exc))
+        return ok("abort_and_prompt", frame.id, payloads.PromptAck(agentInvoked=True))
+
+    def get_messages(self, frame: cmd.GetMessages) -> Response:
+        return ok("get_messages", frame.id,
+                  payloads.MessagesPayload(messages=list(self.server.session.messages)))
+
+    def get_last_assistant_text(self, frame: cmd.GetLastAssistantText) -> Response:
+        text = self.server.session.last_assistant_text()
+        return ok("get_last_assistant_text", frame.id,
+                  payloads.LastAssistantText(text=msgspec.UNSET if text is None else text))
 
     def set_model(self, frame: cmd.SetModel) -> Response:
         try:
@@ -216,13 +274,23 @@ class CommandRouter:
         return None
 
     def set_event_filter(self, frame: cmd.SetEventFilter) -> Response:
-        if frame.events is not None and not all(e.strip() for e in frame.events):
+        events = frame.events
+        if isinstance(events, list) and not all(e.strip() for e in events):
             return fail("set_event_filter", frame.id,
                         "events must be null or an array of non-empty event type strings",
                         INVALID_PARAMS)
-        self.event_filter = None if frame.events is None else frozenset(frame.events)
+        if events is None:
+            self.event_filter = None
+        elif isinstance(events, list):
+            self.event_filter = frozenset(events)
+        if isinstance(frame.messageUpdates, str):
+            self.message_updates = frame.messageUpdates
+        shown = None if self.event_filter is None else [
+            e for e in dict.fromkeys(events if isinstance(events, list) else sorted(
+                self.event_filter))]
         return ok("set_event_filter", frame.id, payloads.EventFilterPayload(
-            events=None if frame.events is None else list(dict.fromkeys(frame.events))))
+            events=shown, messageUpdates="delta" if self.message_updates == "delta"
+            else "snapshot"))
 
     def get_available_commands(self, frame: cmd.GetAvailableCommands) -> Response:
         return ok("get_available_commands", frame.id,
@@ -243,6 +311,14 @@ class CommandRouter:
         except Exception as exc:
             return fail(frame.type, frame.id, str(exc) or type(exc).__name__)
         return ok(frame.type, frame.id, msgspec.UNSET if data is None else data)
+
+
+def _context_usage(usage: tuple[int, int] | None) -> Any:
+    if usage is None:
+        return msgspec.UNSET
+    tokens, window = usage
+    return payloads.ContextUsage(tokens=tokens, contextWindow=window,
+                                 percent=round(tokens / window * 100, 2))
 
 
 def not_implemented(frame: Any) -> Response:

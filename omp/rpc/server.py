@@ -29,7 +29,9 @@ import attrs
 import msgspec
 import trio
 
+from ..agent.loop import AssistantUpdate
 from ..protocol import commands as cmd
+from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder, decode_line
 from ..protocol.events import SESSION_EVENT_TYPES
 from ..protocol.frames import Ready, Response, fail
@@ -149,6 +151,7 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
 
     async with trio.open_nursery() as root:
         root.start_soon(writer)
+        await root.start(session.serve)
         await root.start(server.run_commands)
         server.output.put_nowait(Ready())
         server.announce_commands()
@@ -178,6 +181,9 @@ class RpcServer:
     _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    # messageId stamping (rpc-behavior §4.6): a stack of open message ids, a process counter.
+    _message_ids: list[str] = attrs.field(factory=list, init=False)
+    _message_counter: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.output = FrameQueue(
@@ -185,7 +191,7 @@ class RpcServer:
             spool=ByteSpool(memory_limit=self.options.output_memory_bytes))
         self.router = CommandRouter(self, custom=self.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
-        self.session.subscribe(self.emit)
+        self.session.subscribe(self)
 
     # -- lanes -------------------------------------------------------------------------------
 
@@ -286,6 +292,9 @@ class RpcServer:
         self._serial_send.close()
         for scope in list(self._inflight):
             scope.cancel()
+        # The live run is aborted; its terminal frames (aborted message, turn_end, agent_end,
+        # prompt_result) are still written.
+        await self.session.close()
         # The command nursery closes once the serial lane is drained and its tasks (now
         # cancelled) have answered.
         await self._commands_done.wait()
@@ -296,12 +305,63 @@ class RpcServer:
 
         Session events go through the host's ``set_event_filter``; other frames never do.
         """
-        allowed = self.router.event_filter
-        if allowed is not None:
-            tag = frame.__struct_config__.tag
-            if tag in SESSION_EVENT_TYPES and tag not in allowed:
-                return
-        self.output.put_nowait(frame)
+        if (out := self._frame(frame)) is not None:
+            self.output.put_nowait(out)
+
+    # The session's EventSink.
+    publish = emit
+
+    async def publish_wait(self, event: Any) -> None:
+        """A streaming event: waits while the host is far behind (backpressure).
+
+        On cancellation the event is not written.
+        """
+        if (frame := self._frame(event)) is not None:
+            await self.output.put(frame)
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def _frame(self, event: Any) -> msgspec.Struct | None:
+        """The frame for a session event: messageId stamped, filter and update mode applied.
+
+        Ids are assigned even to frames the filter drops, so they do not depend on it.
+        """
+        router = self.router
+        if isinstance(event, AssistantUpdate):
+            mid = self._message_ids[-1] if self._message_ids else self._new_message_id(push=True)
+            if router.event_filter is not None and "message_update" not in router.event_filter:
+                return None
+            stream_event = event.event
+            if router.message_updates == "delta":
+                return ev.MessageUpdateDelta(messageId=mid, assistantMessageEvent=ev.DeltaEvent(
+                    type=stream_event.type, contentIndex=stream_event.content_index,
+                    delta=stream_event.delta if stream_event.type.endswith("_delta")
+                    else msgspec.UNSET,
+                    content=stream_event.content if stream_event.type in (
+                        "text_end", "thinking_end") else msgspec.UNSET,
+                    toolCall=stream_event.tool_call or msgspec.UNSET))
+            wire = stream_event.to_wire()
+            return ev.MessageUpdate(assistantMessageEvent=wire,  # type: ignore[arg-type]
+                                    message=stream_event.partial, messageId=mid)
+        tag = event.__struct_config__.tag
+        if tag == "message_start":
+            event = msgspec.structs.replace(event, messageId=self._new_message_id(push=True))
+        elif tag == "message_end":
+            mid = self._message_ids.pop() if self._message_ids else self._new_message_id()
+            event = msgspec.structs.replace(event, messageId=mid)
+        elif tag == "agent_end":
+            self._message_ids.clear()
+        allowed = router.event_filter
+        if allowed is not None and tag in SESSION_EVENT_TYPES and tag not in allowed:
+            return None
+        return event  # type: ignore[no-any-return]
+
+    def _new_message_id(self, *, push: bool = False) -> str:
+        self._message_counter += 1
+        mid = f"msg-{self._message_counter}"
+        if push:
+            self._message_ids.append(mid)
+        return mid
 
 
 def frame_type(frame: Any) -> str:

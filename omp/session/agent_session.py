@@ -8,23 +8,56 @@ session never writes frames: it publishes events to its listeners.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import attrs
 import msgspec
+import trio
 
+from ..agent.loop import Agent, TurnSetup, user_message
 from ..llm import thinking
 from ..llm.models import ModelRegistry
-from ..llm.types import ThinkingLevel
-from ..protocol.commands import InterruptMode, QueueMode, TodoPhase
-from ..protocol.events import SessionEvent, ThinkingLevelChanged
+from ..llm.types import StreamOptions, ThinkingLevel
+from ..protocol import messages as m
+from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
+from ..protocol.events import PromptError, PromptResult, SessionSettled, ThinkingLevelChanged
 from ..protocol.payloads import Model
+from ..tools.base import Tool
 
-Listener = Callable[[msgspec.Struct], None]
+BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
+        "completion.")
 
 
 class SessionError(Exception):
     """A request the session refuses; the message is meant for the host as it is."""
+
+
+class EventSink(Protocol):
+    """Where the session's events go (the RPC server, or the one-shot CLI)."""
+
+    def publish(self, event: Any) -> None:
+        """Deliver at once (never blocks): state changes caused by a command."""
+
+    async def publish_wait(self, event: Any) -> None:
+        """Deliver, waiting while the consumer is far behind (streaming output)."""
+
+
+class _NullSink:
+    def publish(self, event: Any) -> None:
+        pass
+
+    async def publish_wait(self, event: Any) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+@attrs.define(eq=False)
+class PromptTicket:
+    """An accepted prompt awaiting its one ``prompt_result``."""
+
+    request_id: RequestId | None
+    message: m.UserMessage
 
 
 @attrs.define(eq=False)
@@ -33,39 +66,261 @@ class AgentSession:
     model: Model
     configured_thinking: ThinkingLevel = "off"
     """What the host asked for; the model may support less (see ``thinking_level``)."""
-    # Defaults of the original (rpc-protocol "Queue defaults").
-    steering_mode: QueueMode = "one-at-a-time"
-    follow_up_mode: QueueMode = "one-at-a-time"
-    interrupt_mode: InterruptMode = "immediate"
+    cwd: Path = attrs.field(factory=Path.cwd)
+    tools: list[Tool] = attrs.field(factory=list)
+    system_prompt: list[str] = attrs.field(factory=list)
     todo_phases: list[TodoPhase] = attrs.field(factory=list)
-    _listeners: list[Listener] = attrs.field(factory=list)
+    sink: EventSink = attrs.field(factory=_NullSink)
+    agent: Agent = attrs.field(init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _run_done: trio.Event | None = attrs.field(default=None, init=False)
+    """Set when the current run (scheduled or going) has fully ended; None when idle."""
+    _tickets: list[PromptTicket] = attrs.field(factory=list, init=False)
+    _closing: bool = attrs.field(default=False, init=False)
+    _unsettled: bool = attrs.field(default=False, init=False)
 
-    def subscribe(self, listener: Listener) -> None:
-        """Call ``listener`` with every session event, in order (it must not block)."""
-        self._listeners.append(listener)
+    def __attrs_post_init__(self) -> None:
+        self.agent = Agent(emit=self._agent_event, setup=self._turn_setup)
 
-    def _publish(self, event: SessionEvent) -> None:
-        for listener in self._listeners:
-            listener(event)
+    def subscribe(self, sink: EventSink) -> None:
+        """Send every session event to ``sink`` (one sink: the RPC server or the CLI)."""
+        self.sink = sink
 
-    # -- run state (the agent loop fills these in) -------------------------------------------
+    def _publish(self, event: Any) -> None:
+        self.sink.publish(event)
+
+    async def _agent_event(self, event: Any) -> None:
+        await self.sink.publish_wait(event)
+
+    # -- queue modes (stored on the agent, which applies them) -------------------------------
+
+    @property
+    def steering_mode(self) -> QueueMode:
+        return self.agent.steering_mode
+
+    @steering_mode.setter
+    def steering_mode(self, mode: QueueMode) -> None:
+        self.agent.steering_mode = mode
+
+    @property
+    def follow_up_mode(self) -> QueueMode:
+        return self.agent.follow_up_mode
+
+    @follow_up_mode.setter
+    def follow_up_mode(self, mode: QueueMode) -> None:
+        self.agent.follow_up_mode = mode
+
+    @property
+    def interrupt_mode(self) -> InterruptMode:
+        return self.agent.interrupt_mode
+
+    @interrupt_mode.setter
+    def interrupt_mode(self, mode: InterruptMode) -> None:
+        self.agent.interrupt_mode = mode
+
+    # -- run state ---------------------------------------------------------------------------
 
     @property
     def is_streaming(self) -> bool:
-        """True while a run is going on; no run can start before the agent loop exists."""
-        return False
+        """True from the moment a prompt is accepted until its run has fully ended."""
+        return self._run_done is not None
 
     @property
     def is_compacting(self) -> bool:
         return False
 
     @property
+    def messages(self) -> list[m.AgentMessage]:
+        return self.agent.messages
+
+    @property
     def message_count(self) -> int:
-        return 0
+        return len(self.agent.messages)
 
     @property
     def queued_message_count(self) -> int:
-        return 0
+        return self.agent.queued_count
+
+    @property
+    def settled(self) -> bool:
+        return not self.is_streaming and not self.agent.queued_count
+
+    def last_assistant_text(self) -> str | None:
+        for message in reversed(self.agent.messages):
+            if isinstance(message, m.AssistantMessage):
+                if message.stopReason == "aborted" and not message.content:
+                    continue
+                text = "".join(b.text for b in message.content
+                               if isinstance(b, m.TextContent)).strip()
+                return text or None
+        return None
+
+    def context_usage(self) -> tuple[int, int] | None:
+        """(tokens, context window): the last reported prompt size plus an estimate of what
+        came after it (four characters a token)."""
+        window = self.model.contextWindow
+        if not window:
+            return None
+        tokens = 0
+        tail: list[m.AgentMessage] = []
+        for message in reversed(self.agent.messages):
+            if isinstance(message, m.AssistantMessage) and message.usage.totalTokens:
+                tokens = message.usage.totalTokens
+                break
+            tail.append(message)
+        tokens += sum(len(msgspec.json.encode(msg)) for msg in tail) // 4
+        return tokens, window
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Own the session nursery (runs live in it) until ``close()``.
+
+        On cancellation the current run is cancelled with the nursery (no terminal frames).
+        """
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def close(self) -> None:
+        """Abort the run (its terminal events are still published) and stop ``serve``.
+
+        Queued messages and tickets that never ran are reported aborted. On cancellation the
+        nursery is torn down without waiting.
+        """
+        self._closing = True
+        await self.abort()
+        for ticket in self._tickets:
+            self._publish(PromptResult(id=ticket.request_id, agentInvoked=True,
+                                       status="aborted", sessionSettled=True))
+        self._tickets.clear()
+        if self._unsettled:
+            self._unsettled = False
+            self._publish(SessionSettled())
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def _turn_setup(self) -> TurnSetup:
+        model = self.model
+        options = StreamOptions(api_key=self.registry.api_key(model.provider),
+                                headers=self.registry.headers(model),
+                                thinking=self.thinking_level)
+        return TurnSetup(model=model, options=options, system_prompt=tuple(self.system_prompt),
+                         tools=tuple(self.tools))
+
+    def _check_can_prompt(self, images: Sequence[m.ImageContent]) -> None:
+        model = self.model
+        if not self.registry.has_credentials(model.provider):
+            raise SessionError(f"No API key for {model.provider}/{model.id}: "
+                               f"{self.registry.missing_key_hint(model.provider)}")
+        if images and "image" not in model.input:
+            raise SessionError(f"Model {model.provider}/{model.id} does not accept images")
+
+    def prompt(self, text: str, images: Sequence[m.ImageContent] = (), *,
+               streaming_behavior: str | None = None,
+               request_id: RequestId | None = None) -> None:
+        """Accept a prompt: start a run, or queue it while one is going. Raises SessionError
+        (nothing was accepted) when busy without ``streaming_behavior``, or when the model
+        cannot take it. Exactly one ``prompt_result`` follows an accepted prompt."""
+        self._check_can_prompt(images)
+        if self.is_streaming:
+            if streaming_behavior is None:
+                raise SessionError(BUSY)
+            steer = streaming_behavior == "steer"
+            message = user_message(text, images, steering=steer)
+            (self.agent.queue_steering if steer else self.agent.queue_follow_up)(message)
+            self._tickets.append(PromptTicket(request_id, message))
+            return
+        message = user_message(text, images)
+        self._tickets.append(PromptTicket(request_id, message))
+        self._start_run([message])
+
+    def steer(self, text: str, images: Sequence[m.ImageContent] = ()) -> None:
+        """Queue a steering message; on an idle session it starts a run."""
+        self._queue(user_message(text, images, steering=True), steer=True)
+
+    def follow_up(self, text: str, images: Sequence[m.ImageContent] = ()) -> None:
+        """Queue a follow-up; on an idle session it starts a run."""
+        self._queue(user_message(text, images), steer=False)
+
+    def _queue(self, message: m.UserMessage, *, steer: bool) -> None:
+        self._check_can_prompt([b for b in (message.content if isinstance(
+            message.content, list) else []) if isinstance(b, m.ImageContent)])
+        if self.is_streaming:
+            (self.agent.queue_steering if steer else self.agent.queue_follow_up)(message)
+        else:
+            self._start_run([message])
+
+    async def abort(self) -> None:
+        """Abort the run and wait until it has ended (terminal events published).
+
+        Returns at once when idle. On cancellation, stops waiting (the abort still happens).
+        """
+        done = self._run_done
+        if done is None:
+            return
+        self.agent.abort()
+        await done.wait()
+
+    def _start_run(self, prompts: list[m.UserMessage]) -> None:
+        if self._nursery is None or self._closing:
+            raise SessionError("The session is closed")
+        done = self._run_done = trio.Event()
+        self._unsettled = True
+        self._nursery.start_soon(self._run, prompts, done)
+
+    async def _run(self, prompts: list[m.UserMessage], done: trio.Event) -> None:
+        failure: BaseException | None = None
+        added: list[m.AgentMessage] = []
+        try:
+            added = await self.agent.run(prompts)
+        except Exception as exc:  # a bug in the loop: report it, keep the session alive
+            failure = exc
+        finally:
+            resume = (self.agent.aborted and bool(self.agent.steering)
+                      and not self._closing)
+            self.agent.aborted = False  # the abort was for this run only
+            self._run_done = None
+            self._report(added, failure, resume)
+            done.set()
+        if resume:
+            self._start_run([])
+
+    def _report(self, added: list[m.AgentMessage], failure: BaseException | None,
+                resume: bool) -> None:
+        """prompt_result for the tickets this run served, then session_settled if settled."""
+        consumed = {id(msg) for msg in added}
+        served = [t for t in self._tickets if id(t.message) in consumed]
+        self._tickets = [t for t in self._tickets if id(t.message) not in consumed]
+        status, error = self._outcome(added, failure)
+        settled = self.settled and not resume
+        for ticket in served:
+            self._publish(PromptResult(id=ticket.request_id, agentInvoked=True, status=status,
+                                       sessionSettled=settled, error=error))
+        if settled and self._unsettled:
+            self._unsettled = False
+            self._publish(SessionSettled())
+
+    def _outcome(self, added: list[m.AgentMessage], failure: BaseException | None
+                 ) -> tuple[Literal["completed", "aborted", "error"], Any]:
+        if failure is not None:
+            return "error", PromptError(message=f"{type(failure).__name__}: {failure}",
+                                        retryable=False)
+        last = next((msg for msg in reversed(added) if isinstance(msg, m.AssistantMessage)),
+                    None)
+        if last is None or last.stopReason in ("stop", "toolUse", "length"):
+            return "completed", msgspec.UNSET
+        if last.stopReason == "aborted":
+            return "aborted", msgspec.UNSET
+        call = self.agent.last_call
+        problem = call.error if call is not None else None
+        return "error", PromptError(
+            message=last.errorMessage or "The model call failed",
+            retryable=problem.retryable if problem else False,
+            provider=last.provider, model=last.model,
+            httpStatus=problem.http_status if problem and problem.http_status else msgspec.UNSET)
 
     # -- todos -------------------------------------------------------------------------------
 

@@ -1,0 +1,194 @@
+"""The system prompt a session sends: a list of blocks (``get_state.systemPrompt`` shows the list).
+
+Block 1 says who the agent is, which tools it has and how to use them; ``--system-prompt``
+replaces it whole. Block 2 is about this project and this moment: the context files (the global
+``AGENTS.md`` of the agent directory, then one per directory from the filesystem root down to
+the cwd), the ``--append-system-prompt`` text, the date and the cwd. Block 1 changes only with
+the tool set, so a provider can cache it across sessions.
+
+Everything here is pure except reading the context files. Those reads block; that is fine
+because this runs at startup and on session changes, and the files are small (and cut at
+``CONTEXT_FILE_MAX_BYTES``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import datetime
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..tools.base import Tool
+
+CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
+"""Per directory, the first of these that can be read is that directory's context file."""
+CONTEXT_FILE_MAX_BYTES = 64 * 1024
+
+_IDENTITY = (
+    "You are omp, an expert coding agent. A host program drives you over RPC and shows the "
+    "user what you do; you work in the user's repository through the tools below."
+)
+_EXPLORING_TOOLS = ("grep", "find", "ls")
+
+
+def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Path,
+                        custom: str | None = None, append: str | None = None,
+                        today: datetime.date | None = None,
+                        model_name: str | None = None) -> list[str]:
+    """The system prompt blocks for a session in ``cwd`` with ``tools`` active.
+
+    ``custom`` (``--system-prompt``) replaces the first block; ``append``
+    (``--append-system-prompt``) goes after the project context. ``today`` defaults to the
+    local date; ``model_name``, when given, is named after the working directory. Context files
+    that cannot be read are left out; nothing here raises for a file's sake.
+    """
+    main = custom if custom is not None else _main_block(tools)
+    return [main, _project_block(cwd=cwd, agent_directory=agent_directory, append=append,
+                                 today=today or datetime.date.today(), model_name=model_name)]
+
+
+def load_prompt_arg(value: str, cwd: Path) -> str:
+    """``--system-prompt`` / ``--append-system-prompt``: the content of the file ``value`` names
+    (relative to ``cwd`` or absolute, ``~`` expanded), or ``value`` itself when no such file exists.
+
+    A file that exists but cannot be read raises ``OSError``: taking its path for the prompt text
+    would hide the mistake from the user.
+    """
+    try:
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = cwd / path
+        is_file = path.is_file()
+    except (OSError, ValueError):  # too long for a path, a NUL byte, no home for "~user"
+        return value
+    if not is_file:
+        return value
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+# --- block 1 ----------------------------------------------------------------------------------
+
+
+def _main_block(tools: Sequence[Tool]) -> str:
+    tool_lines = [_tool_line(tool) for tool in tools] or ["(none)"]
+    guidelines = [f"- {line}" for line in _guidelines({tool.name for tool in tools})]
+    return "\n\n".join([
+        _IDENTITY,
+        "\n".join(["Available tools:", *tool_lines]),
+        "\n".join(["Guidelines:", *guidelines]),
+    ])
+
+
+def _tool_line(tool: Tool) -> str:
+    lines = tool.description.strip().splitlines()
+    return f"- {tool.name}: {lines[0].strip()}" if lines else f"- {tool.name}"
+
+
+def _guidelines(names: set[str]) -> list[str]:
+    out: list[str] = []
+    exploring = [name for name in _EXPLORING_TOOLS if name in names]
+    if "bash" in names:
+        if exploring:
+            out.append(f"Prefer the {_and_list(exploring)} {_tools_word(exploring)} over bash "
+                       "for exploring files and searching code")
+        else:
+            out.append("Use bash for exploring files (ls, rg, find)")
+    if "read" in names:
+        if "bash" in names:
+            out.append("Use read to look at files, not cat or sed through bash")
+        if "edit" in names:
+            out.append("Read a file before you edit it")
+    if "edit" in names:
+        out.append("Use edit for precise changes: the old text must match the file exactly, "
+                   "whitespace included")
+    if "write" in names:
+        out.append("Use write only for new files or complete rewrites")
+    out += [
+        "Be concise",
+        "Show file paths clearly when you talk about files",
+        "When you are done, summarise what you did in plain text",
+    ]
+    return out
+
+
+def _and_list(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _tools_word(words: list[str]) -> str:
+    return "tool" if len(words) == 1 else "tools"
+
+
+# --- block 2 ----------------------------------------------------------------------------------
+
+
+def _project_block(*, cwd: Path, agent_directory: Path, append: str | None,
+                   today: datetime.date, model_name: str | None) -> str:
+    parts: list[str] = []
+    context = [f"## {path}\n\n{text}" for path, text in _context_files(cwd, agent_directory)]
+    if context:
+        parts += ["# Project Context", "Project-specific instructions and guidelines:", *context]
+    if append and append.strip():
+        parts.append(append.strip())
+    facts = [f"Current date: {today.isoformat()}", f"Current working directory: {cwd}"]
+    if model_name:
+        facts.append(f"Model: {model_name}")
+    parts.append("\n".join(facts))
+    return "\n\n".join(parts)
+
+
+def _context_files(cwd: Path, agent_directory: Path) -> Iterator[tuple[Path, str]]:
+    """(path, text) per context file: the global one first, then root → cwd, each file once."""
+    seen: set[Path] = set()
+    absolute = Path(os.path.abspath(cwd))
+    for directory in [agent_directory, *reversed(absolute.parents), absolute]:
+        found = _first_readable(directory)
+        if found is None:
+            continue
+        path, text = found
+        key = _resolved(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        if text.strip():
+            yield path, text
+
+
+def _first_readable(directory: Path) -> tuple[Path, str] | None:
+    for name in CONTEXT_FILE_NAMES:
+        path = directory / name
+        text = _read_context_file(path)
+        if text is not None:
+            return path, text
+    return None
+
+
+def _read_context_file(path: Path) -> str | None:
+    """The file's text, cut to ``CONTEXT_FILE_MAX_BYTES`` with a note; None if unreadable."""
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(CONTEXT_FILE_MAX_BYTES + 1)
+    except (OSError, ValueError):  # missing, a directory, no permission, a bad name
+        return None
+    if len(data) <= CONTEXT_FILE_MAX_BYTES:
+        return data.decode("utf-8", errors="replace").strip("\n").rstrip()
+    cut = data[:CONTEXT_FILE_MAX_BYTES]
+    # End on a whole line when that keeps most of the text, else on a whole UTF-8 character
+    # (the incremental decoder holds back a character the cut split).
+    newline = cut.rfind(b"\n")
+    if newline >= CONTEXT_FILE_MAX_BYTES // 2:
+        cut = cut[:newline]
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(cut, final=False).strip("\n").rstrip()
+    total = max(size, len(data))
+    return (f"{text}\n\n[{path} is {total} bytes; only its first "
+            f"{CONTEXT_FILE_MAX_BYTES // 1024} KiB are included here.]")
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return Path(os.path.abspath(path))

@@ -1,0 +1,85 @@
+"""The Tool protocol: what the agent loop runs when the model calls a tool.
+
+A tool is an object with a name, a label for humans, a description and a JSON-schema
+``parameters`` object for the model, ``read_only`` (read-only calls of one assistant message run
+concurrently; the others one at a time, in call order), and ``execute``.
+
+The loop validates the arguments against ``parameters`` before ``execute`` runs, so a tool gets
+a dict that matches its schema. A tool reports failure by raising ``ToolError`` (its message is
+what the model reads, as an error result); any other exception is a bug and is reported the
+same way with its type name. Cancellation is the abort: ``execute`` must let ``trio.Cancelled``
+propagate and clean up on the way out (subprocesses killed and waited for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from ..protocol.messages import ImageContent, TextContent
+
+ResultContent = TextContent | ImageContent
+
+
+@attrs.frozen
+class ToolResult:
+    content: list[ResultContent]
+    details: Any = None
+    """Metadata for hosts (diffs, truncation, paths); never sent to the model."""
+
+    @classmethod
+    def text(cls, text: str, details: Any = None) -> ToolResult:
+        return cls([TextContent(text=text)], details)
+
+
+class ToolError(Exception):
+    """A failure the model should read; ``details`` goes to hosts with the error result."""
+
+    def __init__(self, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+OnUpdate = Callable[[ToolResult], Awaitable[None]]
+"""Streams a partial result (``tool_execution_update``); awaiting it may wait for the host."""
+
+
+class Tool(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """Run the call. Raises ToolError for failures the model should see.
+
+        On cancellation (abort), stops at once, cleans up (kills and waits for any subprocess)
+        and lets ``Cancelled`` propagate.
+        """
+        ...
+
+
+@attrs.define
+class ToolContext:
+    """What built-in tools share: where relative paths resolve."""
+
+    cwd: Path
+
+    def resolve(self, path: str) -> Path:
+        """``path`` against the session cwd, with ``~`` expanded."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self.cwd / p
