@@ -22,5 +22,6 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    session.install("-e", ".[test]", "mypy>=1.11", "nox>=2024.4")
+    session.install("-e", ".[test]", "mypy>=1.11", "nox>=2024.4", "types-jsonschema",
+                    "types-PyYAML")
     session.run("mypy", "--strict")

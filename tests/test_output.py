@@ -110,7 +110,8 @@ async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() ->
         await nursery.start(functools.partial(omp.serve, options=options), server_in, server_out)
         with trio.fail_after(30):
             await to_server.send_all(
-                b"".join(b'{"id":%d,"type":"get_state"}\n' % i for i in range(n)))
+                b"".join(b'{"id":%d,"type":"set_steering_mode","mode":"all"}\n' % i
+                         for i in range(n)))
             await to_server.aclose()
             await trio.testing.wait_all_tasks_blocked()
             lines = await read_lines(from_server, n + 2)

@@ -337,20 +337,29 @@ class Agent:
 
     async def _run_tool(self, call: m.ToolCall, tool: Tool | None,
                         results: dict[str, m.ToolResultMessage]) -> None:
+        # A tool may accept older argument forms: it rewrites them before validation, and
+        # hosts see the arguments as prepared (rpc-behavior §4.1).
+        prepare = getattr(tool, "prepare_arguments", None)
+        args = call.arguments
+        if prepare is not None:
+            try:
+                args = prepare(dict(call.arguments))
+            except Exception:
+                args = call.arguments  # validation below reports what is wrong
         await self.emit(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
-                                              args=call.arguments))
+                                              args=args))
         if tool is None:
             results[call.id] = await self._finish(
                 call, ToolResult.text(f"Tool {call.name} not found"), True)
             return
-        problem = validate_arguments(tool, call.arguments)
+        problem = validate_arguments(tool, args)
         if problem is not None:
             results[call.id] = await self._finish(call, ToolResult.text(problem), True)
             return
 
         async def on_update(partial: ToolResult) -> None:
             await self.emit(ev.ToolExecutionUpdate(
-                toolCallId=call.id, toolName=call.name, args=call.arguments,
+                toolCallId=call.id, toolName=call.name, args=args,
                 partialResult=ev.ToolExecutionResult(
                     content=list(partial.content),
                     details={} if partial.details is None else partial.details)))
@@ -361,7 +370,7 @@ class Agent:
         is_error = False
         try:
             with scope:
-                result = await tool.execute(call.id, dict(call.arguments), on_update=on_update)
+                result = await tool.execute(call.id, dict(args), on_update=on_update)
         except ToolError as exc:
             result, is_error = ToolResult.text(str(exc) or "Tool failed with no output.",
                                                exc.details), True

@@ -11,11 +11,13 @@ from __future__ import annotations
 import email.utils
 import re
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
-import httpx
 import msgspec
+
+if TYPE_CHECKING:
+    import httpx
 
 ErrorKind = Literal[
     "auth", "rate_limit", "overloaded", "server", "context_overflow", "bad_request", "network",
@@ -182,6 +184,8 @@ def from_exception(exc: BaseException, provider: str, model: str) -> ProviderErr
             exc.provider = exc.provider or provider
             exc.model = exc.model or model
         return exc
+    import httpx
+
     if isinstance(exc, httpx.TimeoutException):
         return ProviderError(kind="network", message=f"Request timed out ({type(exc).__name__})",
                              provider=provider, model=model)

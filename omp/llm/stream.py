@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
-import httpx
 import msgspec
 import trio
 
@@ -30,6 +29,10 @@ from ..protocol import messages as m
 from ..protocol.payloads import Model
 from .errors import ProviderError, from_exception
 from .types import Context, StreamOptions
+
+if TYPE_CHECKING:
+    # httpx costs ~20 ms to import: loaded with the first model call, not at startup.
+    import httpx
 
 EventType = Literal[
     "start", "text_start", "text_delta", "text_end", "thinking_start", "thinking_delta",
@@ -338,6 +341,8 @@ def http_client() -> httpx.AsyncClient:
     """The process's shared client (connection reuse across calls)."""
     global _http
     if _http is None:
+        import httpx
+
         # Timeouts are ours (watchdogs in ``iter_sse``); httpx only bounds the connect.
         _http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0),
                                   follow_redirects=False, trust_env=False)

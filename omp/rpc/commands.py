@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import msgspec
+import trio
 
 from ..protocol import commands as cmd
 from ..protocol import payloads
@@ -65,6 +66,8 @@ class CommandRouter:
     custom: Mapping[str, Callable[[CustomCommand], Awaitable[Any]]]
     event_filter: frozenset[str] | None = attrs.field(default=None, init=False)
     message_updates: str = attrs.field(default="snapshot", init=False)
+    bash_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
+    closing: bool = attrs.field(default=False, init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     _inline: dict[type[Any], Handler] = attrs.field(factory=dict, init=False)
     _pending_control: dict[tuple[str, str], Callable[[Any], None]] = attrs.field(
@@ -123,6 +126,8 @@ class CommandRouter:
             return await self.abort_and_prompt(frame)
         if isinstance(frame, cmd.AbortBash | cmd.AbortRetry):
             return await self.abort_family(frame)
+        if isinstance(frame, cmd.Bash):
+            return await self.bash(frame)
         return not_implemented(frame)
 
     def internal_error(self, frame: Any, exc: BaseException) -> Response:
@@ -300,10 +305,44 @@ class CommandRouter:
         # No slash commands exist yet; the frame is still sent once at startup, as hosts expect.
         return AvailableCommandsUpdate(commands=[])
 
-    async def abort_family(self, frame: cmd.Abort | cmd.AbortBash | cmd.AbortRetry) -> Response:
-        # Nothing can be running yet (no run, no bash, no retry backoff): succeeding without
-        # doing anything is the protocol's answer for an idle session.
+    async def abort_family(self, frame: cmd.AbortBash | cmd.AbortRetry) -> Response:
+        if isinstance(frame, cmd.AbortBash):
+            self.abort_bash()
+        # abort_retry: automatic retries do not exist yet, so there is never a backoff to
+        # cancel; succeeding is the protocol's answer when none is running.
         return ok(_tag(frame), frame.id)
+
+    def abort_bash(self) -> None:
+        """Cancel every running RPC ``bash``; each still answers with its cancelled result."""
+        for scope in list(self.bash_scopes):
+            scope.cancel()
+
+    async def bash(self, frame: cmd.Bash) -> Response:
+        """Run one shell command (its own task) and answer with its BashResult.
+
+        ``abort_bash`` (and stdin EOF) cancel it: the process group is killed and the response
+        says ``cancelled``.
+        """
+        from ..tools.bash import bash_result
+        from ..tools.shell import ShellRun, ShellSpawnError
+
+        session = self.server.session
+        timeout = frame.timeout if isinstance(frame.timeout, int | float) else 300.0
+        run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout)
+        scope = trio.CancelScope()
+        if self.closing:
+            scope.cancel()  # read before EOF: answered, as a cancelled command
+        self.bash_scopes.add(scope)
+        try:
+            with scope:
+                await run.run()
+        except ShellSpawnError as exc:
+            return fail("bash", frame.id, str(exc))
+        finally:
+            self.bash_scopes.discard(scope)
+        result = run.result()
+        session.record_bash(result)
+        return ok("bash", frame.id, bash_result(result))
 
     async def _custom(self, frame: CustomCommand) -> Response:
         try:

@@ -67,6 +67,12 @@ class ServeOptions:
     """Thinking level to start with (``--thinking``)."""
     agent_dir: Path | None = None
     """Where models.yml and auth.json live; default ``$OMP_AGENT_DIR`` or ``~/.omp/agent``."""
+    system_prompt: str | None = None
+    """Replaces the built-in instructions (``--system-prompt``)."""
+    append_system_prompt: str | None = None
+    """Added to the system prompt (``--append-system-prompt``)."""
+    cwd: Path | None = None
+    """Where tools work and context files are looked up; default: the process's cwd."""
     announce_offline: bool = True
     """Say once on stderr when no key exists and the offline model is used."""
     commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
@@ -137,7 +143,8 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
     session = create_session(
         provider=options.provider, model=options.model, api_key=options.api_key,
         thinking=options.thinking, agent_directory=options.agent_dir,
-        announce_offline=options.announce_offline)
+        system_prompt=options.system_prompt, append_system_prompt=options.append_system_prompt,
+        cwd=options.cwd, announce_offline=options.announce_offline)
     server = RpcServer(options=options, session=session)
     output_error: OutputClosedError | None = None
 
@@ -269,9 +276,12 @@ class RpcServer:
         A cancelled command is still answered (hosts keep reading until we exit).
         """
         scope = trio.CancelScope()
-        if self._closing:
-            scope.cancel()  # input already ended: async work is not started, only answered
-        self._inflight.add(scope)
+        # ``bash`` cancels itself (abort_bash, EOF) and then answers with its cancelled
+        # BashResult; everything else is cancelled here.
+        if not isinstance(frame, cmd.Bash):
+            if self._closing:
+                scope.cancel()  # input already ended: async work is not started, only answered
+            self._inflight.add(scope)
         try:
             with scope:
                 return await self.router.handle(frame)
@@ -290,6 +300,8 @@ class RpcServer:
         """Input ended: answer what was read, cancel what is in flight, drain the output."""
         self._closing = True
         self._serial_send.close()
+        self.router.closing = True
+        self.router.abort_bash()  # answered with their cancelled results
         for scope in list(self._inflight):
             scope.cancel()
         # The live run is aborted; its terminal frames (aborted message, turn_end, agent_end,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, TurnSetup, user_message
+from ..agent.loop import Agent, TurnSetup, now_ms, user_message
 from ..llm import thinking
 from ..llm.models import ModelRegistry
 from ..llm.types import StreamOptions, ThinkingLevel
@@ -25,6 +25,10 @@ from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
 from ..protocol.events import PromptError, PromptResult, SessionSettled, ThinkingLevelChanged
 from ..protocol.payloads import Model
 from ..tools.base import Tool
+from ..tools.todo import TodoState
+
+if TYPE_CHECKING:
+    from ..tools.shell import ShellResult
 
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
         "completion.")
@@ -69,7 +73,8 @@ class AgentSession:
     cwd: Path = attrs.field(factory=Path.cwd)
     tools: list[Tool] = attrs.field(factory=list)
     system_prompt: list[str] = attrs.field(factory=list)
-    todo_phases: list[TodoPhase] = attrs.field(factory=list)
+    todos: TodoState = attrs.field(factory=TodoState)
+    """Shared with the ``todo`` tool: ``set_todos`` and the model edit the same list."""
     sink: EventSink = attrs.field(factory=_NullSink)
     agent: Agent = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
@@ -78,6 +83,7 @@ class AgentSession:
     _tickets: list[PromptTicket] = attrs.field(factory=list, init=False)
     _closing: bool = attrs.field(default=False, init=False)
     _unsettled: bool = attrs.field(default=False, init=False)
+    _deferred: list[m.AgentMessage] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.agent = Agent(emit=self._agent_event, setup=self._turn_setup)
@@ -267,6 +273,8 @@ class AgentSession:
     def _start_run(self, prompts: list[m.UserMessage]) -> None:
         if self._nursery is None or self._closing:
             raise SessionError("The session is closed")
+        self.agent.messages.extend(self._deferred)
+        self._deferred.clear()
         done = self._run_done = trio.Event()
         self._unsettled = True
         self._nursery.start_soon(self._run, prompts, done)
@@ -322,12 +330,31 @@ class AgentSession:
             provider=last.provider, model=last.model,
             httpStatus=problem.http_status if problem and problem.http_status else msgspec.UNSET)
 
+    # -- user shell commands -----------------------------------------------------------------
+
+    def record_bash(self, result: ShellResult) -> None:
+        """Add an RPC ``bash`` command to the context: now when idle, before the next prompt
+        while a run streams (a run's context must not change under it)."""
+        message = m.BashExecutionMessage(
+            command=result.command, output=result.output,
+            exitCode=result.exit_code if not (result.cancelled or result.timed_out) else None,
+            cancelled=result.cancelled or result.timed_out,
+            truncated=result.truncation.truncated, timestamp=now_ms())
+        if self.is_streaming:
+            self._deferred.append(message)
+        else:
+            self.agent.messages.append(message)
+
     # -- todos -------------------------------------------------------------------------------
 
     def set_todos(self, phases: list[TodoPhase]) -> list[TodoPhase]:
         """Replace the todo list; phases and tasks keep the ids the host gave them."""
-        self.todo_phases = list(phases)
-        return self.todo_phases
+        self.todos.replace(phases)
+        return self.todos.phases
+
+    @property
+    def todo_phases(self) -> list[TodoPhase]:
+        return self.todos.phases
 
     # -- model and thinking ------------------------------------------------------------------
 

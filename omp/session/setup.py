@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..llm.models import OFFLINE_PROVIDER, ModelRegistry
+from ..llm.models import OFFLINE_PROVIDER, ModelRegistry, agent_dir
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
+from ..tools import default_tools
+from ..tools.base import Tool, ToolContext
+from ..tools.todo import TodoState
 from .agent_session import AgentSession, SessionError
+from .system_prompt import build_system_prompt
 
 
 def create_session(*, provider: str | None = None, model: str | None = None,
                    api_key: str | None = None, thinking: str | None = None,
                    agent_directory: Path | None = None,
                    environ: Mapping[str, str] | None = None,
+                   system_prompt: str | None = None, append_system_prompt: str | None = None,
+                   cwd: Path | None = None, tools: Sequence[Tool] | None = None,
                    announce_offline: bool = True) -> AgentSession:
     """The startup session. Raises ``SessionError`` / ``ConfigError`` with a message for the user.
 
@@ -49,7 +55,14 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     for known in THINKING_LEVELS:
         if thinking == known:
             level = known
-    return AgentSession(registry=registry, model=chosen, configured_thinking=level)
+    cwd = Path.cwd() if cwd is None else cwd
+    todos = TodoState()
+    active = list(default_tools(ToolContext(cwd), todos)) if tools is None else list(tools)
+    directory = agent_dir(environ) if agent_directory is None else agent_directory
+    prompt = build_system_prompt(tools=active, cwd=cwd, agent_directory=directory,
+                                 custom=system_prompt, append=append_system_prompt)
+    return AgentSession(registry=registry, model=chosen, configured_thinking=level, cwd=cwd,
+                        tools=active, system_prompt=prompt, todos=todos)
 
 
 def _choose(registry: ModelRegistry, provider: str | None, model: str | None) -> Model:

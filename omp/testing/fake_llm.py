@@ -157,6 +157,9 @@ class FakeLLM:
     """Responses in progress."""
     connections: int = 0
     """TCP connections open right now."""
+    finished_at: list[float] = attrs.field(factory=list)
+    """``time.monotonic()`` when each complete response was handed to the socket (the clock
+    is system-wide, so another process on this machine can compare its own times to it)."""
     _entries: list[_Entry] = attrs.field(factory=list)
     _changed: trio.Event = attrs.field(factory=trio.Event)
     _connection_serial: int = 0
@@ -283,6 +286,8 @@ class FakeLLM:
             try:
                 await _write_stream(conn, stream, request, reply, api, state,
                                     self._response_serial)
+                if state.finished:
+                    self.finished_at.append(time.monotonic())
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 state.client_gone = True
             nursery.cancel_scope.cancel()

@@ -1,0 +1,159 @@
+"""Agent-loop latency and output size through the real process. Run: `python bench/bench_agent.py`.
+
+Against the fake LLM server (in this process) and a spawned `omp --mode rpc` talking to it over
+real HTTP; medians of --runs:
+  * last SSE chunk → `agent_end`: from the moment the server handed the final bytes of the
+    response to its socket (time.monotonic, system-wide) to the moment `agent_end` is read here;
+  * `abort` → `agent_end`: abort written while the answer streams, until `agent_end` is read;
+  * a 5,000-delta answer: wall time from `prompt` to `session_settled` and bytes written, with
+    message_update snapshots (the protocol's default) and with `messageUpdates: "delta"`.
+
+Targets (issue 4): both latencies <= 5 ms (the original: 62 ms and 35 ms). A benchmark, not a
+test: it prints figures and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from omp.testing.fake_llm import FakeLLM, open_fake_llm
+
+
+class Omp:
+    """A spawned `omp --mode rpc`, read line by line with byte counting."""
+
+    def __init__(self, proc: trio.Process) -> None:
+        self.proc = proc
+        self.buffer = b""
+        self.bytes = 0
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send_all(json.dumps(frame).encode() + b"\n")
+
+    async def frame(self) -> tuple[dict[str, Any], float]:
+        assert self.proc.stdout is not None
+        while b"\n" not in self.buffer:
+            chunk = await self.proc.stdout.receive_some(1 << 20)
+            if not chunk:
+                raise EOFError
+            self.bytes += len(chunk)
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line), time.monotonic()
+
+    async def until(self, kind: str) -> tuple[dict[str, Any], float]:
+        while True:
+            frame, at = await self.frame()
+            if frame.get("type") == kind:
+                return frame, at
+
+
+async def spawn(agent_dir: Path) -> Omp:
+    env = {**os.environ, "OMP_AGENT_DIR": str(agent_dir)}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "omp", "--mode", "rpc", "--model", "fake/fake-model"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    omp = Omp(proc)
+    await omp.until("available_commands_update")
+    return omp
+
+
+async def close(omp: Omp) -> None:
+    assert omp.proc.stdin is not None
+    await omp.proc.stdin.aclose()
+    with trio.move_on_after(10):
+        while True:
+            try:
+                await omp.frame()
+            except EOFError:
+                break
+    await omp.proc.wait()
+
+
+async def last_chunk_to_agent_end(fake: FakeLLM, omp: Omp, runs: int) -> list[float]:
+    out = []
+    for i in range(runs):
+        fake.add({"chunks": [{"text": "Hello"}, {"text": " there"}, {"text": "!"}]})
+        await omp.send({"id": f"p{i}", "type": "prompt", "message": "hi"})
+        _, at = await omp.until("agent_end")
+        out.append(at - fake.finished_at[-1])
+        await omp.until("session_settled")
+    return out
+
+
+async def abort_to_agent_end(fake: FakeLLM, omp: Omp, runs: int) -> list[float]:
+    out = []
+    for i in range(runs):
+        fake.add({"chunks": [{"text": "streaming"}, {"text": " forever"}], "hangAfter": 2})
+        await omp.send({"id": f"a{i}", "type": "prompt", "message": "go"})
+        while True:
+            frame, _ = await omp.frame()
+            if frame.get("type") == "message_update" and frame["assistantMessageEvent"][
+                    "type"] == "text_delta":
+                break
+        start = time.monotonic()
+        await omp.send({"id": f"x{i}", "type": "abort"})
+        _, at = await omp.until("agent_end")
+        out.append(at - start)
+        await omp.until("session_settled")
+    return out
+
+
+async def long_answer(fake: FakeLLM, omp: Omp, deltas: int, mode: str) -> tuple[float, int]:
+    await omp.send({"id": "f", "type": "set_event_filter", "messageUpdates": mode})
+    await omp.until("response")
+    fake.add({"chunks": [{"text": f"word{i} "} for i in range(deltas)]})
+    before = omp.bytes - len(omp.buffer)
+    start = time.monotonic()
+    await omp.send({"id": "long", "type": "prompt", "message": "write a lot"})
+    _, at = await omp.until("session_settled")
+    return at - start, omp.bytes - len(omp.buffer) - before
+
+
+async def main_async(runs: int, deltas: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        agent_dir = Path(tmp)
+        async with open_fake_llm([]) as fake:
+            (agent_dir / "models.yml").write_text(
+                "providers:\n  fake:\n    api: openai-completions\n"
+                f"    baseUrl: {fake.base_url}/v1\n    auth: none\n"
+                "    models: [{id: fake-model}]\n")
+            omp = await spawn(agent_dir)
+            await last_chunk_to_agent_end(fake, omp, 2)  # warm up (imports, connection)
+            latency = await last_chunk_to_agent_end(fake, omp, runs)
+            aborts = await abort_to_agent_end(fake, omp, runs)
+            snap_time, snap_bytes = await long_answer(fake, omp, deltas, "snapshot")
+            delta_time, delta_bytes = await long_answer(fake, omp, deltas, "delta")
+            await close(omp)
+    print(f"last SSE chunk -> agent_end   {statistics.median(latency) * 1000:7.2f} ms "
+          f"(median of {runs}; target <= 5)")
+    print(f"abort -> agent_end            {statistics.median(aborts) * 1000:7.2f} ms "
+          f"(median of {runs}; target <= 5)")
+    print(f"{deltas}-delta answer, snapshots  {snap_time * 1000:8.1f} ms  "
+          f"{snap_bytes / 1e6:8.2f} MB written")
+    print(f"{deltas}-delta answer, deltas     {delta_time * 1000:8.1f} ms  "
+          f"{delta_bytes / 1e6:8.2f} MB written")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--deltas", type=int, default=5000)
+    args = parser.parse_args()
+    trio.run(main_async, args.runs, args.deltas)
+
+
+if __name__ == "__main__":
+    main()

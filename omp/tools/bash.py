@@ -1,0 +1,181 @@
+"""The ``bash`` tool (agent-core §10.2), and the RPC ``bash`` command's ``BashResult``
+(rpc-behavior §10.2). Both run commands through ``shell.ShellRun``.
+
+Tool results:
+
+* output (the tail that fits the limits) or ``(no output)``, plus a notice with the full output's
+  temp file when it was cut;
+* exit code != 0: an error, ``<text>\\n\\nCommand exited with code N``;
+* timeout: an error, ``<text>\\n\\nCommand timed out after N seconds``;
+* abort: ``Cancelled`` propagates once the process group is dead; the agent loop writes the
+  aborted result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+from msgspec import UNSET
+
+from ..protocol.payloads import BashResult
+from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .shell import ShellResult, ShellRun, ShellSpawnError
+from .truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Truncation, format_size
+
+UPDATE_INTERVAL = 0.1
+"""At most this often (seconds) a streaming update goes to ``on_update``."""
+
+DESCRIPTION = (
+    "Execute a bash command in the current working directory. Returns stdout and stderr. "
+    f"Output is truncated to last {DEFAULT_MAX_LINES} lines or {DEFAULT_MAX_BYTES // 1024}KB "
+    "(whichever is hit first). If truncated, full output is saved to a temp file. Optionally "
+    "provide a timeout in seconds.")
+
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "Bash command to execute"},
+        "timeout": {"type": "number",
+                    "description": "Timeout in seconds (optional, no default timeout)"},
+    },
+    "required": ["command"],
+}
+
+
+def format_seconds(value: float) -> str:
+    """A number of seconds as JavaScript prints it: ``5``, ``0.5``."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _details(truncation: Truncation, full_output_path: object) -> dict[str, Any] | None:
+    details: dict[str, Any] = {}
+    if truncation.truncated:
+        details["truncation"] = truncation.details()
+    if full_output_path is not None:
+        details["fullOutputPath"] = str(full_output_path)
+    return details or None
+
+
+def tool_output_text(result: ShellResult) -> str:
+    """The output as the model reads it: the tail or ``(no output)``, and the notice when cut."""
+    t = result.truncation
+    text = t.content or "(no output)"
+    if not t.truncated:
+        return text
+    full = f" Full output: {result.full_output_path}" if result.full_output_path else ""
+    start, end = t.total_lines - t.output_lines + 1, t.total_lines
+    if t.last_line_partial:
+        return (f"{text}\n\n[Showing last {format_size(t.output_bytes)} of line {end} "
+                f"(line is {format_size(result.last_line_bytes)}).{full}]")
+    if t.truncated_by == "lines":
+        return f"{text}\n\n[Showing lines {start}-{end} of {t.total_lines}.{full}]"
+    return (f"{text}\n\n[Showing lines {start}-{end} of {t.total_lines} "
+            f"({format_size(t.max_bytes)} limit).{full}]")
+
+
+@attrs.define
+class BashTool:
+    ctx: ToolContext
+
+    name = "bash"
+    label = "bash"
+    description = DESCRIPTION
+    parameters = PARAMETERS
+    read_only = False
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """Run the command in the session cwd, streaming the tail of its output.
+
+        On cancellation (abort) the command's process group is killed and waited for, no
+        further update is sent, and ``Cancelled`` propagates.
+        """
+        command = args["command"]
+        timeout = args.get("timeout")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            timeout = None
+        changed = trio.Event()
+
+        async def on_output(_: str) -> None:
+            changed.set()
+
+        run = ShellRun(command, cwd=self.ctx.cwd, timeout=timeout, on_output=on_output)
+        sent_bytes = -1  # total_bytes at the last update sent
+
+        async def send_update() -> None:
+            nonlocal sent_bytes
+            total = run.total_bytes
+            truncation = run.snapshot()
+            await on_update(ToolResult.text(
+                truncation.content, _details(truncation, run.full_output_path)))
+            sent_bytes = total
+
+        async def stream_updates() -> None:
+            nonlocal changed
+            while True:
+                await changed.wait()
+                changed = trio.Event()
+                await send_update()
+                await trio.sleep(UPDATE_INTERVAL)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stream_updates)
+                await run.run()
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # one real error inside: raise it as itself
+            rest = group.split(trio.Cancelled)[1]
+            if rest is not None and len(rest.exceptions) == 1:
+                inner = rest.exceptions[0]
+                if isinstance(inner, ShellSpawnError):
+                    raise ToolError(str(inner)) from None
+                raise inner from None
+            raise
+        if run.total_bytes != sent_bytes and run.total_bytes:
+            await send_update()  # the last state is always sent
+
+        result = run.result()
+        text = tool_output_text(result)
+        details = _details(result.truncation, result.full_output_path)
+        if result.timed_out:
+            prefix = "" if text == "(no output)" else f"{text}\n\n"
+            raise ToolError(f"{prefix}Command timed out after {format_seconds(timeout or 0)} "
+                            "seconds", details)
+        if result.exit_code:
+            raise ToolError(f"{text}\n\nCommand exited with code {result.exit_code}", details)
+        return ToolResult.text(text, details)
+
+
+def _count_lines(text: str) -> int:
+    return text.count("\n") + 1 if text else 0
+
+
+def bash_result(result: ShellResult) -> BashResult:
+    """The RPC ``bash`` command's response data (rpc-behavior §10.2).
+
+    ``output`` is the tail that fits the limits (no notice), prefixed with
+    ``[Command cancelled]\\n`` or ``[Command timed out after N seconds]\\n``; a timeout also
+    counts as ``cancelled``. ``exitCode`` and ``workingDir`` (the command's cwd: a ``cd`` does
+    not outlive its command) only on normal completion.
+    """
+    output = result.output
+    if result.timed_out:
+        output = f"[Command timed out after {format_seconds(result.timeout or 0)} seconds]\n" \
+            + output
+    elif result.cancelled:
+        output = "[Command cancelled]\n" + output
+    completed = not (result.cancelled or result.timed_out) and result.exit_code is not None
+    return BashResult(
+        output=output,
+        cancelled=not completed,
+        truncated=result.truncation.truncated,
+        totalLines=result.total_lines,
+        totalBytes=result.total_bytes,
+        outputLines=_count_lines(output),
+        outputBytes=len(output.encode("utf-8", "surrogatepass")),
+        exitCode=result.exit_code if completed and result.exit_code is not None else UNSET,
+        workingDir=str(result.cwd) if completed else UNSET,
+        timedOut=result.timed_out,
+    )

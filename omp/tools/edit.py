@@ -1,0 +1,177 @@
+"""The ``edit`` tool (agent-core §10.3): exact-text replacements in one file.
+
+The text algorithm lives in ``edit_match`` (pure); this module does the file I/O, in a worker
+thread, and writes atomically (a temp file in the same directory, then ``os.replace``) so an
+abort or a crash never leaves a half-written file. The file's permission bits are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .edit_match import Edit, EditedFile, EditError, edit_text
+
+INVALID_EDITS = "Edit tool input is invalid. edits must contain at least one replacement."
+
+DESCRIPTION = (
+    "Edit a single file using exact text replacement. Every edits[].oldText must match a unique, "
+    "non-overlapping region of the original file. If two changes affect the same block or "
+    "nearby lines, merge them into one edit instead of emitting overlapping edits. Do not "
+    "include large unchanged regions just to connect distant changes.")
+
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "path": {"type": "string",
+                 "description": "Path to the file to edit (relative or absolute)"},
+        "edits": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"oldText": {"type": "string"}, "newText": {"type": "string"}},
+                "required": ["oldText", "newText"],
+            },
+        },
+    },
+    "required": ["path", "edits"],
+}
+
+
+def prepare_edit_arguments(args: dict[str, Any]) -> dict[str, Any]:
+    """Accept what models actually send: ``edits`` as a JSON string, and the legacy top-level
+    ``oldText``/``newText`` (folded into ``edits``, after any given there). Returns a new dict;
+    anything it does not recognise is left for schema validation to report."""
+    args = dict(args)
+    edits = args.get("edits")
+    if isinstance(edits, str):
+        try:
+            parsed = json.loads(edits)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list):
+            args["edits"] = parsed
+    old, new = args.get("oldText"), args.get("newText")
+    if isinstance(old, str) and isinstance(new, str):
+        current = args.get("edits")
+        folded = list(current) if isinstance(current, list) else []
+        folded.append({"oldText": old, "newText": new})
+        del args["oldText"], args["newText"]
+        args["edits"] = folded
+    return args
+
+
+def _parse_edits(value: object) -> list[Edit]:
+    if not isinstance(value, list) or not value:
+        raise ToolError(INVALID_EDITS)
+    edits = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise ToolError(INVALID_EDITS)
+        old, new = item.get("oldText"), item.get("newText")
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise ToolError(INVALID_EDITS)
+        edits.append(Edit(old, new))
+    return edits
+
+
+def _encode(text: str) -> bytes:
+    try:
+        # undecodable bytes of the original file were read as surrogate escapes: write them back
+        return text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace")
+
+
+def _write_in_place(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def write_atomic(target: Path, data: bytes) -> None:
+    """Replace ``target``'s content with ``data`` via a sibling temp file and ``os.replace``,
+    keeping its owner (where allowed) and permission bits. A symlink is followed (its target is
+    replaced, not the link). Writes in place instead when the file has other hard links (a
+    replace would detach them) or the directory does not allow creating the temp file."""
+    real = Path(os.path.realpath(target))
+    st = os.stat(real)
+    if st.st_nlink > 1:
+        _write_in_place(real, data)
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+    except PermissionError:
+        _write_in_place(real, data)
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            with contextlib.suppress(OSError):  # only root may give a file away
+                os.fchown(f.fileno(), st.st_uid, st.st_gid)
+            os.fchmod(f.fileno(), st.st_mode & 0o7777)  # after chown, which clears setuid
+            os.fsync(f.fileno())
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def edit_file(absolute: Path, path: str, edits: list[Edit]) -> EditedFile:
+    """Blocking: read, edit, write. ``path`` is how errors and results name the file."""
+    if not os.access(absolute, os.R_OK | os.W_OK):
+        raise ToolError(f"File not found: {path}")
+    try:
+        raw = absolute.read_bytes().decode("utf-8", errors="surrogateescape")
+    except OSError as exc:
+        raise ToolError(f"{exc.strerror or exc}: {path}") from None
+    try:
+        edited = edit_text(raw, edits, path)
+    except EditError as exc:
+        raise ToolError(str(exc)) from None
+    try:
+        write_atomic(absolute, _encode(edited.text))
+    except OSError as exc:
+        raise ToolError(f"{exc.strerror or exc}: {path}") from None
+    return edited
+
+
+@attrs.define
+class EditTool:
+    ctx: ToolContext
+
+    name = "edit"
+    label = "edit"
+    description = DESCRIPTION
+    parameters = PARAMETERS
+    read_only = False
+
+    def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Run before schema validation (see ``prepare_edit_arguments``)."""
+        return prepare_edit_arguments(args)
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """Apply the edits. Cancellation waits for the worker thread (the write is atomic, so
+        the file is either untouched or fully edited) and then propagates."""
+        args = prepare_edit_arguments(args)
+        path = args.get("path")
+        if not isinstance(path, str):
+            raise ToolError("Edit tool input is invalid. path must be a string.")
+        edits = _parse_edits(args.get("edits"))
+        absolute = self.ctx.resolve(path)
+        edited = await trio.to_thread.run_sync(edit_file, absolute, path, edits)
+        return ToolResult.text(
+            f"Successfully replaced {len(edits)} block(s) in {path}.",
+            {"diff": edited.diff, "firstChangedLine": edited.first_changed_line})

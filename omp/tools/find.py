@@ -1,0 +1,218 @@
+"""find: list the files (and directories) matching a glob, .gitignore respected.
+
+ripgrep walks the tree (``rg --files``: .gitignore, .ignore and hidden-file rules as everywhere
+else, git's own ``.git`` left out) and we match the glob here rather than with ``rg --glob``: a
+directory matching an rg glob is searched even when .gitignore excludes it, so ``pattern="*"``
+would list ``node_modules``.
+
+The glob has gitignore/ripgrep meaning (the same as grep's ``glob``): a pattern without ``/``
+matches a name at any depth (``*.ts``), one with ``/`` matches the path relative to the search
+directory (``src/**/*.spec.ts``); ``*`` and ``?`` stay within a name, ``**`` crosses
+directories, ``[abc]`` and ``{a,b}`` work, and a trailing ``/`` matches directories only.
+Directories are listed with a trailing ``/``; a directory is seen only through the files in it,
+so one holding no listed file (empty, or all ignored) is not found. Results are sorted by path,
+so a limited listing is the same on every run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .grep import run_ripgrep
+from .ls import resolve_path
+from .truncate import DEFAULT_MAX_BYTES, NO_LINE_LIMIT, format_size, truncate_head
+
+DEFAULT_FIND_LIMIT = 1000
+
+
+def _translate(pattern: str) -> str:
+    """The regex for a glob (no anchoring, no trailing-slash handling)."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**", i) and (i == 0 or pattern[i - 1] == "/"):
+            after = i + 2
+            if after == n:  # "dir/**": everything inside
+                out.append(".*")
+                i = after
+                continue
+            if pattern[after] == "/":  # "**/": zero or more directories
+                out.append("(?:.*/)?")
+                i = after + 1
+                continue
+        if c == "*":
+            while i + 1 < n and pattern[i + 1] == "*":  # "a**b" is "a*b"
+                i += 1
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i]))
+        elif c == "[" and (close := _class_end(pattern, i)) > 0:
+            body = pattern[i + 1:close]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            escaped = "".join("\\" + ch if ch in "\\^[]" else ch for ch in body)
+            out.append(f"[{'^/' if negate else ''}{escaped}]")
+            i = close
+        elif c == "{" and (close := pattern.find("}", i)) > 0:
+            alternatives = pattern[i + 1:close].split(",")
+            out.append("(?:" + "|".join(_translate(a) for a in alternatives) + ")")
+            i = close
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Index of the ``]`` closing the class opened at ``start``, or -1."""
+    j = start + 1
+    if j < len(pattern) and pattern[j] in "!^":
+        j += 1
+    if j < len(pattern) and pattern[j] == "]":  # a leading "]" is literal
+        j += 1
+    close = pattern.find("]", j)
+    return close
+
+
+@attrs.frozen
+class Glob:
+    """A glob with gitignore/ripgrep semantics, matched against ``/``-separated paths relative
+    to the search directory."""
+
+    regex: re.Pattern[str]
+    directories_only: bool
+
+    @classmethod
+    def compile(cls, pattern: str) -> Glob:
+        pattern = pattern.removeprefix("./")
+        directories_only = pattern.endswith("/")
+        pattern = pattern.rstrip("/")
+        anchored = "/" in pattern
+        pattern = pattern.lstrip("/")
+        prefix = "" if anchored else "(?:.*/)?"
+        return cls(re.compile(prefix + _translate(pattern), re.DOTALL), directories_only)
+
+    def matches(self, path: str, *, is_dir: bool) -> bool:
+        if self.directories_only and not is_dir:
+            return False
+        return self.regex.fullmatch(path) is not None
+
+
+@attrs.define
+class _FileCollector:
+    glob: Glob
+    limit: int
+    paths: list[str] = attrs.Factory(list)
+    limit_reached: bool = False
+    _directories: set[str] = attrs.Factory(set)
+
+    def on_line(self, raw: bytes) -> bool:
+        line = raw.decode("utf-8", "replace").removesuffix("\r")
+        if not line:
+            return True
+        path = line.removeprefix("./").replace(os.sep, "/")
+        parts = path.split("/")
+        # rg lists files only, sorted by path: a directory comes up with its first file.
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if directory not in self._directories:
+                self._directories.add(directory)
+                if self.glob.matches(directory, is_dir=True) and not self._add(directory + "/"):
+                    return False
+        return not self.glob.matches(path, is_dir=False) or self._add(path)
+
+    def _add(self, entry: str) -> bool:
+        if len(self.paths) >= self.limit:
+            self.limit_reached = True
+            return False
+        self.paths.append(entry)
+        return True
+
+
+def _check_directory(path: Path) -> None:
+    if not os.path.exists(path):
+        raise ToolError(f"Path not found: {path}")
+    if not os.path.isdir(path):
+        raise ToolError(f"Not a directory: {path}")
+
+
+class FindTool:
+    """Find files (and directories) by glob, paths relative to the search directory."""
+
+    name = "find"
+    label = "Find"
+    description = (
+        "Search for files by glob pattern.\n\n"
+        "Returns matching paths relative to the search directory, sorted, directories with a "
+        "trailing '/'. Respects "
+        f".gitignore. Output is truncated to {DEFAULT_FIND_LIMIT} results or "
+        f"{DEFAULT_MAX_BYTES // 1024}KB (whichever is hit first)."
+    )
+    read_only = True
+
+    def __init__(self, ctx: ToolContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description":
+                            "Glob pattern to match files, e.g. '*.ts', '**/*.json', or "
+                            "'src/**/*.spec.ts'"},
+                "path": {"type": "string", "description":
+                         "Directory to search in (default: current directory)"},
+                "limit": {"type": "number",
+                          "description": "Maximum number of results (default: 1000)"},
+            },
+            "required": ["pattern"],
+        }
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """List the files and directories under ``args["path"]`` that match ``args["pattern"]``.
+
+        On cancellation rg's process group is killed and reaped, then ``Cancelled`` propagates.
+        """
+        search_path = resolve_path(self._ctx, args.get("path") or ".")
+        await trio.to_thread.run_sync(_check_directory, search_path, abandon_on_cancel=True)
+        limit_arg = args.get("limit")
+        limit = max(1, DEFAULT_FIND_LIMIT if limit_arg is None else int(limit_arg))
+
+        # --hidden would list git's own files.
+        rg_args = ["--files", "--hidden", "--color=never", "--sort=path", "--glob", "!.git",
+                   "--", "."]
+        collector = _FileCollector(glob=Glob.compile(args["pattern"]), limit=limit)
+        outcome = await run_ripgrep(rg_args, cwd=search_path, on_line=collector.on_line)
+        if not collector.paths:
+            if not outcome.stopped and outcome.returncode not in (0, 1):
+                raise ToolError(outcome.stderr.strip()
+                                or f"ripgrep exited with code {outcome.returncode}")
+            return ToolResult.text("No files found matching pattern")
+
+        truncation = truncate_head("\n".join(collector.paths), max_lines=NO_LINE_LIMIT)
+        details: dict[str, Any] = {}
+        notices: list[str] = []
+        if collector.limit_reached:
+            notices.append(f"{limit} results limit reached. Use limit={limit * 2} for more, "
+                           "or refine pattern")
+            details["resultLimitReached"] = limit
+        if truncation.truncated:
+            notices.append(f"{format_size(DEFAULT_MAX_BYTES)} limit reached")
+            details["truncation"] = truncation.details()
+        text = truncation.content
+        if notices:
+            text += f"\n\n[{'. '.join(notices)}]"
+        return ToolResult.text(text, details or None)

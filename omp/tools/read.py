@@ -1,0 +1,255 @@
+"""read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls).
+
+A text file is streamed, never loaded whole: the lines to show are fed to a ``HeadTruncator``
+until it is full (at most ~50KB kept), and the rest of the file is only counted (the notices
+say "of T lines"). Sizes are counted in the file's bytes, which is the UTF-8 size the original
+reports for any valid UTF-8 file; invalid bytes are shown as U+FFFD.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import attrs
+import trio
+
+from ..protocol.messages import ImageContent, TextContent
+from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
+from .truncate import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINES,
+    HeadTruncator,
+    Truncation,
+    format_size,
+)
+
+_CHUNK = 1 << 20
+
+_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def image_mime_type(head: bytes) -> str | None:
+    """The MIME type of a png, jpeg, gif or webp file from its first 12 bytes, else None."""
+    for magic, mime in _IMAGE_MAGIC:
+        if head.startswith(magic):
+            return mime
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+@attrs.frozen
+class _Window:
+    truncation: Truncation
+    total_lines: int
+    """Lines in the whole file."""
+    selected_lines: int
+    """Lines from the offset to the end of the limit (or of the file)."""
+    first_line_bytes: int
+    """Size of the line at the offset."""
+
+
+class _OffsetBeyondEnd(Exception):
+    def __init__(self, total_lines: int) -> None:
+        super().__init__(total_lines)
+        self.total_lines = total_lines
+
+
+def _nth_newline(chunk: bytes, n: int) -> int:
+    """Index of the ``n``-th (1-based) newline in ``chunk``, which has at least ``n``."""
+    index = -1
+    for _ in range(n):
+        index = chunk.find(b"\n", index + 1)
+    return index
+
+
+def _read_window(file: BinaryIO, start: int, limit: int | None) -> _Window:
+    """Lines ``[start, start + limit)`` of the open binary ``file``, head-truncated."""
+    # 1. Where line `start` begins.
+    seen = offset = 0
+    while seen < start:
+        chunk = file.read(_CHUNK)
+        if not chunk:
+            raise _OffsetBeyondEnd(seen + 1)
+        count = chunk.count(b"\n")
+        if seen + count >= start:
+            offset += _nth_newline(chunk, start - seen) + 1
+            seen = start
+        else:
+            seen += count
+            offset += len(chunk)
+    selection_start = offset
+
+    # 2. Feed the selected lines to the truncator until it is full.
+    file.seek(selection_start)
+    truncator = HeadTruncator(max_lines=DEFAULT_MAX_LINES, max_bytes=DEFAULT_MAX_BYTES)
+    max_bytes = truncator.max_bytes
+    fed = 0
+    first_line_bytes = -1
+    line = bytearray()  # the current line, kept only while it could still fit
+    line_size = 0
+
+    def push() -> None:
+        nonlocal fed, first_line_bytes, line_size
+        if first_line_bytes < 0:
+            first_line_bytes = line_size
+        # A line over max_bytes is refused whatever its text; do not decode its prefix.
+        text = line.decode("utf-8", "replace") if line_size <= max_bytes else ""
+        truncator.push(text, line_size)
+        fed += 1
+        line.clear()
+        line_size = 0
+
+    while truncator.accepting and (limit is None or fed < limit):
+        chunk = file.read(_CHUNK)
+        if not chunk:
+            push()  # the last line, after the last newline (maybe empty)
+            break
+        position = 0
+        while position < len(chunk) and truncator.accepting and (limit is None or fed < limit):
+            newline = chunk.find(b"\n", position)
+            end = len(chunk) if newline < 0 else newline
+            if len(line) <= max_bytes:
+                line += chunk[position:min(end, position + max_bytes + 1 - len(line))]
+            line_size += end - position
+            if newline < 0:
+                break
+            push()
+            position = newline + 1
+
+    # 3. Count: the selection's size, and the lines of the whole file.
+    file.seek(selection_start)
+    newlines = 0
+    offset = selection_start
+    selection_end: int | None = None
+    while chunk := file.read(_CHUNK):
+        count = chunk.count(b"\n")
+        if limit is not None and selection_end is None and newlines + count >= limit:
+            selection_end = offset + _nth_newline(chunk, limit - newlines)
+        newlines += count
+        offset += len(chunk)
+    lines_from_start = newlines + 1
+    if limit is None or limit >= lines_from_start:
+        selected_lines, selected_bytes = lines_from_start, offset - selection_start
+    else:
+        assert selection_end is not None
+        selected_lines, selected_bytes = limit, selection_end - selection_start
+    return _Window(truncation=truncator.finish(selected_lines, selected_bytes),
+                   total_lines=start + lines_from_start, selected_lines=selected_lines,
+                   first_line_bytes=max(first_line_bytes, 0))
+
+
+def _read(path: Path, shown_path: str, offset: int | None, limit: int | None) -> ToolResult:
+    """The whole read, blocking (run in a thread)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ToolError(os_error_message(exc, "access", path)) from exc
+    if stat.S_ISDIR(mode):
+        return list_directory(path, DEFAULT_LS_LIMIT)
+    if not stat.S_ISREG(mode):
+        # A FIFO would block forever and /dev/zero never ends: both would pin a thread.
+        raise ToolError(f"Not a regular file: {path}")
+    try:
+        file = path.open("rb")
+    except OSError as exc:
+        raise ToolError(os_error_message(exc, "open", path)) from exc
+    with file:
+        try:
+            mime = image_mime_type(file.read(12))
+            if mime is not None:
+                # Sent as is: no resizing or re-encoding (the original scales images down to
+                # 2000x2000); a provider may refuse an image that is too large.
+                file.seek(0)
+                data = base64.b64encode(file.read()).decode("ascii")
+                return ToolResult([TextContent(text=f"Read image file [{mime}]"),
+                                   ImageContent(data=data, mimeType=mime)])
+            file.seek(0)
+            start = max(0, offset - 1) if offset else 0
+            window = _read_window(file, start, limit)
+        except _OffsetBeyondEnd as exc:
+            raise ToolError(f"Offset {offset} is beyond end of file "
+                            f"({exc.total_lines} lines total)") from None
+        except OSError as exc:
+            raise ToolError(os_error_message(exc, "read", path)) from exc
+    return _text_result(window, start, limit, shown_path)
+
+
+def _text_result(window: _Window, start: int, limit: int | None, shown_path: str) -> ToolResult:
+    truncation = window.truncation
+    first = start + 1
+    if truncation.first_line_exceeds_limit:
+        size = format_size(window.first_line_bytes)
+        text = (f"[Line {first} is {size}, exceeds {format_size(DEFAULT_MAX_BYTES)} limit. "
+                f"Use bash: sed -n '{first}p' {shown_path} | head -c {DEFAULT_MAX_BYTES}]")
+        return ToolResult.text(text, {"truncation": truncation.details()})
+    if truncation.truncated:
+        last = first + truncation.output_lines - 1
+        limit_note = "" if truncation.truncated_by == "lines" else \
+            f" ({format_size(DEFAULT_MAX_BYTES)} limit)"
+        text = (f"{truncation.content}\n\n[Showing lines {first}-{last} of "
+                f"{window.total_lines}{limit_note}. Use offset={last + 1} to continue.]")
+        return ToolResult.text(text, {"truncation": truncation.details()})
+    shown_to = start + window.selected_lines
+    if limit is not None and shown_to < window.total_lines:
+        remaining = window.total_lines - shown_to
+        return ToolResult.text(f"{truncation.content}\n\n[{remaining} more lines in file. "
+                               f"Use offset={shown_to + 1} to continue.]")
+    return ToolResult.text(truncation.content)
+
+
+class ReadTool:
+    """Read a file (text with offset/limit, or an image) or list a directory."""
+
+    name = "read"
+    label = "Read"
+    description = (
+        "Read the contents of a file.\n\n"
+        "Supports text files and images (png, jpeg, gif, webp); images are sent as "
+        f"attachments. For text files, output is truncated to {DEFAULT_MAX_LINES} lines or "
+        f"{DEFAULT_MAX_BYTES // 1024}KB (whichever is hit first). Use offset/limit for large "
+        "files. When you need the full file, continue with offset until complete. A directory "
+        "path lists its entries."
+    )
+    read_only = True
+
+    def __init__(self, ctx: ToolContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string",
+                         "description": "Path to the file to read (relative or absolute)"},
+                "offset": {"type": "number",
+                           "description": "Line number to start reading from (1-indexed)"},
+                "limit": {"type": "number", "description": "Maximum number of lines to read"},
+            },
+            "required": ["path"],
+        }
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """Read ``args["path"]``.
+
+        On cancellation the reading thread is abandoned (it only reads, and stops on its own)
+        and ``Cancelled`` propagates at once.
+        """
+        shown_path: str = args["path"]
+        path = resolve_path(self._ctx, shown_path)
+        offset = None if args.get("offset") is None else int(args["offset"])
+        limit = None if args.get("limit") is None else max(1, int(args["limit"]))
+        return await trio.to_thread.run_sync(_read, path, shown_path, offset, limit,
+                                             abandon_on_cancel=True)

@@ -1,0 +1,419 @@
+"""The one shell executor: the ``bash`` tool and the RPC ``bash`` command both run commands here.
+
+A command runs as ``bash -c <command>`` (``sh`` when there is no bash) in ``cwd``, in a new
+session (so it leads its own process group) with stdin on ``/dev/null``; stdout and stderr share
+one pipe, so their output arrives merged in the order it was written. Output is decoded as UTF-8
+incrementally (a character split across reads is never mangled; invalid bytes become U+FFFD),
+streamed to ``on_output``, and kept in memory only as a bounded tail. Once the output is too long
+to show whole (over ``max_bytes`` bytes or ``max_lines`` lines) the FULL raw output is also
+written to a private temp file (``omp-bash-<16 hex>.log``, mode 0600), which is left for the
+model or the host to read.
+
+No process outlives its command: when the shell exits, whatever it left running in its group
+(``sleep 100 &``) is killed; on timeout or cancellation the whole group is killed. Killing is
+SIGTERM to the group, a grace period (``KILL_GRACE``), then SIGKILL, and the shell is waited for —
+in a shielded ``finally`` with its own deadline, so it runs even when the caller is cancelled and
+cannot hang shutdown. A process that leaves the group on purpose (``setsid``) is out of reach.
+
+**Cancellation and the partial result.** ``run_shell`` lets ``trio.Cancelled`` propagate after the
+cleanup, so it returns nothing when cancelled. A caller that must report what the command did
+before it was cancelled (the RPC ``bash`` command answers with ``cancelled: true`` and the
+partial output) creates the ``ShellRun`` itself, runs it inside its cancel scope, and asks it for
+the result afterwards::
+
+    run = ShellRun(command, cwd=cwd, timeout=300)
+    with trio.CancelScope() as scope:     # abort_bash cancels this scope
+        await run.run()
+    result = run.result()                 # complete, timed out, or cancelled=True
+
+``run()`` raises ``ShellSpawnError`` (and ``result()`` then has nothing) when the command could
+not be started at all, e.g. when ``cwd`` does not exist.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import math
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import attrs
+import trio
+
+from .truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Truncation, truncate_tail
+
+KILL_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL to a command's process group."""
+CLEANUP_TIMEOUT = KILL_GRACE + 3.0
+"""Deadline of the shielded cleanup: kill, wait for the shell, read the rest of its output."""
+READ_SIZE = 65536
+_POLL_INTERVAL = 0.02
+
+OnOutput = Callable[[str], Awaitable[None]]
+
+
+class ShellSpawnError(Exception):
+    """The command could not be started (missing working directory, no shell)."""
+
+
+@attrs.frozen
+class ShellResult:
+    command: str
+    cwd: Path
+    output: str
+    """The tail of the output that fits the limits (``truncation.content``); no notice."""
+    truncation: Truncation
+    """How ``output`` was cut; its totals are of the whole output."""
+    exit_code: int | None
+    """The shell's exit status (128+N when killed by signal N); None when cancelled or timed
+    out."""
+    cancelled: bool
+    """Cancelled by the caller (not set by a timeout)."""
+    timed_out: bool
+    timeout: float | None
+    full_output_path: Path | None
+    """The temp file with the whole raw output, when it was too long to show whole."""
+    total_lines: int
+    """Newline count + 1 when any output was seen, else 0."""
+    total_bytes: int
+    """Raw bytes seen."""
+    last_line_bytes: int
+    """Raw bytes after the last newline (the size of a last line that was cut)."""
+
+
+def shell_program() -> str:
+    """bash when it is on PATH, else ``sh``."""
+    return shutil.which("bash") or shutil.which("sh") or "/bin/sh"
+
+
+def _create_spill_file() -> tuple[int, Path]:
+    directory = Path(tempfile.gettempdir())
+    while True:
+        path = directory / f"omp-bash-{secrets.token_hex(8)}.log"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        return fd, path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return False
+
+
+def _unwrap(exc: BaseExceptionGroup[BaseException]) -> BaseException:
+    """A nursery's group with one real error in it is that error (policy: STYLE.md)."""
+    rest = exc.split(trio.Cancelled)[1]
+    if rest is not None and len(rest.exceptions) == 1:
+        inner = rest.exceptions[0]
+        return _unwrap(inner) if isinstance(inner, BaseExceptionGroup) else inner
+    return exc
+
+
+def _has_live_member(pgid: int) -> bool:
+    """Whether a process other than a zombie is in the group. Orphaned members are reaped by
+    init, which some containers' init never does, so "the group exists" is not enough."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no procfs: zombies count as alive, the grace period runs out instead
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold anything, so split after its ")"
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _group_alive(proc: trio.Process) -> bool:
+    proc.poll()  # reap the shell if it is gone, so it does not count as a live member
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member changed credentials; it exists
+        return True
+    return _has_live_member(proc.pid)
+
+
+def _signal_group(proc: trio.Process, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+async def kill_process_group(proc: trio.Process, grace: float = KILL_GRACE) -> None:
+    """SIGTERM the group led by ``proc``, give it ``grace`` seconds, SIGKILL what is left, and
+    wait for ``proc``. Returns at once when the group is already empty."""
+    if _group_alive(proc):
+        _signal_group(proc, signal.SIGTERM)
+        _signal_group(proc, signal.SIGCONT)  # a stopped process only dies of TERM once resumed
+        with trio.move_on_after(grace):
+            # Nothing signals "the group is empty" (members are not our children): poll.
+            while _group_alive(proc):  # noqa: ASYNC110
+                await trio.sleep(_POLL_INTERVAL)
+        if _group_alive(proc):
+            _signal_group(proc, signal.SIGKILL)
+    await proc.wait()
+
+
+@attrs.define
+class ShellRun:
+    """One command: create it, ``await run()`` it (once), then read ``result()``.
+
+    ``snapshot()`` gives the truncated tail so far while it runs (for streaming updates).
+    """
+
+    command: str
+    cwd: Path
+    timeout: float | None = None
+    """Seconds; None (or <= 0) for no timeout."""
+    on_output: OnOutput | None = None
+    """Receives each decoded chunk as it arrives; awaiting it slows the reading (backpressure).
+    Not called for output read during cleanup after a timeout or cancellation."""
+    max_lines: int = DEFAULT_MAX_LINES
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    pid: int | None = attrs.field(default=None, init=False)
+    """The shell's pid, which is also its process group id; set once it has started."""
+    _started: bool = attrs.field(default=False, init=False)
+    _cancelled: bool = attrs.field(default=False, init=False)
+    _interrupted: bool = attrs.field(default=False, init=False)
+    """Cancelled, or stopped by an error (e.g. from ``on_output``): no exit code."""
+    _timed_out: bool = attrs.field(default=False, init=False)
+    _exit_code: int | None = attrs.field(default=None, init=False)
+    _shell_exited: bool = attrs.field(default=False, init=False)
+    _group_gone: bool = attrs.field(default=False, init=False)
+    _decoder: codecs.IncrementalDecoder = attrs.field(
+        factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"), init=False)
+    _tail: deque[tuple[str, int]] = attrs.field(factory=deque, init=False)
+    _tail_bytes: int = attrs.field(default=0, init=False)
+    _tail_trimmed: bool = attrs.field(default=False, init=False)
+    _total_bytes: int = attrs.field(default=0, init=False)
+    _newlines: int = attrs.field(default=0, init=False)
+    _last_line_bytes: int = attrs.field(default=0, init=False)
+    _unspilled: bytearray = attrs.field(factory=bytearray, init=False)
+    _spilling: bool = attrs.field(default=False, init=False)
+    _spill_failed: bool = attrs.field(default=False, init=False)
+    _spill_fd: int | None = attrs.field(default=None, init=False)
+    _spill_path: Path | None = attrs.field(default=None, init=False)
+    _result: ShellResult | None = attrs.field(default=None, init=False)
+
+    # --- what callers read ------------------------------------------------------------------
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total_bytes
+
+    @property
+    def total_lines(self) -> int:
+        return self._newlines + 1 if self._total_bytes else 0
+
+    @property
+    def full_output_path(self) -> Path | None:
+        return self._spill_path
+
+    def snapshot(self) -> Truncation:
+        """The tail of the output so far, truncated; totals are of everything seen."""
+        text = "".join(chunk for chunk, _ in self._tail)
+        truncation = truncate_tail(text, max_lines=self.max_lines, max_bytes=self.max_bytes)
+        if self._tail_trimmed:  # the buffer is only the end: count what it dropped too
+            truncation = attrs.evolve(truncation, truncated=True,
+                                      total_lines=self.total_lines,
+                                      total_bytes=self._total_bytes)
+        return truncation
+
+    def result(self) -> ShellResult:
+        """The outcome, once ``run`` has returned or raised ``Cancelled``."""
+        if self._result is None:
+            raise RuntimeError("ShellRun.result() before the run finished")
+        return self._result
+
+    # --- running ----------------------------------------------------------------------------
+
+    async def run(self) -> ShellResult:
+        """Run the command to completion, timeout or cancellation.
+
+        Raises ShellSpawnError when it cannot start. When cancelled, kills the process group,
+        waits for the shell, keeps the output read so far (``result()`` then has
+        ``cancelled=True``), and lets ``Cancelled`` propagate.
+        """
+        if self._started:
+            raise RuntimeError("a ShellRun runs once")
+        self._started = True
+        if not self.cwd.is_dir():
+            raise ShellSpawnError(f"Working directory does not exist: {self.cwd}\n"
+                                  "Cannot execute bash commands.")
+        proc: trio.Process | None = None
+        try:
+            try:
+                proc = await trio.lowlevel.open_process(
+                    [shell_program(), "-c", self.command], cwd=self.cwd,
+                    # so `pwd` names the directory as given, not its symlink-resolved path
+                    env={**os.environ, "PWD": str(self.cwd)} if self.cwd.is_absolute() else None,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    start_new_session=True)
+            except OSError as exc:
+                raise ShellSpawnError(f"Could not start the shell: {exc}") from exc
+            self.pid = proc.pid
+            timeout = self.timeout if self.timeout is not None and self.timeout > 0 else math.inf
+            with trio.move_on_after(timeout) as timer:
+                try:
+                    await self._supervise(proc)
+                except BaseExceptionGroup as group:
+                    raise _unwrap(group) from None
+            if timer.cancelled_caught and not self._shell_exited:
+                self._timed_out = True
+        except BaseException as exc:
+            self._cancelled = _is_cancellation(exc)
+            self._interrupted = True
+            raise
+        finally:
+            with trio.CancelScope(shield=True) as cleanup:
+                cleanup.deadline = trio.current_time() + CLEANUP_TIMEOUT
+                try:
+                    if proc is not None:
+                        await self._cleanup(proc)
+                finally:
+                    self._finish(proc)
+        return self.result()
+
+    async def _supervise(self, proc: trio.Process) -> None:
+        assert proc.stdout is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, proc.stdout, True)
+            await proc.wait()
+            self._shell_exited = True
+            # Its background jobs end with it (they may also be what holds the pipe open).
+            await kill_process_group(proc)
+            self._group_gone = True
+
+    async def _cleanup(self, proc: trio.Process) -> None:
+        assert proc.stdout is not None
+        try:
+            if not self._group_gone:  # (once gone, its id may be reused: never signal it again)
+                await kill_process_group(proc)
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                await self._pump(proc.stdout, False)  # the rest of the output, up to EOF
+            await self._flush_spill()
+        finally:
+            if isinstance(proc.stdout, trio.lowlevel.FdStream):
+                proc.stdout.close()
+
+    async def _pump(self, stream: trio.abc.ReceiveStream, stream_output: bool) -> None:
+        while True:
+            data = await stream.receive_some(READ_SIZE)
+            if not data:
+                return
+            text = self._record(data)
+            await self._flush_spill()
+            if stream_output and text and self.on_output is not None:
+                await self.on_output(text)
+
+    def _record(self, data: bytes | bytearray) -> str:
+        """Account for a chunk (no awaits, so a cancellation never splits the bookkeeping)."""
+        self._total_bytes += len(data)
+        self._newlines += data.count(b"\n")
+        last_newline = data.rfind(b"\n")
+        if last_newline == -1:
+            self._last_line_bytes += len(data)
+        else:
+            self._last_line_bytes = len(data) - last_newline - 1
+        if not self._spill_failed:
+            # before spilling starts this is the whole output (at most max_bytes + one read)
+            self._unspilled += data
+            if not self._spilling and (self._total_bytes > self.max_bytes
+                                       or self.total_lines > self.max_lines):
+                self._spilling = True
+        text = self._decoder.decode(data)
+        self._append_tail(text)
+        return text
+
+    def _append_tail(self, text: str) -> None:
+        if not text:
+            return
+        size = len(text.encode("utf-8", "surrogatepass"))
+        self._tail.append((text, size))
+        self._tail_bytes += size
+        # 2x the limit: enough that truncating the buffer equals truncating the whole output
+        keep = 2 * self.max_bytes
+        while len(self._tail) > 1 and self._tail_bytes - self._tail[0][1] >= keep:
+            self._tail_bytes -= self._tail.popleft()[1]
+            self._tail_trimmed = True
+
+    async def _flush_spill(self) -> None:
+        """Write what the spill file lacks. The thread calls are not cancellable, and the buffer
+        is only cleared after a write completed, so the file always ends up complete."""
+        if not self._spilling or not self._unspilled:
+            return
+        if self._spill_fd is None:
+            try:
+                self._spill_fd, self._spill_path = await trio.to_thread.run_sync(
+                    _create_spill_file)
+            except OSError:  # no usable temp dir: show the tail without the full copy
+                self._spilling, self._spill_failed = False, True
+                self._unspilled.clear()
+                return
+        chunk, fd = bytes(self._unspilled), self._spill_fd
+        assert fd is not None
+        with contextlib.suppress(OSError):  # disk full: the file keeps what fit
+            await trio.to_thread.run_sync(_write_all, fd, chunk)
+        del self._unspilled[:len(chunk)]
+
+    def _finish(self, proc: trio.Process | None) -> None:
+        self._append_tail(self._decoder.decode(b"", final=True))
+        if self._spill_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._spill_fd)
+            self._spill_fd = None
+        self._unspilled.clear()
+        if proc is not None and not (self._interrupted or self._timed_out):
+            code = proc.returncode
+            if code is not None:
+                self._exit_code = 128 - code if code < 0 else code
+        truncation = self.snapshot()
+        self._result = ShellResult(
+            command=self.command, cwd=self.cwd, output=truncation.content,
+            truncation=truncation, exit_code=self._exit_code, cancelled=self._cancelled,
+            timed_out=self._timed_out, timeout=self.timeout, full_output_path=self._spill_path,
+            total_lines=self.total_lines, total_bytes=self._total_bytes,
+            last_line_bytes=self._last_line_bytes)
+
+
+# ``timeout`` is part of the command (a timed-out command is a result, not an exception).
+async def run_shell(command: str, *, cwd: Path, timeout: float | None = None,  # noqa: ASYNC109
+                    on_output: OnOutput | None = None, max_lines: int = DEFAULT_MAX_LINES,
+                    max_bytes: int = DEFAULT_MAX_BYTES) -> ShellResult:
+    """Run ``command`` (see the module docstring) and return its result.
+
+    Raises ShellSpawnError when it cannot start. On cancellation, kills the command's process
+    group, waits for it, and lets ``Cancelled`` propagate; to get the partial result of a
+    cancelled command, use ``ShellRun`` directly.
+    """
+    run = ShellRun(command, cwd=cwd, timeout=timeout, on_output=on_output,
+                   max_lines=max_lines, max_bytes=max_bytes)
+    return await run.run()

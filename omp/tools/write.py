@@ -1,0 +1,66 @@
+"""write: create or overwrite a file (parent directories created), UTF-8."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .ls import os_error_message, resolve_path
+
+
+def _write(path: Path, content: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolError(os_error_message(exc, "mkdir", path.parent)) from exc
+    # "replace": a lone surrogate (JSON allows "\ud800") cannot be encoded; the original's
+    # runtime writes a replacement there too rather than failing the call.
+    data = content.encode("utf-8", "replace")
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise ToolError(os_error_message(exc, "open", path)) from exc
+
+
+class WriteTool:
+    """Write a file whole: creates it (and its parent directories) or overwrites it."""
+
+    name = "write"
+    label = "Write"
+    description = (
+        "Create or overwrite a file.\n\n"
+        "Writes content to a file. Creates the file if it doesn't exist, overwrites if it "
+        "does. Automatically creates parent directories."
+    )
+    read_only = False
+
+    def __init__(self, ctx: ToolContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string",
+                         "description": "Path to the file to write (relative or absolute)"},
+                "content": {"type": "string", "description": "Content to write to the file"},
+            },
+            "required": ["path", "content"],
+        }
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """Write ``args["content"]`` to ``args["path"]``.
+
+        Cancellation does not interrupt a write in progress (a file is never left half
+        written by an abort): the write finishes, then ``Cancelled`` propagates.
+        """
+        shown_path: str = args["path"]
+        content: str = args["content"]
+        await trio.to_thread.run_sync(_write, resolve_path(self._ctx, shown_path), content)
+        # The original counts the characters of the string, not the encoded bytes.
+        return ToolResult.text(f"Successfully wrote {len(content)} bytes to {shown_path}")
