@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace the built-in instructions (text, or a file to read)")
     parser.add_argument("--append-system-prompt", metavar="TEXT_OR_FILE",
                         help="add to the system prompt (text, or a file to read)")
+    tools = parser.add_mutually_exclusive_group()
+    tools.add_argument("--tools", metavar="NAMES",
+                       help="comma-separated built-in tools to offer the model (default: read, "
+                       "bash, edit, write, grep, find, ls, todo)")
+    tools.add_argument("--no-tools", action="store_true",
+                       help="offer no built-in tools (host tools can still be added)")
     parser.add_argument("--max-line-bytes", type=_positive_int, default=None, metavar="N",
                         help="longest accepted input line in bytes (default: 64 MiB)")
     parser.add_argument("--version", action="version", version=f"omp {__version__}")
@@ -91,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = ServeOptions(
             provider=args.provider, model=args.model, api_key=args.api_key,
             thinking=args.thinking, system_prompt=_prompt_arg(args.system_prompt),
+            tools=[] if args.no_tools else (
+                None if args.tools is None
+                else [n.strip() for n in args.tools.split(",") if n.strip()]),
             append_system_prompt=_prompt_arg(args.append_system_prompt))
     except OSError as exc:
         print(f"omp: cannot read the system prompt file: {exc}", file=sys.stderr)
@@ -131,7 +140,7 @@ async def one_shot(options: Any, message: str, mode: str) -> int:
     session = create_session(
         provider=options.provider, model=options.model, api_key=options.api_key,
         thinking=options.thinking, system_prompt=options.system_prompt,
-        append_system_prompt=options.append_system_prompt)
+        append_system_prompt=options.append_system_prompt, tool_names=options.tools)
     encoder = msgspec.json.Encoder()
     out = sys.stdout.buffer
     results: list[ev.PromptResult] = []

@@ -346,15 +346,18 @@ class Agent:
                 args = prepare(dict(call.arguments))
             except Exception:
                 args = call.arguments  # validation below reports what is wrong
+        problem = None
+        if tool is None:
+            problem = f"Tool {call.name} not found"
+        else:
+            problem = validate_arguments(tool, args)
+            # A tool run by the host writes its request before the call is announced.
+            if problem is None and (opener := getattr(tool, "open_call", None)) is not None:
+                opener(call.id, args)
         await self.emit(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
                                               args=args))
-        if tool is None:
-            results[call.id] = await self._finish(
-                call, ToolResult.text(f"Tool {call.name} not found"), True)
-            return
-        problem = validate_arguments(tool, args)
-        if problem is not None:
-            results[call.id] = await self._finish(call, ToolResult.text(problem), True)
+        if tool is None or problem is not None:
+            results[call.id] = await self._finish(call, ToolResult.text(problem or ""), True)
             return
 
         async def on_update(partial: ToolResult) -> None:

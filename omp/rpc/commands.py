@@ -21,6 +21,7 @@ from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import SessionError
+from .bridges import HostTool, HostUris, normalize_schemes, validate_host_tools
 from .output import SwitchProtocol
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class CommandRouter:
     message_updates: str = attrs.field(default="snapshot", init=False)
     bash_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
     closing: bool = attrs.field(default=False, init=False)
+    host_uris: HostUris = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     _inline: dict[type[Any], Handler] = attrs.field(factory=dict, init=False)
     _pending_control: dict[tuple[str, str], Callable[[Any], None]] = attrs.field(
@@ -83,6 +85,8 @@ class CommandRouter:
         if clash:
             raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
         self.custom_names = frozenset(self.custom)
+        self.host_uris = HostUris(self)
+        self.server.session.tool_context.uris = self.host_uris
         self._inline = {
             cmd.GetState: self.get_state,
             cmd.SetSteeringMode: self.set_steering_mode,
@@ -98,6 +102,8 @@ class CommandRouter:
             cmd.SetThinkingLevel: self.set_thinking_level,
             cmd.CycleThinkingLevel: self.cycle_thinking_level,
             cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
+            cmd.SetHostTools: self.set_host_tools,
+            cmd.SetHostUriSchemes: self.set_host_uri_schemes,
             cmd.Prompt: self.prompt,
             cmd.Steer: self.steer,
             cmd.FollowUp: self.follow_up,
@@ -173,6 +179,28 @@ class CommandRouter:
             contextUsage=_context_usage(s.context_usage()),
         )
         return ok("get_state", frame.id, state)
+
+    def set_host_tools(self, frame: cmd.SetHostTools) -> Response:
+        session = self.server.session
+        problem = validate_host_tools(frame.tools, {t.name for t in session.builtin_tools})
+        if problem is not None:
+            return fail("set_host_tools", frame.id, problem, INVALID_PARAMS)
+        tools = [HostTool(self, name=t.name.strip(), description=t.description.strip(),
+                          label=(t.label.strip() if isinstance(t.label, str) and t.label.strip()
+                                 else t.name.strip()), parameters=t.parameters)
+                 for t in frame.tools]
+        session.set_host_tools(tools)
+        return ok("set_host_tools", frame.id,
+                  payloads.HostToolNames(toolNames=[t.name for t in tools]))
+
+    def set_host_uri_schemes(self, frame: cmd.SetHostUriSchemes) -> Response:
+        schemes, problem = normalize_schemes(frame.schemes)
+        if schemes is None:
+            return fail("set_host_uri_schemes", frame.id, problem or "invalid schemes",
+                        INVALID_PARAMS)
+        self.host_uris.schemes = schemes
+        return ok("set_host_uri_schemes", frame.id,
+                  payloads.HostUriSchemes(schemes=list(schemes)))
 
     def prompt(self, frame: cmd.Prompt) -> Response:
         images = frame.images if isinstance(frame.images, list) else []

@@ -71,6 +71,8 @@ class ServeOptions:
     """Replaces the built-in instructions (``--system-prompt``)."""
     append_system_prompt: str | None = None
     """Added to the system prompt (``--append-system-prompt``)."""
+    tools: list[str] | None = None
+    """Built-in tools to offer, by name (``--tools``); None: all, ``[]``: none."""
     cwd: Path | None = None
     """Where tools work and context files are looked up; default: the process's cwd."""
     announce_offline: bool = True
@@ -144,7 +146,7 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         provider=options.provider, model=options.model, api_key=options.api_key,
         thinking=options.thinking, agent_directory=options.agent_dir,
         system_prompt=options.system_prompt, append_system_prompt=options.append_system_prompt,
-        cwd=options.cwd, announce_offline=options.announce_offline)
+        cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline)
     server = RpcServer(options=options, session=session)
     output_error: OutputClosedError | None = None
 

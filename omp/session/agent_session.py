@@ -24,8 +24,9 @@ from ..protocol import messages as m
 from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
 from ..protocol.events import PromptError, PromptResult, SessionSettled, ThinkingLevelChanged
 from ..protocol.payloads import Model
-from ..tools.base import Tool
+from ..tools.base import Tool, ToolContext
 from ..tools.todo import TodoState
+from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
     from ..tools.shell import ShellResult
@@ -71,8 +72,12 @@ class AgentSession:
     configured_thinking: ThinkingLevel = "off"
     """What the host asked for; the model may support less (see ``thinking_level``)."""
     cwd: Path = attrs.field(factory=Path.cwd)
-    tools: list[Tool] = attrs.field(factory=list)
+    builtin_tools: list[Tool] = attrs.field(factory=list)
+    """The built-in tools this session offers (``--tools`` chose them)."""
+    tool_context: ToolContext = attrs.field(factory=lambda: ToolContext(Path.cwd()))
+    prompt_options: PromptOptions = attrs.field(factory=lambda: PromptOptions(Path.cwd()))
     system_prompt: list[str] = attrs.field(factory=list)
+    host_tools: list[Tool] = attrs.field(factory=list)
     todos: TodoState = attrs.field(factory=TodoState)
     """Shared with the ``todo`` tool: ``set_todos`` and the model edit the same list."""
     sink: EventSink = attrs.field(factory=_NullSink)
@@ -87,6 +92,16 @@ class AgentSession:
 
     def __attrs_post_init__(self) -> None:
         self.agent = Agent(emit=self._agent_event, setup=self._turn_setup)
+
+    @property
+    def tools(self) -> list[Tool]:
+        """What the model sees: the built-in tools, then the host's."""
+        return [*self.builtin_tools, *self.host_tools]
+
+    def set_host_tools(self, tools: Sequence[Tool]) -> None:
+        """Replace the host's tools; the next model call (and system prompt) has them."""
+        self.host_tools = list(tools)
+        self.system_prompt = self.prompt_options.build(self.tools)
 
     def subscribe(self, sink: EventSink) -> None:
         """Send every session event to ``sink`` (one sink: the RPC server or the CLI)."""
@@ -287,22 +302,25 @@ class AgentSession:
         except Exception as exc:  # a bug in the loop: report it, keep the session alive
             failure = exc
         finally:
-            resume = (self.agent.aborted and bool(self.agent.steering)
-                      and not self._closing)
+            aborted = self.agent.aborted
+            resume = aborted and bool(self.agent.steering) and not self._closing
             self.agent.aborted = False  # the abort was for this run only
             self._run_done = None
-            self._report(added, failure, resume)
+            self._report(added, failure, resume, aborted)
             done.set()
         if resume:
             self._start_run([])
 
     def _report(self, added: list[m.AgentMessage], failure: BaseException | None,
-                resume: bool) -> None:
+                resume: bool, aborted: bool) -> None:
         """prompt_result for the tickets this run served, then session_settled if settled."""
         consumed = {id(msg) for msg in added}
         served = [t for t in self._tickets if id(t.message) in consumed]
         self._tickets = [t for t in self._tickets if id(t.message) not in consumed]
-        status, error = self._outcome(added, failure)
+        status: Literal["completed", "aborted", "error"] = "aborted"
+        error: Any = msgspec.UNSET
+        if not aborted or failure is not None:
+            status, error = self._outcome(added, failure)
         settled = self.settled and not resume
         for ticket in served:
             self._publish(PromptResult(id=ticket.request_id, agentInvoked=True, status=status,

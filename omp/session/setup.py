@@ -13,7 +13,7 @@ from ..tools import default_tools
 from ..tools.base import Tool, ToolContext
 from ..tools.todo import TodoState
 from .agent_session import AgentSession, SessionError
-from .system_prompt import build_system_prompt
+from .system_prompt import PromptOptions
 
 
 def create_session(*, provider: str | None = None, model: str | None = None,
@@ -22,6 +22,7 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                    environ: Mapping[str, str] | None = None,
                    system_prompt: str | None = None, append_system_prompt: str | None = None,
                    cwd: Path | None = None, tools: Sequence[Tool] | None = None,
+                   tool_names: Sequence[str] | None = None,
                    announce_offline: bool = True) -> AgentSession:
     """The startup session. Raises ``SessionError`` / ``ConfigError`` with a message for the user.
 
@@ -57,12 +58,22 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             level = known
     cwd = Path.cwd() if cwd is None else cwd
     todos = TodoState()
-    active = list(default_tools(ToolContext(cwd), todos)) if tools is None else list(tools)
-    directory = agent_dir(environ) if agent_directory is None else agent_directory
-    prompt = build_system_prompt(tools=active, cwd=cwd, agent_directory=directory,
-                                 custom=system_prompt, append=append_system_prompt)
+    context = ToolContext(cwd)
+    active = list(default_tools(context, todos)) if tools is None else list(tools)
+    if tool_names is not None:
+        by_name = {t.name: t for t in active}
+        unknown = [n for n in tool_names if n not in by_name]
+        if unknown:
+            raise SessionError(f"Unknown tool(s): {', '.join(unknown)} (built-in tools: "
+                               f"{', '.join(by_name)})")
+        active = [by_name[n] for n in dict.fromkeys(tool_names)]
+    prompt_options = PromptOptions(
+        cwd, agent_dir(environ) if agent_directory is None else agent_directory,
+        system_prompt, append_system_prompt)
     return AgentSession(registry=registry, model=chosen, configured_thinking=level, cwd=cwd,
-                        tools=active, system_prompt=prompt, todos=todos)
+                        builtin_tools=active, tool_context=context,
+                        prompt_options=prompt_options, system_prompt=prompt_options.build(active),
+                        todos=todos)
 
 
 def _choose(registry: ModelRegistry, provider: str | None, model: str | None) -> Model:

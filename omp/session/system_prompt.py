@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import attrs
+
 from ..tools.base import Tool
 
 CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
@@ -192,3 +194,22 @@ def _resolved(path: Path) -> Path:
         return path.resolve()
     except (OSError, RuntimeError):  # a symlink loop
         return Path(os.path.abspath(path))
+
+
+@attrs.define
+class PromptOptions:
+    """What a session's system prompt is built from, kept so it can be rebuilt when the tools
+    change (``set_host_tools``)."""
+
+    cwd: Path
+    agent_directory: Path | None = None
+    custom: str | None = None
+    append: str | None = None
+
+    def build(self, tools: Sequence[Tool]) -> list[str]:
+        from ..llm.models import agent_dir
+
+        return build_system_prompt(
+            tools=tools, cwd=self.cwd,
+            agent_directory=self.agent_directory or agent_dir(), custom=self.custom,
+            append=self.append)

@@ -73,13 +73,49 @@ class Tool(Protocol):
         ...
 
 
+@attrs.frozen
+class UriResource:
+    """What a host returned for a read of one of its URLs."""
+
+    content: str
+    content_type: str = "text/plain"
+    notes: tuple[str, ...] = ()
+    immutable: bool = False
+
+
+class UriHandler(Protocol):
+    """Serves ``scheme://`` URLs a host owns (``set_host_uri_schemes``)."""
+
+    def owns(self, url: str) -> bool:
+        """Whether ``url`` belongs to a registered scheme."""
+        ...
+
+    def writable(self, url: str) -> bool: ...
+
+    async def read(self, url: str) -> UriResource:
+        """Raises ToolError with the host's message on failure. On cancellation the host is
+        told (``host_uri_cancel``) and ``Cancelled`` propagates."""
+        ...
+
+    async def write(self, url: str, content: str) -> None:
+        """As ``read``."""
+        ...
+
+
 @attrs.define
 class ToolContext:
-    """What built-in tools share: where relative paths resolve."""
+    """What built-in tools share: where relative paths resolve, and who serves host URLs."""
 
     cwd: Path
+    uris: UriHandler | None = None
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else self.cwd / p
+
+    def host_url(self, path: str) -> str | None:
+        """``path`` itself when it is a URL of a host-registered scheme, else None."""
+        if self.uris is not None and "://" in path and self.uris.owns(path):
+            return path
+        return None

@@ -170,6 +170,9 @@ class EditTool:
         if not isinstance(path, str):
             raise ToolError("Edit tool input is invalid. path must be a string.")
         edits = _parse_edits(args.get("edits"))
+        if self.ctx.host_url(path) is not None:
+            raise ToolError(f"edit does not work on host URLs ({path}): read it, then use write "
+                            "with the complete new content.")
         absolute = self.ctx.resolve(path)
         edited = await trio.to_thread.run_sync(edit_file, absolute, path, edits)
         return ToolResult.text(

@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from ..protocol.messages import ImageContent, TextContent
-from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .base import OnUpdate, ToolContext, ToolError, ToolResult, UriResource
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
 from .truncate import (
     DEFAULT_MAX_BYTES,
@@ -26,6 +26,7 @@ from .truncate import (
     HeadTruncator,
     Truncation,
     format_size,
+    truncate_head,
 )
 
 _CHUNK = 1 << 20
@@ -208,6 +209,23 @@ def _text_result(window: _Window, start: int, limit: int | None, shown_path: str
     return ToolResult.text(truncation.content)
 
 
+def host_read_result(url: str, resource: UriResource) -> ToolResult:
+    """A host-served resource as the read tool shows it: its text (head-truncated like a file),
+    then the host's notes."""
+    cut = truncate_head(resource.content)
+    text = cut.content
+    if cut.truncated:
+        text += (f"\n\n[Showing lines 1-{cut.output_lines} of {cut.total_lines} of {url}; "
+                 "the host sent more than fits.]")
+    if resource.notes:
+        text += "\n\n" + "\n".join(f"[{note}]" for note in resource.notes)
+    details: dict[str, Any] = {"url": url, "contentType": resource.content_type,
+                               "immutable": resource.immutable}
+    if cut.truncated:
+        details["truncation"] = cut.details()
+    return ToolResult.text(text, details)
+
+
 class ReadTool:
     """Read a file (text with offset/limit, or an image) or list a directory."""
 
@@ -248,6 +266,8 @@ class ReadTool:
         and ``Cancelled`` propagates at once.
         """
         shown_path: str = args["path"]
+        if (url := self._ctx.host_url(shown_path)) is not None and self._ctx.uris is not None:
+            return host_read_result(url, await self._ctx.uris.read(url))
         path = resolve_path(self._ctx, shown_path)
         offset = None if args.get("offset") is None else int(args["offset"])
         limit = None if args.get("limit") is None else max(1, int(args["limit"]))

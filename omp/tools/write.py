@@ -61,6 +61,13 @@ class WriteTool:
         """
         shown_path: str = args["path"]
         content: str = args["content"]
+        if (url := self._ctx.host_url(shown_path)) is not None and self._ctx.uris is not None:
+            if not self._ctx.uris.writable(url):
+                scheme = url.partition("://")[0]
+                raise ToolError(f"{scheme}:// URLs are read-only for write; the host did not "
+                                "register this scheme as writable.")
+            await self._ctx.uris.write(url, content)
+            return ToolResult.text(f"Successfully wrote {len(content)} bytes to {url}")
         await trio.to_thread.run_sync(_write, resolve_path(self._ctx, shown_path), content)
         # The original counts the characters of the string, not the encoded bytes.
         return ToolResult.text(f"Successfully wrote {len(content)} bytes to {shown_path}")
