@@ -123,6 +123,8 @@ class Agent:
     last_call: ModelCall | None = None
     """The latest model call (its ``error`` explains an ``error`` outcome)."""
     consumed: list[m.UserMessage] = attrs.field(factory=list)
+    run_messages: list[m.AgentMessage] = attrs.field(factory=list)
+    """The messages the current (or last) run added, kept even when the run failed."""
     """Queued messages the current run has taken in (for prompt tickets)."""
     _scopes: set[trio.CancelScope] = attrs.field(factory=set)
     _emit_lock: trio.Lock = attrs.field(factory=trio.Lock)
@@ -179,7 +181,7 @@ class Agent:
             raise RuntimeError("a run is already in progress")
         self.running = True
         self.consumed = []
-        added: list[m.AgentMessage] = []
+        added = self.run_messages = []
         try:
             await self.emit(ev.AgentStart())
             pending: list[m.UserMessage] = list(prompts)

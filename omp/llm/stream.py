@@ -390,10 +390,13 @@ class ModelCall:
                 raise ProviderError(kind="bad_request", message=out.error_message or
                                     "The provider ended the response with an error",
                                     provider=provider, model=self.model.id)
-        except trio.Cancelled:
-            self.final = out.finish("aborted", "Request was aborted")
-            raise
-        except Exception as exc:
+        except BaseException as exc:
+            # Cancellation can arrive wrapped in a group (httpx connects inside a nursery).
+            if _is_cancellation(exc):
+                self.final = out.finish("aborted", "Request was aborted")
+                raise
+            if not isinstance(exc, Exception):
+                raise
             self.error = from_exception(exc, provider, self.model.id)
             self.final = out.finish("error", self.error.message, self.error.http_status)
             await emit(StreamEvent("error", out, message=self.final, reason="error"))
@@ -403,6 +406,15 @@ class ModelCall:
         self.final = out.finish(out.stop_reason)
         await emit(StreamEvent("done", out, message=self.final, reason=self.final.stopReason))
         return self.final
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """``trio.Cancelled``, alone or as the only kind of exception in a group."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cancellation(e) for e in exc.exceptions)
+    return False
 
 
 async def collect(model: Model, context: Context, options: StreamOptions | None = None, *,

@@ -8,6 +8,7 @@ session never writes frames: it publishes events to its listeners.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -301,6 +302,9 @@ class AgentSession:
             added = await self.agent.run(prompts)
         except Exception as exc:  # a bug in the loop: report it, keep the session alive
             failure = exc
+            added = list(self.agent.run_messages)
+            print(f"omp: internal error in the agent loop: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
         finally:
             aborted = self.agent.aborted
             resume = aborted and bool(self.agent.steering) and not self._closing

@@ -1,0 +1,139 @@
+"""Auto-retry policy (agent-core §5): whether a failed turn is retried, and how long to wait.
+
+Pure functions, plus ``wait_backoff``, the one await of a retry saga. The session owns the saga
+(events, counters, removing the failed message, ``continue()``); this module only decides:
+
+* ``should_retry``: retry iff auto-retry is on, the attempt is within ``maxRetries``, the turn
+  ended in ``error`` (never ``aborted``), and the failure is transient: rate limits, overload,
+  5xx and transport failures (a dropped or stalled stream included). Never a context overflow
+  (compaction handles those, §6.2), an auth failure, or a request the provider rejected.
+* ``backoff_delay``: ``min(baseDelayMs · 2^(n−1), 8 s) · (1 − rand·0.25)`` for retry ``n``;
+  a provider's ``retry-after`` wins when longer, and one longer than ``maxDelayMs`` ends the
+  saga at once (``RetryWaitTooLong``).
+
+Delays are in seconds (trio time); ``auto_retry_start.delayMs`` is ``delay * 1000``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import attrs
+import trio
+
+from ..llm.errors import ProviderError
+from ..protocol import messages as m
+from .settings import RetrySettings
+
+BACKOFF_CAP_MS = 8000
+"""The exponential part stops growing here (omp: 0.5 s, 1 s, 2 s, 4 s, 8 s, 8 s, ...)."""
+JITTER = 0.25
+"""Each delay is shortened by up to this fraction, so clients that failed together spread out."""
+
+# A stored message carries no ProviderError (a reloaded session, an error from another layer):
+# its text and HTTP status are all there is. The families of §5.1 (pi's list plus omp's), and
+# the texts our own transport errors use.
+_TRANSIENT = re.compile(
+    r"overloaded|rate.?limit|too many requests|\b(?:408|429|500|502|503|504|529)\b|"
+    r"service.?unavailable|server.?error|internal.?error|connection.?(?:error|refused|dropped)|"
+    r"other side closed|fetch failed|upstream.?connect|reset before headers|terminated|"
+    r"retry delay|timed? out|timeout|stream stall|socket hang up|network.?error|no capacity|"
+    r"high demand|provider returned error|retry your request",
+    re.IGNORECASE,
+)
+_OVERFLOW = re.compile(
+    r"prompt is too long|exceeds the context window|maximum context length|"
+    r"context[_ ]length[_ ]exceeded|too many tokens|token limit exceeded|"
+    r"input token count.*exceeds the maximum|reduce the length of the messages|"
+    r"context_window_exceeded|input is too long|request too large for model",
+    re.IGNORECASE,
+)
+
+
+def is_context_overflow(error: ProviderError | None, message: m.AssistantMessage) -> bool:
+    """The turn failed because the prompt no longer fits the model's window (§5.1, §6.2)."""
+    if error is not None:
+        return error.kind == "context_overflow"
+    text = message.errorMessage if isinstance(message.errorMessage, str) else ""
+    return message.errorStatus == 413 or bool(_OVERFLOW.search(text))
+
+
+def is_transient(error: ProviderError | None, message: m.AssistantMessage) -> bool:
+    """The failure may go away by waiting: the kinds of ``RETRYABLE``, or for a message without
+    its ProviderError, HTTP 408/429/5xx or a transient error text."""
+    if error is not None:
+        return error.retryable
+    if is_context_overflow(None, message):
+        return False
+    status = message.errorStatus
+    if isinstance(status, int):
+        return status in (408, 429) or status >= 500
+    text = message.errorMessage if isinstance(message.errorMessage, str) else ""
+    return bool(_TRANSIENT.search(text))
+
+
+def should_retry(error: ProviderError | None, message: m.AssistantMessage,
+                 settings: RetrySettings, attempt: int) -> bool:
+    """Whether the run that ended with ``message`` gets retry number ``attempt`` (1-based: the
+    first retry of a failed turn is 1; the saga's counter keeps growing while retries fail).
+
+    ``error`` is the call's ProviderError when there is one (``ModelCall.error``); it is what
+    decides. Without it the message's ``errorStatus`` and ``errorMessage`` do.
+    """
+    if not settings.enabled or attempt < 1 or attempt > settings.maxRetries:
+        return False
+    if message.stopReason != "error" or not message.errorMessage:
+        return False
+    return is_transient(error, message)
+
+
+@attrs.define(eq=False)
+class RetryWaitTooLong(Exception):
+    """The provider asked for a longer wait than ``retry.maxDelayMs``: the saga fails at once."""
+
+    requested_ms: float
+    max_ms: int
+
+    def __attrs_post_init__(self) -> None:
+        super().__init__(self.final_error(""))
+
+    def final_error(self, original: str) -> str:
+        """``auto_retry_end.finalError`` for a failure whose message was ``original``."""
+        return (f"Provider requested {round(self.requested_ms)}ms wait, exceeds retry.maxDelayMs "
+                f"({self.max_ms}ms). Original error: {original}")
+
+
+def backoff_delay(attempt: int, settings: RetrySettings, retry_after: float | None,
+                  rng: random.Random) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based).
+
+    Exponential from ``baseDelayMs``, capped at 8 s, minus up to 25% jitter (one
+    ``rng.random()`` per call, also when ``retry_after`` wins). ``retry_after`` (seconds, the
+    provider's ``retry-after``) is a minimum. Raises RetryWaitTooLong when it exceeds
+    ``maxDelayMs``.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt is 1-based, got {attempt}")
+    # A base above the cap is the user asking for longer waits: the cap never shortens it.
+    cap = max(BACKOFF_CAP_MS, settings.baseDelayMs)
+    # 2**(attempt-1) is an int: exact at any attempt, no float overflow.
+    exponential = min(settings.baseDelayMs * 2 ** (attempt - 1), cap)
+    delay_ms = exponential * (1 - rng.random() * JITTER)
+    if retry_after is not None:
+        requested_ms = retry_after * 1000
+        if requested_ms > settings.maxDelayMs:
+            raise RetryWaitTooLong(requested_ms, settings.maxDelayMs)
+        delay_ms = max(delay_ms, requested_ms)
+    return delay_ms / 1000
+
+
+async def wait_backoff(delay: float) -> None:
+    """Sleep ``delay`` seconds of trio time (so tests run it on a MockClock).
+
+    Cancellation is how a backoff is abandoned: ``abort_retry`` and ``abort`` cancel the cancel
+    scope the session opened around this wait, ``trio.Cancelled`` propagates at once, nothing is
+    left behind, and the session reports ``auto_retry_end{success: false, finalError: "Retry
+    cancelled"}`` at its scope boundary.
+    """
+    await trio.sleep(delay)
