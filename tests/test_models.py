@@ -9,7 +9,8 @@ import msgspec
 import pytest
 
 from omp.llm import thinking
-from omp.llm.models import ConfigError, ModelRegistry, load_auth_file, load_models_file
+from omp.llm.models import ConfigError, ModelRegistry, load_auth_file
+from omp.llm.models_file import load_models_file
 from omp.protocol.payloads import Model, ModelCost
 from omp.session import SessionError, create_session
 

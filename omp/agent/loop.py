@@ -54,8 +54,7 @@ Emit = Callable[[Any], Awaitable[None]]
 QueueMode = Literal["all", "one-at-a-time"]
 
 
-@attrs.frozen
-class AssistantUpdate:
+class AssistantUpdate(msgspec.Struct, frozen=True):
     """A streaming update of the assistant message (becomes a ``message_update`` frame).
 
     Kept as the provider's event so the consumer decides what to build: the snapshot the
@@ -65,8 +64,7 @@ class AssistantUpdate:
     event: StreamEvent
 
 
-@attrs.frozen
-class TurnSetup:
+class TurnSetup(msgspec.Struct, frozen=True, kw_only=True):
     """What one model call uses, read from the session before every call (it may change)."""
 
     model: Model

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import msgspec
 
 from ..protocol.commands import ThinkingLevel as ThinkingLevel
 from ..protocol.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -16,8 +17,7 @@ THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("off", "minimal", "low", "medium",
 LlmMessage = UserMessage | AssistantMessage | ToolResultMessage
 
 
-@attrs.frozen
-class ToolSpec:
+class ToolSpec(msgspec.Struct, frozen=True):
     """A tool as the model sees it: name, description and JSON-schema parameters."""
 
     name: str
@@ -25,8 +25,7 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
-@attrs.frozen
-class Context:
+class Context(msgspec.Struct, frozen=True, kw_only=True):
     system_prompt: tuple[str, ...] = ()
     """System prompt blocks, in order (Anthropic sends one text block per entry)."""
     messages: tuple[LlmMessage, ...] = ()

@@ -15,12 +15,12 @@ Bytes are handed on undecoded: the codec decodes UTF-8 (leniently) together with
 from __future__ import annotations
 
 import attrs
+import msgspec
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
-@attrs.frozen
-class LineTooLong:
+class LineTooLong(msgspec.Struct, frozen=True):
     """A line over the limit; ``size`` is how many bytes had arrived when it was cut off."""
 
     size: int

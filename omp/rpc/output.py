@@ -33,8 +33,7 @@ SEND_BLOCK = 1024 * 1024
 ENCODE_BLOCK = 256 * 1024
 
 
-@attrs.frozen
-class SwitchProtocol:
+class SwitchProtocol(msgspec.Struct, frozen=True):
     """Queue marker: frames after it are encoded with ``version`` (after the negotiate response)."""
 
     version: int

@@ -26,7 +26,7 @@ from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
 from ..protocol.events import PromptError, PromptResult, SessionSettled, ThinkingLevelChanged
 from ..protocol.payloads import Model
 from ..tools.base import Tool, ToolContext
-from ..tools.todo import TodoState
+from ..tools.todo_state import TodoState
 from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ Pure functions, plus ``wait_backoff``, the one await of a retry saga. The sessio
   ended in ``error`` (never ``aborted``), and the failure is transient: rate limits, overload,
   5xx and transport failures (a dropped or stalled stream included). Never a context overflow
   (compaction handles those, §6.2), an auth failure, or a request the provider rejected.
-* ``backoff_delay``: ``min(baseDelayMs · 2^(n−1), 8 s) · (1 − rand·0.25)`` for retry ``n``;
+* ``backoff_delay``: ``min(baseDelayMs · 2^(n-1), 8 s) · (1 - rand·0.25)`` for retry ``n``;
   a provider's ``retry-after`` wins when longer, and one longer than ``maxDelayMs`` ends the
   saga at once (``RetryWaitTooLong``).
 
@@ -118,7 +118,7 @@ def backoff_delay(attempt: int, settings: RetrySettings, retry_after: float | No
     # A base above the cap is the user asking for longer waits: the cap never shortens it.
     cap = max(BACKOFF_CAP_MS, settings.baseDelayMs)
     # 2**(attempt-1) is an int: exact at any attempt, no float overflow.
-    exponential = min(settings.baseDelayMs * 2 ** (attempt - 1), cap)
+    exponential: int = min(settings.baseDelayMs * 2 ** (attempt - 1), cap)
     delay_ms = exponential * (1 - rng.random() * JITTER)
     if retry_after is not None:
         requested_ms = retry_after * 1000

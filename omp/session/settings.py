@@ -107,6 +107,8 @@ def load_settings_file(path: Path) -> Settings:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with `compaction` and/or `retry` keys, "
                           f"got {type(raw).__name__}")
+    # A section whose keys are all commented out (`retry:` alone) reads as null: its defaults.
+    raw = {key: value for key, value in raw.items() if value is not None}
     try:
         settings: Settings = _converter().structure(raw, Settings)
     except cattrs.BaseValidationError as exc:

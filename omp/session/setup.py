@@ -11,7 +11,7 @@ from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
 from ..tools import default_tools
 from ..tools.base import Tool, ToolContext
-from ..tools.todo import TodoState
+from ..tools.todo_state import TodoState
 from .agent_session import AgentSession, SessionError
 from .system_prompt import PromptOptions
 

@@ -2,28 +2,77 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
-from .base import Tool, ToolContext
+from .base import OnUpdate, Tool, ToolContext, ToolResult
+from .specs import SPECS, ToolSpec
+from .todo_state import TodoState
 
-if TYPE_CHECKING:
-    from .todo import TodoState
+
+class LazyTool:
+    """A built-in tool as the model sees it (from its spec), implemented on first use.
+
+    Startup only pays for the specs; each implementation (and what it imports: subprocess
+    machinery, diffing, ripgrep plumbing) loads on the tool's first call.
+    """
+
+    def __init__(self, spec: ToolSpec, load: Callable[[], Tool]) -> None:
+        self._spec = spec
+        self._load = load
+        self._tool: Tool | None = None
+        self.name = spec.name
+        self.label = spec.label
+        self.description = spec.description
+        self.parameters = spec.parameters
+        self.read_only = spec.read_only
+
+    @property
+    def implementation(self) -> Tool:
+        if self._tool is None:
+            self._tool = self._load()
+        return self._tool
+
+    def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
+        prepare = getattr(self.implementation, "prepare_arguments", None)
+        return args if prepare is None else dict(prepare(args))
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """The implementation's ``execute``; cancellation behaves as it documents."""
+        return await self.implementation.execute(call_id, args, on_update=on_update)
+
+
+def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]:
+    def load() -> Tool:
+        if name == "read":
+            from .read import ReadTool
+            return ReadTool(ctx)
+        if name == "bash":
+            from .bash import BashTool
+            return BashTool(ctx)
+        if name == "edit":
+            from .edit import EditTool
+            return EditTool(ctx)
+        if name == "write":
+            from .write import WriteTool
+            return WriteTool(ctx)
+        if name == "grep":
+            from .grep import GrepTool
+            return GrepTool(ctx)
+        if name == "find":
+            from .find import FindTool
+            return FindTool(ctx)
+        if name == "ls":
+            from .ls import LsTool
+            return LsTool(ctx)
+        from .todo import TodoTool
+        return TodoTool(todos)
+
+    return load
 
 
 def default_tools(ctx: ToolContext, todos: TodoState | None = None) -> list[Tool]:
-    """The built-in tool set, in the order the system prompt lists them.
-
-    Imported here, not at module level: ``omp.tools.base`` is needed to start, the tools only
-    when a session is built.
-    """
-    from .bash import BashTool
-    from .edit import EditTool
-    from .find import FindTool
-    from .grep import GrepTool
-    from .ls import LsTool
-    from .read import ReadTool
-    from .todo import TodoTool
-    from .write import WriteTool
-
-    return [ReadTool(ctx), BashTool(ctx), EditTool(ctx), WriteTool(ctx), GrepTool(ctx),
-            FindTool(ctx), LsTool(ctx), TodoTool(todos)]
+    """The built-in tool set, in the order the system prompt lists them."""
+    state = TodoState() if todos is None else todos
+    return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in SPECS.items()]

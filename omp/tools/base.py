@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
+import msgspec
 
 from ..protocol.messages import ImageContent, TextContent
 
 ResultContent = TextContent | ImageContent
 
 
-@attrs.frozen
-class ToolResult:
+class ToolResult(msgspec.Struct, frozen=True):
     content: list[ResultContent]
     details: Any = None
     """Metadata for hosts (diffs, truncation, paths); never sent to the model."""
@@ -73,8 +73,7 @@ class Tool(Protocol):
         ...
 
 
-@attrs.frozen
-class UriResource:
+class UriResource(msgspec.Struct, frozen=True, kw_only=True):
     """What a host returned for a read of one of its URLs."""
 
     content: str

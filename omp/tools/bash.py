@@ -22,26 +22,15 @@ from msgspec import UNSET
 from ..protocol.payloads import BashResult
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .shell import ShellResult, ShellRun, ShellSpawnError
-from .truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Truncation, format_size
+from .specs import SPECS
+from .truncate import Truncation, format_size
 
 UPDATE_INTERVAL = 0.1
 """At most this often (seconds) a streaming update goes to ``on_update``."""
 
-DESCRIPTION = (
-    "Execute a bash command in the current working directory. Returns stdout and stderr. "
-    f"Output is truncated to last {DEFAULT_MAX_LINES} lines or {DEFAULT_MAX_BYTES // 1024}KB "
-    "(whichever is hit first). If truncated, full output is saved to a temp file. Optionally "
-    "provide a timeout in seconds.")
+DESCRIPTION = SPECS['bash'].description
 
-PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "command": {"type": "string", "description": "Bash command to execute"},
-        "timeout": {"type": "number",
-                    "description": "Timeout in seconds (optional, no default timeout)"},
-    },
-    "required": ["command"],
-}
+PARAMETERS: dict[str, Any] = SPECS['bash'].parameters
 
 
 def format_seconds(value: float) -> str:
@@ -79,11 +68,12 @@ def tool_output_text(result: ShellResult) -> str:
 class BashTool:
     ctx: ToolContext
 
-    name = "bash"
-    label = "bash"
-    description = DESCRIPTION
-    parameters = PARAMETERS
-    read_only = False
+    _spec = SPECS['bash']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
+    parameters = _spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

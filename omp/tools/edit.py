@@ -19,33 +19,13 @@ import trio
 
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .edit_match import Edit, EditedFile, EditError, edit_text
+from .specs import SPECS
 
 INVALID_EDITS = "Edit tool input is invalid. edits must contain at least one replacement."
 
-DESCRIPTION = (
-    "Edit a single file using exact text replacement. Every edits[].oldText must match a unique, "
-    "non-overlapping region of the original file. If two changes affect the same block or "
-    "nearby lines, merge them into one edit instead of emitting overlapping edits. Do not "
-    "include large unchanged regions just to connect distant changes.")
+DESCRIPTION = SPECS['edit'].description
 
-PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "path": {"type": "string",
-                 "description": "Path to the file to edit (relative or absolute)"},
-        "edits": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {"oldText": {"type": "string"}, "newText": {"type": "string"}},
-                "required": ["oldText", "newText"],
-            },
-        },
-    },
-    "required": ["path", "edits"],
-}
+PARAMETERS: dict[str, Any] = SPECS['edit'].parameters
 
 
 def prepare_edit_arguments(args: dict[str, Any]) -> dict[str, Any]:
@@ -151,11 +131,12 @@ def edit_file(absolute: Path, path: str, edits: list[Edit]) -> EditedFile:
 class EditTool:
     ctx: ToolContext
 
-    name = "edit"
-    label = "edit"
-    description = DESCRIPTION
-    parameters = PARAMETERS
-    read_only = False
+    _spec = SPECS['edit']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
+    parameters = _spec.parameters
 
     def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
         """Run before schema validation (see ``prepare_edit_arguments``)."""

@@ -27,6 +27,7 @@ import trio
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .grep import run_ripgrep
 from .ls import resolve_path
+from .specs import SPECS
 from .truncate import DEFAULT_MAX_BYTES, NO_LINE_LIMIT, format_size, truncate_head
 
 DEFAULT_FIND_LIMIT = 1000
@@ -150,35 +151,18 @@ def _check_directory(path: Path) -> None:
 class FindTool:
     """Find files (and directories) by glob, paths relative to the search directory."""
 
-    name = "find"
-    label = "Find"
-    description = (
-        "Search for files by glob pattern.\n\n"
-        "Returns matching paths relative to the search directory, sorted, directories with a "
-        "trailing '/'. Respects "
-        f".gitignore. Output is truncated to {DEFAULT_FIND_LIMIT} results or "
-        f"{DEFAULT_MAX_BYTES // 1024}KB (whichever is hit first)."
-    )
-    read_only = True
+    _spec = SPECS['find']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description":
-                            "Glob pattern to match files, e.g. '*.ts', '**/*.json', or "
-                            "'src/**/*.spec.ts'"},
-                "path": {"type": "string", "description":
-                         "Directory to search in (default: current directory)"},
-                "limit": {"type": "number",
-                          "description": "Maximum number of results (default: 1000)"},
-            },
-            "required": ["pattern"],
-        }
+        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

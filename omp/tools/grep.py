@@ -25,6 +25,7 @@ import trio
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import resolve_path
 from .shell import KILL_GRACE, kill_process_group
+from .specs import SPECS
 from .truncate import (
     DEFAULT_MAX_BYTES,
     GREP_MAX_LINE_LENGTH,
@@ -235,39 +236,18 @@ def _path_kind(path: Path) -> bool:
 class GrepTool:
     """Search file contents with ripgrep (regex or literal), .gitignore respected."""
 
-    name = "grep"
-    label = "Grep"
-    description = (
-        "Search file contents for a pattern.\n\n"
-        "Returns matching lines with file paths and line numbers. Respects .gitignore. Output "
-        f"is truncated to {DEFAULT_GREP_LIMIT} matches or {DEFAULT_MAX_BYTES // 1024}KB "
-        f"(whichever is hit first). Long lines are truncated to {GREP_MAX_LINE_LENGTH} chars."
-    )
-    read_only = True
+    _spec = SPECS['grep']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string",
-                            "description": "Search pattern (regex or literal string)"},
-                "path": {"type": "string", "description":
-                         "Directory or file to search (default: current directory)"},
-                "glob": {"type": "string", "description":
-                         "Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'"},
-                "ignoreCase": {"type": "boolean"},
-                "literal": {"type": "boolean"},
-                "context": {"type": "number", "description":
-                            "Number of lines to show before and after each match (default: 0)"},
-                "limit": {"type": "number", "description":
-                          "Maximum number of matches to return (default: 100)"},
-            },
-            "required": ["pattern"],
-        }
+        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

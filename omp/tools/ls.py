@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .specs import SPECS
 from .truncate import DEFAULT_MAX_BYTES, NO_LINE_LIMIT, format_size, truncate_head
 
 DEFAULT_LS_LIMIT = 500
@@ -99,30 +100,18 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 class LsTool:
     """List a directory: every entry (dotfiles too), sorted case-insensitively, dirs with ``/``."""
 
-    name = "ls"
-    label = "List"
-    description = (
-        "List directory contents.\n\n"
-        "Returns entries sorted alphabetically (case-insensitive), with '/' suffix for "
-        "directories. Includes dotfiles. Output is truncated to "
-        f"{DEFAULT_LS_LIMIT} entries or {DEFAULT_MAX_BYTES // 1024}KB (whichever is hit first)."
-    )
-    read_only = True
+    _spec = SPECS['ls']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string",
-                         "description": "Directory to list (default: current directory)"},
-                "limit": {"type": "number",
-                          "description": "Maximum number of entries to return (default: 500)"},
-            },
-        }
+        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -20,6 +20,7 @@ import trio
 from ..protocol.messages import ImageContent, TextContent
 from .base import OnUpdate, ToolContext, ToolError, ToolResult, UriResource
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
+from .specs import SPECS
 from .truncate import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -229,34 +230,18 @@ def host_read_result(url: str, resource: UriResource) -> ToolResult:
 class ReadTool:
     """Read a file (text with offset/limit, or an image) or list a directory."""
 
-    name = "read"
-    label = "Read"
-    description = (
-        "Read the contents of a file.\n\n"
-        "Supports text files and images (png, jpeg, gif, webp); images are sent as "
-        f"attachments. For text files, output is truncated to {DEFAULT_MAX_LINES} lines or "
-        f"{DEFAULT_MAX_BYTES // 1024}KB (whichever is hit first). Use offset/limit for large "
-        "files. When you need the full file, continue with offset until complete. A directory "
-        "path lists its entries."
-    )
-    read_only = True
+    _spec = SPECS['read']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string",
-                         "description": "Path to the file to read (relative or absolute)"},
-                "offset": {"type": "number",
-                           "description": "Line number to start reading from (1-indexed)"},
-                "limit": {"type": "number", "description": "Maximum number of lines to read"},
-            },
-            "required": ["path"],
-        }
+        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -30,27 +30,14 @@ import trio
 
 from ..protocol.commands import TodoItem, TodoPhase, TodoStatus
 from .base import OnUpdate, ToolError, ToolResult
+from .specs import SPECS
+from .todo_state import OPEN_STATUSES as _OPEN
+from .todo_state import TodoState as TodoState
 
 OPS = ("init", "start", "done", "rm", "drop", "block", "unblock", "append", "view")
 DEFAULT_PHASE = "Todos"
-_OPEN: tuple[TodoStatus, ...] = ("pending", "in_progress", "blocked")
 _MARKS: dict[str, str] = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]",
                           "abandoned": "[-]", "blocked": "[!]"}
-
-
-@attrs.define
-class TodoState:
-    """The session's todo phases. ``phases`` is replaced, never mutated in place, so a reader
-    holding the old list keeps a consistent snapshot."""
-
-    phases: list[TodoPhase] = attrs.Factory(list)
-
-    def replace(self, phases: Sequence[TodoPhase]) -> None:
-        self.phases = list(phases)
-
-    def incomplete(self) -> list[TodoItem]:
-        """Tasks still pending, in progress or blocked, in list order."""
-        return [task for phase in self.phases for task in phase.tasks if task.status in _OPEN]
 
 
 def render_todos(phases: Sequence[TodoPhase]) -> str:
@@ -267,52 +254,18 @@ def _apply(state: TodoState, args: dict[str, Any]) -> str:
 class TodoTool:
     """Keep a phased task list: one operation per call."""
 
-    name = "todo"
-    label = "Todo"
-    description = (
-        "Track the task list for multi-step work.\n\n"
-        "One operation per call. op=init with list=[{phase, items}] starts a list (all tasks "
-        "pending); start/done/drop/block/unblock/rm change one task, named by its text in "
-        "task (done/drop/rm with only phase act on the whole phase; block takes a reason); "
-        "append adds items to a phase (created if missing); view shows the list. Every call "
-        "returns the whole list. Mark a task in progress before working on it and done as "
-        "soon as it is finished."
-    )
-    read_only = False
+    _spec = SPECS['todo']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
 
     def __init__(self, state: TodoState | None = None) -> None:
         self.state = state if state is not None else TodoState()
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "op": {"type": "string", "enum": list(OPS), "description": "The operation"},
-                "list": {
-                    "type": "array",
-                    "description": "init: the phases, in order, each with its tasks",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "phase": {"type": "string", "description": "Phase name"},
-                            "items": {"type": "array", "items": {"type": "string"},
-                                      "description": "Task texts"},
-                        },
-                        "required": ["phase", "items"],
-                    },
-                },
-                "task": {"type": "string", "description":
-                         "start/done/rm/drop/block/unblock: the task's text"},
-                "phase": {"type": "string", "description":
-                          "The phase (narrows task; the target of append; alone with "
-                          "done/drop/rm: the whole phase)"},
-                "items": {"type": "array", "items": {"type": "string"},
-                          "description": "append: the new tasks' texts"},
-                "reason": {"type": "string", "description": "block: what the task waits on"},
-            },
-            "required": ["op"],
-        }
+        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -9,6 +9,7 @@ import trio
 
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import os_error_message, resolve_path
+from .specs import SPECS
 
 
 def _write(path: Path, content: str) -> None:
@@ -28,29 +29,18 @@ def _write(path: Path, content: str) -> None:
 class WriteTool:
     """Write a file whole: creates it (and its parent directories) or overwrites it."""
 
-    name = "write"
-    label = "Write"
-    description = (
-        "Create or overwrite a file.\n\n"
-        "Writes content to a file. Creates the file if it doesn't exist, overwrites if it "
-        "does. Automatically creates parent directories."
-    )
-    read_only = False
+    _spec = SPECS['write']
+    name = _spec.name
+    label = _spec.label
+    description = _spec.description
+    read_only = _spec.read_only
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string",
-                         "description": "Path to the file to write (relative or absolute)"},
-                "content": {"type": "string", "description": "Content to write to the file"},
-            },
-            "required": ["path", "content"],
-        }
+        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -1,0 +1,200 @@
+"""What the model is told about each built-in tool: name, label, description, JSON schema.
+
+Kept as data apart from the implementations, so a session can offer the tools (system prompt,
+``dumpTools``) without importing them: an implementation is imported on its first call.
+The schemas are those of agent-core §10.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    label: str
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool
+
+
+SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
+    ToolSpec(
+        name='read', label='Read', read_only=True,
+        description=(
+            'Read the contents of a file.\n\nSupports text files and images (png, '
+            'jpeg, gif, webp); images are sent as attachments. For text files, '
+            'output is truncated to 2000 lines or 50KB (whichever is hit first). '
+            'Use offset/limit for large files. When you need the full file, '
+            'continue with offset until complete. A directory path lists its '
+            'entries.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'path': {'type': 'string',
+                                 'description': 'Path to the file to read (relative or '
+                                                'absolute)'},
+                        'offset': {'type': 'number',
+                                   'description': 'Line number to start reading from '
+                                                  '(1-indexed)'},
+                        'limit': {'type': 'number',
+                                  'description': 'Maximum number of lines to read'}},
+         'required': ['path']}),
+    ToolSpec(
+        name='bash', label='bash', read_only=False,
+        description=(
+            'Execute a bash command in the current working directory. Returns '
+            'stdout and stderr. Output is truncated to last 2000 lines or 50KB '
+            '(whichever is hit first). If truncated, full output is saved to a temp '
+            'file. Optionally provide a timeout in seconds.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'command': {'type': 'string', 'description': 'Bash command to execute'},
+                        'timeout': {'type': 'number',
+                                    'description': 'Timeout in seconds (optional, no default '
+                                                   'timeout)'}},
+         'required': ['command']}),
+    ToolSpec(
+        name='edit', label='edit', read_only=False,
+        description=(
+            'Edit a single file using exact text replacement. Every edits[].oldText '
+            'must match a unique, non-overlapping region of the original file. If '
+            'two changes affect the same block or nearby lines, merge them into one '
+            'edit instead of emitting overlapping edits. Do not include large '
+            'unchanged regions just to connect distant changes.'
+        ),
+        parameters={'type': 'object',
+         'additionalProperties': False,
+         'properties': {'path': {'type': 'string',
+                                 'description': 'Path to the file to edit (relative or '
+                                                'absolute)'},
+                        'edits': {'type': 'array',
+                                  'items': {'type': 'object',
+                                            'additionalProperties': False,
+                                            'properties': {'oldText': {'type': 'string'},
+                                                           'newText': {'type': 'string'}},
+                                            'required': ['oldText', 'newText']}}},
+         'required': ['path', 'edits']}),
+    ToolSpec(
+        name='write', label='Write', read_only=False,
+        description=(
+            'Create or overwrite a file.\n\nWrites content to a file. Creates the '
+            "file if it doesn't exist, overwrites if it does. Automatically creates "
+            'parent directories.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'path': {'type': 'string',
+                                 'description': 'Path to the file to write (relative or '
+                                                'absolute)'},
+                        'content': {'type': 'string',
+                                    'description': 'Content to write to the file'}},
+         'required': ['path', 'content']}),
+    ToolSpec(
+        name='grep', label='Grep', read_only=True,
+        description=(
+            'Search file contents for a pattern.\n\nReturns matching lines with '
+            'file paths and line numbers. Respects .gitignore. Output is truncated '
+            'to 100 matches or 50KB (whichever is hit first). Long lines are '
+            'truncated to 500 chars.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'pattern': {'type': 'string',
+                                    'description': 'Search pattern (regex or literal string)'},
+                        'path': {'type': 'string',
+                                 'description': 'Directory or file to search (default: current '
+                                                'directory)'},
+                        'glob': {'type': 'string',
+                                 'description': "Filter files by glob pattern, e.g. '*.ts' or "
+                                                "'**/*.spec.ts'"},
+                        'ignoreCase': {'type': 'boolean'},
+                        'literal': {'type': 'boolean'},
+                        'context': {'type': 'number',
+                                    'description': 'Number of lines to show before and after '
+                                                   'each match (default: 0)'},
+                        'limit': {'type': 'number',
+                                  'description': 'Maximum number of matches to return '
+                                                 '(default: 100)'}},
+         'required': ['pattern']}),
+    ToolSpec(
+        name='find', label='Find', read_only=True,
+        description=(
+            'Search for files by glob pattern.\n\nReturns matching paths relative '
+            "to the search directory, sorted, directories with a trailing '/'. "
+            'Respects .gitignore. Output is truncated to 1000 results or 50KB '
+            '(whichever is hit first).'
+        ),
+        parameters={'type': 'object',
+         'properties': {'pattern': {'type': 'string',
+                                    'description': "Glob pattern to match files, e.g. '*.ts', "
+                                                   "'**/*.json', or 'src/**/*.spec.ts'"},
+                        'path': {'type': 'string',
+                                 'description': 'Directory to search in (default: current '
+                                                'directory)'},
+                        'limit': {'type': 'number',
+                                  'description': 'Maximum number of results (default: 1000)'}},
+         'required': ['pattern']}),
+    ToolSpec(
+        name='ls', label='List', read_only=True,
+        description=(
+            'List directory contents.\n\nReturns entries sorted alphabetically '
+            "(case-insensitive), with '/' suffix for directories. Includes "
+            'dotfiles. Output is truncated to 500 entries or 50KB (whichever is hit '
+            'first).'
+        ),
+        parameters={'type': 'object',
+         'properties': {'path': {'type': 'string',
+                                 'description': 'Directory to list (default: current '
+                                                'directory)'},
+                        'limit': {'type': 'number',
+                                  'description': 'Maximum number of entries to return '
+                                                 '(default: 500)'}}}),
+    ToolSpec(
+        name='todo', label='Todo', read_only=False,
+        description=(
+            'Track the task list for multi-step work.\n\nOne operation per call. '
+            'op=init with list=[{phase, items}] starts a list (all tasks pending); '
+            'start/done/drop/block/unblock/rm change one task, named by its text in '
+            'task (done/drop/rm with only phase act on the whole phase; block takes '
+            'a reason); append adds items to a phase (created if missing); view '
+            'shows the list. Every call returns the whole list. Mark a task in '
+            'progress before working on it and done as soon as it is finished.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'op': {'type': 'string',
+                               'enum': ['init',
+                                        'start',
+                                        'done',
+                                        'rm',
+                                        'drop',
+                                        'block',
+                                        'unblock',
+                                        'append',
+                                        'view'],
+                               'description': 'The operation'},
+                        'list': {'type': 'array',
+                                 'description': 'init: the phases, in order, each with its '
+                                                'tasks',
+                                 'items': {'type': 'object',
+                                           'properties': {'phase': {'type': 'string',
+                                                                    'description': 'Phase '
+                                                                                   'name'},
+                                                          'items': {'type': 'array',
+                                                                    'items': {'type': 'string'},
+                                                                    'description': 'Task '
+                                                                                   'texts'}},
+                                           'required': ['phase', 'items']}},
+                        'task': {'type': 'string',
+                                 'description': "start/done/rm/drop/block/unblock: the task's "
+                                                'text'},
+                        'phase': {'type': 'string',
+                                  'description': 'The phase (narrows task; the target of '
+                                                 'append; alone with done/drop/rm: the whole '
+                                                 'phase)'},
+                        'items': {'type': 'array',
+                                  'items': {'type': 'string'},
+                                  'description': "append: the new tasks' texts"},
+                        'reason': {'type': 'string',
+                                   'description': 'block: what the task waits on'}},
+         'required': ['op']}),
+]}
