@@ -455,6 +455,7 @@ async def test_provider_error_ends_the_run_with_an_error_result(
                                                     "type": "rate_limit_error"}}}]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.data("set_auto_retry", enabled=False)  # the error itself is the point
             await agent.send("prompt", message="Hello?", id="p1")
             frames = await agent.until_settled()
             last = await agent.data("get_last_assistant_text")
@@ -583,3 +584,52 @@ async def test_unknown_tool_and_invalid_arguments_become_error_results(
     assert assistant_text(ended(frames, "assistant")[-1]) == "Recovered."
     (result,) = of_type(frames, "prompt_result")
     assert result["status"] == "completed"
+
+
+# --- auto-retry ----------------------------------------------------------------------------------
+
+
+async def test_retryable_error_is_retried_then_succeeds(tmp_path: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    script: list[dict[str, Any]] = [
+        {"status": 503, "headers": {"retry-after": "0.2"},
+         "body": {"error": {"message": "overloaded, try again"}}},
+        text_reply("Second time lucky.")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Hello?", id="p1")
+            frames = await agent.until_settled()
+            messages = (await agent.data("get_messages"))["messages"]
+    (start,) = of_type(frames, "auto_retry_start")
+    assert (start["attempt"], start["maxAttempts"]) == (1, 10)
+    assert start["delayMs"] >= 200  # retry-after is a minimum
+    assert "overloaded, try again" in start["errorMessage"]
+    (end,) = of_type(frames, "auto_retry_end")
+    assert (end["success"], end["attempt"]) == (True, 1)
+    first_end = [f for f in frames if f["type"] == "agent_end"]
+    assert first_end[0].get("isTerminal") is False  # a retry follows
+    assert "isTerminal" not in first_end[-1]
+    (result,) = of_type(frames, "prompt_result")
+    assert result["status"] == "completed"
+    # The failed attempt left the live context; the answer is there.
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["stopReason"] == "stop"
+
+
+async def test_abort_retry_stops_the_backoff(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    script: list[dict[str, Any]] = [
+        {"status": 429, "headers": {"retry-after": "30"},
+         "body": {"error": {"message": "slow down"}}}]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Hello?", id="p1")
+            await agent.until_type("auto_retry_start")
+            started = trio.current_time()
+            await agent.send("abort_retry", id="ar")
+            frames = await agent.until_settled()
+            assert trio.current_time() - started < 5  # not the 30 s the provider asked for
+    (end,) = of_type(frames, "auto_retry_end")
+    assert (end["success"], end["finalError"]) == (False, "Retry cancelled")
+    (result,) = of_type(frames, "prompt_result")
+    assert result["status"] == "error"
+    assert result["error"]["retryable"] is True

@@ -169,7 +169,8 @@ class Agent:
 
     # -- the run -----------------------------------------------------------------------------
 
-    async def run(self, prompts: Sequence[m.UserMessage]) -> list[m.AgentMessage]:
+    async def run(self, prompts: Sequence[m.UserMessage], *,
+                  continues: Callable[[], bool] | None = None) -> list[m.AgentMessage]:
         """One run: returns the messages it added (what ``agent_end`` carries).
 
         Abort (``abort()``) ends it early but still in protocol order. If the task running it is
@@ -198,8 +199,12 @@ class Agent:
             return added
         finally:
             self.running = False
+            # ``continues``: the session already knows more work follows (a retry), so this
+            # agent_end is not terminal (rpc-behavior §4.4).
+            more = continues is not None and continues()
             with trio.CancelScope(shield=True):
-                await self.emit(ev.AgentEnd(messages=list(added)))
+                await self.emit(ev.AgentEnd(messages=list(added),
+                                            isTerminal=False if more else msgspec.UNSET))
 
     async def _add(self, message: m.AgentMessage, added: list[m.AgentMessage]) -> None:
         self.messages.append(message)

@@ -102,6 +102,8 @@ class CommandRouter:
             cmd.SetThinkingLevel: self.set_thinking_level,
             cmd.CycleThinkingLevel: self.cycle_thinking_level,
             cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
+            cmd.SetAutoRetry: self.set_auto_retry,
+            cmd.SetAutoCompaction: self.set_auto_compaction,
             cmd.SetHostTools: self.set_host_tools,
             cmd.SetHostUriSchemes: self.set_host_uri_schemes,
             cmd.Prompt: self.prompt,
@@ -177,6 +179,7 @@ class CommandRouter:
             dumpTools=[payloads.DumpTool(name=t.name, description=t.description,
                                          parameters=t.parameters) for t in s.tools],
             contextUsage=_context_usage(s.context_usage()),
+            autoCompactionEnabled=s.auto_compaction,
         )
         return ok("get_state", frame.id, state)
 
@@ -336,9 +339,18 @@ class CommandRouter:
     async def abort_family(self, frame: cmd.AbortBash | cmd.AbortRetry) -> Response:
         if isinstance(frame, cmd.AbortBash):
             self.abort_bash()
-        # abort_retry: automatic retries do not exist yet, so there is never a backoff to
-        # cancel; succeeding is the protocol's answer when none is running.
+        else:
+            # Succeeds whether or not a backoff was running (rpc-behavior §2.2).
+            self.server.session.abort_retry()
         return ok(_tag(frame), frame.id)
+
+    def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
+        self.server.session.auto_retry = frame.enabled
+        return ok("set_auto_retry", frame.id)
+
+    def set_auto_compaction(self, frame: cmd.SetAutoCompaction) -> Response:
+        self.server.session.auto_compaction = frame.enabled
+        return ok("set_auto_compaction", frame.id)
 
     def abort_bash(self) -> None:
         """Cancel every running RPC ``bash``; each still answers with its cancelled result."""

@@ -8,6 +8,7 @@ session never writes frames: it publishes events to its listeners.
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,10 +24,19 @@ from ..llm.models import ModelRegistry
 from ..llm.types import StreamOptions, ThinkingLevel
 from ..protocol import messages as m
 from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
-from ..protocol.events import PromptError, PromptResult, SessionSettled, ThinkingLevelChanged
+from ..protocol.events import (
+    AutoRetryEnd,
+    AutoRetryStart,
+    PromptError,
+    PromptResult,
+    SessionSettled,
+    ThinkingLevelChanged,
+)
 from ..protocol.payloads import Model
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
+from .retry import RetryWaitTooLong, backoff_delay, should_retry, wait_backoff
+from .settings import Settings
 from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
@@ -90,6 +100,17 @@ class AgentSession:
     _closing: bool = attrs.field(default=False, init=False)
     _unsettled: bool = attrs.field(default=False, init=False)
     _deferred: list[m.AgentMessage] = attrs.field(factory=list, init=False)
+    settings: Settings = attrs.field(factory=Settings)
+    auto_retry: bool = True
+    """``set_auto_retry``: False turns every automatic retry off."""
+    auto_compaction: bool = True
+    """``set_auto_compaction``: whether compaction may start on its own."""
+    _retry_decision: tuple[float, m.AssistantMessage] | None = attrs.field(default=None,
+                                                                            init=False)
+    _retry_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _retry_scope_cancelled: bool = attrs.field(default=False, init=False)
+    _saga_attempts: int = attrs.field(default=0, init=False)
+    _rng: random.Random = attrs.field(factory=random.Random, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.agent = Agent(emit=self._agent_event, setup=self._turn_setup)
@@ -284,6 +305,7 @@ class AgentSession:
         if done is None:
             return
         self.agent.abort()
+        self.abort_retry()
         await done.wait()
 
     def _start_run(self, prompts: list[m.UserMessage]) -> None:
@@ -296,15 +318,57 @@ class AgentSession:
         self._nursery.start_soon(self._run, prompts, done)
 
     async def _run(self, prompts: list[m.UserMessage], done: trio.Event) -> None:
+        """One prompt's work: the run, and the automatic retries of a failed model call.
+
+        Retry saga (agent-core §5): a run that ends in a retryable error is followed by
+        ``auto_retry_start``, a backoff (trio time; ``abort_retry`` / ``abort`` cancel it) and a
+        new run from the same context without the failed message; ``auto_retry_end`` closes the
+        saga. The prompt's ``prompt_result`` comes once, after the saga.
+        """
         failure: BaseException | None = None
         added: list[m.AgentMessage] = []
+        attempt = 0
         try:
-            added = await self.agent.run(prompts)
-        except Exception as exc:  # a bug in the loop: report it, keep the session alive
-            failure = exc
-            added = list(self.agent.run_messages)
-            print(f"omp: internal error in the agent loop: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
+            while True:
+                self._retry_decision = None
+                self._saga_attempts = attempt
+                try:
+                    run_added = await self.agent.run(prompts, continues=self._plan_retry)
+                except Exception as exc:  # a bug in the loop: report it, keep the session alive
+                    failure = exc
+                    added += self.agent.run_messages
+                    print(f"omp: internal error in the agent loop: {type(exc).__name__}: "
+                          f"{exc}", file=sys.stderr)
+                    break
+                added += run_added
+                decision = self._retry_decision
+                if decision is None:
+                    if attempt:
+                        last = _last_assistant(run_added)
+                        success = last is not None and last.stopReason != "error"
+                        self._publish(AutoRetryEnd(
+                            success=success, attempt=attempt,
+                            finalError=msgspec.UNSET if success or last is None
+                            else last.errorMessage or "unknown error"))
+                    break
+                attempt += 1
+                delay, failed = decision
+                self._publish(AutoRetryStart(
+                    attempt=attempt, maxAttempts=self.settings.retry.maxRetries,
+                    delayMs=round(delay * 1000, 1),
+                    errorMessage=failed.errorMessage or "unknown error"))
+                with trio.CancelScope() as self._retry_scope:
+                    await wait_backoff(delay)
+                self._retry_scope = None
+                if self._retry_scope_cancelled or self.agent.aborted:
+                    self._retry_scope_cancelled = False
+                    self._publish(AutoRetryEnd(success=False, attempt=attempt,
+                                               finalError="Retry cancelled"))
+                    break
+                # The failed attempt leaves the live context (agent-core §5.3); the file
+                # keeps it.
+                self._drop_failed_turn(failed)
+                prompts = []
         finally:
             aborted = self.agent.aborted
             resume = aborted and bool(self.agent.steering) and not self._closing
@@ -314,6 +378,41 @@ class AgentSession:
             done.set()
         if resume:
             self._start_run([])
+
+    def _plan_retry(self) -> bool:
+        """Called by the loop just before ``agent_end``: will the session retry this run?"""
+        last = _last_assistant(self.agent.run_messages)
+        if (last is None or last.stopReason != "error" or self.agent.aborted
+                or self._closing or not self.auto_retry):
+            return False
+        call = self.agent.last_call
+        error = call.error if call is not None else None
+        attempt = self._saga_attempts + 1
+        if not should_retry(error, last, self.settings.retry, attempt):
+            return False
+        try:
+            delay = backoff_delay(attempt, self.settings.retry,
+                                  error.retry_after if error is not None else None, self._rng)
+        except RetryWaitTooLong:
+            return False
+        self._retry_decision = (delay, last)
+        return True
+
+    def _drop_failed_turn(self, failed: m.AssistantMessage) -> None:
+        messages = self.agent.messages
+        if failed in messages:
+            index = max(i for i, msg in enumerate(messages) if msg is failed)
+            # Its synthetic "not executed" tool results go with it.
+            del messages[index:]
+
+    def abort_retry(self) -> bool:
+        """Cancel a retry backoff in progress; False when none is."""
+        scope = self._retry_scope
+        if scope is None:
+            return False
+        self._retry_scope_cancelled = True
+        scope.cancel()
+        return True
 
     def _report(self, added: list[m.AgentMessage], failure: BaseException | None,
                 resume: bool, aborted: bool) -> None:
@@ -437,3 +536,8 @@ class AgentSession:
         self._publish(ThinkingLevelChanged(
             thinkingLevel=level if self.model.reasoning else msgspec.UNSET,
             configured=self.configured_thinking, resolved=level))
+
+
+def _last_assistant(messages: Sequence[m.AgentMessage]) -> m.AssistantMessage | None:
+    return next((msg for msg in reversed(messages) if isinstance(msg, m.AssistantMessage)),
+                None)

@@ -13,6 +13,7 @@ from ..tools import default_tools
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from .agent_session import AgentSession, SessionError
+from .settings import load_settings
 from .system_prompt import PromptOptions
 
 
@@ -70,7 +71,10 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     prompt_options = PromptOptions(
         cwd, agent_dir(environ) if agent_directory is None else agent_directory,
         system_prompt, append_system_prompt)
+    settings = load_settings(prompt_options.agent_directory)
     return AgentSession(registry=registry, model=chosen, configured_thinking=level, cwd=cwd,
+                        settings=settings, auto_retry=settings.retry.enabled,
+                        auto_compaction=settings.compaction.enabled,
                         builtin_tools=active, tool_context=context,
                         prompt_options=prompt_options, system_prompt=prompt_options.build(active),
                         todos=todos)

@@ -826,7 +826,10 @@ def _migrate(header: dict[str, Any], body: list[tuple[int, dict[str, Any]]], ver
         if (raw.get("type") == "message" and isinstance(message, dict)
                 and message.get("role") == "hookMessage"):
             message["role"] = "custom"
-    header["version"] = CURRENT_VERSION
+    # ``version`` second, where the original writes it (v1 headers have none).
+    rest = {k: v for k, v in header.items() if k not in ("type", "version")}
+    header.clear()
+    header.update({"type": "session", "version": CURRENT_VERSION, **rest})
     return True
 
 
