@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-OMP = [sys.executable, "-m", "omp", "--mode", "rpc"]
+OMP = [sys.executable, "-m", "omp", "--mode", "rpc", "--no-session"]
 
 
 def floor_once() -> float:

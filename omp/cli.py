@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace the built-in instructions (text, or a file to read)")
     parser.add_argument("--append-system-prompt", metavar="TEXT_OR_FILE",
                         help="add to the system prompt (text, or a file to read)")
+    sessions = parser.add_mutually_exclusive_group()
+    sessions.add_argument("--session", metavar="FILE",
+                          help="continue the session in FILE (created when missing)")
+    sessions.add_argument("-c", "--continue", dest="resume", action="store_true",
+                          help="continue the newest session of this directory")
+    sessions.add_argument("--no-session", action="store_true",
+                          help="keep the session in memory only (nothing written to disk)")
+    parser.add_argument("--session-dir", metavar="DIR",
+                        help="where session files go (default: $OMP_SESSION_DIR, else "
+                        "~/.omp/agent/sessions/<encoded cwd>)")
     tools = parser.add_mutually_exclusive_group()
     tools.add_argument("--tools", metavar="NAMES",
                        help="comma-separated built-in tools to offer the model (default: read, "
@@ -97,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = ServeOptions(
             provider=args.provider, model=args.model, api_key=args.api_key,
             thinking=args.thinking, system_prompt=_prompt_arg(args.system_prompt),
+            persist=not args.no_session,
+            session=Path(args.session).expanduser() if args.session else None,
+            resume=args.resume,
+            session_dir=Path(args.session_dir).expanduser() if args.session_dir else None,
             tools=[] if args.no_tools else (
                 None if args.tools is None
                 else [n.strip() for n in args.tools.split(",") if n.strip()]),
@@ -140,7 +154,9 @@ async def one_shot(options: Any, message: str, mode: str) -> int:
     session = create_session(
         provider=options.provider, model=options.model, api_key=options.api_key,
         thinking=options.thinking, system_prompt=options.system_prompt,
-        append_system_prompt=options.append_system_prompt, tool_names=options.tools)
+        append_system_prompt=options.append_system_prompt, tool_names=options.tools,
+        persist=options.persist, session_dir=options.session_dir, session_path=options.session,
+        resume=options.resume)
     encoder = msgspec.json.Encoder()
     out = sys.stdout.buffer
     results: list[ev.PromptResult] = []

@@ -141,13 +141,13 @@ async def test_set_todos_keeps_ids_and_get_state_shows_them() -> None:
 
 async def test_unimplemented_commands_say_so() -> None:
     async with running() as host:
-        await host.write({"id": "n", "type": "new_session"},
-                         {"id": "c", "type": "compact"})
+        await host.write({"id": "h", "type": "handoff"},
+                         {"id": "l", "type": "login", "providerId": "anthropic"})
         frames = {f["id"]: f for f in await host.frames(2)}
-        assert frames["n"] == {"type": "response", "id": "n", "command": "new_session",
-                               "success": False, "error": "new_session is not implemented yet",
+        assert frames["h"] == {"type": "response", "id": "h", "command": "handoff",
+                               "success": False, "error": "handoff is not implemented yet",
                                "code": "not_implemented"}
-        assert frames["c"]["code"] == "not_implemented"
+        assert frames["l"]["code"] == "not_implemented"
         await host.send.aclose()
 
 

@@ -8,7 +8,9 @@ place when the serial lane is idle. Commands whose issue has not landed answer
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -102,6 +104,12 @@ class CommandRouter:
             cmd.SetThinkingLevel: self.set_thinking_level,
             cmd.CycleThinkingLevel: self.cycle_thinking_level,
             cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
+            cmd.SetSessionName: self.set_session_name,
+            cmd.GetBranchMessages: self.get_branch_messages,
+            cmd.GetEntries: self.get_entries,
+            cmd.GetTree: self.get_tree,
+            cmd.GetMessagesPage: self.get_messages_page,
+            cmd.Branch: self.branch,
             cmd.SetAutoRetry: self.set_auto_retry,
             cmd.SetAutoCompaction: self.set_auto_compaction,
             cmd.SetHostTools: self.set_host_tools,
@@ -136,6 +144,8 @@ class CommandRouter:
             return await self.abort_family(frame)
         if isinstance(frame, cmd.Bash):
             return await self.bash(frame)
+        if isinstance(frame, cmd.NewSession | cmd.SwitchSession | cmd.OpenSession):
+            return await self.change_session(frame)
         return not_implemented(frame)
 
     def internal_error(self, frame: Any, exc: BaseException) -> Response:
@@ -180,6 +190,9 @@ class CommandRouter:
                                          parameters=t.parameters) for t in s.tools],
             contextUsage=_context_usage(s.context_usage()),
             autoCompactionEnabled=s.auto_compaction,
+            sessionId=s.session_id,
+            sessionFile=s.session_file or msgspec.UNSET,
+            sessionName=s.session_name or msgspec.UNSET,
         )
         return ok("get_state", frame.id, state)
 
@@ -344,6 +357,99 @@ class CommandRouter:
             self.server.session.abort_retry()
         return ok(_tag(frame), frame.id)
 
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def change_session(self, frame: cmd.NewSession | cmd.SwitchSession | cmd.OpenSession
+                             ) -> Response | None:
+        """new_session / switch_session / open_session: the run in progress is aborted (its
+        prompts answered ``aborted``), then the session continues in another file."""
+        session = self.server.session
+        kind = _tag(frame)
+        data: Any
+        try:
+            if isinstance(frame, cmd.NewSession):
+                parent = frame.parentSession if isinstance(frame.parentSession, str) else None
+                await session.new_session(parent)
+                data = payloads.SessionChangeResult(cancelled=False)
+            elif isinstance(frame, cmd.SwitchSession):
+                await session.switch_session(_user_path(frame.sessionPath))
+                data = payloads.SessionChangeResult(cancelled=False)
+            else:
+                cancelled, resumed = await session.open_session(
+                    _user_path(frame.sessionDir))
+                data = payloads.OpenSessionResult(
+                    cancelled=cancelled, resumed=resumed, sessionId=session.session_id,
+                    sessionFile=session.session_file or msgspec.UNSET)
+        except SessionError as exc:
+            return fail(kind, frame.id, str(exc))
+        self.server.output.put_nowait(ok(kind, frame.id, data))
+        self.server.announce_commands()
+        return None
+
+    def set_session_name(self, frame: cmd.SetSessionName) -> Response:
+        try:
+            self.server.session.set_session_name(frame.name)
+        except SessionError as exc:
+            return fail("set_session_name", frame.id, str(exc))
+        return ok("set_session_name", frame.id)
+
+    def branch(self, frame: cmd.Branch) -> Response | None:
+        try:
+            text = self.server.session.branch(frame.entryId)
+        except SessionError as exc:
+            return fail("branch", frame.id, str(exc))
+        self.server.output.put_nowait(
+            ok("branch", frame.id, payloads.BranchResult(text=text, cancelled=False)))
+        self.server.announce_commands()
+        return None
+
+    def get_branch_messages(self, frame: cmd.GetBranchMessages) -> Response:
+        return ok("get_branch_messages", frame.id, payloads.BranchMessages(messages=[
+            payloads.BranchMessage(entryId=entry_id, text=text)
+            for entry_id, text in self.server.session.branch_messages()]))
+
+    def get_entries(self, frame: cmd.GetEntries) -> Response:
+        from ..session.store import entries_since
+
+        file = self.server.session.file
+        if file is None:
+            return ok("get_entries", frame.id, {"entries": [], "leafId": None})
+        since = frame.since if isinstance(frame.since, str) else None
+        try:
+            entries = entries_since(file, since)
+        except KeyError:
+            return fail("get_entries", frame.id, f"Unknown entries cursor: {since}",
+                        "unknown_since")
+        return ok("get_entries", frame.id, {
+            "entries": [file.entry_json(e) for e in entries], "leafId": file.leaf_id})
+
+    def get_tree(self, frame: cmd.GetTree) -> Response:
+        from ..session.store import encode_tree, tree
+
+        file = self.server.session.file
+        if file is None:
+            return ok("get_tree", frame.id, {"tree": [], "leafId": None})
+        # A long session nests deeper than a recursive encoder goes: pre-encoded.
+        return ok("get_tree", frame.id, {"tree": msgspec.Raw(encode_tree(tree(file))),
+                                         "leafId": file.leaf_id})
+
+    def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
+        from ..session.store import PageError, page
+
+        session = self.server.session
+        if session.is_streaming or session.is_compacting:
+            return fail("get_messages_page", frame.id,
+                        "Cannot page messages while the session is changing", "session_busy")
+        cursor = frame.cursor if isinstance(frame.cursor, str) else None
+        limit = frame.limit if isinstance(frame.limit, int) else 100
+        try:
+            result = page(session.messages, cursor, limit, session.session_id,
+                          session.file.leaf_id if session.file is not None else None)
+        except PageError as exc:
+            return fail("get_messages_page", frame.id, str(exc),
+                        exc.code or msgspec.UNSET)
+        return ok("get_messages_page", frame.id, result)
+
     def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
         self.server.session.auto_retry = frame.enabled
         return ok("set_auto_retry", frame.id)
@@ -390,6 +496,11 @@ class CommandRouter:
         except Exception as exc:
             return fail(frame.type, frame.id, str(exc) or type(exc).__name__)
         return ok(frame.type, frame.id, msgspec.UNSET if data is None else data)
+
+
+def _user_path(text: str) -> Path:
+    """A path a host sent, with ``~`` expanded (string work, no I/O)."""
+    return Path(os.path.expanduser(text))
 
 
 def _context_usage(usage: tuple[int, int] | None) -> Any:

@@ -71,6 +71,14 @@ class ServeOptions:
     """Replaces the built-in instructions (``--system-prompt``)."""
     append_system_prompt: str | None = None
     """Added to the system prompt (``--append-system-prompt``)."""
+    persist: bool = True
+    """Keep the session in a file (``--no-session``: False)."""
+    session: Path | None = None
+    """``--session FILE``: continue (or start) the session in that file."""
+    resume: bool = False
+    """``--continue``: continue the newest session of the cwd."""
+    session_dir: Path | None = None
+    """``--session-dir``: where session files go."""
     tools: list[str] | None = None
     """Built-in tools to offer, by name (``--tools``); None: all, ``[]``: none."""
     cwd: Path | None = None
@@ -146,7 +154,9 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         provider=options.provider, model=options.model, api_key=options.api_key,
         thinking=options.thinking, agent_directory=options.agent_dir,
         system_prompt=options.system_prompt, append_system_prompt=options.append_system_prompt,
-        cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline)
+        cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline,
+        persist=options.persist, session_dir=options.session_dir, session_path=options.session,
+        resume=options.resume)
     server = RpcServer(options=options, session=session)
     output_error: OutputClosedError | None = None
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -21,12 +22,14 @@ import trio
 from ..agent.loop import Agent, TurnSetup, now_ms, user_message
 from ..llm import thinking
 from ..llm.models import ModelRegistry
-from ..llm.types import StreamOptions, ThinkingLevel
+from ..llm.types import THINKING_LEVELS, StreamOptions, ThinkingLevel
 from ..protocol import messages as m
 from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
 from ..protocol.events import (
     AutoRetryEnd,
     AutoRetryStart,
+    MessageEnd,
+    Notice,
     PromptError,
     PromptResult,
     SessionSettled,
@@ -37,6 +40,14 @@ from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from .retry import RetryWaitTooLong, backoff_delay, should_retry, wait_backoff
 from .settings import Settings
+from .store import (
+    SessionFile,
+    branch_file,
+    branch_settings,
+    build_context,
+    newest_session,
+    user_messages,
+)
 from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
@@ -101,6 +112,13 @@ class AgentSession:
     _unsettled: bool = attrs.field(default=False, init=False)
     _deferred: list[m.AgentMessage] = attrs.field(factory=list, init=False)
     settings: Settings = attrs.field(factory=Settings)
+    file: SessionFile | None = None
+    """The session on disk (None with ``--no-session``): every finished message, model and
+    thinking-level change is appended and flushed as it happens."""
+    sessions_directory: Path | None = None
+    """Where new session files go."""
+    _session_id: str = attrs.field(factory=lambda: str(uuid.uuid4()), init=False)
+    _name: str | None = attrs.field(default=None, init=False)
     auto_retry: bool = True
     """``set_auto_retry``: False turns every automatic retry off."""
     auto_compaction: bool = True
@@ -133,7 +151,181 @@ class AgentSession:
         self.sink.publish(event)
 
     async def _agent_event(self, event: Any) -> None:
+        if isinstance(event, MessageEnd) and self.file is not None:
+            self._persist(lambda f: f.append_message(event.message))
         await self.sink.publish_wait(event)
+
+    def _persist(self, write: Callable[[SessionFile], object]) -> None:
+        """Append to the session file. A write failure is reported once as a notice and the
+        session goes on in memory: the run is not lost because the disk is."""
+        if self.file is None:
+            return
+        try:
+            write(self.file)
+        except OSError as exc:
+            path = self.file.path
+            self.file = None
+            self._publish(Notice(level="error", source="session-persistence",
+                                 message=f"Could not write the session file {path.name}: "
+                                         f"{exc.strerror or exc}; continuing in memory"))
+
+    # -- the session's identity and file -----------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self.file.session_id if self.file is not None else self._session_id
+
+    @property
+    def session_file(self) -> str | None:
+        return None if self.file is None else str(self.file.path)
+
+    @property
+    def session_name(self) -> str | None:
+        return self.file.name if self.file is not None else self._name
+
+    def set_session_name(self, name: str) -> None:
+        name = name.strip()
+        if not name:
+            raise SessionError("Session name cannot be empty")
+        if self.file is not None:
+            try:
+                self.file.set_name(name)
+            except (OSError, ValueError) as exc:
+                raise SessionError(f"Session name cannot be saved: {exc}") from None
+        else:
+            self._name = name
+
+    async def _reset(self) -> None:
+        """Stop whatever runs and empty the live state (before a session change)."""
+        await self.abort()
+        for ticket in self._tickets:
+            self._publish(PromptResult(id=ticket.request_id, agentInvoked=True,
+                                       status="aborted", sessionSettled=True))
+        self._tickets.clear()
+        self.agent.messages.clear()
+        self.agent.steering.clear()
+        self.agent.follow_ups.clear()
+        self._deferred.clear()
+        self.todos.replace([])
+
+    def _adopt(self, file: SessionFile | None) -> None:
+        """Make ``file`` the session: its current branch becomes the live context, and the
+        model it last used (when known and available) the current model."""
+        self.file = file
+        self._name = None
+        if file is None:
+            self._session_id = str(uuid.uuid4())
+            return
+        self.agent.messages[:] = build_context(file)
+        settings = branch_settings(file)
+        ref = settings.models.get("default") if isinstance(settings.models, dict) else None
+        if isinstance(ref, str) and "/" in ref:
+            provider, _, model_id = ref.partition("/")
+            model = self.registry.find(provider, model_id)
+            if model is not None and self.registry.has_credentials(provider):
+                self.model = model
+        if isinstance(settings.thinking_level, str) and settings.thinking_level in THINKING_LEVELS:
+            self.configured_thinking = settings.thinking_level
+
+    def _record_model(self) -> None:
+        self._persist(lambda f: f.append_model_change(self.model.provider, self.model.id))
+
+    def _record_thinking(self) -> None:
+        self._persist(lambda f: f.append_thinking_level(
+            self.thinking_level if self.model.reasoning else None,
+            configured=self.configured_thinking))
+
+    def open_startup_file(self, *, session_path: Path | None, resume: bool) -> None:
+        """The file a process starts with: ``--session FILE`` (opened, or created there),
+        ``--continue`` (the newest session of this cwd), else a new one. Raises SessionError
+        naming the file when it cannot be read or created."""
+        assert self.sessions_directory is not None
+        try:
+            if session_path is not None:
+                if session_path.exists():
+                    self._adopt(SessionFile.open(session_path))
+                    return
+                self._adopt(SessionFile.create_at(session_path, cwd=str(self.cwd)))
+            elif resume and (newest := newest_session(self.sessions_directory)) is not None:
+                self._adopt(SessionFile.open(newest))
+                return
+            else:
+                self._adopt(SessionFile.create(self.sessions_directory, cwd=str(self.cwd)))
+        except (OSError, ValueError) as exc:
+            raise SessionError(f"Cannot open the session file: {exc}") from None
+        self.start_file()
+
+    def start_file(self) -> None:
+        """Record the model and thinking level a fresh file starts with."""
+        self._record_model()
+        self._record_thinking()
+
+    async def new_session(self, parent_session: str | None = None) -> None:
+        """Abort, clear, and continue in a new session file (or a fresh in-memory session)."""
+        await self._reset()
+        if self.file is None or self.sessions_directory is None:
+            self._adopt(None)
+            return
+        try:
+            file = SessionFile.create(self.sessions_directory, cwd=str(self.cwd),
+                                      parent_session=parent_session)
+        except OSError as exc:
+            raise SessionError(f"Cannot create a session file: {exc.strerror or exc}") from None
+        self._adopt(file)
+        self.start_file()
+
+    async def switch_session(self, path: Path) -> None:
+        """Continue the session in ``path`` (a new empty one there when it does not exist)."""
+        if self.file is None and self.sessions_directory is None:
+            raise SessionError("switch_session requires session persistence (omit --no-session)")
+        if not await trio.Path(path.parent).is_dir():
+            raise SessionError(f"File not found: {path}")
+        try:
+            file = (SessionFile.open(path) if await trio.Path(path).exists() else
+                    SessionFile.create_at(path, cwd=str(self.cwd)))
+        except (OSError, ValueError) as exc:
+            raise SessionError(f"Cannot open session {path}: {exc}") from None
+        await self._reset()
+        self._adopt(file)
+        if not file.entries:
+            self.start_file()
+
+    async def open_session(self, directory: Path) -> tuple[bool, bool]:
+        """The newest non-empty session in ``directory``, or a new one there.
+
+        Returns (cancelled, resumed).
+        """
+        if self.file is None:
+            raise SessionError("open_session requires session persistence (omit --no-session)")
+        newest = newest_session(directory, non_empty=True)
+        if newest is not None and self.file is not None and newest == self.file.path:
+            return False, True
+        await self._reset()
+        if newest is not None:
+            self._adopt(SessionFile.open(newest))
+            return False, True
+        self.sessions_directory = directory
+        self._adopt(SessionFile.create(directory, cwd=str(self.cwd)))
+        self.start_file()
+        return False, False
+
+    def branch(self, entry_id: str) -> str:
+        """A new file with the conversation before user message ``entry_id``; returns its text.
+
+        The run in progress (if any) is not interrupted.
+        """
+        if self.file is None:
+            raise SessionError("branch requires session persistence (omit --no-session)")
+        try:
+            file, text = branch_file(self.file, entry_id)
+        except ValueError:
+            raise SessionError("Invalid entry ID for branching") from None
+        self._adopt(file)
+        return text
+
+    def branch_messages(self) -> list[tuple[str, str]]:
+        return [] if self.file is None else user_messages(self.file)
+
 
     # -- queue modes (stored on the agent, which applies them) -------------------------------
 
@@ -311,7 +503,9 @@ class AgentSession:
     def _start_run(self, prompts: list[m.UserMessage]) -> None:
         if self._nursery is None or self._closing:
             raise SessionError("The session is closed")
-        self.agent.messages.extend(self._deferred)
+        for message in self._deferred:
+            self.agent.messages.append(message)
+            self._persist(lambda f, msg=message: f.append_message(msg))  # type: ignore[misc]
         self._deferred.clear()
         done = self._run_done = trio.Event()
         self._unsettled = True
@@ -465,6 +659,7 @@ class AgentSession:
             self._deferred.append(message)
         else:
             self.agent.messages.append(message)
+            self._persist(lambda f: f.append_message(message))
 
     # -- todos -------------------------------------------------------------------------------
 
@@ -510,6 +705,7 @@ class AgentSession:
     def _switch(self, model: Model) -> None:
         before = self.thinking_level
         self.model = model
+        self._record_model()
         if self.thinking_level != before:
             self._announce_thinking()
 
@@ -532,6 +728,7 @@ class AgentSession:
         return thinking.available_levels(self.model)
 
     def _announce_thinking(self) -> None:
+        self._record_thinking()
         level = self.thinking_level
         self._publish(ThinkingLevelChanged(
             thinkingLevel=level if self.model.reasoning else msgspec.UNSET,

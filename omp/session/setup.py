@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from .agent_session import AgentSession, SessionError
 from .settings import load_settings
+from .store import sessions_dir
 from .system_prompt import PromptOptions
 
 
@@ -24,6 +26,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                    system_prompt: str | None = None, append_system_prompt: str | None = None,
                    cwd: Path | None = None, tools: Sequence[Tool] | None = None,
                    tool_names: Sequence[str] | None = None,
+                   persist: bool = True, session_dir: Path | None = None,
+                   session_path: Path | None = None, resume: bool = False,
                    announce_offline: bool = True) -> AgentSession:
     """The startup session. Raises ``SessionError`` / ``ConfigError`` with a message for the user.
 
@@ -72,12 +76,22 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         cwd, agent_dir(environ) if agent_directory is None else agent_directory,
         system_prompt, append_system_prompt)
     settings = load_settings(prompt_options.agent_directory)
-    return AgentSession(registry=registry, model=chosen, configured_thinking=level, cwd=cwd,
+    directory = None
+    if persist:
+        env = os.environ if environ is None else environ
+        directory = session_dir or (Path(env["OMP_SESSION_DIR"]).expanduser()
+                                    if env.get("OMP_SESSION_DIR") else None) or sessions_dir(
+            prompt_options.agent_directory or agent_dir(environ), cwd)
+    session = AgentSession(registry=registry, model=chosen, configured_thinking=level, cwd=cwd,
                         settings=settings, auto_retry=settings.retry.enabled,
                         auto_compaction=settings.compaction.enabled,
+                        sessions_directory=directory,
                         builtin_tools=active, tool_context=context,
                         prompt_options=prompt_options, system_prompt=prompt_options.build(active),
                         todos=todos)
+    if directory is not None:
+        session.open_startup_file(session_path=session_path, resume=resume)
+    return session
 
 
 def _choose(registry: ModelRegistry, provider: str | None, model: str | None) -> Model:
