@@ -34,8 +34,11 @@ INTERNAL_ERROR = "internal_error"
 
 # Commands that take time run as tasks in the command nursery (DESIGN.md §2).
 TASK_COMMANDS: tuple[type[msgspec.Struct], ...] = (
-    cmd.Bash, cmd.Compact, cmd.Login, cmd.ExportHtml, cmd.Handoff,
+    cmd.Bash, cmd.Login, cmd.ExportHtml, cmd.Handoff,
 )
+# ``compact`` stays in the serial lane on purpose: like the original, commands after it wait
+# until the context is rewritten (a prompt must not start on the old one); ``abort`` (its own
+# lane) still cancels it.
 
 
 class CustomCommand(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,6 +149,14 @@ class CommandRouter:
             return await self.bash(frame)
         if isinstance(frame, cmd.NewSession | cmd.SwitchSession | cmd.OpenSession):
             return await self.change_session(frame)
+        if isinstance(frame, cmd.Compact):
+            instructions = (frame.customInstructions
+                            if isinstance(frame.customInstructions, str) else None)
+            try:
+                result = await self.server.session.compact(instructions)
+            except SessionError as exc:
+                return fail("compact", frame.id, str(exc))
+            return ok("compact", frame.id, result)
         return not_implemented(frame)
 
     def internal_error(self, frame: Any, exc: BaseException) -> Response:

@@ -26,6 +26,8 @@ from ..llm.types import THINKING_LEVELS, StreamOptions, ThinkingLevel
 from ..protocol import messages as m
 from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
 from ..protocol.events import (
+    AutoCompactionEnd,
+    AutoCompactionStart,
     AutoRetryEnd,
     AutoRetryStart,
     MessageEnd,
@@ -35,7 +37,7 @@ from ..protocol.events import (
     SessionSettled,
     ThinkingLevelChanged,
 )
-from ..protocol.payloads import Model
+from ..protocol.payloads import CompactionResult, Model
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from .retry import RetryWaitTooLong, backoff_delay, should_retry, wait_backoff
@@ -129,6 +131,7 @@ class AgentSession:
     _retry_scope_cancelled: bool = attrs.field(default=False, init=False)
     _saga_attempts: int = attrs.field(default=0, init=False)
     _rng: random.Random = attrs.field(factory=random.Random, init=False)
+    _compaction_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.agent = Agent(emit=self._agent_event, setup=self._turn_setup)
@@ -362,7 +365,84 @@ class AgentSession:
 
     @property
     def is_compacting(self) -> bool:
-        return False
+        return self._compaction_scope is not None
+
+    # -- compaction --------------------------------------------------------------------------
+
+    async def compact(self, custom_instructions: str | None = None) -> CompactionResult:
+        """Summarise the older part of the context with the current model (manual ``compact``).
+
+        Aborts the run in progress first. Raises SessionError ("Nothing to compact (session too
+        small)", "Compaction already in progress", "Compaction cancelled", the provider's
+        error). On cancellation nothing was changed.
+        """
+        if self.is_compacting:
+            raise SessionError("Compaction already in progress")
+        await self.abort()
+        result = await self._compact(custom_instructions)
+        if result is None:
+            raise SessionError("Nothing to compact (session too small)")
+        return result
+
+    async def _compact(self, custom_instructions: str | None) -> CompactionResult | None:
+        from ..llm.errors import ProviderError
+        from .compaction import compact
+
+        setup = self._turn_setup()
+        scope = self._compaction_scope = trio.CancelScope()
+        try:
+            with scope:
+                plan = await compact(self.model, setup.options, list(self.agent.messages),
+                                     self.settings.compaction,
+                                     custom_instructions=custom_instructions)
+        except ProviderError as exc:
+            raise SessionError(f"Compaction failed: {exc.message}") from None
+        finally:
+            self._compaction_scope = None
+        if scope.cancelled_caught:
+            raise SessionError("Compaction cancelled")
+        if plan is None:
+            return None
+        first_kept = plan.kept[0] if plan.kept else None
+        entry_id = self._entry_id_of(first_kept) if first_kept is not None else None
+        self.agent.messages[:] = plan.messages(now_ms())
+        self._persist(lambda f: f.append_compaction(
+            plan.summary, entry_id or (f.leaf_id or ""), plan.tokens_before, plan.details,
+            tokens_after=plan.tokens_after))
+        return plan.result(entry_id or "")
+
+    def _entry_id_of(self, message: m.AgentMessage) -> str | None:
+        """The session-file entry that holds ``message`` (the same object once loaded or
+        appended)."""
+        if self.file is None:
+            return None
+        for entry in self.file.branch_path():
+            if getattr(entry, "message", None) is message:
+                return str(entry.id)
+        return None
+
+    async def _auto_compact(self, reason: Literal["threshold", "overflow"]) -> bool:
+        """Automatic compaction (agent-core §6.2); True when the context was compacted."""
+        self._publish(AutoCompactionStart(reason=reason, action="context-full"))
+        try:
+            result = await self._compact(None)
+        except SessionError as exc:
+            self._publish(AutoCompactionEnd(action="context-full", aborted="cancelled" in str(
+                exc), willRetry=False, errorMessage=str(exc)))
+            return False
+        compacted = result is not None
+        self._publish(AutoCompactionEnd(
+            action="context-full", aborted=False, willRetry=reason == "overflow" and compacted,
+            result=result if result is not None else msgspec.UNSET,
+            skipped=True if result is None else msgspec.UNSET))
+        return compacted
+
+    def _needs_compaction(self) -> bool:
+        from .compaction import should_compact
+
+        usage = self.context_usage()
+        return (self.auto_compaction and usage is not None
+                and should_compact(usage[0], usage[1], self.settings.compaction))
 
     @property
     def messages(self) -> list[m.AgentMessage]:
@@ -493,6 +573,8 @@ class AgentSession:
 
         Returns at once when idle. On cancellation, stops waiting (the abort still happens).
         """
+        if self._compaction_scope is not None:
+            self._compaction_scope.cancel()
         done = self._run_done
         if done is None:
             return
@@ -522,6 +604,7 @@ class AgentSession:
         failure: BaseException | None = None
         added: list[m.AgentMessage] = []
         attempt = 0
+        compacted_for_overflow = False
         try:
             while True:
                 self._retry_decision = None
@@ -535,6 +618,16 @@ class AgentSession:
                           f"{exc}", file=sys.stderr)
                     break
                 added += run_added
+                last = _last_assistant(run_added)
+                if (last is not None and last.stopReason == "error" and self.auto_compaction
+                        and not self.agent.aborted and not compacted_for_overflow
+                        and self._overflowed()):
+                    # The prompt did not fit: compact, then run the turn again (§6.2).
+                    compacted_for_overflow = True
+                    self._drop_failed_turn(last)
+                    if await self._auto_compact("overflow"):
+                        prompts = []
+                        continue
                 decision = self._retry_decision
                 if decision is None:
                     if attempt:
@@ -544,6 +637,9 @@ class AgentSession:
                             success=success, attempt=attempt,
                             finalError=msgspec.UNSET if success or last is None
                             else last.errorMessage or "unknown error"))
+                    if (failure is None and not self.agent.aborted and not self._closing
+                            and self._needs_compaction()):
+                        await self._auto_compact("threshold")
                     break
                 attempt += 1
                 delay, failed = decision
@@ -573,11 +669,21 @@ class AgentSession:
         if resume:
             self._start_run([])
 
+    def _overflowed(self) -> bool:
+        call = self.agent.last_call
+        return call is not None and call.error is not None and (
+            call.error.kind == "context_overflow")
+
     def _plan_retry(self) -> bool:
-        """Called by the loop just before ``agent_end``: will the session retry this run?"""
+        """Called by the loop just before ``agent_end``: will the session run again (a retry,
+        or the turn after an overflow compaction)?"""
         last = _last_assistant(self.agent.run_messages)
         if (last is None or last.stopReason != "error" or self.agent.aborted
-                or self._closing or not self.auto_retry):
+                or self._closing):
+            return False
+        if self._overflowed():
+            return self.auto_compaction
+        if not self.auto_retry:
             return False
         call = self.agent.last_call
         error = call.error if call is not None else None
