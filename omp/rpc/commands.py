@@ -108,6 +108,7 @@ class CommandRouter:
             cmd.CycleThinkingLevel: self.cycle_thinking_level,
             cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
             cmd.SetSessionName: self.set_session_name,
+            cmd.GetSessionStats: self.get_session_stats,
             cmd.GetBranchMessages: self.get_branch_messages,
             cmd.GetEntries: self.get_entries,
             cmd.GetTree: self.get_tree,
@@ -149,6 +150,8 @@ class CommandRouter:
             return await self.bash(frame)
         if isinstance(frame, cmd.NewSession | cmd.SwitchSession | cmd.OpenSession):
             return await self.change_session(frame)
+        if isinstance(frame, cmd.ExportHtml):
+            return await self.export_html(frame)
         if isinstance(frame, cmd.Compact):
             instructions = (frame.customInstructions
                             if isinstance(frame.customInstructions, str) else None)
@@ -397,6 +400,36 @@ class CommandRouter:
         self.server.announce_commands()
         return None
 
+    def get_session_stats(self, frame: cmd.GetSessionStats) -> Response:
+        from ..session.stats import session_stats
+
+        s = self.server.session
+        return ok("get_session_stats", frame.id, session_stats(
+            s.messages, session_file=s.session_file, session_id=s.session_id,
+            context_usage=s.context_usage()))
+
+    async def export_html(self, frame: cmd.ExportHtml) -> Response:
+        """Write the session as one self-contained HTML page (in a worker thread)."""
+        from ..session.export_html import default_export_name, render_html, write_html
+
+        s = self.server.session
+        if s.file is None:
+            return fail("export_html", frame.id, "Cannot export in-memory session to HTML")
+        shown = (frame.outputPath if isinstance(frame.outputPath, str)
+                 else default_export_name(s.file.path))
+        target = _user_path(shown)
+        if not target.is_absolute():
+            target = s.cwd / target
+        page = render_html(title=s.session_name or s.file.path.name, session_id=s.session_id,
+                           messages=list(s.messages),
+                           entries=[s.file.entry_json(e) for e in s.file.entries],
+                           model=f"{s.model.provider}/{s.model.id}")
+        try:
+            await trio.to_thread.run_sync(write_html, target, page)
+        except OSError as exc:
+            return fail("export_html", frame.id, f"Cannot write {shown}: {exc.strerror or exc}")
+        return ok("export_html", frame.id, payloads.ExportHtmlResult(path=shown))
+
     def set_session_name(self, frame: cmd.SetSessionName) -> Response:
         try:
             self.server.session.set_session_name(frame.name)
@@ -515,11 +548,9 @@ def _user_path(text: str) -> Path:
 
 
 def _context_usage(usage: tuple[int, int] | None) -> Any:
-    if usage is None:
-        return msgspec.UNSET
-    tokens, window = usage
-    return payloads.ContextUsage(tokens=tokens, contextWindow=window,
-                                 percent=round(tokens / window * 100, 2))
+    from ..session.stats import context_usage_payload
+
+    return msgspec.UNSET if usage is None else context_usage_payload(*usage)
 
 
 def not_implemented(frame: Any) -> Response:
