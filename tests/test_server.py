@@ -147,7 +147,8 @@ async def test_unimplemented_commands_say_so() -> None:
         assert frames["h"] == {"type": "response", "id": "h", "command": "handoff",
                                "success": False, "error": "handoff is not implemented yet",
                                "code": "not_implemented"}
-        assert frames["l"]["code"] == "not_implemented"
+        assert frames["l"] == {"type": "response", "id": "l", "command": "login",
+                               "success": False, "error": "Unknown OAuth provider: anthropic"}
         await host.send.aclose()
 
 

@@ -34,7 +34,7 @@ INTERNAL_ERROR = "internal_error"
 
 # Commands that take time run as tasks in the command nursery (DESIGN.md §2).
 TASK_COMMANDS: tuple[type[msgspec.Struct], ...] = (
-    cmd.Bash, cmd.Login, cmd.ExportHtml, cmd.Handoff,
+    cmd.Bash, cmd.ExportHtml, cmd.Handoff,
 )
 # ``compact`` stays in the serial lane on purpose: like the original, commands after it wait
 # until the context is rewritten (a prompt must not start on the old one); ``abort`` (its own
@@ -74,6 +74,7 @@ class CommandRouter:
     message_updates: str = attrs.field(default="snapshot", init=False)
     bash_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
     closing: bool = attrs.field(default=False, init=False)
+    subagent_level: str = attrs.field(default="off", init=False)
     host_uris: HostUris = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     _inline: dict[type[Any], Handler] = attrs.field(factory=dict, init=False)
@@ -109,6 +110,11 @@ class CommandRouter:
             cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
             cmd.SetSessionName: self.set_session_name,
             cmd.GetSessionStats: self.get_session_stats,
+            cmd.GetLoginProviders: self.get_login_providers,
+            cmd.Login: self.login,
+            cmd.SetSubagentSubscription: self.set_subagent_subscription,
+            cmd.GetSubagents: self.get_subagents,
+            cmd.GetSubagentMessages: self.get_subagent_messages,
             cmd.GetBranchMessages: self.get_branch_messages,
             cmd.GetEntries: self.get_entries,
             cmd.GetTree: self.get_tree,
@@ -429,6 +435,33 @@ class CommandRouter:
         except OSError as exc:
             return fail("export_html", frame.id, f"Cannot write {shown}: {exc.strerror or exc}")
         return ok("export_html", frame.id, payloads.ExportHtmlResult(path=shown))
+
+    # No OAuth flows are built in (keys come from the environment, auth.json or models.yml),
+    # which the spec allows: an empty provider list, and login refuses every id.
+    def get_login_providers(self, frame: cmd.GetLoginProviders) -> Response:
+        return ok("get_login_providers", frame.id, payloads.LoginProviders(providers=[]))
+
+    def login(self, frame: cmd.Login) -> Response:
+        return fail("login", frame.id, f"Unknown OAuth provider: {frame.providerId}")
+
+    # There is no `task` tool, so no subagent ever exists; the subscription is still kept so
+    # hosts that set it up front work unchanged.
+    def set_subagent_subscription(self, frame: cmd.SetSubagentSubscription) -> Response:
+        self.subagent_level = frame.level
+        return ok("set_subagent_subscription", frame.id,
+                  payloads.SubagentSubscriptionPayload(level=frame.level))
+
+    def get_subagents(self, frame: cmd.GetSubagents) -> Response:
+        return ok("get_subagents", frame.id, payloads.SubagentsPayload(subagents=[]))
+
+    def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
+        if frame.subagentId is msgspec.UNSET and frame.sessionFile is msgspec.UNSET:
+            return fail("get_subagent_messages", frame.id,
+                        "get_subagent_messages requires subagentId or sessionFile",
+                        INVALID_PARAMS)
+        target = frame.subagentId if isinstance(frame.subagentId, str) else frame.sessionFile
+        return fail("get_subagent_messages", frame.id,
+                    f"Unknown subagent or session file unavailable: {target}")
 
     def set_session_name(self, frame: cmd.SetSessionName) -> Response:
         try:
