@@ -139,14 +139,14 @@ async def test_set_todos_keeps_ids_and_get_state_shows_them() -> None:
         await host.send.aclose()
 
 
-async def test_unimplemented_commands_say_so() -> None:
+async def test_commands_without_their_feature_say_why() -> None:
     async with running() as host:
         await host.write({"id": "h", "type": "handoff"},
                          {"id": "l", "type": "login", "providerId": "anthropic"})
         frames = {f["id"]: f for f in await host.frames(2)}
         assert frames["h"] == {"type": "response", "id": "h", "command": "handoff",
-                               "success": False, "error": "handoff is not implemented yet",
-                               "code": "not_implemented"}
+                               "success": False,
+                               "error": "Nothing to hand off (no messages yet)"}
         assert frames["l"] == {"type": "response", "id": "l", "command": "login",
                                "success": False, "error": "Unknown OAuth provider: anthropic"}
         await host.send.aclose()

@@ -34,11 +34,11 @@ INTERNAL_ERROR = "internal_error"
 
 # Commands that take time run as tasks in the command nursery (DESIGN.md §2).
 TASK_COMMANDS: tuple[type[msgspec.Struct], ...] = (
-    cmd.Bash, cmd.ExportHtml, cmd.Handoff,
+    cmd.Bash, cmd.ExportHtml,
 )
-# ``compact`` stays in the serial lane on purpose: like the original, commands after it wait
-# until the context is rewritten (a prompt must not start on the old one); ``abort`` (its own
-# lane) still cancels it.
+# ``compact`` and ``handoff`` stay in the serial lane on purpose: like the original, commands
+# after them wait until the context is rewritten (a prompt must not start on the old one);
+# ``abort`` (its own lane) still cancels them.
 
 
 class CustomCommand(msgspec.Struct, frozen=True, kw_only=True):
@@ -158,6 +158,15 @@ class CommandRouter:
             return await self.change_session(frame)
         if isinstance(frame, cmd.ExportHtml):
             return await self.export_html(frame)
+        if isinstance(frame, cmd.Handoff):
+            instructions = (frame.customInstructions
+                            if isinstance(frame.customInstructions, str) else None)
+            try:
+                await self.server.session.handoff(instructions)
+            except SessionError as exc:
+                return fail("handoff", frame.id, str(exc))
+            # savedPath is only for automatic handoffs saved to disk (rpc-behavior §11.7).
+            return ok("handoff", frame.id, {})
         if isinstance(frame, cmd.Compact):
             instructions = (frame.customInstructions
                             if isinstance(frame.customInstructions, str) else None)

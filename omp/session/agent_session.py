@@ -19,10 +19,10 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, TurnSetup, now_ms, user_message
+from ..agent.loop import Agent, TurnSetup, now_ms, to_llm, user_message
 from ..llm import thinking
 from ..llm.models import ModelRegistry
-from ..llm.types import THINKING_LEVELS, StreamOptions, ThinkingLevel
+from ..llm.types import THINKING_LEVELS, Context, StreamOptions, ThinkingLevel
 from ..protocol import messages as m
 from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
 from ..protocol.events import (
@@ -54,6 +54,14 @@ from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
     from ..tools.shell import ShellResult
+
+HANDOFF_PROMPT = (
+    "Write a handoff document for another instance of yourself that will continue this work "
+    "without this conversation. Give the exact technical state: file paths, symbols, commands, "
+    "test results and the decisions taken and why. Use the imperative voice and never mention "
+    "the handoff itself. Use these sections:\n\n## Goal\n## Constraints & Preferences\n"
+    "## Progress\n### Done\n### In Progress\n### Pending\n## Key Decisions\n"
+    "## Critical Context\n## Next Steps")
 
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
         "completion.")
@@ -410,6 +418,74 @@ class AgentSession:
             plan.summary, entry_id or (f.leaf_id or ""), plan.tokens_before, plan.details,
             tokens_after=plan.tokens_after))
         return plan.result(entry_id or "")
+
+    async def handoff(self, custom_instructions: str | None = None) -> None:
+        """Replace the older context by a handoff document the model writes (agent-core §6.7).
+
+        One model call over the live context plus the handoff instructions; the document is
+        committed as a compaction entry with ``method: "handoff"``. Refused while a run goes
+        on. Raises SessionError with the spec's messages. On cancellation (``abort``) nothing
+        was changed and "Handoff cancelled" is raised.
+        """
+        from ..llm.stream import ModelCall
+        from .compaction import (
+            estimate_context_tokens,
+            estimate_tokens,
+            file_operations,
+            find_cut_point,
+            with_file_lists,
+        )
+
+        if self.is_streaming:
+            raise SessionError("Cannot hand off while a response is in progress")
+        if self.is_compacting:
+            raise SessionError("Compaction already in progress")
+        messages = list(self.agent.messages)
+        if sum(1 for msg in messages if isinstance(
+                msg, m.UserMessage | m.AssistantMessage | m.ToolResultMessage)) < 2:
+            raise SessionError("Nothing to hand off (no messages yet)")
+        boundary = next((i + 1 for i in range(len(messages) - 1, -1, -1)
+                         if isinstance(messages[i], m.CompactionSummaryMessage)), 0)
+        cut = find_cut_point(messages[boundary:], self.settings.compaction.keepRecentTokens)
+        if cut is None:
+            raise SessionError("Nothing to hand off (already compacted)")
+        cut += boundary
+        setup = self._turn_setup()
+        request = HANDOFF_PROMPT + (f"\n\nAdditional focus: {custom_instructions}"
+                                    if custom_instructions else "")
+        context = Context(system_prompt=setup.system_prompt,
+                          messages=(*to_llm(messages), user_message(request)))
+        call = ModelCall(self.model, context, setup.options)
+
+        async def ignore(event: object) -> None:
+            await trio.lowlevel.checkpoint()
+
+        scope = self._compaction_scope = trio.CancelScope()
+        try:
+            with scope:
+                final = await call.run(ignore)
+        finally:
+            self._compaction_scope = None
+        if scope.cancelled_caught:
+            raise SessionError("Handoff cancelled")
+        if call.error is not None:
+            raise SessionError(f"Handoff failed: {call.error.message}")
+        document = "".join(b.text for b in final.content if isinstance(b, m.TextContent))
+        if not document.strip():
+            raise SessionError("Handoff generation produced no content")
+        details = file_operations(messages[:cut])
+        summary = with_file_lists(document.strip(), details)
+        kept = messages[cut:]
+        tokens_before = estimate_context_tokens(messages)
+        summary_message = m.CompactionSummaryMessage(
+            summary=summary, tokensBefore=tokens_before, timestamp=now_ms(), method="handoff")
+        tokens_after = estimate_tokens(summary_message) + sum(estimate_tokens(x) for x in kept)
+        entry_id = self._entry_id_of(kept[0]) if kept else None
+        self.agent.messages[:] = [msgspec.structs.replace(summary_message,
+                                                          tokensAfter=tokens_after), *kept]
+        self._persist(lambda f: f.append_compaction(
+            summary, entry_id or (f.leaf_id or ""), tokens_before, details,
+            tokens_after=tokens_after, method="handoff"))
 
     def _entry_id_of(self, message: m.AgentMessage) -> str | None:
         """The session-file entry that holds ``message`` (the same object once loaded or
