@@ -259,6 +259,9 @@ class BashResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # Only on normal completion.
     workingDir: str | UnsetType = UNSET
     timedOut: bool = False
+    # Ours (issue: the bash sub-protocol): the 0600 temp file holding the whole output when
+    # ``output`` had to be cut; the host may read it, then should delete it.
+    fullOutputPath: str | UnsetType = UNSET
     elidedBytes: int | UnsetType = UNSET
     elidedLines: int | UnsetType = UNSET
     columnDroppedBytes: int | UnsetType = UNSET

@@ -240,7 +240,7 @@ def normalize_schemes(schemes: list[cmd.HostUriSchemeDefinition]
             return None, f"Host URI scheme contains invalid characters: {entry.scheme}"
         if scheme in RESERVED_SCHEMES:
             return None, f"Host URI scheme is reserved: {scheme}://"
-        out.pop(scheme, None)  # the last definition wins, in first-occurrence order below
+        # The last definition wins; a dict keeps the key where it first appeared.
         out[scheme] = msgspec.structs.replace(entry, scheme=scheme)
     return out, None
 

@@ -146,6 +146,7 @@ class CommandRouter:
         if (handler := self._inline.get(type(frame))) is not None:
             return handler(frame)
         if isinstance(frame, cmd.Abort):
+            self.abort_bash()  # abort_bash is part of abort (rpc-behavior §10.4)
             await self.server.session.abort()
             return ok("abort", frame.id)
         if isinstance(frame, cmd.AbortAndPrompt):
@@ -401,8 +402,8 @@ class CommandRouter:
                 await session.new_session(parent)
                 data = payloads.SessionChangeResult(cancelled=False)
             elif isinstance(frame, cmd.SwitchSession):
-                await session.switch_session(_user_path(frame.sessionPath))
-                data = payloads.SessionChangeResult(cancelled=False)
+                switched = await session.switch_session(_user_path(frame.sessionPath))
+                data = payloads.SessionChangeResult(cancelled=not switched)
             else:
                 cancelled, resumed = await session.open_session(
                     _user_path(frame.sessionDir))

@@ -285,8 +285,12 @@ class AgentSession:
         self._adopt(file)
         self.start_file()
 
-    async def switch_session(self, path: Path) -> None:
-        """Continue the session in ``path`` (a new empty one there when it does not exist)."""
+    async def switch_session(self, path: Path) -> bool:
+        """Continue the session in ``path`` (a new empty one there when it does not exist).
+
+        Returns False (nothing changed) for a session recorded in another working directory:
+        RPC has no way to ask the user whether to change directories (rpc-behavior §11.2).
+        """
         if self.file is None and self.sessions_directory is None:
             raise SessionError("switch_session requires session persistence (omit --no-session)")
         if not await trio.Path(path.parent).is_dir():
@@ -296,10 +300,13 @@ class AgentSession:
                     SessionFile.create_at(path, cwd=str(self.cwd)))
         except (OSError, ValueError) as exc:
             raise SessionError(f"Cannot open session {path}: {exc}") from None
+        if file.cwd and Path(file.cwd) != self.cwd:
+            return False
         await self._reset()
         self._adopt(file)
         if not file.entries:
             self.start_file()
+        return True
 
     async def open_session(self, directory: Path) -> tuple[bool, bool]:
         """The newest non-empty session in ``directory``, or a new one there.
@@ -311,6 +318,9 @@ class AgentSession:
         newest = newest_session(directory, non_empty=True)
         if newest is not None and self.file is not None and newest == self.file.path:
             return False, True
+        if (newest is None and self.file is not None and self.file.path.parent == directory
+                and not self.agent.messages):
+            return False, False  # already the empty session of that directory
         await self._reset()
         if newest is not None:
             self._adopt(SessionFile.open(newest))

@@ -166,6 +166,8 @@ def bash_result(result: ShellResult) -> BashResult:
         outputLines=_count_lines(output),
         outputBytes=len(output.encode("utf-8", "surrogatepass")),
         exitCode=result.exit_code if completed and result.exit_code is not None else UNSET,
+        fullOutputPath=(str(result.full_output_path) if result.full_output_path is not None
+                        else UNSET),
         workingDir=str(result.cwd) if completed else UNSET,
         timedOut=result.timed_out,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ def _write(path: Path, content: str) -> None:
         path.write_bytes(data)
     except OSError as exc:
         raise ToolError(os_error_message(exc, "open", path)) from exc
+
+
+_URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class WriteTool:
@@ -58,6 +62,10 @@ class WriteTool:
                                 "register this scheme as writable.")
             await self._ctx.uris.write(url, content)
             return ToolResult.text(f"Successfully wrote {len(content)} bytes to {url}")
+        if _URL_LIKE.match(shown_path):
+            # Never a local file named "zz:/y": a URL nobody serves is a mistake to report.
+            raise ToolError(f"Unknown URI-like write target '{shown_path}'. No host serves "
+                            f"{shown_path.partition('://')[0]}:// URLs; write to a file path.")
         await trio.to_thread.run_sync(_write, resolve_path(self._ctx, shown_path), content)
         # The original counts the characters of the string, not the encoded bytes.
         return ToolResult.text(f"Successfully wrote {len(content)} bytes to {shown_path}")

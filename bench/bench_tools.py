@@ -1,0 +1,188 @@
+"""Tool throughput and memory of `omp --mode rpc`. Run: `python bench/bench_tools.py`.
+
+Prints:
+  1. the RPC `bash` command on a command that prints 100 MB (1,000,000 lines of 100 `x`):
+     wall time from sending the command to its response, and the omp process's memory: idle RSS
+     before, peak RSS (VmHWM from /proc/<pid>/status) after, and the growth of the peak over the
+     idle RSS. Target: growth <= 20 MiB (the output is streamed, never held whole).
+  2. `grep` for one word over a generated tree of 10,000 files (100 directories x 100 files,
+     50 of them match): the grep TOOL called by the offline model through `omp --mode rpc`
+     (`[[tool grep {"pattern": "needle", "path": <dir>}]]`, timed from `tool_execution_start` to
+     `tool_execution_end` and from the prompt to its `prompt_result`), beside ripgrep itself on the
+     same tree as the floor (median of --runs each). No target was set; the overhead over the
+     floor is printed.
+
+The omp process runs with TMPDIR in the benchmark's own temp directory (the bash executor spills
+long output there), and everything is removed at the end. This is a benchmark, not a test: it
+prints figures, it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from omp.client import RpcClient
+from omp.protocol import commands as cmd
+from omp.tools.grep import ripgrep_path
+
+OFFLINE = ("--mode", "rpc", "--model", "offline/echo")
+BIG_COMMAND = "head -c 100000000 /dev/zero | tr '\\0' 'x' | fold -w 100"
+RSS_GROWTH_TARGET_MIB = 20
+MIB = 1024 * 1024
+
+
+def status_kib(pid: int, field: str) -> int:
+    """A ``/proc/<pid>/status`` field (``VmRSS``, ``VmHWM``) in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def spawn(workdir: Path) -> Any:
+    tmp = workdir / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return RpcClient.spawn(args=OFFLINE, cwd=workdir, env={**os.environ, "TMPDIR": str(tmp)},
+                           max_buffered_events=math.inf, close_timeout=30)
+
+
+# --- 1. a 100 MB bash command ---------------------------------------------------------------
+
+
+async def bench_bash(workdir: Path) -> None:
+    async with spawn(workdir) as client:
+        pid = client.pid
+        assert pid is not None
+        await client.call(cmd.GetState())
+        await trio.sleep(0.5)  # settle idle
+        idle_rss = status_kib(pid, "VmRSS")
+        peak_before = status_kib(pid, "VmHWM")
+        start = time.perf_counter()
+        result = await client.call(cmd.Bash(command=BIG_COMMAND, timeout=600))
+        wall = time.perf_counter() - start
+        peak_after = status_kib(pid, "VmHWM")
+        rss_after = status_kib(pid, "VmRSS")
+    spilled = sum(p.stat().st_size for p in (workdir / "tmp").glob("omp-bash-*.log"))
+
+    total = result["totalBytes"]
+    growth = (peak_after - idle_rss) / 1024
+    verdict = "ok" if growth <= RSS_GROWTH_TARGET_MIB else "OVER TARGET"
+    print("1. RPC bash, 100 MB of output")
+    print(f"   command            {BIG_COMMAND}")
+    print(f"   output seen        {total / MIB:8.1f} MiB in {result['totalLines']} lines "
+          f"(exitCode {result.get('exitCode')}, truncated {result['truncated']}, "
+          f"returned {result['outputBytes']} bytes)")
+    print(f"   wall time          {wall:8.2f} s   ({total / MIB / wall:.0f} MiB/s)")
+    print(f"   idle RSS           {idle_rss / 1024:8.1f} MiB  (peak before the command "
+          f"{peak_before / 1024:.1f} MiB)")
+    print(f"   peak RSS (VmHWM)   {peak_after / 1024:8.1f} MiB  (RSS afterwards "
+          f"{rss_after / 1024:.1f} MiB)")
+    print(f"   growth over idle   {growth:8.1f} MiB  (target <= {RSS_GROWTH_TARGET_MIB} MiB: "
+          f"{verdict})")
+    print(f"   left in TMPDIR     {spilled / MIB:8.1f} MiB  (the executor's full-output spill "
+          "file, which the RPC bash result does not name; removed by this benchmark)")
+
+
+# --- 2. grep over 10,000 files --------------------------------------------------------------
+
+
+def make_tree(root: Path, dirs: int = 100, files_per_dir: int = 100, matching: int = 50) -> int:
+    """``dirs * files_per_dir`` small source-like files; every n-th holds the word "needle"."""
+    every = dirs * files_per_dir // matching
+    n = 0
+    for d in range(dirs):
+        directory = root / f"pkg{d:03d}"
+        directory.mkdir(parents=True)
+        for f in range(files_per_dir):
+            lines = [f"def function_{n}_{i}(value):\n    return value * {i}  # haystack\n"
+                     for i in range(10)]
+            if n % every == 0:
+                lines.insert(5, f"NEEDLE_MARK = 'needle {n}'\n")
+            (directory / f"module{f:03d}.py").write_text("".join(lines))
+            n += 1
+    return n
+
+
+def rg_floor(root: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run([ripgrep_path(), "--json", "--regexp", "needle", "--", "."], cwd=root,
+                   stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def as_dict(event: Any) -> dict[str, Any]:
+    value = event if isinstance(event, dict) else msgspec.to_builtins(event)
+    assert isinstance(value, dict)
+    return value
+
+
+async def bench_grep(workdir: Path, runs: int) -> None:
+    root = workdir / "tree"
+    count = make_tree(root)
+    floor = statistics.median(rg_floor(root) for _ in range(runs))
+    tool_times: list[float] = []
+    prompt_times: list[float] = []
+    matches = 0
+    directive = f"[[tool grep {json.dumps({'pattern': 'needle', 'path': str(root)})}]]"
+    async with spawn(workdir) as client:
+        for n in range(runs):
+            sent = time.perf_counter()
+            await client.call(cmd.Prompt(id=f"g{n}", message=directive))
+            started = ended = 0.0
+            while True:
+                frame = as_dict(await client.events.receive())
+                if frame["type"] == "tool_execution_start":
+                    started = time.perf_counter()
+                elif frame["type"] == "tool_execution_end":
+                    ended = time.perf_counter()
+                    text = "".join(b.get("text", "") for b in frame["result"]["content"])
+                    matches = sum(1 for line in text.splitlines() if "needle" in line)
+                elif frame["type"] == "prompt_result" and frame.get("id") == f"g{n}":
+                    prompt_times.append(time.perf_counter() - sent)
+                    break
+            tool_times.append(ended - started)
+
+    tool = statistics.median(tool_times)
+    whole = statistics.median(prompt_times)
+    print(f"2. grep over {count} files ({runs} runs, medians)")
+    print("   invoked as          the grep tool, called by the offline model through "
+          "omp --mode rpc")
+    print(f"   matches shown       {matches}")
+    print(f"   ripgrep alone       {floor * 1000:8.1f} ms  (floor: `rg --json needle`)")
+    print(f"   grep tool           {tool * 1000:8.1f} ms  (tool_execution_start -> _end; "
+          f"floor +{(tool - floor) * 1000:.1f} ms; target: none set)")
+    print(f"   prompt -> result    {whole * 1000:8.1f} ms  (two offline model turns included)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="grep repetitions (median)")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
+    try:
+        (workdir / "bash").mkdir()
+        (workdir / "grep").mkdir()
+        trio.run(bench_bash, workdir / "bash")
+        trio.run(bench_grep, workdir / "grep", args.runs)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""The RPC ``bash`` / ``abort_bash`` commands and the ``bash`` tool's process cleanup, against the
+real ``omp --mode rpc`` process and real shells (rpc-behavior §10, DESIGN.md §2).
+
+Commands are sent with ``client.send`` and explicit ids where the order of the answers matters:
+a response no request waits for arrives on ``client.events`` in wire order.
+
+Orphan checks: a command starts ``sleep 300 & sleep 300; wait`` in its own session, the test finds
+every process of that session in /proc, ends the command (abort, abort_bash, stdin EOF) and then
+requires each of them to be gone. Real processes, so real time: every test is bounded by a
+generous ``trio.fail_after``, and a failing test kills what it found so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from omp.client import Event, RpcClient
+from omp.protocol import commands as cmd
+
+LIMIT = 60  # seconds per test; generous on purpose (small CI machines)
+OFFLINE = ("--mode", "rpc", "--model", "offline/echo")
+# The shell writes its pid (= its session id) first, then runs one job in the background and one
+# in the foreground, and waits: three processes that all have to die with the command.
+ORPHAN_COMMAND = "echo $$ > shell.pid; sleep 300 & sleep 300; wait"
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def spawn(tmp_path: Path, **options: Any) -> AbstractAsyncContextManager[RpcClient]:
+    """``omp --mode rpc`` on the offline model, working in ``tmp_path`` (temp files there too)."""
+    env = {**os.environ, "TMPDIR": str(tmpdir(tmp_path))}
+    return RpcClient.spawn(args=OFFLINE, cwd=tmp_path, env=env, close_timeout=30,
+                           max_buffered_events=math.inf, **options)
+
+
+def tmpdir(tmp_path: Path) -> Path:
+    path = tmp_path / "tmp"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def as_dict(event: Event) -> dict[str, Any]:
+    if isinstance(event, dict):
+        return event
+    value = msgspec.to_builtins(event)
+    assert isinstance(value, dict)
+    return value
+
+
+async def responses(client: RpcClient, ids: set[str]) -> list[dict[str, Any]]:
+    """The responses with these ids, in the order the server wrote them (other events skipped)."""
+    out: list[dict[str, Any]] = []
+    while len(out) < len(ids):
+        frame = as_dict(await client.events.receive())
+        if frame["type"] == "response" and frame.get("id") in ids:
+            out.append(frame)
+    return out
+
+
+async def frames_until(client: RpcClient, done: Callable[[dict[str, Any]], bool]
+                       ) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        frame = as_dict(await client.events.receive())
+        out.append(frame)
+        if done(frame):
+            return out
+
+
+def drain(client: RpcClient) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        try:
+            out.append(as_dict(client.events.receive_nowait()))
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return out
+
+
+async def bash_messages(client: RpcClient) -> list[dict[str, Any]]:
+    data = await client.call(cmd.GetMessages())
+    return [m for m in data["messages"] if m["role"] == "bashExecution"]
+
+
+async def wait_for_files(*paths: Path) -> None:
+    while not all(p.exists() for p in paths):  # noqa: ASYNC110 (a file has no event to wait on)
+        await trio.sleep(0.02)
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """``/proc/<pid>/stat`` after the command name: state, ppid, pgrp, session, ..."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def session_members(sid: int) -> list[int]:
+    """The live processes (zombies excluded) whose session id is ``sid``."""
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat_fields(int(name))) is not None \
+                and int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            members.append(int(name))
+    return members
+
+
+def is_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # Still in the process table. When the shell dies first, its jobs are re-parented to PID 1;
+    # in a container PID 1 is often not a real init and never reaps them, so a killed job can
+    # stay a zombie ('Z') indefinitely. A zombie runs nothing and holds nothing: it is gone.
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] in (b"Z", b"X")
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@asynccontextmanager
+async def orphan_watch(tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
+    """Wait (via ``find()``) for ``ORPHAN_COMMAND``'s shell and both sleeps; on the way out,
+    SIGKILL whatever of them is still alive so a failing test leaves nothing behind."""
+    found: list[int] = []
+
+    async def find() -> list[int]:
+        pid_file = tmp_path / "shell.pid"
+        await wait_for_files(pid_file)
+        while not (text := pid_file.read_text()).endswith("\n"):  # noqa: ASYNC110
+            await trio.sleep(0.02)
+        sid = int(text)
+        # The sleeps start after the pid is written.
+        while sorted(comm(p) for p in session_members(sid)) != [  # noqa: ASYNC110
+                "bash", "sleep", "sleep"]:
+            await trio.sleep(0.02)
+        found.extend(session_members(sid))
+        assert sid in found
+        return list(found)
+
+    try:
+        yield find
+    finally:
+        for pid in found:
+            if not is_gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def assert_all_gone(pids: list[int]) -> None:
+    survivors = {pid: comm(pid) for pid in pids if not is_gone(pid)}
+    assert survivors == {}, f"processes outlived their command: {survivors}"
+
+
+# --- the RPC bash command ---------------------------------------------------------------------
+
+
+async def test_concurrent_bash_commands_answer_by_id_in_completion_order(tmp_path: Path) -> None:
+    slow, fast = "sleep 0.5; echo slow", "echo fast"
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            await client.send(cmd.Bash(id="slow", command=slow))
+            await client.send(cmd.Bash(id="fast", command=fast))
+            answers = await responses(client, {"slow", "fast"})
+            recorded = await bash_messages(client)
+
+    # The fast one did not wait for the slow one that started before it.
+    assert [a["id"] for a in answers] == ["fast", "slow"]
+    assert all(a["command"] == "bash" and a["success"] is True for a in answers)
+    assert [a["data"]["output"] for a in answers] == ["fast\n", "slow\n"]
+    assert [a["data"]["exitCode"] for a in answers] == [0, 0]
+    # Recorded into the session in completion order.
+    assert [(m["command"], m["output"], m["exitCode"], m["cancelled"]) for m in recorded] == [
+        (fast, "fast\n", 0, False), (slow, "slow\n", 0, False)]
+    assert recorded[0]["timestamp"] <= recorded[1]["timestamp"]
+
+
+async def test_abort_bash_answers_at_once_and_cancels_every_running_command(
+        tmp_path: Path) -> None:
+    commands = {name: f"echo started-{name}; touch {name}.started; sleep 300; echo never"
+                for name in ("a", "b")}
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            for name, command in commands.items():
+                await client.send(cmd.Bash(id=name, command=command))
+            await wait_for_files(tmp_path / "a.started", tmp_path / "b.started")
+            sent = trio.current_time()
+            await client.send(cmd.AbortBash(id="stop"))
+            answers = await responses(client, {"stop", "a", "b"})
+            elapsed = trio.current_time() - sent
+            recorded = await bash_messages(client)
+
+    # abort_bash answers before the commands it cancelled; they answer once their group is dead.
+    assert answers[0] == {"type": "response", "id": "stop", "command": "abort_bash",
+                          "success": True}
+    assert elapsed < 10  # nothing waited out the 300 s sleeps
+    cancelled = answers[1:]
+    for answer in cancelled:
+        data = answer["data"]
+        name = answer["id"]
+        assert answer["success"] is True
+        assert data["cancelled"] is True
+        assert data["output"].startswith("[Command cancelled]\n")
+        assert f"started-{name}\n" in data["output"]
+        assert "never" not in data["output"]
+        assert "exitCode" not in data
+        assert "workingDir" not in data
+    # Recorded in completion order, as cancelled.
+    assert [m["command"] for m in recorded] == [commands[a["id"]] for a in cancelled]
+    for message in recorded:
+        assert message["cancelled"] is True
+        assert message.get("exitCode") is None
+        assert "started-" in message["output"]
+
+
+async def test_bash_result_fields(tmp_path: Path) -> None:
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            ok = await client.call(cmd.Bash(command="echo hi; echo err >&2"))
+            failing = await client.call(cmd.Bash(command="echo oops; exit 3"))
+            silent = await client.call(cmd.Bash(command="cd / && true"))
+            after_cd = await client.call(cmd.Bash(command="pwd"))
+            big = await client.call(cmd.Bash(command="seq 1 200000"))
+            recorded = await bash_messages(client)
+
+    # stdout and stderr merged in order; counts of the whole output
+    assert ok == {"output": "hi\nerr\n", "cancelled": False, "truncated": False,
+                  "totalLines": 3, "totalBytes": 7, "outputLines": 3, "outputBytes": 7,
+                  "exitCode": 0, "workingDir": str(tmp_path)}
+    # a failing command is still a successful response, with its exit code
+    assert failing == {"output": "oops\n", "cancelled": False, "truncated": False,
+                       "totalLines": 2, "totalBytes": 5, "outputLines": 2, "outputBytes": 5,
+                       "exitCode": 3, "workingDir": str(tmp_path)}
+    # no output at all: zero lines; a `cd` does not outlive its command
+    assert silent["totalLines"] == 0
+    assert silent["totalBytes"] == 0
+    assert silent["output"] == ""
+    assert silent["exitCode"] == 0
+    assert after_cd["output"] == f"{tmp_path}\n"
+
+    # 200,000 lines: cut to fit, the totals still of everything
+    assert big["truncated"] is True
+    assert big["cancelled"] is False
+    assert big["exitCode"] == 0
+    assert big["totalLines"] == 200001
+    assert big["totalBytes"] == 1288895
+    output = big["output"]
+    assert output.endswith("199999\n200000\n")
+    assert big["outputBytes"] == len(output.encode())
+    assert big["outputBytes"] <= 50 * 1024
+    assert big["outputLines"] == output.count("\n") + 1
+    assert big["outputLines"] < 200001
+
+    assert [(m["exitCode"], m["truncated"]) for m in recorded] == [
+        (0, False), (3, False), (0, False), (0, False), (0, True)]
+    assert recorded[-1]["output"] == output
+
+
+def count_lines(path: str) -> int:
+    with open(path, "rb") as full:
+        return full.read().count(b"\n")
+
+
+async def test_rpc_bash_names_its_full_output_file(tmp_path: Path) -> None:
+    # The cut output's whole copy is the host's to read (and delete): its path is in the result.
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            big = await client.call(cmd.Bash(command="seq 1 200000"))
+    assert big["truncated"] is True
+    spilled = [n for n in os.listdir(tmpdir(tmp_path)) if n.startswith("omp-bash-")]
+    assert [os.path.join(tmpdir(tmp_path), n) for n in spilled] == [big["fullOutputPath"]]
+    assert count_lines(big["fullOutputPath"]) == 200000
+    assert oct(os.stat(big["fullOutputPath"]).st_mode & 0o777) == "0o600"
+
+
+# --- no process outlives its command --------------------------------------------------------
+
+
+async def test_abort_kills_every_process_of_the_bash_tool(tmp_path: Path) -> None:
+    directive = f"[[tool bash {json.dumps({'command': ORPHAN_COMMAND})}]]"
+    with trio.fail_after(LIMIT):
+        async with orphan_watch(tmp_path) as find, spawn(tmp_path) as client:
+            await client.call(cmd.Prompt(id="p", message=directive))
+            pids = await find()
+            assert len(pids) == 3
+            await client.call(cmd.Abort())
+            # The abort answers once the run has ended: by then the whole group is dead.
+            assert_all_gone(pids)
+            frames = drain(client)
+    ends = [f for f in frames if f["type"] == "tool_execution_end"]
+    assert [(e["toolName"], e["isError"]) for e in ends] == [("bash", True)]
+    assert any(f["type"] == "agent_end" for f in frames)
+
+
+async def test_abort_bash_kills_every_process_of_the_command(tmp_path: Path) -> None:
+    with trio.fail_after(LIMIT):
+        async with orphan_watch(tmp_path) as find, spawn(tmp_path) as client:
+            await client.send(cmd.Bash(id="b", command=ORPHAN_COMMAND))
+            pids = await find()
+            await client.send(cmd.AbortBash(id="stop"))
+            answers = await responses(client, {"stop", "b"})
+            # The command answers once its whole group is dead.
+            assert_all_gone(pids)
+    assert [a["id"] for a in answers] == ["stop", "b"]
+    assert answers[1]["data"]["cancelled"] is True
+
+
+@pytest.mark.parametrize("via", ["bash tool", "bash command"])
+async def test_stdin_eof_kills_every_process_and_exits_zero(tmp_path: Path, via: str) -> None:
+    with trio.fail_after(LIMIT):
+        async with orphan_watch(tmp_path) as find:
+            async with spawn(tmp_path) as client:
+                if via == "bash tool":
+                    await client.call(cmd.Prompt(id="p", message=(
+                        f"[[tool bash {json.dumps({'command': ORPHAN_COMMAND})}]]")))
+                else:
+                    await client.send(cmd.Bash(id="b", command=ORPHAN_COMMAND))
+                pids = await find()
+                server = client.pid
+            # Leaving the block closed the server's stdin and waited for the process to exit.
+            assert client.returncode == 0  # it exited by itself, no signal was needed
+            assert server is not None
+            assert_all_gone([server, *pids])
+    frames = drain(client)
+    if via == "bash tool":
+        assert [f["isError"] for f in frames if f["type"] == "tool_execution_end"] == [True]
+        assert any(f["type"] == "agent_end" for f in frames)
+    else:
+        [answer] = [f for f in frames if f["type"] == "response" and f.get("id") == "b"]
+        assert answer["data"]["cancelled"] is True
