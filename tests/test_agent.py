@@ -442,7 +442,7 @@ async def test_get_state_during_and_after_a_run(tmp_path: Path,
     usage = after["contextUsage"]
     assert usage["contextWindow"] == CONTEXT_WINDOW
     assert 100 <= usage["tokens"] < 1000  # anchored on the reported usage, not re-estimated
-    assert usage["percent"] == round(usage["tokens"] / CONTEXT_WINDOW * 100, 2)
+    assert usage["percent"] == round(usage["tokens"] / CONTEXT_WINDOW * 100, 6)
 
 
 # --- provider errors ---------------------------------------------------------------------------
