@@ -85,12 +85,32 @@ def user_message(text: str, images: Sequence[m.ImageContent] = (), *,
                          steering=steering)
 
 
+COMPACTION_WRAPPER = ("Prior model work/tool state available.\nMUST build on prior work; "
+                      "NEVER duplicate prior work.\n\n<summary>\n{summary}\n</summary>")
+HANDOFF_WRAPPER = ("Context replaced. The <handoff> below is a handoff document a prior instance "
+                   "of you wrote for you; continue the work from it.\n\n<handoff>\n{summary}\n"
+                   "</handoff>")
+BRANCH_WRAPPER = "Branch-return summary:\n\n<summary>\n{summary}\n</summary>"
+
+
 def to_llm(messages: Sequence[m.AgentMessage]) -> tuple[LlmMessage, ...]:
-    """``convertToLlm`` (agent-core §1.6) for the kinds that exist so far."""
+    """``convertToLlm`` (agent-core §1.6): the agent's own kinds as messages a model reads."""
     out: list[LlmMessage] = []
     for message in messages:
         if isinstance(message, m.UserMessage | m.AssistantMessage | m.ToolResultMessage):
             out.append(message)
+        elif isinstance(message, m.CompactionSummaryMessage):
+            wrapper = HANDOFF_WRAPPER if message.method == "handoff" else COMPACTION_WRAPPER
+            out.append(m.UserMessage(content=wrapper.format(summary=message.summary),
+                                     timestamp=message.timestamp, attribution="agent"))
+        elif isinstance(message, m.BranchSummaryMessage):
+            out.append(m.UserMessage(content=BRANCH_WRAPPER.format(summary=message.summary),
+                                     timestamp=message.timestamp, attribution="agent"))
+        elif isinstance(message, m.CustomMessage | m.DeveloperMessage):
+            # No provider adapter has a developer role: harness messages reach the model as
+            # user messages (pi's conversion).
+            out.append(m.UserMessage(content=message.content, timestamp=message.timestamp,
+                                     attribution="agent"))
         elif isinstance(message, m.BashExecutionMessage):
             if message.excludeFromContext:
                 continue
@@ -170,7 +190,8 @@ class Agent:
     # -- the run -----------------------------------------------------------------------------
 
     async def run(self, prompts: Sequence[m.UserMessage], *,
-                  continues: Callable[[], bool] | None = None) -> list[m.AgentMessage]:
+                  before_end: Callable[[], Awaitable[bool]] | None = None
+                  ) -> list[m.AgentMessage]:
         """One run: returns the messages it added (what ``agent_end`` carries).
 
         Abort (``abort()``) ends it early but still in protocol order. If the task running it is
@@ -199,9 +220,10 @@ class Agent:
             return added
         finally:
             self.running = False
-            # ``continues``: the session already knows more work follows (a retry), so this
-            # agent_end is not terminal (rpc-behavior §4.4).
-            more = continues is not None and continues()
+            # ``before_end``: the session's maintenance (compaction) runs before agent_end, which
+            # is held until then (rpc-behavior §4.4); it says whether more work follows (a retry)
+            # so that this agent_end is not terminal.
+            more = before_end is not None and await before_end()
             with trio.CancelScope(shield=True):
                 await self.emit(ev.AgentEnd(messages=list(added),
                                             isTerminal=False if more else msgspec.UNSET))

@@ -140,6 +140,10 @@ class AgentSession:
     _saga_attempts: int = attrs.field(default=0, init=False)
     _rng: random.Random = attrs.field(factory=random.Random, init=False)
     _compaction_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _overflow_recovery: bool = attrs.field(default=False, init=False)
+    """This run overflowed and will be compacted, then run again."""
+    _overflow_done: bool = attrs.field(default=False, init=False)
+    """The prompt's one overflow recovery was used."""
 
     def __attrs_post_init__(self) -> None:
         self.agent = Agent(emit=self._agent_event, setup=self._turn_setup)
@@ -557,20 +561,14 @@ class AgentSession:
         return None
 
     def context_usage(self) -> tuple[int, int] | None:
-        """(tokens, context window): the last reported prompt size plus an estimate of what
-        came after it (four characters a token)."""
+        """(tokens, context window): the last prompt size the provider reported after the
+        latest compaction, plus an estimate of what came after it (agent-core §8.3)."""
+        from .compaction import estimate_context_tokens
+
         window = self.model.contextWindow
         if not window:
             return None
-        tokens = 0
-        tail: list[m.AgentMessage] = []
-        for message in reversed(self.agent.messages):
-            if isinstance(message, m.AssistantMessage) and message.usage.totalTokens:
-                tokens = message.usage.totalTokens
-                break
-            tail.append(message)
-        tokens += sum(len(msgspec.json.encode(msg)) for msg in tail) // 4
-        return tokens, window
+        return estimate_context_tokens(self.agent.messages), window
 
     # -- running -----------------------------------------------------------------------------
 
@@ -690,13 +688,13 @@ class AgentSession:
         failure: BaseException | None = None
         added: list[m.AgentMessage] = []
         attempt = 0
-        compacted_for_overflow = False
+        self._overflow_done = False
         try:
             while True:
                 self._retry_decision = None
                 self._saga_attempts = attempt
                 try:
-                    run_added = await self.agent.run(prompts, continues=self._plan_retry)
+                    run_added = await self.agent.run(prompts, before_end=self._before_end)
                 except Exception as exc:  # a bug in the loop: report it, keep the session alive
                     failure = exc
                     added += self.agent.run_messages
@@ -705,11 +703,10 @@ class AgentSession:
                     break
                 added += run_added
                 last = _last_assistant(run_added)
-                if (last is not None and last.stopReason == "error" and self.auto_compaction
-                        and not self.agent.aborted and not compacted_for_overflow
-                        and self._overflowed()):
-                    # The prompt did not fit: compact, then run the turn again (§6.2).
-                    compacted_for_overflow = True
+                if last is not None and self._overflow_recovery:
+                    # The prompt did not fit: compact, then run the turn again (§6.2), once.
+                    self._overflow_recovery = False
+                    self._overflow_done = True
                     self._drop_failed_turn(last)
                     if await self._auto_compact("overflow"):
                         prompts = []
@@ -723,9 +720,6 @@ class AgentSession:
                             success=success, attempt=attempt,
                             finalError=msgspec.UNSET if success or last is None
                             else last.errorMessage or "unknown error"))
-                    if (failure is None and not self.agent.aborted and not self._closing
-                            and self._needs_compaction()):
-                        await self._auto_compact("threshold")
                     break
                 attempt += 1
                 delay, failed = decision
@@ -760,15 +754,39 @@ class AgentSession:
         return call is not None and call.error is not None and (
             call.error.kind == "context_overflow")
 
+    async def _before_end(self) -> bool:
+        """Called by the loop before ``agent_end``: plan a retry (or an overflow recovery), or
+        run threshold compaction now (agent_end is held until it is done). Returns whether
+        another run follows."""
+        self._overflow_recovery = False
+        if self._plan_retry():
+            return True
+        last = _last_assistant(self.agent.run_messages)
+        if (last is not None and last.stopReason != "error" and not self.agent.aborted
+                and not self._closing and self._needs_compaction()):
+            await self._auto_compact("threshold")
+        return False
+
+    def _can_compact(self) -> bool:
+        from .compaction import find_cut_point
+
+        messages = self.agent.messages
+        boundary = next((i + 1 for i in range(len(messages) - 1, -1, -1)
+                         if isinstance(messages[i], m.CompactionSummaryMessage)), 0)
+        return find_cut_point(messages[boundary:],
+                              self.settings.compaction.keepRecentTokens) is not None
+
     def _plan_retry(self) -> bool:
-        """Called by the loop just before ``agent_end``: will the session run again (a retry,
-        or the turn after an overflow compaction)?"""
+        """Will the session run again after this run (a retry, or the turn after an overflow
+        compaction)? Sets what ``_run`` then does."""
         last = _last_assistant(self.agent.run_messages)
         if (last is None or last.stopReason != "error" or self.agent.aborted
                 or self._closing):
             return False
         if self._overflowed():
-            return self.auto_compaction
+            self._overflow_recovery = (self.auto_compaction and not self._overflow_done
+                                       and self._can_compact())
+            return self._overflow_recovery
         if not self.auto_retry:
             return False
         call = self.agent.last_call
