@@ -431,7 +431,7 @@ class SessionFile:
     _header: SessionHeader
     _entries: list[Entry] = attrs.field(factory=list)
     _by_id: dict[str, Entry] = attrs.field(factory=dict)
-    _raw: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    _raw: dict[str, dict[str, Any] | bytes] = attrs.field(factory=dict)
     """The JSON object each loaded entry was read from, by id."""
     _leaf_id: str | None = None
     _slot_title: str | None = None
@@ -547,6 +547,10 @@ class SessionFile:
             return entry.data
         raw = self._raw.get(entry.id)
         if raw is not None and self._by_id.get(entry.id) is entry:
+            if isinstance(raw, bytes):
+                # Loaded lines stay bytes until someone asks for them as JSON.
+                decoded: dict[str, Any] = msgspec.json.decode(raw)
+                self._raw[entry.id] = raw = decoded
             return raw
         result: dict[str, Any] = msgspec.to_builtins(entry)
         return result
@@ -721,7 +725,50 @@ class SessionFile:
 # --- loading ---------------------------------------------------------------------------------
 
 
+_entry_decoder = msgspec.json.Decoder(KnownEntry)
+
+
 def _load(path: Path, data: bytes, *, fsync: bool) -> SessionFile:
+    fast = _load_current(path, data, fsync=fsync)
+    return fast if fast is not None else _load_generic(path, data, fsync=fsync)
+
+
+def _load_current(path: Path, data: bytes, *, fsync: bool) -> SessionFile | None:
+    """The common case, fast: a current-version file whose lines decode straight into typed
+    entries (one pass per line, no intermediate dicts; the lines are kept as bytes for
+    ``entry_json``). None when anything needs the careful path: an old version, a title slot,
+    an unknown or malformed line, a duplicate id."""
+    lines = data.split(b"\n")
+    if not lines or not lines[0].startswith(b'{"type":"session"'):
+        return None
+    try:
+        header = msgspec.json.decode(lines[0], type=SessionHeader)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if header.version != CURRENT_VERSION:
+        return None
+    file = SessionFile(path, header, slot_title=None, has_slot=False, problems=[],
+                       fsync=fsync)
+    decode = _entry_decoder.decode
+    for line in lines[1:]:
+        if not line:
+            continue
+        try:
+            entry = decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        entry_id = entry.id
+        if not entry_id or entry_id in file._by_id:
+            return None
+        file._entries.append(entry)
+        file._by_id[entry_id] = entry
+        file._raw[entry_id] = line
+        file._leaf_id = entry_id
+    file._needs_newline = data != b"" and not data.endswith(b"\n")
+    return file
+
+
+def _load_generic(path: Path, data: bytes, *, fsync: bool) -> SessionFile:
     lines = data.split(b"\n")
     torn_tail = not data.endswith(b"\n") and data != b""
     # Index of the last non-blank line: bad JSON there is a torn write, skipped silently.
@@ -797,7 +844,7 @@ def _load(path: Path, data: bytes, *, fsync: bool) -> SessionFile:
     if migrated:
         out = [] if slot_line is None else [slot_line + b"\n"]
         out.append(msgspec.json.encode(header_raw) + b"\n")
-        out.extend(msgspec.json.encode(file._raw[e.id]) + b"\n" for e in file._entries)
+        out.extend(msgspec.json.encode(file.entry_json(e)) + b"\n" for e in file._entries)
         _replace_file(path, b"".join(out))
         file._needs_newline = False
     return file
@@ -846,9 +893,12 @@ def _entry_message(file: SessionFile, entry: Entry) -> AgentMessage | None:
     if isinstance(entry, MessageEntry):
         message = entry.message
         if isinstance(message, AssistantMessage):
-            raw = file._raw.get(entry.id, {}).get("message")
-            if isinstance(raw, dict) and raw.get("retryRecovery"):
-                return None
+            stored = file._raw.get(entry.id)
+            # Only lines that mention it can carry the flag: skip decoding all the others.
+            if not isinstance(stored, bytes) or b'"retryRecovery"' in stored:
+                raw = file.entry_json(entry).get("message")
+                if isinstance(raw, dict) and raw.get("retryRecovery"):
+                    return None
             if message.stopReason == "error" and not message.content:
                 return None
         return message
