@@ -40,20 +40,12 @@ from ..protocol.events import (
 from ..protocol.payloads import CompactionResult, Model
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
-from .retry import RetryWaitTooLong, backoff_delay, should_retry, wait_backoff
 from .settings import Settings
-from .store import (
-    SessionFile,
-    branch_file,
-    branch_settings,
-    build_context,
-    newest_session,
-    user_messages,
-)
 from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
     from ..tools.shell import ShellResult
+    from .store import SessionFile
 
 HANDOFF_PROMPT = (
     "Write a handoff document for another instance of yourself that will continue this work "
@@ -231,6 +223,8 @@ class AgentSession:
         if file is None:
             self._session_id = str(uuid.uuid4())
             return
+        from .store import branch_settings, build_context
+
         self.agent.messages[:] = build_context(file)
         settings = branch_settings(file)
         ref = settings.models.get("default") if isinstance(settings.models, dict) else None
@@ -254,6 +248,8 @@ class AgentSession:
         """The file a process starts with: ``--session FILE`` (opened, or created there),
         ``--continue`` (the newest session of this cwd), else a new one. Raises SessionError
         naming the file when it cannot be read or created."""
+        from .store import SessionFile, newest_session
+
         assert self.sessions_directory is not None
         try:
             if session_path is not None:
@@ -277,6 +273,8 @@ class AgentSession:
 
     async def new_session(self, parent_session: str | None = None) -> None:
         """Abort, clear, and continue in a new session file (or a fresh in-memory session)."""
+        from .store import SessionFile
+
         await self._reset()
         if self.file is None or self.sessions_directory is None:
             self._adopt(None)
@@ -297,6 +295,8 @@ class AgentSession:
         """
         if self.file is None and self.sessions_directory is None:
             raise SessionError("switch_session requires session persistence (omit --no-session)")
+        from .store import SessionFile
+
         if not await trio.Path(path.parent).is_dir():
             raise SessionError(f"File not found: {path}")
         try:
@@ -319,6 +319,8 @@ class AgentSession:
         """
         if self.file is None:
             raise SessionError("open_session requires session persistence (omit --no-session)")
+        from .store import SessionFile, newest_session
+
         newest = newest_session(directory, non_empty=True)
         if newest is not None and self.file is not None and newest == self.file.path:
             return False, True
@@ -341,6 +343,8 @@ class AgentSession:
         """
         if self.file is None:
             raise SessionError("branch requires session persistence (omit --no-session)")
+        from .store import branch_file
+
         try:
             file, text = branch_file(self.file, entry_id)
         except ValueError:
@@ -349,6 +353,8 @@ class AgentSession:
         return text
 
     def branch_messages(self) -> list[tuple[str, str]]:
+        from .store import user_messages
+
         return [] if self.file is None else user_messages(self.file)
 
 
@@ -728,7 +734,7 @@ class AgentSession:
                     delayMs=round(delay * 1000, 1),
                     errorMessage=failed.errorMessage or "unknown error"))
                 with trio.CancelScope() as self._retry_scope:
-                    await wait_backoff(delay)
+                    await trio.sleep(delay)  # trio time: MockClock tests run it instantly
                 self._retry_scope = None
                 if self._retry_scope_cancelled or self.agent.aborted:
                     self._retry_scope_cancelled = False
@@ -779,6 +785,8 @@ class AgentSession:
     def _plan_retry(self) -> bool:
         """Will the session run again after this run (a retry, or the turn after an overflow
         compaction)? Sets what ``_run`` then does."""
+        from .retry import RetryWaitTooLong, backoff_delay, should_retry
+
         last = _last_assistant(self.agent.run_messages)
         if (last is None or last.stopReason != "error" or self.agent.aborted
                 or self._closing):

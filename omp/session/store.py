@@ -725,7 +725,7 @@ class SessionFile:
 # --- loading ---------------------------------------------------------------------------------
 
 
-_entry_decoder = msgspec.json.Decoder(KnownEntry)
+_entry_decoder: msgspec.json.Decoder[KnownEntry] | None = None
 
 
 def _load(path: Path, data: bytes, *, fsync: bool) -> SessionFile:
@@ -749,6 +749,9 @@ def _load_current(path: Path, data: bytes, *, fsync: bool) -> SessionFile | None
         return None
     file = SessionFile(path, header, slot_title=None, has_slot=False, problems=[],
                        fsync=fsync)
+    global _entry_decoder
+    if _entry_decoder is None:
+        _entry_decoder = msgspec.json.Decoder(KnownEntry)
     decode = _entry_decoder.decode
     for line in lines[1:]:
         if not line:
