@@ -87,9 +87,11 @@ def _converter() -> Any:
     return cattrs.Converter(forbid_extra_keys=True)
 
 
-def load_models_file(path: Path) -> ModelsFile:
-    """Parse and validate ``models.yml``. Raises ConfigError naming the file, path and problem."""
-    import cattrs
+def read_yaml_mapping(path: Path, expected: str) -> dict[str, Any] | None:
+    """A user-edited YAML file's top-level mapping (None when the file is empty).
+
+    Raises ConfigError naming the file and, for bad YAML, the line and column.
+    """
     import yaml
 
     try:
@@ -102,10 +104,19 @@ def load_models_file(path: Path) -> ModelsFile:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
     if raw is None:
-        return ModelsFile()
+        return None
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with a `providers` key, got "
-                          f"{type(raw).__name__}")
+        raise ConfigError(f"{path}: expected {expected}, got {type(raw).__name__}")
+    return raw
+
+
+def load_models_file(path: Path) -> ModelsFile:
+    """Parse and validate ``models.yml``. Raises ConfigError naming the file, path and problem."""
+    import cattrs
+
+    raw = read_yaml_mapping(path, "a mapping with a `providers` key")
+    if raw is None:
+        return ModelsFile()
     try:
         parsed: ModelsFile = _converter().structure(raw, ModelsFile)
     except cattrs.BaseValidationError as exc:

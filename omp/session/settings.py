@@ -91,22 +91,12 @@ def load_settings_file(path: Path) -> Settings:
     """Parse and validate one settings file. Raises ConfigError naming the file, path and
     problem."""
     import cattrs
-    import yaml
 
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    from ..llm.models_file import read_yaml_mapping
+
+    raw = read_yaml_mapping(path, "a mapping with `compaction` and/or `retry` keys")
     if raw is None:
         return Settings()
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with `compaction` and/or `retry` keys, "
-                          f"got {type(raw).__name__}")
     # A section whose keys are all commented out (`retry:` alone) reads as null: its defaults.
     raw = {key: value for key, value in raw.items() if value is not None}
     try:

@@ -22,7 +22,7 @@ from msgspec import UNSET
 from ..protocol.payloads import BashResult
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .shell import ShellResult, ShellRun, ShellSpawnError
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 from .truncate import Truncation, format_size
 
 UPDATE_INTERVAL = 0.1
@@ -65,15 +65,10 @@ def tool_output_text(result: ShellResult) -> str:
 
 
 @attrs.define
-class BashTool:
+class BashTool(SpecifiedTool):
     ctx: ToolContext
 
-    _spec = SPECS['bash']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
-    parameters = _spec.parameters
+    spec = SPECS['bash']
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -19,7 +19,7 @@ import trio
 
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .edit_match import Edit, EditedFile, EditError, edit_text
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 
 INVALID_EDITS = "Edit tool input is invalid. edits must contain at least one replacement."
 
@@ -128,15 +128,10 @@ def edit_file(absolute: Path, path: str, edits: list[Edit]) -> EditedFile:
 
 
 @attrs.define
-class EditTool:
+class EditTool(SpecifiedTool):
     ctx: ToolContext
 
-    _spec = SPECS['edit']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
-    parameters = _spec.parameters
+    spec = SPECS['edit']
 
     def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
         """Run before schema validation (see ``prepare_edit_arguments``)."""

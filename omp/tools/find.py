@@ -27,7 +27,7 @@ import trio
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .grep import run_ripgrep
 from .ls import resolve_path
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 from .truncate import DEFAULT_MAX_BYTES, NO_LINE_LIMIT, format_size, truncate_head
 
 DEFAULT_FIND_LIMIT = 1000
@@ -148,21 +148,13 @@ def _check_directory(path: Path) -> None:
         raise ToolError(f"Not a directory: {path}")
 
 
-class FindTool:
+class FindTool(SpecifiedTool):
     """Find files (and directories) by glob, paths relative to the search directory."""
 
-    _spec = SPECS['find']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
+    spec = SPECS['find']
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

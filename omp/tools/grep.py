@@ -25,7 +25,7 @@ import trio
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import resolve_path
 from .shell import KILL_GRACE, kill_process_group
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 from .truncate import (
     DEFAULT_MAX_BYTES,
     GREP_MAX_LINE_LENGTH,
@@ -233,21 +233,13 @@ def _path_kind(path: Path) -> bool:
     return os.path.isdir(path)
 
 
-class GrepTool:
+class GrepTool(SpecifiedTool):
     """Search file contents with ripgrep (regex or literal), .gitignore respected."""
 
-    _spec = SPECS['grep']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
+    spec = SPECS['grep']
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

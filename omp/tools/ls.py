@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 from .truncate import DEFAULT_MAX_BYTES, NO_LINE_LIMIT, format_size, truncate_head
 
 DEFAULT_LS_LIMIT = 500
@@ -97,21 +97,13 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-class LsTool:
+class LsTool(SpecifiedTool):
     """List a directory: every entry (dotfiles too), sorted case-insensitively, dirs with ``/``."""
 
-    _spec = SPECS['ls']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
+    spec = SPECS['ls']
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

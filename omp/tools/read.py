@@ -20,7 +20,7 @@ import trio
 from ..protocol.messages import ImageContent, TextContent
 from .base import OnUpdate, ToolContext, ToolError, ToolResult, UriResource
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 from .truncate import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -227,21 +227,13 @@ def host_read_result(url: str, resource: UriResource) -> ToolResult:
     return ToolResult.text(text, details)
 
 
-class ReadTool:
+class ReadTool(SpecifiedTool):
     """Read a file (text with offset/limit, or an image) or list a directory."""
 
-    _spec = SPECS['read']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
+    spec = SPECS['read']
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -20,6 +20,32 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     read_only: bool
 
 
+class SpecifiedTool:
+    """Base of the built-in tools: what the model is told about a tool is its ``spec``."""
+
+    spec: ToolSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.spec.parameters
+
+    @property
+    def read_only(self) -> bool:
+        return self.spec.read_only
+
+
 SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     ToolSpec(
         name='read', label='Read', read_only=True,

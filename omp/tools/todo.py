@@ -30,7 +30,7 @@ import trio
 
 from ..protocol.commands import TodoItem, TodoPhase, TodoStatus
 from .base import OnUpdate, ToolError, ToolResult
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 from .todo_state import OPEN_STATUSES as _OPEN
 from .todo_state import TodoState as TodoState
 
@@ -251,21 +251,13 @@ def _apply(state: TodoState, args: dict[str, Any]) -> str:
     return headline
 
 
-class TodoTool:
+class TodoTool(SpecifiedTool):
     """Keep a phased task list: one operation per call."""
 
-    _spec = SPECS['todo']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
+    spec = SPECS['todo']
 
     def __init__(self, state: TodoState | None = None) -> None:
         self.state = state if state is not None else TodoState()
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -10,7 +10,7 @@ import trio
 
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import os_error_message, resolve_path
-from .specs import SPECS
+from .specs import SPECS, SpecifiedTool
 
 
 def _write(path: Path, content: str) -> None:
@@ -30,21 +30,13 @@ def _write(path: Path, content: str) -> None:
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-class WriteTool:
+class WriteTool(SpecifiedTool):
     """Write a file whole: creates it (and its parent directories) or overwrites it."""
 
-    _spec = SPECS['write']
-    name = _spec.name
-    label = _spec.label
-    description = _spec.description
-    read_only = _spec.read_only
+    spec = SPECS['write']
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self._spec.parameters
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:
