@@ -863,6 +863,8 @@ async def test_write_failure_is_reported_once_and_the_session_goes_on(tmp_path: 
             assert notices[0]["source"] == "session-persistence"
             assert [t for _, t in texts(await host.messages())][-2:] == [
                 "question three", "Echo: question three"]
+    # Everything was answered, but the session was not kept: the exit status says so (§1.9).
+    assert client.returncode == 1
 
 
 async def test_malformed_session_file_fails_startup(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from ..protocol.codec import FrameEncoder, decode_line
 from ..protocol.events import SESSION_EVENT_TYPES
 from ..protocol.frames import Ready, Response, fail
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
-from ..session import AgentSession, create_session
+from ..session import AgentSession, SessionError, create_session
 from .commands import CommandRouter, CustomCommand
 from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
@@ -106,8 +106,9 @@ async def serve(
     commands are accepted. Streams passed in are not closed: the caller owns them.
 
     Returns after EOF, once every command read has been answered and all work is finished or
-    cancelled. Raises ``OutputClosedError`` if the output stream breaks, and ``SessionError`` or
-    ``ConfigError`` (before writing anything) when the session cannot start. On cancellation, all
+    cancelled. Raises ``OutputClosedError`` if the output stream breaks, ``SessionError`` or
+    ``ConfigError`` (before writing anything) when the session cannot start, and
+    ``SessionError`` after serving when the session file stopped being written. On cancellation, all
     in-flight work is cancelled and nothing is left running; queued frames may be lost.
     """
     options = options or ServeOptions()
@@ -179,6 +180,10 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         await server.shutdown()
     if output_error is not None:
         raise output_error
+    if session.persistence_failure is not None:
+        # Everything was answered; the host was told by a notice frame. Durability was not
+        # kept, which the exit status must say (rpc-behavior §1.9).
+        raise SessionError(f"Session not saved: {session.persistence_failure}")
 
 
 @attrs.define(eq=False)

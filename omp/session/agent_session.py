@@ -117,6 +117,8 @@ class AgentSession:
     file: SessionFile | None = None
     """The session on disk (None with ``--no-session``): every finished message, model and
     thinking-level change is appended and flushed as it happens."""
+    persistence_failure: str | None = None
+    """Why the session file stopped being written, once it did (the process then exits 1)."""
     sessions_directory: Path | None = None
     """Where new session files go."""
     _session_id: str = attrs.field(factory=lambda: str(uuid.uuid4()), init=False)
@@ -172,6 +174,8 @@ class AgentSession:
         except OSError as exc:
             path = self.file.path
             self.file = None
+            self.persistence_failure = f"the session file {path} could not be written: " + (
+                f"{exc.strerror or exc}")
             self._publish(Notice(level="error", source="session-persistence",
                                  message=f"Could not write the session file {path.name}: "
                                          f"{exc.strerror or exc}; continuing in memory"))
