@@ -13,20 +13,17 @@ bounded by a generous ``trio.fail_after``.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import msgspec
 import pytest
 import trio
+from offline_rpc import LIMIT, drain, frames_until, spawn
 
 from omp.client import (
-    Event,
     HostToolUpdater,
     HostUriReply,
     RpcClient,
@@ -37,9 +34,6 @@ from omp.protocol import commands as cmd
 from omp.protocol.events import HostToolCall, HostUriRequest
 from omp.protocol.payloads import SessionState
 
-LIMIT = 60  # seconds per test; generous on purpose (small CI machines)
-OFFLINE = ("--mode", "rpc", "--model", "offline/echo")
-
 ECHO_TOOL = cmd.HostToolDefinition(
     name="echo_host", description="Echo a message through the host\nSecond line.",
     parameters={"type": "object", "properties": {"message": {"type": "string"}},
@@ -47,44 +41,6 @@ ECHO_TOOL = cmd.HostToolDefinition(
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def spawn(tmp_path: Path, **options: Any) -> AbstractAsyncContextManager[RpcClient]:
-    """``omp --mode rpc`` on the offline model, working in ``tmp_path`` (temp files there too)."""
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmpdir)}
-    return RpcClient.spawn(args=OFFLINE, cwd=tmp_path, env=env, close_timeout=30,
-                           max_buffered_events=math.inf, **options)
-
-
-def as_dict(event: Event) -> dict[str, Any]:
-    if isinstance(event, dict):
-        return event
-    value = msgspec.to_builtins(event)
-    assert isinstance(value, dict)
-    return value
-
-
-async def frames_until(client: RpcClient, done: Callable[[dict[str, Any]], bool]
-                       ) -> list[dict[str, Any]]:
-    """Every event up to and including the first one ``done`` accepts."""
-    out: list[dict[str, Any]] = []
-    while True:
-        frame = as_dict(await client.events.receive())
-        out.append(frame)
-        if done(frame):
-            return out
-
-
-def drain(client: RpcClient) -> list[dict[str, Any]]:
-    """The events already received (after the client closed: everything the server wrote)."""
-    out: list[dict[str, Any]] = []
-    while True:
-        try:
-            out.append(as_dict(client.events.receive_nowait()))
-        except (trio.WouldBlock, trio.EndOfChannel):
-            return out
 
 
 def is_response(request_id: str) -> Callable[[dict[str, Any]], bool]:

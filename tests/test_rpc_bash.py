@@ -13,50 +13,26 @@ generous ``trio.fail_after``, and a failing test kills what it found so nothing 
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 import trio
+from offline_rpc import LIMIT, as_dict, drain, spawn, tmpdir
 
-from omp.client import Event, RpcClient
+from omp.client import RpcClient
 from omp.protocol import commands as cmd
 
-LIMIT = 60  # seconds per test; generous on purpose (small CI machines)
-OFFLINE = ("--mode", "rpc", "--model", "offline/echo")
 # The shell writes its pid (= its session id) first, then runs one job in the background and one
 # in the foreground, and waits: three processes that all have to die with the command.
 ORPHAN_COMMAND = "echo $$ > shell.pid; sleep 300 & sleep 300; wait"
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def spawn(tmp_path: Path, **options: Any) -> AbstractAsyncContextManager[RpcClient]:
-    """``omp --mode rpc`` on the offline model, working in ``tmp_path`` (temp files there too)."""
-    env = {**os.environ, "TMPDIR": str(tmpdir(tmp_path))}
-    return RpcClient.spawn(args=OFFLINE, cwd=tmp_path, env=env, close_timeout=30,
-                           max_buffered_events=math.inf, **options)
-
-
-def tmpdir(tmp_path: Path) -> Path:
-    path = tmp_path / "tmp"
-    path.mkdir(exist_ok=True)
-    return path
-
-
-def as_dict(event: Event) -> dict[str, Any]:
-    if isinstance(event, dict):
-        return event
-    value = msgspec.to_builtins(event)
-    assert isinstance(value, dict)
-    return value
 
 
 async def responses(client: RpcClient, ids: set[str]) -> list[dict[str, Any]]:
@@ -67,25 +43,6 @@ async def responses(client: RpcClient, ids: set[str]) -> list[dict[str, Any]]:
         if frame["type"] == "response" and frame.get("id") in ids:
             out.append(frame)
     return out
-
-
-async def frames_until(client: RpcClient, done: Callable[[dict[str, Any]], bool]
-                       ) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while True:
-        frame = as_dict(await client.events.receive())
-        out.append(frame)
-        if done(frame):
-            return out
-
-
-def drain(client: RpcClient) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while True:
-        try:
-            out.append(as_dict(client.events.receive_nowait()))
-        except (trio.WouldBlock, trio.EndOfChannel):
-            return out
 
 
 async def bash_messages(client: RpcClient) -> list[dict[str, Any]]:
