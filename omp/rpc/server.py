@@ -30,6 +30,7 @@ import msgspec
 import trio
 
 from ..agent.loop import AssistantUpdate
+from ..llm.stream import close_http_client
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder, decode_line
@@ -169,15 +170,22 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
             output_error = exc
             root.cancel_scope.cancel()
 
-    async with trio.open_nursery() as root:
-        root.start_soon(writer)
-        await root.start(session.serve)
-        await root.start(server.run_commands)
-        server.output.put_nowait(Ready())
-        server.announce_commands()
-        task_status.started()
-        await server.read(stdin)
-        await server.shutdown()
+    try:
+        async with trio.open_nursery() as root:
+            root.start_soon(writer)
+            await root.start(session.serve)
+            await root.start(server.run_commands)
+            server.output.put_nowait(Ready())
+            server.announce_commands()
+            task_status.started()
+            await server.read(stdin)
+            await server.shutdown()
+    finally:
+        # The providers' shared HTTP client belongs to this serve(): its connections must not
+        # outlive it (an embedding host may call serve() again, even from another trio.run).
+        with trio.move_on_after(2) as cleanup:
+            cleanup.shield = True
+            await close_http_client()
     if output_error is not None:
         raise output_error
     if session.persistence_failure is not None:
