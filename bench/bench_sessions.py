@@ -35,7 +35,7 @@ import trio
 from omp.client import RpcClient
 from omp.protocol import messages as m
 from omp.protocol.frames import Response
-from omp.session.store import SessionFile
+from omp.session.file import SessionFile
 
 LOAD_TARGET_MS = 200.0
 MODEL = ("--model", "offline/echo")

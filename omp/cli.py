@@ -23,6 +23,7 @@ USAGE_ERROR = 2
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .llm.types import THINKING_LEVELS
 
     parser = argparse.ArgumentParser(
         prog="omp",
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", metavar="[PROVIDER/]ID", help="model to start with")
     parser.add_argument("--api-key", metavar="KEY",
                         help="API key for the chosen provider (prefer the environment variable)")
-    parser.add_argument("--thinking", choices=["off", "minimal", "low", "medium", "high", "xhigh"],
+    parser.add_argument("--thinking", choices=THINKING_LEVELS,
                         help="thinking level to start with (clamped to the model; default off)")
     parser.add_argument("--system-prompt", metavar="TEXT_OR_FILE",
                         help="replace the built-in instructions (text, or a file to read)")
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import trio
 
-    from .llm.models import ConfigError
+    from .config import ConfigError
     from .rpc.output import OutputClosedError
     from .rpc.server import ServeOptions, serve
     from .session import SessionError
@@ -176,7 +177,7 @@ async def one_shot(options: Any, message: str, mode: str) -> int:
                 out.write(encoder.encode(event) + b"\n")
                 out.flush()
 
-        async def publish_wait(self, event: Any) -> None:
+        async def publish_update(self, event: Any) -> None:
             self.publish(event)
             await trio.lowlevel.checkpoint()
 

@@ -44,6 +44,7 @@ import msgspec
 import trio
 from msgspec import UNSET, UnsetType
 
+from .process import kill_process_group, signal_group
 from .protocol import commands as cmd
 from .protocol.codec import ChunkAssembler, ChunkError
 from .protocol.events import (
@@ -333,9 +334,10 @@ class RpcClient:
         ``protocol_version=1`` skips the v2 negotiation. ``ready_timeout`` bounds the wait for
         ``ready`` and the negotiation. On exit: stdin is closed, the process has
         ``close_timeout`` seconds to exit, then its process group gets SIGTERM, then after
-        ``terminate_grace`` seconds SIGKILL; the process is always waited for, and its exit code
-        is ``returncode``. The exit takes at most about ``close_timeout + terminate_grace``
-        seconds (one more if something the server started still holds its stdout: then the
+        ``terminate_grace`` seconds SIGKILL (``omp.process.kill_process_group``); the process
+        is always waited for, and its exit code is ``returncode``. The exit takes at most about
+        ``close_timeout + terminate_grace`` seconds, plus one to reap the process after a
+        SIGKILL and one more if something the server started still holds its stdout (then the
         rest of its process group is killed too), also when the body was cancelled.
         """
         argv = list(command) if command is not None else [sys.executable, "-m", "omp", *args]
@@ -633,18 +635,12 @@ class RpcClient:
         if process is None:
             return
         if process.returncode is None:
-            _signal_group(process.pid, signal.SIGTERM)
-            with trio.move_on_after(self._options.terminate_grace):
-                await process.wait()
-            if process.returncode is None:
-                _signal_group(process.pid, signal.SIGKILL)
-                process.kill()
-                await process.wait()
+            await kill_process_group(process, self._options.terminate_grace)
         with trio.move_on_after(_ORPHAN_GRACE):
             await self._reader_done.wait()
         if not self._reader_done.is_set():
             # Something the server started in its process group still holds its stdout.
-            _signal_group(process.pid, signal.SIGKILL)
+            signal_group(process.pid, signal.SIGKILL)
 
     # -- the writer -------------------------------------------------------------------------------
 
@@ -938,11 +934,6 @@ def _ui_response(request_id: str, answer: object) -> cmd.ExtensionUiResponse:
     if isinstance(answer, str):
         return cmd.ExtensionUiResponse(id=request_id, value=answer)
     return cmd.ExtensionUiResponse(id=request_id, cancelled=True)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    with suppress(ProcessLookupError, PermissionError):  # the group is empty: all gone
-        os.killpg(pid, sig)
 
 
 def _make_options(host_tools: Mapping[str, HostToolHandler] | None,

@@ -98,7 +98,8 @@ async def test_text_only_prompt_frames_in_protocol_order(
     assert (response["id"], response["success"]) == ("p1", True)
 
     user, assistant = ended(frames, "user")[0], ended(frames, "assistant")[0]
-    assert user["content"] == "Say hello"
+    # Content blocks, as the original writes a user message (and hosts iterate them).
+    assert user["content"] == [{"type": "text", "text": "Say hello"}]
     assert assistant_text(assistant) == "Hello, world."
     assert (assistant["stopReason"], assistant["provider"], assistant["model"]) == (
         "stop", "fake", "fake-model")
@@ -113,7 +114,7 @@ async def test_text_only_prompt_frames_in_protocol_order(
     assert turn_end["message"] == assistant
     assert turn_end["toolResults"] == []
     (agent_end,) = of_type(frames, "agent_end")
-    assert agent_end["messages"] == [user, assistant]
+    assert agent_end == {"type": "agent_end", "messages": [user, assistant], "isTerminal": True}
     (result,) = of_type(frames, "prompt_result")
     assert result == {"type": "prompt_result", "id": "p1", "agentInvoked": True,
                       "status": "completed", "sessionSettled": True}
@@ -606,9 +607,17 @@ async def test_retryable_error_is_retried_then_succeeds(tmp_path: Path,
     assert "overloaded, try again" in start["errorMessage"]
     (end,) = of_type(frames, "auto_retry_end")
     assert (end["success"], end["attempt"]) == (True, 1)
-    first_end = [f for f in frames if f["type"] == "agent_end"]
-    assert first_end[0].get("isTerminal") is False  # a retry follows
-    assert "isTerminal" not in first_end[-1]
+    # One run, one agent_end: no agent_end between the failed attempt and its retry
+    # (rpc-behavior §4.4); auto_retry_end comes right before the run's end.
+    assert [k for k in kinds(frames) if k in (
+        "agent_start", "message_end:assistant", "turn_end", "auto_retry_start",
+        "auto_retry_end", "agent_end", "prompt_result")] == [
+        "agent_start", "message_end:assistant", "turn_end", "auto_retry_start",
+        "agent_start", "message_end:assistant", "turn_end", "auto_retry_end", "agent_end",
+        "prompt_result"]
+    (agent_end,) = of_type(frames, "agent_end")
+    assert agent_end["isTerminal"] is True
+    assert [m["role"] for m in agent_end["messages"]] == ["assistant"]  # the last attempt's
     (result,) = of_type(frames, "prompt_result")
     assert result["status"] == "completed"
     # The failed attempt left the live context; the answer is there.

@@ -67,13 +67,27 @@ async def abort_and_collect(agent: AgentHarness) -> list[Frame]:
     return agent.frames
 
 
-def assert_aborted_run_tail(frames: list[Frame]) -> None:
+def assert_aborted_run_tail(frames: list[Frame], *, during_tools: bool = False) -> None:
     """The run ends with turn_end, agent_end, its prompt_result and session_settled, all before
-    the abort response (which is written once the run has ended)."""
+    the abort response (which is written once the run has ended).
+
+    An abort during tools ends the tools' turn, then a turn with an empty aborted assistant
+    message that no model call made (rpc-behavior §4.3): either way the run's last message is
+    the aborted assistant message, as hosts expect.
+    """
     tail = kinds(frames[index_of(frames, lambda f: f["type"] == "turn_end"):])
-    assert tail == ["turn_end", "agent_end", "prompt_result", "session_settled",
+    closing = ["turn_start", "message_start:assistant", "message_end:assistant",
+               "turn_end"] if during_tools else []
+    assert tail == ["turn_end", *closing, "agent_end", "prompt_result", "session_settled",
                     "response:abort"], tail
     assert frames[-1]["success"] is True
+    (agent_end,) = of_type(frames, "agent_end")
+    assert agent_end["isTerminal"] is True
+    last = [m for m in agent_end["messages"] if m["role"] == "assistant"][-1]
+    assert (last["stopReason"], last["errorMessage"]) == ("aborted", "Interrupted by user")
+    if during_tools:
+        assert agent_end["messages"][-1] is last
+        assert last["content"] == []
 
 
 # --- while the model streams -------------------------------------------------------------------
@@ -215,10 +229,10 @@ async def test_abort_while_a_tool_runs(tmp_path: Path, isolated_agent_dir: Path)
             requests = len(agent.fake.requests)
 
     assert took < 10
-    assert_aborted_run_tail(frames)
+    assert_aborted_run_tail(frames, during_tools=True)
     assert_tool_calls_paired(frames)
     check_message_ids(frames)
-    (turn_end,) = of_type(frames, "turn_end")
+    turn_end, _ = of_type(frames, "turn_end")
     sleep_result, later_result = turn_end["toolResults"]
     assert sleep_result["toolCallId"] == "call_sleep"
     assert sleep_result["isError"] is True
@@ -234,7 +248,6 @@ async def test_abort_while_a_tool_runs(tmp_path: Path, isolated_agent_dir: Path)
         frames, lambda f: f["type"] == "tool_execution_end" and f["toolCallId"] == "call_sleep")
     assert requests == 1  # no model call after the abort
     assert frame_types(frames).count("agent_end") == 1
-    # No assistant message says "aborted" here, yet the run was: so says its prompt_result.
     assert the_prompt_result(frames, "p1")["status"] == "aborted"
 
 
@@ -263,9 +276,9 @@ async def test_abort_while_two_read_only_tools_run(tmp_path: Path,
             assert child_pids(agent.pid) == []
             assert all(process_gone(pid) for pid in rg_pids)
 
-    assert_aborted_run_tail(frames)
+    assert_aborted_run_tail(frames, during_tools=True)
     assert_tool_calls_paired(frames)
-    (turn_end,) = of_type(frames, "turn_end")
+    turn_end, _ = of_type(frames, "turn_end")
     assert [r["toolCallId"] for r in turn_end["toolResults"]] == ["call_1", "call_2"]
     for result in turn_end["toolResults"]:
         assert result["isError"] is True
@@ -345,7 +358,7 @@ async def test_abort_and_prompt_during_a_run(tmp_path: Path, isolated_agent_dir:
     assert index_of(frames, lambda f: f["type"] == "prompt_result" and f.get("id") == "p1") \
         < response
     (user,) = ended(second_run, "user")
-    assert user["content"] == "New task"
+    assert user["content"] == [{"type": "text", "text": "New task"}]
     (answer,) = ended(second_run, "assistant")
     assert (answer["stopReason"], assistant_text(answer)) == ("stop", "Fresh answer.")
     result = the_prompt_result(frames, "ap1")
@@ -385,7 +398,12 @@ async def test_stdin_eof_during_a_run(tmp_path: Path, isolated_agent_dir: Path) 
     assert_tool_calls_paired(frames)
     assert frame_types(frames).count("agent_end") == 1
     tail = kinds(frames[index_of(frames, lambda f: f["type"] == "turn_end"):])
-    assert tail[:2] == ["turn_end", "agent_end"]
+    # The tools' turn, then the closing turn with the aborted assistant message.
+    assert tail[:6] == ["turn_end", "turn_start", "message_start:assistant",
+                        "message_end:assistant", "turn_end", "agent_end"], tail
+    (agent_end,) = of_type(frames, "agent_end")
+    last = agent_end["messages"][-1]
+    assert (last["stopReason"], last["errorMessage"]) == ("aborted", "Request was aborted")
     assert "prompt_result" in tail
     (result,) = of_type(frames, "tool_execution_end")
     assert result["isError"] is True

@@ -465,7 +465,10 @@ async def test_http_error_kinds(api: str, status: int, headers: dict[str, str], 
     assert call.error.retry_after == retry_after
     assert call.error.provider == api
     assert call.final.stopReason == "error"
-    assert call.final.errorMessage == message
+    # The original's text: status and message, then the message with the body's machine field.
+    field = "type=api_error" if api == "anthropic" else "status=INVALID_ARGUMENT"
+    assert call.final.errorMessage == f"{status} {message}\n{message} ({field})"
+    assert call.final.errorMessage == call.error.message
     assert call.final.errorStatus == status
     assert events[0].message is call.final
     assert events[0].reason == "error"
@@ -484,7 +487,9 @@ async def test_in_stream_overloaded_error(api: str) -> None:
     assert call.error.kind == "overloaded"
     assert call.error.retryable
     assert call.final.stopReason == "error"
-    assert call.final.errorMessage == "Overloaded"
+    # The message and the event's own type / status, like an HTTP error's second line.
+    assert call.final.errorMessage == {"anthropic": "Overloaded (type=overloaded_error)",
+                                       "google": "Overloaded (status=UNAVAILABLE)"}[api]
     assert call.final.content == [m.TextContent(text="Hi")]  # what arrived is kept
 
 
@@ -522,7 +527,9 @@ async def test_dropped_stream(api: str) -> None:
     assert call.final is not None
     assert call.error.kind == "network"
     assert call.error.retryable
-    assert "dropped" in call.error.message
+    # Named like the original's system error for a connection the peer cut.
+    assert call.error.message == ("ECONNRESET: peer closed connection without sending complete "
+                                  "message body (incomplete chunked read)")
     assert call.final.stopReason == "error"
     assert call.final.content == [m.TextContent(text="partial")]
 

@@ -10,7 +10,16 @@ import msgspec
 import pytest
 
 from omp.protocol import commands as cmd
-from omp.protocol.codec import ChunkAssembler, ChunkError, FrameEncoder, decode_line
+from omp.protocol import events
+from omp.protocol import messages as m
+from omp.protocol.codec import (
+    MAX_NESTING_DEPTH,
+    ChunkAssembler,
+    ChunkError,
+    FrameEncoder,
+    decode_line,
+    nesting_exceeds,
+)
 from omp.protocol.frames import MAX_FRAME_BYTES, Ready, Response, RpcChunk, ok
 from omp.protocol.framing import LineTooLong
 
@@ -143,9 +152,9 @@ EXACT: list[tuple[dict[str, Any], str]] = [
     ({"id": "a", "type": "set_auto_retry", "enabled": "yes"},
      "Invalid params for set_auto_retry: `enabled` has the wrong type: expected a boolean, "
      "got string"),
-    ({"id": "a", "type": "set_thinking_level", "level": "max"},
-     'Invalid params for set_thinking_level: `level` must be one of "high", "low", "medium", '
-     '"minimal", "off", "xhigh" (got "max")'),
+    ({"id": "a", "type": "set_thinking_level", "level": "extreme"},
+     'Invalid params for set_thinking_level: `level` must be one of "high", "low", "max", '
+     '"medium", "minimal", "off", "xhigh" (got "extreme")'),
     ({"id": "a", "type": "prompt", "message": "x", "images": [{"type": "image", "data": "x"}]},
      "Invalid params for prompt: `images[0].mimeType` is required (expected a string)"),
     ({"id": "h1", "type": "host_tool_result", "result": {}},
@@ -218,12 +227,30 @@ def test_inbound_rpc_chunk_is_an_unknown_command() -> None:
     assert resp.error == "Unknown command: rpc_chunk"
 
 
-def test_missing_or_bad_type() -> None:
+def test_missing_or_bad_type_is_answered_as_parse_with_the_id() -> None:
     assert decode_line(line({"id": "x"})) == Response(
-        id="x", success=False, error="Invalid command: `type` is missing", code="invalid_params")
-    assert decode_line(line({"id": "x", "type": 3})) == Response(
-        id="x", success=False, error="Invalid command: `type` is a number, not a string",
+        id="x", command="parse", success=False, error="Invalid command: `type` is missing",
         code="invalid_params")
+    assert decode_line(line({"id": 7, "type": 3})) == Response(
+        id=7, command="parse", success=False,
+        error="Invalid command: `type` is a number, not a string", code="invalid_params")
+    assert decode_line(line({"type": None})) == Response(
+        command="parse", success=False, error="Invalid command: `type` is null",
+        code="invalid_params")
+    assert error_of({"type": [1]}).error == "Invalid command: `type` is an array, not a string"
+
+
+def test_every_error_response_names_its_command_on_the_wire() -> None:
+    bad_lines: list[Any] = [
+        {"id": "x"}, {"id": "x", "type": []}, b"{", b"[1]", b"null", {"type": "fly"},
+        {"type": "prompt"}, LineTooLong(size=100, limit=10), b"[" * 300 + b"]" * 300]
+    for bad in bad_lines:
+        raw = bad if isinstance(bad, bytes | LineTooLong) else line(bad)
+        response = decode_line(raw)
+        assert isinstance(response, Response)
+        wire = json.loads(FrameEncoder().encode(response))
+        assert isinstance(wire["command"], str), bad
+        assert wire["command"], bad
 
 
 def test_bad_id_is_rejected_without_echo() -> None:
@@ -246,6 +273,66 @@ def test_line_too_long_is_answered() -> None:
               "skipped up to the next newline")
 
 
+# --- nesting depth --------------------------------------------------------------------------
+
+TOO_DEEP = Response(command="parse", success=False, code="invalid_params",
+                    error="Failed to parse command: JSON nested deeper than 256 levels")
+
+
+def nested(depth: int, kind: str = "[") -> bytes:
+    """A JSON value ``depth`` levels deep: arrays, or objects with one key each."""
+    if kind == "[":
+        return b"[" * depth + b"]" * depth
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+@pytest.mark.parametrize("depth", [1_000, 10_000, 100_000])
+@pytest.mark.parametrize("kind", ["[", "{"])
+def test_deep_nesting_is_a_parse_error(depth: int, kind: str) -> None:
+    for raw in (nested(depth, kind),
+                b'{"type":"prompt","id":"p","message":"hi","x":' + nested(depth, kind) + b"}",
+                b'{"type":"host_tool_result","id":"h","result":{"content":[],"details":'
+                + nested(depth, kind) + b"}}"):
+        assert decode_line(raw) == TOO_DEEP
+
+
+def test_nesting_up_to_the_limit_decodes() -> None:
+    # the frame object is level 1, so "x" may hold MAX_NESTING_DEPTH - 1 more levels
+    ok_line = b'{"type":"get_state","id":"s","x":' + nested(MAX_NESTING_DEPTH - 1) + b"}"
+    assert decode_line(ok_line) == cmd.GetState(id="s")
+    over = b'{"type":"get_state","id":"s","x":' + nested(MAX_NESTING_DEPTH) + b"}"
+    assert decode_line(over) == TOO_DEEP
+    details = json.loads(nested(MAX_NESTING_DEPTH - 3, "{"))
+    frame = decode_line(line({"type": "host_tool_result", "id": "h",
+                              "result": {"content": [], "details": details}}))
+    assert isinstance(frame, cmd.HostToolResult)
+    assert frame.result.details == details
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 5000, "]" * 5000 + "[" * 5000, '\\"' + "[" * 5000, "\\" * 300 + "{" * 5000,
+    '"[' * 3000])
+def test_brackets_inside_strings_do_not_count(text: str) -> None:
+    raw = line({"type": "prompt", "id": "p", "message": text, "x": [[[1]]]})
+    assert not nesting_exceeds(raw, MAX_NESTING_DEPTH)
+    assert decode_line(raw) == cmd.Prompt(id="p", message=text)
+
+
+def test_nesting_exceeds_counts_structure_only() -> None:
+    assert nesting_exceeds(nested(11), 10)
+    assert not nesting_exceeds(nested(10), 10)
+    assert not nesting_exceeds(b"[" + b"[]," * 100 + b"[]]", 10)  # wide, not deep
+    assert nesting_exceeds(b'["]]]]", ' + nested(11)[1:], 10)
+    assert nesting_exceeds(b'["\\\\", ' + nested(11)[1:], 10)  # the string ends after \\
+    # an escaped quote does not end the string: the brackets after it are inside it
+    assert not nesting_exceeds(b'["\\"' + b"[" * 20 + b'"]', 10)
+
+
+def test_deep_lines_do_not_stop_later_lines() -> None:
+    assert decode_line(nested(100_000)) == TOO_DEEP
+    assert decode_line(line({"type": "get_state", "id": "after"})) == cmd.GetState(id="after")
+
+
 def test_unknown_keys_are_ignored() -> None:
     assert decode_line(line({"type": "get_state", "id": "a", "extra": [1]})) == cmd.GetState(
         id="a")
@@ -258,6 +345,41 @@ def test_ready_frame_bytes() -> None:
     assert FrameEncoder().encode(Ready()) == (
         b'{"type":"ready","protocolVersion":1,"supportedProtocolVersions":[1,2],'
         b'"maxFrameBytes":1048576,"maxReassembledFrameBytes":67108864}\n')
+
+
+def deep_list(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_a_response_too_deep_to_encode_becomes_an_error_response() -> None:
+    encoder = FrameEncoder()
+    out = encoder.encode(ok("get_tree", "t1", deep_list(5000)))
+    assert json.loads(out) == {
+        "type": "response", "id": "t1", "command": "get_tree", "success": False,
+        "error": "RPC response was nested too deeply to encode", "code": "frame_too_large"}
+    buffer = bytearray(b"before\n")
+    encoder.encode_into(ok("get_tree", "t2", deep_list(5000)), buffer)
+    assert buffer.startswith(b"before\n")
+    assert buffer.endswith(b"\n")
+    assert json.loads(buffer[len(b"before\n"):])["id"] == "t2"
+
+
+def test_an_event_too_deep_to_encode_is_replaced() -> None:
+    deep = m.ToolResultMessage(toolCallId="c", toolName="t", content=[], isError=False,
+                               timestamp=1, details=deep_list(5000))
+    encoder = FrameEncoder()
+    assert json.loads(encoder.encode(events.MessageEnd(message=deep))) == {
+        "type": "rpc_frame_error", "originalType": "message_end",
+        "error": "RPC frame was nested too deeply to encode"}
+    buffer = bytearray()
+    encoder.encode_into(events.MessageStart(message=deep), buffer)
+    assert json.loads(buffer)["originalType"] == "message_start"
+    # agent_end is what hosts wait for: it is still written, without its messages
+    assert json.loads(encoder.encode(events.AgentEnd(messages=[deep, deep]))) == {
+        "type": "agent_end", "messages": [], "messageCount": 2}
 
 
 def test_response_omits_absent_fields_and_keeps_null_data() -> None:

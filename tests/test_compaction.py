@@ -329,7 +329,7 @@ async def test_summarize_failure_is_a_provider_error() -> None:
                             http=client)
     assert caught.value.kind == "overloaded"
     assert caught.value.http_status == 503
-    assert str(caught.value) == "Summarization failed: Service overloaded"
+    assert str(caught.value) == "Summarization failed: 503 Service overloaded"
 
 
 async def test_summarize_without_text_fails() -> None:

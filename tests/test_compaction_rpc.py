@@ -73,7 +73,7 @@ def answer(text: str, prompt_tokens: int = 1000) -> dict[str, Any]:
 
 
 def write_settings(agent_dir: Path, **compaction: Any) -> None:
-    (agent_dir / "settings.yml").write_text(json.dumps({"compaction": compaction}) + "\n")
+    (agent_dir / "config.yml").write_text(json.dumps({"compaction": compaction}) + "\n")
 
 
 def content_text(content: Any) -> str:
@@ -344,7 +344,13 @@ async def test_context_overflow_compacts_and_runs_the_turn_again(
             assert len(failed) == 1
             assert failed[0]["stopReason"] == "error"
             assert "maximum context length" in failed[0]["errorMessage"]
-            assert "agent_end" in types[:start_at]
+            # No agent_end between the failed attempt and the compaction (rpc-behavior §4.4):
+            # the overflow is said by a warning notice instead.
+            assert "agent_end" not in types[:start_at]
+            (notice,) = of_type(frames, "notice")
+            assert notice["level"] == "warning"
+            assert "context window" in notice["message"]
+            assert start_at < types.index("notice") < end_at
             # The summary request between the two, then the turn again, answered.
             assert is_summary_request(agent.fake, 3)
             assert len(agent.fake.requests) == 5
@@ -359,11 +365,10 @@ async def test_context_overflow_compacts_and_runs_the_turn_again(
             assert content_text(sent[-1]["content"]) == QUESTIONS[2]
             assert sum(content_text(m.get("content") or "") == QUESTIONS[2] for m in sent) == 1
 
-            # The failed run's agent_end announces the continuation; the re-run's is terminal.
-            ends = of_type(frames, "agent_end")
-            assert len(ends) == 2
-            assert ends[0]["isTerminal"] is False
-            assert ends[1].get("isTerminal", True) is True
+            # One terminal agent_end for the whole run, with the re-run's messages.
+            (agent_end,) = of_type(frames, "agent_end")
+            assert agent_end["isTerminal"] is True
+            assert [m["role"] for m in agent_end["messages"]] == ["assistant"]
             results = of_type(frames, "prompt_result")
             assert [(r["id"], r["status"]) for r in results] == [(request_id, "completed")]
             assert types.index("prompt_result") > end_at
@@ -423,7 +428,7 @@ async def test_second_overflow_after_recovery_ends_the_prompt(
             results = of_type(frames, "prompt_result")
             assert [(r["id"], r["status"]) for r in results] == [(request_id, "error")]
             ends = of_type(frames, "agent_end")
-            assert [e.get("isTerminal", True) for e in ends] == [False, True], ends
+            assert [e["isTerminal"] for e in ends] == [True], ends
 
 
 async def test_context_overflow_with_auto_compaction_off_is_an_error(
@@ -530,7 +535,7 @@ async def test_terminal_agent_end_comes_after_threshold_compaction(
 
 async def test_settings_can_disable_auto_compaction(tmp_path: Path,
                                                     isolated_agent_dir: Path) -> None:
-    """``compaction.enabled: false`` in settings.yml: off from the start."""
+    """``compaction.enabled: false`` in config.yml: off from the start."""
     write_settings(isolated_agent_dir, enabled=False, thresholdTokens=1, keepRecentTokens=1)
     script = [summary_reply(repeat=True), answer(ANSWERS[0])]
     with trio.fail_after(TEST_TIMEOUT):

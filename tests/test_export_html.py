@@ -50,7 +50,7 @@ from omp.session.export_html import (
     render_html,
     write_html,
 )
-from omp.session.store import SessionFile
+from omp.session.file import SessionFile
 
 SID = "0197a1b2-0000-7000-8000-000000000000"
 # A 1x1 transparent PNG.

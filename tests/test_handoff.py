@@ -20,7 +20,7 @@ async def settle(client: RpcClient) -> None:
 
 async def test_handoff_replaces_the_older_context(tmp_path: Path,
                                                   isolated_agent_dir: Path) -> None:
-    (isolated_agent_dir / "settings.yml").write_text("compaction:\n  keepRecentTokens: 5\n")
+    (isolated_agent_dir / "config.yml").write_text("compaction:\n  keepRecentTokens: 5\n")
     with trio.fail_after(60):
         async with RpcClient.spawn(args=["--mode", "rpc", "--model", "offline/echo"],
                                    cwd=str(tmp_path), stderr=subprocess.DEVNULL) as client:

@@ -260,6 +260,9 @@ async def test_stdin_eof_cancels_a_pending_host_tool_call_and_exits_zero(tmp_pat
     cancel = index(frames, "host_tool_cancel", targetId=call["id"])
     end = index(frames, "tool_execution_end", toolCallId=call["toolCallId"])
     assert frames[end]["isError"] is True
+    # The original's words for a host that went away (rpc-behavior §1.9).
+    assert frames[end]["result"]["content"] == [
+        {"type": "text", "text": "RPC client disconnected before host tool execution completed"}]
     assert cancel < end < index(frames, "turn_end") < index(frames, "agent_end")
     assert any(f["type"] == "prompt_result" and f["status"] == "aborted" for f in frames)
 

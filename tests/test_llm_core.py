@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import errno
 import time
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 from omp.llm import errors, thinking
 from omp.llm.sse import SseDecoder, SseEvent
 from omp.llm.stream import parse_partial_json
+from omp.llm.types import StreamOptions
 from omp.protocol.payloads import Model, ModelCost
 
 
@@ -52,28 +54,144 @@ def test_retry_after_sources() -> None:
     assert parse(httpx.Headers()) is None
 
 
-def test_messages_from_bodies_and_paths_scrubbed() -> None:
-    assert errors.message_from_body({"error": {"message": "bad key"}}, "x") == "bad key"
-    assert errors.message_from_body([{"error": {"message": "g"}}], "x") == "g"
-    assert errors.message_from_body("plain text", "x") == "plain text"
-    assert errors.message_from_body(None, "fallback") == "fallback"
+def test_http_error_texts_lead_with_the_status_and_carry_type_and_code() -> None:
+    text = errors.http_error_text
+    # rpc-behavior.md's sample: the status line, then the message with its machine fields.
+    assert text(400, {"error": {"message": "bad request here", "type": "server_error"}}, "") == (
+        "400 bad request here\nbad request here (type=server_error)")
+    overflow = {"error": {"message": "This model's maximum context length is 128000 tokens.",
+                          "type": "invalid_request_error", "param": None,
+                          "code": "context_length_exceeded"}}
+    assert text(400, overflow, "") == (
+        "400 This model's maximum context length is 128000 tokens.\n"
+        "This model's maximum context length is 128000 tokens. "
+        "(type=invalid_request_error code=context_length_exceeded)")
+    anthropic = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    assert text(529, anthropic, "") == "529 Overloaded\nOverloaded (type=overloaded_error)"
+    google = [{"error": {"code": 400, "message": "API key not valid.",
+                         "status": "INVALID_ARGUMENT"}}]
+    assert text(400, google, "") == (
+        "400 API key not valid.\nAPI key not valid. (status=INVALID_ARGUMENT)")
+    # Nothing to add: one line.
+    assert text(401, {"error": {"message": "bad key"}}, "") == "401 bad key"
+    assert text(401, {"error": "Unauthorized"}, "") == "401 Unauthorized"
+    assert text(502, "<html>Bad gateway</html>", " <html>Bad gateway</html>\n") == (
+        "502 <html>Bad gateway</html>")
+    assert text(404, {"detail": "Not Found"}, '{"detail": "Not Found"}') == (
+        '404 {"detail": "Not Found"}')
+    assert text(500, "", "") == "500 status code (no body)"
+    long = text(500, "x" * 10_000, "x" * 10_000)
+    assert len(long) == len("500 ") + errors.MAX_DETAIL_CHARS + 1
+
+
+def test_describe_error() -> None:
+    assert errors.describe_error({"message": "Overloaded", "type": "overloaded_error"}) == (
+        "Overloaded (type=overloaded_error)")
+    assert errors.describe_error({"message": "m", "type": "t", "param": "p", "code": "c"}) == (
+        "m (type=t param=p code=c)")
+    assert errors.describe_error({"message": "m", "code": 503}) == "m"
+    assert errors.describe_error({"type": "error", "error": {"message": "m"}}) == "m"
+    assert errors.describe_error({"code": "x"}) is None
+
+
+def test_paths_scrubbed() -> None:
     assert errors.scrub("cannot open /home/alice/.omp/agent/auth.json now") == (
         "cannot open <path> now")
     assert errors.scrub("https://api.example.com/v1/messages") == (
         "https://api.example.com/v1/messages")
 
 
+def test_one_overflow_classifier() -> None:
+    overflow = errors.is_overflow_text
+    for text in ("prompt is too long: 210000 tokens > 200000 maximum",
+                 "This model's maximum context length is 128000 tokens",
+                 "400 bad\nbad (type=invalid_request_error code=context_length_exceeded)",
+                 "Your input exceeds the context window of this model",
+                 "model_context_window_exceeded",
+                 "The input token count (1200000) exceeds the maximum number of tokens allowed",
+                 "Please reduce the length of the messages."):
+        assert overflow(text), text
+    assert overflow("Request Entity Too Large", 413)
+    assert not overflow("max_tokens must be at most the model's context window size")
+    assert not overflow("Service Unavailable", 503)
+
+
+@pytest.mark.parametrize(("text", "status", "expected"), [
+    ("whatever", 429, True), ("whatever", 408, True), ("whatever", 503, True),
+    ("whatever", 400, False), ("whatever", 401, False),
+    ("You exceeded your current quota", 429, False),
+    ("400 x\nx (type=insufficient_quota)", None, False),
+    ("ECONNRESET: peer closed connection without sending complete message body", None, True),
+    ("ECONNREFUSED: All connection attempts failed", None, True),
+    ("The stream ended early: the connection closed before the response was complete", None,
+     True),
+    ("Internal error: RecursionError: maximum recursion depth exceeded", None, False),
+    ("prompt is too long", 500, False),
+    ("The model refused", None, False),
+])
+def test_one_transient_classifier(text: str, status: int | None, expected: bool) -> None:
+    assert errors.is_transient_text(text, status) is expected
+
+
 def test_from_exception_maps_transport_failures() -> None:
-    err = errors.from_exception(httpx.ConnectError("connection refused"), "p", "m")
+    err = errors.from_exception(httpx.ConnectError("All connection attempts failed"), "p", "m")
     assert (err.kind, err.retryable, err.provider, err.model) == ("network", True, "p", "m")
-    assert err.message == "Network error: connection refused"
-    timeout = errors.from_exception(httpx.ReadTimeout("slow"), "p", "m")
-    assert timeout.kind == "network"
+    assert err.message == "ECONNREFUSED: All connection attempts failed"
+    timeout = errors.from_exception(httpx.ReadTimeout("The read operation timed out"), "p", "m")
+    assert (timeout.kind, timeout.message) == (
+        "network", "ETIMEDOUT: ReadTimeout: The read operation timed out")
     dropped = errors.from_exception(httpx.RemoteProtocolError("peer closed"), "p", "m")
-    assert dropped.message.startswith("Connection dropped before the response was complete")
+    assert (dropped.kind, dropped.message) == ("network", "ECONNRESET: peer closed")
+    reset = httpx.ReadError("reset")
+    reset.__cause__ = ConnectionResetError(errno.ECONNRESET, "reset")
+    assert errors.from_exception(reset, "p", "m").message == "ECONNRESET: reset"
+    unreachable = httpx.ConnectError("unreachable")
+    unreachable.__context__ = OSError(errno.EHOSTUNREACH, "unreachable")
+    assert errors.from_exception(unreachable, "p", "m").message == "EHOSTUNREACH: unreachable"
+    bad_url = errors.from_exception(httpx.UnsupportedProtocol("no scheme"), "p", "m")
+    assert (bad_url.kind, bad_url.retryable) == ("bad_request", False)
     kept = errors.ProviderError(kind="auth", message="no")
     assert errors.from_exception(kept, "p", "m") is kept
     assert (kept.provider, kept.model) == ("p", "m")
+
+
+def test_our_own_bugs_are_internal_and_never_retried() -> None:
+    for exc in (RecursionError("maximum recursion depth exceeded"), KeyError("choices"),
+                ValueError("bad")):
+        err = errors.from_exception(exc, "p", "m")
+        assert err.kind == "internal"
+        assert not err.retryable
+        assert err.message == f"Internal error: {type(exc).__name__}: {exc}"
+    group = ExceptionGroup("in a nursery", [KeyError("x")])
+    assert errors.from_exception(group, "p", "m").message == "Internal error: KeyError: 'x'"
+
+
+def test_secrets_redacted_from_every_text() -> None:
+    model = Model(id="m", name="m", api="openai-completions", provider="p",
+                  baseUrl="https://user:hunter22@proxy.example/v1", reasoning=False,
+                  input=["text"], cost=ModelCost(input=0, output=0, cacheRead=0, cacheWrite=0),
+                  contextWindow=1000, maxTokens=100,
+                  headers={"x-org-token": "tok-model-123", "anthropic-version": "2023-06-01"})
+    options = StreamOptions(api_key="sk-secret-1", headers={"Authorization": "Bearer tok-call"})
+    secrets = errors.secrets_of(model, options)
+    assert {"sk-secret-1", "tok-model-123", "tok-call", "hunter22"} <= set(secrets)
+    assert "2023-06-01" not in secrets  # not an auth header
+    text = ("key sk-secret-1 tok-call tok-model-123 hunter22 sk-secret-1 via "
+            "https://user:hunter22@proxy.example/v1 version 2023-06-01")
+    assert errors.redact(text, secrets) == (
+        "key [redacted] [redacted] [redacted] [redacted] [redacted] via "
+        "https://[redacted]@proxy.example/v1 version 2023-06-01")
+    # URL userinfo goes even when nobody said it was a secret.
+    assert errors.redact("see http://a:b@h/x") == "see http://[redacted]@h/x"
+    assert errors.redact("tiny x", ["x"]) == "tiny x"  # too short to be a key
+    # Longest first, in one pass: no piece of a key survives, the marker is never rewritten.
+    assert errors.redact("sk-abcd-efgh", ["abcd", "sk-abcd-efgh", "dact"]) == "[redacted]"
+    leaked = errors.from_exception(RuntimeError("echo sk-secret-1"), "p", "m", secrets=secrets)
+    assert leaked.message == "Internal error: RuntimeError: echo [redacted]"
+    passed = errors.ProviderError(kind="server", message="401 bad key sk-secret-1")
+    assert errors.from_exception(passed, "p", "m", secrets=secrets).message == (
+        "401 bad key [redacted]")
+    assert str(passed) == "401 bad key [redacted]"
 
 
 def test_stream_errors_by_type() -> None:
@@ -84,6 +202,7 @@ def test_stream_errors_by_type() -> None:
     assert errors.from_stream_error("prompt is too long", "p", "m").kind == "context_overflow"
     assert errors.from_stream_error("bad", "p", "m",
                                     error_type="invalid_request_error").kind == "bad_request"
+    assert errors.from_stream_error("something broke", "p", "m").kind == "server"
 
 
 def test_sse_decoder_split_anywhere() -> None:

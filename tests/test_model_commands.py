@@ -38,6 +38,8 @@ async def test_offline_model_commands_end_to_end() -> None:
             await client.call(cmd.SetThinkingLevel(level="xhigh"))
             startup = await client.events.receive()
             assert isinstance(startup, events.AvailableCommandsUpdate)
+            # set_model announces the change (hosts refresh their model display on it).
+            assert await client.events.receive() == events.ModelChanged()
             changed = await client.events.receive()
             assert changed == events.ThinkingLevelChanged(
                 thinkingLevel="high", configured="xhigh", resolved="high")
@@ -61,6 +63,9 @@ async def test_offline_model_commands_end_to_end() -> None:
 
             cycle = await client.call(cmd.CycleModel(), payloads.CycleModelResult)
             assert (cycle.model.id, cycle.isScoped) == ("echo", False)
+            assert await client.events.receive() == events.ThinkingLevelChanged(
+                thinkingLevel="off", configured="off", resolved="off")  # the cycle to off
+            assert await client.events.receive() == events.ModelChanged()
         assert client.returncode == 0
 
 
@@ -86,6 +91,54 @@ async def test_api_keys_never_reach_a_frame(isolated_agent_dir: Path) -> None:
 
 def _with(extra: dict[str, str]) -> dict[str, str]:
     return {**os.environ, **extra}
+
+
+ONE_MODEL_PROVIDER = ("providers:\n  corp:\n    baseUrl: http://127.0.0.1:9/v1\n"
+                      "    api: openai-completions\n    apiKey: CORP_KEY\n    models: [{id: m1}]\n")
+
+
+async def test_offline_models_step_aside_for_a_configured_provider(
+        isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "models.yml").write_text(ONE_MODEL_PROVIDER)
+    env = _with({"CORP_KEY": "sk-corp"})
+    with trio.fail_after(60):
+        async with RpcClient.spawn(env=env, stderr=subprocess.DEVNULL) as client:
+            state = await client.call(cmd.GetState(), payloads.SessionState)
+            assert isinstance(state.model, payloads.Model)
+            assert (state.model.provider, state.model.id) == ("corp", "m1")
+            available = await client.call(cmd.GetAvailableModels(), payloads.ModelsPayload)
+            assert [(m.provider, m.id) for m in available.models] == [("corp", "m1")]
+            # The only real model: nothing to cycle to (it used to switch to offline/echo).
+            assert await client.call(cmd.CycleModel()) is None
+            state = await client.call(cmd.GetState(), payloads.SessionState)
+            assert isinstance(state.model, payloads.Model)
+            assert (state.model.provider, state.model.id) == ("corp", "m1")
+            # Still there when asked for by name, and still not offered.
+            chosen = await client.call(cmd.SetModel(provider="offline", modelId="echo"),
+                                       payloads.Model)
+            assert (chosen.provider, chosen.id) == ("offline", "echo")
+            available = await client.call(cmd.GetAvailableModels(), payloads.ModelsPayload)
+            assert [(m.provider, m.id) for m in available.models] == [("corp", "m1")]
+        assert client.returncode == 0
+
+    # ...and on the command line.
+    async with RpcClient.spawn(args=("--mode", "rpc", "--provider", "offline"), env=env,
+                               stderr=subprocess.DEVNULL) as client:
+        state = await client.call(cmd.GetState(), payloads.SessionState)
+        assert isinstance(state.model, payloads.Model)
+        assert (state.model.provider, state.model.id) == ("offline", "echo")
+
+
+async def test_models_yml_with_a_wrong_type_stops_startup(isolated_agent_dir: Path) -> None:
+    # `reasoning: "false"` used to be taken as true, silently.
+    (isolated_agent_dir / "models.yml").write_text(
+        ONE_MODEL_PROVIDER.replace("{id: m1}", "{id: m1, reasoning: 'false'}"))
+    proc = await trio.run_process([sys.executable, "-m", "omp", "--mode", "rpc"], stdin=b"",
+                                  capture_stdout=True, capture_stderr=True, check=False)
+    assert (proc.returncode, proc.stdout) == (1, b"")
+    assert proc.stderr.decode() == (
+        f"omp: {isolated_agent_dir}/models.yml: $.providers.corp.models[0].reasoning: expected "
+        "true or false (got 'false')\n")
 
 
 async def test_bad_models_yml_stops_startup_before_ready(isolated_agent_dir: Path) -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from omp.config import ConfigError
 from omp.llm import thinking
-from omp.llm.models import ConfigError, ModelRegistry, load_auth_file
+from omp.llm.models import ModelRegistry, load_auth_file
 from omp.llm.models_file import load_models_file
 from omp.protocol.payloads import Model, ModelCost
 from omp.session import SessionError, create_session
@@ -113,6 +114,8 @@ def test_literal_key_and_unset_variable(tmp_path: Path) -> None:
     assert not any(m.provider == "my-local" for m in reg.available())
 
 
+MODEL = ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: openai-completions\n"
+         "    models: [{{id: m, {}}}]\n")
 MISTAKES = [
     ("providers: [1, 2", "models.yml: not valid YAML (line 1, column 17): expected ',' or ']', "
      "but got '<stream end>'"),
@@ -134,7 +137,7 @@ MISTAKES = [
      "models.yml: $.providers.p.models[0].contextWindow: must be greater than 0, got 0"),
     ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: openai-completions\n"
      "    models: [{id: m, maxTokens: lots}]\n",
-     "models.yml: $.providers.p.models[0].maxTokens: expected an integer"),
+     "models.yml: $.providers.p.models[0].maxTokens: expected an integer (got 'lots')"),
     ("providers:\n  p:\n    baseUrl: http://x\n    apiKey: K\n    api: carrier-pigeon\n"
      "    models: [{id: m}]\n",
      "models.yml: $.providers.p.api: must be one of 'openai-completions', 'openai-responses', "
@@ -144,6 +147,22 @@ MISTAKES = [
      "models.yml: $.providers.p.models[0]: unknown key(s): colour"),
     ("providers:\n  p:\n    models: [{name: no-id}]\n    baseUrl: http://x\n    apiKey: K\n",
      "models.yml: $.providers.p.models[0].id: required field missing"),
+    # Each of these used to be accepted, converted into something else.
+    (MODEL.format("reasoning: 'false'"),
+     "models.yml: $.providers.p.models[0].reasoning: expected true or false (got 'false')"),
+    (MODEL.format("maxTokens: 99.7"),
+     "models.yml: $.providers.p.models[0].maxTokens: expected an integer (got 99.7)"),
+    (MODEL.format("contextWindow: '128000'"),
+     "models.yml: $.providers.p.models[0].contextWindow: expected an integer (got '128000')"),
+    (MODEL.format("input: text"),
+     "models.yml: $.providers.p.models[0].input: expected a list (got 'text')"),
+    (MODEL.format("headers: {x-team: 7}"),
+     "models.yml: $.providers.p.models[0].headers.x-team: expected a string (got 7)"),
+    ("providers:\n  p:\n    apiKey: [a, b]\n",
+     "models.yml: $.providers.p.apiKey: expected a string (got ['a', 'b'])"),
+    ("providers:\n  anthropic:\n    modelOverrides:\n      claude-sonnet-4-5: {maxTokens: 0}\n",
+     "models.yml: $.providers.anthropic.modelOverrides.claude-sonnet-4-5.maxTokens: must be "
+     "greater than 0, got 0"),
 ]
 
 
@@ -153,6 +172,37 @@ def test_models_yml_mistakes_are_named(tmp_path: Path, text: str, message: str) 
     with pytest.raises(ConfigError) as caught:
         load_models_file(path)
     assert str(caught.value) == f"{tmp_path}/{message}"
+
+
+def test_models_yml_that_is_not_a_readable_file_stops_loading(tmp_path: Path) -> None:
+    # It used to be skipped silently: no custom providers, and no word why.
+    (tmp_path / "models.yml").mkdir()
+    with pytest.raises(ConfigError) as caught:
+        registry(tmp_path)
+    assert str(caught.value) == f"{tmp_path}/models.yml: is a directory, not a file"
+    (tmp_path / "models.yml").rmdir()
+    (tmp_path / "models.yml").write_bytes(b"providers:\n  p:\n    apiKey: s\xe9cret\n")
+    with pytest.raises(ConfigError) as caught:
+        registry(tmp_path)
+    assert str(caught.value) == (f"{tmp_path}/models.yml: not UTF-8 text (byte 0xe9 on line 3); "
+                                 "save the file as UTF-8")
+
+
+def test_offline_models_step_aside_for_a_real_provider(tmp_path: Path) -> None:
+    offline = registry(tmp_path)
+    assert [(m.provider, m.id) for m in offline.available()] == [
+        ("offline", "echo"), ("offline", "echo-thinking")]
+    keyed = registry(tmp_path, OPENAI_API_KEY="sk-test")
+    available = keyed.available()
+    assert available
+    assert {m.provider for m in available} == {"openai"}
+    # Still there to be chosen by name.
+    assert keyed.has_credentials("offline")
+    assert keyed.find("offline", "echo") is not None
+    # A custom provider that needs no key counts as configured too.
+    write(tmp_path, "models.yml", "providers:\n  local:\n    baseUrl: http://127.0.0.1:9\n"
+          "    api: openai-completions\n    auth: none\n    models: [{id: m}]\n")
+    assert [(m.provider, m.id) for m in registry(tmp_path).available()] == [("local", "m")]
 
 
 def test_auth_json_forms_and_permissions(tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -454,12 +454,14 @@ async def test_http_error_status(api: str, status: int, headers: dict[str, str],
     error = call.error
     assert error is not None
     assert (error.kind, error.retryable, error.http_status) == (kind, retryable, status)
-    assert (error.provider, error.model, error.message) == ("openai", "gpt-test", message)
+    # The original's text: status and message, then the message with the body's machine fields.
+    text = f"{status} {message}\n{message} (type=invalid_request_error)"
+    assert (error.provider, error.model, error.message) == ("openai", "gpt-test", text)
     assert error.retry_after == retry_after
     final = events[0].message
     assert final is call.final
     assert final is not None
-    assert (final.stopReason, final.errorMessage, final.errorStatus) == ("error", message, status)
+    assert (final.stopReason, final.errorMessage, final.errorStatus) == ("error", text, status)
     assert events[0].reason == "error"
 
 
@@ -507,7 +509,9 @@ async def test_dropped_stream(api: str) -> None:
     assert call.error.retryable
     assert call.final is not None
     assert call.final.stopReason == "error"
-    assert "before the response was complete" in call.final.errorMessage  # type: ignore[operator]
+    # Named like the original's system error for a connection the peer cut.
+    assert call.final.errorMessage == ("ECONNRESET: peer closed connection without sending "
+                                       "complete message body (incomplete chunked read)")
     assert call.final.content == [m.TextContent(text="ab")]
 
 

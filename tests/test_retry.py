@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from omp.llm import errors
 from omp.llm.errors import ErrorKind, ProviderError
 from omp.llm.stream import ModelCall, StreamEvent
 from omp.llm.types import Context, StreamOptions
@@ -19,8 +20,8 @@ from omp.session.retry import (
     RetryWaitTooLong,
     backoff_delay,
     is_context_overflow,
+    is_transient,
     should_retry,
-    wait_backoff,
 )
 from omp.session.settings import RetrySettings
 from omp.testing.fake_llm import open_fake_llm
@@ -57,7 +58,7 @@ class FixedRandom(random.Random):
 
 @pytest.mark.parametrize(("kind", "expected"), [
     ("rate_limit", True), ("overloaded", True), ("server", True), ("network", True),
-    ("context_overflow", False), ("auth", False), ("bad_request", False),
+    ("context_overflow", False), ("auth", False), ("bad_request", False), ("internal", False),
 ])
 def test_retried_error_kinds(kind: ErrorKind, expected: bool) -> None:
     assert should_retry(problem(kind), failed(), DEFAULTS, 1) is expected
@@ -122,6 +123,36 @@ def test_context_overflow_detection() -> None:
     assert is_context_overflow(None, failed("prompt is too long: 1 > 0"))
     assert is_context_overflow(None, failed("too big", status=413))
     assert not is_context_overflow(None, failed("503 Service Unavailable"))
+    # The original's HTTP text: the code alone says it.
+    assert is_context_overflow(None, failed(
+        "400 Input too large\nInput too large (type=invalid_request_error "
+        "code=context_length_exceeded)", status=400))
+
+
+@pytest.mark.parametrize(("text", "status"), [
+    ("prompt is too long: 210000 tokens > 200000 maximum", None),
+    ("Request Entity Too Large", 413),
+    ("400 x\nx (type=invalid_request_error code=context_length_exceeded)", 400),
+    ("Your input exceeds the context window of this model", None),
+    ("max_tokens must be below the model's context window", 400),
+    ("503 Service Unavailable", 503),
+    ("The input token count (1200000) exceeds the maximum number of tokens allowed", None),
+])
+def test_stored_and_live_overflow_agree(text: str, status: int | None) -> None:
+    """One classifier: a stored message is an overflow exactly when the same text and status
+    from the provider would have made a ``context_overflow`` error."""
+    live = errors.kind_for_status(status or 400, text) == "context_overflow"
+    assert is_context_overflow(None, failed(text, status=status)) is live
+    assert errors.is_overflow_text(text, status) is live
+
+
+def test_internal_errors_are_never_retried() -> None:
+    # A bug of ours (a RecursionError while handling the stream), live and once stored.
+    bug = errors.from_exception(RecursionError("maximum recursion depth exceeded"), "p", "m")
+    stored = failed(bug.message)
+    assert bug.kind == "internal"
+    assert not should_retry(bug, stored, DEFAULTS, 1)
+    assert not is_transient(None, stored)  # though the text says "Internal error"
 
 
 async def test_real_provider_failures_from_the_fake_server() -> None:
@@ -227,36 +258,7 @@ def test_attempt_is_one_based() -> None:
         backoff_delay(0, DEFAULTS, None, FixedRandom(0.0))
 
 
-# --- wait_backoff on trio time -------------------------------------------------------------------
-
-
-async def test_wait_backoff_takes_exactly_the_delay(autojump_clock: trio.testing.MockClock
-                                                    ) -> None:
-    assert trio.current_time() == 0.0
-    await wait_backoff(2.5)
-    assert trio.current_time() == 2.5
-    await wait_backoff(0.0)
-    assert trio.current_time() == 2.5
-
-
-async def test_wait_backoff_is_cancelled_by_the_callers_scope(
-        autojump_clock: trio.testing.MockClock) -> None:
-    retry_scope = trio.CancelScope()
-    finished = False
-
-    async def abort_retry_later() -> None:
-        await trio.sleep(1.25)
-        retry_scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(abort_retry_later)
-        with retry_scope:
-            await wait_backoff(8.0)
-            finished = True
-    assert retry_scope.cancelled_caught
-    assert not finished
-    # Cancelled at once, and nothing was left waiting out the rest of the 8 s.
-    assert trio.current_time() == 1.25
+# --- a saga on trio time ------------------------------------------------------------------------
 
 
 async def test_a_whole_saga_of_backoffs_in_virtual_time(autojump_clock: trio.testing.MockClock
@@ -265,8 +267,7 @@ async def test_a_whole_saga_of_backoffs_in_virtual_time(autojump_clock: trio.tes
     rng = FixedRandom(0.0)
     attempt, waited = 1, []
     while should_retry(problem("overloaded"), failed(), settings, attempt):
-        delay = backoff_delay(attempt, settings, None, rng)
-        await wait_backoff(delay)
+        await trio.sleep(backoff_delay(attempt, settings, None, rng))  # as the session waits
         waited.append(trio.current_time())
         attempt += 1
     assert attempt == 7

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import trio
-from offline_rpc import LIMIT, as_dict, drain, spawn, tmpdir
+from offline_rpc import LIMIT, as_dict, drain, frames_until, spawn, tmpdir
 
 from omp.client import RpcClient
 from omp.protocol import commands as cmd
@@ -214,22 +214,52 @@ async def test_bash_result_fields(tmp_path: Path) -> None:
     assert silent["exitCode"] == 0
     assert after_cd["output"] == f"{tmp_path}\n"
 
-    # 200,000 lines: cut to fit, the totals still of everything
+    # 200,000 lines: the head (20 KiB) and the tail (30 KiB) in whole lines, the middle elided
+    # on one marker line (rpc-behavior §10.2); the totals still of everything
     assert big["truncated"] is True
     assert big["cancelled"] is False
     assert big["exitCode"] == 0
     assert big["totalLines"] == 200001
     assert big["totalBytes"] == 1288895
     output = big["output"]
-    assert output.endswith("199999\n200000\n")
+    assert output == (seq_output(1, 4317) + "[…191295ln elided…]\n"
+                      + seq_output(195613, 200000))
+    assert (big["elidedLines"], big["elidedBytes"]) == (191295, 1288895 - 20478 - 30716)
     assert big["outputBytes"] == len(output.encode())
-    assert big["outputBytes"] <= 50 * 1024
+    assert big["outputBytes"] <= 50 * 1024 + 100
     assert big["outputLines"] == output.count("\n") + 1
-    assert big["outputLines"] < 200001
+    assert big["fullOutputPath"].startswith(str(tmpdir(tmp_path)))
 
     assert [(m["exitCode"], m["truncated"]) for m in recorded] == [
         (0, False), (3, False), (0, False), (0, False), (0, True)]
     assert recorded[-1]["output"] == output
+
+
+def seq_output(first: int, last: int) -> str:
+    return "".join(f"{i}\n" for i in range(first, last + 1))
+
+
+async def test_bash_tool_output_over_the_limit_keeps_head_and_tail(tmp_path: Path) -> None:
+    # the bash tool, called by the offline model, shows the model the same elided view and
+    # names the file that holds everything
+    directive = f"[[tool bash {json.dumps({'command': 'seq 1 200000'})}]]"
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            await client.call(cmd.Prompt(message=directive))
+            frames = await frames_until(client, lambda f: f["type"] == "tool_execution_end")
+    end = frames[-1]
+    assert end["isError"] is False
+    details = end["result"]["details"]
+    path = details["fullOutputPath"]
+    assert path.startswith(str(tmpdir(tmp_path)))
+    assert count_lines(path) == 200000
+    assert end["result"]["content"] == [{"type": "text", "text": (
+        seq_output(1, 4317) + "[…191295ln elided…]\n" + seq_output(195613, 200000)
+        + "\n\n[Showing lines 1-4317 and 195613-200001 of 200001 (1.2MB elided). "
+        f"Full output: {path}]")}]
+    assert details["truncation"]["elidedLines"] == 191295
+    assert details["truncation"]["headRange"] == {"start": 1, "end": 4317}
+    assert details["truncation"]["tailRange"] == {"start": 195613, "end": 200001}
 
 
 def count_lines(path: str) -> int:

@@ -333,12 +333,13 @@ async def test_event_filter_drops_only_filtered_session_events() -> None:
     from omp.rpc.server import RpcServer
     from omp.session import create_session
 
-    server = RpcServer(options=ServeOptions(), session=create_session(announce_offline=False))
-    server.router.set_event_filter(cmd.SetEventFilter(events=["agent_end"]))
+    server = RpcServer(options=ServeOptions(), session=create_session(announce_offline=False,
+                                                                        persist=False))
+    server.commands.set_event_filter(cmd.SetEventFilter(events=["agent_end"]))
     server.emit(events.AgentStart())
     server.emit(events.AgentEnd(messages=[]))
     server.emit(events.SessionSettled())  # not a session event: never filtered
-    server.router.set_event_filter(cmd.SetEventFilter(events=None))
+    server.commands.set_event_filter(cmd.SetEventFilter(events=None))
     server.emit(events.AgentStart())
     assert [type(f).__name__ for f in await server.output.take_all()] == [
         "AgentEnd", "SessionSettled", "AgentStart"]

@@ -1,23 +1,30 @@
-"""settings.yml: defaults, a valid file, and every kind of mistake named exactly."""
+"""Settings: the original's config.yml (global) and .omp/ files (project), the old settings.yml
+fallback, trusted projects, and every kind of mistake named exactly."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
+from agent_helpers import of_type, open_agent, text_reply
 
-from omp.llm.models import ConfigError
-from omp.session.settings import (
-    CompactionSettings,
-    RetrySettings,
-    Settings,
-    load_settings,
-    load_settings_file,
-)
+from omp.client import RpcClient
+from omp.config import ConfigError
+from omp.protocol import commands as cmd
+from omp.protocol import payloads
+from omp.session.settings import CompactionSettings, RetrySettings, Settings, load_settings
+
+TEST_TIMEOUT = 60
 
 
 def write(directory: Path, name: str, text: str) -> Path:
     path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -29,25 +36,26 @@ def test_defaults_are_omps() -> None:
         thresholdTokens=-1, autoContinue=True, midTurnEnabled=True)
     assert settings.retry == RetrySettings(enabled=True, maxRetries=10, baseDelayMs=500,
                                            maxDelayMs=300_000)
+    assert settings.trusted_projects == ()
 
 
 def test_missing_file_means_defaults(tmp_path: Path) -> None:
-    assert load_settings(tmp_path) == Settings()
+    assert load_settings(tmp_path, tmp_path) == Settings()
 
 
 def test_agent_dir_is_the_default_directory(isolated_agent_dir: Path) -> None:
-    write(isolated_agent_dir, "settings.yml", "retry:\n  maxRetries: 2\n")
+    write(isolated_agent_dir, "config.yml", "retry:\n  maxRetries: 2\n")
     assert load_settings().retry.maxRetries == 2
 
 
 @pytest.mark.parametrize("text", ["", "# nothing yet\n", "retry:\ncompaction:\n"])
 def test_empty_file_or_sections_mean_defaults(tmp_path: Path, text: str) -> None:
-    write(tmp_path, "settings.yml", text)
+    write(tmp_path, "config.yml", text)
     assert load_settings(tmp_path) == Settings()
 
 
-def test_valid_file(tmp_path: Path) -> None:
-    write(tmp_path, "settings.yml", """\
+def test_every_key_we_model(tmp_path: Path) -> None:
+    write(tmp_path, "config.yml", """\
 compaction:
   enabled: false
   reserveTokens: 8000
@@ -69,35 +77,174 @@ retry:
         retry=RetrySettings(enabled=False, maxRetries=3, baseDelayMs=2000, maxDelayMs=60000))
 
 
-def test_partial_file_keeps_other_defaults(tmp_path: Path) -> None:
-    write(tmp_path, "settings.yml", "compaction:\n  keepRecentTokens: 5000\n")
+# A user's file of the original omp: many sections we do not model, and keys of ours beside
+# keys of the original we do not use.
+ORIGINAL_CONFIG = """\
+lastChangelogVersion: 14.2.0
+modelRoles:
+  default: anthropic/claude-sonnet-4-5
+  smol: anthropic/claude-haiku-4-5
+defaultThinkingLevel: high
+theme:
+  dark: titanium
+  light: light
+steeringMode: one-at-a-time
+task:
+  isolation:
+    enabled: false
+  maxConcurrency: 4
+bash:
+  autoBackground:
+    enabled: true
+    thresholdMs: 60000
+skills:
+  enableSkillCommands: true
+extensions:
+  - ~/omp-extensions/notify.ts
+statusLine:
+  segments: [model, tokens, cost]
+compaction:
+  enabled: true
+  strategy: summary
+  keepRecentTokens: 30000
+  thresholdPercent: 85
+  idleEnabled: false
+  idleThresholdTokens: 200000
+  supersedeReads: true
+  remoteEnabled: true
+retry:
+  enabled: true
+  maxRetries: 4
+  modelFallback: true
+  fallbackChains:
+    default: [openai/gpt-5.1]
+  fallbackRevertPolicy: cooldown-expiry
+"""
+
+
+def test_a_users_config_yml_of_the_original_loads(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path, "config.yml", ORIGINAL_CONFIG)
     settings = load_settings(tmp_path)
-    assert settings.compaction == CompactionSettings(keepRecentTokens=5000)
-    assert settings.retry == RetrySettings()
+    assert settings.compaction == CompactionSettings(keepRecentTokens=30000,
+                                                     thresholdPercent=85.0)
+    assert settings.retry == RetrySettings(maxRetries=4)
+    assert capsys.readouterr().err == ""  # nothing there is a mistake
 
 
-def test_reserve_tokens_null_is_automatic(tmp_path: Path) -> None:
-    write(tmp_path, "settings.yml", "compaction:\n  reserveTokens: null\n")
-    assert load_settings(tmp_path).compaction.reserveTokens is None
+def test_an_unknown_key_in_a_section_we_model_is_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "config.yml", "compaction:\n  keepRecentToken: 5\n  strategy: summary\n"
+                 "retry:\n  maxRetrys: 1\n  baseDelay: 2\n  maxRetries: 3\n")
+    assert load_settings(tmp_path) == Settings(retry=RetrySettings(maxRetries=3))
+    assert capsys.readouterr().err == (
+        f"omp: warning: {path}: $.compaction: unknown key(s) ignored: keepRecentToken\n"
+        f"omp: warning: {path}: $.retry: unknown key(s) ignored: baseDelay, maxRetrys\n")
 
 
-def test_settings_yaml_spelling_is_read(tmp_path: Path) -> None:
-    write(tmp_path, "settings.yaml", "retry:\n  maxRetries: 4\n")
+def test_null_means_not_set_except_for_the_reserve(tmp_path: Path) -> None:
+    write(tmp_path, "config.yml", "compaction:\n  enabled:\n  keepRecentTokens: null\n"
+          "  reserveTokens: null\n")
+    assert load_settings(tmp_path) == Settings()
+
+
+def test_config_yaml_spelling_is_read(tmp_path: Path) -> None:
+    write(tmp_path, "config.yaml", "retry:\n  maxRetries: 4\n")
     assert load_settings(tmp_path).retry.maxRetries == 4
+
+
+def test_settings_yml_is_only_a_fallback(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    legacy = write(tmp_path, "settings.yml", "retry:\n  maxRetries: 2\n")
+    assert load_settings(tmp_path).retry.maxRetries == 2
+    assert capsys.readouterr().err == (
+        f"omp: warning: {legacy}: read because there is no config.yml; rename it to config.yml "
+        "(where the original omp keeps its settings)\n")
+    write(tmp_path, "config.yml", "retry:\n  baseDelayMs: 100\n")
+    assert load_settings(tmp_path).retry == RetrySettings(baseDelayMs=100)  # not merged
+    assert capsys.readouterr().err == ""
+
+
+# --- project files -----------------------------------------------------------------------------
+
+
+def test_project_files_override_the_global_one_key_by_key(tmp_path: Path) -> None:
+    agent, project = tmp_path / "agent", tmp_path / "project"
+    write(agent, "config.yml", "compaction:\n  keepRecentTokens: 1000\n  reserveTokens: 8000\n"
+          "retry:\n  maxRetries: 2\n  baseDelayMs: 100\n")
+    write(project, ".omp/settings.json",
+          '{"retry": {"maxRetries": 5, "maxDelayMs": 1000}, "theme": "dark"}')
+    write(project, ".omp/config.yml", "retry:\n  maxRetries: 7\ncompaction:\n"
+          "  reserveTokens: null\n")
+    settings = load_settings(agent, project)
+    # config.yml over settings.json over the global file, for the keys each one sets.
+    assert settings.retry == RetrySettings(maxRetries=7, baseDelayMs=100, maxDelayMs=1000)
+    assert settings.compaction == CompactionSettings(keepRecentTokens=1000, reserveTokens=None)
+    # Without a cwd only the global file counts.
+    assert load_settings(agent).retry == RetrySettings(maxRetries=2, baseDelayMs=100)
+
+
+def test_a_mistake_in_a_project_file_names_that_file(tmp_path: Path) -> None:
+    agent, project = tmp_path / "agent", tmp_path / "project"
+    write(agent, "config.yml", "retry:\n  maxRetries: 2\n")
+    path = write(project, ".omp/config.yml", "retry:\n  maxRetries: many\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(agent, project)
+    assert str(caught.value) == f"{path}: $.retry.maxRetries: expected an integer (got 'many')"
+    path.unlink()
+    path = write(project, ".omp/settings.json", '{"retry": {"enabled": "yes"}}')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(agent, project)
+    assert str(caught.value) == f"{path}: $.retry.enabled: expected true or false (got 'yes')"
+
+
+# --- trusted projects --------------------------------------------------------------------------
+
+
+def test_trusted_projects_come_from_the_global_file(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    write(tmp_path, "config.yml", "trustedProjects:\n  - ~/src/app\n  - /srv/tools/../lib\n")
+    assert load_settings(tmp_path).trusted_projects == (tmp_path / "home/src/app",
+                                                        Path("/srv/lib"))
+
+
+def test_a_project_cannot_trust_itself(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    agent, project = tmp_path / "agent", tmp_path / "project"
+    write(agent, "config.yml", "trustedProjects: [/srv/other]\n")
+    for name, text in ((".omp/config.yml", f"trustedProjects: [{project}]\n"),
+                       (".omp/settings.json", f'{{"trustedProjects": ["{project}"]}}')):
+        path = write(project, name, text)
+        assert load_settings(agent, project).trusted_projects == (Path("/srv/other"),)
+        assert capsys.readouterr().err == (
+            f"omp: warning: {path}: $.trustedProjects: ignored; only the global "
+            f"{agent}/config.yml can trust projects\n")
+        path.unlink()
+
+
+def test_an_agent_directory_inside_the_project_is_read_once_as_global(tmp_path: Path) -> None:
+    agent = tmp_path / ".omp"
+    write(agent, "config.yml", "trustedProjects: [/srv/app]\nretry:\n  maxRetries: 1\n")
+    settings = load_settings(agent, tmp_path)
+    assert (settings.trusted_projects, settings.retry.maxRetries) == ((Path("/srv/app"),), 1)
+
+
+# --- mistakes ----------------------------------------------------------------------------------
 
 
 MISTAKES = [
     ("retry: [1", "not valid YAML (line 1, column 10): expected ',' or ']', but got "
      "'<stream end>'"),
-    ("- retry\n", "expected a mapping with `compaction` and/or `retry` keys, got list"),
-    ("colour: blue\n", "$: unknown key(s): colour"),
-    ("retry:\n  baseDelay: 1\n  maxDelay: 2\n", "$.retry: unknown key(s): baseDelay, maxDelay"),
-    ("compaction: 3\n", "$.compaction: expected a mapping"),
-    ("retry: [1, 2]\n", "$.retry: expected a mapping"),
+    ("- retry\n", "expected a mapping of settings sections (compaction, retry, ...), got list"),
+    ("compaction: 3\n", "$.compaction: expected a mapping (got 3)"),
+    ("retry: [1, 2]\n", "$.retry: expected a mapping (got [1, 2])"),
     ("retry:\n  maxRetries: 2.5\n", "$.retry.maxRetries: expected an integer (got 2.5)"),
     ("retry:\n  maxRetries: '3'\n", "$.retry.maxRetries: expected an integer (got '3')"),
     ("retry:\n  maxRetries: true\n", "$.retry.maxRetries: expected an integer (got True)"),
     ("retry:\n  enabled: 'no'\n", "$.retry.enabled: expected true or false (got 'no')"),
+    ("compaction:\n  enabled: 'false'\n",
+     "$.compaction.enabled: expected true or false (got 'false')"),
     ("compaction:\n  reserveTokens: lots\n",
      "$.compaction.reserveTokens: expected an integer (got 'lots')"),
     ("compaction:\n  thresholdPercent: high\n",
@@ -113,20 +260,91 @@ MISTAKES = [
     ("retry:\n  maxRetries: -1\n", "$.retry.maxRetries: must not be negative, got -1"),
     ("retry:\n  baseDelayMs: -500\n", "$.retry.baseDelayMs: must not be negative, got -500"),
     ("retry:\n  maxDelayMs: -1\n", "$.retry.maxDelayMs: must not be negative, got -1"),
+    ("trustedProjects: ~/src/app\n", "$.trustedProjects: expected a list (got '~/src/app')"),
+    ("trustedProjects: [src/app]\n",
+     "$.trustedProjects[0]: must be an absolute path or start with ~ (got 'src/app')"),
+    ("trustedProjects: ['']\n",
+     "$.trustedProjects[0]: must be an absolute path or start with ~ (got '')"),
 ]
 
 
 @pytest.mark.parametrize(("text", "message"), MISTAKES)
 def test_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
-    path = write(tmp_path, "settings.yml", text)
+    path = write(tmp_path, "config.yml", text)
     with pytest.raises(ConfigError) as caught:
         load_settings(tmp_path)
     assert str(caught.value) == f"{path}: {message}"
 
 
-def test_unreadable_file_is_named(tmp_path: Path) -> None:
-    path = tmp_path / "settings.yml"
+def test_a_config_yml_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "config.yml"
     path.mkdir()
     with pytest.raises(ConfigError) as caught:
-        load_settings_file(path)
-    assert str(caught.value) == f"{path}: cannot be read: Is a directory"
+        load_settings(tmp_path)
+    assert str(caught.value) == f"{path}: is a directory, not a file"
+    path.rmdir()
+    path.write_bytes(b"# r\xe9glages\nretry:\n  maxRetries: 2\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(tmp_path)
+    assert str(caught.value) == (f"{path}: not UTF-8 text (byte 0xe9 on line 1); save the file "
+                                 "as UTF-8")
+
+
+# --- through the process -----------------------------------------------------------------------
+
+
+async def auto_compaction_enabled(cwd: Path) -> bool:
+    async with RpcClient.spawn(args=("--mode", "rpc", "--model", "offline/echo"), cwd=cwd,
+                               stderr=subprocess.DEVNULL) as client:
+        state = await client.call(cmd.GetState(), payloads.SessionState)
+    assert isinstance(state.autoCompactionEnabled, bool)
+    return state.autoCompactionEnabled
+
+
+async def test_config_yml_and_the_project_file_take_effect(tmp_path: Path,
+                                                           isolated_agent_dir: Path) -> None:
+    write(isolated_agent_dir, "config.yml",
+          ORIGINAL_CONFIG.replace("compaction:\n  enabled: true", "compaction:\n  enabled: false"))
+    project = tmp_path / "project"
+    project.mkdir()
+    with trio.fail_after(TEST_TIMEOUT):
+        assert await auto_compaction_enabled(project) is False
+        write(project, ".omp/config.yml", "compaction:\n  enabled: true\n")
+        assert await auto_compaction_enabled(project) is True
+
+
+async def test_retry_settings_of_both_layers_reach_a_run(tmp_path: Path,
+                                                         isolated_agent_dir: Path) -> None:
+    write(isolated_agent_dir, "config.yml", "retry:\n  maxRetries: 2\n  baseDelayMs: 1\n")
+    write(tmp_path, ".omp/config.yml", "retry:\n  maxRetries: 3\n")
+    script: list[dict[str, Any]] = [
+        {"status": 503, "body": {"error": {"message": "overloaded"}}}, text_reply("Fine.")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Hello?", id="p1")
+            frames = await agent.until_settled()
+    (start,) = of_type(frames, "auto_retry_start")
+    assert start["maxAttempts"] == 3  # the project's
+    assert start["delayMs"] <= 1  # the global file's base delay (jitter only shortens it)
+
+
+def unreadable(path: Path) -> None:
+    path.mkdir()
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: p.write_text(ORIGINAL_CONFIG.replace("maxRetries: 4", "maxRetries: four")),
+     "$.retry.maxRetries: expected an integer (got 'four')"),
+    (lambda p: p.write_bytes(b"theme:\n  dark: \xff\n"),
+     "not UTF-8 text (byte 0xff on line 2); save the file as UTF-8"),
+    (unreadable, "is a directory, not a file"),
+])
+async def test_a_bad_config_yml_stops_startup_with_one_line(
+        isolated_agent_dir: Path, make: Callable[[Path], object], message: str) -> None:
+    path = isolated_agent_dir / "config.yml"
+    make(path)
+    proc = await trio.run_process(
+        [sys.executable, "-m", "omp", "--mode", "rpc", "--model", "offline/echo"], stdin=b"",
+        capture_stdout=True, capture_stderr=True, check=False)
+    assert (proc.returncode, proc.stdout) == (1, b"")  # no ready: nothing was accepted
+    assert proc.stderr.decode() == f"omp: {path}: {message}\n"  # no traceback

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import stat
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ import msgspec
 import pytest
 import trio
 
+from omp.process import REAP_TIMEOUT, kill_process_group
 from omp.protocol.messages import TextContent
 from omp.tools.base import ToolContext, ToolError, ToolResult
 from omp.tools.bash import BashTool, bash_result
@@ -137,16 +140,27 @@ async def test_missing_cwd_is_an_error(work: Path) -> None:
         f"Working directory does not exist: {missing}\nCannot execute bash commands.")
 
 
-async def test_tail_truncation_by_lines_spills_the_full_output(work: Path) -> None:
+def seq_output(first: int, last: int) -> str:
+    return "".join(f"{i}\n" for i in range(first, last + 1))
+
+
+async def test_long_output_keeps_head_and_tail_and_spills_the_full_output(work: Path) -> None:
     with trio.fail_after(LIMIT):
-        result = await run_shell("seq 1 5000", cwd=work)
-    full = "".join(f"{i}\n" for i in range(1, 5001))
+        result = await run_shell("seq 1 200000", cwd=work)
+    full = seq_output(1, 200000)
     t = result.truncation
     assert t.truncated
-    assert t.truncated_by == "lines"
-    assert (t.total_lines, t.output_lines) == (5001, 2000)
-    # the last "line" is the empty one after the final newline
-    assert result.output == "".join(f"{i}\n" for i in range(3002, 5001))
+    # 20 KiB of head cut after a whole line (4317 is the last that fits), 30 KiB of tail
+    # starting at a line (195613: 4388 lines of 7 bytes fit in 30720), the middle as one line
+    assert result.output == (seq_output(1, 4317) + "[…191295ln elided…]\n"
+                             + seq_output(195613, 200000))
+    assert (t.total_lines, t.total_bytes) == (200001, len(full))
+    assert (result.total_lines, result.total_bytes) == (200001, len(full))
+    assert (t.head_lines, t.tail_first_line) == (4317, 195613)
+    assert t.elided_lines == 195612 - 4317
+    assert t.elided_bytes == len(full) - len(seq_output(1, 4317)) - len(seq_output(195613, 200000))
+    assert (t.output_lines, t.output_bytes) == (result.output.count("\n") + 1,
+                                                len(result.output.encode()))
     path = result.full_output_path
     assert path is not None
     assert path.parent == Path(tempfile.gettempdir())
@@ -156,32 +170,55 @@ async def test_tail_truncation_by_lines_spills_the_full_output(work: Path) -> No
     path.unlink()
 
 
-async def test_tail_truncation_by_bytes_keeps_memory_bounded(work: Path) -> None:
-    # 3 MB of 100-byte lines with a 1000-byte limit: the spill file has everything, the result
-    # the last whole lines that fit
+async def test_output_within_the_limit_is_whole_and_not_spilled(work: Path) -> None:
+    with trio.fail_after(LIMIT):
+        result = await run_shell("seq 1 5000", cwd=work)  # 23,893 bytes, 5,001 lines
+    assert result.output == seq_output(1, 5000)
+    assert not result.truncation.truncated
+    assert result.truncation.details() is None
+    assert result.full_output_path is None
+
+
+async def test_elision_keeps_memory_bounded(work: Path) -> None:
+    # 3 MB of 100-byte lines with a 1000-byte budget (400 head, 600 tail): the spill file has
+    # everything, the result whole lines at both ends
     command = "yes 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' | head -n 30000"  # noqa: E501
-    run = ShellRun(command, cwd=work, max_bytes=1000)
+    run = ShellRun(command, cwd=work, max_bytes=1000, head_bytes=400)
+    peak = 0
+
+    async def on_output(_: str) -> None:
+        nonlocal peak
+        peak = max(peak, run._elider.buffered + len(run._unspilled))
+
+    run.on_output = on_output
     with trio.fail_after(LIMIT):
         result = await run.run()
     line = "x" * 99 + "\n"
     t = result.truncation
-    assert (t.truncated, t.truncated_by) == (True, "bytes")
-    assert result.output == line * 10  # 10 x 100 bytes: the empty last line costs nothing
+    assert t.truncated
+    assert result.output == line * 4 + "[…29990ln elided…]\n" + line * 6
     assert (t.total_lines, t.total_bytes) == (30001, 3_000_000)
-    assert sum(size for _, size in run._tail) <= 2 * 1000 + 65536
+    assert (t.elided_lines, t.elided_bytes) == (29990, 2_999_000)
+    assert peak <= 404 + 2 * 1004 + 2 * 65536  # head, rolling tail, a read not yet spilled
     assert result.full_output_path is not None
     assert result.full_output_path.read_bytes() == line.encode() * 30000
     result.full_output_path.unlink()
 
 
-async def test_a_too_long_last_line_keeps_its_tail(work: Path) -> None:
+async def test_one_long_line_is_cut_on_character_boundaries(work: Path) -> None:
+    # 30,000 euro signs (3 bytes each) and no newline: the windows end inside characters, so
+    # they are cut before the character; the marker counts bytes as there is no line to count
     with trio.fail_after(LIMIT):
-        result = await run_shell("echo first; head -c 200000 /dev/zero | tr '\\0' a; echo -n b",
-                                 cwd=work)
+        result = await run_shell("printf 'a'; for i in $(seq 1 300); do printf '%.0s€' "
+                                 "$(seq 1 100); done; printf 'b'", cwd=work)
     t = result.truncation
-    assert t.last_line_partial
-    assert result.output == "a" * 51199 + "b"
-    assert result.last_line_bytes == 200001
+    head, marker, tail = result.output.split("\n")
+    assert head == "a" + "€" * 6826  # 1 + 20478 bytes: the next € would pass 20480
+    assert tail == "€" * 10239 + "b"  # the last 30720 bytes start inside a €
+    assert marker == f"[…{t.elided_bytes}B elided…]"
+    assert t.elided_bytes == 1 + 90000 + 1 - 20479 - 30718
+    assert (t.elided_lines, t.head_lines, t.tail_first_line) == (0, 1, 1)
+    assert "\ufffd" not in result.output
     assert result.full_output_path is not None
     result.full_output_path.unlink()
 
@@ -224,6 +261,53 @@ async def test_a_process_ignoring_sigterm_is_killed(work: Path) -> None:
     assert time.monotonic() - start < 4  # timeout + 2 s grace + slack
     assert run.pid is not None
     assert not alive(run.pid)
+
+
+# --- omp.process.kill_process_group (the one helper for every subprocess group) -------------
+
+
+async def start_group(work: Path, script: str) -> tuple[trio.Process, list[int]]:
+    """A shell leading its own group, and the pids it reports (``pid=N`` lines) once ready."""
+    proc = await trio.lowlevel.open_process(
+        ["sh", "-c", script], cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        start_new_session=True)
+    assert proc.stdout is not None
+    seen = b""
+    while b"ready" not in seen:
+        seen += await proc.stdout.receive_some()
+    await proc.stdout.aclose()
+    return proc, pids_in(seen.decode())
+
+
+async def test_kill_process_group_runs_to_the_end_when_the_caller_is_cancelled(work: Path
+                                                                                ) -> None:
+    # every member ignores SIGTERM, so only SIGKILL after the grace ends them; the caller's
+    # scope is already cancelled when the helper starts, and the helper still finishes
+    with trio.fail_after(LIMIT):
+        proc, pids = await start_group(
+            work, "trap '' TERM; sh -c 'trap \"\" TERM; echo pid=$$; exec sleep 60' & "
+                  "echo pid=$$; sleep 0.2; echo ready; wait")
+        start = time.monotonic()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await kill_process_group(proc, grace=0.5)
+        elapsed = time.monotonic() - start
+    assert len(pids) == 2
+    assert proc.returncode == -signal.SIGKILL
+    assert not any(alive(pid) for pid in pids)
+    assert 0.5 <= elapsed < 0.5 + REAP_TIMEOUT + 0.5
+
+
+async def test_kill_process_group_is_gentle_first_and_quick_when_empty(work: Path) -> None:
+    with trio.fail_after(LIMIT):
+        proc, _ = await start_group(work, "echo ready; exec sleep 60")
+        start = time.monotonic()
+        await kill_process_group(proc)  # sleep dies of SIGTERM at once: no grace spent
+        assert proc.returncode == -signal.SIGTERM
+        assert time.monotonic() - start < 1
+        start = time.monotonic()
+        await kill_process_group(proc)  # the group is empty: nothing to signal or wait for
+        assert time.monotonic() - start < 0.1
 
 
 async def test_cancellation_kills_the_group_and_keeps_the_partial_result(work: Path) -> None:
@@ -346,30 +430,38 @@ async def test_tool_missing_cwd_is_an_error(work: Path) -> None:
             "c1", {"command": "true"}, on_update=Updates())
 
 
-async def test_tool_truncation_notices(work: Path) -> None:
+async def test_tool_elides_the_middle_and_names_the_full_output(work: Path) -> None:
     tool = BashTool(ToolContext(work))
+    updates = Updates()
     with trio.fail_after(LIMIT):
-        by_lines = await tool.execute("c1", {"command": "seq 1 3000"}, on_update=Updates())
-        by_bytes = await tool.execute(
-            "c2", {"command": "for i in $(seq 1 1000); do printf '%099d\\n' $i; done"},
-            on_update=Updates())
-        partial = await tool.execute(
-            "c3", {"command": "head -c 60000 /dev/zero | tr '\\0' a"}, on_update=Updates())
-    paths = []
-    for result in (by_lines, by_bytes, partial):
-        assert isinstance(result.details, dict)
-        paths.append(result.details["fullOutputPath"])
-        assert result.details["truncation"]["truncated"] is True
-    text = text_of(by_lines)
-    assert text.endswith(f"\n3000\n\n\n[Showing lines 1002-3001 of 3001. Full output: {paths[0]}]")
-    text = text_of(by_bytes)
-    assert text.endswith(f"\n\n[Showing lines 489-1001 of 1001 (50.0KB limit). Full output: "
-                         f"{paths[1]}]")
-    assert text_of(partial) == ("a" * 51200 + "\n\n[Showing last 50.0KB of line 1 (line is "
-                                f"58.6KB). Full output: {paths[2]}]")
-    assert by_lines.details["truncation"]["totalLines"] == 3001
-    for path in paths:
-        os.unlink(path)
+        result = await tool.execute("c1", {"command": "seq 1 200000"}, on_update=updates)
+        failed = None
+        try:
+            await tool.execute("c2", {"command": "seq 1 200000; exit 3"}, on_update=Updates())
+        except ToolError as exc:
+            failed = exc
+    assert isinstance(result.details, dict)
+    path = result.details["fullOutputPath"]
+    assert await trio.Path(path).read_text() == seq_output(1, 200000)
+    assert text_of(result) == (
+        seq_output(1, 4317) + "[…191295ln elided…]\n" + seq_output(195613, 200000)
+        + f"\n\n[Showing lines 1-4317 and 195613-200001 of 200001 (1.2MB elided). "
+        f"Full output: {path}]")
+    truncation = result.details["truncation"]
+    assert truncation["direction"] == truncation["truncatedBy"] == "middle"
+    assert truncation["headRange"] == {"start": 1, "end": 4317}
+    assert truncation["tailRange"] == {"start": 195613, "end": 200001}
+    assert (truncation["totalLines"], truncation["elidedLines"]) == (200001, 191295)
+    # the last streamed update shows the same elided view
+    assert text_of(updates.results[-1]).startswith(seq_output(1, 4317) + "[…")
+    assert isinstance(updates.results[-1].details, dict)
+    assert updates.results[-1].details["fullOutputPath"] == path
+    assert failed is not None
+    assert str(failed).endswith(" elided). Full output: "
+                                f"{failed.details['fullOutputPath']}]\n\nCommand exited with "
+                                "code 3")
+    os.unlink(path)
+    os.unlink(failed.details["fullOutputPath"])
 
 
 async def test_tool_streams_throttled_updates_and_always_the_last(work: Path) -> None:
@@ -389,7 +481,7 @@ async def test_tool_streams_throttled_updates_and_always_the_last(work: Path) ->
     assert all(gap >= 0.1 - 1e-3 for gap in gaps)
     # the first update does not wait for the command to end
     assert updates.times[0] - start < elapsed - 0.2
-    # each update is a prefix of the output: the tail so far
+    # each update is a prefix of the output: all of it so far
     assert all(expected.startswith(text_of(update)) for update in updates.results)
 
 
@@ -450,10 +542,13 @@ async def test_bash_result_timed_out(work: Path) -> None:
 
 async def test_bash_result_truncated(work: Path) -> None:
     with trio.fail_after(LIMIT):
-        result = await run_shell("seq 1 3000", cwd=work)
+        result = await run_shell("seq 1 200000", cwd=work)
     data = bash_result(result)
-    assert data.truncated
-    assert (data.totalLines, data.outputLines) == (3001, 2000)
-    assert data.output.endswith("\n3000\n")
     assert result.full_output_path is not None
+    assert wire(data) == {
+        "output": seq_output(1, 4317) + "[…191295ln elided…]\n" + seq_output(195613, 200000),
+        "cancelled": False, "truncated": True, "totalLines": 200001, "totalBytes": 1288895,
+        "outputLines": 8707, "outputBytes": 51218, "exitCode": 0, "workingDir": str(work),
+        "fullOutputPath": str(result.full_output_path), "elidedLines": 191295,
+        "elidedBytes": 1288895 - 20478 - 30716}
     result.full_output_path.unlink()

@@ -27,8 +27,9 @@ from omp.protocol.messages import (
     UserMessage,
 )
 from omp.protocol.payloads import ContextUsage, SessionStats, SessionTokens
+from omp.session.context import build_context
+from omp.session.file import SessionFile
 from omp.session.stats import context_usage_payload, session_stats
-from omp.session.store import SessionFile, build_context
 
 SID = "01a22928-0000-7000-8000-000000000000"
 

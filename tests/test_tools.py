@@ -31,12 +31,15 @@ from omp.tools.read import ReadTool, image_mime_type
 from omp.tools.todo import TodoState, TodoTool, render_todos
 from omp.tools.truncate import (
     DEFAULT_MAX_BYTES,
+    ELISION_HEAD_BYTES,
     HeadTruncator,
+    MiddleElider,
     Truncation,
+    elide_middle,
+    elision_marker,
     format_size,
     truncate_head,
     truncate_line,
-    truncate_tail,
 )
 from omp.tools.write import WriteTool
 
@@ -162,33 +165,6 @@ def test_head_first_line_too_long() -> None:
     assert (result.output_lines, result.output_bytes, result.total_lines) == (0, 0, 2)
 
 
-def test_tail_by_lines() -> None:
-    result = truncate_tail("1\n2\n3\n4\n5", max_lines=2)
-    assert (result.content, result.truncated_by, result.output_lines) == ("4\n5", "lines", 2)
-    assert not result.last_line_partial
-
-
-def test_tail_by_bytes() -> None:
-    result = truncate_tail("aaaa\nbbbb\ncccc", max_bytes=10)
-    assert (result.content, result.truncated_by, result.output_bytes) == ("bbbb\ncccc",
-                                                                          "bytes", 9)
-
-
-def test_tail_last_line_partial_on_a_character_boundary() -> None:
-    # 10 euro signs of 3 bytes: the last 10 bytes start inside a character, so 9 are kept.
-    result = truncate_tail("head\n" + "€" * 10, max_bytes=10)
-    assert result.content == "€€€"
-    assert result.last_line_partial
-    assert (result.truncated_by, result.output_lines, result.output_bytes) == ("bytes", 1, 9)
-    assert result.details()["lastLinePartial"] is True
-
-
-def test_tail_within_limits_is_untouched() -> None:
-    result = truncate_tail("x\ny")
-    assert not result.truncated
-    assert result.content == "x\ny"
-
-
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(alphabet=st.sampled_from("ab\né€"), max_size=60),
        max_lines=st.integers(1, 8), max_bytes=st.integers(1, 40))
@@ -201,21 +177,114 @@ def test_head_matches_the_original_algorithm(text: str, max_lines: int, max_byte
     assert result.truncated == (by is not None)
 
 
+# -- middle elision (shell output) ------------------------------------------------------------
+
+
+def test_elision_defaults_are_the_originals() -> None:
+    # rpc-behavior §10.2: a 50 KiB budget, 20 KiB of it for the head
+    assert (DEFAULT_MAX_BYTES, ELISION_HEAD_BYTES) == (51200, 20480)
+
+
+def test_output_within_the_budget_is_untouched() -> None:
+    result = elide_middle("x\ny\n", max_bytes=4, head_bytes=2)
+    assert (result.content, result.truncated, result.total_lines, result.output_lines) == (
+        "x\ny\n", False, 3, 3)
+    assert result.details() is None
+    assert elide_middle(b"").total_lines == 0
+
+
+def test_elision_keeps_whole_lines_at_both_ends() -> None:
+    text = "".join(f"line{i:02d}\n" for i in range(1, 21))  # 20 lines of 7 bytes
+    result = elide_middle(text, max_bytes=50, head_bytes=20)
+    # head: 2 whole lines (14 bytes) fit in 20; tail: 4 whole lines (28 bytes) fit in 30
+    assert result.content == ("line01\nline02\n[…14ln elided…]\n"
+                              "line17\nline18\nline19\nline20\n")
+    assert (result.head_lines, result.tail_first_line, result.total_lines) == (2, 17, 21)
+    assert (result.elided_lines, result.elided_bytes) == (14, 14 * 7)
+    assert result.details() == {
+        "direction": "middle", "truncatedBy": "middle", "totalLines": 21, "totalBytes": 140,
+        "outputLines": 8, "outputBytes": len(result.content.encode()),
+        "headRange": {"start": 1, "end": 2}, "tailRange": {"start": 17, "end": 21},
+        "elidedBytes": 98, "elidedLines": 14, "maxBytes": 50}
+
+
+def test_a_window_without_a_useful_line_break_is_cut_inside_the_line() -> None:
+    # the only newline would leave less than half of each window: cut in the line instead
+    result = elide_middle("a\n" + "b" * 100 + "\nc", max_bytes=30, head_bytes=10)
+    assert result.content == "a\nbbbbbbbb\n[…74B elided…]\n" + "b" * 18 + "\nc"
+    assert (result.head_lines, result.tail_first_line, result.elided_lines) == (2, 2, 0)
+
+
+def test_marker_counts_bytes_when_at_most_one_line_is_elided() -> None:
+    assert elision_marker(0, 5) == "[…5B elided…]"
+    assert elision_marker(1, 5) == "[…5B elided…]"
+    assert elision_marker(2, 5) == "[…2ln elided…]"
+
+
+def test_multibyte_characters_are_never_split() -> None:
+    result = elide_middle("€" * 100, max_bytes=40, head_bytes=10)
+    head, marker, tail = result.content.split("\n")
+    assert (head, tail) == ("€" * 3, "€" * 10)
+    assert marker == f"[…{300 - 9 - 30}B elided…]"
+
+
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet=st.sampled_from("ab\né€😀"), max_size=60),
-       max_lines=st.integers(1, 8), max_bytes=st.integers(1, 40))
-def test_tail_is_a_valid_suffix_within_limits(text: str, max_lines: int, max_bytes: int) -> None:
-    result = truncate_tail(text, max_lines=max_lines, max_bytes=max_bytes)
-    assert text.endswith(result.content)
-    assert len(result.content.encode()) == result.output_bytes
-    assert result.output_bytes <= max_bytes
-    assert result.output_lines <= max_lines
-    if result.last_line_partial:
-        assert "\n" not in result.content
-        # The longest whole-character suffix: one more character would not fit.
-        last = text.split("\n")[-1]
-        longer = last[len(last) - len(result.content) - 1:]
-        assert len(longer.encode()) > max_bytes
+@given(data=st.binary(max_size=400), max_bytes=st.integers(1, 120), head_share=st.floats(0, 1),
+       cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_elision_of_any_bytes_streamed_in_any_chunks(data: bytes, max_bytes: int,
+                                                     head_share: float, cuts: list[int]) -> None:
+    head_bytes = int(max_bytes * head_share)
+    elider = MiddleElider(max_bytes=max_bytes, head_bytes=head_bytes)
+    last = 0
+    for cut in sorted({c % (len(data) + 1) for c in cuts}):
+        elider.feed(data[last:cut])
+        last = cut
+    elider.feed(data[last:])
+    result = elider.result()
+    assert result == elide_middle(data, max_bytes=max_bytes, head_bytes=head_bytes)
+    assert (result.total_bytes, result.total_lines) == (
+        len(data), data.count(b"\n") + 1 if data else 0)
+    assert result.output_bytes == len(result.content.encode())
+    assert result.output_lines == (result.content.count("\n") + 1 if result.content else 0)
+    assert result.truncated == (len(data) > max_bytes)
+    if not result.truncated:
+        assert result.content == data.decode("utf-8", "replace")
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from("ab\né€😀"), max_size=200),
+       max_bytes=st.integers(1, 120), head_share=st.floats(0, 1))
+def test_elision_shows_the_first_and_last_bytes_within_their_windows(
+        text: str, max_bytes: int, head_share: float) -> None:
+    head_bytes = int(max_bytes * head_share)
+    result = elide_middle(text, max_bytes=max_bytes, head_bytes=head_bytes)
+    data = text.encode()
+    if not result.truncated:
+        assert result.content == text
+        return
+    marker = elision_marker(result.elided_lines, result.elided_bytes)
+    shown_head, found, tail = result.content.partition(marker + "\n")
+    assert found
+    head_size = len(data) - result.elided_bytes - len(tail.encode())
+    head = data[:head_size].decode()  # whole characters: this would raise otherwise
+    assert shown_head in (head, head + "\n")
+    assert text.endswith(tail)
+    assert head_size <= head_bytes
+    assert len(tail.encode()) <= max_bytes - head_bytes
+    assert result.elided_lines == text.count("\n") - head.count("\n") - tail.count("\n")
+    assert result.head_lines == head.count("\n") + (0 if not head or head.endswith("\n") else 1)
+    assert result.tail_first_line == result.total_lines - tail.count("\n")
+
+
+def test_elider_memory_stays_flat_on_a_long_stream() -> None:
+    elider = MiddleElider()
+    chunk = (b"y" * 99 + b"\n") * 655  # 65,500 bytes
+    for _ in range(1600):  # about 100 MB
+        elider.feed(chunk)
+        assert elider.buffered <= ELISION_HEAD_BYTES + 2 * DEFAULT_MAX_BYTES + 8 + len(chunk)
+    result = elider.result()
+    assert result.total_bytes == 1600 * len(chunk)
+    assert result.output_bytes <= DEFAULT_MAX_BYTES + 100
 
 
 def test_head_truncator_with_totals_from_the_caller() -> None:

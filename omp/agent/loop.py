@@ -1,22 +1,30 @@
-"""The agent loop: runs → turns → one model call, then the tool calls of that message.
+"""The agent loop: an attempt → turns → one model call, then the tool calls of that message.
 
 Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
 
-* A run starts with ``agent_start`` and ends with exactly one ``agent_end`` carrying the messages
-  the run added. A turn is ``turn_start``, its input messages (the prompt, or dequeued steering /
-  follow-ups), one assistant message, the results of its tool calls, ``turn_end``.
+* ``Agent.run`` is one attempt of a run: ``agent_start``, then turns until the agent stops. It
+  returns a ``RunResult`` (completed / error / overflow) and never writes ``agent_end``: the run
+  saga (``omp.session.run``) owns the run's end, which may come after a retry or a compaction.
+* A turn is ``turn_start``, its input messages (the prompt, or dequeued steering / follow-ups),
+  one assistant message, the results of its tool calls, ``turn_end``.
 * Steering is dequeued at every turn boundary; follow-ups only when the agent would stop. Both
-  feed more turns of the same run. ``one-at-a-time`` dequeues one message, ``all`` the queue.
+  feed more turns of the same attempt. ``one-at-a-time`` dequeues one message, ``all`` the queue.
+  A turn whose model call failed ends the attempt (the saga decides what follows).
 * Tool calls: arguments are validated against the tool's schema first; read-only calls that
   follow each other run concurrently, any other call runs alone, in call order. Frames of a call
   (``tool_execution_end``, its toolResult ``message_start``/``message_end``) are written as it
   completes; results enter the context in call order. With ``interruptMode: immediate``, once
   steering is queued the calls not started yet are skipped.
-* Abort is cancellation: ``abort()`` cancels the scope of whatever is running (the model call or
-  each running tool) and pre-cancels what would start next. The loop then finishes the run in
-  protocol terms: the partial assistant message ends ``aborted`` (half-streamed tool calls
-  dropped), cancelled and unstarted calls get error results, then ``turn_end`` and
-  ``agent_end``. Queued messages are not dequeued once aborted.
+* Output: every frame is published at once (``AgentSink.publish`` never waits) except the
+  streaming updates (``message_update``, ``tool_execution_update``), which wait while the host is
+  far behind. So ending something never depends on a host that reads.
+* Abort is cancellation of the run's cancel scope, which the caller owns: nothing here catches
+  ``Cancelled``. The loop keeps a ledger of what is open (the turn, the streaming message, the
+  tool calls started and ended); after the scope has caught the cancellation, the caller calls
+  ``close_open``, which writes the frames that close it, synchronously: the partial assistant
+  message ends ``aborted`` (half-streamed tool calls dropped), cancelled and unstarted calls get
+  error results, ``turn_end``; an abort during tools adds a turn with an empty aborted assistant
+  message, so the run always ends with the aborted assistant message (rpc-behavior §4.3).
 """
 
 from __future__ import annotations
@@ -24,14 +32,15 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
 
 import attrs
 import msgspec
 import trio
 
-from ..llm.stream import ModelCall, StreamEvent
+from ..llm.errors import ProviderError
+from ..llm.stream import HttpClient, ModelCall, StreamEvent
 from ..llm.types import Context, LlmMessage, StreamOptions, ToolSpec
 from ..protocol import events as ev
 from ..protocol import messages as m
@@ -49,9 +58,18 @@ LENGTH_NOT_EXECUTED = (
 ERROR_NOT_EXECUTED = ("Tool call was not executed because the provider stream ended with an "
                       "error before the tool could run: {error}")
 
-Emit = Callable[[Any], Awaitable[None]]
-"""Receives session events (frame Structs) and ``AssistantUpdate``s, in order."""
 QueueMode = Literal["all", "one-at-a-time"]
+Outcome = Literal["completed", "error", "overflow", "aborted"]
+
+
+class AgentSink(Protocol):
+    """Where the loop's events go (the session, which persists and forwards them)."""
+
+    def publish(self, event: Any) -> None:
+        """Deliver at once; never waits (every frame but the streaming updates)."""
+
+    async def publish_update(self, event: Any) -> None:
+        """Deliver a streaming update, waiting while the host is far behind. Cancellable."""
 
 
 class AssistantUpdate(msgspec.Struct, frozen=True):
@@ -71,6 +89,20 @@ class TurnSetup(msgspec.Struct, frozen=True, kw_only=True):
     options: StreamOptions
     system_prompt: tuple[str, ...]
     tools: tuple[Tool, ...]
+    http: HttpClient | None = None
+    """The owner's HTTP client (connection reuse); None: each call opens its own."""
+
+
+@attrs.define(eq=False)
+class RunResult:
+    """How an attempt ended, and what it added (``agent_end.messages``)."""
+
+    outcome: Outcome
+    messages: list[m.AgentMessage]
+    last: m.AssistantMessage | None = None
+    """The attempt's last assistant message."""
+    error: ProviderError | None = None
+    """The failed model call's error (outcome ``error`` / ``overflow``)."""
 
 
 def now_ms() -> int:
@@ -79,10 +111,21 @@ def now_ms() -> int:
 
 def user_message(text: str, images: Sequence[m.ImageContent] = (), *,
                  steering: bool = False) -> m.UserMessage:
-    content: str | list[m.UserContent] = (
-        [m.TextContent(text=text), *images] if images else text)
+    """A user message as the original writes it: content blocks, the text first, then images."""
+    content: list[m.UserContent] = [m.TextContent(text=text), *images]
     return m.UserMessage(content=content, timestamp=now_ms(), attribution="user",
                          steering=steering)
+
+
+def aborted_message(model: Model | m.AssistantMessage, reason: str) -> m.AssistantMessage:
+    """An empty assistant message that says the run was aborted (no model call made it)."""
+    if isinstance(model, m.AssistantMessage):
+        api, provider, model_id = model.api, model.provider, model.model
+    else:
+        api, provider, model_id = model.api, model.provider, model.id
+    return m.AssistantMessage(content=[], api=api, provider=provider, model=model_id,
+                              usage=m.Usage.zero(), stopReason="aborted", timestamp=now_ms(),
+                              errorMessage=reason)
 
 
 COMPACTION_WRAPPER = ("Prior model work/tool state available.\nMUST build on prior work; "
@@ -117,7 +160,7 @@ def to_llm(messages: Sequence[m.AgentMessage]) -> tuple[LlmMessage, ...]:
             text = f"Ran `{message.command}`\n```\n{message.output or '(no output)'}\n```"
             if message.cancelled:
                 text += "\n\n(command cancelled)"
-            elif message.exitCode not in (0, None):
+            elif message.exitCode not in (0, None, msgspec.UNSET):
                 text += f"\n\nCommand exited with code {message.exitCode}"
             out.append(m.UserMessage(content=text, timestamp=message.timestamp,
                                      attribution="user"))
@@ -125,10 +168,30 @@ def to_llm(messages: Sequence[m.AgentMessage]) -> tuple[LlmMessage, ...]:
 
 
 @attrs.define(eq=False)
-class Agent:
-    """Holds the live context and the queues, and runs one run at a time."""
+class _Turn:
+    """The ledger of one open turn: what ``close_open`` must close if the run is cancelled."""
 
-    emit: Emit
+    model: Model
+    tools: dict[str, Tool] = attrs.field(factory=dict)
+    call: ModelCall | None = None
+    """The model call while it streams."""
+    message_started: bool = False
+    """``message_start`` of the streaming assistant message was written."""
+    ended_tool_calls: set[int] = attrs.field(factory=set)
+    """Content indexes of tool calls whose ``toolcall_end`` was streamed."""
+    assistant: m.AssistantMessage | None = None
+    """The turn's assistant message once it ended."""
+    started: dict[str, Tool | None] = attrs.field(factory=dict)
+    """Tool calls whose ``tool_execution_start`` was written, with the tool running them."""
+    results: dict[str, m.ToolResultMessage] = attrs.field(factory=dict)
+    """Tool calls that ended, with their result."""
+
+
+@attrs.define(eq=False)
+class Agent:
+    """Holds the live context and the queues, and runs one attempt at a time."""
+
+    sink: AgentSink
     setup: Callable[[], TurnSetup]
     messages: list[m.AgentMessage] = attrs.field(factory=list)
     steering: deque[m.UserMessage] = attrs.field(factory=deque)
@@ -136,16 +199,11 @@ class Agent:
     steering_mode: QueueMode = "one-at-a-time"
     follow_up_mode: QueueMode = "one-at-a-time"
     interrupt_mode: Literal["immediate", "wait"] = "immediate"
-    running: bool = False
-    aborted: bool = False
     last_call: ModelCall | None = None
     """The latest model call (its ``error`` explains an ``error`` outcome)."""
-    consumed: list[m.UserMessage] = attrs.field(factory=list)
-    run_messages: list[m.AgentMessage] = attrs.field(factory=list)
-    """The messages the current (or last) run added, kept even when the run failed."""
-    """Queued messages the current run has taken in (for prompt tickets)."""
-    _scopes: set[trio.CancelScope] = attrs.field(factory=set)
-    _emit_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    _added: list[m.AgentMessage] = attrs.field(factory=list)
+    """What the current (or last) attempt added: ``agent_end.messages``."""
+    _turn: _Turn | None = None
     _steering_arrived: trio.Event = attrs.field(factory=trio.Event)
 
     # -- queues ------------------------------------------------------------------------------
@@ -163,178 +221,197 @@ class Agent:
         taken = list(queue) if mode == "all" else [queue[0]]
         for _ in taken:
             queue.popleft()
-        self.consumed.extend(taken)
         return taken
 
     @property
     def queued_count(self) -> int:
         return len(self.steering) + len(self.follow_ups)
 
-    # -- abort -------------------------------------------------------------------------------
+    # -- one attempt -------------------------------------------------------------------------
 
-    def abort(self) -> None:
-        """Stop the current run as soon as possible (it still ends with its terminal events).
+    async def run(self, prompts: Sequence[m.UserMessage]) -> RunResult:
+        """One attempt: ``agent_start``, then turns until the agent stops.
 
-        Also valid between scheduling a run and its start: that run then ends at once.
+        On cancellation (abort) the frames written so far stay open; the caller closes them with
+        ``close_open`` once its scope has caught the cancellation.
         """
-        self.aborted = True
-        for scope in list(self._scopes):
-            scope.cancel()
+        self._added = []
+        self._turn = None
+        self.sink.publish(ev.AgentStart())
+        pending: list[m.UserMessage] = [*prompts, *self._dequeue(self.steering,
+                                                                  self.steering_mode)]
+        while True:
+            assistant, more = await self._run_turn(pending)
+            if assistant.stopReason == "error":
+                break
+            pending = self._dequeue(self.steering, self.steering_mode)
+            if more or pending:
+                continue
+            pending = self._dequeue(self.follow_ups, self.follow_up_mode)
+            if not pending:
+                break
+        return self._result()
 
-    def _scope(self) -> trio.CancelScope:
-        scope = trio.CancelScope()
-        if self.aborted:
-            scope.cancel()
-        return scope
+    def _result(self, outcome: Outcome | None = None) -> RunResult:
+        last = next((x for x in reversed(self._added) if isinstance(x, m.AssistantMessage)),
+                    None)
+        error = None
+        if outcome is None:
+            outcome = "completed"
+            if last is not None and last.stopReason == "error":
+                call = self.last_call
+                error = call.error if call is not None else None
+                overflow = error is not None and error.kind == "context_overflow"
+                outcome = "overflow" if overflow else "error"
+        return RunResult(outcome, list(self._added), last, error)
 
-    # -- the run -----------------------------------------------------------------------------
+    def close_open(self, reason: str) -> RunResult:
+        """Close whatever the cancelled attempt left open, in protocol order; never waits.
 
-    async def run(self, prompts: Sequence[m.UserMessage], *,
-                  before_end: Callable[[], Awaitable[bool]] | None = None
-                  ) -> list[m.AgentMessage]:
-        """One run: returns the messages it added (what ``agent_end`` carries).
-
-        Abort (``abort()``) ends it early but still in protocol order. If the task running it is
-        cancelled from outside, the events that could not be written are lost with the host.
+        ``reason`` becomes the aborted assistant message's ``errorMessage``. Returns the
+        attempt's result with outcome ``aborted``.
         """
-        if self.running:
-            raise RuntimeError("a run is already in progress")
-        self.running = True
-        self.consumed = []
-        added = self.run_messages = []
-        try:
-            await self.emit(ev.AgentStart())
-            pending: list[m.UserMessage] = list(prompts)
-            pending += self._dequeue(self.steering, self.steering_mode)
-            while True:
-                more = await self._turn(pending, added)
-                pending = []
-                if self.aborted:
-                    break
-                pending = self._dequeue(self.steering, self.steering_mode)
-                if more or pending:
-                    continue
-                pending = self._dequeue(self.follow_ups, self.follow_up_mode)
-                if not pending:
-                    break
-            return added
-        finally:
-            self.running = False
-            # ``before_end``: the session's maintenance (compaction) runs before agent_end, which
-            # is held until then (rpc-behavior §4.4); it says whether more work follows (a retry)
-            # so that this agent_end is not terminal.
-            more = before_end is not None and await before_end()
-            with trio.CancelScope(shield=True):
-                await self.emit(ev.AgentEnd(messages=list(added),
-                                            isTerminal=False if more else msgspec.UNSET))
+        turn, self._turn = self._turn, None
+        if turn is None:
+            return self._result("aborted")
+        if turn.assistant is None:
+            # The model call was streaming: its partial message ends aborted.
+            streaming = turn.call
+            final = streaming.final if streaming is not None else None
+            if final is None:
+                final = aborted_message(turn.model, reason)
+            # Half-streamed tool calls are unsafe to run or to show as complete: drop them.
+            content = [b for i, b in enumerate(final.content)
+                       if not isinstance(b, m.ToolCall) or i in turn.ended_tool_calls]
+            final = msgspec.structs.replace(final, content=content, stopReason="aborted",
+                                            errorMessage=reason)
+            self._end_assistant(turn, final)
+            calls = _tool_calls(final)
+            results = [self._synthetic(c, NOT_EXECUTED_ABORTED, "assistant_stop_aborted")
+                       for c in calls]
+            self._end_turn(final, results)
+            return self._result("aborted")
+        assistant = turn.assistant
+        results = []
+        for call in _tool_calls(assistant):
+            if call.id in turn.results:
+                results.append(turn.results[call.id])
+            elif call.id in turn.started:
+                # A tool may say in its own words that it was aborted (host tools do).
+                text = getattr(turn.started[call.id], "abort_text", None) or (
+                    f"Tool execution was aborted: {reason}")
+                results.append(self._finish(call, ToolResult.text(
+                    text, {"__synthetic": True, "source": "aborted", "executed": True}), True))
+            else:
+                results.append(self._synthetic(call, NOT_EXECUTED_ABORTED,
+                                               "not_executed_aborted"))
+        self._end_turn(assistant, results)
+        # The run ends the way an abort while streaming ends it: with an aborted assistant
+        # message, so hosts that look at the last assistant message show "aborted".
+        self.sink.publish(ev.TurnStart())
+        final = aborted_message(assistant, reason)
+        self.sink.publish(ev.MessageStart(message=final))
+        self.sink.publish(ev.MessageEnd(message=final))
+        self._add(final)
+        self.sink.publish(ev.TurnEnd(message=final, toolResults=[]))
+        return self._result("aborted")
 
-    async def _add(self, message: m.AgentMessage, added: list[m.AgentMessage]) -> None:
+    def _add(self, message: m.AgentMessage) -> None:
         self.messages.append(message)
-        added.append(message)
+        self._added.append(message)
 
-    async def _turn(self, inputs: list[m.UserMessage], added: list[m.AgentMessage]) -> bool:
-        """One turn; returns whether another turn must follow (tool results to answer)."""
-        await self.emit(ev.TurnStart())
-        for message in inputs:
-            await self._add(message, added)
-            await self.emit(ev.MessageStart(message=message))
-            await self.emit(ev.MessageEnd(message=message))
+    def _end_assistant(self, turn: _Turn, final: m.AssistantMessage) -> None:
+        if not turn.message_started:
+            self.sink.publish(ev.MessageStart(message=final))
+        self.sink.publish(ev.MessageEnd(message=final))
+        self._add(final)
+        turn.call = None
+        turn.assistant = final
+
+    def _end_turn(self, assistant: m.AssistantMessage,
+                  results: list[m.ToolResultMessage]) -> None:
+        for result in results:
+            self._add(result)
+        self._turn = None
+        self.sink.publish(ev.TurnEnd(message=assistant, toolResults=results))
+
+    async def _run_turn(self, inputs: list[m.UserMessage]) -> tuple[m.AssistantMessage, bool]:
+        """One turn; returns its assistant message and whether another turn must follow."""
         setup = self.setup()
-        assistant = await self._model_call(setup)
-        await self._add(assistant, added)
-        calls = [b for b in assistant.content if isinstance(b, m.ToolCall)]
+        turn = self._turn = _Turn(setup.model, {t.name: t for t in setup.tools})
+        self.sink.publish(ev.TurnStart())
+        for message in inputs:
+            self._add(message)
+            self.sink.publish(ev.MessageStart(message=message))
+            self.sink.publish(ev.MessageEnd(message=message))
+        assistant = await self._model_call(setup, turn)
+        calls = _tool_calls(assistant)
         results: list[m.ToolResultMessage]
         more = False
-        if assistant.stopReason == "aborted":
-            results = await self._synthetic(calls, NOT_EXECUTED_ABORTED, "assistant_stop_aborted")
-        elif assistant.stopReason == "error":
+        if assistant.stopReason == "error":
             text = ERROR_NOT_EXECUTED.format(error=assistant.errorMessage or "unknown error")
-            results = await self._synthetic(calls, text, "assistant_stop_error")
+            results = [self._synthetic(c, text, "assistant_stop_error") for c in calls]
         elif assistant.stopReason == "length" and calls:
-            results = await self._synthetic(calls, LENGTH_NOT_EXECUTED, "assistant_stop_length")
+            results = [self._synthetic(c, LENGTH_NOT_EXECUTED, "assistant_stop_length")
+                       for c in calls]
             more = True
         elif calls:
-            results = await self._execute(calls, setup.tools)
+            results = await self._execute(turn, calls)
             more = True
         else:
             results = []
-        for result in results:
-            await self._add(result, added)
-        await self.emit(ev.TurnEnd(message=assistant, toolResults=results))
-        return more and not self.aborted
+        self._end_turn(assistant, results)
+        return assistant, more
 
     # -- model call --------------------------------------------------------------------------
 
-    async def _model_call(self, setup: TurnSetup) -> m.AssistantMessage:
+    async def _model_call(self, setup: TurnSetup, turn: _Turn) -> m.AssistantMessage:
         context = Context(
             system_prompt=setup.system_prompt, messages=to_llm(self.messages),
             tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in setup.tools))
-        call = self.last_call = ModelCall(setup.model, context, setup.options)
-        started = False
-        ended_tool_calls: set[int] = set()
+        call = self.last_call = turn.call = ModelCall(setup.model, context, setup.options)
 
         async def on_event(event: StreamEvent) -> None:
-            nonlocal started
             if event.type == "start":
-                await self.emit(ev.MessageStart(message=event.partial))
-                started = True  # only once written: an abort can land in the emit itself
+                self.sink.publish(ev.MessageStart(message=event.partial))
+                turn.message_started = True
             elif event.type in ("done", "error"):
                 return
             else:
                 if event.type == "toolcall_end":
-                    ended_tool_calls.add(event.content_index)
-                await self.emit(AssistantUpdate(event))
+                    turn.ended_tool_calls.add(event.content_index)
+                await self.sink.publish_update(AssistantUpdate(event))
 
-        scope = self._scope()
-        self._scopes.add(scope)
-        try:
-            with scope:
-                await call.run(on_event)
-        finally:
-            self._scopes.discard(scope)
-        final = call.final
-        assert final is not None
-        if final.stopReason == "aborted":
-            # Half-streamed tool calls are unsafe to run or to show as complete: drop them.
-            content = [b for i, b in enumerate(final.content)
-                       if not isinstance(b, m.ToolCall) or i in ended_tool_calls]
-            final = msgspec.structs.replace(final, content=content, errorMessage=ABORT_REASON)
-        if not started:
-            await self.emit(ev.MessageStart(message=final))
-        await self.emit(ev.MessageEnd(message=final))
+        final = await call.run(on_event, http=setup.http)
+        self._end_assistant(turn, final)
         return final
 
     # -- tools -------------------------------------------------------------------------------
 
-    async def _synthetic(self, calls: Sequence[m.ToolCall], text: str, source: str
-                         ) -> list[m.ToolResultMessage]:
-        results = []
-        for call in calls:
-            await self.emit(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
-                                                  args=call.arguments))
-            results.append(await self._finish(call, ToolResult.text(
-                text, {"__synthetic": True, "source": source, "executed": False}), True))
-        return results
+    def _synthetic(self, call: m.ToolCall, text: str, source: str) -> m.ToolResultMessage:
+        """Start and end a call that is not run."""
+        self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
+                                                args=call.arguments))
+        return self._finish(call, ToolResult.text(
+            text, {"__synthetic": True, "source": source, "executed": False}), True)
 
-    async def _finish(self, call: m.ToolCall, result: ToolResult, is_error: bool
-                      ) -> m.ToolResultMessage:
+    def _finish(self, call: m.ToolCall, result: ToolResult, is_error: bool
+                ) -> m.ToolResultMessage:
         details = {} if result.details is None else result.details
         message = m.ToolResultMessage(toolCallId=call.id, toolName=call.name,
                                       content=list(result.content), isError=is_error,
                                       timestamp=now_ms(), details=details)
-        # One call's end and result message are written together (message ids nest).
-        async with self._emit_lock:
-            await self.emit(ev.ToolExecutionEnd(
-                toolCallId=call.id, toolName=call.name, isError=is_error,
-                result=ev.ToolExecutionResult(content=list(result.content), details=details)))
-            await self.emit(ev.MessageStart(message=message))
-            await self.emit(ev.MessageEnd(message=message))
+        # Written together, with no checkpoint between them (message ids nest).
+        self.sink.publish(ev.ToolExecutionEnd(
+            toolCallId=call.id, toolName=call.name, isError=is_error,
+            result=ev.ToolExecutionResult(content=list(result.content), details=details)))
+        self.sink.publish(ev.MessageStart(message=message))
+        self.sink.publish(ev.MessageEnd(message=message))
         return message
 
-    async def _execute(self, calls: Sequence[m.ToolCall], tools: Sequence[Tool]
+    async def _execute(self, turn: _Turn, calls: Sequence[m.ToolCall]
                        ) -> list[m.ToolResultMessage]:
-        by_name = {t.name: t for t in tools}
-        results: dict[str, m.ToolResultMessage] = {}
+        by_name = turn.tools
         self._steering_arrived = trio.Event()
         if self.steering:
             self._steering_arrived.set()
@@ -348,22 +425,18 @@ class Agent:
             else:
                 groups.append([call])
         for group in groups:
-            skip = None
-            if self.aborted:
-                skip = (NOT_EXECUTED_ABORTED, "not_executed_aborted")
-            elif self.interrupt_mode == "immediate" and self._steering_arrived.is_set():
-                skip = (SKIPPED_FOR_STEERING, "interrupt_skipped")
-            if skip is not None:
-                for result in await self._synthetic(group, *skip):
-                    results[result.toolCallId] = result
+            if self.interrupt_mode == "immediate" and self._steering_arrived.is_set():
+                for call in group:
+                    turn.results[call.id] = self._synthetic(call, SKIPPED_FOR_STEERING,
+                                                            "interrupt_skipped")
                 continue
             async with trio.open_nursery() as nursery:
                 for call in group:
-                    nursery.start_soon(self._run_tool, call, by_name.get(call.name), results)
-        return [results[c.id] for c in calls]
+                    nursery.start_soon(self._run_tool, turn, call)
+        return [turn.results[c.id] for c in calls]
 
-    async def _run_tool(self, call: m.ToolCall, tool: Tool | None,
-                        results: dict[str, m.ToolResultMessage]) -> None:
+    async def _run_tool(self, turn: _Turn, call: m.ToolCall) -> None:
+        tool = turn.tools.get(call.name)
         # A tool may accept older argument forms: it rewrites them before validation, and
         # hosts see the arguments as prepared (rpc-behavior §4.1).
         prepare = getattr(tool, "prepare_arguments", None)
@@ -381,40 +454,35 @@ class Agent:
             # A tool run by the host writes its request before the call is announced.
             if problem is None and (opener := getattr(tool, "open_call", None)) is not None:
                 opener(call.id, args)
-        await self.emit(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
-                                              args=args))
+        self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
+                                                args=args))
+        turn.started[call.id] = tool
         if tool is None or problem is not None:
-            results[call.id] = await self._finish(call, ToolResult.text(problem or ""), True)
+            turn.results[call.id] = self._finish(call, ToolResult.text(problem or ""), True)
             return
 
         async def on_update(partial: ToolResult) -> None:
-            await self.emit(ev.ToolExecutionUpdate(
+            await self.sink.publish_update(ev.ToolExecutionUpdate(
                 toolCallId=call.id, toolName=call.name, args=args,
                 partialResult=ev.ToolExecutionResult(
                     content=list(partial.content),
                     details={} if partial.details is None else partial.details)))
 
-        scope = self._scope()
-        self._scopes.add(scope)
-        result: ToolResult | None = None
         is_error = False
         try:
-            with scope:
-                result = await tool.execute(call.id, dict(args), on_update=on_update)
+            result = await tool.execute(call.id, dict(args), on_update=on_update)
         except ToolError as exc:
             result, is_error = ToolResult.text(str(exc) or "Tool failed with no output.",
                                                exc.details), True
         except Exception as exc:
             result, is_error = ToolResult.text(f"{type(exc).__name__}: {exc}"), True
-        finally:
-            self._scopes.discard(scope)
-        if result is None:  # cancelled by abort
-            result, is_error = ToolResult.text(
-                f"Tool execution was aborted: {ABORT_REASON}",
-                {"__synthetic": True, "source": "aborted", "executed": True}), True
-        elif not result.content and is_error:
+        if not result.content and is_error:
             result = ToolResult.text("Tool failed with no output.", result.details)
-        results[call.id] = await self._finish(call, result, is_error)
+        turn.results[call.id] = self._finish(call, result, is_error)
+
+
+def _tool_calls(message: m.AssistantMessage) -> list[m.ToolCall]:
+    return [b for b in message.content if isinstance(b, m.ToolCall)]
 
 
 def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
@@ -423,13 +491,19 @@ def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
 
     validator_cls = jsonschema.validators.validator_for(tool.parameters)
     validator = validator_cls(tool.parameters)
-    problems = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+    try:
+        problems = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        received = json.dumps(args, indent=2, ensure_ascii=False)
+    except RecursionError:
+        # Arguments nested deeper than the validator can walk are not arguments any schema
+        # of ours accepts; say so instead of failing the run.
+        return (f'Validation failed for tool "{tool.name}": the arguments are nested too '
+                "deeply to be checked.")
     if not problems:
         return None
     lines = []
     for problem in problems:
         where = "/".join(str(p) for p in problem.absolute_path) or "arguments"
         lines.append(f"  - {where}: {problem.message}")
-    received = json.dumps(args, indent=2, ensure_ascii=False)
     return (f'Validation failed for tool "{tool.name}":\n' + "\n".join(lines)
             + f"\n\nReceived arguments:\n{received}")

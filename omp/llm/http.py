@@ -1,5 +1,6 @@
 """What every HTTP provider does the same way: headers, the POST that opens the stream (with
-the first-event watchdog over the response headers), and draining a finished body."""
+the first-event watchdog over the response headers, and every failure of the exchange mapped to
+a ProviderError with the call's secrets redacted), and draining a finished body."""
 
 from __future__ import annotations
 
@@ -36,26 +37,39 @@ async def post_stream(call: ModelCall, http: httpx.AsyncClient, url: str, body: 
     retryable network error); a non-2xx status raises the ProviderError its body describes
     (reading that body is bounded too). The response is closed on the way out, cancellation
     included; no cancel scope is held across the ``yield``.
+
+    This is the boundary of the HTTP exchange: whatever fails inside it, in the provider's
+    reading of the stream too, leaves as a ProviderError (``errors.from_exception``) with the
+    call's secrets redacted from its text. ``Cancelled`` passes through untouched.
     """
     provider, model_id = call.model.provider, call.model.id
-    async with contextlib.AsyncExitStack() as stack:
-        timeout = call.options.first_event_timeout
-        with trio.move_on_after(timeout) as waited:
-            response = await stack.enter_async_context(
-                http.stream("POST", url, content=body, headers=headers))
-        if waited.cancelled_caught:
-            raise ProviderError(
-                kind="network", provider=provider, model=model_id,
-                message=f"No response within {timeout:g} s (first event timeout)")
-        if not response.is_success:
-            error: ProviderError | None = None
-            with trio.move_on_after(call.options.idle_timeout):
-                error = await errors.from_response(response, provider, model_id)
-            raise error or ProviderError(
-                kind=errors.kind_for_status(response.status_code, ""), provider=provider,
-                model=model_id, http_status=response.status_code,
-                message=f"{response.status_code} {response.reason_phrase or 'error'}")
-        yield response
+    secrets = errors.secrets_of(call.model, call.options)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            timeout = call.options.first_event_timeout
+            with trio.move_on_after(timeout) as waited:
+                response = await stack.enter_async_context(
+                    http.stream("POST", url, content=body, headers=headers))
+            if waited.cancelled_caught:
+                raise ProviderError(
+                    kind="network", provider=provider, model=model_id,
+                    message=f"No response within {timeout:g} s (first event timeout)")
+            if not response.is_success:
+                error: ProviderError | None = None
+                with trio.move_on_after(call.options.idle_timeout):
+                    error = await errors.from_response(response, provider, model_id,
+                                                       secrets=secrets)
+                status = response.status_code
+                raise error or ProviderError(
+                    kind=errors.kind_for_status(status, ""), provider=provider, model=model_id,
+                    http_status=status,
+                    message=f"{status} {response.reason_phrase or 'status code (no body)'}")
+            yield response
+    except Exception as exc:
+        mapped = errors.from_exception(exc, provider, model_id, secrets=secrets)
+        if mapped is exc:
+            raise
+        raise mapped from exc
 
 
 async def drain(events: AsyncIterator[SseEvent]) -> None:

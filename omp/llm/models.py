@@ -8,6 +8,10 @@ line), ``<agent dir>/auth.json``, the provider's environment variables, the ``ap
 
 Keys are resolved when a call needs them and never stored in a ``Model``: models are sent to
 hosts as they are, keys never are.
+
+The offline models (provider ``offline``, no network) are what a machine without any key gets;
+once a real provider is usable they are no longer offered (``available``), but stay selectable
+by name.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import msgspec
 
+from ..config import ConfigError, agent_dir, present, read_text, warn
 from ..protocol.payloads import Model, ModelCost, ModelThinking
 
 if TYPE_CHECKING:
@@ -37,17 +41,6 @@ OFFLINE_MODEL = "echo"
 # Which built-in model a fresh session starts on, by the first provider that has a key.
 DEFAULT_MODELS = (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-5.1"),
                   ("google", "gemini-2.5-pro"))
-
-
-def agent_dir(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    if value := env.get("OMP_AGENT_DIR"):
-        return Path(value).expanduser()
-    return Path(env.get("HOME") or Path.home()) / ".omp" / "agent"
-
-
-class ConfigError(Exception):
-    """A configuration file is wrong; the message names the file, the place in it, and why."""
 
 
 # --- catalog ----------------------------------------------------------------------------------
@@ -110,12 +103,12 @@ class ModelRegistry:
         directory = agent_dir(env) if directory is None else directory
         registry = cls(environ=env, cli_keys=dict(cli_keys or {}))
         registry._load_catalog()
-        for name in ("models.yml", "models.yaml"):
-            if (directory / name).is_file():
-                from .models_file import load_models_file  # only with a models.yml
+        # Anything by that name is read, so a models.yml that is a directory is an error, not
+        # silently no custom providers.
+        if (path := present(directory, ("models.yml", "models.yaml"))) is not None:
+            from .models_file import load_models_file  # only with a models.yml
 
-                registry.apply(load_models_file(directory / name))
-                break
+            registry.apply(load_models_file(path))
         registry.auth_file = load_auth_file(directory / "auth.json")
         return registry
 
@@ -179,9 +172,17 @@ class ModelRegistry:
         return auth is not None and (auth.auth == "none" or self.api_key(provider) is not None)
 
     def available(self) -> list[Model]:
-        """Models whose provider has credentials (or needs none), in catalog order."""
+        """The models a host is offered (``get_available_models``, ``cycle_model``): those whose
+        provider has credentials (or needs none), in catalog order.
+
+        The offline models are the fallback for a machine without any key, not a choice beside
+        real ones: once another provider is usable they are left out (still selectable by name:
+        ``--provider offline``, ``set_model``, since ``has_credentials("offline")`` stays true).
+        """
         ok = {p for p in self.providers if self.has_credentials(p)}
-        return [m for m in self.models if m.provider in ok]
+        usable = [m for m in self.models if m.provider in ok]
+        real = [m for m in usable if m.provider != OFFLINE_PROVIDER]
+        return real or usable
 
     def api_key(self, provider: str) -> str | None:
         """The key to use for ``provider`` now, or None."""
@@ -226,9 +227,9 @@ class ModelRegistry:
         for model in self.available():
             if model.provider != OFFLINE_PROVIDER:
                 return model
-        model = self.find(OFFLINE_PROVIDER, OFFLINE_MODEL)
-        assert model is not None
-        return model
+        offline = self.find(OFFLINE_PROVIDER, OFFLINE_MODEL)
+        assert offline is not None
+        return offline
 
 
 def resolve_config_value(value: str, environ: Mapping[str, str]) -> str | None:
@@ -244,16 +245,15 @@ def load_auth_file(path: Path) -> dict[str, str]:
 
     The file holds secrets: one readable by others is used, with a warning on stderr.
     """
-    try:
-        raw = path.read_bytes()
-        mode = path.stat().st_mode
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return {}
+    raw = read_text(path)
+    try:
+        mode = path.stat().st_mode
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        print(f"omp: warning: {path} is readable by others; run `chmod 600 {path}`",
-              file=sys.stderr)
+        warn(f"{path} is readable by others; run `chmod 600 {path}`")
     try:
         data = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:

@@ -1,20 +1,22 @@
-"""``models.yml``: custom providers in the original's format, parsed with cattrs into attrs
-classes, with errors that name the file, the place in it and the problem.
+"""``models.yml``: custom providers in the original's format, as attrs classes read through the
+strict converter of ``omp/config.py`` (which names the file, the ``$.path`` and the problem), plus
+the checks between fields that a type cannot express.
 
 Imported only when a models.yml exists (startup does not pay for cattrs and these classes).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 import msgspec
 
+from ..config import problem, read_yaml_mapping, structure
+from ..protocol.commands import ThinkingLevel
 from ..protocol.payloads import Model, ModelCost, ModelThinking
-from .models import Api, ConfigError
+from .models import Api
 
 
 @attrs.define(kw_only=True)
@@ -29,9 +31,9 @@ class CostConfig:
 class ThinkingConfig:
     mode: Literal["effort", "budget", "google-level", "anthropic-adaptive",
                   "anthropic-budget-effort"] = "effort"
-    efforts: list[Literal["minimal", "low", "medium", "high", "xhigh"]] = attrs.field(
+    efforts: list[Literal["minimal", "low", "medium", "high", "xhigh", "max"]] = attrs.field(
         factory=list)
-    defaultLevel: Literal["off", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    defaultLevel: ThinkingLevel | None = None
 
 
 @attrs.define(kw_only=True)
@@ -81,90 +83,43 @@ class ModelsFile:
     providers: dict[str, ProviderConfig] = attrs.field(factory=dict)
 
 
-def _converter() -> Any:
-    import cattrs
-
-    return cattrs.Converter(forbid_extra_keys=True)
-
-
-def read_yaml_mapping(path: Path, expected: str) -> dict[str, Any] | None:
-    """A user-edited YAML file's top-level mapping (None when the file is empty).
-
-    Raises ConfigError naming the file and, for bad YAML, the line and column.
-    """
-    import yaml
-
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected {expected}, got {type(raw).__name__}")
-    return raw
-
-
 def load_models_file(path: Path) -> ModelsFile:
     """Parse and validate ``models.yml``. Raises ConfigError naming the file, path and problem."""
-    import cattrs
-
     raw = read_yaml_mapping(path, "a mapping with a `providers` key")
     if raw is None:
         return ModelsFile()
-    try:
-        parsed: ModelsFile = _converter().structure(raw, ModelsFile)
-    except cattrs.BaseValidationError as exc:
-        problems = cattrs.transform_error(exc, path="$")
-        raise ConfigError(f"{path}: " + "; ".join(_plain(p) for p in problems)) from None
+    parsed = structure(raw, ModelsFile, path)
     _validate(parsed, path)
     return parsed
-
-
-def _plain(problem: str) -> str:
-    # cattrs: "required field missing @ $.providers['x'].models[0].id" → "$.providers.x...: ..."
-    what, _, where = problem.partition(" @ ")
-    where = re.sub(r"\['([^']*)'\]", r".\1", where)
-    if m := re.match(r"extra fields found \((.*)\)$", what):
-        what = f"unknown key(s): {m[1]}"
-    elif m := re.match(r"unknown error \((.*) not in literal typing\.Literal\[(.*)\]\)$", what):
-        what = f"must be one of {m[2]} (got {m[1]!r})"
-    elif what == "invalid value for type, expected int":
-        what = "expected an integer"
-    return f"{where}: {what}" if where else what
 
 
 def _validate(parsed: ModelsFile, path: Path) -> None:
     for name, provider in parsed.providers.items():
         where = f"$.providers.{name}"
         if not name.strip():
-            raise ConfigError(f"{path}: {where}: provider names must not be empty")
+            raise problem(path, where, "provider names must not be empty")
         if provider.models:
             if not provider.baseUrl and not all(m.baseUrl for m in provider.models):
-                raise ConfigError(f"{path}: {where}.baseUrl: required for a provider with "
-                                  "models")
+                raise problem(path, f"{where}.baseUrl", "required for a provider with models")
             if provider.auth != "none" and not provider.apiKey:
-                raise ConfigError(f"{path}: {where}.apiKey: required for a provider with models"
-                                  " (an environment variable name or the key; or set "
-                                  "`auth: none`)")
+                raise problem(path, f"{where}.apiKey", "required for a provider with models (an "
+                              "environment variable name or the key; or set `auth: none`)")
         for i, model in enumerate(provider.models):
             mwhere = f"{where}.models[{i}]"
             if not model.id.strip():
-                raise ConfigError(f"{path}: {mwhere}.id: must not be empty")
+                raise problem(path, f"{mwhere}.id", "must not be empty")
             if not (model.api or provider.api):
-                raise ConfigError(f"{path}: {mwhere}.api: no api for this model (set `api` on "
-                                  "the model or its provider)")
-            for field in ("contextWindow", "maxTokens"):
-                if getattr(model, field) <= 0:
-                    raise ConfigError(f"{path}: {mwhere}.{field}: must be greater than 0, got "
-                                      f"{getattr(model, field)}")
+                raise problem(path, f"{mwhere}.api", "no api for this model (set `api` on the "
+                              "model or its provider)")
+            _positive(path, mwhere, model.contextWindow, model.maxTokens)
+        for model_id, ov in provider.modelOverrides.items():
+            _positive(path, f"{where}.modelOverrides.{model_id}", ov.contextWindow, ov.maxTokens)
 
 
+def _positive(path: Path, where: str, context_window: int | None, max_tokens: int | None) -> None:
+    for field, value in (("contextWindow", context_window), ("maxTokens", max_tokens)):
+        if value is not None and value <= 0:
+            raise problem(path, f"{where}.{field}", f"must be greater than 0, got {value}")
 
 
 def cost_of(c: CostConfig) -> ModelCost:

@@ -17,17 +17,18 @@ stream at once (httpx's read is interrupted and the response is closed on the wa
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import attrs
 import msgspec
-import trio
 
+from ..groups import only_cancelled
 from ..protocol import messages as m
 from ..protocol.payloads import Model
-from .errors import ProviderError, from_exception
+from .errors import ProviderError, from_exception, secrets_of
 from .types import Context, StreamOptions
 
 if TYPE_CHECKING:
@@ -334,27 +335,37 @@ def _load(api: str) -> Provider:
     return fn
 
 
-_http: httpx.AsyncClient | None = None
+def new_http_client() -> httpx.AsyncClient:
+    """An HTTP client configured for model calls. The caller owns it and closes it."""
+    import httpx
+
+    # Timeouts are ours (watchdogs in ``iter_sse``); httpx only bounds the connect.
+    return httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0), follow_redirects=False,
+                             trust_env=False)
 
 
-def http_client() -> httpx.AsyncClient:
-    """The process's shared client (connection reuse across calls)."""
-    global _http
-    if _http is None:
-        import httpx
+@attrs.define(eq=False)
+class HttpClient:
+    """The HTTP client of one owner (a ``serve()``): opened on first use, for connection reuse
+    across that owner's model calls, and closed by the owner. Never shared between owners, so
+    one server closing its client cannot break another's calls (DESIGN.md §2)."""
 
-        # Timeouts are ours (watchdogs in ``iter_sse``); httpx only bounds the connect.
-        _http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0),
-                                  follow_redirects=False, trust_env=False)
-    return _http
+    _client: httpx.AsyncClient | None = None
+    _closed: bool = False
 
+    def get(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise RuntimeError("the HTTP client was closed with its owner")
+        if self._client is None:
+            self._client = new_http_client()
+        return self._client
 
-async def close_http_client() -> None:
-    """Close the shared client (at shutdown). On cancellation the client is dropped unclosed."""
-    global _http
-    client, _http = _http, None
-    if client is not None:
-        await client.aclose()
+    async def aclose(self) -> None:
+        """Close the connections. On cancellation they are dropped unclosed."""
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
 
 @attrs.define(eq=False)
@@ -369,9 +380,12 @@ class ModelCall:
     error: ProviderError | None = None
     _builder: MessageBuilder | None = None
 
-    async def run(self, emit: Emit, *, http: httpx.AsyncClient | None = None
+    async def run(self, emit: Emit, *, http: HttpClient | httpx.AsyncClient | None = None
                   ) -> m.AssistantMessage:
         """Stream the call, awaiting ``emit`` for every event, the terminal one included.
+
+        ``http`` is the owner's client (connection reuse); without one the call opens a client of
+        its own and closes it when it ends.
 
         Never raises for request, provider or stream failures: they end in an ``error`` event
         and a message with ``stopReason: "error"`` (``self.error`` has the details). On
@@ -382,7 +396,18 @@ class ModelCall:
         provider = self.model.provider
         try:
             fn = _load(self.model.api)
-            await fn(self, out, http or http_client())
+            async with contextlib.AsyncExitStack() as stack:
+                client: httpx.AsyncClient
+                if self.model.api == "offline":
+                    # No request is made: no client (nor the httpx import) is needed.
+                    client = cast("httpx.AsyncClient", None)
+                elif isinstance(http, HttpClient):
+                    client = http.get()
+                elif http is not None:
+                    client = http
+                else:
+                    client = await stack.enter_async_context(new_http_client())
+                await fn(self, out, client)
             await out.close_all()
             if out.stop_reason in ("error", "aborted"):
                 # The provider said no (a refusal, a filter): the same request would get the
@@ -392,12 +417,13 @@ class ModelCall:
                                     provider=provider, model=self.model.id)
         except BaseException as exc:
             # Cancellation can arrive wrapped in a group (httpx connects inside a nursery).
-            if _is_cancellation(exc):
+            if only_cancelled(exc):
                 self.final = out.finish("aborted", "Request was aborted")
                 raise
             if not isinstance(exc, Exception):
                 raise
-            self.error = from_exception(exc, provider, self.model.id)
+            self.error = from_exception(exc, provider, self.model.id,
+                                        secrets=secrets_of(self.model, self.options))
             self.final = out.finish("error", self.error.message, self.error.http_status)
             await emit(StreamEvent("error", out, message=self.final, reason="error"))
             return self.final
@@ -408,17 +434,8 @@ class ModelCall:
         return self.final
 
 
-def _is_cancellation(exc: BaseException) -> bool:
-    """``trio.Cancelled``, alone or as the only kind of exception in a group."""
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_is_cancellation(e) for e in exc.exceptions)
-    return False
-
-
 async def collect(model: Model, context: Context, options: StreamOptions | None = None, *,
-                  http: httpx.AsyncClient | None = None
+                  http: HttpClient | httpx.AsyncClient | None = None
                   ) -> tuple[m.AssistantMessage, list[StreamEvent]]:
     """Run a call and return its final message and every event (snapshots taken as emitted).
 
@@ -442,7 +459,13 @@ def parse_partial_json(text: str) -> dict[str, Any]:
     try:
         value = msgspec.json.decode(text)
     except msgspec.DecodeError:
-        value = _close_json(text)
+        try:
+            value = _close_json(text)
+        except RecursionError:
+            return {}
+    except RecursionError:
+        # Nested deeper than a decoder goes: no tool takes such arguments (validation says so).
+        return {}
     return value if isinstance(value, dict) else {}
 
 

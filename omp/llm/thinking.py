@@ -1,4 +1,13 @@
-"""Thinking levels: which a model offers, clamping, provider parameters (agent-core §9.3)."""
+"""Thinking levels: which a model offers, clamping, cycling, provider parameters (agent-core §9.3).
+
+Levels rank in the order of ``THINKING_LEVELS`` (``off`` < ``minimal`` < ... < ``xhigh`` < ``max``).
+A model offers ``off`` plus its efforts: those its ``thinking.efforts`` declares, else the default
+ladder ``minimal``..``high`` (+ ``xhigh`` for ``anthropic-messages``); ``max`` only when declared.
+Any level may be asked for; it is clamped to the highest offered level not above it (else the
+lowest offered one), so ``max`` on a model that tops out at ``high`` is ``high``. Cycling walks the
+offered levels in rank order and wraps to ``off``: ``high`` -> ``xhigh`` -> ``max`` -> ``off`` on a
+model that offers them all.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +18,12 @@ from .types import THINKING_LEVELS, ThinkingLevel
 
 _DEFAULT_EFFORTS: tuple[ThinkingLevel, ...] = ("minimal", "low", "medium", "high")
 ANTHROPIC_BUDGETS: dict[ThinkingLevel, int] = {
-    "minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "xhigh": 32768}
+    "minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "xhigh": 32768, "max": 32768}
 GOOGLE_BUDGETS: dict[ThinkingLevel, int] = {
-    "minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "xhigh": 24575}
+    "minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "xhigh": 24575, "max": 32768}
 GOOGLE_LEVELS: dict[ThinkingLevel, str] = {
-    "minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "xhigh": "HIGH"}
+    "minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "xhigh": "HIGH",
+    "max": "HIGH"}
 
 
 def efforts(model: Model) -> tuple[ThinkingLevel, ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import attrs
 import msgspec
@@ -10,7 +10,8 @@ import msgspec
 from ..protocol.commands import ThinkingLevel as ThinkingLevel
 from ..protocol.messages import AssistantMessage, ToolResultMessage, UserMessage
 
-THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("off", "minimal", "low", "medium", "high", "xhigh")
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
+"""Every level, lowest first; clamping and cycling rank levels by this order."""
 
 # What providers receive: LLM-level messages only. The agent converts its own kinds
 # (bashExecution, custom, compactionSummary, ...) to these before a call (agent-core §1.6).

@@ -2,16 +2,25 @@
 
 Inbound, a line is decoded in two steps. The envelope (``type``, ``id``) comes first, so that every
 error can name the command and echo the id; then the body is decoded with the Struct the ``type``
-names. Peer errors become a ``Response`` to write back (never an exception):
+names. Peer errors become a ``Response`` to write back (never an exception), and every response
+names a ``command``:
 
-* not JSON, or JSON that is not an object: ``command: "parse"``, no id (none can be read);
+* not JSON, JSON that is not an object, or JSON nested deeper than ``MAX_NESTING_DEPTH``:
+  ``command: "parse"``, no id (none can be read);
+* an object whose ``type`` is missing or not a string: ``command: "parse"``, with the id;
 * a ``type`` we do not know: ``Unknown command: <type>``, with the id;
 * a field missing, of the wrong type or outside its enum: ``code: "invalid_params"`` and an error
   naming the field and what was expected, with the command and the id. Control frames
   (``host_tool_result`` ...) of the wrong shape are answered the same way, never dropped.
 
+Nesting is bounded before msgspec sees a line: msgspec recurses once per level and raises
+``RecursionError`` at the interpreter's limit, which depends on how deep the caller's stack is.
+A fixed bound well below it makes the outcome the same everywhere, and keeps whatever we accept
+encodable again when it goes back out inside an event.
+
 Outbound, ``FrameEncoder`` turns a frame into the bytes of one or more lines and applies the
-transport limit of the negotiated protocol version (rpc-behavior §1.7, §1.8).
+transport limit of the negotiated protocol version (rpc-behavior §1.7, §1.8). A frame too deeply
+nested to encode is replaced like an oversized one, so the writer never dies of it.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import Any
 
 import attrs
@@ -40,6 +50,11 @@ from .framing import Line, LineTooLong
 INVALID_PARAMS = "invalid_params"
 UNKNOWN_COMMAND = "unknown_command"
 FRAME_TOO_LARGE = "frame_too_large"
+MAX_NESTING_DEPTH = 256
+"""Deepest nesting of arrays and objects accepted in an inbound line (the top-level object is
+level 1). Far below Python's recursion limit, far above what any command needs."""
+PARSE = "parse"
+"""The ``command`` of a response to a line whose ``type`` cannot be read."""
 
 
 class _Envelope(msgspec.Struct):
@@ -56,33 +71,61 @@ _json_kinds = {"list": "array", "str": "string", "int": "number", "float": "numb
 
 
 def decode_line(line: Line) -> cmd.Inbound | Response:
-    """Decode one framed line into a command or control frame, or the error response to send."""
+    """Decode one framed line into a command or control frame, or the error response to send.
+
+    Never raises: whatever the bytes, the result is a frame or a ``Response``.
+    """
     if isinstance(line, LineTooLong):
-        return fail("parse", None,
+        return fail(PARSE, None,
                     f"Failed to parse command: line of {line.size} bytes exceeds the "
                     f"{line.limit}-byte limit; it was skipped up to the next newline",
                     FRAME_TOO_LARGE)
+    if nesting_exceeds(line, MAX_NESTING_DEPTH):
+        return _too_deep()
+    try:
+        return _decode(line)
+    except RecursionError:  # only reachable when the caller's stack is already very deep
+        return _too_deep()
+    except msgspec.DecodeError as exc:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return fail(PARSE, None, f"Failed to parse command: {exc}")
+    # Lenient UTF-8 (the original decodes with replacement): retry once with U+FFFD for the bad
+    # bytes. Only this error path pays for it.
+    try:
+        return _decode(line.decode("utf-8", "replace").encode())
+    except RecursionError:
+        return _too_deep()
+    except msgspec.DecodeError as exc:
+        return fail(PARSE, None, f"Failed to parse command: {exc}")
+
+
+def _too_deep() -> Response:
+    return fail(PARSE, None, "Failed to parse command: JSON nested deeper than "
+                f"{MAX_NESTING_DEPTH} levels", INVALID_PARAMS)
+
+
+def _decode(line: bytes) -> cmd.Inbound | Response:
+    """``decode_line`` for a line of valid UTF-8; raises ``msgspec.DecodeError`` for bad JSON."""
     try:
         env = _envelope.decode(line)
     except msgspec.ValidationError as exc:
         got = str(exc).rpartition("got `")[2].rstrip("`")
-        return fail("parse", None, "Failed to parse command: expected a JSON object, got "
+        return fail(PARSE, None, "Failed to parse command: expected a JSON object, got "
                     f"{_json_kinds.get(got, got)}")
-    except msgspec.DecodeError as exc:
-        try:
-            # Lenient UTF-8 (the original decodes with replacement): retry with U+FFFD for bad
-            # bytes. Only this error path pays for it.
-            text = line.decode("utf-8")
-        except UnicodeDecodeError:
-            return decode_line(line.decode("utf-8", "replace").encode())
-        del text
-        return fail("parse", None, f"Failed to parse command: {exc}")
 
     rid = env.id if isinstance(env.id, str | int) and not isinstance(env.id, bool) else None
     kind = env.type
     if not isinstance(kind, str):
-        what = "missing" if kind is UNSET else f"a {_describe_value(kind)}, not a string"
-        return fail(UNSET, rid, f"Invalid command: `type` is {what}", INVALID_PARAMS)
+        if kind is UNSET or kind is None:
+            what = "missing" if kind is UNSET else "null"
+        else:
+            found = _describe_value(kind)
+            what = f"{'an' if found[0] in 'aeiou' else 'a'} {found}, not a string"
+        return fail(PARSE, rid, f"Invalid command: `type` is {what}", INVALID_PARAMS)
     if env.id is not UNSET and env.id is not None and rid is None:
         return fail(kind, None, "Invalid params for " + kind + ": `id` must be a string or an "
                     "integer", INVALID_PARAMS)
@@ -97,9 +140,34 @@ def decode_line(line: Line) -> cmd.Inbound | Response:
     except msgspec.ValidationError as exc:
         return fail(kind, rid, f"Invalid params for {kind}: {explain(exc, decoder.type)}",
                     INVALID_PARAMS)
-    except msgspec.DecodeError:
-        return decode_line(line.decode("utf-8", "replace").encode())
     return frame
+
+
+# --- nesting depth ----------------------------------------------------------------------------
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP = [1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256)]
+
+
+def nesting_exceeds(line: bytes, limit: int) -> bool:
+    """Whether the JSON text ``line`` nests arrays and objects more than ``limit`` deep.
+
+    Brackets inside strings do not count. Text that is not valid JSON may get either answer; the
+    decoder reports it anyway. Cost: two ``count`` passes for the usual line, which cannot reach
+    the limit because it has too few brackets; a few passes at C speed otherwise.
+    """
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    # Drop escaped backslashes, then escaped quotes: every '"' left delimits a string, so the
+    # even pieces of a split on '"' are the text outside strings. (A run of backslashes pairs up
+    # from its left end, exactly as JSON reads escapes.)
+    pieces = line.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
+    if len(pieces) % 2 == 0:
+        return False  # an unterminated string: not JSON, the decoder says so
+    brackets = b"".join(pieces[::2]).translate(None, _NOT_BRACKETS)
+    if len(brackets) <= limit:
+        return False
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets))) > limit
 
 
 # --- validation messages ----------------------------------------------------------------------
@@ -213,6 +281,8 @@ def _describe_value(value: object) -> str:
 _SHRINK_PASSES = ((262_144, 512, 512), (65_536, 256, 256), (16_384, 128, 128),
                   (4_096, 64, 64), (1_024, 32, 32), (256, 8, 16), (64, 1, 8))
 RESPONSE_TOO_LARGE = "RPC response exceeded the transport limit"
+RESPONSE_TOO_DEEP = "RPC response was nested too deeply to encode"
+FRAME_TOO_DEEP = "RPC frame was nested too deeply to encode"
 
 
 @attrs.define
@@ -236,6 +306,12 @@ class FrameEncoder:
 
     def encode(self, frame: msgspec.Struct) -> bytes:
         """The frame as one or more ``\\n``-terminated lines."""
+        try:
+            return self._encode(frame)
+        except RecursionError:
+            return self._too_deep(frame)
+
+    def _encode(self, frame: msgspec.Struct) -> bytes:
         data = self._encoder.encode(frame)
         tag = frame.__struct_config__.tag
         if tag in ("agent_start", "message_end", "agent_end"):
@@ -251,13 +327,39 @@ class FrameEncoder:
             buffer += self.encode(frame)
             return
         start = len(buffer)
-        self._encoder.encode_into(frame, buffer, -1)
-        if len(buffer) - start < self.max_frame_bytes:
-            buffer += b"\n"
-            return
-        data = bytes(buffer[start:])
-        del buffer[start:]
-        buffer += self._oversized(frame, tag, data)
+        try:
+            self._encoder.encode_into(frame, buffer, -1)
+            if len(buffer) - start < self.max_frame_bytes:
+                buffer += b"\n"
+                return
+            data = bytes(buffer[start:])
+            del buffer[start:]
+            buffer += self._oversized(frame, tag, data)
+        except RecursionError:
+            del buffer[start:]
+            buffer += self._too_deep(frame)
+
+    def _too_deep(self, frame: msgspec.Struct) -> bytes:
+        """What is written instead of a frame nested too deeply to encode: an error response
+        for a response (same command and id), ``agent_end`` without its messages (hosts wait
+        for it; ``messageCount`` says how many there were), else an ``rpc_frame_error``."""
+        tag = frame.__struct_config__.tag
+        if tag == "agent_end":
+            messages = getattr(frame, "messages", ())
+            body: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(
+                frame, messages=[]))
+            body["messageCount"] = len(messages)
+            return self._encoder.encode(body) + b"\n"
+        if isinstance(frame, Response):
+            command = frame.command if isinstance(frame.command, str) else "unknown"
+            rid = frame.id[:1024] if isinstance(frame.id, str) else frame.id
+            replacement: msgspec.Struct = fail(command[:1024], rid, RESPONSE_TOO_DEEP,
+                                               FRAME_TOO_LARGE)
+        else:
+            replacement = RpcFrameError(
+                originalType=tag[:1024] if isinstance(tag, str) else "unknown",
+                error=FRAME_TOO_DEEP)
+        return self._encoder.encode(replacement) + b"\n"
 
     def _track(self, tag: str, frame: Any, *, fits: bool) -> None:
         if tag == "agent_start":

@@ -20,7 +20,8 @@ RequestId = str | int
 StreamingBehavior = Literal["steer", "followUp"]
 QueueMode = Literal["all", "one-at-a-time"]
 InterruptMode = Literal["immediate", "wait"]
-ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max"]
+"""Lowest first: ``omp.llm.types.THINKING_LEVELS`` is this order (agent-core §9.3)."""
 TodoStatus = Literal["pending", "in_progress", "completed", "abandoned", "blocked"]
 SubagentLevel = Literal["off", "progress", "events"]
 

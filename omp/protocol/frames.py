@@ -28,7 +28,12 @@ class Ready(msgspec.Struct, tag_field="type", tag="ready", frozen=True, kw_only=
 
 class Response(msgspec.Struct, tag_field="type", tag="response", frozen=True, kw_only=True,
                omit_defaults=True):
-    """One per command. ``data`` left UNSET is omitted; ``data=None`` is written as ``null``."""
+    """One per command. ``data`` left UNSET is omitted; ``data=None`` is written as ``null``.
+
+    Every response we write names its ``command`` (``"parse"`` when the line's ``type`` could not
+    be read; ``ok`` and ``fail`` require it). It may be absent only in responses read from
+    another server (the original omits it for ``Unknown command: undefined``).
+    """
 
     id: RequestId | None = None
     command: str | UnsetType = UNSET
@@ -58,6 +63,6 @@ def ok(command: str, id: RequestId | None, data: Any = UNSET) -> Response:
     return Response(id=id, command=command, success=True, data=data)
 
 
-def fail(command: str | UnsetType, id: RequestId | None, error: str,
+def fail(command: str, id: RequestId | None, error: str,
          code: str | UnsetType = UNSET) -> Response:
     return Response(id=id, command=command, success=False, error=error, code=code)

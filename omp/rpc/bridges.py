@@ -1,22 +1,27 @@
 """The host sub-protocols: tools and URL schemes the host serves (rpc-behavior §6, §7).
 
 Both work the same way, so one mechanism serves them: a request frame goes out with a fresh id,
-the reader routes the host's frames for that id here (control lane, never queued), and the
-caller waits in its own task. Rules:
+the reader hands the host's frames for that id to the ``ControlRegistry`` (control lane, never
+queued), and the caller waits in its own task. This module knows nothing of the server: it gets
+the registry and a callable that queues a frame. Rules:
 
 * ``host_tool_call`` / ``host_uri_request`` is written before the work is announced to the host
   (a host tool's call precedes its ``tool_execution_start``).
 * Updates (``host_tool_update``) are forwarded while the call waits; the first result settles it;
   anything later, or for an id we never issued, is ignored.
-* Cancellation (abort, the run's end, stdin EOF) writes ``host_tool_cancel`` / ``host_uri_cancel``
-  for the pending request from a ``finally`` — before ``Cancelled`` goes on — and forgets it.
+* Cancellation (abort, the run's end) writes ``host_tool_cancel`` / ``host_uri_cancel`` for the
+  pending request as ``Cancelled`` goes by — queued at once, never waiting — and forgets it.
+* When the host is gone (stdin EOF) the registry is disconnected: pending requests fail with the
+  original's "RPC client disconnected before …" texts and later ones fail the same way at once,
+  without a frame (rpc-behavior §1.9).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import msgspec
@@ -27,9 +32,6 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..tools.base import OnUpdate, ToolError, ToolResult, UriResource
 
-if TYPE_CHECKING:
-    from .commands import CommandRouter
-
 HOST_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 URI_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 # Schemes with a meaning of their own (ours, the web's, and the original's internal ones, so a
@@ -38,35 +40,89 @@ RESERVED_SCHEMES = frozenset({
     "file", "http", "https", "data", "ftp", "skill", "rule", "memory", "agent", "history",
     "artifact", "local", "proc", "cfg", "ssh", "security", "vault", "issue", "pr", "mcp", "omp",
     "xd", "attachment", "conflict"})
+HOST_TOOL_DISCONNECTED = "RPC client disconnected before host tool execution completed"
+HOST_URI_DISCONNECTED = "RPC client disconnected before host URI request completed"
+UI_DISCONNECTED = "RPC client disconnected before extension UI response completed"
+
+Emit = Callable[[msgspec.Struct], None]
+"""Queues a frame for the host at once (never waits)."""
 
 
 def new_request_id() -> str:
     return secrets.token_hex(8)
 
 
+class Disconnected(msgspec.Struct, frozen=True):
+    """Delivered to a pending request when the host is gone."""
+
+
+@attrs.define(eq=False)
+class ControlRegistry:
+    """Requests to the host awaiting its control frames, by (answering kind, request id)."""
+
+    _pending: dict[tuple[str, str], PendingRequest] = attrs.field(factory=dict)
+    disconnected: bool = False
+
+    def dispatch(self, frame: cmd.ControlFrame) -> None:
+        """A result or update for a request we made. Unknown or settled ids are ignored."""
+        kind = frame.__struct_config__.tag
+        if kind == "host_tool_update":
+            kind = "host_tool_result"  # one registration serves a call's updates and result
+        request = self._pending.get((str(kind), frame.id))
+        if request is not None:
+            request.deliver(frame)
+
+    def disconnect(self) -> None:
+        """The host is gone: fail every pending request, and every later one at once."""
+        self.disconnected = True
+        for request in list(self._pending.values()):
+            request.deliver(Disconnected())
+
+    def _add(self, request: PendingRequest) -> None:
+        self._pending[(request.kind, request.id)] = request
+
+    def _remove(self, request: PendingRequest) -> None:
+        self._pending.pop((request.kind, request.id), None)
+
+
 @attrs.define(eq=False)
 class PendingRequest:
-    """One request to the host, awaiting its frames (filled by the reader, read by the caller)."""
+    """One request to the host, awaiting its frames (filled by the reader, read by the caller).
 
-    router: CommandRouter
+    Raises ToolError(``disconnected``) at once when the host is already gone.
+    """
+
+    registry: ControlRegistry
     kind: str
     """The control frame kind that answers it (``host_tool_result`` / ``host_uri_result``)."""
+    disconnected: str
+    """The error text when the host goes away before answering."""
     id: str = attrs.field(factory=new_request_id)
     _send: trio.MemorySendChannel[Any] = attrs.field(init=False)
     _recv: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
     settled: bool = False
 
     def __attrs_post_init__(self) -> None:
+        if self.registry.disconnected:
+            raise ToolError(self.disconnected)
         self._send, self._recv = trio.open_memory_channel(float("inf"))
-        self.router.expect_control(self.kind, self.id, self._send.send_nowait)
+        self.registry._add(self)
+
+    def deliver(self, frame: Any) -> None:
+        self._send.send_nowait(frame)
 
     async def next_frame(self) -> Any:
-        """The next frame the host sent for this request. Cancellable."""
-        return await self._recv.receive()
+        """The next frame the host sent for this request. Cancellable. Raises ToolError when
+        the host went away (the request stays unsettled: its owner still writes the cancel
+        frame, for a host that closed its input but reads on)."""
+        frame = await self._recv.receive()
+        if isinstance(frame, Disconnected):
+            raise ToolError(self.disconnected)
+        return frame
 
     def settle(self) -> None:
         self.settled = True
-        self.router.release_control(self.kind, self.id)
+        self.registry._remove(self)
 
 
 def _result_text(content: list[dict[str, Any]]) -> str:
@@ -90,7 +146,8 @@ def _content(raw: list[dict[str, Any]]) -> list[m.TextContent | m.ImageContent]:
 class HostTool:
     """A tool the host runs; the model sees it like any other (DESIGN.md §4.4)."""
 
-    router: CommandRouter
+    registry: ControlRegistry
+    emit: Emit
     name: str
     label: str
     description: str
@@ -100,6 +157,11 @@ class HostTool:
     read_only: bool = False
     _pending: dict[str, PendingRequest] = attrs.field(factory=dict)
 
+    @property
+    def abort_text(self) -> str:
+        """The cancelled call's result text (the original's words)."""
+        return f'Host tool "{self.name}" was aborted'
+
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:
         """Ask the host to run the call; waits (no timeout) for its result.
@@ -108,6 +170,8 @@ class HostTool:
         """
         # Opened by ``open_call`` before the loop announced the call; else opened now.
         request = self._pending.pop(call_id, None) or self._open(call_id, args)
+        if request is None:
+            raise ToolError(HOST_TOOL_DISCONNECTED)
         try:
             while True:
                 frame = await request.next_frame()
@@ -125,17 +189,21 @@ class HostTool:
         finally:
             if not request.settled:
                 request.settle()
-                self.router.server.emit(ev.HostToolCancel(id=new_request_id(),
-                                                          targetId=request.id))
+                self.emit(ev.HostToolCancel(id=new_request_id(), targetId=request.id))
 
     def open_call(self, call_id: str, args: dict[str, Any]) -> None:
         """Write ``host_tool_call`` now (the loop calls this before ``tool_execution_start``)."""
-        self._pending[call_id] = self._open(call_id, args)
+        if (request := self._open(call_id, args)) is not None:
+            self._pending[call_id] = request
 
-    def _open(self, call_id: str, args: dict[str, Any]) -> PendingRequest:
-        request = PendingRequest(self.router, "host_tool_result")
-        self.router.server.emit(ev.HostToolCall(id=request.id, toolCallId=call_id,
-                                                toolName=self.name, arguments=args))
+    def _open(self, call_id: str, args: dict[str, Any]) -> PendingRequest | None:
+        """A request with its ``host_tool_call`` written; None when the host is gone."""
+        try:
+            request = PendingRequest(self.registry, "host_tool_result", HOST_TOOL_DISCONNECTED)
+        except ToolError:
+            return None
+        self.emit(ev.HostToolCall(id=request.id, toolCallId=call_id, toolName=self.name,
+                                  arguments=args))
         return request
 
 
@@ -175,7 +243,8 @@ def validate_host_tools(tools: list[cmd.HostToolDefinition], builtin: set[str]
 class HostUris:
     """The URL schemes the host serves, as the ``read`` / ``write`` tools' UriHandler."""
 
-    router: CommandRouter
+    registry: ControlRegistry
+    emit: Emit
     schemes: dict[str, cmd.HostUriSchemeDefinition] = attrs.field(factory=dict)
 
     def _scheme(self, url: str) -> cmd.HostUriSchemeDefinition | None:
@@ -207,8 +276,8 @@ class HostUris:
 
     async def _request(self, operation: str, url: str, content: str | None = None
                        ) -> cmd.HostUriResult:
-        request = PendingRequest(self.router, "host_uri_result")
-        self.router.server.emit(ev.HostUriRequest(
+        request = PendingRequest(self.registry, "host_uri_result", HOST_URI_DISCONNECTED)
+        self.emit(ev.HostUriRequest(
             id=request.id, operation=operation, url=url,  # type: ignore[arg-type]
             content=msgspec.UNSET if content is None else content))
         try:
@@ -217,8 +286,7 @@ class HostUris:
         finally:
             if not request.settled:
                 request.settle()
-                self.router.server.emit(ev.HostUriCancel(id=new_request_id(),
-                                                         targetId=request.id))
+                self.emit(ev.HostUriCancel(id=new_request_id(), targetId=request.id))
         assert isinstance(frame, cmd.HostUriResult)
         if frame.isError:
             message = frame.error if isinstance(frame.error, str) and frame.error else (

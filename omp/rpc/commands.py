@@ -1,9 +1,21 @@
-"""Command handlers and the routing table the reader consults.
+"""Command handlers and the one route table the reader consults.
 
-A handler takes the decoded command and returns its ``Response`` (or ``None`` when it wrote the
-response itself). Handlers that never await are registered as *inline*: the reader answers them in
-place when the serial lane is idle. Commands whose issue has not landed answer
-``code: "not_implemented"``, so a host can tell "not yet" from "wrong".
+Every command type has one ``Route``: its handler and its lane (DESIGN.md §2, rpc-behavior §1.5):
+
+* ``control`` — ``host_tool_result``, ``host_tool_update``, ``host_uri_result``,
+  ``extension_ui_response``: handed to the pending request at once, never answered;
+* ``immediate`` — the abort family: handled by the reader itself, in order, before it looks at
+  the next line, so ``abort`` overtakes anything read after it and a command after it sees its
+  effect;
+* ``serial`` — everything else, answered one at a time in arrival order (a handler that never
+  awaits is answered in place when the lane is idle);
+* ``task`` — commands that take long and must not hold the serial lane (``bash``,
+  ``export_html``): each runs as its own task.
+
+A handler takes its command and returns its ``Response``; a route may name what happens right
+after that response is queued (``after``: the switch to protocol v2, the commands list after a
+session change). This module does not know the server: it gets the session, the output queue,
+the pending-request registry and an emit callable.
 """
 
 from __future__ import annotations
@@ -11,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import attrs
 import msgspec
@@ -22,23 +34,21 @@ from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
-from ..session import SessionError
-from .bridges import HostTool, HostUris, normalize_schemes, validate_host_tools
-from .output import SwitchProtocol
-
-if TYPE_CHECKING:
-    from .server import RpcServer
+from ..session import AgentSession, SessionError
+from .bridges import (
+    ControlRegistry,
+    Emit,
+    HostTool,
+    HostUris,
+    normalize_schemes,
+    validate_host_tools,
+)
+from .output import FrameQueue, SwitchProtocol
 
 NOT_IMPLEMENTED = "not_implemented"
 INTERNAL_ERROR = "internal_error"
 
-# Commands that take time run as tasks in the command nursery (DESIGN.md §2).
-TASK_COMMANDS: tuple[type[msgspec.Struct], ...] = (
-    cmd.Bash, cmd.ExportHtml,
-)
-# ``compact`` and ``handoff`` stay in the serial lane on purpose: like the original, commands
-# after them wait until the context is rewritten (a prompt must not start on the old one);
-# ``abort`` (its own lane) still cancels them.
+Lane = Literal["control", "immediate", "serial", "task"]
 
 
 class CustomCommand(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,7 +62,7 @@ class CustomCommand(msgspec.Struct, frozen=True, kw_only=True):
     def decode(cls, line: bytes, names: frozenset[str]) -> CustomCommand | None:
         try:
             body = msgspec.json.decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return None
         if not isinstance(body, dict) or body.get("type") not in names:
             return None
@@ -62,148 +72,177 @@ class CustomCommand(msgspec.Struct, frozen=True, kw_only=True):
         return cls(type=body["type"], id=rid, params=body)
 
 
-Handler = Callable[[Any], Response | None]
-AsyncHandler = Callable[[Any], Awaitable[Response | None]]
+Frame = cmd.Inbound | CustomCommand
+"""What a route handles: a frame of the protocol (command or control frame) or a custom command."""
+Inbound = cmd.Inbound | CustomCommand | Response
+"""What the reader routes: a decoded line (a ``Response`` when the line was bad)."""
+CustomHandler = Callable[[CustomCommand], Awaitable[Any]]
+
+
+@attrs.frozen
+class Route:
+    handler: Callable[[Any], Response | Awaitable[Response]]
+    lane: Lane
+    sync: bool = False
+    """The handler never awaits: it returns its Response directly."""
+    after: Callable[[Response], None] | None = None
+    """Runs right after the response is queued (same lane, no checkpoint between)."""
 
 
 @attrs.define(eq=False)
-class CommandRouter:
-    server: RpcServer
-    custom: Mapping[str, Callable[[CustomCommand], Awaitable[Any]]]
-    event_filter: frozenset[str] | None = attrs.field(default=None, init=False)
-    message_updates: str = attrs.field(default="snapshot", init=False)
+class EventView:
+    """How the host wants session events (``set_event_filter``)."""
+
+    types: frozenset[str] | None = None
+    """Session event types to send; None: all."""
+    message_updates: str = "snapshot"
+
+
+@attrs.define(eq=False)
+class Commands:
+    session: AgentSession
+    output: FrameQueue
+    emit: Emit
+    custom: Mapping[str, CustomHandler] = attrs.field(factory=dict)
+    view: EventView = attrs.field(factory=EventView)
+    controls: ControlRegistry = attrs.field(factory=ControlRegistry)
     bash_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
     closing: bool = attrs.field(default=False, init=False)
+    """The input ended: commands still to run are answered as cancelled work."""
     subagent_level: str = attrs.field(default="off", init=False)
     host_uris: HostUris = attrs.field(init=False)
+    routes: dict[type[Any], Route] = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
-    _inline: dict[type[Any], Handler] = attrs.field(factory=dict, init=False)
-    _pending_control: dict[tuple[str, str], Callable[[Any], None]] = attrs.field(
-        factory=dict, init=False)
-    control_types: frozenset[type[Any]] = frozenset(
-        cls for cls in cmd.CONTROL_FRAMES.values())
-    immediate_types: frozenset[type[Any]] = frozenset(
-        {cmd.Abort, cmd.AbortBash, cmd.AbortRetry, cmd.AbortAndPrompt})
-    task_types: frozenset[type[Any]] = frozenset(TASK_COMMANDS)
 
     def __attrs_post_init__(self) -> None:
         clash = set(self.custom) & (set(cmd.COMMANDS) | set(cmd.CONTROL_FRAMES))
         if clash:
             raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
         self.custom_names = frozenset(self.custom)
-        self.host_uris = HostUris(self)
-        self.server.session.tool_context.uris = self.host_uris
-        self._inline = {
-            cmd.GetState: self.get_state,
-            cmd.SetSteeringMode: self.set_steering_mode,
-            cmd.SetFollowUpMode: self.set_follow_up_mode,
-            cmd.SetInterruptMode: self.set_interrupt_mode,
-            cmd.SetTodos: self.set_todos,
-            cmd.NegotiateProtocol: self.negotiate_protocol,
-            cmd.SetEventFilter: self.set_event_filter,
-            cmd.GetAvailableCommands: self.get_available_commands,
-            cmd.SetModel: self.set_model,
-            cmd.CycleModel: self.cycle_model,
-            cmd.GetAvailableModels: self.get_available_models,
-            cmd.SetThinkingLevel: self.set_thinking_level,
-            cmd.CycleThinkingLevel: self.cycle_thinking_level,
-            cmd.GetAvailableThinkingLevels: self.get_available_thinking_levels,
-            cmd.SetSessionName: self.set_session_name,
-            cmd.GetSessionStats: self.get_session_stats,
-            cmd.GetLoginProviders: self.get_login_providers,
-            cmd.Login: self.login,
-            cmd.SetSubagentSubscription: self.set_subagent_subscription,
-            cmd.GetSubagents: self.get_subagents,
-            cmd.GetSubagentMessages: self.get_subagent_messages,
-            cmd.GetBranchMessages: self.get_branch_messages,
-            cmd.GetEntries: self.get_entries,
-            cmd.GetTree: self.get_tree,
-            cmd.GetMessagesPage: self.get_messages_page,
-            cmd.Branch: self.branch,
-            cmd.SetAutoRetry: self.set_auto_retry,
-            cmd.SetAutoCompaction: self.set_auto_compaction,
-            cmd.SetHostTools: self.set_host_tools,
-            cmd.SetHostUriSchemes: self.set_host_uri_schemes,
-            cmd.Prompt: self.prompt,
-            cmd.Steer: self.steer,
-            cmd.FollowUp: self.follow_up,
-            cmd.GetMessages: self.get_messages,
-            cmd.GetLastAssistantText: self.get_last_assistant_text,
-        }
+        self.host_uris = HostUris(self.controls, self.emit)
+        self.session.tool_context.uris = self.host_uris
+        self.routes = self._route_table()
 
-    # -- dispatch ----------------------------------------------------------------------------
+    def _route_table(self) -> dict[type[Any], Route]:
+        def serial(handler: Callable[[Any], Response], *,
+                   after: Callable[[Response], None] | None = None) -> Route:
+            return Route(handler, "serial", sync=True, after=after)
 
-    def inline(self, kind: type[Any]) -> Handler | None:
-        return self._inline.get(kind)
+        announce = self.announce_after_success
+        routes: dict[type[Any], Route] = {
+            kind: Route(self.dispatch_control, "control", sync=True)
+            for kind in cmd.CONTROL_FRAMES.values()}
+        routes.update({
+            cmd.Abort: Route(self.abort, "immediate"),
+            cmd.AbortAndPrompt: Route(self.abort_and_prompt, "immediate"),
+            cmd.AbortBash: Route(self.abort_bash_command, "immediate", sync=True),
+            cmd.AbortRetry: Route(self.abort_retry, "immediate", sync=True),
+            cmd.Bash: Route(self.bash, "task"),
+            cmd.ExportHtml: Route(self.export_html, "task"),
+            # compact, handoff and session changes stay in the serial lane on purpose: like the
+            # original, commands after them wait until the context is rewritten (a prompt must
+            # not start on the old one); ``abort`` (its own lane) still cancels them.
+            cmd.Compact: Route(self.compact, "serial"),
+            cmd.Handoff: Route(self.handoff, "serial"),
+            cmd.NewSession: Route(self.change_session, "serial", after=announce),
+            cmd.SwitchSession: Route(self.change_session, "serial", after=announce),
+            cmd.OpenSession: Route(self.change_session, "serial", after=announce),
+            cmd.Branch: serial(self.branch, after=announce),
+            cmd.NegotiateProtocol: serial(self.negotiate_protocol,
+                                          after=self.switch_after_success),
+            cmd.GetState: serial(self.get_state),
+            cmd.SetSteeringMode: serial(self.set_steering_mode),
+            cmd.SetFollowUpMode: serial(self.set_follow_up_mode),
+            cmd.SetInterruptMode: serial(self.set_interrupt_mode),
+            cmd.SetTodos: serial(self.set_todos),
+            cmd.SetEventFilter: serial(self.set_event_filter),
+            cmd.GetAvailableCommands: serial(self.get_available_commands),
+            cmd.SetModel: serial(self.set_model),
+            cmd.CycleModel: serial(self.cycle_model),
+            cmd.GetAvailableModels: serial(self.get_available_models),
+            cmd.SetThinkingLevel: serial(self.set_thinking_level),
+            cmd.CycleThinkingLevel: serial(self.cycle_thinking_level),
+            cmd.GetAvailableThinkingLevels: serial(self.get_available_thinking_levels),
+            cmd.SetSessionName: serial(self.set_session_name),
+            cmd.GetSessionStats: serial(self.get_session_stats),
+            cmd.GetLoginProviders: serial(self.get_login_providers),
+            cmd.Login: serial(self.login),
+            cmd.SetSubagentSubscription: serial(self.set_subagent_subscription),
+            cmd.GetSubagents: serial(self.get_subagents),
+            cmd.GetSubagentMessages: serial(self.get_subagent_messages),
+            cmd.GetBranchMessages: serial(self.get_branch_messages),
+            cmd.GetEntries: serial(self.get_entries),
+            cmd.GetTree: serial(self.get_tree),
+            cmd.GetMessagesPage: serial(self.get_messages_page),
+            cmd.SetAutoRetry: serial(self.set_auto_retry),
+            cmd.SetAutoCompaction: serial(self.set_auto_compaction),
+            cmd.SetHostTools: serial(self.set_host_tools),
+            cmd.SetHostUriSchemes: serial(self.set_host_uri_schemes),
+            cmd.Prompt: serial(self.prompt),
+            cmd.Steer: serial(self.steer),
+            cmd.FollowUp: serial(self.follow_up),
+            cmd.GetMessages: serial(self.get_messages),
+            cmd.GetLastAssistantText: serial(self.get_last_assistant_text),
+        })
+        missing = [name for name, kind in cmd.COMMANDS.items() if kind not in routes]
+        if missing:  # our own bug: every command of the protocol has a route
+            raise RuntimeError(f"commands without a route: {missing}")
+        return routes
 
-    async def handle(self, frame: Any) -> Response | None:
-        """Answer any command; used by the serial lane and by command tasks.
-
-        On cancellation the command's own work is cancelled and ``Cancelled`` propagates.
-        """
+    def route(self, frame: Frame) -> Route:
         if isinstance(frame, CustomCommand):
-            return await self._custom(frame)
-        if (handler := self._inline.get(type(frame))) is not None:
-            return handler(frame)
-        if isinstance(frame, cmd.Abort):
-            self.abort_bash()  # abort_bash is part of abort (rpc-behavior §10.4)
-            await self.server.session.abort()
-            return ok("abort", frame.id)
-        if isinstance(frame, cmd.AbortAndPrompt):
-            return await self.abort_and_prompt(frame)
-        if isinstance(frame, cmd.AbortBash | cmd.AbortRetry):
-            return await self.abort_family(frame)
-        if isinstance(frame, cmd.Bash):
-            return await self.bash(frame)
-        if isinstance(frame, cmd.NewSession | cmd.SwitchSession | cmd.OpenSession):
-            return await self.change_session(frame)
-        if isinstance(frame, cmd.ExportHtml):
-            return await self.export_html(frame)
-        if isinstance(frame, cmd.Handoff):
-            instructions = (frame.customInstructions
-                            if isinstance(frame.customInstructions, str) else None)
-            try:
-                await self.server.session.handoff(instructions)
-            except SessionError as exc:
-                return fail("handoff", frame.id, str(exc))
-            # savedPath is only for automatic handoffs saved to disk (rpc-behavior §11.7).
-            return ok("handoff", frame.id, {})
-        if isinstance(frame, cmd.Compact):
-            instructions = (frame.customInstructions
-                            if isinstance(frame.customInstructions, str) else None)
-            try:
-                result = await self.server.session.compact(instructions)
-            except SessionError as exc:
-                return fail("compact", frame.id, str(exc))
-            return ok("compact", frame.id, result)
-        return not_implemented(frame)
+            return Route(self.run_custom, "serial")
+        return self.routes[type(frame)]
 
-    def internal_error(self, frame: Any, exc: BaseException) -> Response:
+    def internal_error(self, frame: Frame, exc: BaseException) -> Response:
         return fail(_tag(frame), frame.id, f"Internal error: {type(exc).__name__}: {exc}",
                     INTERNAL_ERROR)
 
-    # -- control frames ----------------------------------------------------------------------
+    def cancelled(self, frame: Frame) -> Response:
+        return fail(_tag(frame), frame.id,
+                    "Cancelled: the host closed the input before the command finished",
+                    "cancelled")
 
-    def expect_control(self, kind: str, request_id: str, on_frame: Callable[[Any], None]) -> None:
-        """Route control frames of ``kind`` for ``request_id`` to ``on_frame`` until released."""
-        self._pending_control[(kind, request_id)] = on_frame
+    def dispatch_control(self, frame: cmd.ControlFrame) -> Response:
+        self.controls.dispatch(frame)
+        return _NO_RESPONSE
 
-    def release_control(self, kind: str, request_id: str) -> None:
-        self._pending_control.pop((kind, request_id), None)
+    def announce_after_success(self, response: Response) -> None:
+        if response.success:
+            self.output.put_nowait(self.available_commands_update())
 
-    def control(self, frame: Any) -> None:
-        """A result or update for a request we made. Unknown or settled ids are ignored."""
-        kind = _tag(frame)
-        if kind == "host_tool_update":
-            kind = "host_tool_result"  # one registration serves a call's updates and result
-        on_frame = self._pending_control.get((kind, frame.id))
-        if on_frame is not None:
-            on_frame(frame)
+    def switch_after_success(self, response: Response) -> None:
+        # The switch applies to the frames after this response, never to the response itself.
+        if response.success:
+            self.output.put_nowait(SwitchProtocol(2))
+
+    # -- the abort family (immediate lane) ---------------------------------------------------
+
+    async def abort(self, frame: cmd.Abort) -> Response:
+        """Cancel the run (and every RPC bash: abort includes abort_bash, rpc-behavior §10.4)
+        and answer once its terminal frames are out."""
+        self.abort_bash()
+        await self.session.abort()
+        return ok("abort", frame.id)
+
+    def abort_bash_command(self, frame: cmd.AbortBash) -> Response:
+        self.abort_bash()
+        return ok("abort_bash", frame.id)
+
+    def abort_retry(self, frame: cmd.AbortRetry) -> Response:
+        # Succeeds whether or not a backoff was running (rpc-behavior §2.2).
+        self.session.abort_retry()
+        return ok("abort_retry", frame.id)
+
+    def abort_bash(self) -> None:
+        """Cancel every running RPC ``bash``; each still answers with its cancelled result."""
+        for scope in list(self.bash_scopes):
+            scope.cancel()
 
     # -- handlers ----------------------------------------------------------------------------
 
     def get_state(self, frame: cmd.GetState) -> Response:
-        s = self.server.session
+        s = self.session
         state = payloads.SessionState(
             model=s.model,
             thinkingLevel=s.thinking_level if s.model.reasoning else msgspec.UNSET,
@@ -227,11 +266,12 @@ class CommandRouter:
         return ok("get_state", frame.id, state)
 
     def set_host_tools(self, frame: cmd.SetHostTools) -> Response:
-        session = self.server.session
+        session = self.session
         problem = validate_host_tools(frame.tools, {t.name for t in session.builtin_tools})
         if problem is not None:
             return fail("set_host_tools", frame.id, problem, INVALID_PARAMS)
-        tools = [HostTool(self, name=t.name.strip(), description=t.description.strip(),
+        tools = [HostTool(self.controls, self.emit, name=t.name.strip(),
+                          description=t.description.strip(),
                           label=(t.label.strip() if isinstance(t.label, str) and t.label.strip()
                                  else t.name.strip()), parameters=t.parameters)
                  for t in frame.tools]
@@ -252,7 +292,7 @@ class CommandRouter:
         images = frame.images if isinstance(frame.images, list) else []
         behavior = frame.streamingBehavior if isinstance(frame.streamingBehavior, str) else None
         try:
-            self.server.session.prompt(frame.message, images, streaming_behavior=behavior,
+            self.session.prompt(frame.message, images, streaming_behavior=behavior,
                                        request_id=frame.id)
         except SessionError as exc:
             return fail("prompt", frame.id, str(exc))
@@ -260,20 +300,21 @@ class CommandRouter:
 
     def steer(self, frame: cmd.Steer) -> Response:
         try:
-            self.server.session.steer(frame.message, frame.images or [])
+            self.session.steer(frame.message, frame.images or [])
         except SessionError as exc:
             return fail("steer", frame.id, str(exc))
         return ok("steer", frame.id)
 
     def follow_up(self, frame: cmd.FollowUp) -> Response:
         try:
-            self.server.session.follow_up(frame.message, frame.images or [])
+            self.session.follow_up(frame.message, frame.images or [])
         except SessionError as exc:
             return fail("follow_up", frame.id, str(exc))
         return ok("follow_up", frame.id)
 
     async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
-        session = self.server.session
+        session = self.session
+        self.abort_bash()
         await session.abort()
         images = frame.images if isinstance(frame.images, list) else []
         try:
@@ -284,22 +325,22 @@ class CommandRouter:
 
     def get_messages(self, frame: cmd.GetMessages) -> Response:
         return ok("get_messages", frame.id,
-                  payloads.MessagesPayload(messages=list(self.server.session.messages)))
+                  payloads.MessagesPayload(messages=list(self.session.messages)))
 
     def get_last_assistant_text(self, frame: cmd.GetLastAssistantText) -> Response:
-        text = self.server.session.last_assistant_text()
+        text = self.session.last_assistant_text()
         return ok("get_last_assistant_text", frame.id,
                   payloads.LastAssistantText(text=msgspec.UNSET if text is None else text))
 
     def set_model(self, frame: cmd.SetModel) -> Response:
         try:
-            model = self.server.session.set_model(frame.provider, frame.modelId)
+            model = self.session.set_model(frame.provider, frame.modelId)
         except SessionError as exc:
             return fail("set_model", frame.id, str(exc))
         return ok("set_model", frame.id, model)
 
     def cycle_model(self, frame: cmd.CycleModel) -> Response:
-        s = self.server.session
+        s = self.session
         model = s.cycle_model()
         if model is None:
             return ok("cycle_model", frame.id, None)
@@ -308,49 +349,46 @@ class CommandRouter:
             isScoped=False))
 
     def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
-        models = self.server.session.registry.available()
+        models = self.session.registry.available()
         return ok("get_available_models", frame.id, payloads.ModelsPayload(models=models))
 
     def set_thinking_level(self, frame: cmd.SetThinkingLevel) -> Response:
-        self.server.session.set_thinking_level(frame.level)
+        self.session.set_thinking_level(frame.level)
         return ok("set_thinking_level", frame.id)
 
     def cycle_thinking_level(self, frame: cmd.CycleThinkingLevel) -> Response:
-        level = self.server.session.cycle_thinking_level()
+        level = self.session.cycle_thinking_level()
         data = None if level is None else payloads.ThinkingLevelPayload(level=level)
         return ok("cycle_thinking_level", frame.id, data)
 
     def get_available_thinking_levels(self, frame: cmd.GetAvailableThinkingLevels) -> Response:
         return ok("get_available_thinking_levels", frame.id, payloads.ThinkingLevelsPayload(
-            levels=self.server.session.available_thinking_levels()))
+            levels=self.session.available_thinking_levels()))
 
     def set_steering_mode(self, frame: cmd.SetSteeringMode) -> Response:
-        self.server.session.steering_mode = frame.mode
+        self.session.steering_mode = frame.mode
         return ok("set_steering_mode", frame.id)
 
     def set_follow_up_mode(self, frame: cmd.SetFollowUpMode) -> Response:
-        self.server.session.follow_up_mode = frame.mode
+        self.session.follow_up_mode = frame.mode
         return ok("set_follow_up_mode", frame.id)
 
     def set_interrupt_mode(self, frame: cmd.SetInterruptMode) -> Response:
-        self.server.session.interrupt_mode = frame.mode
+        self.session.interrupt_mode = frame.mode
         return ok("set_interrupt_mode", frame.id)
 
     def set_todos(self, frame: cmd.SetTodos) -> Response:
-        phases = self.server.session.set_todos(frame.phases)
+        phases = self.session.set_todos(frame.phases)
         return ok("set_todos", frame.id, payloads.TodoPhasesPayload(todoPhases=phases))
 
-    def negotiate_protocol(self, frame: cmd.NegotiateProtocol) -> Response | None:
+    def negotiate_protocol(self, frame: cmd.NegotiateProtocol) -> Response:
         version = frame.protocolVersion
         if type(version) is not int or version not in SUPPORTED_PROTOCOL_VERSIONS or version < 2:
             shown = version if isinstance(version, str) else msgspec.json.encode(version).decode()
             return fail("negotiate_protocol", frame.id,
                         f"Unsupported RPC protocol version: {shown}", INVALID_PARAMS)
-        # The switch applies to the frames after this response, never to the response itself.
-        self.server.output.put_nowait(
-            ok("negotiate_protocol", frame.id, payloads.ProtocolVersionPayload(protocolVersion=2)))
-        self.server.output.put_nowait(SwitchProtocol(version))
-        return None
+        return ok("negotiate_protocol", frame.id,
+                  payloads.ProtocolVersionPayload(protocolVersion=2))
 
     def set_event_filter(self, frame: cmd.SetEventFilter) -> Response:
         events = frame.events
@@ -359,16 +397,16 @@ class CommandRouter:
                         "events must be null or an array of non-empty event type strings",
                         INVALID_PARAMS)
         if events is None:
-            self.event_filter = None
+            self.view.types = None
         elif isinstance(events, list):
-            self.event_filter = frozenset(events)
+            self.view.types = frozenset(events)
         if isinstance(frame.messageUpdates, str):
-            self.message_updates = frame.messageUpdates
-        shown = None if self.event_filter is None else [
+            self.view.message_updates = frame.messageUpdates
+        shown = None if self.view.types is None else [
             e for e in dict.fromkeys(events if isinstance(events, list) else sorted(
-                self.event_filter))]
+                self.view.types))]
         return ok("set_event_filter", frame.id, payloads.EventFilterPayload(
-            events=shown, messageUpdates="delta" if self.message_updates == "delta"
+            events=shown, messageUpdates="delta" if self.view.message_updates == "delta"
             else "snapshot"))
 
     def get_available_commands(self, frame: cmd.GetAvailableCommands) -> Response:
@@ -379,21 +417,13 @@ class CommandRouter:
         # No slash commands exist yet; the frame is still sent once at startup, as hosts expect.
         return AvailableCommandsUpdate(commands=[])
 
-    async def abort_family(self, frame: cmd.AbortBash | cmd.AbortRetry) -> Response:
-        if isinstance(frame, cmd.AbortBash):
-            self.abort_bash()
-        else:
-            # Succeeds whether or not a backoff was running (rpc-behavior §2.2).
-            self.server.session.abort_retry()
-        return ok(_tag(frame), frame.id)
-
     # -- sessions ----------------------------------------------------------------------------
 
     async def change_session(self, frame: cmd.NewSession | cmd.SwitchSession | cmd.OpenSession
-                             ) -> Response | None:
+                             ) -> Response:
         """new_session / switch_session / open_session: the run in progress is aborted (its
         prompts answered ``aborted``), then the session continues in another file."""
-        session = self.server.session
+        session = self.session
         kind = _tag(frame)
         data: Any
         try:
@@ -412,14 +442,12 @@ class CommandRouter:
                     sessionFile=session.session_file or msgspec.UNSET)
         except SessionError as exc:
             return fail(kind, frame.id, str(exc))
-        self.server.output.put_nowait(ok(kind, frame.id, data))
-        self.server.announce_commands()
-        return None
+        return ok(kind, frame.id, data)
 
     def get_session_stats(self, frame: cmd.GetSessionStats) -> Response:
         from ..session.stats import session_stats
 
-        s = self.server.session
+        s = self.session
         return ok("get_session_stats", frame.id, session_stats(
             s.messages, session_file=s.session_file, session_id=s.session_id,
             context_usage=s.context_usage()))
@@ -428,7 +456,7 @@ class CommandRouter:
         """Write the session as one self-contained HTML page (in a worker thread)."""
         from ..session.export_html import default_export_name, render_html, write_html
 
-        s = self.server.session
+        s = self.session
         if s.file is None:
             return fail("export_html", frame.id, "Cannot export in-memory session to HTML")
         shown = (frame.outputPath if isinstance(frame.outputPath, str)
@@ -475,30 +503,27 @@ class CommandRouter:
 
     def set_session_name(self, frame: cmd.SetSessionName) -> Response:
         try:
-            self.server.session.set_session_name(frame.name)
+            self.session.set_session_name(frame.name)
         except SessionError as exc:
             return fail("set_session_name", frame.id, str(exc))
         return ok("set_session_name", frame.id)
 
-    def branch(self, frame: cmd.Branch) -> Response | None:
+    def branch(self, frame: cmd.Branch) -> Response:
         try:
-            text = self.server.session.branch(frame.entryId)
+            text = self.session.branch(frame.entryId)
         except SessionError as exc:
             return fail("branch", frame.id, str(exc))
-        self.server.output.put_nowait(
-            ok("branch", frame.id, payloads.BranchResult(text=text, cancelled=False)))
-        self.server.announce_commands()
-        return None
+        return ok("branch", frame.id, payloads.BranchResult(text=text, cancelled=False))
 
     def get_branch_messages(self, frame: cmd.GetBranchMessages) -> Response:
         return ok("get_branch_messages", frame.id, payloads.BranchMessages(messages=[
             payloads.BranchMessage(entryId=entry_id, text=text)
-            for entry_id, text in self.server.session.branch_messages()]))
+            for entry_id, text in self.session.branch_messages()]))
 
     def get_entries(self, frame: cmd.GetEntries) -> Response:
-        from ..session.store import entries_since
+        from ..session.context import entries_since
 
-        file = self.server.session.file
+        file = self.session.file
         if file is None:
             return ok("get_entries", frame.id, {"entries": [], "leafId": None})
         since = frame.since if isinstance(frame.since, str) else None
@@ -511,9 +536,9 @@ class CommandRouter:
             "entries": [file.entry_json(e) for e in entries], "leafId": file.leaf_id})
 
     def get_tree(self, frame: cmd.GetTree) -> Response:
-        from ..session.store import encode_tree, tree
+        from .paging import encode_tree, tree
 
-        file = self.server.session.file
+        file = self.session.file
         if file is None:
             return ok("get_tree", frame.id, {"tree": [], "leafId": None})
         # A long session nests deeper than a recursive encoder goes: pre-encoded.
@@ -521,9 +546,9 @@ class CommandRouter:
                                          "leafId": file.leaf_id})
 
     def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
-        from ..session.store import PageError, page
+        from .paging import PageError, page
 
-        session = self.server.session
+        session = self.session
         if session.is_streaming or session.is_compacting:
             return fail("get_messages_page", frame.id,
                         "Cannot page messages while the session is changing", "session_busy")
@@ -538,17 +563,12 @@ class CommandRouter:
         return ok("get_messages_page", frame.id, result)
 
     def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
-        self.server.session.auto_retry = frame.enabled
+        self.session.auto_retry = frame.enabled
         return ok("set_auto_retry", frame.id)
 
     def set_auto_compaction(self, frame: cmd.SetAutoCompaction) -> Response:
-        self.server.session.auto_compaction = frame.enabled
+        self.session.auto_compaction = frame.enabled
         return ok("set_auto_compaction", frame.id)
-
-    def abort_bash(self) -> None:
-        """Cancel every running RPC ``bash``; each still answers with its cancelled result."""
-        for scope in list(self.bash_scopes):
-            scope.cancel()
 
     async def bash(self, frame: cmd.Bash) -> Response:
         """Run one shell command (its own task) and answer with its BashResult.
@@ -559,7 +579,7 @@ class CommandRouter:
         from ..tools.bash import bash_result
         from ..tools.shell import ShellRun, ShellSpawnError
 
-        session = self.server.session
+        session = self.session
         timeout = frame.timeout if isinstance(frame.timeout, int | float) else 300.0
         run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout)
         scope = trio.CancelScope()
@@ -577,12 +597,37 @@ class CommandRouter:
         session.record_bash(result)
         return ok("bash", frame.id, bash_result(result))
 
-    async def _custom(self, frame: CustomCommand) -> Response:
+    async def run_custom(self, frame: CustomCommand) -> Response:
         try:
             data = await self.custom[frame.type](frame)
         except Exception as exc:
             return fail(frame.type, frame.id, str(exc) or type(exc).__name__)
         return ok(frame.type, frame.id, msgspec.UNSET if data is None else data)
+
+
+
+    async def compact(self, frame: cmd.Compact) -> Response:
+        instructions = (frame.customInstructions
+                        if isinstance(frame.customInstructions, str) else None)
+        try:
+            result = await self.session.compact(instructions)
+        except SessionError as exc:
+            return fail("compact", frame.id, str(exc))
+        return ok("compact", frame.id, result)
+
+    async def handoff(self, frame: cmd.Handoff) -> Response:
+        instructions = (frame.customInstructions
+                        if isinstance(frame.customInstructions, str) else None)
+        try:
+            await self.session.handoff(instructions)
+        except SessionError as exc:
+            return fail("handoff", frame.id, str(exc))
+        # savedPath is only for automatic handoffs saved to disk (rpc-behavior §11.7).
+        return ok("handoff", frame.id, {})
+
+
+_NO_RESPONSE = Response(success=True)
+"""What the control route returns: control frames are never answered (the lane drops it)."""
 
 
 def _user_path(text: str) -> Path:

@@ -133,6 +133,8 @@ class FrameQueue:
     _readable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _writable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    sent_blocks: int = attrs.field(default=0, init=False)
+    """Blocks the writer delivered so far: whether a host is still reading, for shutdown."""
 
     def put_nowait(self, item: Item) -> None:
         if self._closed:
@@ -180,6 +182,7 @@ class FrameQueue:
 
     def sent(self) -> None:
         """The writer sent a block: producers waiting for room may go on."""
+        self.sent_blocks += 1
         self.spool.sent()
         if self.spool.pending < self.high_water_bytes:
             self._writable.unpark_all()

@@ -2,18 +2,24 @@
 
 Who owns what (DESIGN.md §2):
 
-* the root nursery owns the writer task, the reader (``serve`` itself runs it), the serial
-  command worker and the command nursery;
-* the reader splits stdin into lines, decodes them and routes each frame to its lane:
-  control frames and the abort family are handled at once (nothing can queue them behind the work
-  they cancel); long-running commands become tasks in the command nursery, each in its own cancel
-  scope; every other command is answered in arrival order by the serial lane;
-* every frame goes through one ``FrameQueue`` to the writer.
+* ``serve()`` owns its resources: the HTTP client of its model calls (closed when it returns,
+  never shared with another ``serve()``), the session, the output queue.
+* The root nursery owns the writer task, the session nursery, the serial lane and the command
+  nursery; ``serve`` itself runs the reader.
+* The reader splits the input into lines, decodes them and routes each frame by the route table
+  of ``omp.rpc.commands``: control frames are handed over at once; the abort family is handled
+  by the reader itself before the next line (so ``abort`` overtakes everything read after it);
+  long commands become tasks; the rest go through the serial lane in arrival order.
+* Every frame goes through one ``FrameQueue`` to the writer. Frames that end something are
+  queued without waiting; only streaming updates wait for a slow host (``publish_update``).
 
-Shutdown: stdin EOF means the host is gone. Commands already read are still answered; work in
-flight (long-running commands, later the run and host waits) is cancelled at its own scope, so it
-still writes its terminal frames; then the queue is drained and ``serve`` returns. A broken stdout
-cancels everything and ``serve`` raises ``OutputClosedError``.
+Shutdown: input EOF means the host is gone. Pending host requests fail ("RPC client
+disconnected …"), RPC bash commands and the run are cancelled (their terminal frames are still
+written), commands already read are answered, then the output is drained for as long as the host
+keeps reading — a host that stopped reading gets ``DRAIN_STALL_SECONDS`` before the rest is
+dropped — and ``serve`` returns. A broken output cancels everything and ``serve`` raises
+``OutputClosedError``. Cancelled from outside, ``serve`` cancels everything at once and returns
+within about a second (each cleanup has its own short deadline).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +36,23 @@ import msgspec
 import trio
 
 from ..agent.loop import AssistantUpdate
-from ..llm.stream import close_http_client
+from ..llm.stream import HttpClient
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder, decode_line
 from ..protocol.events import SESSION_EVENT_TYPES
-from ..protocol.frames import Ready, Response, fail
+from ..protocol.frames import Ready, Response
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from ..session import AgentSession, SessionError, create_session
-from .commands import CommandRouter, CustomCommand
+from .commands import Commands, CustomCommand, CustomHandler, Frame, Inbound, Route
 from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 READ_CHUNK = 64 * 1024
-CANCELLED = "cancelled"
-
-CustomHandler = Callable[[CustomCommand], Awaitable[Any]]
+DRAIN_STALL_SECONDS = 1.0
+"""After input EOF, how long the output may make no progress before unsent frames are dropped
+(a host that stopped reading must not keep us alive)."""
+CLEANUP_SECONDS = 0.5
+"""Deadline of the shielded close of the HTTP client."""
 
 
 @attrs.define
@@ -159,8 +167,10 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline,
         persist=options.persist, session_dir=options.session_dir, session_path=options.session,
         resume=options.resume)
+    http = session.http = HttpClient()
     server = RpcServer(options=options, session=session)
     output_error: OutputClosedError | None = None
+    written = trio.Event()
 
     async def writer() -> None:
         nonlocal output_error
@@ -169,6 +179,7 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         except OutputClosedError as exc:
             output_error = exc
             root.cancel_scope.cancel()
+        written.set()
 
     try:
         async with trio.open_nursery() as root:
@@ -176,16 +187,17 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
             await root.start(session.serve)
             await root.start(server.run_commands)
             server.output.put_nowait(Ready())
-            server.announce_commands()
+            server.output.put_nowait(server.commands.available_commands_update())
             task_status.started()
             await server.read(stdin)
             await server.shutdown()
+            await _drain(server.output, written)
+            root.cancel_scope.cancel()  # the writer, if the host stopped reading
     finally:
-        # The providers' shared HTTP client belongs to this serve(): its connections must not
-        # outlive it (an embedding host may call serve() again, even from another trio.run).
-        with trio.move_on_after(2) as cleanup:
+        # The HTTP client belongs to this serve(): its connections must not outlive it.
+        with trio.move_on_after(CLEANUP_SECONDS) as cleanup:
             cleanup.shield = True
-            await close_http_client()
+            await http.aclose()
     if output_error is not None:
         raise output_error
     if session.persistence_failure is not None:
@@ -194,18 +206,27 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         raise SessionError(f"Session not saved: {session.persistence_failure}")
 
 
+async def _drain(output: FrameQueue, written: trio.Event) -> None:
+    """Wait until the writer has sent everything, as long as the host keeps reading."""
+    while not written.is_set():
+        progress = output.sent_blocks
+        with trio.move_on_after(DRAIN_STALL_SECONDS):
+            await written.wait()
+        if output.sent_blocks == progress:
+            return  # no block went out for a while: the host is not reading
+
+
 @attrs.define(eq=False)
 class RpcServer:
-    """The server's state and lanes; ``serve`` wires it to streams."""
+    """The server's lanes and output path; ``serve`` wires it to streams."""
 
     options: ServeOptions
     session: AgentSession
     encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
     output: FrameQueue = attrs.field(init=False)
-    router: CommandRouter = attrs.field(init=False)
-    _serial_send: trio.MemorySendChannel[cmd.Command | CustomCommand] = attrs.field(init=False)
-    _serial_recv: trio.MemoryReceiveChannel[cmd.Command | CustomCommand] = attrs.field(
-        init=False)
+    commands: Commands = attrs.field(init=False)
+    _serial_send: trio.MemorySendChannel[tuple[Frame, Route]] = attrs.field(init=False)
+    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Route]] = attrs.field(init=False)
     # Commands accepted into the serial lane and not yet answered: while any is pending, new
     # quick commands queue behind it instead of being answered inline (arrival order).
     _serial_pending: int = attrs.field(default=0, init=False)
@@ -213,7 +234,7 @@ class RpcServer:
     _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
     _closing: bool = attrs.field(default=False, init=False)
-    # messageId stamping (rpc-behavior §4.6): a stack of open message ids, a process counter.
+    # messageId stamping (rpc-behavior §4.6): a stack of open message ids, a counter per server.
     _message_ids: list[str] = attrs.field(factory=list, init=False)
     _message_counter: int = attrs.field(default=0, init=False)
 
@@ -221,16 +242,17 @@ class RpcServer:
         self.output = FrameQueue(
             high_water_bytes=self.options.output_high_water_bytes,
             spool=ByteSpool(memory_limit=self.options.output_memory_bytes))
-        self.router = CommandRouter(self, custom=self.options.commands)
+        self.commands = Commands(self.session, self.output, self.emit,
+                                 custom=self.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
         self.session.subscribe(self)
 
     # -- lanes -------------------------------------------------------------------------------
 
     async def read(self, stdin: trio.abc.ReceiveStream) -> None:
-        """The reader: route every line until EOF. It never waits for a command to finish."""
+        """The reader: route every line until EOF. It waits only for the abort family."""
         framer = LineFramer(max_line_bytes=self.options.max_line_bytes)
-        custom = self.router.custom_names
+        custom = self.commands.custom_names
         while True:
             try:
                 data = await stdin.receive_some(READ_CHUNK)
@@ -238,68 +260,54 @@ class RpcServer:
                 data = b""  # a broken input is an ended input: the host is gone
             lines = framer.feed(data) if data else framer.close()
             for line in lines:
+                frame: Inbound | None = None
                 if custom and isinstance(line, bytes):
-                    frame: Any = CustomCommand.decode(line, custom) or decode_line(line)
-                else:
-                    frame = decode_line(line)
-                self.route(frame)
+                    frame = CustomCommand.decode(line, custom)
+                await self.route(frame if frame is not None else decode_line(line))
             if not data:
                 return
 
-    def route(self, frame: Any) -> None:
+    async def route(self, frame: Inbound) -> None:
+        """Send ``frame`` to its lane. Returns at once, except for the abort family, which is
+        answered here (cancellable: the command's own work is cancelled with it)."""
         if isinstance(frame, Response):
             self.output.put_nowait(frame)
             return
-        kind = type(frame)
-        if kind in self.router.control_types:
-            self.router.control(frame)
-        elif kind in self.router.immediate_types or kind in self.router.task_types:
-            self.start_task(frame)
-        elif self._serial_pending == 0 and (handler := self.router.inline(kind)) is not None:
+        route = self.commands.route(frame)
+        if route.lane == "control":
+            route.handler(frame)
+        elif route.lane == "immediate":
+            self._finish(route, await self._answer(frame, route))
+        elif route.lane == "task":
+            self._start_task(frame, route)
+        elif self._serial_pending == 0 and route.sync:
             # The serial lane is idle and the handler never awaits: answer in place, which
             # is what the lane would do next anyway, without two task switches per command.
-            self.respond(frame, handler)
+            self._finish(route, self._answer_sync(frame, route))
         else:
             self._serial_pending += 1
-            self._serial_send.send_nowait(frame)
+            self._serial_send.send_nowait((frame, route))
 
-    def respond(self, frame: Any, handler: Callable[[Any], Any]) -> None:
+    def _finish(self, route: Route, response: Response) -> None:
+        self.output.put_nowait(response)
+        if route.after is not None:
+            route.after(response)
+
+    def _answer_sync(self, frame: Frame, route: Route) -> Response:
         try:
-            response = handler(frame)
+            response = route.handler(frame)
         except Exception as exc:  # a handler bug must not take the server down
-            response = self.router.internal_error(frame, exc)
-        if response is not None:
-            self.output.put_nowait(response)
+            return self.commands.internal_error(frame, exc)
+        assert isinstance(response, Response)
+        return response
 
-    async def run_commands(self, *, task_status: trio.TaskStatus[None]) -> None:
-        """The serial lane and the command nursery; returns when both are finished."""
-        async with trio.open_nursery() as nursery:
-            self._command_nursery = nursery
-            task_status.started()
-            async with self._serial_recv:
-                async for frame in self._serial_recv:
-                    response = await self._answer(frame)
-                    self._serial_pending -= 1
-                    if response is not None:
-                        self.output.put_nowait(response)
-        self._commands_done.set()
-
-    def start_task(self, frame: Any) -> None:
-        """Run a command as its own task in the command nursery."""
-        assert self._command_nursery is not None
-
-        async def task() -> None:
-            response = await self._answer(frame)
-            if response is not None:
-                self.output.put_nowait(response)
-
-        self._command_nursery.start_soon(task)
-
-    async def _answer(self, frame: Any) -> Response | None:
+    async def _answer(self, frame: Frame, route: Route) -> Response:
         """Run one command's handler in its own cancel scope, which shutdown cancels.
 
         A cancelled command is still answered (hosts keep reading until we exit).
         """
+        if route.sync:
+            return self._answer_sync(frame, route)
         scope = trio.CancelScope()
         # ``bash`` cancels itself (abort_bash, EOF) and then answers with its cancelled
         # BashResult; everything else is cancelled here.
@@ -309,24 +317,49 @@ class RpcServer:
             self._inflight.add(scope)
         try:
             with scope:
-                return await self.router.handle(frame)
-            return fail(frame_type(frame), frame.id,
-                        "Cancelled: the host closed the input before the command finished",
-                        CANCELLED)
+                response = route.handler(frame)
+                assert not isinstance(response, Response)
+                return await response
+            return self.commands.cancelled(frame)
         except Exception as exc:  # a handler bug must not take the server down
-            return self.router.internal_error(frame, exc)
+            return self.commands.internal_error(frame, exc)
         finally:
             self._inflight.discard(scope)
 
-    def announce_commands(self) -> None:
-        self.output.put_nowait(self.router.available_commands_update())
+    async def run_commands(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """The serial lane and the command nursery; returns when both are finished."""
+        async with trio.open_nursery() as nursery:
+            self._command_nursery = nursery
+            task_status.started()
+            async with self._serial_recv:
+                async for frame, route in self._serial_recv:
+                    response = await self._answer(frame, route)
+                    self._serial_pending -= 1
+                    self._finish(route, response)
+        self._commands_done.set()
+
+    def _start_task(self, frame: Frame, route: Route) -> None:
+        """Run a command as its own task in the command nursery."""
+        assert self._command_nursery is not None
+
+        async def task() -> None:
+            self._finish(route, await self._answer(frame, route))
+
+        self._command_nursery.start_soon(task)
 
     async def shutdown(self) -> None:
-        """Input ended: answer what was read, cancel what is in flight, drain the output."""
+        """Input ended: fail host requests, cancel what is in flight, answer what was read.
+
+        On cancellation (``serve`` cancelled from outside) it stops waiting.
+        """
         self._closing = True
+        self.commands.closing = True
         self._serial_send.close()
-        self.router.closing = True
-        self.router.abort_bash()  # answered with their cancelled results
+        # The host is gone: pending host tool calls and URI requests fail with the original's
+        # texts, and its URL schemes are gone with it (rpc-behavior §1.9).
+        self.commands.controls.disconnect()
+        self.commands.host_uris.schemes = {}
+        self.commands.abort_bash()  # answered with their cancelled results
         for scope in list(self._inflight):
             scope.cancel()
         # The live run is aborted; its terminal frames (aborted message, turn_end, agent_end,
@@ -337,8 +370,10 @@ class RpcServer:
         await self._commands_done.wait()
         self.output.close()
 
+    # -- the output path ---------------------------------------------------------------------
+
     def emit(self, frame: msgspec.Struct) -> None:
-        """Queue a frame the host did not ask for (side frames, session events).
+        """Queue a frame the host did not ask for (side frames, session events); never waits.
 
         Session events go through the host's ``set_event_filter``; other frames never do.
         """
@@ -348,10 +383,10 @@ class RpcServer:
     # The session's EventSink.
     publish = emit
 
-    async def publish_wait(self, event: Any) -> None:
-        """A streaming event: waits while the host is far behind (backpressure).
+    async def publish_update(self, event: Any) -> None:
+        """A streaming update: waits while the host is far behind (backpressure).
 
-        On cancellation the event is not written.
+        On cancellation the update is not written.
         """
         if (frame := self._frame(event)) is not None:
             await self.output.put(frame)
@@ -363,13 +398,13 @@ class RpcServer:
 
         Ids are assigned even to frames the filter drops, so they do not depend on it.
         """
-        router = self.router
+        view = self.commands.view
         if isinstance(event, AssistantUpdate):
             mid = self._message_ids[-1] if self._message_ids else self._new_message_id(push=True)
-            if router.event_filter is not None and "message_update" not in router.event_filter:
+            if view.types is not None and "message_update" not in view.types:
                 return None
             stream_event = event.event
-            if router.message_updates == "delta":
+            if view.message_updates == "delta":
                 return ev.MessageUpdateDelta(messageId=mid, assistantMessageEvent=ev.DeltaEvent(
                     type=stream_event.type, contentIndex=stream_event.content_index,
                     delta=stream_event.delta if stream_event.type.endswith("_delta")
@@ -388,7 +423,7 @@ class RpcServer:
             event = msgspec.structs.replace(event, messageId=mid)
         elif tag == "agent_end":
             self._message_ids.clear()
-        allowed = router.event_filter
+        allowed = view.types
         if allowed is not None and tag in SESSION_EVENT_TYPES and tag not in allowed:
             return None
         return event  # type: ignore[no-any-return]
@@ -399,8 +434,3 @@ class RpcServer:
         if push:
             self._message_ids.append(mid)
         return mid
-
-
-def frame_type(frame: Any) -> str:
-    tag = frame.__struct_config__.tag if isinstance(frame, msgspec.Struct) else None
-    return tag if isinstance(tag, str) else getattr(frame, "type", "unknown")

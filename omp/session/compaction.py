@@ -423,10 +423,13 @@ class CompactionPlan:
     tokens_after: int
     """Estimated tokens of the new context: the summary message and the kept messages."""
     details: CompactionDetails
+    method: str | None = None
+    """``"handoff"`` for a handoff document (agent-core §6.7); None for a summary."""
 
     def summary_message(self, timestamp: int) -> m.CompactionSummaryMessage:
         return m.CompactionSummaryMessage(summary=self.summary, tokensBefore=self.tokens_before,
-                                          timestamp=timestamp, tokensAfter=self.tokens_after)
+                                          timestamp=timestamp, tokensAfter=self.tokens_after,
+                                          method=self.method or msgspec.UNSET)
 
     def messages(self, timestamp: int) -> list[m.AgentMessage]:
         """The new live context: the summary message, then the kept messages."""
@@ -485,3 +488,63 @@ async def compact(model: Model, options: StreamOptions, messages: Sequence[m.Age
         tokens_before=estimate_context_tokens(messages),
         tokens_after=summary_tokens + sum(estimate_tokens(msg) for msg in kept),
         details=details)
+
+
+HANDOFF_PROMPT = (
+    "Write a handoff document for another instance of yourself that will continue this work "
+    "without this conversation. Give the exact technical state: file paths, symbols, commands, "
+    "test results and the decisions taken and why. Use the imperative voice and never mention "
+    "the handoff itself. Use these sections:\n\n## Goal\n## Constraints & Preferences\n"
+    "## Progress\n### Done\n### In Progress\n### Pending\n## Key Decisions\n"
+    "## Critical Context\n## Next Steps")
+
+
+class HandoffError(Exception):
+    """The handoff cannot be written; the message is the spec's text for the host."""
+
+
+async def handoff(model: Model, options: StreamOptions, system_prompt: Sequence[str],
+                  messages: Sequence[m.AgentMessage], settings: CompactionSettings, *,
+                  custom_instructions: str | None = None,
+                  http: httpx.AsyncClient | None = None) -> CompactionPlan:
+    """A handoff document replacing the older context (agent-core §6.7).
+
+    One model call over the live context (with its system prompt) plus the handoff
+    instructions. Raises HandoffError with the spec's messages. Cancelled: the HTTP stream is
+    closed and ``trio.Cancelled`` propagates; nothing was changed.
+    """
+    if sum(1 for msg in messages if isinstance(
+            msg, m.UserMessage | m.AssistantMessage | m.ToolResultMessage)) < 2:
+        raise HandoffError("Nothing to hand off (no messages yet)")
+    boundary = next((i + 1 for i in range(len(messages) - 1, -1, -1)
+                     if isinstance(messages[i], m.CompactionSummaryMessage)), 0)
+    cut = find_cut_point(messages[boundary:], settings.keepRecentTokens)
+    if cut is None:
+        raise HandoffError("Nothing to hand off (already compacted)")
+    cut += boundary
+    request = HANDOFF_PROMPT + (f"\n\nAdditional focus: {custom_instructions}"
+                                if custom_instructions else "")
+    context = Context(system_prompt=tuple(system_prompt), messages=(
+        *to_llm(messages), m.UserMessage(content=[m.TextContent(text=request)],
+                                         timestamp=now_ms(), attribution="user")))
+
+    async def ignore(event: StreamEvent) -> None:
+        pass
+
+    call = ModelCall(model, context, options)
+    final = await call.run(ignore, http=http)
+    if call.error is not None:
+        raise HandoffError(f"Handoff failed: {call.error.message}")
+    document = "".join(b.text for b in final.content if isinstance(b, m.TextContent))
+    if not document.strip():
+        raise HandoffError("Handoff generation produced no content")
+    summarized, kept = tuple(messages[:cut]), tuple(messages[cut:])
+    details = file_operations(summarized)
+    summary = with_file_lists(document.strip(), details)
+    summary_tokens = estimate_tokens(
+        m.CompactionSummaryMessage(summary=summary, tokensBefore=0, timestamp=0))
+    return CompactionPlan(
+        first_kept_index=1, summarized=summarized, kept=kept, summary=summary,
+        tokens_before=estimate_context_tokens(messages),
+        tokens_after=summary_tokens + sum(estimate_tokens(msg) for msg in kept),
+        details=details, method="handoff")

@@ -1,15 +1,19 @@
 """Auto-retry policy (agent-core §5): whether a failed turn is retried, and how long to wait.
 
-Pure functions, plus ``wait_backoff``, the one await of a retry saga. The session owns the saga
-(events, counters, removing the failed message, ``continue()``); this module only decides:
+Pure functions. The session owns the saga (events, counters, the backoff sleep in its cancel
+scope, removing the failed message, ``continue()``); this module only decides:
 
 * ``should_retry``: retry iff auto-retry is on, the attempt is within ``maxRetries``, the turn
   ended in ``error`` (never ``aborted``), and the failure is transient: rate limits, overload,
   5xx and transport failures (a dropped or stalled stream included). Never a context overflow
-  (compaction handles those, §6.2), an auth failure, or a request the provider rejected.
+  (compaction handles those, §6.2), an auth failure, a request the provider rejected, or a
+  failure of our own (kind ``internal``).
 * ``backoff_delay``: ``min(baseDelayMs · 2^(n-1), 8 s) · (1 - rand·0.25)`` for retry ``n``;
   a provider's ``retry-after`` wins when longer, and one longer than ``maxDelayMs`` ends the
   saga at once (``RetryWaitTooLong``).
+
+What counts as an overflow or as transient is decided by the classifiers of ``omp.llm.errors``
+(``is_overflow_text``, ``is_transient_text``), the same ones that give a live error its kind.
 
 Delays are in seconds (trio time); ``auto_retry_start.delayMs`` is ``delay * 1000``.
 """
@@ -17,12 +21,10 @@ Delays are in seconds (trio time); ``auto_retry_start.delayMs`` is ``delay * 100
 from __future__ import annotations
 
 import random
-import re
 
 import attrs
-import trio
 
-from ..llm.errors import ProviderError
+from ..llm.errors import ProviderError, is_overflow_text, is_transient_text
 from ..protocol import messages as m
 from .settings import RetrySettings
 
@@ -31,46 +33,28 @@ BACKOFF_CAP_MS = 8000
 JITTER = 0.25
 """Each delay is shortened by up to this fraction, so clients that failed together spread out."""
 
-# A stored message carries no ProviderError (a reloaded session, an error from another layer):
-# its text and HTTP status are all there is. The families of §5.1 (pi's list plus omp's), and
-# the texts our own transport errors use.
-_TRANSIENT = re.compile(
-    r"overloaded|rate.?limit|too many requests|\b(?:408|429|500|502|503|504|529)\b|"
-    r"service.?unavailable|server.?error|internal.?error|connection.?(?:error|refused|dropped)|"
-    r"other side closed|fetch failed|upstream.?connect|reset before headers|terminated|"
-    r"retry delay|timed? out|timeout|stream stall|socket hang up|network.?error|no capacity|"
-    r"high demand|provider returned error|retry your request",
-    re.IGNORECASE,
-)
-_OVERFLOW = re.compile(
-    r"prompt is too long|exceeds the context window|maximum context length|"
-    r"context[_ ]length[_ ]exceeded|too many tokens|token limit exceeded|"
-    r"input token count.*exceeds the maximum|reduce the length of the messages|"
-    r"context_window_exceeded|input is too long|request too large for model",
-    re.IGNORECASE,
-)
+
+def _stored(message: m.AssistantMessage) -> tuple[str, int | None]:
+    """A stored message's error text and HTTP status: all there is once the ProviderError is
+    gone (a reloaded session, an error from another layer)."""
+    text = message.errorMessage if isinstance(message.errorMessage, str) else ""
+    status = message.errorStatus if isinstance(message.errorStatus, int) else None
+    return text, status
 
 
 def is_context_overflow(error: ProviderError | None, message: m.AssistantMessage) -> bool:
     """The turn failed because the prompt no longer fits the model's window (§5.1, §6.2)."""
     if error is not None:
         return error.kind == "context_overflow"
-    text = message.errorMessage if isinstance(message.errorMessage, str) else ""
-    return message.errorStatus == 413 or bool(_OVERFLOW.search(text))
+    return is_overflow_text(*_stored(message))
 
 
 def is_transient(error: ProviderError | None, message: m.AssistantMessage) -> bool:
     """The failure may go away by waiting: the kinds of ``RETRYABLE``, or for a message without
-    its ProviderError, HTTP 408/429/5xx or a transient error text."""
+    its ProviderError, what ``is_transient_text`` says of its text and status."""
     if error is not None:
         return error.retryable
-    if is_context_overflow(None, message):
-        return False
-    status = message.errorStatus
-    if isinstance(status, int):
-        return status in (408, 429) or status >= 500
-    text = message.errorMessage if isinstance(message.errorMessage, str) else ""
-    return bool(_TRANSIENT.search(text))
+    return is_transient_text(*_stored(message))
 
 
 def should_retry(error: ProviderError | None, message: m.AssistantMessage,
@@ -126,14 +110,3 @@ def backoff_delay(attempt: int, settings: RetrySettings, retry_after: float | No
             raise RetryWaitTooLong(requested_ms, settings.maxDelayMs)
         delay_ms = max(delay_ms, requested_ms)
     return delay_ms / 1000
-
-
-async def wait_backoff(delay: float) -> None:
-    """Sleep ``delay`` seconds of trio time (so tests run it on a MockClock).
-
-    Cancellation is how a backoff is abandoned: ``abort_retry`` and ``abort`` cancel the cancel
-    scope the session opened around this wait, ``trio.Cancelled`` propagates at once, nothing is
-    left behind, and the session reports ``auto_retry_end{success: false, finalError: "Retry
-    cancelled"}`` at its scope boundary.
-    """
-    await trio.sleep(delay)

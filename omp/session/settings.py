@@ -1,8 +1,24 @@
-"""Session settings: ``<agent dir>/settings.yml`` (auto-compaction and auto-retry).
+"""Session settings (auto-compaction, auto-retry, trusted projects), read from the original's
+``config.yml``.
 
-User-edited, so it is read like ``models.yml``: cattrs into attrs classes, unknown keys rejected,
-and every mistake reported as one ``ConfigError`` naming the file, the ``$.path`` in it and the
-problem. A missing (or empty) file means the defaults.
+Files, lowest precedence first:
+
+1. ``<agent dir>/config.yml`` (or ``config.yaml``): the global file, where the original keeps its
+   settings. Only when neither exists, ``<agent dir>/settings.yml`` (or ``.yaml``), the name
+   earlier versions of this project used, is read in its place, with a warning to rename it.
+2. ``<cwd>/.omp/settings.json`` (the original's legacy JSON form), then ``<cwd>/.omp/config.yml``:
+   the project's files, as the original's own (``.omp``) discovery reads them. A key set there
+   overrides the global value of that key; the other keys keep theirs.
+
+The global file is shared with the original, which has many sections we do not model (``theme``,
+``task``, ``bash``, ``skills``, ...): they are ignored silently. Inside the sections we do model
+(``compaction``, ``retry``) the original has more keys than we use, and adds some between
+versions, so an unmodelled key is never an error: a key the original defines (``_ORIGINAL_KEYS``)
+is ignored silently, any other one (most likely a typo) is ignored with a warning on stderr naming
+the file and ``$.section.key``. A key we model with a value of the wrong type or range IS an error
+naming the file and the key (the strict converter of ``omp/config.py``), and nothing is applied.
+``null`` for a key means "not set" (its default), except ``reserveTokens``, where null is a value
+(the automatic reserve). A missing file or an empty one means the defaults.
 
 ```yaml
 compaction:
@@ -18,6 +34,8 @@ retry:
   maxRetries: 10
   baseDelayMs: 500
   maxDelayMs: 300000      # a longer wait asked for by the provider fails the retry at once
+trustedProjects:          # global file only
+  - ~/src/my-project
 ```
 
 Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original's.
@@ -25,15 +43,27 @@ Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original'
 
 from __future__ import annotations
 
-import re
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from ..llm.models import ConfigError, agent_dir
+from ..config import (
+    agent_dir,
+    present,
+    problem,
+    read_json_mapping,
+    read_yaml_mapping,
+    structure,
+    warn,
+)
 
-SETTINGS_FILES = ("settings.yml", "settings.yaml")
+GLOBAL_FILES = ("config.yml", "config.yaml")
+LEGACY_FILES = ("settings.yml", "settings.yaml")
+PROJECT_DIR = ".omp"
+_EXPECTED = "a mapping of settings sections (compaction, retry, ...)"
 
 
 @attrs.define(kw_only=True)
@@ -73,101 +103,141 @@ class RetrySettings:
 class Settings:
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
     retry: RetrySettings = attrs.field(factory=RetrySettings)
+    trusted_projects: tuple[Path, ...] = ()
+    """Directories whose own code (project extensions, project agents) may run: the global
+    file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
+    must not be able to declare itself trusted."""
 
 
-def load_settings(directory: Path | None = None) -> Settings:
-    """The settings of the agent directory (``$OMP_AGENT_DIR`` or ``~/.omp/agent`` when None).
+_SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings}
 
-    No settings file: the defaults. A wrong one raises ConfigError (never half-applied).
+# Keys of these sections that the original omp defines (its settings schema, across recent
+# versions) and we do not model: a user's file may hold them, so they are no mistake.
+_ORIGINAL_KEYS = {
+    "compaction": frozenset({
+        "strategy", "mode", "model", "modelContextWindow", "methodOrder", "handoffSaveToDisk",
+        "remoteEnabled", "remoteStreamingV2Enabled", "remoteEndpoint",
+        "v2RetainedMessageBudget", "asyncEnabled", "idleEnabled", "idleThresholdTokens",
+        "idleTimeoutSeconds", "supersedeReads", "dropUseless"}),
+    "retry": frozenset({
+        "modelFallback", "fallbackChains", "fallbackRevertPolicy", "waitForUsageReset",
+        "usageAwareFallback", "usageReservePct", "usageReservePolicy"}),
+}
+
+
+@attrs.define(kw_only=True)
+class _File:
+    """What one settings file says about the keys we model (key names as the file has them)."""
+
+    compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
+    retry: RetrySettings = attrs.field(factory=RetrySettings)
+    trustedProjects: list[str] | None = None
+
+
+@attrs.define
+class _Layer:
+    file: _File
+    keys: dict[str, list[str]]
+    """Per section, the keys this file sets (the others are its defaults, not its choice)."""
+
+
+def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) -> Settings:
+    """The settings for a session in ``cwd``: the global file of the agent directory
+    (``$OMP_AGENT_DIR`` or ``~/.omp/agent`` when None) with the project's files of ``cwd`` over
+    it (none read when ``cwd`` is None).
+
+    No file: the defaults. A wrong one raises ConfigError naming it (nothing half-applied).
     """
-    directory = agent_dir() if directory is None else directory
-    for name in SETTINGS_FILES:
-        if (directory / name).is_file():
-            return load_settings_file(directory / name)
-    return Settings()
+    directory = agent_dir() if agent_directory is None else agent_directory
+    layers: list[_Layer] = []
+    trusted: tuple[Path, ...] = ()
+    global_path = present(directory, GLOBAL_FILES)
+    if global_path is None and (global_path := present(directory, LEGACY_FILES)) is not None:
+        warn(f"{global_path}: read because there is no {GLOBAL_FILES[0]}; rename it to "
+             f"{GLOBAL_FILES[0]} (where the original omp keeps its settings)")
+    if global_path is not None:
+        raw = read_yaml_mapping(global_path, _EXPECTED) or {}
+        layer = _layer(raw, global_path)
+        trusted = _trusted(layer.file.trustedProjects or [], global_path)
+        layers.append(layer)
+    if cwd is not None:
+        readers: tuple[tuple[str, Callable[[Path, str], dict[Any, Any] | None]], ...] = (
+            ("settings.json", read_json_mapping), ("config.yml", read_yaml_mapping))
+        for name, read in readers:
+            path = cwd / PROJECT_DIR / name
+            if not os.path.lexists(path) or _same_file(path, global_path):
+                continue
+            raw = read(path, _EXPECTED) or {}
+            # trustedProjects comes from the global file alone: a repository's own file must
+            # never be able to mark itself (or anything else) trusted.
+            if raw.pop("trustedProjects", None) is not None:
+                warn(f"{path}: $.trustedProjects: ignored; only the global "
+                     f"{directory / GLOBAL_FILES[0]} can trust projects")
+            layers.append(_layer(raw, path))
+    merged: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
+    for layer in layers:
+        for section, keys in layer.keys.items():
+            values = getattr(layer.file, section)
+            merged[section].update((key, getattr(values, key)) for key in keys)
+    return Settings(compaction=CompactionSettings(**merged["compaction"]),
+                    retry=RetrySettings(**merged["retry"]), trusted_projects=trusted)
 
 
-def load_settings_file(path: Path) -> Settings:
-    """Parse and validate one settings file. Raises ConfigError naming the file, path and
-    problem."""
-    import cattrs
+def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
+    """One file's values for the keys we model, type-checked; unknown sections dropped."""
+    known: dict[str, Any] = {}
+    keys: dict[str, list[str]] = {}
+    for section, cls in _SECTIONS.items():
+        value = raw.get(section)
+        if value is None:  # absent, or `retry:` with every key commented out
+            continue
+        if not isinstance(value, dict):
+            known[section] = value  # the converter names it: "expected a mapping"
+            continue
+        fields = attrs.fields_dict(cls)
+        unknown = [str(k) for k in value if k not in fields and k not in _ORIGINAL_KEYS[section]]
+        if unknown:
+            warn(f"{path}: $.{section}: unknown key(s) ignored: {', '.join(sorted(unknown))}")
+        chosen = {k: v for k, v in value.items()
+                  if k in fields and (v is not None or fields[k].default is None)}
+        known[section] = chosen
+        keys[section] = list(chosen)
+    if "trustedProjects" in raw:
+        known["trustedProjects"] = raw["trustedProjects"]
+    file = structure(known, _File, path)
+    _validate(file, path)
+    return _Layer(file, keys)
 
-    from ..llm.models_file import read_yaml_mapping
 
-    raw = read_yaml_mapping(path, "a mapping with `compaction` and/or `retry` keys")
-    if raw is None:
-        return Settings()
-    # A section whose keys are all commented out (`retry:` alone) reads as null: its defaults.
-    raw = {key: value for key, value in raw.items() if value is not None}
+def _trusted(entries: list[str], path: Path) -> tuple[Path, ...]:
+    trusted = []
+    for i, entry in enumerate(entries):
+        expanded = Path(entry).expanduser() if entry else Path()
+        if not expanded.is_absolute():
+            raise problem(path, f"$.trustedProjects[{i}]", "must be an absolute path or start "
+                          f"with ~ (got {entry!r})")
+        trusted.append(Path(os.path.normpath(expanded)))
+    return tuple(trusted)
+
+
+def _same_file(path: Path, other: Path | None) -> bool:
+    # An agent directory that is the project's .omp (OMP_AGENT_DIR=<cwd>/.omp): one file, one
+    # layer, and the global one (it may trust projects).
     try:
-        settings: Settings = _converter().structure(raw, Settings)
-    except cattrs.BaseValidationError as exc:
-        problems = cattrs.transform_error(exc, path="$", format_exception=_describe)
-        raise ConfigError(f"{path}: " + "; ".join(_plain(p) for p in problems)) from None
-    _validate(settings, path)
-    return settings
+        return other is not None and os.path.samefile(path, other)
+    except OSError:
+        return False
 
 
-class _Problem(ValueError):
-    """A value of the wrong type; the message is shown to the user as it is."""
-
-
-def _converter() -> Any:
-    import cattrs
-
-    converter = cattrs.Converter(forbid_extra_keys=True)
-
-    # cattrs' own hooks call int()/bool(), which would take `maxRetries: 2.7` as 2 and
-    # `enabled: "no"` as true: a settings file gets exactly the type it documents.
-    def strict_int(value: Any, _: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Problem(f"expected an integer (got {value!r})")
-        return value
-
-    def strict_float(value: Any, _: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _Problem(f"expected a number (got {value!r})")
-        return float(value)
-
-    def strict_bool(value: Any, _: Any) -> bool:
-        if not isinstance(value, bool):
-            raise _Problem(f"expected true or false (got {value!r})")
-        return value
-
-    converter.register_structure_hook(int, strict_int)
-    converter.register_structure_hook(float, strict_float)
-    converter.register_structure_hook(bool, strict_bool)
-    return converter
-
-
-def _describe(exc: BaseException, type_: Any) -> str:
-    import cattrs
-    from cattrs.v import format_exception
-
-    if isinstance(exc, _Problem):
-        return str(exc)
-    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
-        return "unknown key(s): " + ", ".join(sorted(exc.extra_fields))
-    if isinstance(type_, type) and attrs.has(type_):
-        return "expected a mapping"
-    return format_exception(exc, type_)
-
-
-def _plain(problem: str) -> str:
-    # cattrs: "<what> @ $.compaction['x']" → "$.compaction.x: <what>"
-    what, _, where = problem.partition(" @ ")
-    where = re.sub(r"\['([^']*)'\]", r".\1", where)
-    return f"{where}: {what}" if where else what
-
-
-def _validate(settings: Settings, path: Path) -> None:
-    c, r = settings.compaction, settings.retry
+def _validate(file: _File, path: Path) -> None:
+    c, r = file.compaction, file.retry
     if c.reserveTokens is not None and c.reserveTokens <= 0:
-        raise ConfigError(f"{path}: $.compaction.reserveTokens: must be greater than 0, got "
-                          f"{c.reserveTokens} (or null for the automatic reserve)")
+        raise problem(path, "$.compaction.reserveTokens", "must be greater than 0, got "
+                      f"{c.reserveTokens} (or null for the automatic reserve)")
     checks = (("compaction.keepRecentTokens", c.keepRecentTokens),
               ("retry.maxRetries", r.maxRetries), ("retry.baseDelayMs", r.baseDelayMs),
               ("retry.maxDelayMs", r.maxDelayMs))
     for where, value in checks:
         if value < 0:
-            raise ConfigError(f"{path}: $.{where}: must not be negative, got {value}")
+            raise problem(path, f"$.{where}", f"must not be negative, got {value}")
+

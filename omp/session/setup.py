@@ -7,15 +7,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..llm.models import OFFLINE_PROVIDER, ModelRegistry, agent_dir
+from ..config import agent_dir
+from ..llm.models import OFFLINE_PROVIDER, ModelRegistry
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
 from ..tools import default_tools
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from .agent_session import AgentSession, SessionError
+from .locations import sessions_dir
 from .settings import load_settings
-from .store import sessions_dir
 from .system_prompt import PromptOptions
 
 
@@ -75,7 +76,7 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     prompt_options = PromptOptions(
         cwd, agent_dir(environ) if agent_directory is None else agent_directory,
         system_prompt, append_system_prompt)
-    settings = load_settings(prompt_options.agent_directory)
+    settings = load_settings(prompt_options.agent_directory, cwd)
     directory = None
     if persist:
         env = os.environ if environ is None else environ

@@ -207,7 +207,7 @@ class PromptOptions:
     append: str | None = None
 
     def build(self, tools: Sequence[Tool]) -> list[str]:
-        from ..llm.models import agent_dir
+        from ..config import agent_dir
 
         return build_system_prompt(
             tools=tools, cwd=self.cwd,

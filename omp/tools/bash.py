@@ -1,10 +1,13 @@
 """The ``bash`` tool (agent-core §10.2), and the RPC ``bash`` command's ``BashResult``
-(rpc-behavior §10.2). Both run commands through ``shell.ShellRun``.
+(rpc-behavior §10.2). Both run commands through ``shell.ShellRun``, and both show an output over
+the limit the same way: its head and its tail with the middle elided (``truncate.MiddleElider``),
+naming the temp file that holds the full output.
 
 Tool results:
 
-* output (the tail that fits the limits) or ``(no output)``, plus a notice with the full output's
-  temp file when it was cut;
+* the output (whole, or middle-elided) or ``(no output)``; when elided, a notice follows:
+  ``[Showing lines 1-H and T-N of N (<size> elided). Full output: <path>]``;
+  ``details`` then has ``truncation`` (how it was cut) and ``fullOutputPath``;
 * exit code != 0: an error, ``<text>\\n\\nCommand exited with code N``;
 * timeout: an error, ``<text>\\n\\nCommand timed out after N seconds``;
 * abort: ``Cancelled`` propagates once the process group is dead; the agent loop writes the
@@ -23,7 +26,7 @@ from ..protocol.payloads import BashResult
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .shell import ShellResult, ShellRun, ShellSpawnError
 from .specs import SPECS, SpecifiedTool
-from .truncate import Truncation, format_size
+from .truncate import Elision, format_size
 
 UPDATE_INTERVAL = 0.1
 """At most this often (seconds) a streaming update goes to ``on_update``."""
@@ -38,30 +41,31 @@ def format_seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _details(truncation: Truncation, full_output_path: object) -> dict[str, Any] | None:
+def _details(elision: Elision, full_output_path: object) -> dict[str, Any] | None:
     details: dict[str, Any] = {}
-    if truncation.truncated:
-        details["truncation"] = truncation.details()
+    if (truncation := elision.details()) is not None:
+        details["truncation"] = truncation
     if full_output_path is not None:
         details["fullOutputPath"] = str(full_output_path)
     return details or None
 
 
+def elision_notice(elision: Elision, full_output_path: object) -> str:
+    """The line that follows a middle-elided output in the tool result ("" when not elided)."""
+    if not elision.truncated:
+        return ""
+    full = f" Full output: {full_output_path}" if full_output_path is not None else ""
+    return (f"[Showing lines 1-{elision.head_lines} and {elision.tail_first_line}-"
+            f"{elision.total_lines} of {elision.total_lines} "
+            f"({format_size(elision.elided_bytes)} elided).{full}]")
+
+
 def tool_output_text(result: ShellResult) -> str:
-    """The output as the model reads it: the tail or ``(no output)``, and the notice when cut."""
-    t = result.truncation
-    text = t.content or "(no output)"
-    if not t.truncated:
-        return text
-    full = f" Full output: {result.full_output_path}" if result.full_output_path else ""
-    start, end = t.total_lines - t.output_lines + 1, t.total_lines
-    if t.last_line_partial:
-        return (f"{text}\n\n[Showing last {format_size(t.output_bytes)} of line {end} "
-                f"(line is {format_size(result.last_line_bytes)}).{full}]")
-    if t.truncated_by == "lines":
-        return f"{text}\n\n[Showing lines {start}-{end} of {t.total_lines}.{full}]"
-    return (f"{text}\n\n[Showing lines {start}-{end} of {t.total_lines} "
-            f"({format_size(t.max_bytes)} limit).{full}]")
+    """The output as the model reads it: whole or middle-elided (or ``(no output)``), and the
+    notice naming the full output's file when elided."""
+    text = result.truncation.content or "(no output)"
+    notice = elision_notice(result.truncation, result.full_output_path)
+    return f"{text}\n\n{notice}" if notice else text
 
 
 @attrs.define
@@ -72,7 +76,7 @@ class BashTool(SpecifiedTool):
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:
-        """Run the command in the session cwd, streaming the tail of its output.
+        """Run the command in the session cwd, streaming its output (middle-elided when long).
 
         On cancellation (abort) the command's process group is killed and waited for, no
         further update is sent, and ``Cancelled`` propagates.
@@ -92,9 +96,8 @@ class BashTool(SpecifiedTool):
         async def send_update() -> None:
             nonlocal sent_bytes
             total = run.total_bytes
-            truncation = run.snapshot()
-            await on_update(ToolResult.text(
-                truncation.content, _details(truncation, run.full_output_path)))
+            shown = run.snapshot()
+            await on_update(ToolResult.text(shown.content, _details(shown, run.full_output_path)))
             sent_bytes = total
 
         async def stream_updates() -> None:
@@ -140,10 +143,11 @@ def _count_lines(text: str) -> int:
 def bash_result(result: ShellResult) -> BashResult:
     """The RPC ``bash`` command's response data (rpc-behavior §10.2).
 
-    ``output`` is the tail that fits the limits (no notice), prefixed with
-    ``[Command cancelled]\\n`` or ``[Command timed out after N seconds]\\n``; a timeout also
-    counts as ``cancelled``. ``exitCode`` and ``workingDir`` (the command's cwd: a ``cd`` does
-    not outlive its command) only on normal completion.
+    ``output`` is the whole output, or its head and tail around the elision marker line (no
+    notice: ``truncated``, ``elidedLines``, ``elidedBytes`` and ``fullOutputPath`` say it),
+    prefixed with ``[Command cancelled]\\n`` or ``[Command timed out after N seconds]\\n``; a
+    timeout also counts as ``cancelled``. ``exitCode`` and ``workingDir`` (the command's cwd: a
+    ``cd`` does not outlive its command) only on normal completion.
     """
     output = result.output
     if result.timed_out:
@@ -152,6 +156,7 @@ def bash_result(result: ShellResult) -> BashResult:
     elif result.cancelled:
         output = "[Command cancelled]\n" + output
     completed = not (result.cancelled or result.timed_out) and result.exit_code is not None
+    elision = result.truncation
     return BashResult(
         output=output,
         cancelled=not completed,
@@ -165,4 +170,6 @@ def bash_result(result: ShellResult) -> BashResult:
                         else UNSET),
         workingDir=str(result.cwd) if completed else UNSET,
         timedOut=result.timed_out,
+        elidedLines=elision.elided_lines if elision.truncated else UNSET,
+        elidedBytes=elision.elided_bytes if elision.truncated else UNSET,
     )

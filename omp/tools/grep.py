@@ -3,7 +3,7 @@
 ripgrep comes from the ``ripgrep`` Python package (an ``rg`` binary next to the interpreter) or
 from PATH. Every run starts ``rg`` in a new session (process group) with stdin closed; whatever
 ends the run — EOF, our own early stop at a match limit, or cancellation — the group is killed
-(``shell.kill_process_group``, the one helper for that) and reaped before we return, so no
+(``omp.process.kill_process_group``, the one helper for that) and reaped before we return, so no
 ``rg`` outlives a call.
 """
 
@@ -22,9 +22,9 @@ import attrs
 import msgspec
 import trio
 
+from ..process import KILL_GRACE, kill_process_group
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import resolve_path
-from .shell import KILL_GRACE, kill_process_group
 from .specs import SPECS, SpecifiedTool
 from .truncate import (
     DEFAULT_MAX_BYTES,

@@ -3,17 +3,18 @@
 A command runs as ``bash -c <command>`` (``sh`` when there is no bash) in ``cwd``, in a new
 session (so it leads its own process group) with stdin on ``/dev/null``; stdout and stderr share
 one pipe, so their output arrives merged in the order it was written. Output is decoded as UTF-8
-incrementally (a character split across reads is never mangled; invalid bytes become U+FFFD),
-streamed to ``on_output``, and kept in memory only as a bounded tail. Once the output is too long
-to show whole (over ``max_bytes`` bytes or ``max_lines`` lines) the FULL raw output is also
-written to a private temp file (``omp-bash-<16 hex>.log``, mode 0600), which is left for the
-model or the host to read.
+incrementally (a character split across reads is never mangled; invalid bytes become U+FFFD) and
+streamed to ``on_output``. What is kept in memory is bounded: the first bytes and a rolling tail
+(``truncate.MiddleElider``). An output over ``max_bytes`` is shown as its head and its tail with
+the middle elided (``truncate`` describes the windows and the marker line), and the FULL raw
+output is also written to a private temp file (``omp-bash-<16 hex>.log``, mode 0600), which is
+named in the results (``full_output_path``) and left for the model or the host to read.
 
 No process outlives its command: when the shell exits, whatever it left running in its group
 (``sleep 100 &``) is killed; on timeout or cancellation the whole group is killed. Killing is
-SIGTERM to the group, a grace period (``KILL_GRACE``), then SIGKILL, and the shell is waited for —
-in a shielded ``finally`` with its own deadline, so it runs even when the caller is cancelled and
-cannot hang shutdown. A process that leaves the group on purpose (``setsid``) is out of reach.
+``omp.process.kill_process_group`` (SIGTERM, a grace period, SIGKILL, reap), run from a shielded
+``finally`` with its own deadline, so it runs even when the caller is cancelled and cannot hang
+shutdown. A process that leaves the group on purpose (``setsid``) is out of reach.
 
 **Cancellation and the partial result.** ``run_shell`` lets ``trio.Cancelled`` propagate after the
 cleanup, so it returns nothing when cancelled. A caller that must report what the command did
@@ -38,24 +39,20 @@ import math
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
-from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
 import trio
 
-from .truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Truncation, truncate_tail
+from ..process import KILL_GRACE, kill_process_group
+from .truncate import DEFAULT_MAX_BYTES, ELISION_HEAD_BYTES, Elision, MiddleElider
 
-KILL_GRACE = 2.0
-"""Seconds between SIGTERM and SIGKILL to a command's process group."""
 CLEANUP_TIMEOUT = KILL_GRACE + 3.0
 """Deadline of the shielded cleanup: kill, wait for the shell, read the rest of its output."""
 READ_SIZE = 65536
-_POLL_INTERVAL = 0.02
 
 OnOutput = Callable[[str], Awaitable[None]]
 
@@ -69,8 +66,8 @@ class ShellResult:
     command: str
     cwd: Path
     output: str
-    """The tail of the output that fits the limits (``truncation.content``); no notice."""
-    truncation: Truncation
+    """The output as shown: whole, or head + marker line + tail (``truncation.content``)."""
+    truncation: Elision
     """How ``output`` was cut; its totals are of the whole output."""
     exit_code: int | None
     """The shell's exit status (128+N when killed by signal N); None when cancelled or timed
@@ -85,8 +82,6 @@ class ShellResult:
     """Newline count + 1 when any output was seen, else 0."""
     total_bytes: int
     """Raw bytes seen."""
-    last_line_bytes: int
-    """Raw bytes after the last newline (the size of a last line that was cut)."""
 
 
 def shell_program() -> str:
@@ -128,64 +123,12 @@ def _unwrap(exc: BaseExceptionGroup[BaseException]) -> BaseException:
     return exc
 
 
-def _has_live_member(pgid: int) -> bool:
-    """Whether a process other than a zombie is in the group. Orphaned members are reaped by
-    init, which some containers' init never does, so "the group exists" is not enough."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:  # no procfs: zombies count as alive, the grace period runs out instead
-        return True
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold anything, so split after its ")"
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _group_alive(proc: trio.Process) -> bool:
-    proc.poll()  # reap the shell if it is gone, so it does not count as a live member
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a member changed credentials; it exists
-        return True
-    return _has_live_member(proc.pid)
-
-
-def _signal_group(proc: trio.Process, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
-
-
-async def kill_process_group(proc: trio.Process, grace: float = KILL_GRACE) -> None:
-    """SIGTERM the group led by ``proc``, give it ``grace`` seconds, SIGKILL what is left, and
-    wait for ``proc``. Returns at once when the group is already empty."""
-    if _group_alive(proc):
-        _signal_group(proc, signal.SIGTERM)
-        _signal_group(proc, signal.SIGCONT)  # a stopped process only dies of TERM once resumed
-        with trio.move_on_after(grace):
-            # Nothing signals "the group is empty" (members are not our children): poll.
-            while _group_alive(proc):  # noqa: ASYNC110
-                await trio.sleep(_POLL_INTERVAL)
-        if _group_alive(proc):
-            _signal_group(proc, signal.SIGKILL)
-    await proc.wait()
-
-
 @attrs.define
 class ShellRun:
     """One command: create it, ``await run()`` it (once), then read ``result()``.
 
-    ``snapshot()`` gives the truncated tail so far while it runs (for streaming updates).
+    ``snapshot()`` gives the output so far, middle-elided, while it runs (for streaming
+    updates).
     """
 
     command: str
@@ -195,8 +138,10 @@ class ShellRun:
     on_output: OnOutput | None = None
     """Receives each decoded chunk as it arrives; awaiting it slows the reading (backpressure).
     Not called for output read during cleanup after a timeout or cancellation."""
-    max_lines: int = DEFAULT_MAX_LINES
     max_bytes: int = DEFAULT_MAX_BYTES
+    """Longest output shown whole; a longer one is elided in the middle and spilled to a file."""
+    head_bytes: int = ELISION_HEAD_BYTES
+    """Of ``max_bytes``, the window shown from the start of an elided output."""
 
     pid: int | None = attrs.field(default=None, init=False)
     """The shell's pid, which is also its process group id; set once it has started."""
@@ -208,14 +153,10 @@ class ShellRun:
     _exit_code: int | None = attrs.field(default=None, init=False)
     _shell_exited: bool = attrs.field(default=False, init=False)
     _group_gone: bool = attrs.field(default=False, init=False)
+    # Only for on_output: the elider keeps raw bytes and decodes what it shows itself.
     _decoder: codecs.IncrementalDecoder = attrs.field(
         factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"), init=False)
-    _tail: deque[tuple[str, int]] = attrs.field(factory=deque, init=False)
-    _tail_bytes: int = attrs.field(default=0, init=False)
-    _tail_trimmed: bool = attrs.field(default=False, init=False)
-    _total_bytes: int = attrs.field(default=0, init=False)
-    _newlines: int = attrs.field(default=0, init=False)
-    _last_line_bytes: int = attrs.field(default=0, init=False)
+    _elider: MiddleElider = attrs.field(init=False)
     _unspilled: bytearray = attrs.field(factory=bytearray, init=False)
     _spilling: bool = attrs.field(default=False, init=False)
     _spill_failed: bool = attrs.field(default=False, init=False)
@@ -223,29 +164,27 @@ class ShellRun:
     _spill_path: Path | None = attrs.field(default=None, init=False)
     _result: ShellResult | None = attrs.field(default=None, init=False)
 
+    @_elider.default
+    def _make_elider(self) -> MiddleElider:
+        return MiddleElider(max_bytes=self.max_bytes, head_bytes=self.head_bytes)
+
     # --- what callers read ------------------------------------------------------------------
 
     @property
     def total_bytes(self) -> int:
-        return self._total_bytes
+        return self._elider.total_bytes
 
     @property
     def total_lines(self) -> int:
-        return self._newlines + 1 if self._total_bytes else 0
+        return self._elider.total_lines
 
     @property
     def full_output_path(self) -> Path | None:
         return self._spill_path
 
-    def snapshot(self) -> Truncation:
-        """The tail of the output so far, truncated; totals are of everything seen."""
-        text = "".join(chunk for chunk, _ in self._tail)
-        truncation = truncate_tail(text, max_lines=self.max_lines, max_bytes=self.max_bytes)
-        if self._tail_trimmed:  # the buffer is only the end: count what it dropped too
-            truncation = attrs.evolve(truncation, truncated=True,
-                                      total_lines=self.total_lines,
-                                      total_bytes=self._total_bytes)
-        return truncation
+    def snapshot(self) -> Elision:
+        """The output so far as it would be shown (middle-elided when over ``max_bytes``)."""
+        return self._elider.result()
 
     def result(self) -> ShellResult:
         """The outcome, once ``run`` has returned or raised ``Cancelled``."""
@@ -335,35 +274,15 @@ class ShellRun:
                 await self.on_output(text)
 
     def _record(self, data: bytes | bytearray) -> str:
-        """Account for a chunk (no awaits, so a cancellation never splits the bookkeeping)."""
-        self._total_bytes += len(data)
-        self._newlines += data.count(b"\n")
-        last_newline = data.rfind(b"\n")
-        if last_newline == -1:
-            self._last_line_bytes += len(data)
-        else:
-            self._last_line_bytes = len(data) - last_newline - 1
+        """Account for a chunk (no awaits, so a cancellation never splits the bookkeeping);
+        returns it decoded for ``on_output`` ("" when nobody streams)."""
+        self._elider.feed(data)
         if not self._spill_failed:
             # before spilling starts this is the whole output (at most max_bytes + one read)
             self._unspilled += data
-            if not self._spilling and (self._total_bytes > self.max_bytes
-                                       or self.total_lines > self.max_lines):
+            if not self._spilling and self._elider.total_bytes > self.max_bytes:
                 self._spilling = True
-        text = self._decoder.decode(data)
-        self._append_tail(text)
-        return text
-
-    def _append_tail(self, text: str) -> None:
-        if not text:
-            return
-        size = len(text.encode("utf-8", "surrogatepass"))
-        self._tail.append((text, size))
-        self._tail_bytes += size
-        # 2x the limit: enough that truncating the buffer equals truncating the whole output
-        keep = 2 * self.max_bytes
-        while len(self._tail) > 1 and self._tail_bytes - self._tail[0][1] >= keep:
-            self._tail_bytes -= self._tail.popleft()[1]
-            self._tail_trimmed = True
+        return self._decoder.decode(data) if self.on_output is not None else ""
 
     async def _flush_spill(self) -> None:
         """Write what the spill file lacks. The thread calls are not cancellable, and the buffer
@@ -385,7 +304,6 @@ class ShellRun:
         del self._unspilled[:len(chunk)]
 
     def _finish(self, proc: trio.Process | None) -> None:
-        self._append_tail(self._decoder.decode(b"", final=True))
         if self._spill_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._spill_fd)
@@ -400,14 +318,13 @@ class ShellRun:
             command=self.command, cwd=self.cwd, output=truncation.content,
             truncation=truncation, exit_code=self._exit_code, cancelled=self._cancelled,
             timed_out=self._timed_out, timeout=self.timeout, full_output_path=self._spill_path,
-            total_lines=self.total_lines, total_bytes=self._total_bytes,
-            last_line_bytes=self._last_line_bytes)
+            total_lines=self.total_lines, total_bytes=self.total_bytes)
 
 
 # ``timeout`` is part of the command (a timed-out command is a result, not an exception).
 async def run_shell(command: str, *, cwd: Path, timeout: float | None = None,  # noqa: ASYNC109
-                    on_output: OnOutput | None = None, max_lines: int = DEFAULT_MAX_LINES,
-                    max_bytes: int = DEFAULT_MAX_BYTES) -> ShellResult:
+                    on_output: OnOutput | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                    head_bytes: int = ELISION_HEAD_BYTES) -> ShellResult:
     """Run ``command`` (see the module docstring) and return its result.
 
     Raises ShellSpawnError when it cannot start. On cancellation, kills the command's process
@@ -415,5 +332,5 @@ async def run_shell(command: str, *, cwd: Path, timeout: float | None = None,  #
     cancelled command, use ``ShellRun`` directly.
     """
     run = ShellRun(command, cwd=cwd, timeout=timeout, on_output=on_output,
-                   max_lines=max_lines, max_bytes=max_bytes)
+                   max_bytes=max_bytes, head_bytes=head_bytes)
     return await run.run()

@@ -1,19 +1,24 @@
-"""Output truncation shared by every tool: what the model sees of a long output.
+"""Output truncation shared by every tool: what the model (or host) sees of a long output.
 
-Two limits, whichever is hit first: lines (``DEFAULT_MAX_LINES``) and UTF-8 bytes
-(``DEFAULT_MAX_BYTES``). Text is split on ``"\\n"`` only, so ``"a\\nb\\n"`` is three lines, the
-last one empty (the original does the same, and the notices count lines that way).
+Head truncation (read, grep, find, ls) has two limits, whichever is hit first: lines
+(``DEFAULT_MAX_LINES``) and UTF-8 bytes (``DEFAULT_MAX_BYTES``). Text is split on ``"\\n"`` only,
+so ``"a\\nb\\n"`` is three lines, the last one empty (the original does the same, and the notices
+count lines that way). It keeps whole lines from the start. When the first line alone is over
+the byte limit nothing is kept and ``first_line_exceeds_limit`` is set, so the caller can say how
+to read that line instead. ``HeadTruncator`` is head truncation fed one line at a time, for
+callers that must not hold the whole text (``read`` on a huge file); ``truncate_head`` is built
+on it, so both agree.
 
-* Head truncation (read, grep, find, ls) keeps whole lines from the start. When the first line
-  alone is over the byte limit nothing is kept and ``first_line_exceeds_limit`` is set, so the
-  caller can say how to read that line instead.
-* Tail truncation (bash) keeps whole lines from the end. When the last line alone is over the
-  byte limit its tail is kept, cut on a UTF-8 character boundary, and ``last_line_partial`` is set.
+Middle elision (shell output: the ``bash`` tool and the RPC ``bash`` command, rpc-behavior §10.2)
+keeps the head and the tail of an output over ``DEFAULT_MAX_BYTES`` and replaces the middle by
+one marker line: ``[…<N>ln elided…]``, or ``[…<N>B elided…]`` when at most one line is elided.
+The head window is ``ELISION_HEAD_BYTES`` (20 KiB), the tail window the rest of the budget
+(30 KiB). Each window is cut at a line boundary when that keeps at least half of it, else at a
+UTF-8 character boundary. ``MiddleElider`` takes raw bytes as they arrive and holds only the
+first bytes and a rolling tail (about 2 x the budget), so memory stays flat however long the
+output; ``elide_middle`` is the one-shot form.
 
-``HeadTruncator`` is head truncation fed one line at a time, for callers that must not hold the
-whole text (``read`` on a huge file); ``truncate_head`` is built on it, so both agree.
-
-Pure functions, no I/O.
+Pure code, no I/O.
 """
 
 from __future__ import annotations
@@ -170,51 +175,184 @@ def truncate_head(text: str, *, max_lines: int = DEFAULT_MAX_LINES,
     return truncator.finish(len(lines), _utf8_size(text))
 
 
-def _tail_bytes(text: str, max_bytes: int) -> str:
-    """The longest suffix of ``text`` that fits ``max_bytes`` UTF-8 bytes, whole characters only."""
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= max_bytes:
-        return text
-    start = len(data) - max_bytes
-    while start < len(data) and data[start] & 0xC0 == 0x80:  # a continuation byte
-        start += 1
-    return data[start:].decode("utf-8", "surrogatepass")
+# --- middle elision -----------------------------------------------------------------------------
+
+ELISION_HEAD_BYTES = 20 * 1024
+"""Head window of middle elision; the tail window is the rest of the byte budget."""
+_LOOKAHEAD = 4  # bytes kept past the head window (and before the tail window) to find
+# the character and line boundaries there
 
 
-def truncate_tail(text: str, *, max_lines: int = DEFAULT_MAX_LINES,
-                  max_bytes: int = DEFAULT_MAX_BYTES) -> Truncation:
-    """Keep whole lines from the end of ``text`` within both limits (a too-long last line is
-    kept in part: its last ``max_bytes`` bytes)."""
-    total_bytes = _utf8_size(text)
-    lines = text.split("\n")
-    total_lines = len(lines)
-    if total_lines <= max_lines and total_bytes <= max_bytes:
-        return Truncation(content=text, truncated=False, truncated_by=None,
-                          total_lines=total_lines, total_bytes=total_bytes,
-                          output_lines=total_lines, output_bytes=total_bytes,
-                          last_line_partial=False, first_line_exceeds_limit=False,
-                          max_lines=max_lines, max_bytes=max_bytes)
-    kept: list[str] = []
-    kept_bytes = 0
-    truncated_by: TruncatedBy = "lines"
-    last_line_partial = False
-    for line in reversed(lines):
-        if len(kept) >= max_lines:
-            break
-        with_separator = _utf8_size(line) + (1 if kept else 0)
-        if kept_bytes + with_separator > max_bytes:
-            truncated_by = "bytes"
-            if not kept:
-                partial = _tail_bytes(line, max_bytes)
-                kept.append(partial)
-                kept_bytes = _utf8_size(partial)
-                last_line_partial = True
-            break
-        kept.append(line)
-        kept_bytes += with_separator
-    kept.reverse()
-    return Truncation(content="\n".join(kept), truncated=True, truncated_by=truncated_by,
-                      total_lines=total_lines, total_bytes=total_bytes,
-                      output_lines=len(kept), output_bytes=kept_bytes,
-                      last_line_partial=last_line_partial, first_line_exceeds_limit=False,
-                      max_lines=max_lines, max_bytes=max_bytes)
+def _is_continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _lines_in(text: str) -> int:
+    return text.count("\n") + 1 if text else 0
+
+
+@attrs.frozen
+class Elision:
+    """The outcome of middle elision: the text to show and what was left out of it."""
+
+    content: str
+    """The whole output (decoded leniently), or head + marker line + tail."""
+    truncated: bool
+    """True when the middle was elided."""
+    total_lines: int
+    """Newline count + 1 when any output was seen, else 0."""
+    total_bytes: int
+    """Raw bytes seen."""
+    output_lines: int
+    output_bytes: int
+    """Of ``content``, marker line included."""
+    head_lines: int = 0
+    """Lines 1..``head_lines`` are shown at the top (the last one may be cut)."""
+    tail_first_line: int = 0
+    """Lines ``tail_first_line``..``total_lines`` are shown at the bottom (the first may be cut)."""
+    elided_lines: int = 0
+    """Newlines in the elided middle: how many lines were left out."""
+    elided_bytes: int = 0
+    max_bytes: int = DEFAULT_MAX_BYTES
+    head_bytes: int = ELISION_HEAD_BYTES
+
+    def details(self) -> dict[str, Any] | None:
+        """How the output was cut, as hosts read it (camelCase); None when it was not."""
+        if not self.truncated:
+            return None
+        return {
+            "direction": "middle",
+            "truncatedBy": "middle",
+            "totalLines": self.total_lines,
+            "totalBytes": self.total_bytes,
+            "outputLines": self.output_lines,
+            "outputBytes": self.output_bytes,
+            "headRange": {"start": 1, "end": self.head_lines},
+            "tailRange": {"start": self.tail_first_line, "end": self.total_lines},
+            "elidedBytes": self.elided_bytes,
+            "elidedLines": self.elided_lines,
+            "maxBytes": self.max_bytes,
+        }
+
+
+def elision_marker(elided_lines: int, elided_bytes: int) -> str:
+    """The line that stands for the elided middle."""
+    if elided_lines > 1:
+        return f"[…{elided_lines}ln elided…]"
+    return f"[…{elided_bytes}B elided…]"
+
+
+class MiddleElider:
+    """Middle elision fed raw output bytes as they arrive; ``result`` at any time.
+
+    Holds the first ``head_bytes`` (+4) bytes and a rolling tail of between ``max_bytes`` and
+    ``2 * max_bytes`` (+4, + one chunk) bytes, whatever the total.
+    """
+
+    __slots__ = ("_head", "_newlines", "_tail", "_total", "head_bytes", "max_bytes")
+
+    def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 head_bytes: int = ELISION_HEAD_BYTES) -> None:
+        if not 0 <= head_bytes <= max_bytes:
+            raise ValueError(f"head_bytes must be between 0 and max_bytes ({max_bytes})")
+        self.max_bytes = max_bytes
+        self.head_bytes = head_bytes
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._total = 0
+        self._newlines = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    @property
+    def total_lines(self) -> int:
+        return self._newlines + 1 if self._total else 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held (bounded, see the class docstring)."""
+        return len(self._head) + len(self._tail)
+
+    def feed(self, data: bytes | bytearray) -> None:
+        self._total += len(data)
+        self._newlines += data.count(b"\n")
+        room = self.head_bytes + _LOOKAHEAD - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+        self._tail += data
+        if len(self._tail) > 2 * self.max_bytes + _LOOKAHEAD:
+            # Keep at least max_bytes (all of an output that fits) and a few bytes before the
+            # tail window, to see whether it starts at a line or inside a character.
+            del self._tail[:len(self._tail) - self.max_bytes - _LOOKAHEAD]
+
+    def result(self) -> Elision:
+        """The elided view of everything fed so far."""
+        total, max_bytes = self._total, self.max_bytes
+        if total <= max_bytes:
+            text = self._tail.decode("utf-8", "replace")
+            return Elision(content=text, truncated=False, total_lines=self.total_lines,
+                           total_bytes=total, output_lines=_lines_in(text),
+                           output_bytes=_size(text), max_bytes=max_bytes,
+                           head_bytes=self.head_bytes)
+        head = self._head
+        head_end = self._head_end()
+        tail_window = max_bytes - self.head_bytes
+        tail = self._tail
+        start = self._tail_start(len(tail) - tail_window)
+        tail_start = total - (len(tail) - start)  # in the whole output
+        head_newlines = head.count(b"\n", 0, head_end)
+        tail_newlines = tail.count(b"\n", start)
+        elided_lines = self._newlines - head_newlines - tail_newlines
+        head_text = head[:head_end].decode("utf-8", "replace")
+        tail_text = tail[start:].decode("utf-8", "replace")
+        separator = "" if not head_text or head_text.endswith("\n") else "\n"
+        content = (f"{head_text}{separator}"
+                   f"{elision_marker(elided_lines, tail_start - head_end)}\n{tail_text}")
+        return Elision(
+            content=content, truncated=True, total_lines=self.total_lines, total_bytes=total,
+            output_lines=_lines_in(content), output_bytes=_size(content),
+            head_lines=head_newlines + (0 if separator == "" else 1),
+            tail_first_line=self._newlines - tail_newlines + 1,
+            elided_lines=elided_lines, elided_bytes=tail_start - head_end,
+            max_bytes=max_bytes, head_bytes=self.head_bytes)
+
+    def _head_end(self) -> int:
+        """Where the shown head stops: after its last newline, or on a character boundary."""
+        window, head = self.head_bytes, self._head
+        newline = head.rfind(b"\n", 0, window)
+        if newline >= 0 and newline + 1 >= window // 2:
+            return newline + 1
+        end = window
+        for _ in range(3):  # a character is at most 4 bytes: step back to its first byte
+            if end > 0 and end < len(head) and _is_continuation(head[end]):
+                end -= 1
+        return end
+
+    def _tail_start(self, start: int) -> int:
+        """Where the shown tail starts (index in the tail buffer): at a line start, or on a
+        character boundary."""
+        tail = self._tail
+        window = len(tail) - start
+        if start > 0 and tail[start - 1] == 0x0A:
+            return start
+        newline = tail.find(b"\n", start)
+        if newline >= 0 and len(tail) - (newline + 1) >= window // 2:
+            return newline + 1
+        for _ in range(3):
+            if start < len(tail) and _is_continuation(tail[start]):
+                start += 1
+        return start
+
+
+def elide_middle(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 head_bytes: int = ELISION_HEAD_BYTES) -> Elision:
+    """Middle elision of a whole output at once (``MiddleElider`` fed once)."""
+    elider = MiddleElider(max_bytes=max_bytes, head_bytes=head_bytes)
+    elider.feed(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+    return elider.result()

@@ -401,8 +401,10 @@ async def _read_events(call: ModelCall, out: MessageBuilder, response: httpx.Res
                     else:  # refusal, sensitive, and whatever comes next
                         refusal = reason
             elif isinstance(event, _ErrorEvent):
+                text = errors.describe_error(
+                    {"message": event.error.message, "type": event.error.type})
                 raise errors.from_stream_error(
-                    event.error.message or event.error.type or "Anthropic stream error",
+                    text or event.error.type or "Anthropic stream error",
                     model.provider, model.id, error_type=event.error.type)
         else:
             raise ProviderError(kind="network", provider=model.provider, model=model.id,

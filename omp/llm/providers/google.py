@@ -299,8 +299,9 @@ async def _read_chunks(call: ModelCall, out: MessageBuilder, response: httpx.Res
                                     message=f"Malformed Gemini stream chunk: {exc}") from None
             if chunk.error is not None:
                 err = chunk.error
+                text = errors.describe_error({"message": err.message, "status": err.status})
                 raise errors.from_stream_error(
-                    err.message or err.status or "Gemini stream error", model.provider,
+                    text or err.status or "Gemini stream error", model.provider,
                     model.id, error_type=_STATUS_TYPES.get(err.status, err.status))
             if chunk.responseId:
                 out.response_id = chunk.responseId

@@ -85,12 +85,13 @@ def decode_chunk(data: str, call: ModelCall) -> Any:
 
 
 def stream_error(error: Any, call: ModelCall, *, fallback: str) -> ProviderError:
-    """An in-stream error object (``{"message", "type"/"code"}`` or a bare string)."""
+    """An in-stream error object (``{"message", "type", "code"}``) or a bare string, as the text
+    ``<message> (type=… code=…)`` (``errors.describe_error``)."""
     if isinstance(error, dict):
-        message = error.get("message") if isinstance(error.get("message"), str) else None
         kind = error.get("type") or error.get("code")
-        return errors.from_stream_error(message or fallback, call.model.provider, call.model.id,
-                                        error_type=str(kind) if kind else None)
+        return errors.from_stream_error(
+            errors.describe_error(error) or fallback, call.model.provider, call.model.id,
+            error_type=str(kind) if kind else None)
     text = error if isinstance(error, str) and error else fallback
     return errors.from_stream_error(text, call.model.provider, call.model.id)
 

@@ -19,6 +19,7 @@ import httpx
 import msgspec
 
 from ...protocol import messages as m
+from .. import errors
 from ..errors import ProviderError
 from ..http import drain, post_stream
 from ..sse import iter_sse
@@ -36,7 +37,6 @@ from .openai_completions import (
     joined_text,
     request_headers,
     safe_call_id,
-    stream_error,
 )
 
 _STATUS: dict[str, m.StopReason] = {
@@ -361,27 +361,32 @@ def _completed(out: MessageBuilder, response: Any) -> None:
 
 
 def _failed(response: Any, call: ModelCall) -> ProviderError:
+    # The Responses API's own texts: ``<code>: <message>`` for a failed response.
     response = _dict(response)
     error = _dict(response.get("error"))
     if error:
         code = error.get("code") or error.get("type")
         text = _str(error.get("message")) or "The response failed"
-        message = f"{code}: {text}" if code else text
-        return stream_error({"message": message, "code": code}, call, fallback=message)
+        return _stream_error(f"{code}: {text}" if code else text, code, call)
     reason = _dict(response.get("incomplete_details")).get("reason")
     if reason:
-        return stream_error(f"incomplete: {reason}", call, fallback="The response failed")
+        return _stream_error(f"incomplete: {reason}", None, call)
     status = _str(response.get("status")) or "failed"
-    return stream_error(None, call, fallback=f"The response {status}")
+    return _stream_error(f"The response {status}", None, call)
 
 
 def _error_event(event: Json, call: ModelCall) -> ProviderError:
-    # ``{"type":"error","code","message"}``, or the same nested under ``error``.
+    # ``{"type":"error","code","message"}``, or the same nested under ``error``; the text is
+    # the Responses API's ``Error Code <code>: <message>``.
     error = _dict(event.get("error")) or event
     code = error.get("code") or (error.get("type") if error.get("type") != "error" else None)
     text = _str(error.get("message")) or "Unknown error"
-    message = f"Error Code {code}: {text}" if code else text
-    return stream_error({"message": message, "code": code}, call, fallback=message)
+    return _stream_error(f"Error Code {code}: {text}" if code else text, code, call)
+
+
+def _stream_error(message: str, code: Any, call: ModelCall) -> ProviderError:
+    return errors.from_stream_error(message, call.model.provider, call.model.id,
+                                    error_type=str(code) if code else None)
 
 
 def _dict(value: Any) -> Json:

@@ -1,0 +1,511 @@
+"""Many sessions in one trio program. Run: `python bench/bench_many.py`.
+
+A host (a bot, an IDE server) embeds omp by running one `omp.serve()` per session in its own
+trio program, each over a pair of trio memory streams. This benchmark does exactly that, using
+only the public embedding API (`omp.serve`, `omp.ServeOptions`) and the protocol's frames:
+
+  * idle: --warm sessions are started, then RSS (VmRSS, after `gc.collect()`) is read; then
+    --idle more (1,000 by default), each awaited until `ready` and `available_commands_update`
+    were read, and RSS again: the growth divided by --idle is the cost of one idle session (the
+    warm ones keep one-time costs, such as lazy imports, out of it). Then every input is closed
+    (EOF) and every `serve()` must return.
+  * streaming: --sessions sessions (100) with `set_event_filter {"messageUpdates": "delta"}`
+    prompt at once; each answer is --deltas text deltas (2,000) from the fake LLM. Two runs:
+    *unpaced*, the fake writes as fast as TCP takes it, which measures capacity (aggregate text
+    deltas read by the hosts per second, from the prompts being written to the last delta read);
+    *paced*, the fake writes bursts of --burst deltas so that all sessions together are offered
+    --rate deltas/s (50,000, the capacity target), which measures chunk → frame latency at that
+    load (without pacing the latency is only the time a chunk queues in socket buffers, which
+    grows with the answer; it is printed for the unpaced run too, without a target).
+
+Chunk → frame latency, and why the numbers are honest: every delta's text is a placeholder of
+19 `#`. The fake LLM (`omp.testing.fake_llm`, unchanged) runs in a separate process behind a small
+TCP proxy in that same process; the proxy forwards the fake's bytes to omp and, just before each
+write, replaces every placeholder in them with `time.monotonic_ns()` (same length, so HTTP chunk
+sizes stay valid). Host-side, each text delta's frame is decoded and its stamp subtracted from
+`time.monotonic_ns()` at that moment; CLOCK_MONOTONIC is system-wide, so the two processes'
+times compare. The latency therefore spans loopback TCP, httpx, SSE decoding, the agent loop,
+the frame queue, the writer, the memory stream and the host's own read and decode. A stamp taken
+while the socket toward omp is full is earlier than the actual write, which can only make the
+latency look worse, never better.
+
+Why a separate process: on this 2-core machine the fake server and the proxy then use the other
+core, so this process's time (printed as CPU µs per delta) is omp's and its hosts' alone, as a
+real model server would be elsewhere. Nothing touches the real ~/.omp: models.yml lives in a
+temporary agent dir, sessions run with `persist=False` and cwd in that directory.
+
+Targets (issue 9): <= 150 KiB RSS per idle session, >= 50,000 deltas/s aggregate (unpaced),
+p99 chunk → frame <= 20 ms (paced). The 1-minute load average is printed before and after: the
+figures only hold on an otherwise quiet machine. A benchmark, not a test: it exits 0 whether or
+not the targets are met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+import trio.testing
+
+import omp
+from omp.testing.fake_llm import open_fake_llm
+from omp.testing.script import load_script
+
+IDLE_TARGET_KIB = 150.0
+RATE_TARGET = 50_000.0
+P99_TARGET_MS = 20.0
+
+STAMP_DIGITS = 19  # time.monotonic_ns() fits in 19 digits for ~300 years of uptime
+PLACEHOLDER = b"#" * STAMP_DIGITS
+BURST_MARK = "BENCH-UNPACED"
+PACED_MARK = "BENCH-PACED"
+READ_BYTES = 1 << 20
+
+_encode = msgspec.json.Encoder().encode
+
+
+# --------------------------------------------------------------------------- the host side
+
+
+class Update(msgspec.Struct):
+    """The part of ``assistantMessageEvent`` the host looks at."""
+
+    type: str
+    delta: str = ""
+
+
+class Frame(msgspec.Struct):
+    """The fields of an outgoing frame the host looks at; the rest is skipped by the decoder.
+    Loosely typed where frames of different types use the same name differently."""
+
+    type: str
+    id: Any = None
+    success: Any = True
+    status: Any = None
+    error: Any = None
+    assistantMessageEvent: Update | None = None
+
+
+_decode = msgspec.json.Decoder(Frame).decode
+
+
+class Embedded:
+    """One ``omp.serve()`` in this trio program and the host's ends of its memory streams."""
+
+    def __init__(self, options: omp.ServeOptions) -> None:
+        self.options = options
+        self.to_server, self._server_in = trio.testing.memory_stream_one_way_pair()
+        self._server_out, self._from_server = trio.testing.memory_stream_one_way_pair()
+        self._lines: deque[bytes] = deque()
+        self._partial = b""
+        self.returned = trio.Event()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        await omp.serve(self._server_in, self._server_out, options=self.options,
+                        task_status=task_status)
+        self.returned.set()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.to_server.send_all(_encode(frame) + b"\n")
+
+    async def frame(self) -> tuple[Frame, int]:
+        """The next frame and ``time.monotonic_ns()`` when it was decoded."""
+        while not self._lines:
+            data = await self._from_server.receive_some(READ_BYTES)
+            if not data:
+                raise EOFError("serve() output ended")
+            parts = (self._partial + data).split(b"\n")
+            self._partial = parts.pop()
+            self._lines.extend(part for part in parts if part)
+        frame = _decode(self._lines.popleft())
+        return frame, time.monotonic_ns()
+
+    async def until(self, kind: str) -> Frame:
+        while True:
+            frame, _ = await self.frame()
+            if frame.type == kind:
+                return frame
+
+
+async def start_session(nursery: trio.Nursery, options: omp.ServeOptions) -> Embedded:
+    """A started ``serve()`` whose ``ready`` and command list have been read."""
+    session = Embedded(options)
+    await nursery.start(session.serve)
+    await session.until("available_commands_update")
+    return session
+
+
+async def close_all(sessions: list[Embedded], allowed: float) -> tuple[int, float]:
+    """Close every input (EOF); how many ``serve()`` returned within ``allowed`` seconds, and
+    how long closing took."""
+    start = time.perf_counter()
+    for session in sessions:
+        await session.to_server.aclose()
+    with trio.move_on_after(allowed):
+        for session in sessions:
+            await session.returned.wait()
+    returned = sum(1 for session in sessions if session.returned.is_set())
+    return returned, time.perf_counter() - start
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+# --------------------------------------------------------------------------- idle sessions
+
+
+@dataclass
+class IdleResult:
+    count: int
+    start_seconds: float
+    kib_per_session: float
+    returned: int
+    total: int
+    close_seconds: float
+
+
+async def idle_phase(options: omp.ServeOptions, count: int, warm: int,
+                     allowed: float) -> IdleResult:
+    async with trio.open_nursery() as nursery:
+        sessions = [await start_session(nursery, options) for _ in range(warm)]
+        gc.collect()
+        before = rss_kib()
+        start = time.perf_counter()
+        for _ in range(count):
+            sessions.append(await start_session(nursery, options))
+        started = time.perf_counter() - start
+        gc.collect()
+        after = rss_kib()
+        returned, closing = await close_all(sessions, allowed)
+        nursery.cancel_scope.cancel()  # only does anything if some serve() did not return
+    return IdleResult(count=count, start_seconds=started,
+                      kib_per_session=(after - before) / count, returned=returned,
+                      total=len(sessions), close_seconds=closing)
+
+
+# --------------------------------------------------------------------------- streaming sessions
+
+
+@dataclass
+class StreamResult:
+    name: str
+    deltas: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    latencies_ns: list[int] = field(default_factory=list)
+    first_stamp: int = 0
+    last_stamp: int = 0
+    failures: list[str] = field(default_factory=list)
+    unsettled: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.deltas / self.seconds if self.seconds else 0.0
+
+    @property
+    def written_rate(self) -> float:
+        """Deltas/s the fake actually wrote (by the stamps): below the offered rate when the
+        fake's process could not keep its pace."""
+        span = self.last_stamp - self.first_stamp
+        return len(self.latencies_ns) / span * 1e9 if span > 0 else 0.0
+
+    def percentile_ms(self, fraction: float) -> float:
+        ordered = sorted(self.latencies_ns)
+        if not ordered:
+            return math.nan
+        return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)] / 1e6
+
+
+def stamp_of(delta: str) -> int:
+    try:
+        return int(delta[:STAMP_DIGITS])
+    except ValueError:
+        raise RuntimeError(f"text delta without a proxy stamp: {delta[:40]!r}") from None
+
+
+async def prompt_once(session: Embedded, message: str, result: StreamResult,
+                      last_read: list[int], stamped: bool) -> None:
+    """Prompt, then read until ``session_settled``, counting (and timing) text deltas."""
+    await session.send({"id": "p", "type": "prompt", "message": message})
+    while True:
+        frame, at = await session.frame()
+        update = frame.assistantMessageEvent
+        if update is not None:
+            if update.type == "text_delta":
+                result.deltas += 1
+                last_read[0] = max(last_read[0], at)
+                if stamped:
+                    stamp = stamp_of(update.delta)
+                    result.latencies_ns.append(at - stamp)
+                    if not result.first_stamp or stamp < result.first_stamp:
+                        result.first_stamp = stamp
+                    result.last_stamp = max(result.last_stamp, stamp)
+        elif frame.type == "response" and frame.success is not True:
+            result.failures.append(f"prompt refused: {frame.error}")
+            return
+        elif frame.type == "prompt_result" and frame.status != "completed":
+            result.failures.append(f"prompt {frame.status}: {frame.error}")
+        elif frame.type == "session_settled":
+            return
+
+
+async def prompt_all(sessions: list[Embedded], name: str, message: str, stamped: bool,
+                     allowed: float) -> StreamResult:
+    result = StreamResult(name)
+    last_read = [0]  # monotonic_ns of the last text delta read by any session
+    done = 0
+
+    async def one(session: Embedded) -> None:
+        nonlocal done
+        await prompt_once(session, message, result, last_read, stamped)
+        done += 1
+
+    gc.collect()
+    cpu = time.process_time()
+    start = time.monotonic_ns()
+    with trio.move_on_after(allowed):
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(one, session)
+    result.cpu_seconds = time.process_time() - cpu
+    result.seconds = (max(last_read[0], start) - start) / 1e9
+    result.unsettled = len(sessions) - done
+    return result
+
+
+@dataclass
+class StreamingResults:
+    sessions: int
+    unpaced: StreamResult
+    paced: StreamResult
+    returned: int
+    close_seconds: float
+
+
+async def streaming_phase(options: omp.ServeOptions, count: int,
+                          allowed: float) -> StreamingResults:
+    async with trio.open_nursery() as nursery:
+        sessions = [await start_session(nursery, options) for _ in range(count)]
+        for session in sessions:
+            await session.send({"id": "f", "type": "set_event_filter",
+                                "messageUpdates": "delta"})
+            response = await session.until("response")
+            if response.success is not True:
+                raise RuntimeError(f"set_event_filter failed: {response.error}")
+        # Warm-up: provider modules imported, one HTTP connection per session opened.
+        warm = await prompt_all(sessions, "warm-up", "warm up", False, allowed)
+        if warm.failures or warm.unsettled:
+            raise RuntimeError(f"warm-up failed: {warm.failures[:3]}, "
+                               f"{warm.unsettled} sessions unsettled")
+        unpaced = await prompt_all(sessions, "unpaced", BURST_MARK, True, allowed)
+        paced = await prompt_all(sessions, "paced", PACED_MARK, True, allowed)
+        returned, closing = await close_all(sessions, allowed)
+        nursery.cancel_scope.cancel()  # only does anything if some serve() did not return
+    return StreamingResults(count, unpaced, paced, returned, closing)
+
+
+# --------------------------------------------------------------------------- the fake LLM process
+
+
+def fake_script(deltas: int, burst: int, period: float) -> list[dict[str, Any]]:
+    """Matched by the prompt's marker; the paced entry comes first because its requests also
+    carry the unpaced prompt (history)."""
+    text = PLACEHOLDER.decode() + " "
+    paced: list[dict[str, Any]] = []
+    for i in range(deltas):
+        chunk: dict[str, Any] = {"text": text}
+        if i and i % burst == 0:
+            chunk["delay"] = period
+        paced.append(chunk)
+    usage = {"input": 10, "output": deltas}
+    return [
+        {"match": {"bodyContains": PACED_MARK}, "repeat": True, "chunks": paced, "usage": usage},
+        {"match": {"bodyContains": BURST_MARK}, "repeat": True,
+         "chunks": [{"text": text}] * deltas, "usage": usage},
+        {"repeat": True, "chunks": [{"text": "ready"}, {"text": "."}],
+         "usage": {"input": 5, "output": 2}},
+    ]
+
+
+async def pump(source: trio.SocketStream, sink: trio.SocketStream, stamp: bool) -> None:
+    """Forward bytes until EOF; with ``stamp``, placeholders become the time of the write."""
+    held = b""
+    try:
+        while data := await source.receive_some(READ_BYTES):
+            if stamp:
+                data = held + data
+                # A read can end inside a placeholder: keep that part for the next write.
+                run = len(data) - len(data.rstrip(b"#"))
+                cut = len(data) - run if 0 < run < STAMP_DIGITS else len(data)
+                data, held = data[:cut], data[cut:]
+                data = data.replace(PLACEHOLDER, b"%019d" % time.monotonic_ns())
+            if data:
+                await sink.send_all(data)
+        if held:
+            await sink.send_all(held)
+        await sink.send_eof()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+async def proxy_connection(upstream_port: int, client: trio.SocketStream) -> None:
+    async with client:
+        upstream = await trio.open_tcp_stream("127.0.0.1", upstream_port)
+        async with upstream, trio.open_nursery() as nursery:
+            nursery.start_soon(pump, client, upstream, False)
+            nursery.start_soon(pump, upstream, client, True)
+
+
+async def fake_server_main(script_path: str) -> None:
+    """The child process: the fake LLM plus the stamping proxy, until SIGTERM or Ctrl-C."""
+    with open(script_path, "rb") as file:  # noqa: ASYNC230 -- once, before serving
+        script = load_script(file.read())
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with open_fake_llm(script) as fake, trio.open_nursery() as nursery:
+            listeners: list[trio.SocketListener] = await nursery.start(
+                functools.partial(trio.serve_tcp, functools.partial(proxy_connection, fake.port),
+                                  0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            print(f"http://127.0.0.1:{port}", flush=True)
+            async for _ in signals:
+                break
+            nursery.cancel_scope.cancel()
+
+
+def start_fake_server(directory: Path, deltas: int, burst: int,
+                      period: float) -> tuple[subprocess.Popen[bytes], str]:
+    script = directory / "script.json"
+    script.write_text(json.dumps(fake_script(deltas, burst, period)))
+    proc = subprocess.Popen([sys.executable, __file__, "--fake-server", str(script)],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    if not line.startswith("http://"):
+        proc.kill()
+        raise RuntimeError(f"the fake LLM process did not start (said {line!r})")
+    return proc, line
+
+
+# --------------------------------------------------------------------------- report
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResults) -> None:
+    # The figures are only as good as the machine is quiet: say how busy it was.
+    print("load average (1 min) before / after: "
+          f"{args.load_before:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    idle_ok = idle.kib_per_session <= IDLE_TARGET_KIB
+    print(f"idle: {idle.count} sessions started in {idle.start_seconds:.2f} s "
+          f"({idle.count / idle.start_seconds:,.0f}/s), after {args.warm} warm ones")
+    print(f"  RSS per idle session        {idle.kib_per_session:9.1f} KiB  "
+          f"(target <= {IDLE_TARGET_KIB:.0f})  {verdict(idle_ok)}")
+    print(f"  serve() returned after EOF  {idle.returned:>5}/{idle.total} "
+          f"in {idle.close_seconds:.2f} s")
+
+    unpaced, paced = streaming.unpaced, streaming.paced
+    print(f"streaming: {streaming.sessions} sessions at once, {args.deltas} text deltas each, "
+          "messageUpdates: delta")
+    for run in (unpaced, paced):
+        if run.failures or run.unsettled:
+            print(f"  {run.name}: {len(run.failures)} failed prompts, {run.unsettled} sessions "
+                  f"unsettled; first: {run.failures[:1]}")
+    rate_ok = unpaced.rate >= RATE_TARGET and not unpaced.failures and not unpaced.unsettled
+    print(f"  unpaced  aggregate          {unpaced.rate:9,.0f} deltas/s  "
+          f"(target >= {RATE_TARGET:,.0f})  {verdict(rate_ok)}   "
+          f"{unpaced.deltas} deltas in {unpaced.seconds:.2f} s, "
+          f"{unpaced.cpu_seconds / max(unpaced.deltas, 1) * 1e6:.1f} µs CPU/delta here")
+    print(f"           chunk -> frame     p50 {unpaced.percentile_ms(0.5):8.1f} ms  "
+          f"p99 {unpaced.percentile_ms(0.99):8.1f} ms  (queueing at saturation; no target)")
+    p99 = paced.percentile_ms(0.99)
+    latency_ok = p99 <= P99_TARGET_MS and not paced.failures and not paced.unsettled
+    print(f"  paced    offered {args.rate:,.0f}/s in {args.burst}-delta bursts, written "
+          f"{paced.written_rate:,.0f}/s, read {paced.rate:,.0f} deltas/s, "
+          f"{paced.cpu_seconds / max(paced.deltas, 1) * 1e6:.1f} µs CPU/delta here")
+    print(f"           chunk -> frame     p50 {paced.percentile_ms(0.5):8.2f} ms  "
+          f"p99 {p99:8.2f} ms  max {paced.percentile_ms(1.0):8.2f} ms  "
+          f"(target p99 <= {P99_TARGET_MS:.0f})  {verdict(latency_ok)}")
+    print(f"  serve() returned after EOF  {streaming.returned:>5}/{streaming.sessions} "
+          f"in {streaming.close_seconds:.2f} s")
+    met = sum((idle_ok, rate_ok, latency_ok))
+    print(f"summary: {met}/3 targets met (idle RSS {verdict(idle_ok)}, aggregate rate "
+          f"{verdict(rate_ok)}, p99 latency {verdict(latency_ok)})")
+
+
+async def main_async(args: argparse.Namespace, options: omp.ServeOptions) -> None:
+    idle = await idle_phase(options, args.idle, args.warm, args.timeout)
+    streaming = await streaming_phase(options, args.sessions, args.timeout)
+    report(args, idle, streaming)
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text})")
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--idle", type=positive, default=1000, help="idle sessions (1000)")
+    parser.add_argument("--warm", type=positive, default=10,
+                        help="sessions started before the idle baseline is read (10)")
+    parser.add_argument("--sessions", type=positive, default=100,
+                        help="sessions streaming at once (100)")
+    parser.add_argument("--deltas", type=positive, default=2000,
+                        help="text deltas per answer (2000)")
+    parser.add_argument("--rate", type=positive, default=50_000,
+                        help="paced run: deltas/s offered by all sessions together (50000)")
+    parser.add_argument("--burst", type=positive, default=10,
+                        help="paced run: deltas per write of the fake (10)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds allowed for each run and for shutdown (120)")
+    parser.add_argument("--fake-server", metavar="SCRIPT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fake_server:
+        trio.run(fake_server_main, args.fake_server)
+        return
+
+    period = args.burst * args.sessions / args.rate
+    args.load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-many-") as tmp:
+        directory = Path(tmp)
+        os.environ["OMP_AGENT_DIR"] = tmp  # belt and braces: options.agent_dir says the same
+        proc, url = start_fake_server(directory, args.deltas, args.burst, period)
+        try:
+            (directory / "models.yml").write_text(
+                "providers:\n  fake:\n    api: openai-completions\n"
+                f"    baseUrl: {url}/v1\n    auth: none\n    models: [{{id: stream}}]\n")
+            options = omp.ServeOptions(model="fake/stream", agent_dir=directory, persist=False,
+                                       cwd=directory, announce_offline=False)
+            trio.run(main_async, args, options)
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""The run saga: one prompt's run, from acceptance to its one terminal ``agent_end``.
+
+Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; DESIGN.md §2):
+
+* A run owns one ``trio.CancelScope`` (``Run.scope``). ``abort`` cancels it, whatever the run is
+  doing: streaming, running tools, waiting out a retry backoff, compacting. Nothing else in the
+  run decides about abort; cancellation unwinds everything and the run translates it into
+  protocol terms at its scope boundary (the agent's ``close_open``, then the ``auto_*_end``
+  frames of whatever was open).
+* A run is one or more attempts (``Agent.run``), each starting with ``agent_start``. No
+  ``agent_end`` is written between attempts; the session writes exactly one, terminal, when the
+  saga is over, with the last attempt's messages.
+* An attempt that failed with a transient error is retried (``auto_retry_start``, a backoff in
+  trio time, the failed turn dropped from the live context, a new attempt). The backoff is a
+  nested scope: ``abort_retry`` cancels only it, which ends the saga with
+  ``auto_retry_end {success: false, finalError: "Retry cancelled"}``. ``auto_retry_end`` comes
+  right before the run's ``agent_end`` (rpc-behavior §4.5).
+* An attempt that overflowed the model's window is compacted and run again, once
+  (``auto_compaction_start {reason: "overflow"}``, a warning ``notice``, ``auto_compaction_end
+  {willRetry: true}``). After a successful run past the threshold the context is compacted
+  before ``agent_end`` (``reason: "threshold"``). Both compactions run inside the run's scope.
+* An abort before the run started writes nothing: the saga reports that it never ran.
+* A bug (an exception out of the loop) closes what is open like an abort and ends the run with
+  an ``error`` outcome naming it; the session goes on.
+
+The saga never writes ``agent_end``, ``prompt_result`` or ``session_settled``: the session does,
+from the ``RunReport``, after the scope has closed.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import Literal, Protocol
+
+import attrs
+import msgspec
+import trio
+
+from ..agent.loop import ABORT_REASON, Agent, Outcome, RunResult
+from ..llm.errors import ProviderError
+from ..protocol import events as ev
+from ..protocol import messages as m
+from ..protocol.payloads import CompactionResult
+from .errors import SessionError
+from .settings import Settings
+
+OVERFLOW_NOTICE = ("The conversation no longer fits the model's context window: compacting it "
+                   "and running the turn again.")
+RETRY_CANCELLED = "Retry cancelled"
+COMPACTION_CANCELLED = "Compaction cancelled"
+
+
+class RunHost(Protocol):
+    """What a run needs from its session."""
+
+    agent: Agent
+    settings: Settings
+    auto_retry: bool
+    auto_compaction: bool
+
+    def publish(self, event: object) -> None: ...
+
+    def drop_failed_turn(self, failed: m.AssistantMessage) -> None: ...
+
+    def can_compact(self) -> bool: ...
+
+    def needs_compaction(self) -> bool: ...
+
+    async def summarize(self) -> CompactionResult | None:
+        """Compact the live context now; None when there is nothing to compact. Raises
+        SessionError when the model call fails. On cancellation nothing was changed."""
+        ...
+
+
+@attrs.define(eq=False)
+class RunReport:
+    """How a run ended: what ``agent_end`` and ``prompt_result`` say."""
+
+    outcome: Outcome
+    messages: list[m.AgentMessage]
+    """The last attempt's messages (``agent_end.messages``)."""
+    taken: list[m.AgentMessage]
+    """Every message any attempt took in (which accepted prompts this run served)."""
+    last: m.AssistantMessage | None
+    error: ProviderError | None
+    failure: str | None = None
+    """An internal error's description (outcome ``error`` without a provider error)."""
+
+
+@attrs.define(eq=False)
+class Run:
+    host: RunHost
+    prompts: list[m.UserMessage]
+    rng: random.Random
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    """Set by the session once the run's terminal frames are written."""
+    reason: str = ABORT_REASON
+    """The aborted assistant message's ``errorMessage`` when the run is aborted."""
+    _backoff: trio.CancelScope | None = None
+    _retries: int = 0
+    """Retries of this saga so far (``auto_retry_*.attempt``)."""
+    _retry_open: bool = False
+    _compacting: Literal["threshold", "overflow"] | None = None
+
+    @property
+    def compacting(self) -> bool:
+        return self._compacting is not None
+
+    def abort(self, reason: str = ABORT_REASON) -> None:
+        """Cancel the run, whatever it is doing (also before it started)."""
+        if not self.scope.cancel_called:
+            self.reason = reason
+        self.scope.cancel()
+
+    def abort_retry(self) -> bool:
+        """Cancel a retry backoff in progress; False when none is."""
+        if self._backoff is None:
+            return False
+        self._backoff.cancel()
+        return True
+
+    async def execute(self) -> RunReport | None:
+        """Run the saga; None when it was aborted before it started (nothing was written).
+
+        Abort is the cancellation of ``scope``, caught here. Cancelled from outside (the
+        session's nursery torn down), ``Cancelled`` propagates and nothing more is written.
+        """
+        if self.scope.cancel_called:
+            return None
+        agent = self.host.agent
+        taken: list[m.AgentMessage] = []
+        result: RunResult | None = None
+        failure: str | None = None
+        with self.scope:
+            try:
+                result = await self._attempts(taken)
+            except Exception as exc:  # a bug in the loop: report it, keep the session alive
+                failure = f"Internal error: {type(exc).__name__}: {exc}"
+                print(f"omp: {failure}", file=sys.stderr)
+                result = agent.close_open(failure)
+                taken += result.messages
+        if self.scope.cancelled_caught:
+            result = agent.close_open(self.reason)
+            taken += result.messages
+            self._close_open_saga()
+        assert result is not None
+        if failure is not None:
+            self._close_open_saga()
+            return RunReport("error", result.messages, _dedupe(taken), result.last, None,
+                             failure)
+        outcome: Outcome = "error" if result.outcome == "overflow" else result.outcome
+        return RunReport(outcome, result.messages, _dedupe(taken), result.last, result.error)
+
+    async def _attempts(self, taken: list[m.AgentMessage]) -> RunResult:
+        host = self.host
+        prompts = self.prompts
+        recovered = False
+        while True:
+            result = await host.agent.run(prompts)
+            taken += result.messages
+            prompts = []
+            if (result.outcome == "overflow" and not recovered and host.auto_compaction
+                    and host.can_compact()):
+                # The prompt did not fit: compact, then run the turn again (§6.2), once.
+                recovered = True
+                assert result.last is not None
+                host.drop_failed_turn(result.last)
+                if await self._compact("overflow"):
+                    continue
+                return result
+            delay = self._retry_delay(result)
+            if delay is None:
+                break
+            self._retries += 1
+            self._retry_open = True
+            assert result.last is not None
+            host.publish(ev.AutoRetryStart(
+                attempt=self._retries, maxAttempts=host.settings.retry.maxRetries,
+                delayMs=round(delay * 1000, 1),
+                errorMessage=result.last.errorMessage or "unknown error"))
+            # Caught here only when abort_retry cancelled it: while the run's own scope is
+            # cancelled too (abort), trio lets the cancellation through to that scope.
+            with trio.CancelScope() as backoff:
+                self._backoff = backoff
+                await trio.sleep(delay)  # trio time: MockClock tests run it instantly
+            self._backoff = None
+            if backoff.cancelled_caught:
+                self._end_retry(False, RETRY_CANCELLED)
+                return result
+            # The failed attempt leaves the live context (agent-core §5.3); the file keeps it.
+            host.drop_failed_turn(result.last)
+        if self._retry_open:
+            ok = result.outcome == "completed"
+            self._end_retry(ok, None if ok or result.last is None
+                            else result.last.errorMessage or "unknown error")
+        if (result.outcome == "completed" and host.auto_compaction
+                and host.needs_compaction()):
+            await self._compact("threshold")
+        return result
+
+    def _retry_delay(self, result: RunResult) -> float | None:
+        """Seconds before the next attempt, or None when the saga does not retry."""
+        from .retry import RetryWaitTooLong, backoff_delay, should_retry
+
+        last = result.last
+        if result.outcome != "error" or last is None or not self.host.auto_retry:
+            return None
+        settings = self.host.settings.retry
+        if not should_retry(result.error, last, settings, self._retries + 1):
+            return None
+        try:
+            return backoff_delay(self._retries + 1, settings,
+                                 result.error.retry_after if result.error else None, self.rng)
+        except RetryWaitTooLong as exc:
+            if self._retry_open:
+                self._end_retry(False, exc.final_error(last.errorMessage or ""))
+            return None
+
+    def _end_retry(self, success: bool, final_error: str | None) -> None:
+        self._retry_open = False
+        self.host.publish(ev.AutoRetryEnd(
+            success=success, attempt=self._retries,
+            finalError=msgspec.UNSET if final_error is None else final_error))
+
+    async def _compact(self, reason: Literal["threshold", "overflow"]) -> bool:
+        """Automatic compaction inside the run's scope; True when the context was compacted."""
+        host = self.host
+        self._compacting = reason
+        host.publish(ev.AutoCompactionStart(reason=reason, action="context-full"))
+        if reason == "overflow":
+            host.publish(ev.Notice(level="warning", message=OVERFLOW_NOTICE,
+                                   source="auto-compaction"))
+        try:
+            result = await host.summarize()
+        except SessionError as exc:
+            self._compacting = None
+            host.publish(ev.AutoCompactionEnd(action="context-full", aborted=False,
+                                              willRetry=False, errorMessage=str(exc)))
+            return False
+        self._compacting = None
+        compacted = result is not None
+        host.publish(ev.AutoCompactionEnd(
+            action="context-full", aborted=False, willRetry=reason == "overflow" and compacted,
+            result=result if result is not None else msgspec.UNSET,
+            skipped=True if result is None else msgspec.UNSET))
+        return compacted
+
+    def _close_open_saga(self) -> None:
+        """After an abort or a bug: end the compaction or retry saga that was open."""
+        if self._compacting is not None:
+            self._compacting = None
+            self.host.publish(ev.AutoCompactionEnd(action="context-full", aborted=True,
+                                                   willRetry=False,
+                                                   errorMessage=COMPACTION_CANCELLED))
+        if self._retry_open:
+            self._end_retry(False, RETRY_CANCELLED)
+
+
+def _dedupe(messages: list[m.AgentMessage]) -> list[m.AgentMessage]:
+    seen: set[int] = set()
+    out = []
+    for message in messages:
+        if id(message) not in seen:
+            seen.add(id(message))
+            out.append(message)
+    return out
