@@ -21,7 +21,8 @@ import time
 import httpx
 import trio
 
-from omp.llm.stream import ModelCall, StreamEvent
+from omp.llm.builder import StreamEvent
+from omp.llm.stream import ModelCall
 from omp.llm.types import Context
 from omp.protocol.messages import UserMessage
 from omp.protocol.payloads import Model, ModelCost

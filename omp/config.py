@@ -25,6 +25,7 @@ by ``bench/bench_rpc.py``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -33,6 +34,8 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
 
 if TYPE_CHECKING:
     import cattrs
@@ -144,8 +147,6 @@ def read_yaml_mapping(path: Path, expected: str) -> dict[Any, Any] | None:
 
 def read_json_mapping(path: Path, expected: str) -> dict[Any, Any] | None:
     """A JSON file's top-level mapping (None for ``null``); errors as ``read_yaml_mapping``."""
-    import json
-
     text = read_text(path)
     try:
         raw = json.loads(text)
@@ -203,7 +204,6 @@ def _converter() -> cattrs.Converter:
 
 
 def _make_converter() -> cattrs.Converter:
-    import attrs
     import cattrs
     from cattrs.cols import list_structure_factory
     from cattrs.gen import make_dict_structure_fn, make_mapping_structure_fn

@@ -36,8 +36,11 @@ CONTEXT_WINDOW = 128_000
 STEP_TIMEOUT = 20.0
 
 
-def write_models_yml(agent_dir: Path, base_url: str, api: str = "openai-completions") -> None:
-    """Declare provider ``fake`` (no key needed) served by the fake LLM at ``base_url``."""
+def write_models_yml(agent_dir: Path, base_url: str, api: str = "openai-completions",
+                     model_fields: dict[str, Any] | None = None) -> None:
+    """Declare provider ``fake`` (no key needed) served by the fake LLM at ``base_url``;
+    ``model_fields`` are more keys of its one model (``compat``, ``reasoning``...)."""
+    model = {"id": "fake-model", "contextWindow": CONTEXT_WINDOW, **(model_fields or {})}
     # The completions provider appends /chat/completions to baseUrl; Anthropic appends
     # /v1/messages. The fake server picks the stream format from the path's ending.
     url = f"{base_url}/v1" if api == "openai-completions" else base_url
@@ -48,7 +51,8 @@ def write_models_yml(agent_dir: Path, base_url: str, api: str = "openai-completi
         f"    api: {api}\n"
         "    auth: none\n"
         "    models:\n"
-        f"      - {{id: fake-model, contextWindow: {CONTEXT_WINDOW}}}\n")
+        # JSON is YAML: the model as one flow mapping.
+        f"      - {msgspec.json.encode(model).decode()}\n")
 
 
 def to_frame(event: Event) -> Frame:
@@ -339,7 +343,8 @@ class open_agent:
 
     def __init__(self, cwd: Path, agent_dir: Path, script: Sequence[dict[str, Any]], *,
                  api: str = "openai-completions", args: Sequence[str] = FAKE_ARGS,
-                 base_url: str | None = None) -> None:
+                 base_url: str | None = None,
+                 model_fields: dict[str, Any] | None = None) -> None:
         self._cwd = cwd
         self._agent_dir = agent_dir
         self._script = list(script)
@@ -347,12 +352,14 @@ class open_agent:
         self._args = list(args)
         self._base_url = base_url
         """Where the ``fake`` provider points instead of the fake server."""
+        self._model_fields = model_fields
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> AgentHarness:
         async with AsyncExitStack() as stack:
             fake = await stack.enter_async_context(open_fake_llm(self._script))
-            write_models_yml(self._agent_dir, self._base_url or fake.base_url, self._api)
+            write_models_yml(self._agent_dir, self._base_url or fake.base_url, self._api,
+                             self._model_fields)
             client = await stack.enter_async_context(RpcClient.spawn(
                 args=self._args, cwd=self._cwd, max_buffered_events=math.inf))
             harness = AgentHarness(client=client, fake=fake, cwd=self._cwd)

@@ -16,8 +16,9 @@ import pytest
 import trio
 import trio.testing
 
+from omp.llm.builder import StreamEvent
 from omp.llm.errors import ErrorKind
-from omp.llm.stream import ModelCall, StreamEvent, collect
+from omp.llm.stream import ModelCall, collect
 from omp.llm.types import Context, LlmMessage, StreamOptions, ToolSpec
 from omp.protocol import messages as m
 from omp.protocol.payloads import Model, ModelCost

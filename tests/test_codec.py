@@ -59,6 +59,7 @@ VALID: dict[str, dict[str, Any]] = {
     "compact": {"customInstructions": "keep it short"},
     "set_auto_compaction": {"enabled": False},
     "set_auto_retry": {"enabled": True},
+    "set_fast_mode": {"enabled": True},
     "abort_retry": {},
     "bash": {"command": "ls"},
     "abort_bash": {},

@@ -14,6 +14,7 @@ from omp.protocol import messages as m
 from omp.protocol.payloads import CompactionDetails, CompactionResult, Model, ModelCost
 from omp.session.compaction import (
     IMAGE_TOKENS,
+    SHORT_SUMMARY_PROMPT,
     SUMMARY_PROMPT,
     SUMMARY_SYSTEM_PROMPT,
     UPDATE_SUMMARY_PROMPT,
@@ -369,12 +370,13 @@ async def test_compact_summarises_after_the_previous_summary() -> None:
         user("What now?", ts=22),
         assistant(text(tokens(50)), usage=usage(input=6000, output=50), ts=23),
     ]
-    script = [{"chunks": [{"text": "## Goal\nMerged"}]}]
+    script = [{"chunks": [{"text": "## Goal\nMerged"}]},
+              {"chunks": [{"text": "I merged the work.\n"}, {"text": " Tests next."}]}]
     settings = CompactionSettings(keepRecentTokens=100)
     async with open_fake_llm(script) as llm, httpx.AsyncClient() as client:
         plan = await compact(make_model(llm), StreamOptions(api_key="sk-test"), messages,
                              settings, custom_instructions="files", http=client)
-        (request,) = llm.requests
+        request, short_request = llm.requests
     assert plan is not None
     assert plan.first_kept_index == 5
     assert plan.summarized == tuple(messages[1:5])
@@ -385,12 +387,19 @@ async def test_compact_summarises_after_the_previous_summary() -> None:
     assert plan.tokens_before == 6050
     summary_tokens = estimate_tokens(plan.summary_message(0))
     assert plan.tokens_after == summary_tokens + 3 + 50  # "What now?" is 9 bytes
+    # omp's shortSummary: a second, short request over the summary, one line for display.
+    assert plan.short_summary == "I merged the work. Tests next."
+    short_body = short_request.json()
+    assert short_body["messages"][1]["content"] == "## Goal\nMerged"
+    assert SHORT_SUMMARY_PROMPT in short_body["messages"][0]["content"]
     assert plan.messages(99) == [
         m.CompactionSummaryMessage(summary=plan.summary, tokensBefore=6050, timestamp=99,
-                                   tokensAfter=plan.tokens_after), *messages[5:]]
+                                   tokensAfter=plan.tokens_after,
+                                   shortSummary="I merged the work. Tests next."),
+        *messages[5:]]
     assert plan.result("e5f6a7b8") == CompactionResult(
         summary=plan.summary, firstKeptEntryId="e5f6a7b8", tokensBefore=6050,
-        details=plan.details)
+        details=plan.details, shortSummary="I merged the work. Tests next.")
 
     body = request.json()
     content = body["messages"][1]["content"]

@@ -27,7 +27,7 @@ from agent_helpers import (
     tools_reply,
 )
 
-from omp.session.compaction import SUMMARY_PROMPT, SUMMARY_SYSTEM_PROMPT
+from omp.session.compaction import SHORT_SUMMARY_PROMPT, SUMMARY_PROMPT, SUMMARY_SYSTEM_PROMPT
 from omp.testing.fake_llm import FakeLLM
 
 TEST_TIMEOUT = 90
@@ -83,6 +83,14 @@ def content_text(content: Any) -> str:
     return "".join(part.get("text", "") for part in content if isinstance(part, dict))
 
 
+SHORT_SUMMARY = "I set up config parsing; tests come next."
+SHORT_REPLY: dict[str, Any] = {
+    **text_reply(SHORT_SUMMARY), "repeat": True,
+    "match": {"bodyContains": "like the description of a pull request"}}
+"""Answers the second, short request of every compaction (omp's ``shortSummary``)."""
+assert "like the description of a pull request" in SHORT_SUMMARY_PROMPT
+
+
 def is_summary_request(fake: FakeLLM, index: int) -> bool:
     return SUMMARY_MARK.encode() in fake.requests[index].body
 
@@ -134,7 +142,7 @@ async def test_manual_compact_with_custom_instructions(tmp_path: Path,
     second compaction refused, the entry on disk, and the same context after ``--continue``."""
     (tmp_path / "config.yml").write_text("name: demo\nport: 8080\ndebug: true\n")
     write_settings(isolated_agent_dir, keepRecentTokens=KEEP_RECENT)
-    script = [summary_reply(), *three_turn_script()]
+    script = [SHORT_REPLY, summary_reply(), *three_turn_script()]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await three_turns(agent)
@@ -146,13 +154,14 @@ async def test_manual_compact_with_custom_instructions(tmp_path: Path,
 
             result = await agent.data("compact", customInstructions=FOCUS)
 
-            # One summary request, with the current model.
-            assert len(agent.fake.requests) == turn_requests + 1
-            assert is_summary_request(agent.fake, -1)
-            body = agent.fake.requests[-1].json()
+            # One summary request, with the current model, then the short one.
+            assert len(agent.fake.requests) == turn_requests + 2
+            assert is_summary_request(agent.fake, -2)
+            body = agent.fake.requests[-2].json()
             assert body["model"] == "fake-model"
             assert "tools" not in body or not body["tools"]
-            sent = request_messages(agent.fake, -1)
+            assert result["shortSummary"] == SHORT_SUMMARY
+            sent = request_messages(agent.fake, -2)
             assert [m["role"] for m in sent] in (["system", "user"], ["developer", "user"])
             assert content_text(sent[0]["content"]) == SUMMARY_SYSTEM_PROMPT
             request_text = content_text(sent[1]["content"])
@@ -206,7 +215,7 @@ async def test_manual_compact_with_custom_instructions(tmp_path: Path,
             again = await agent.call("compact")
             assert (again.success, again.error) == (
                 False, "Nothing to compact (session too small)")
-            assert len(agent.fake.requests) == turn_requests + 1
+            assert len(agent.fake.requests) == turn_requests + 2
             assert (await agent.data("get_messages"))["messages"] == after
 
             # No auto_compaction_* frames for a manual compaction.
@@ -240,7 +249,7 @@ async def test_manual_compact_with_custom_instructions(tmp_path: Path,
 async def test_compact_before_any_turn_and_after_one_turn(tmp_path: Path,
                                                           isolated_agent_dir: Path) -> None:
     """An empty or one-turn session has nothing to summarise: no model call is made."""
-    script = [summary_reply(), answer(ANSWERS[0])]
+    script = [SHORT_REPLY, summary_reply(), answer(ANSWERS[0])]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             empty = await agent.call("compact")
@@ -262,7 +271,7 @@ async def test_the_model_sees_the_summary_after_compaction(tmp_path: Path,
     summarised turns."""
     (tmp_path / "config.yml").write_text("name: demo\n")
     write_settings(isolated_agent_dir, keepRecentTokens=KEEP_RECENT)
-    script = [summary_reply(), *three_turn_script(), answer("Understood.")]
+    script = [SHORT_REPLY, summary_reply(), *three_turn_script(), answer("Understood.")]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await three_turns(agent)
@@ -282,7 +291,8 @@ async def test_context_usage_after_compaction_ignores_the_old_anchor(
     (tmp_path / "config.yml").write_text("name: demo\n")
     write_settings(isolated_agent_dir, keepRecentTokens=KEEP_RECENT)
     big = 60_000
-    script = [summary_reply(), tools_reply(tool_call("c1", "read", {"path": "config.yml"})),
+    script = [SHORT_REPLY, summary_reply(),
+              tools_reply(tool_call("c1", "read", {"path": "config.yml"})),
               answer(ANSWERS[0], big), answer(ANSWERS[1], big), answer(ANSWERS[2], big)]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
@@ -307,6 +317,7 @@ async def test_context_overflow_compacts_and_runs_the_turn_again(
     # Only the question that overflowed (~16 estimated tokens) is kept.
     write_settings(isolated_agent_dir, keepRecentTokens=20)
     script = [
+        SHORT_REPLY,
         summary_reply(),
         answer(ANSWERS[0]),
         answer(ANSWERS[1]),
@@ -352,8 +363,8 @@ async def test_context_overflow_compacts_and_runs_the_turn_again(
             assert "context window" in notice["message"]
             assert start_at < types.index("notice") < end_at
             # The summary request between the two, then the turn again, answered.
-            assert is_summary_request(agent.fake, 3)
-            assert len(agent.fake.requests) == 5
+            assert is_summary_request(agent.fake, 3)  # then the short summary request
+            assert len(agent.fake.requests) == 6
             rerun = [f["message"] for f in of_type(frames[end_at:], "message_end")
                      if f["message"]["role"] == "assistant"]
             assert [content_text(m["content"]) for m in rerun] == [
@@ -361,7 +372,7 @@ async def test_context_overflow_compacts_and_runs_the_turn_again(
             assert rerun[0]["stopReason"] == "stop"
             assert "agent_end" in types[end_at:]
             # The re-run sends the same question again (not a second copy of it).
-            sent = request_messages(agent.fake, 4)
+            sent = request_messages(agent.fake, 5)
             assert content_text(sent[-1]["content"]) == QUESTIONS[2]
             assert sum(content_text(m.get("content") or "") == QUESTIONS[2] for m in sent) == 1
 
@@ -383,6 +394,7 @@ async def test_context_overflow_compacts_and_runs_the_turn_again(
             entries = (await agent.data("get_entries"))["entries"]
             (compaction,) = [e for e in entries if e["type"] == "compaction"]
             assert compaction["firstKeptEntryId"] == result["firstKeptEntryId"]
+            assert compaction["shortSummary"] == SHORT_SUMMARY == result["shortSummary"]
 
 
 OVERFLOW_REPLY = {"status": 400, "body": {"error": {
@@ -393,7 +405,7 @@ async def test_overflow_with_nothing_to_compact_ends_the_prompt(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     """The very first prompt overflows: nothing can be summarised, so no retry follows; the
     prompt ends with the error and a terminal ``agent_end``."""
-    script = [summary_reply(), OVERFLOW_REPLY]
+    script = [SHORT_REPLY, summary_reply(), OVERFLOW_REPLY]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             request_id = await agent.send("prompt", message=QUESTIONS[0])
@@ -415,7 +427,7 @@ async def test_second_overflow_after_recovery_ends_the_prompt(
     """The re-run after an overflow compaction overflows again: one recovery only; the prompt
     ends with the error, the last ``agent_end`` is terminal."""
     write_settings(isolated_agent_dir, keepRecentTokens=20)
-    script = [summary_reply(), answer(ANSWERS[0]), OVERFLOW_REPLY, OVERFLOW_REPLY]
+    script = [SHORT_REPLY, summary_reply(), answer(ANSWERS[0]), OVERFLOW_REPLY, OVERFLOW_REPLY]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await prompt(agent, QUESTIONS[0])
@@ -424,7 +436,8 @@ async def test_second_overflow_after_recovery_ends_the_prompt(
             assert await agent.quiet() == []
             starts = of_type(frames, "auto_compaction_start")
             assert [f["reason"] for f in starts] == ["overflow"]
-            assert len(agent.fake.requests) == 4  # turn, overflow, summary, overflow again
+            # turn, overflow, summary (and its short form), overflow again
+            assert len(agent.fake.requests) == 5
             results = of_type(frames, "prompt_result")
             assert [(r["id"], r["status"]) for r in results] == [(request_id, "error")]
             ends = of_type(frames, "agent_end")
@@ -435,6 +448,7 @@ async def test_context_overflow_with_auto_compaction_off_is_an_error(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     """``set_auto_compaction false``: an overflow is the prompt's error, nothing is compacted."""
     script = [
+        SHORT_REPLY,
         summary_reply(),
         answer(ANSWERS[0]),
         {"status": 400, "body": {"error": {"message": OVERFLOW, "type": "invalid_request_error",
@@ -461,7 +475,7 @@ async def test_threshold_auto_compaction_and_set_auto_compaction(
     ``auto_compaction_end {willRetry: false, result}``; ``set_auto_compaction false`` stops it
     and ``get_state.autoCompactionEnabled`` follows."""
     write_settings(isolated_agent_dir, thresholdTokens=1, keepRecentTokens=1)
-    script = [summary_reply(repeat=True), answer(ANSWERS[0]), answer(ANSWERS[1]),
+    script = [SHORT_REPLY, summary_reply(repeat=True), answer(ANSWERS[0]), answer(ANSWERS[1]),
               answer(ANSWERS[2]), answer("Fourth answer.")]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
@@ -480,7 +494,7 @@ async def test_threshold_auto_compaction_and_set_auto_compaction(
             assert types.count("agent_start") == 1  # no retry, no continuation
             (result,) = of_type(frames, "prompt_result")
             assert result["status"] == "completed"
-            assert is_summary_request(agent.fake, -1)
+            assert is_summary_request(agent.fake, -2)  # the summary, then its short form
             messages = (await agent.data("get_messages"))["messages"]
             # keepRecentTokens 1: only the newest cut point (the answer) is kept.
             assert summarised(messages) == [("compactionSummary", SUMMARY),
@@ -493,7 +507,7 @@ async def test_threshold_auto_compaction_and_set_auto_compaction(
             frames = await prompt(agent, QUESTIONS[1])
             assert [f["reason"] for f in of_type(frames, "auto_compaction_start")] == [
                 "threshold"]
-            sent = request_messages(agent.fake, -1)
+            sent = request_messages(agent.fake, -2)  # -1: the short summary
             assert f"<previous-summary>\n{SUMMARY}\n</previous-summary>" in content_text(
                 sent[-1]["content"])
 
@@ -521,7 +535,8 @@ async def test_terminal_agent_end_comes_after_threshold_compaction(
     """When a host sees the terminal ``agent_end`` the session is idle: a prompt is accepted
     even though a threshold compaction followed the turn (its summary is slow here)."""
     write_settings(isolated_agent_dir, thresholdTokens=1, keepRecentTokens=1)
-    script = [summary_reply(1.0, SUMMARY, repeat=True), answer(ANSWERS[0]), answer(ANSWERS[1])]
+    script = [SHORT_REPLY, summary_reply(1.0, SUMMARY, repeat=True), answer(ANSWERS[0]),
+              answer(ANSWERS[1])]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message=QUESTIONS[0])
@@ -537,7 +552,7 @@ async def test_settings_can_disable_auto_compaction(tmp_path: Path,
                                                     isolated_agent_dir: Path) -> None:
     """``compaction.enabled: false`` in config.yml: off from the start."""
     write_settings(isolated_agent_dir, enabled=False, thresholdTokens=1, keepRecentTokens=1)
-    script = [summary_reply(repeat=True), answer(ANSWERS[0])]
+    script = [SHORT_REPLY, summary_reply(repeat=True), answer(ANSWERS[0])]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             assert (await agent.data("get_state"))["autoCompactionEnabled"] is False
@@ -555,7 +570,7 @@ async def test_abort_cancels_a_manual_compaction(tmp_path: Path,
     the context and the file are unchanged, and a later ``compact`` works."""
     (tmp_path / "config.yml").write_text("name: demo\n")
     write_settings(isolated_agent_dir, keepRecentTokens=KEEP_RECENT)
-    script = [summary_reply(hang=True), *three_turn_script()]
+    script = [SHORT_REPLY, summary_reply(hang=True), *three_turn_script()]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await three_turns(agent)
@@ -593,7 +608,7 @@ async def test_abort_cancels_a_threshold_compaction(tmp_path: Path,
     """``abort`` while an automatic compaction's summary call hangs: ``auto_compaction_end
     {aborted: true, willRetry: false}``, and the context is left as the turn made it."""
     write_settings(isolated_agent_dir, thresholdTokens=1, keepRecentTokens=1)
-    script = [summary_reply(hang=True), answer(ANSWERS[0])]
+    script = [SHORT_REPLY, summary_reply(hang=True), answer(ANSWERS[0])]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message=QUESTIONS[0])
@@ -619,7 +634,7 @@ async def test_compact_aborts_the_run_in_progress(tmp_path: Path,
     """``compact`` while a prompt streams: the run is aborted first (its prompt answered
     ``aborted``), then the context is compacted."""
     write_settings(isolated_agent_dir, keepRecentTokens=KEEP_RECENT)
-    script = [summary_reply(), answer(ANSWERS[0]), answer(ANSWERS[1]),
+    script = [SHORT_REPLY, summary_reply(), answer(ANSWERS[0]), answer(ANSWERS[1]),
               {"chunks": [{"text": "Working on it"}], "hangAfter": 1}]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:

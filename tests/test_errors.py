@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from omp.llm import errors
-from omp.llm.stream import ModelCall, StreamEvent
+from omp.llm.builder import StreamEvent
+from omp.llm.stream import ModelCall
 from omp.llm.types import Context, StreamOptions
 from omp.protocol import messages as m
 from omp.protocol.payloads import Model, ModelCost

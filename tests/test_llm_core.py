@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from omp.llm import errors, thinking
+from omp.llm.builder import parse_partial_json
 from omp.llm.sse import SseDecoder, SseEvent
-from omp.llm.stream import parse_partial_json
 from omp.llm.types import StreamOptions
 from omp.protocol.payloads import Model, ModelCost
 

@@ -10,7 +10,8 @@ import msgspec
 import pytest
 import trio
 
-from omp.llm.stream import ModelCall, StreamEvent, collect
+from omp.llm.builder import StreamEvent
+from omp.llm.stream import ModelCall, collect
 from omp.llm.types import Context, StreamOptions, ToolSpec
 from omp.protocol import messages as m
 from omp.protocol.payloads import Model, ModelCost

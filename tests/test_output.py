@@ -10,7 +10,6 @@ import trio
 import trio.testing
 
 import omp
-from omp.protocol.codec import FrameEncoder
 from omp.protocol.frames import ok
 from omp.rpc.output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 from omp.rpc.server import ServeOptions
@@ -61,7 +60,7 @@ async def test_host_not_reading_spills_and_loses_nothing() -> None:
     queue = FrameQueue(spool=ByteSpool(memory_limit=64 * 1024))
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(write_frames, queue, send, FrameEncoder())
+            nursery.start_soon(write_frames, queue, send)
             for i in range(20_000):
                 queue.put_nowait(ok("get_state", f"r{i}"))  # never blocks
             await trio.testing.wait_all_tasks_blocked()
@@ -77,7 +76,7 @@ async def test_streaming_producers_wait_for_a_slow_host(autojump_clock: trio.abc
     send, recv = trio.testing.lockstep_stream_pair()
     queue = FrameQueue(high_water_bytes=1000)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(write_frames, queue, send, FrameEncoder())
+        nursery.start_soon(write_frames, queue, send)
         for i in range(100):
             queue.put_nowait(ok("get_state", f"r{i}"))
         await trio.testing.wait_all_tasks_blocked()
@@ -97,7 +96,7 @@ async def test_broken_stream_raises_and_closes_the_queue() -> None:
     queue = FrameQueue()
     queue.put_nowait(ok("get_state", "x"))
     with pytest.raises(OutputClosedError, match="stdout closed"):
-        await write_frames(queue, send, FrameEncoder())
+        await write_frames(queue, send)
     assert queue.closed
 
 

@@ -11,8 +11,9 @@ import trio
 import trio.testing
 
 from omp.llm import errors
+from omp.llm.builder import StreamEvent
 from omp.llm.errors import ErrorKind, ProviderError
-from omp.llm.stream import ModelCall, StreamEvent
+from omp.llm.stream import ModelCall
 from omp.llm.types import Context, StreamOptions
 from omp.protocol import messages as m
 from omp.protocol.payloads import Model, ModelCost

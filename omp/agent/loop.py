@@ -39,8 +39,9 @@ import attrs
 import msgspec
 import trio
 
+from ..llm.builder import StreamEvent
 from ..llm.errors import ProviderError
-from ..llm.stream import HttpClient, ModelCall, StreamEvent
+from ..llm.stream import HttpClient, ModelCall
 from ..llm.types import Context, LlmMessage, StreamOptions, ToolSpec
 from ..protocol import events as ev
 from ..protocol import messages as m

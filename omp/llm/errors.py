@@ -38,6 +38,7 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -303,8 +304,6 @@ def _duration(text: str) -> float | None:
         scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
         return sum(float(n) * scale[u] for n, u in parts)
     try:
-        from datetime import datetime
-
         return max(0.0, datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
                    - time.time())
     except ValueError:

@@ -13,12 +13,12 @@ import trio
 from . import errors
 from .errors import ProviderError
 from .sse import SseEvent
-from .stream import ModelCall
+from .types import ModelRequest
 
 DRAIN_SECONDS = 1.0
 
 
-def request_headers(call: ModelCall, auth: dict[str, str]) -> dict[str, str]:
+def request_headers(call: ModelRequest, auth: dict[str, str]) -> dict[str, str]:
     """SSE request headers: ours, then the provider's ``auth`` headers (only when a key is
     given, so the caller passes ``{}`` then), then the model's and the call's extra headers."""
     headers = {"accept": "text/event-stream", "content-type": "application/json", **auth}
@@ -29,7 +29,7 @@ def request_headers(call: ModelCall, auth: dict[str, str]) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def post_stream(call: ModelCall, http: httpx.AsyncClient, url: str, body: bytes,
+async def post_stream(call: ModelRequest, http: httpx.AsyncClient, url: str, body: bytes,
                       headers: dict[str, str]) -> AsyncIterator[httpx.Response]:
     """POST ``body`` and yield the streaming response once its status is 2xx.
 

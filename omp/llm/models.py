@@ -29,12 +29,11 @@ import msgspec
 
 from ..config import ConfigError, agent_dir, present, read_text, warn
 from ..protocol.payloads import Model, ModelCost, ModelThinking
+from .types import Api as Api
 
 if TYPE_CHECKING:
     from .models_file import ModelsFile
 
-Api = Literal["openai-completions", "openai-responses", "anthropic-messages",
-              "google-generative-ai", "offline"]
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 OFFLINE_PROVIDER = "offline"
 OFFLINE_MODEL = "echo"
@@ -230,6 +229,21 @@ class ModelRegistry:
         offline = self.find(OFFLINE_PROVIDER, OFFLINE_MODEL)
         assert offline is not None
         return offline
+
+
+def fast_service_tier(model: Model) -> str | None:
+    """The service tier fast mode asks for on ``model``; None when it has no faster tier.
+
+    OpenAI's own models offer ``priority``; a models.yml model says so with
+    ``compat: {serviceTier: priority}`` (an OpenAI-compatible server that has tiers).
+    """
+    compat = model.compat if isinstance(model.compat, dict) else {}
+    tier = compat.get("serviceTier")
+    if isinstance(tier, str) and tier:
+        return tier
+    if model.provider == "openai" and model.api in ("openai-responses", "openai-completions"):
+        return "priority"
+    return None
 
 
 def resolve_config_value(value: str, environ: Mapping[str, str]) -> str | None:

@@ -16,7 +16,7 @@ import msgspec
 from ..config import problem, read_yaml_mapping, structure
 from ..protocol.commands import ThinkingLevel
 from ..protocol.payloads import Model, ModelCost, ModelThinking
-from .models import Api
+from .types import Api
 
 
 @attrs.define(kw_only=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import attrs
 import msgspec
 
 from ..protocol.commands import ThinkingLevel as ThinkingLevel
 from ..protocol.messages import AssistantMessage, ToolResultMessage, UserMessage
+from ..protocol.payloads import Model
 
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 """Every level, lowest first; clamping and cycling rank levels by this order."""
@@ -43,7 +44,26 @@ class StreamOptions:
     max_tokens: int | None = None
     temperature: float | None = None
     session_id: str | None = None
+    service_tier: str | None = None
+    """``"priority"`` in fast mode (OpenAI's ``service_tier``); None: the account's default."""
     first_event_timeout: float = 100.0
     """Seconds to wait for the response headers and the first event (agent-core §2.2)."""
     idle_timeout: float = 120.0
     """Seconds allowed between two events before the stream counts as stalled."""
+
+
+Api = Literal["openai-completions", "openai-responses", "anthropic-messages",
+              "google-generative-ai", "offline"]
+
+
+class ModelRequest(Protocol):
+    """What a provider reads of a call (``omp.llm.stream.ModelCall`` is one)."""
+
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def context(self) -> Context: ...
+
+    @property
+    def options(self) -> StreamOptions: ...

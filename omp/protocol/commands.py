@@ -200,6 +200,12 @@ class SetAutoRetry(_Frame, tag="set_auto_retry", frozen=True):
     enabled: bool
 
 
+class SetFastMode(_Frame, tag="set_fast_mode", frozen=True):
+    """Ask for the model's priority service tier (rpc-behavior §2.2)."""
+
+    enabled: bool
+
+
 class AbortRetry(_Frame, tag="abort_retry", frozen=True):
     pass
 
@@ -283,8 +289,8 @@ Command = (
     | SetSubagentSubscription | GetSubagents | GetSubagentMessages | NegotiateProtocol
     | SetEventFilter | SetModel | CycleModel | GetAvailableModels | SetThinkingLevel
     | CycleThinkingLevel | GetAvailableThinkingLevels | SetSteeringMode | SetFollowUpMode
-    | SetInterruptMode | Compact | SetAutoCompaction | SetAutoRetry | AbortRetry | Bash
-    | AbortBash | GetSessionStats | ExportHtml | SwitchSession | OpenSession | Branch
+    | SetInterruptMode | Compact | SetAutoCompaction | SetAutoRetry | SetFastMode | AbortRetry
+    | Bash | AbortBash | GetSessionStats | ExportHtml | SwitchSession | OpenSession | Branch
     | GetBranchMessages | GetLastAssistantText | SetSessionName | Handoff | GetMessages
     | GetMessagesPage | GetEntries | GetTree | GetLoginProviders | Login
 )

@@ -35,6 +35,8 @@ from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
+from ..session.context import entries_since
+from ..session.stats import context_usage_payload, session_stats
 from .bridges import (
     ControlRegistry,
     Emit,
@@ -44,6 +46,7 @@ from .bridges import (
     validate_host_tools,
 )
 from .output import FrameQueue, SwitchProtocol
+from .paging import PageError, encode_tree, page, tree
 
 NOT_IMPLEMENTED = "not_implemented"
 INTERNAL_ERROR = "internal_error"
@@ -176,6 +179,7 @@ class Commands:
             cmd.GetMessagesPage: serial(self.get_messages_page),
             cmd.SetAutoRetry: serial(self.set_auto_retry),
             cmd.SetAutoCompaction: serial(self.set_auto_compaction),
+            cmd.SetFastMode: serial(self.set_fast_mode),
             cmd.SetHostTools: serial(self.set_host_tools),
             cmd.SetHostUriSchemes: serial(self.set_host_uri_schemes),
             cmd.Prompt: serial(self.prompt),
@@ -259,6 +263,8 @@ class Commands:
                                          parameters=t.parameters) for t in s.tools],
             contextUsage=_context_usage(s.context_usage()),
             autoCompactionEnabled=s.auto_compaction,
+            fastModeEnabled=s.fast_mode,
+            fastModeActive=s.fast_mode_active,
             sessionId=s.session_id,
             sessionFile=s.session_file or msgspec.UNSET,
             sessionName=s.session_name or msgspec.UNSET,
@@ -445,8 +451,6 @@ class Commands:
         return ok(kind, frame.id, data)
 
     def get_session_stats(self, frame: cmd.GetSessionStats) -> Response:
-        from ..session.stats import session_stats
-
         s = self.session
         return ok("get_session_stats", frame.id, session_stats(
             s.messages, session_file=s.session_file, session_id=s.session_id,
@@ -521,8 +525,6 @@ class Commands:
             for entry_id, text in self.session.branch_messages()]))
 
     def get_entries(self, frame: cmd.GetEntries) -> Response:
-        from ..session.context import entries_since
-
         file = self.session.file
         if file is None:
             return ok("get_entries", frame.id, {"entries": [], "leafId": None})
@@ -536,8 +538,6 @@ class Commands:
             "entries": [file.entry_json(e) for e in entries], "leafId": file.leaf_id})
 
     def get_tree(self, frame: cmd.GetTree) -> Response:
-        from .paging import encode_tree, tree
-
         file = self.session.file
         if file is None:
             return ok("get_tree", frame.id, {"tree": [], "leafId": None})
@@ -546,8 +546,6 @@ class Commands:
                                          "leafId": file.leaf_id})
 
     def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
-        from .paging import PageError, page
-
         session = self.session
         if session.is_streaming or session.is_compacting:
             return fail("get_messages_page", frame.id,
@@ -565,6 +563,15 @@ class Commands:
     def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
         self.session.auto_retry = frame.enabled
         return ok("set_auto_retry", frame.id)
+
+    def set_fast_mode(self, frame: cmd.SetFastMode) -> Response:
+        session = self.session
+        try:
+            session.set_fast_mode(frame.enabled)
+        except SessionError as exc:
+            return fail("set_fast_mode", frame.id, str(exc))
+        return ok("set_fast_mode", frame.id, payloads.FastModePayload(
+            enabled=session.fast_mode, active=session.fast_mode_active))
 
     def set_auto_compaction(self, frame: cmd.SetAutoCompaction) -> Response:
         self.session.auto_compaction = frame.enabled
@@ -636,8 +643,6 @@ def _user_path(text: str) -> Path:
 
 
 def _context_usage(usage: tuple[int, int] | None) -> Any:
-    from ..session.stats import context_usage_payload
-
     return msgspec.UNSET if usage is None else context_usage_payload(*usage)
 
 

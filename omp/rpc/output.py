@@ -1,8 +1,9 @@
 """The stdout side of the server: one ordered frame queue, a spool, and the writer.
 
-Every producer puts frames into one ``FrameQueue``. The writer encodes them with one
-``FrameEncoder`` into a ``ByteSpool`` and sends the spool to the stream, so frames are never
-interleaved, reordered or dropped.
+Every producer puts frames into one ``FrameQueue``, which encodes them at once with one
+``FrameEncoder`` into a ``ByteSpool``; the writer sends the spool to the stream. So frames are
+never interleaved, reordered or dropped, and there is one task switch per batch of output, not
+per frame.
 
 Two ways in, because the two kinds of producer need different things (DESIGN.md §2):
 
@@ -15,12 +16,12 @@ Two ways in, because the two kinds of producer need different things (DESIGN.md 
   instead of growing the spool.
 
 A trio memory channel offers one or the other per channel, not both on one ordered queue; hence
-this small queue on a deque and parking lots.
+this small queue on the spool and parking lots.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import tempfile
 from typing import IO
 
 import attrs
@@ -30,7 +31,6 @@ import trio
 from ..protocol.codec import FrameEncoder
 
 SEND_BLOCK = 1024 * 1024
-ENCODE_BLOCK = 256 * 1024
 
 
 class SwitchProtocol(msgspec.Struct, frozen=True):
@@ -82,8 +82,6 @@ class ByteSpool:
             self._memory += data
             return
         if self._file is None:
-            import tempfile  # only a host far behind pays for importing it
-
             # Owned by the spool and closed by ByteSpool.close() (write_frames' finally).
             self._file = tempfile.TemporaryFile(prefix="omp-rpc-out-")  # noqa: SIM115
         self._file.seek(self._file_write)
@@ -126,10 +124,13 @@ class ByteSpool:
 
 @attrs.define(eq=False)
 class FrameQueue:
+    """Frames for the host, encoded as they are queued, in queue order, into the spool."""
+
     high_water_bytes: int = 1024 * 1024
     """Unsent bytes above which ``put`` waits."""
     spool: ByteSpool = attrs.field(factory=ByteSpool)
-    _items: deque[Item] = attrs.field(factory=deque, init=False)
+    encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
+    _buffer: bytearray = attrs.field(factory=bytearray, init=False)
     _readable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _writable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _closed: bool = attrs.field(default=False, init=False)
@@ -137,22 +138,31 @@ class FrameQueue:
     """Blocks the writer delivered so far: whether a host is still reading, for shutdown."""
 
     def put_nowait(self, item: Item) -> None:
+        """Encode ``item`` into the spool now (a ``SwitchProtocol`` changes the framing of the
+        frames after it). Never waits."""
         if self._closed:
             raise trio.ClosedResourceError("the output queue is closed")
-        self._items.append(item)
-        if self._readable.statistics().tasks_waiting:
+        if isinstance(item, SwitchProtocol):
+            self.encoder.protocol_version = item.version
+            return
+        buffer = self._buffer
+        self.encoder.encode_into(item, buffer)
+        self.spool.append(buffer)
+        buffer.clear()
+        if self._readable:  # the writer is parked
             self._readable.unpark()
 
     async def put(self, item: Item) -> None:
         """Queue ``item``, first waiting while the host is far behind.
 
-        On cancellation while waiting, nothing was queued.
+        It yields only when it waits: a streaming producer already checkpoints on its own input
+        (the provider's socket), and a yield per frame would cost a task switch per delta. On
+        cancellation while waiting, nothing was queued.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         while self.spool.pending >= self.high_water_bytes and not self._closed:
             await self._writable.park()
         self.put_nowait(item)
-        await trio.lowlevel.cancel_shielded_checkpoint()
 
     def close(self) -> None:
         """No more frames: the writer sends what is queued, then stops."""
@@ -164,21 +174,16 @@ class FrameQueue:
     def closed(self) -> bool:
         return self._closed
 
-    def __len__(self) -> int:
-        return len(self._items)
-
-    async def take_all(self) -> list[Item]:
-        """Everything queued (waiting for at least one item); ``[]`` once closed and drained.
+    async def take(self) -> bytes:
+        """The oldest unsent bytes (waiting for some); ``b""`` once closed and all taken.
 
         On cancellation while waiting, nothing was taken.
         """
-        while not self._items:
+        while not (data := self.spool.take()):
             if self._closed:
-                return []
+                return b""
             await self._readable.park()
-        items = list(self._items)
-        self._items.clear()
-        return items
+        return data
 
     def sent(self) -> None:
         """The writer sent a block: producers waiting for room may go on."""
@@ -188,59 +193,22 @@ class FrameQueue:
             self._writable.unpark_all()
 
 
-async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream,
-                       encoder: FrameEncoder) -> None:
-    """Encode and send everything ``queue`` receives until it is closed and fully sent.
+async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
+    """Send everything ``queue`` receives until it is closed and fully sent.
 
-    Two tasks, so that encoding (and so ``put_nowait``) never waits for a slow host: one moves
-    frames from the queue into the spool, the other sends the spool. Raises
-    ``OutputClosedError`` when the stream is broken. On cancellation, unsent frames are
-    abandoned (the stream is gone or the server is being torn down).
+    Frames are encoded when they are queued, so the writer only moves bytes and ``put_nowait``
+    never waits for a slow host. Raises ``OutputClosedError`` when the stream is broken. On
+    cancellation, unsent frames are abandoned (the stream is gone or the server is being torn
+    down).
     """
-    spool = queue.spool
-    spooled = trio.lowlevel.ParkingLot()
-    encoding_done = False
-
-    async def encode() -> None:
-        nonlocal encoding_done
-        buffer = bytearray()
-        while items := await queue.take_all():
-            for item in items:
-                if isinstance(item, SwitchProtocol):
-                    encoder.protocol_version = item.version
-                else:
-                    encoder.encode_into(item, buffer)
-                    if len(buffer) >= ENCODE_BLOCK:  # keep a big batch from doubling in memory
-                        spool.append(buffer)
-                        buffer.clear()
-            spool.append(buffer)
-            buffer.clear()
-            spooled.unpark_all()
-        encoding_done = True
-        spooled.unpark_all()
-
-    error: OutputClosedError | None = None
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(encode)
-            while True:
-                data = spool.take()
-                if not data:
-                    if encoding_done:
-                        break
-                    await spooled.park()
-                    continue
-                try:
-                    await stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    queue.close()
-                    reason = str(exc.__cause__ or exc) or type(exc).__name__
-                    error = OutputClosedError(f"stdout closed: {reason}")
-                    error.__cause__ = exc
-                    nursery.cancel_scope.cancel()
-                    break
-                queue.sent()
+        while data := await queue.take():
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                queue.close()
+                reason = str(exc.__cause__ or exc) or type(exc).__name__
+                raise OutputClosedError(f"stdout closed: {reason}") from exc
+            queue.sent()
     finally:
-        spool.close()
-    if error is not None:
-        raise error
+        queue.spool.close()

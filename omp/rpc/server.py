@@ -175,7 +175,7 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
     async def writer() -> None:
         nonlocal output_error
         try:
-            await write_frames(server.output, stdout, server.encoder)
+            await write_frames(server.output, stdout)
         except OutputClosedError as exc:
             output_error = exc
             root.cancel_scope.cancel()
@@ -241,7 +241,8 @@ class RpcServer:
     def __attrs_post_init__(self) -> None:
         self.output = FrameQueue(
             high_water_bytes=self.options.output_high_water_bytes,
-            spool=ByteSpool(memory_limit=self.options.output_memory_bytes))
+            spool=ByteSpool(memory_limit=self.options.output_memory_bytes),
+            encoder=self.encoder)
         self.commands = Commands(self.session, self.output, self.emit,
                                  custom=self.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))

@@ -36,7 +36,8 @@ import trio
 
 from ..agent.loop import ABORT_REASON, Agent, TurnSetup, now_ms, user_message
 from ..llm import thinking
-from ..llm.models import ModelRegistry
+from ..llm.errors import ProviderError
+from ..llm.models import ModelRegistry, fast_service_tier
 from ..llm.stream import HttpClient
 from ..llm.types import THINKING_LEVELS, StreamOptions, ThinkingLevel
 from ..protocol import messages as m
@@ -54,7 +55,19 @@ from ..protocol.events import (
 from ..protocol.payloads import CompactionResult, Model
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
+from .compaction import (
+    CompactionPlan,
+    HandoffError,
+    compact,
+    estimate_context_tokens,
+    find_cut_point,
+    handoff,
+    should_compact,
+)
+from .context import branch_settings, build_context, user_messages
 from .errors import SessionError
+from .file import SessionFile, branch_file
+from .locations import newest_session
 from .run import Run, RunReport
 from .settings import Settings
 from .system_prompt import PromptOptions
@@ -62,8 +75,6 @@ from .system_prompt import PromptOptions
 if TYPE_CHECKING:
     from ..tools.shell import ShellResult
     from .compaction import CompactionPlan
-    from .file import SessionFile
-
 __all__ = ["BUSY", "AgentSession", "EventSink", "SessionError"]
 
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
@@ -126,6 +137,8 @@ class AgentSession:
     """``set_auto_retry``: False turns every automatic retry off."""
     auto_compaction: bool = True
     """``set_auto_compaction``: whether compaction may start on its own."""
+    fast_mode: bool = False
+    """``set_fast_mode``: ask for the model's priority tier when it has one."""
     http: HttpClient = attrs.field(factory=HttpClient)
     """The HTTP client of the owner (``serve()``), which closes it."""
     agent: Agent = attrs.field(init=False)
@@ -235,8 +248,6 @@ class AgentSession:
         if file is None:
             self._session_id = str(uuid.uuid4())
             return
-        from .context import branch_settings, build_context
-
         self.agent.messages[:] = build_context(file)
         settings = branch_settings(file)
         ref = settings.models.get("default") if isinstance(settings.models, dict) else None
@@ -260,9 +271,6 @@ class AgentSession:
         """The file a process starts with: ``--session FILE`` (opened, or created there),
         ``--continue`` (the newest session of this cwd), else a new one. Raises SessionError
         naming the file when it cannot be read or created."""
-        from .file import SessionFile
-        from .locations import newest_session
-
         assert self.sessions_directory is not None
         try:
             if session_path is not None:
@@ -289,8 +297,6 @@ class AgentSession:
 
         A file that cannot be created changes nothing (SessionError).
         """
-        from .file import SessionFile
-
         if self.file is None or self.sessions_directory is None:
             await self._reset()
             self._adopt(None)
@@ -314,8 +320,6 @@ class AgentSession:
         """
         if self.file is None and self.sessions_directory is None:
             raise SessionError("switch_session requires session persistence (omit --no-session)")
-        from .file import SessionFile
-
         if not await trio.Path(path.parent).is_dir():
             raise SessionError(f"File not found: {path}")
         try:
@@ -339,9 +343,6 @@ class AgentSession:
         """
         if self.file is None:
             raise SessionError("open_session requires session persistence (omit --no-session)")
-        from .file import SessionFile
-        from .locations import newest_session
-
         newest = await trio.to_thread.run_sync(
             lambda: newest_session(directory, non_empty=True), abandon_on_cancel=True)
         if newest is not None and self.file is not None and newest == self.file.path:
@@ -369,8 +370,6 @@ class AgentSession:
         """
         if self.file is None:
             raise SessionError("branch requires session persistence (omit --no-session)")
-        from .file import branch_file
-
         try:
             file, text = branch_file(self.file, entry_id)
         except ValueError:
@@ -379,8 +378,6 @@ class AgentSession:
         return text
 
     def branch_messages(self) -> list[tuple[str, str]]:
-        from .context import user_messages
-
         return [] if self.file is None else user_messages(self.file)
 
     # -- queue modes (stored on the agent, which applies them) -------------------------------
@@ -450,8 +447,6 @@ class AgentSession:
     def context_usage(self) -> tuple[int, int] | None:
         """(tokens, context window): the last prompt size the provider reported after the
         latest compaction, plus an estimate of what came after it (agent-core §8.3)."""
-        from .compaction import estimate_context_tokens
-
         window = self.model.contextWindow
         if not window:
             return None
@@ -571,8 +566,6 @@ class AgentSession:
             del messages[index:]
 
     def can_compact(self) -> bool:
-        from .compaction import find_cut_point
-
         messages = self.agent.messages
         boundary = next((i + 1 for i in range(len(messages) - 1, -1, -1)
                          if isinstance(messages[i], m.CompactionSummaryMessage)), 0)
@@ -580,8 +573,6 @@ class AgentSession:
                               self.settings.compaction.keepRecentTokens) is not None
 
     def needs_compaction(self) -> bool:
-        from .compaction import should_compact
-
         usage = self.context_usage()
         return (self.auto_compaction and usage is not None
                 and should_compact(usage[0], usage[1], self.settings.compaction))
@@ -591,9 +582,6 @@ class AgentSession:
         """Compact the live context with the current model; None when there is nothing to
         compact. Raises SessionError when the model call fails. On cancellation nothing was
         changed."""
-        from ..llm.errors import ProviderError
-        from .compaction import compact
-
         setup = self._turn_setup()
         try:
             plan = await compact(self.model, setup.options, list(self.agent.messages),
@@ -613,7 +601,8 @@ class AgentSession:
         self.agent.messages[:] = plan.messages(now_ms())
         self._persist(lambda f: f.append_compaction(
             plan.summary, entry_id or (f.leaf_id or ""), plan.tokens_before, plan.details,
-            tokens_after=plan.tokens_after, **({"method": plan.method} if plan.method else {})))
+            tokens_after=plan.tokens_after, method=plan.method,
+            short_summary=plan.short_summary))
         return plan.result(entry_id or "")
 
     def _entry_id_of(self, message: m.AgentMessage) -> str | None:
@@ -653,8 +642,6 @@ class AgentSession:
         Refused while a run goes on. Raises SessionError with the spec's messages. On
         cancellation (``abort``) nothing was changed and "Handoff cancelled" is raised.
         """
-        from .compaction import HandoffError, handoff
-
         if self.is_streaming:
             raise SessionError("Cannot hand off while a response is in progress")
         if self.is_compacting:
@@ -749,6 +736,17 @@ class AgentSession:
         if self.thinking_level != before:
             self._announce_thinking()
 
+    @property
+    def fast_mode_active(self) -> bool:
+        """Fast mode is on and the current model has a faster tier to ask for."""
+        return self.fast_mode and fast_service_tier(self.model) is not None
+
+    def set_fast_mode(self, enabled: bool) -> None:
+        """Turn fast mode on or off; on is refused for a model without a faster tier."""
+        if enabled and fast_service_tier(self.model) is None:
+            raise SessionError("Fast mode is unavailable for the current model.")
+        self.fast_mode = enabled
+
     def set_thinking_level(self, level: ThinkingLevel) -> ThinkingLevel:
         """Ask for ``level``; returns the effective (clamped) level."""
         before = self.thinking_level
@@ -806,7 +804,9 @@ class AgentSession:
         model = self.model
         options = StreamOptions(api_key=self.registry.api_key(model.provider),
                                 headers=self.registry.headers(model),
-                                thinking=self.thinking_level)
+                                thinking=self.thinking_level,
+                                service_tier=fast_service_tier(model) if self.fast_mode
+                                else None)
         return TurnSetup(model=model, options=options, system_prompt=tuple(self.system_prompt),
                          tools=tuple(self.tools), http=self.http)
 
@@ -852,8 +852,6 @@ def _check_regular(path: Path) -> None:
 
 
 def _open_file(path: Path) -> SessionFile:
-    from .file import SessionFile
-
     _check_regular(path)
     return SessionFile.open(path)
 

@@ -26,8 +26,9 @@ import attrs
 import msgspec
 
 from ..agent.loop import now_ms, to_llm
+from ..llm.builder import StreamEvent
 from ..llm.errors import ProviderError
-from ..llm.stream import ModelCall, StreamEvent
+from ..llm.stream import ModelCall
 from ..llm.types import Context, LlmMessage, StreamOptions
 from ..protocol import messages as m
 from ..protocol.payloads import CompactionDetails, CompactionResult, Model
@@ -425,11 +426,14 @@ class CompactionPlan:
     details: CompactionDetails
     method: str | None = None
     """``"handoff"`` for a handoff document (agent-core §6.7); None for a summary."""
+    short_summary: str | None = None
+    """A few sentences for display (omp's ``shortSummary``); None when it could not be made."""
 
     def summary_message(self, timestamp: int) -> m.CompactionSummaryMessage:
         return m.CompactionSummaryMessage(summary=self.summary, tokensBefore=self.tokens_before,
                                           timestamp=timestamp, tokensAfter=self.tokens_after,
-                                          method=self.method or msgspec.UNSET)
+                                          method=self.method or msgspec.UNSET,
+                                          shortSummary=self.short_summary or msgspec.UNSET)
 
     def messages(self, timestamp: int) -> list[m.AgentMessage]:
         """The new live context: the summary message, then the kept messages."""
@@ -438,7 +442,8 @@ class CompactionPlan:
     def result(self, first_kept_entry_id: str) -> CompactionResult:
         """The protocol's ``CompactionResult`` once the session knows the kept entry's id."""
         return CompactionResult(summary=self.summary, firstKeptEntryId=first_kept_entry_id,
-                                tokensBefore=self.tokens_before, details=self.details)
+                                tokensBefore=self.tokens_before, details=self.details,
+                                shortSummary=self.short_summary or msgspec.UNSET)
 
 
 def with_file_lists(summary: str, details: CompactionDetails) -> str:
@@ -483,11 +488,39 @@ async def compact(model: Model, options: StreamOptions, messages: Sequence[m.Age
     summary = with_file_lists(text, details)
     summary_tokens = estimate_tokens(
         m.CompactionSummaryMessage(summary=summary, tokensBefore=0, timestamp=0))
+    short = await short_summary(model, options, text, http=http)
     return CompactionPlan(
         first_kept_index=boundary + cut, summarized=summarized, kept=kept, summary=summary,
         tokens_before=estimate_context_tokens(messages),
         tokens_after=summary_tokens + sum(estimate_tokens(msg) for msg in kept),
-        details=details)
+        details=details, short_summary=short)
+
+
+SHORT_SUMMARY_PROMPT = (
+    "Describe the work in the summary below in two or three sentences, in the first person, "
+    "like the description of a pull request. Answer with those sentences only.")
+SHORT_SUMMARY_MAX_TOKENS = 256
+
+
+async def short_summary(model: Model, options: StreamOptions, summary: str, *,
+                        http: httpx.AsyncClient | None = None) -> str | None:
+    """omp's ``shortSummary``: a second, short call that describes the summary for display.
+
+    Optional by nature: a failed call or an empty answer gives None (the compaction stands).
+    Cancelled: ``trio.Cancelled`` propagates.
+    """
+    async def ignore(event: StreamEvent) -> None:
+        pass
+
+    context = Context(system_prompt=(SHORT_SUMMARY_PROMPT,), messages=(
+        m.UserMessage(content=[m.TextContent(text=summary)], timestamp=now_ms()),))
+    call = ModelCall(model, context, attrs.evolve(options, max_tokens=SHORT_SUMMARY_MAX_TOKENS,
+                                                  thinking="off"))
+    final = await call.run(ignore, http=http)
+    if final.stopReason == "error":
+        return None
+    text = " ".join(b.text for b in final.content if isinstance(b, m.TextContent)).strip()
+    return " ".join(text.split()) or None
 
 
 HANDOFF_PROMPT = (

@@ -43,6 +43,7 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.payloads import CompactionResult
 from .errors import SessionError
+from .retry import RetryWaitTooLong, backoff_delay, should_retry
 from .settings import Settings
 
 OVERFLOW_NOTICE = ("The conversation no longer fits the model's context window: compacting it "
@@ -202,8 +203,6 @@ class Run:
 
     def _retry_delay(self, result: RunResult) -> float | None:
         """Seconds before the next attempt, or None when the saga does not retry."""
-        from .retry import RetryWaitTooLong, backoff_delay, should_retry
-
         last = result.last
         if result.outcome != "error" or last is None or not self.host.auto_retry:
             return None

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import attrs
 
+from ..config import agent_dir
 from ..tools.base import Tool
 
 CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
@@ -207,8 +208,6 @@ class PromptOptions:
     append: str | None = None
 
     def build(self, tools: Sequence[Tool]) -> list[str]:
-        from ..config import agent_dir
-
         return build_system_prompt(
             tools=tools, cwd=self.cwd,
             agent_directory=self.agent_directory or agent_dir(), custom=self.custom,

@@ -24,13 +24,13 @@ import msgspec
 from ...protocol import messages as m
 from ...protocol.payloads import Model
 from .. import errors
+from ..builder import MessageBuilder
 from ..errors import ProviderError
 from ..http import drain, post_stream, request_headers
 from ..sse import iter_sse
-from ..stream import MessageBuilder, ModelCall
 from ..thinking import anthropic_thinking
 from ..transform import same_model, transform_messages
-from ..types import LlmMessage
+from ..types import LlmMessage, ModelRequest
 
 API_VERSION = "2023-06-01"
 BETA_TOOL_STREAMING = "fine-grained-tool-streaming-2025-05-14"
@@ -205,7 +205,7 @@ def _convert_messages(messages: Sequence[LlmMessage], model: Model) -> list[_Mes
     return out
 
 
-def build_request(call: ModelCall) -> tuple[_Request, bool]:
+def build_request(call: ModelRequest) -> tuple[_Request, bool]:
     """The request body, and whether it asks for thinking."""
     model, context, options = call.model, call.context, call.options
     messages = transform_messages(context.messages, model,
@@ -226,7 +226,7 @@ def build_request(call: ModelCall) -> tuple[_Request, bool]:
     return request, thinking is not None
 
 
-def _headers(call: ModelCall, thinking: bool) -> dict[str, str]:
+def _headers(call: ModelRequest, thinking: bool) -> dict[str, str]:
     betas = [BETA_TOOL_STREAMING, *([BETA_INTERLEAVED_THINKING] if thinking else [])]
     auth = {"anthropic-version": API_VERSION, "anthropic-beta": ",".join(betas)}
     if call.options.api_key:
@@ -331,7 +331,7 @@ def _set_usage(out: MessageBuilder, usage: _Usage | None) -> None:
                       cache_write=usage.cache_creation_input_tokens)
 
 
-async def stream_anthropic(call: ModelCall, out: MessageBuilder, http: httpx.AsyncClient
+async def stream_anthropic(call: ModelRequest, out: MessageBuilder, http: httpx.AsyncClient
                            ) -> None:
     """Send ``call`` to the Messages API and feed ``out`` until ``message_stop``.
 
@@ -347,7 +347,7 @@ async def stream_anthropic(call: ModelCall, out: MessageBuilder, http: httpx.Asy
         await _read_events(call, out, response)
 
 
-async def _read_events(call: ModelCall, out: MessageBuilder, response: httpx.Response) -> None:
+async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.Response) -> None:
     model, options = call.model, call.options
     refusal: str | None = None
     initial_input: dict[int, Any] = {}  # tool_use blocks that came with their input up front

@@ -27,13 +27,13 @@ import msgspec
 from ...protocol import messages as m
 from ...protocol.payloads import Model
 from .. import errors
+from ..builder import MessageBuilder
 from ..errors import ErrorKind, ProviderError
 from ..http import post_stream, request_headers
 from ..sse import iter_sse
-from ..stream import MessageBuilder, ModelCall
 from ..thinking import google_thinking_config
 from ..transform import same_model, transform_messages
-from ..types import LlmMessage
+from ..types import LlmMessage, ModelRequest
 
 # Documented escape hatch for Gemini 3: a function call from history that carries no signature
 # of this model's (it came from another model) is replayed with this value instead.
@@ -178,7 +178,7 @@ def _convert_messages(messages: Sequence[LlmMessage], model: Model) -> list[_Con
     return out
 
 
-def build_request(call: ModelCall) -> _Request:
+def build_request(call: ModelRequest) -> _Request:
     model, context, options = call.model, call.context, call.options
     messages = transform_messages(context.messages, model)
     system = [_Part(text=text) for text in context.system_prompt if text.strip()]
@@ -193,7 +193,7 @@ def build_request(call: ModelCall) -> _Request:
         tools=[_Tools(functionDeclarations=tools)] if tools else None)
 
 
-def _headers(call: ModelCall) -> dict[str, str]:
+def _headers(call: ModelRequest) -> dict[str, str]:
     key = call.options.api_key
     return request_headers(call, {"x-goog-api-key": key} if key else {})
 
@@ -264,7 +264,7 @@ _RETRYABLE_FINISH = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"
                                "FINISH_REASON_UNSPECIFIED", "TOO_MANY_TOOL_CALLS"})
 
 
-async def stream_google(call: ModelCall, out: MessageBuilder, http: httpx.AsyncClient) -> None:
+async def stream_google(call: ModelRequest, out: MessageBuilder, http: httpx.AsyncClient) -> None:
     """Send ``call`` to ``streamGenerateContent`` and feed ``out`` until the stream ends.
 
     Raises ProviderError for an HTTP error, an error chunk, a finish reason other than STOP /
@@ -279,7 +279,7 @@ async def stream_google(call: ModelCall, out: MessageBuilder, http: httpx.AsyncC
         await _read_chunks(call, out, response)
 
 
-async def _read_chunks(call: ModelCall, out: MessageBuilder, response: httpx.Response) -> None:
+async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.Response) -> None:
     model, options = call.model, call.options
     keys = itertools.count()
     key: int | None = None  # the open text / thinking block

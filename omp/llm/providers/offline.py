@@ -21,8 +21,9 @@ import msgspec
 import trio
 
 from ...protocol import messages as m
-from ..stream import MessageBuilder, ModelCall
+from ..builder import MessageBuilder
 from ..thinking import clamp
+from ..types import ModelRequest
 
 _TOOL = re.compile(r"\[\[tool\s+([A-Za-z0-9_.:-]+)\s*(\{.*?\})?\s*\]\]", re.DOTALL)
 _SLOW = re.compile(r"\[\[slow\s+(\d+(?:\.\d+)?)\s*\]\]")
@@ -43,7 +44,7 @@ def _pieces(text: str, at_least: int = 3) -> list[str]:
     return [text[i:i + step] for i in range(0, len(text), step)]
 
 
-async def stream_offline(call: ModelCall, out: MessageBuilder, http: httpx.AsyncClient) -> None:
+async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.AsyncClient) -> None:
     """The offline model's reply, computed from ``call.context``; no I/O."""
     messages = call.context.messages
     last = messages[-1] if messages else None

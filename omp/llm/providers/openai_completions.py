@@ -25,13 +25,14 @@ import msgspec
 from ...protocol import messages as m
 from ...protocol.payloads import Model
 from .. import errors
+from ..builder import MessageBuilder
 from ..errors import ProviderError
 from ..http import drain, post_stream
 from ..http import request_headers as http_headers
 from ..sse import iter_sse
-from ..stream import MessageBuilder, ModelCall
 from ..thinking import openai_effort
 from ..transform import transform_messages
+from ..types import ModelRequest
 
 Json = dict[str, Any]
 
@@ -52,7 +53,7 @@ def safe_call_id(call_id: str, limit: int) -> str:
 # --- shared request helpers -------------------------------------------------------------------
 
 
-def request_headers(call: ModelCall) -> dict[str, str]:
+def request_headers(call: ModelRequest) -> dict[str, str]:
     key = call.options.api_key
     return http_headers(call, {"authorization": f"Bearer {key}"} if key else {})
 
@@ -76,7 +77,7 @@ def joined_text(content: list[m.UserContent]) -> str:
     return "\n".join(b.text for b in content if isinstance(b, m.TextContent))
 
 
-def decode_chunk(data: str, call: ModelCall) -> Any:
+def decode_chunk(data: str, call: ModelRequest) -> Any:
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError:
@@ -84,7 +85,7 @@ def decode_chunk(data: str, call: ModelCall) -> Any:
                             message=f"Malformed stream event: {data[:200]!r}") from None
 
 
-def stream_error(error: Any, call: ModelCall, *, fallback: str) -> ProviderError:
+def stream_error(error: Any, call: ModelRequest, *, fallback: str) -> ProviderError:
     """An in-stream error object (``{"message", "type", "code"}``) or a bare string, as the text
     ``<message> (type=… code=…)`` (``errors.describe_error``)."""
     if isinstance(error, dict):
@@ -96,7 +97,7 @@ def stream_error(error: Any, call: ModelCall, *, fallback: str) -> ProviderError
     return errors.from_stream_error(text, call.model.provider, call.model.id)
 
 
-def early_end(call: ModelCall) -> ProviderError:
+def early_end(call: ModelRequest) -> ProviderError:
     return ProviderError(
         kind="network", provider=call.model.provider, model=call.model.id,
         message="The stream ended early: the connection closed before the response was complete")
@@ -113,7 +114,7 @@ def _obj(value: Any) -> Json:
 # --- request ----------------------------------------------------------------------------------
 
 
-def build_request(call: ModelCall) -> Json:
+def build_request(call: ModelRequest) -> Json:
     model, opts = call.model, call.options
     images = "image" in model.input
     messages: list[Json] = []
@@ -156,6 +157,8 @@ def build_request(call: ModelCall) -> Json:
         body[str(compat(model, "maxTokensField", "max_completion_tokens"))] = opts.max_tokens
     if opts.temperature is not None:
         body["temperature"] = opts.temperature
+    if opts.service_tier:
+        body["service_tier"] = opts.service_tier
     effort = openai_effort(model, opts.thinking)
     if effort is not None and compat(model, "supportsReasoningEffort", True):
         body["reasoning_effort"] = effort
@@ -267,7 +270,7 @@ class _Blocks:
             await self.out.append(self.key, args)
 
 
-async def stream_openai_completions(call: ModelCall, out: MessageBuilder,
+async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                                     http: httpx.AsyncClient) -> None:
     """Stream one chat-completions call into ``out``.
 

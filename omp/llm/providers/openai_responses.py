@@ -20,12 +20,13 @@ import msgspec
 
 from ...protocol import messages as m
 from .. import errors
+from ..builder import MessageBuilder
 from ..errors import ProviderError
 from ..http import drain, post_stream
 from ..sse import iter_sse
-from ..stream import MessageBuilder, ModelCall
 from ..thinking import openai_effort
 from ..transform import transform_messages
+from ..types import ModelRequest
 from .openai_completions import (
     SEE_IMAGE,
     TOOL_IMAGES_NOTE,
@@ -56,7 +57,7 @@ def _normalize_id(call_id: str, same: bool) -> str:
     return safe_call_id(call_id, 64)
 
 
-def build_request(call: ModelCall) -> Json:
+def build_request(call: ModelRequest) -> Json:
     model, opts = call.model, call.options
     images = "image" in model.input
     items: list[Json] = []
@@ -96,6 +97,8 @@ def build_request(call: ModelCall) -> Json:
         body["temperature"] = opts.temperature
     if opts.session_id:
         body["prompt_cache_key"] = opts.session_id
+    if opts.service_tier:
+        body["service_tier"] = opts.service_tier
     effort = openai_effort(model, opts.thinking)
     if effort is not None:
         body["reasoning"] = {"effort": effort, "summary": "auto"}
@@ -268,7 +271,7 @@ class _Items:
             self.current = None
 
 
-async def stream_openai_responses(call: ModelCall, out: MessageBuilder,
+async def stream_openai_responses(call: ModelRequest, out: MessageBuilder,
                                   http: httpx.AsyncClient) -> None:
     """Stream one Responses call into ``out``.
 
@@ -360,7 +363,7 @@ def _completed(out: MessageBuilder, response: Any) -> None:
         out.stop_reason = _STATUS.get(status, "stop")
 
 
-def _failed(response: Any, call: ModelCall) -> ProviderError:
+def _failed(response: Any, call: ModelRequest) -> ProviderError:
     # The Responses API's own texts: ``<code>: <message>`` for a failed response.
     response = _dict(response)
     error = _dict(response.get("error"))
@@ -375,7 +378,7 @@ def _failed(response: Any, call: ModelCall) -> ProviderError:
     return _stream_error(f"The response {status}", None, call)
 
 
-def _error_event(event: Json, call: ModelCall) -> ProviderError:
+def _error_event(event: Json, call: ModelRequest) -> ProviderError:
     # ``{"type":"error","code","message"}``, or the same nested under ``error``; the text is
     # the Responses API's ``Error Code <code>: <message>``.
     error = _dict(event.get("error")) or event
@@ -384,7 +387,7 @@ def _error_event(event: Json, call: ModelCall) -> ProviderError:
     return _stream_error(f"Error Code {code}: {text}" if code else text, code, call)
 
 
-def _stream_error(message: str, code: Any, call: ModelCall) -> ProviderError:
+def _stream_error(message: str, code: Any, call: ModelRequest) -> ProviderError:
     return errors.from_stream_error(message, call.model.provider, call.model.id,
                                     error_type=str(code) if code else None)
 

@@ -1,0 +1,31 @@
+"""Which modules are imported on first use instead of at the top of a module, and why.
+
+Starting in a blink is a feature (``bench/bench_rpc.py``: spawn → ``ready`` within 60 ms of
+``import trio``), so a module that costs startup time and is not needed to answer the first
+command is imported inside the function that first needs it. That is the only reason for a
+function-local import; every entry below was measured with ``python -X importtime`` on a
+byte-compiled install, and ``tests/test_imports.py`` checks that no other module is imported
+that way. Everything else is imported at the top of its module.
+"""
+
+from __future__ import annotations
+
+LAZY_MODULES: dict[str, str] = {
+    # Third-party.
+    "httpx": "~29 ms: only calls to a real provider need it",
+    "jsonschema": "~52 ms: first tool call (argument validation) and set_host_tools",
+    "yaml": "~12 ms: only when a models.yml or config.yml exists",
+    "cattrs": "~10 ms: only when a config file exists",
+    # Ours, because of what they import or build at import time.
+    "omp.llm.providers": "~45 ms each with httpx: loaded with the first call to their API",
+    "omp.llm.models_file": "~4 ms plus cattrs and yaml: only with a models.yml",
+    "omp.tools": "~5-7 ms per tool implementation: loaded with its first call "
+                 "(omp.tools.LazyTool)",
+    "omp.session.export_html": "~3 ms: only export_html needs it",
+}
+"""Module (or package: its submodules too) → what importing it at startup would cost."""
+
+LAZY_IMPORTERS: dict[str, str] = {
+    "omp.cli": "the entry point: usage errors and --version answer before trio is imported",
+}
+"""Modules allowed any function-local import, and why."""

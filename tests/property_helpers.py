@@ -1,0 +1,401 @@
+"""Checks of the cancellation property test (``test_cancellation_property``): what a host can
+verify from the frames it received and the frames it wrote, and what is left running.
+
+Every ``check_*`` function takes the frames in arrival order (plain JSON objects, as
+``agent_helpers.to_frame`` makes them) and raises ``AssertionError`` naming the broken rule, with
+the frames around the problem (``around``). They hold for any interleaving: none of them knows
+when a disruption landed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+import trio
+from agent_helpers import Frame
+
+RUN_FRAMES = frozenset({
+    "turn_start", "turn_end", "message_start", "message_update", "message_end",
+    "tool_execution_start", "tool_execution_update", "tool_execution_end", "auto_retry_start",
+    "auto_retry_end", "auto_compaction_start", "auto_compaction_end", "host_tool_call",
+    "host_tool_cancel"})
+"""Frames that only a run writes: never before its first ``agent_start`` or after its
+``agent_end``."""
+TURN_FRAMES = frozenset({
+    "message_start", "message_update", "message_end", "tool_execution_start",
+    "tool_execution_update", "tool_execution_end"})
+"""Frames that only an open turn writes."""
+CONTROL_FRAMES = frozenset({
+    "host_tool_result", "host_tool_update", "host_uri_result", "extension_ui_response"})
+"""Frames a host writes that are answers, not commands (never responded to)."""
+
+
+# --- the host's side of the wire -----------------------------------------------------------------
+
+
+class RecordingSendStream(trio.abc.SendStream):
+    """The host's output to the server, with every complete line it wrote decoded in ``sent``
+    (commands and the host's answers: ``host_tool_result``, ``host_uri_result`` ...)."""
+
+    def __init__(self, inner: trio.abc.SendStream) -> None:
+        self.inner = inner
+        self.sent: list[Frame] = []
+        self._partial = b""
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
+        for line in lines:
+            if line:
+                decoded = msgspec.json.decode(line)
+                assert isinstance(decoded, dict), line
+                self.sent.append(decoded)
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+# --- what is left running --------------------------------------------------------------------------
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid`` (Linux ``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def recorded_pids(path: os.PathLike[str] | str) -> list[int]:
+    """The pids a shell command appended to ``path`` (``echo $$ >> path``), if it got so far."""
+    try:
+        with open(path) as file:
+            return [int(line) for line in file.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def leftover_tasks() -> list[str]:
+    """Names of the tasks of this ``trio.run`` other than the caller, its ancestors and trio's
+    own: what would still be running when the caller returns."""
+    keep: set[trio.lowlevel.Task] = set()
+    task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
+    while task is not None:
+        keep.add(task)
+        nursery = task.parent_nursery
+        task = nursery.parent_task if nursery is not None else None
+    found: list[str] = []
+
+    def walk(task: trio.lowlevel.Task) -> None:
+        if task not in keep and not task.name.startswith("<"):
+            found.append(task.name)
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                walk(child)
+
+    walk(trio.lowlevel.current_root_task())
+    return found
+
+
+# --- describing frames -----------------------------------------------------------------------------
+
+
+def label(frame: Frame) -> str:
+    """A frame in a few words: its type and what identifies it."""
+    t = frame.get("type", "?")
+    if t in ("message_start", "message_end"):
+        message = frame["message"]
+        extra = f" {message.get('stopReason', '')}" if message["role"] == "assistant" else ""
+        return f"{t}:{message['role']}{extra} ({frame.get('messageId')})"
+    if t == "message_update":
+        return f"{t}:{frame['assistantMessageEvent']['type']} ({frame.get('messageId')})"
+    if t == "response":
+        data = frame.get("data")
+        state = (f" isStreaming={data['isStreaming']}"
+                 if isinstance(data, dict) and "isStreaming" in data else "")
+        error = "" if frame.get("success") else f" FAILED {frame.get('error')!r}"
+        return f"response:{frame.get('command')} id={frame.get('id')}{state}{error}"
+    if t.startswith("tool_execution"):
+        return f"{t} {frame.get('toolCallId')}"
+    if t in ("host_tool_call", "host_uri_request"):
+        return f"{t} id={frame.get('id')}"
+    if t in ("host_tool_cancel", "host_uri_cancel"):
+        return f"{t} target={frame.get('targetId')}"
+    if t == "prompt_result":
+        return f"prompt_result id={frame.get('id')} {frame.get('status')}"
+    if t in ("auto_retry_start", "auto_retry_end"):
+        return f"{t} attempt={frame.get('attempt')} {frame.get('finalError', '')}"
+    if t in ("auto_compaction_start", "auto_compaction_end"):
+        return (f"{t} {frame.get('reason', '')}"
+                f"{' aborted' if frame.get('aborted') else ''}{' willRetry' if frame.get('willRetry') else ''}")
+    return str(t)
+
+
+def around(frames: Sequence[Frame], index: int, before: int = 12, after: int = 4) -> str:
+    """The frames around ``index`` (marked ``>>``), one per line, numbered."""
+    lines = []
+    for i in range(max(0, index - before), min(len(frames), index + after + 1)):
+        lines.append(f"{'>>' if i == index else '  '} {i:4d} {label(frames[i])}")
+    return "\n".join(lines)
+
+
+def fail_at(frames: Sequence[Frame], index: int, rule: str) -> AssertionError:
+    return AssertionError(f"{rule}\n{around(frames, index)}")
+
+
+# --- the rules -------------------------------------------------------------------------------------
+
+
+def check_runs(frames: Sequence[Frame], *, complete: bool) -> int:
+    """Runs and turns are closed in protocol order; returns how many runs ended.
+
+    A run is one or more attempts (each opens with ``agent_start``) closed by exactly one
+    ``agent_end`` with ``isTerminal: true``; nothing a run writes appears outside one. Turns
+    alternate ``turn_start`` / ``turn_end`` inside a run, and messages and tool executions
+    happen inside a turn. ``complete``: every run that started has ended.
+    """
+    run_open = turn_open = False
+    ended = 0
+    for i, f in enumerate(frames):
+        t = f["type"]
+        if t == "agent_start":
+            if turn_open:
+                raise fail_at(frames, i, "agent_start while a turn is open")
+            run_open = True
+        elif t == "agent_end":
+            if not run_open:
+                raise fail_at(frames, i, "agent_end without a run (a second terminal agent_end?)")
+            if f.get("isTerminal") is not True:
+                raise fail_at(frames, i, "agent_end is not terminal")
+            if turn_open:
+                raise fail_at(frames, i, "agent_end while a turn is open")
+            run_open = False
+            ended += 1
+        elif t in RUN_FRAMES and not run_open:
+            raise fail_at(frames, i, f"{t} outside a run")
+        if t == "turn_start":
+            if turn_open:
+                raise fail_at(frames, i, "turn_start inside an open turn")
+            turn_open = True
+        elif t == "turn_end":
+            if not turn_open:
+                raise fail_at(frames, i, "turn_end without turn_start")
+            turn_open = False
+        elif t in TURN_FRAMES and not turn_open:
+            raise fail_at(frames, i, f"{t} outside a turn")
+    if complete and run_open:
+        raise fail_at(frames, len(frames) - 1, "a run that started never wrote its agent_end")
+    return ended
+
+
+def check_sagas(frames: Sequence[Frame]) -> None:
+    """``auto_retry_start`` is closed by one ``auto_retry_end`` (several starts, one per retry,
+    may precede it), ``auto_compaction_start`` by ``auto_compaction_end``, both before the
+    run's ``agent_end``; a new attempt never starts while a compaction is open."""
+    retry_open: int | None = None
+    compaction_open = False
+    for i, f in enumerate(frames):
+        t = f["type"]
+        if t == "auto_retry_start":
+            expected = 1 if retry_open is None else retry_open + 1
+            if f.get("attempt") != expected:
+                raise fail_at(frames, i, f"auto_retry_start attempt {f.get('attempt')}, "
+                                         f"expected {expected}")
+            retry_open = f["attempt"]
+        elif t == "auto_retry_end":
+            if retry_open is None:
+                raise fail_at(frames, i, "auto_retry_end without auto_retry_start")
+            if f.get("attempt") != retry_open:
+                raise fail_at(frames, i, "auto_retry_end names another attempt than the last "
+                                         "auto_retry_start")
+            retry_open = None
+        elif t == "auto_compaction_start":
+            if compaction_open:
+                raise fail_at(frames, i, "auto_compaction_start while one is open")
+            compaction_open = True
+        elif t == "auto_compaction_end":
+            if not compaction_open:
+                raise fail_at(frames, i, "auto_compaction_end without auto_compaction_start")
+            compaction_open = False
+        elif t == "agent_start" and compaction_open:
+            raise fail_at(frames, i, "a new attempt started during compaction")
+        elif t == "agent_end" and (retry_open is not None or compaction_open):
+            import os
+            if os.environ.get("TOLERATE_BUG1") and not compaction_open and frames[i-1]["type"] == "auto_compaction_end" and frames[i-1].get("willRetry") is not True:
+                retry_open = None
+                continue
+            raise fail_at(frames, i, "agent_end with an auto_retry/auto_compaction saga open")
+
+
+def responses_by_id(frames: Iterable[Frame]) -> dict[Any, list[int]]:
+    """Indexes of the responses received, by request id."""
+    found: dict[Any, list[int]] = {}
+    for i, f in enumerate(frames):
+        if f["type"] == "response":
+            found.setdefault(f.get("id"), []).append(i)
+    return found
+
+
+def check_responses(frames: Sequence[Frame], commands: Iterable[tuple[str, str]], *,
+                    exact: bool) -> None:
+    """Every command the host sent (id, type) was answered once (``exact``) or at most once."""
+    responses = responses_by_id(frames)
+    for request_id, kind in commands:
+        got = responses.get(request_id, [])
+        if len(got) > 1 or (exact and not got):
+            raise fail_at(frames, got[-1] if got else len(frames) - 1,
+                          f"{kind} {request_id!r} got {len(got)} responses")
+        for i in got:
+            if frames[i].get("command") != kind:
+                raise fail_at(frames, i, f"the response to {request_id!r} is not for {kind}")
+
+
+def check_prompt_results(frames: Sequence[Frame], prompt_ids: Iterable[str], *,
+                         exact: bool) -> None:
+    """One ``prompt_result`` per accepted prompt (at most one when ``exact`` is False), after
+    the prompt's response; none for a refused prompt or an id never sent."""
+    prompt_ids = list(prompt_ids)
+    responses = responses_by_id(frames)
+    results: dict[Any, list[int]] = {}
+    for i, f in enumerate(frames):
+        if f["type"] == "prompt_result":
+            if f.get("id") not in prompt_ids:
+                raise fail_at(frames, i, "prompt_result for a prompt the host never sent")
+            results.setdefault(f.get("id"), []).append(i)
+    for pid in prompt_ids:
+        got = results.get(pid, [])
+        answered = responses.get(pid, [])
+        accepted = bool(answered) and frames[answered[0]].get("success") is True
+        if answered and not accepted:
+            if got:
+                raise fail_at(frames, got[0], f"prompt_result for refused prompt {pid!r}")
+            continue
+        if len(got) > 1 or (exact and len(got) != 1):
+            raise fail_at(frames, got[-1] if got else len(frames) - 1,
+                          f"accepted prompt {pid!r} got {len(got)} prompt_result frames")
+        if got and answered and got[0] < answered[0]:
+            raise fail_at(frames, got[0], f"prompt_result of {pid!r} before its response")
+
+
+def check_host_requests(frames: Sequence[Frame], sent: Sequence[Frame]) -> None:
+    """Every ``host_tool_call`` / ``host_uri_request`` was answered by the host or cancelled
+    by the server (``host_tool_cancel`` / ``host_uri_cancel`` naming it, after it); every
+    cancel names a request that was made; a host tool's call precedes its
+    ``tool_execution_start``."""
+    pairs = {"host_tool_call": ("host_tool_result", "host_tool_cancel"),
+             "host_uri_request": ("host_uri_result", "host_uri_cancel")}
+    for request_type, (answer_type, cancel_type) in pairs.items():
+        requested: dict[str, int] = {}
+        cancelled: set[str] = set()
+        for i, f in enumerate(frames):
+            if f["type"] == request_type:
+                if f["id"] in requested:
+                    raise fail_at(frames, i, f"{request_type} id used twice")
+                requested[f["id"]] = i
+            elif f["type"] == cancel_type:
+                if f.get("targetId") not in requested:
+                    raise fail_at(frames, i, f"{cancel_type} for no (earlier) {request_type}")
+                cancelled.add(f["targetId"])
+        answered = {s.get("id") for s in sent if s.get("type") == answer_type}
+        for request_id, i in requested.items():
+            if request_id not in answered and request_id not in cancelled:
+                raise fail_at(frames, i, f"{request_type} neither answered by the host nor "
+                                         f"followed by {cancel_type}")
+    starts = {f["toolCallId"]: i for i, f in enumerate(frames)
+              if f["type"] == "tool_execution_start"}
+    for i, f in enumerate(frames):
+        if f["type"] == "host_tool_call" and starts.get(f["toolCallId"], len(frames)) < i:
+            raise fail_at(frames, i, "host_tool_call after its tool_execution_start")
+
+
+def check_idle_after_runs(frames: Sequence[Frame], prompt_ids: Iterable[str],
+                          state_ids: Sequence[str]) -> None:
+    """``isStreaming`` is false once a run's terminal ``agent_end`` is out (rpc-behavior §4.4).
+
+    ``state_ids[k]`` is the ``get_state`` the host sent as soon as it received the k-th
+    terminal ``agent_end``. Its answer may say ``isStreaming: true`` only when the session had
+    another reason to stream by then: an accepted prompt without its ``prompt_result`` yet (a
+    queued steer resumes after an abort; a prompt sent meanwhile starts a new run).
+    """
+    prompt_ids = set(prompt_ids)
+    ends = [i for i, f in enumerate(frames) if f["type"] == "agent_end"]
+    responses = responses_by_id(frames)
+    for k, state_id in enumerate(state_ids):
+        got = responses.get(state_id)
+        if not got:
+            continue  # the connection ended first (checked by check_responses where it must)
+        r = got[0]
+        data = frames[r].get("data")
+        assert isinstance(data, dict), frames[r]
+        if not data["isStreaming"]:
+            continue
+        pending = False
+        for pid in prompt_ids:
+            accepted = [i for i in responses.get(pid, []) if frames[i].get("success")]
+            served = [i for i, f in enumerate(frames)
+                      if f["type"] == "prompt_result" and f.get("id") == pid]
+            if accepted and accepted[0] < r and (not served or served[0] > r):
+                pending = True
+        if not pending:
+            raise fail_at(frames, r, f"isStreaming is true after terminal agent_end #{k + 1} "
+                                     f"(index {ends[k] if k < len(ends) else '?'}) with "
+                                     "nothing left to run")
+
+
+def phase(frames: Sequence[Frame]) -> str:
+    """What the session was doing as far as the host could tell from ``frames`` (all it had
+    received so far): where a disruption sent now lands. For statistics only."""
+    run = turn = streaming = backoff = compaction = False
+    tools: set[str] = set()
+    host: set[str] = set()
+    for f in frames:
+        t = f["type"]
+        if t == "agent_start":
+            run, backoff = True, False
+        elif t == "agent_end":
+            run = turn = streaming = backoff = compaction = False
+        elif t == "turn_start":
+            turn = True
+            tools.clear()
+            host.clear()
+        elif t == "turn_end":
+            turn = False
+        elif t in ("message_start", "message_end") and f["message"]["role"] == "assistant":
+            streaming = t == "message_start"
+        elif t == "tool_execution_start":
+            tools.add(f["toolCallId"])
+        elif t == "tool_execution_end":
+            tools.discard(f["toolCallId"])
+        elif t in ("host_tool_call", "host_uri_request"):
+            host.add(f["id"])
+        elif t in ("host_tool_cancel", "host_uri_cancel"):
+            host.discard(f["targetId"])
+        elif t in ("auto_retry_start", "auto_retry_end"):
+            backoff = t == "auto_retry_start"
+        elif t in ("auto_compaction_start", "auto_compaction_end"):
+            compaction = t == "auto_compaction_start"
+    if not run:
+        return "idle"
+    if compaction:
+        return "compacting"
+    if backoff:
+        return "retry-backoff"
+    if streaming:
+        return "streaming"
+    if tools:
+        return "tools+host" if host else "tools"
+    return "in-turn" if turn else "between-turns"
