@@ -44,6 +44,7 @@ import msgspec
 import trio
 from msgspec import UNSET, UnsetType
 
+from .groups import single_error
 from .process import kill_process_group, signal_group
 from .protocol import commands as cmd
 from .protocol.codec import ChunkAssembler, ChunkError
@@ -1025,26 +1026,7 @@ async def _exit_nursery(manager: AbstractAsyncContextManager[trio.Nursery],
         return bool(await manager.__aexit__(
             None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__))
     except BaseExceptionGroup as group:
-        single = _single_exception(group)
+        single = single_error(group)
         if single is None:
             raise
     raise single
-
-
-def _single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    leaves: list[BaseException] = []
-
-    def collect(error: BaseException) -> None:
-        if isinstance(error, BaseExceptionGroup):
-            for inner in error.exceptions:
-                collect(inner)
-        else:
-            leaves.append(error)
-
-    collect(group)
-    real = [e for e in leaves if not isinstance(e, trio.Cancelled)]
-    if len(real) == 1:
-        return real[0]
-    if not real and leaves:
-        return leaves[0]
-    return None

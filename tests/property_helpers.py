@@ -356,9 +356,10 @@ def check_idle_after_runs(frames: Sequence[Frame], prompt_ids: Iterable[str],
                                      "nothing left to run")
 
 
-def phase(frames: Sequence[Frame]) -> str:
+def phase(frames: Sequence[Frame], since: int = 0) -> str:
     """What the session was doing as far as the host could tell from ``frames`` (all it had
-    received so far): where a disruption sent now lands. For statistics only."""
+    received so far): where a disruption sent now lands. ``since``: the index of the first
+    frame after the prompt of interest was sent. For statistics only."""
     run = turn = streaming = backoff = compaction = False
     tools: set[str] = set()
     host: set[str] = set()
@@ -389,7 +390,8 @@ def phase(frames: Sequence[Frame]) -> str:
         elif t in ("auto_compaction_start", "auto_compaction_end"):
             compaction = t == "auto_compaction_start"
     if not run:
-        return "idle"
+        started = any(f["type"] == "agent_start" for f in frames[since:])
+        return "after the run" if started else "before the run"
     if compaction:
         return "compacting"
     if backoff:

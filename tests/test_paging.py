@@ -12,7 +12,8 @@ import pytest
 from session_helpers import conversation, texts, user
 
 from omp.protocol.messages import AgentMessage
-from omp.rpc.paging import PageError, decode_cursor, encode_cursor, encode_tree, page, tree
+from omp.rpc.paging import PageError, decode_cursor, encode_cursor, encode_tree, page
+from omp.session.context import entry_tree as tree
 from omp.session.file import SessionFile
 
 # --- message pages (rpc-behavior §11.12) ---------------------------------------------------------

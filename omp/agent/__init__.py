@@ -1,1 +1,2 @@
-"""The agent loop: turns, tool execution, steering and follow-up queues (issue: agent loop)."""
+"""The agent loop: turns, tool execution, steering and follow-up queues, and the ledger that
+closes what an abort left open."""

@@ -1,1 +1,2 @@
-"""LLM providers over httpx, the model registry and auth (issue: LLM providers)."""
+"""LLM providers over httpx, the model registry and auth, the message builder, the one error
+mapping."""

@@ -35,7 +35,6 @@ from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
-from ..session.context import entries_since
 from ..session.stats import context_usage_payload, session_stats
 from .bridges import (
     ControlRegistry,
@@ -46,7 +45,7 @@ from .bridges import (
     validate_host_tools,
 )
 from .output import FrameQueue, SwitchProtocol
-from .paging import PageError, encode_tree, page, tree
+from .paging import PageError, encode_tree, page
 
 NOT_IMPLEMENTED = "not_implemented"
 INTERNAL_ERROR = "internal_error"
@@ -458,24 +457,11 @@ class Commands:
 
     async def export_html(self, frame: cmd.ExportHtml) -> Response:
         """Write the session as one self-contained HTML page (in a worker thread)."""
-        from ..session.export_html import default_export_name, render_html, write_html
-
-        s = self.session
-        if s.file is None:
-            return fail("export_html", frame.id, "Cannot export in-memory session to HTML")
-        shown = (frame.outputPath if isinstance(frame.outputPath, str)
-                 else default_export_name(s.file.path))
-        target = _user_path(shown)
-        if not target.is_absolute():
-            target = s.cwd / target
-        page = render_html(title=s.session_name or s.file.path.name, session_id=s.session_id,
-                           messages=list(s.messages),
-                           entries=[s.file.entry_json(e) for e in s.file.entries],
-                           model=f"{s.model.provider}/{s.model.id}")
+        output = frame.outputPath if isinstance(frame.outputPath, str) else None
         try:
-            await trio.to_thread.run_sync(write_html, target, page)
-        except OSError as exc:
-            return fail("export_html", frame.id, f"Cannot write {shown}: {exc.strerror or exc}")
+            shown = await self.session.export_html(output)
+        except SessionError as exc:
+            return fail("export_html", frame.id, str(exc))
         return ok("export_html", frame.id, payloads.ExportHtmlResult(path=shown))
 
     # No OAuth flows are built in (keys come from the environment, auth.json or models.yml),
@@ -525,25 +511,19 @@ class Commands:
             for entry_id, text in self.session.branch_messages()]))
 
     def get_entries(self, frame: cmd.GetEntries) -> Response:
-        file = self.session.file
-        if file is None:
-            return ok("get_entries", frame.id, {"entries": [], "leafId": None})
         since = frame.since if isinstance(frame.since, str) else None
         try:
-            entries = entries_since(file, since)
+            entries = self.session.entries_json(since)
         except KeyError:
             return fail("get_entries", frame.id, f"Unknown entries cursor: {since}",
                         "unknown_since")
-        return ok("get_entries", frame.id, {
-            "entries": [file.entry_json(e) for e in entries], "leafId": file.leaf_id})
+        return ok("get_entries", frame.id, {"entries": entries, "leafId": self.session.leaf_id})
 
     def get_tree(self, frame: cmd.GetTree) -> Response:
-        file = self.session.file
-        if file is None:
-            return ok("get_tree", frame.id, {"tree": [], "leafId": None})
         # A long session nests deeper than a recursive encoder goes: pre-encoded.
-        return ok("get_tree", frame.id, {"tree": msgspec.Raw(encode_tree(tree(file))),
-                                         "leafId": file.leaf_id})
+        return ok("get_tree", frame.id, {
+            "tree": msgspec.Raw(encode_tree(self.session.entry_tree())),
+            "leafId": self.session.leaf_id})
 
     def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
         session = self.session
@@ -554,7 +534,7 @@ class Commands:
         limit = frame.limit if isinstance(frame.limit, int) else 100
         try:
             result = page(session.messages, cursor, limit, session.session_id,
-                          session.file.leaf_id if session.file is not None else None)
+                          session.leaf_id)
         except PageError as exc:
             return fail("get_messages_page", frame.id, str(exc),
                         exc.code or msgspec.UNSET)

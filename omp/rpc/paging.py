@@ -1,5 +1,6 @@
 """Views of a session the RPC layer serves: message pages (``get_messages_page``, rpc-behavior
-§11.12) and the entry tree (``get_tree``, rpc-behavior §11.13, agent-core §7.4).
+§11.12) and the encoding of the entry tree (``get_tree``, rpc-behavior §11.13, agent-core §7.4;
+the tree itself is built by ``omp.session.context.entry_tree``).
 
 A page cursor is opaque to the host: base64url (no padding) of the snapshot it was cut from
 (session id, leaf id, message count) and the offset to go on from. A cursor whose snapshot no
@@ -22,8 +23,6 @@ import msgspec
 
 from omp.protocol.messages import AgentMessage
 from omp.protocol.payloads import MessagesPage
-from omp.session.entries import iso_to_ms
-from omp.session.file import SessionFile
 
 __all__ = [
     "DEFAULT_PAGE_LIMIT",
@@ -35,7 +34,6 @@ __all__ = [
     "encode_cursor",
     "encode_tree",
     "page",
-    "tree",
 ]
 
 DEFAULT_PAGE_LIMIT: Final = 100
@@ -139,34 +137,8 @@ def page(messages: Sequence[AgentMessage], cursor: str | None, limit: object,
 # --- the entry tree (get_tree) ---------------------------------------------------------------
 
 
-def tree(file: SessionFile) -> list[dict[str, Any]]:
-    """The entry tree as JSON-ready nodes ``{"entry", "children", "label"?}``.
-
-    ``entry`` is :meth:`SessionFile.entry_json`; entries whose parent is missing are extra roots;
-    children are sorted by timestamp (stable). Built without recursion; a long session nests
-    deeper than recursive JSON encoders go, so serialise it with :func:`encode_tree`. The entry
-    objects are the loaded ones: do not mutate them.
-    """
-    labels = file.labels()
-    nodes: dict[str, dict[str, Any]] = {}
-    for entry in file.entries:
-        node: dict[str, Any] = {"entry": file.entry_json(entry), "children": []}
-        if entry.id in labels:
-            node["label"] = labels[entry.id]
-        nodes[entry.id] = node
-    roots: list[dict[str, Any]] = []
-    for entry in file.entries:
-        parent = nodes.get(entry.parentId) if entry.parentId not in (None, entry.id) else None
-        (parent["children"] if parent is not None else roots).append(nodes[entry.id])
-    timestamps = {id(node): iso_to_ms(str(node["entry"].get("timestamp", ""))) for node in
-                  nodes.values()}
-    for node in nodes.values():
-        node["children"].sort(key=lambda child: timestamps[id(child)])
-    return roots
-
-
 def encode_tree(nodes: list[dict[str, Any]]) -> bytes:
-    """JSON of :func:`tree` nodes without recursion (a long session nests thousands deep,
+    """JSON of ``entry_tree`` nodes without recursion (a long session nests thousands deep,
     past what a recursive encoder allows)."""
     out = bytearray(b"[")
     stack: list[bytes | dict[str, Any]] = []

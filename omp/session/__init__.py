@@ -1,4 +1,5 @@
-"""AgentSession: what a host steers (model, thinking, queue modes, todos; runs join later)."""
+"""The session a host steers: AgentSession (identity, file, model, prompts and their runs), the
+run saga, the session file and its views, compaction, settings."""
 
 from .agent_session import AgentSession as AgentSession
 from .agent_session import SessionError as SessionError

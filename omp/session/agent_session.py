@@ -64,7 +64,7 @@ from .compaction import (
     handoff,
     should_compact,
 )
-from .context import branch_settings, build_context, user_messages
+from .context import branch_settings, build_context, entries_since, entry_tree, user_messages
 from .errors import SessionError
 from .file import SessionFile, branch_file
 from .locations import newest_session
@@ -379,6 +379,50 @@ class AgentSession:
 
     def branch_messages(self) -> list[tuple[str, str]]:
         return [] if self.file is None else user_messages(self.file)
+
+    # -- read-only views of the file (get_entries, get_tree, paging, export) ----------------
+
+    @property
+    def leaf_id(self) -> str | None:
+        """The current entry of the session file (None in memory or before any entry)."""
+        return None if self.file is None else self.file.leaf_id
+
+    def entries_json(self, since: str | None = None) -> list[dict[str, Any]]:
+        """The file's entries (after entry ``since``) as JSON objects; KeyError for an unknown
+        ``since``. Empty for an in-memory session."""
+        file = self.file
+        return [] if file is None else [file.entry_json(e) for e in entries_since(file, since)]
+
+    def entry_tree(self) -> list[dict[str, Any]]:
+        """The file's entries as a tree (``get_tree``); empty for an in-memory session."""
+        return [] if self.file is None else entry_tree(self.file)
+
+    async def export_html(self, output_path: str | None) -> str:
+        """Write the session as one self-contained HTML page; returns the path as shown to the
+        host. Rendering and writing run in a worker thread. Raises SessionError. On
+        cancellation the page may still be written by its thread (never half: it is replaced
+        atomically)."""
+        from .export_html import default_export_name, render_html, write_html
+
+        file = self.file
+        if file is None:
+            raise SessionError("Cannot export in-memory session to HTML")
+        shown = output_path if output_path is not None else default_export_name(file.path)
+        entries = [file.entry_json(e) for e in file.entries]
+        messages = list(self.agent.messages)
+        title = self.session_name or file.path.name
+        model = f"{self.model.provider}/{self.model.id}"
+
+        def render_and_write() -> None:
+            target = self.cwd / Path(os.path.expanduser(shown))  # an absolute path stays as is
+            write_html(target, render_html(title=title, session_id=self.session_id,
+                                           messages=messages, entries=entries, model=model))
+
+        try:
+            await trio.to_thread.run_sync(render_and_write)
+        except OSError as exc:
+            raise SessionError(f"Cannot write {shown}: {exc.strerror or exc}") from None
+        return shown
 
     # -- queue modes (stored on the agent, which applies them) -------------------------------
 

@@ -4,6 +4,7 @@
 :func:`build_context` turns the branch path (root → leaf) into the messages the agent continues
 from, as the original's ``buildSessionContext`` does; :func:`branch_settings` reads the model,
 thinking level and service tier the branch recorded. Raw (unknown) entries are skipped.
+:func:`entry_tree` is the whole file as a tree of entries (``get_tree``).
 
 Everything here only reads a :class:`~omp.session.file.SessionFile` already in memory: no I/O,
 no writes, no async.
@@ -51,6 +52,7 @@ __all__ = [
     "branch_settings",
     "build_context",
     "entries_since",
+    "entry_tree",
     "user_messages",
 ]
 
@@ -233,3 +235,29 @@ def entries_since(file: SessionFile, since: str | None = None) -> list[Entry]:
         if entry.id == since:
             return entries[index + 1:]
     raise KeyError(since)
+
+
+def entry_tree(file: SessionFile) -> list[dict[str, Any]]:
+    """The entry tree as JSON-ready nodes ``{"entry", "children", "label"?}``.
+
+    ``entry`` is :meth:`SessionFile.entry_json`; entries whose parent is missing are extra roots;
+    children are sorted by timestamp (stable). Built without recursion; a long session nests
+    deeper than recursive JSON encoders go, so serialise it without recursion too
+    (``omp.rpc.paging.encode_tree``). The entry objects are the loaded ones: do not mutate them.
+    """
+    labels = file.labels()
+    nodes: dict[str, dict[str, Any]] = {}
+    for entry in file.entries:
+        node: dict[str, Any] = {"entry": file.entry_json(entry), "children": []}
+        if entry.id in labels:
+            node["label"] = labels[entry.id]
+        nodes[entry.id] = node
+    roots: list[dict[str, Any]] = []
+    for entry in file.entries:
+        parent = nodes.get(entry.parentId) if entry.parentId not in (None, entry.id) else None
+        (parent["children"] if parent is not None else roots).append(nodes[entry.id])
+    timestamps = {id(node): iso_to_ms(str(node["entry"].get("timestamp", ""))) for node in
+                  nodes.values()}
+    for node in nodes.values():
+        node["children"].sort(key=lambda child: timestamps[id(child)])
+    return roots
