@@ -1,17 +1,49 @@
-"""`nox` runs the tests, the linter and the type checker (each in its own virtualenv)."""
+"""`nox` runs the tests, the linter and the type checker (each in its own virtualenv), and the
+tests again on the lowest versions of the dependencies that pyproject.toml declares."""
 
 from __future__ import annotations
 
-import nox
+import tomllib
+from pathlib import Path
 
-nox.options.sessions = ["tests", "lint", "typecheck"]
+import nox
+from packaging.requirements import Requirement
+
+nox.options.sessions = ["tests", "tests_lowest", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
+
+PYPROJECT = Path(__file__).parent / "pyproject.toml"
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def tests_lowest(session: nox.Session) -> None:
+    """The whole suite on the oldest Python and the declared minimum of every runtime
+    dependency, so a ``>=`` in pyproject.toml is a version that works (the test tools are the
+    newest that fit). The pins are generated from pyproject.toml, the one place they live."""
+    constraints = Path(session.create_tmp()) / "lowest.txt"
+    constraints.write_text("".join(f"{pin}\n" for pin in lowest_pins()))
+    session.install("-c", str(constraints), "-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+def lowest_pins() -> list[str]:
+    """``name==minimum`` for every runtime dependency in pyproject.toml, each of which must
+    state its minimum with ``>=``."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    pins = []
+    for line in project["dependencies"]:
+        requirement = Requirement(line)
+        minimums = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        if len(minimums) != 1:
+            raise ValueError(f"pyproject.toml: {line!r} needs exactly one '>=' minimum")
+        pins.append(f"{requirement.name}=={minimums[0]}")
+    return pins
 
 
 @nox.session

@@ -8,15 +8,16 @@ real HTTP; medians of --runs:
   * a 5,000-delta answer: wall time from `prompt` to `session_settled` and bytes written, with
     message_update snapshots (the protocol's default) and with `messageUpdates: "delta"`.
 
-Targets (issue 4): both latencies <= 5 ms (the original: 62 ms and 35 ms). A benchmark, not a
-test: it prints figures and asserts nothing.
+The process runs in the environment of `isolation.isolated_env` (its agent directory, with the
+fake provider's models.yml and the session file, HOME and TMPDIR in a temp directory removed at
+the end). Targets (issue 4): both latencies <= 5 ms (the original: 62 ms and 35 ms). A
+benchmark, not a test: it prints figures and asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from isolation import isolated_env
 
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
@@ -60,8 +62,7 @@ class Omp:
                 return frame, at
 
 
-async def spawn(agent_dir: Path) -> Omp:
-    env = {**os.environ, "OMP_AGENT_DIR": str(agent_dir)}
+async def spawn(env: dict[str, str]) -> Omp:
     proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "omp", "--mode", "rpc", "--model", "fake/fake-model"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
@@ -123,14 +124,15 @@ async def long_answer(fake: FakeLLM, omp: Omp, deltas: int, mode: str) -> tuple[
 
 
 async def main_async(runs: int, deltas: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        agent_dir = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="omp-bench-agent-") as tmp:
+        env = isolated_env(Path(tmp))
+        agent_dir = Path(env["OMP_AGENT_DIR"])
         async with open_fake_llm([]) as fake:
             (agent_dir / "models.yml").write_text(
                 "providers:\n  fake:\n    api: openai-completions\n"
                 f"    baseUrl: {fake.base_url}/v1\n    auth: none\n"
                 "    models: [{id: fake-model}]\n")
-            omp = await spawn(agent_dir)
+            omp = await spawn(env)
             await last_chunk_to_agent_end(fake, omp, 2)  # warm up (imports, connection)
             latency = await last_chunk_to_agent_end(fake, omp, runs)
             aborts = await abort_to_agent_end(fake, omp, runs)

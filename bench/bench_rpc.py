@@ -8,7 +8,9 @@ and the throughput of small frames through one process over pipes: N `set_steeri
 commands written as fast as the pipe takes them, timed until the N-th response is read.
 
 Targets (issue 2): ready and first response within 60 ms of the floor, idle RSS <= 45 MiB,
->= 200,000 small frames/s. This is a benchmark, not a test: it prints figures, it asserts nothing.
+>= 200,000 small frames/s. The processes run the offline model with `--no-session`, in the
+environment of `isolation.isolated_env` (a temp agent directory, HOME and TMPDIR, removed at the
+end). This is a benchmark, not a test: it prints figures, it asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
-OMP = [sys.executable, "-m", "omp", "--mode", "rpc", "--no-session"]
+from isolation import isolated_env
+
+OMP = [sys.executable, "-m", "omp", "--mode", "rpc", "--no-session", "--model", "offline/echo"]
 
 
 def floor_once() -> float:
@@ -38,10 +44,10 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def startup_once() -> tuple[float, float, float]:
+def startup_once(env: dict[str, str]) -> tuple[float, float, float]:
     """Seconds to ready, seconds to the first response, idle RSS in MiB."""
     start = time.perf_counter()
-    proc = subprocess.Popen(OMP, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(OMP, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert proc.stdin is not None
     assert proc.stdout is not None
     proc.stdin.write(b'{"id":"1","type":"get_state"}\n')
@@ -59,8 +65,9 @@ def startup_once() -> tuple[float, float, float]:
     return t_ready, t_response, rss
 
 
-def throughput(n: int) -> float:
-    proc = subprocess.Popen(OMP, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+def throughput(n: int, env: dict[str, str]) -> float:
+    proc = subprocess.Popen(OMP, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+                            env=env)
     assert proc.stdin is not None
     assert proc.stdout is not None
     stdout = proc.stdout
@@ -107,11 +114,13 @@ def main() -> None:
     precompile()
 
     floor = statistics.median(floor_once() for _ in range(args.runs))
-    runs = [startup_once() for _ in range(args.runs)]
+    with tempfile.TemporaryDirectory(prefix="omp-bench-rpc-") as tmp:
+        env = isolated_env(Path(tmp))
+        runs = [startup_once(env) for _ in range(args.runs)]
+        rate = statistics.median(throughput(args.frames, env) for _ in range(3))
     ready = statistics.median(r[0] for r in runs)
     first = statistics.median(r[1] for r in runs)
     rss = statistics.median(r[2] for r in runs)
-    rate = statistics.median(throughput(args.frames) for _ in range(3))
 
     print(f"floor  python -c 'import trio'   {floor * 1000:8.1f} ms")
     for name, value in (("spawn -> ready", ready), ("spawn -> first response", first)):

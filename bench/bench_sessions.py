@@ -13,14 +13,15 @@ its result. Then, through one real process (``--model offline/echo`` with a ``--
   * the process's RSS (VmRSS, and the peak VmHWM, from /proc) idle before the load and with the
     session loaded.
 
-Target: load <= 200 ms. This is a benchmark, not a test: it prints figures, it asserts nothing.
+The processes run in the environment of `isolation.isolated_env` (agent directory, HOME and
+TMPDIR in the temp directory, removed at the end). Target: load <= 200 ms. This is a benchmark,
+not a test: it prints figures, it asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import statistics
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from isolation import isolated_env
 
 from omp.client import RpcClient
 from omp.protocol import messages as m
@@ -173,11 +175,10 @@ def ms(seconds: float) -> str:
 async def bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="omp-bench-sessions-") as tmp:
         root = Path(tmp)
-        work, agent_dir, sessions = root / "work", root / "agent", root / "sessions"
-        for directory in (work, agent_dir, sessions):
+        work, sessions = root / "work", root / "sessions"
+        for directory in (work, sessions):
             directory.mkdir()
-        env = {**os.environ, "OMP_AGENT_DIR": str(agent_dir)}
-        env.pop("OMP_SESSION_DIR", None)
+        env = isolated_env(root)
 
         start = time.perf_counter()
         path = root / "long-session.jsonl"

@@ -1,20 +1,22 @@
 """Tool throughput and memory of `omp --mode rpc`. Run: `python bench/bench_tools.py`.
 
 Prints:
-  1. the RPC `bash` command on a command that prints 100 MB (1,000,000 lines of 100 `x`):
-     wall time from sending the command to its response, and the omp process's memory: idle RSS
-     before, peak RSS (VmHWM from /proc/<pid>/status) after, and the growth of the peak over the
-     idle RSS. Target: growth <= 20 MiB (the output is streamed, never held whole).
+  1. the RPC `bash` command on a command that prints 100 MB (1,000,000 lines of 100 `x`;
+     `--mb` sets the size): wall time from sending the command to its response, and the omp
+     process's memory: idle RSS before, peak RSS (VmHWM from /proc/<pid>/status) after, and the
+     growth of the peak over the idle RSS. Target: growth <= 20 MiB (the output is streamed,
+     never held whole).
   2. `grep` for one word over a generated tree of 10,000 files (100 directories x 100 files,
-     50 of them match): the grep TOOL called by the offline model through `omp --mode rpc`
-     (`[[tool grep {"pattern": "needle", "path": <dir>}]]`, timed from `tool_execution_start` to
-     `tool_execution_end` and from the prompt to its `prompt_result`), beside ripgrep itself on the
-     same tree as the floor (median of --runs each). No target was set; the overhead over the
-     floor is printed.
+     50 of them match; `--dirs` sets the number of directories): the grep TOOL called by the
+     offline model through `omp --mode rpc` (`[[tool grep {"pattern": "needle", "path": <dir>}]]`,
+     timed from `tool_execution_start` to `tool_execution_end` and from the prompt to its
+     `prompt_result`), beside ripgrep itself on the same tree as the floor (median of --runs
+     each). No target was set; the overhead over the floor is printed.
 
-The omp process runs with TMPDIR in the benchmark's own temp directory (the bash executor spills
-long output there), and everything is removed at the end. This is a benchmark, not a test: it
-prints figures, it asserts nothing.
+The omp processes run with `--no-session` in the environment of `isolation.isolated_env`: agent
+directory, HOME and TMPDIR (where the bash executor spills long output) in the benchmark's own
+temp directory, which is removed at the end. This is a benchmark, not a test: it prints figures,
+it asserts nothing.
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ from typing import Any
 
 import msgspec
 import trio
+from isolation import isolated_env
 
 from omp.client import RpcClient
 from omp.protocol import commands as cmd
 from omp.tools.grep import ripgrep_path
 
-OFFLINE = ("--mode", "rpc", "--model", "offline/echo")
-BIG_COMMAND = "head -c 100000000 /dev/zero | tr '\\0' 'x' | fold -w 100"
+OFFLINE = ("--mode", "rpc", "--no-session", "--model", "offline/echo")
 RSS_GROWTH_TARGET_MIB = 20
 MIB = 1024 * 1024
 
@@ -54,17 +56,21 @@ def status_kib(pid: int, field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
+def big_command(megabytes: int) -> str:
+    """A command printing ``megabytes`` MB as lines of 100 ``x``."""
+    return f"head -c {megabytes * 1_000_000} /dev/zero | tr '\\0' 'x' | fold -w 100"
+
+
 def spawn(workdir: Path) -> Any:
-    tmp = workdir / "tmp"
-    tmp.mkdir(exist_ok=True)
-    return RpcClient.spawn(args=OFFLINE, cwd=workdir, env={**os.environ, "TMPDIR": str(tmp)},
+    return RpcClient.spawn(args=OFFLINE, cwd=workdir, env=isolated_env(workdir),
                            max_buffered_events=math.inf, close_timeout=30)
 
 
 # --- 1. a 100 MB bash command ---------------------------------------------------------------
 
 
-async def bench_bash(workdir: Path) -> None:
+async def bench_bash(workdir: Path, megabytes: int) -> None:
+    command = big_command(megabytes)
     async with spawn(workdir) as client:
         pid = client.pid
         assert pid is not None
@@ -73,7 +79,7 @@ async def bench_bash(workdir: Path) -> None:
         idle_rss = status_kib(pid, "VmRSS")
         peak_before = status_kib(pid, "VmHWM")
         start = time.perf_counter()
-        result = await client.call(cmd.Bash(command=BIG_COMMAND, timeout=600))
+        result = await client.call(cmd.Bash(command=command, timeout=600))
         wall = time.perf_counter() - start
         peak_after = status_kib(pid, "VmHWM")
         rss_after = status_kib(pid, "VmRSS")
@@ -82,8 +88,8 @@ async def bench_bash(workdir: Path) -> None:
     total = result["totalBytes"]
     growth = (peak_after - idle_rss) / 1024
     verdict = "ok" if growth <= RSS_GROWTH_TARGET_MIB else "OVER TARGET"
-    print("1. RPC bash, 100 MB of output")
-    print(f"   command            {BIG_COMMAND}")
+    print(f"1. RPC bash, {megabytes} MB of output")
+    print(f"   command            {command}")
     print(f"   output seen        {total / MIB:8.1f} MiB in {result['totalLines']} lines "
           f"(exitCode {result.get('exitCode')}, truncated {result['truncated']}, "
           f"returned {result['outputBytes']} bytes)")
@@ -131,9 +137,9 @@ def as_dict(event: Any) -> dict[str, Any]:
     return value
 
 
-async def bench_grep(workdir: Path, runs: int) -> None:
+async def bench_grep(workdir: Path, runs: int, dirs: int) -> None:
     root = workdir / "tree"
-    count = make_tree(root)
+    count = make_tree(root, dirs=dirs, matching=max(1, dirs // 2))
     floor = statistics.median(rg_floor(root) for _ in range(runs))
     tool_times: list[float] = []
     prompt_times: list[float] = []
@@ -172,14 +178,16 @@ async def bench_grep(workdir: Path, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="grep repetitions (median)")
+    parser.add_argument("--mb", type=int, default=100, help="MB the bash command prints")
+    parser.add_argument("--dirs", type=int, default=100, help="directories of 100 files to grep")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
     try:
         (workdir / "bash").mkdir()
         (workdir / "grep").mkdir()
-        trio.run(bench_bash, workdir / "bash")
-        trio.run(bench_grep, workdir / "grep", args.runs)
+        trio.run(bench_bash, workdir / "bash", args.mb)
+        trio.run(bench_grep, workdir / "grep", args.runs, args.dirs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

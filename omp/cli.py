@@ -4,21 +4,30 @@
 * ``omp -p MESSAGE`` (or ``--mode text``): run one prompt, print the final answer.
 * ``omp --mode json MESSAGE``: run one prompt, write its events as JSON lines.
 
-Exit codes: 0 when the host closed stdin (rpc) or the run completed (one-shot), 1 when stdout
-broke, the runtime could not start (bad models.yml, unknown model, missing key; nothing is
-written to stdout then) or the one-shot run ended in an error or was interrupted, 2 for a usage
-error.
+Exit codes: 0 when the host closed stdin or sent SIGTERM / SIGHUP (rpc) or the run completed
+(one-shot), 1 when stdout broke (or the host fell a spill file's limit behind), the runtime
+could not start (bad models.yml, unknown model, missing key; nothing is written to stdout then)
+or the one-shot run ended in an error or was stopped by SIGTERM / SIGHUP, 2 for a usage error,
+130 for SIGINT (Ctrl-C). Each of these is said in one line on stderr, not a traceback.
+
+Signals: in rpc mode SIGTERM and SIGHUP end the session as stdin EOF does (``omp.rpc.serve``);
+in the one-shot modes they abort the run, whose terminal events are still written. SIGINT does
+the same and then exits 130. A second signal stops at once. Either way every process the tools
+started is ended, including those that escaped with ``setsid`` (``omp.process``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 USAGE_ERROR = 2
+INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,9 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("message", nargs="*", help="a prompt to run once (not with --mode rpc)")
-    parser.add_argument("--mode", choices=["rpc", "text", "json"], default=None,
-                        help="rpc: newline-delimited JSON on stdio; text: print the final answer "
-                        "of MESSAGE; json: write the events of MESSAGE's run as JSON lines")
+    parser.add_argument("--mode", choices=["rpc", "rpc-ui", "text", "json"], default=None,
+                        help="rpc: newline-delimited JSON on stdio; rpc-ui: rpc, and the model "
+                        "gets an ask tool whose questions go to the host; text: print the final "
+                        "answer of MESSAGE; json: write the events of MESSAGE's run as JSON lines")
     parser.add_argument("-p", "--print", action="store_true",
                         help="run MESSAGE once and print the final answer (same as --mode text)")
     parser.add_argument("--provider", metavar="NAME",
@@ -66,8 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
                        "bash, edit, write, grep, find, ls, todo)")
     tools.add_argument("--no-tools", action="store_true",
                        help="offer no built-in tools (host tools can still be added)")
+    parser.add_argument("-e", "--extension", dest="extensions", action="append", default=[],
+                        metavar="PATH",
+                        help="load the extension at PATH (a .py module, a package, or a folder "
+                        "of them); repeatable, loads even with --no-extensions")
+    parser.add_argument("--no-extensions", action="store_true",
+                        help="do not discover extensions (user, project, installed packages)")
+    parser.add_argument("--trust-project", action="store_true",
+                        help="run code from the project in the cwd (its .omp/extensions); "
+                        "trustedProjects in ~/.omp/agent/config.yml does the same per project")
+    parser.add_argument("--no-ui", action="store_true",
+                        help="extension dialogs return their defaults at once; no "
+                        "extension_ui_request is written")
     parser.add_argument("--max-line-bytes", type=_positive_int, default=None, metavar="N",
                         help="longest accepted input line in bytes (default: 64 MiB)")
+    parser.add_argument("--message-updates", choices=["snapshot", "delta"], default=None,
+                        help="--mode json: message_update events carry the message so far "
+                        "(snapshot, the default) or only the new part (delta, as rpc's "
+                        "set_event_filter {\"messageUpdates\": \"delta\"})")
     parser.add_argument("--version", action="version", version=f"omp {__version__}")
     return parser
 
@@ -83,6 +109,14 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C while starting up, before anything was running
+        print("omp: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(arg.startswith("@") for arg in argv):
         print("omp: error: @file arguments are not supported", file=sys.stderr)
@@ -92,10 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = args.mode or ("text" if args.print or args.message else None)
     if mode is None:
         parser.error("say how to run: --mode rpc, or a message to run once (-p MESSAGE)")
-    if mode == "rpc" and (args.message or args.print):
-        parser.error("--mode rpc takes its prompts on stdin, not on the command line")
-    if mode != "rpc" and not args.message:
+    rpc = mode in ("rpc", "rpc-ui")
+    if rpc and (args.message or args.print):
+        parser.error(f"--mode {mode} takes its prompts on stdin, not on the command line")
+    if not rpc and not args.message:
         parser.error(f"--mode {mode} needs a message")
+    if args.message_updates is not None and mode != "json":
+        parser.error("--message-updates is for --mode json (rpc hosts use set_event_filter)")
 
     import trio
 
@@ -115,22 +152,53 @@ def main(argv: Sequence[str] | None = None) -> int:
             tools=[] if args.no_tools else (
                 None if args.tools is None
                 else [n.strip() for n in args.tools.split(",") if n.strip()]),
-            append_system_prompt=_prompt_arg(args.append_system_prompt))
+            append_system_prompt=_prompt_arg(args.append_system_prompt),
+            extensions=[Path(path).expanduser() for path in args.extensions],
+            discover_extensions=not args.no_extensions, trust_project=args.trust_project,
+            ui=not args.no_ui, ask_tool=mode == "rpc-ui")
     except OSError as exc:
         print(f"omp: cannot read the system prompt file: {exc}", file=sys.stderr)
         return 1
     if args.max_line_bytes is not None:
         options.max_line_bytes = args.max_line_bytes
     try:
-        if mode == "rpc":
+        if rpc:
             trio.run(lambda: serve(options=options))
             return 0
-        return trio.run(one_shot, options, " ".join(args.message), mode)
-    except (OutputClosedError, SessionError, ConfigError) as exc:
-        print(f"omp: {exc}", file=sys.stderr)
+        return trio.run(one_shot, options, " ".join(args.message), mode,
+                        args.message_updates or "snapshot")
+    except BaseException as exc:
+        failure = _single(exc)
+        if isinstance(failure, KeyboardInterrupt):
+            print("omp: interrupted", file=sys.stderr)
+            return INTERRUPTED
+        if not isinstance(failure, OutputClosedError | SessionError | ConfigError):
+            raise
+        if isinstance(failure, OutputClosedError):
+            _silence_stdout()
+        print(f"omp: {failure}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+
+
+def _single(exc: BaseException) -> BaseException:
+    """The one exception an exception group stands for (a KeyboardInterrupt that arrived before
+    our handler was in place may come wrapped in a nursery's group), else ``exc``."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, BaseExceptionGroup):
+        interrupts, _ = exc.split(KeyboardInterrupt)
+        if interrupts is not None:  # Ctrl-C wins over what it caused in other tasks
+            return KeyboardInterrupt()
+    return exc
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null: a broken stdout must not give the interpreter's final flush a
+    second error to print."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
 
 
 def _prompt_arg(value: str | None) -> str | None:
@@ -139,17 +207,37 @@ def _prompt_arg(value: str | None) -> str | None:
     return None if value is None else load_prompt_arg(value, Path.cwd())
 
 
-async def one_shot(options: Any, message: str, mode: str) -> int:
-    """Run ``message`` once on a session built from ``options``; 0 when it completed.
+async def one_shot(options: Any, message: str, mode: str,
+                   message_updates: str = "snapshot") -> int:
+    """Run ``message`` once on a session built from ``options``; 0 when it completed, 1 when it
+    ended in an error or was stopped by SIGTERM / SIGHUP.
 
-    On cancellation (Ctrl-C) the run is cancelled with its nursery.
+    In ``json`` mode the events go to stdout through the server's output queue (non-blocking,
+    streaming updates wait for a slow reader), ``message_update`` as ``message_updates`` says.
+    A stop signal aborts the run (its terminal events are still written); SIGINT then raises
+    ``KeyboardInterrupt``; a second signal, or one after the run settled, cancels at once.
+    Processes the tools left behind (``setsid``) are ended before it returns. Raises
+    ``OutputClosedError`` when stdout breaks. On cancellation the run is cancelled with its
+    nursery.
     """
-    import msgspec
+    from .process import adopt_orphans
+
+    async with adopt_orphans():
+        return await _one_shot(options, message, mode, message_updates)
+
+
+async def _one_shot(options: Any, message: str, mode: str, message_updates: str) -> int:
+    import signal
+
     import trio
 
     from .agent.loop import AssistantUpdate
+    from .process import can_watch_signals, watch_stop_signals
     from .protocol import events as ev
     from .protocol import messages as m
+    from .protocol.codec import FrameEncoder
+    from .rpc.output import FrameQueue, OutputClosedError, write_frames
+    from .rpc.server import load_extensions, message_update_frame, untrusted_project_message
     from .session import create_session
 
     session = create_session(
@@ -158,41 +246,117 @@ async def one_shot(options: Any, message: str, mode: str) -> int:
         append_system_prompt=options.append_system_prompt, tool_names=options.tools,
         persist=options.persist, session_dir=options.session_dir, session_path=options.session,
         resume=options.resume)
-    encoder = msgspec.json.Encoder()
-    out = sys.stdout.buffer
+    # json: events are JSON lines of any size (no rpc frame limit, so the same bytes as a
+    # plain encoder), queued in order and written by one task.
+    queue = FrameQueue(encoder=FrameEncoder(max_frame_bytes=sys.maxsize)) \
+        if mode == "json" else None
     results: list[ev.PromptResult] = []
     settled = trio.Event()
+    written = trio.Event()
+    stops: list[int] = []
+    prompted = False
+    output_error: OutputClosedError | None = None
+
+    def frame(event: Any) -> Any:
+        if isinstance(event, AssistantUpdate):
+            return message_update_frame(event, message_updates)
+        return event
 
     class Sink:
         def publish(self, event: Any) -> None:
             if isinstance(event, ev.PromptResult):
                 results.append(event)
-            if isinstance(event, ev.SessionSettled):
+            elif isinstance(event, ev.SessionSettled):
                 settled.set()
-            if mode == "json":
-                if isinstance(event, AssistantUpdate):
-                    update = event.event
-                    event = ev.MessageUpdate(assistantMessageEvent=update.to_wire(),  # type: ignore[arg-type]
-                                             message=update.partial)
-                out.write(encoder.encode(event) + b"\n")
-                out.flush()
+            elif isinstance(event, ev.AutoRetryStart) and mode == "text":
+                print(retry_notice(event), file=sys.stderr, flush=True)
+            if queue is not None:
+                queue.put_nowait(frame(event))
 
         async def publish_update(self, event: Any) -> None:
-            self.publish(event)
-            await trio.lowlevel.checkpoint()
+            if queue is not None:
+                await queue.put(frame(event))
+            else:
+                await trio.lowlevel.checkpoint()
 
     session.subscribe(Sink())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(session.serve)
-        session.prompt(message)
-        await settled.wait()
-        nursery.cancel_scope.cancel()
+    # Extensions run here too, with no host to ask: dialogs return their defaults.
+    loaded = load_extensions(options, session)
+    if loaded is not None:
+        if queue is not None:
+            loaded.extensions.emit = queue.put_nowait
+        if loaded.skipped_project is not None:
+            print(f"omp: {untrusted_project_message(loaded.skipped_project)}", file=sys.stderr)
+        session.use_extensions(loaded.extensions)
+    extensions = session.extensions
+    stdout = trio.lowlevel.FdStream(os.dup(1)) if queue is not None else None
+    try:
+        async with trio.open_nursery() as nursery:
+
+            def on_signal(signum: int) -> None:
+                stops.append(signum)
+                if len(stops) == 1 and prompted and not settled.is_set():
+                    nursery.start_soon(session.close)  # aborted: terminal events, settled
+                else:  # asked again, or nothing to abort (yet, or any more): stop now
+                    nursery.cancel_scope.cancel()
+
+            async def writer() -> None:
+                nonlocal output_error
+                assert queue is not None
+                assert stdout is not None
+                try:
+                    await write_frames(queue, stdout)
+                except OutputClosedError as exc:
+                    output_error = exc
+                    nursery.cancel_scope.cancel()
+                written.set()
+
+            if can_watch_signals():
+                await nursery.start(watch_stop_signals, on_signal)
+            if queue is not None:
+                nursery.start_soon(writer)
+            await nursery.start(session.serve)
+            if extensions is not None:
+                await extensions.session_start()
+            session.prompt(message)
+            prompted = True
+            await settled.wait()
+            if extensions is not None:
+                await extensions.session_shutdown()
+            if queue is not None:
+                queue.close()
+                await written.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if stdout is not None:
+            # FdStream made the shared description non-blocking; give it back as it was.
+            with contextlib.suppress(OSError):
+                os.set_blocking(1, True)
+            with contextlib.suppress(OSError):
+                stdout.close()
+    if signal.SIGINT in stops:
+        raise KeyboardInterrupt
+    if output_error is not None:
+        raise output_error
+    if stops:
+        print(f"omp: stopped by {signal.Signals(stops[0]).name}", file=sys.stderr)
+        return 1
     if mode == "text":
         last = next((msg for msg in reversed(session.messages)
                      if isinstance(msg, m.AssistantMessage)), None)
         text = session.last_assistant_text()
         if text:
-            print(text)
+            try:
+                print(text, flush=True)
+            except BrokenPipeError as exc:
+                raise OutputClosedError(f"stdout closed: {exc}") from None
         if last is not None and last.stopReason in ("error", "aborted"):
             print(f"omp: {last.errorMessage or last.stopReason}", file=sys.stderr)
     return 0 if results and all(r.status == "completed" for r in results) else 1
+
+
+def retry_notice(event: Any) -> str:
+    """The stderr line of ``-p`` for an ``auto_retry_start``: what failed, and how long it
+    waits before which retry."""
+    return (f"omp: {event.errorMessage}; retrying in {event.delayMs / 1000:.1f} s "
+            f"(retry {event.attempt}/{event.maxAttempts})")

@@ -127,14 +127,22 @@ def read_yaml_mapping(path: Path, expected: str) -> dict[Any, Any] | None:
 
     Raises ConfigError naming the file and, for bad YAML, the line and column.
     """
+    return parse_yaml_mapping(read_text(path), path, expected)
+
+
+def parse_yaml_mapping(text: str, path: Path, expected: str, *,
+                       first_line: int = 1) -> dict[Any, Any] | None:
+    """``text`` (read from ``path``, where it starts on line ``first_line``: a markdown
+    file's frontmatter) as ``read_yaml_mapping`` reads a whole file, with the same errors."""
     import yaml
 
-    text = read_text(path)
     try:
+        # The pure-Python loader: libyaml's is faster but words its errors differently (and
+        # without the problem text for some), and these files are small.
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        where = f" (line {mark.line + first_line}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
         if context and problem.startswith("but "):  # "expected a single document" "but found..."

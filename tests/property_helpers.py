@@ -28,9 +28,9 @@ TURN_FRAMES = frozenset({
     "message_start", "message_update", "message_end", "tool_execution_start",
     "tool_execution_update", "tool_execution_end"})
 """Frames that only an open turn writes."""
-CONTROL_FRAMES = frozenset({
-    "host_tool_result", "host_tool_update", "host_uri_result", "extension_ui_response"})
-"""Frames a host writes that are answers, not commands (never responded to)."""
+BETWEEN_RUNS = frozenset({"prompt_result", "session_settled"})
+"""Frames the session writes after a run's ``agent_end`` (or for a run that never started):
+never while a run is open."""
 
 
 # --- the host's side of the wire -----------------------------------------------------------------
@@ -46,6 +46,8 @@ class RecordingSendStream(trio.abc.SendStream):
         self._partial = b""
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Record, then send; on cancellation the data counts as written (memory streams
+        never block: the host's writer is never cancelled halfway)."""
         *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
         for line in lines:
             if line:
@@ -61,7 +63,7 @@ class RecordingSendStream(trio.abc.SendStream):
         await self.inner.aclose()
 
 
-# --- what is left running --------------------------------------------------------------------------
+# --- what is left running ------------------------------------------------------------------------
 
 
 def group_members(pgid: int) -> list[int]:
@@ -107,11 +109,13 @@ def leftover_tasks() -> list[str]:
             for child in nursery.child_tasks:
                 walk(child)
 
-    walk(trio.lowlevel.current_root_task())
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    walk(root)
     return found
 
 
-# --- describing frames -----------------------------------------------------------------------------
+# --- describing frames ---------------------------------------------------------------------------
 
 
 def label(frame: Frame) -> str:
@@ -119,16 +123,16 @@ def label(frame: Frame) -> str:
     t = frame.get("type", "?")
     if t in ("message_start", "message_end"):
         message = frame["message"]
-        extra = f" {message.get('stopReason', '')}" if message["role"] == "assistant" else ""
-        return f"{t}:{message['role']}{extra} ({frame.get('messageId')})"
+        stop = f" {message.get('stopReason', '')}" if message["role"] == "assistant" else ""
+        return f"{t}:{message['role']}{stop} ({frame.get('messageId')})"
     if t == "message_update":
         return f"{t}:{frame['assistantMessageEvent']['type']} ({frame.get('messageId')})"
     if t == "response":
         data = frame.get("data")
         state = (f" isStreaming={data['isStreaming']}"
                  if isinstance(data, dict) and "isStreaming" in data else "")
-        error = "" if frame.get("success") else f" FAILED {frame.get('error')!r}"
-        return f"response:{frame.get('command')} id={frame.get('id')}{state}{error}"
+        failed = "" if frame.get("success") else f" FAILED {frame.get('error')!r}"
+        return f"response:{frame.get('command')} id={frame.get('id')}{state}{failed}"
     if t.startswith("tool_execution"):
         return f"{t} {frame.get('toolCallId')}"
     if t in ("host_tool_call", "host_uri_request"):
@@ -138,10 +142,12 @@ def label(frame: Frame) -> str:
     if t == "prompt_result":
         return f"prompt_result id={frame.get('id')} {frame.get('status')}"
     if t in ("auto_retry_start", "auto_retry_end"):
-        return f"{t} attempt={frame.get('attempt')} {frame.get('finalError', '')}"
+        fields = {k: frame[k] for k in ("delayMs", "success", "finalError") if k in frame}
+        return f"{t} attempt={frame.get('attempt')} {fields}"
     if t in ("auto_compaction_start", "auto_compaction_end"):
-        return (f"{t} {frame.get('reason', '')}"
-                f"{' aborted' if frame.get('aborted') else ''}{' willRetry' if frame.get('willRetry') else ''}")
+        flags = [name for name in ("aborted", "willRetry", "skipped") if frame.get(name)]
+        error = [repr(frame["errorMessage"])] if frame.get("errorMessage") else []
+        return " ".join([t, *([frame["reason"]] if "reason" in frame else []), *flags, *error])
     return str(t)
 
 
@@ -157,14 +163,15 @@ def fail_at(frames: Sequence[Frame], index: int, rule: str) -> AssertionError:
     return AssertionError(f"{rule}\n{around(frames, index)}")
 
 
-# --- the rules -------------------------------------------------------------------------------------
+# --- the rules -----------------------------------------------------------------------------------
 
 
 def check_runs(frames: Sequence[Frame], *, complete: bool) -> int:
     """Runs and turns are closed in protocol order; returns how many runs ended.
 
     A run is one or more attempts (each opens with ``agent_start``) closed by exactly one
-    ``agent_end`` with ``isTerminal: true``; nothing a run writes appears outside one. Turns
+    ``agent_end`` with ``isTerminal: true``; nothing a run writes appears outside one, and
+    ``prompt_result`` / ``session_settled`` never appear inside one. Turns
     alternate ``turn_start`` / ``turn_end`` inside a run, and messages and tool executions
     happen inside a turn. ``complete``: every run that started has ended.
     """
@@ -187,6 +194,8 @@ def check_runs(frames: Sequence[Frame], *, complete: bool) -> int:
             ended += 1
         elif t in RUN_FRAMES and not run_open:
             raise fail_at(frames, i, f"{t} outside a run")
+        elif t in BETWEEN_RUNS and run_open:
+            raise fail_at(frames, i, f"{t} while a run is open")
         if t == "turn_start":
             if turn_open:
                 raise fail_at(frames, i, "turn_start inside an open turn")
@@ -234,10 +243,6 @@ def check_sagas(frames: Sequence[Frame]) -> None:
         elif t == "agent_start" and compaction_open:
             raise fail_at(frames, i, "a new attempt started during compaction")
         elif t == "agent_end" and (retry_open is not None or compaction_open):
-            import os
-            if os.environ.get("TOLERATE_BUG1") and not compaction_open and frames[i-1]["type"] == "auto_compaction_end" and frames[i-1].get("willRetry") is not True:
-                retry_open = None
-                continue
             raise fail_at(frames, i, "agent_end with an auto_retry/auto_compaction saga open")
 
 

@@ -1,7 +1,6 @@
 """Helpers for the session-file tests: messages, a two-turn conversation, the recorded samples.
 
-The samples are files the original wrote (``../shared/samples/sessions``); tests that need them
-are marked ``needs_samples`` and skip when the checkout has no samples.
+The samples are session files the original wrote, carried in ``tests/data/samples/sessions``.
 """
 
 from __future__ import annotations
@@ -9,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from omp.protocol.messages import (
     AgentMessage,
@@ -26,13 +23,10 @@ from omp.protocol.messages import (
 )
 from omp.session.file import SessionFile
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "sessions"
+SAMPLES = Path(__file__).resolve().parent / "data" / "samples" / "sessions"
 SAMPLE_1 = SAMPLES / "omp-session-1.jsonl"
 SAMPLE_2 = SAMPLES / "omp-session-2.jsonl"
 SAMPLE_3 = SAMPLES / "omp-session-3.jsonl"
-needs_samples = pytest.mark.skipif(
-    not SAMPLE_1.is_file(), reason=f"recorded session samples not found in {SAMPLES}"
-)
 
 
 def user(text: str, ts: int = 1) -> UserMessage:

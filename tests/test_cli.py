@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import trio
+from agent_helpers import write_models_yml
 
 OMP = [sys.executable, "-m", "omp"]
 
@@ -20,7 +24,9 @@ async def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[byt
 async def test_help_and_version() -> None:
     help_ = await run("--help")
     assert help_.returncode == 0
-    assert b"--mode {rpc,text,json}" in help_.stdout
+    assert b"--mode {rpc,rpc-ui,text,json}" in help_.stdout
+    for flag in (b"--extension", b"--no-extensions", b"--trust-project", b"--no-ui"):
+        assert flag in help_.stdout
     version = await run("--version")
     assert version.returncode == 0
     assert version.stdout.startswith(b"omp 0.")
@@ -111,3 +117,141 @@ async def test_stray_prints_never_reach_the_protocol_stream() -> None:
     assert trio_json(lines[2].encode())["data"] == {"said": True}
     assert lines[-1] == "after serve"
     assert b"stray output from a handler" in result.stderr
+
+
+# --- one-shot modes ---------------------------------------------------------------------------
+
+ONE_SHOT = [*OMP, "--model", "offline/echo", "--no-session"]
+
+
+async def one_shot(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(60):
+        return await trio.run_process([*ONE_SHOT, *args], capture_stdout=True,
+                                      capture_stderr=True, check=False, cwd=cwd)
+
+
+async def test_json_message_updates_can_be_deltas() -> None:
+    message = "word " * 2000  # the offline model echoes it, a delta per word
+    snapshot = await one_shot("--mode", "json", message)
+    delta = await one_shot("--mode", "json", "--message-updates", "delta", message)
+    assert snapshot.returncode == delta.returncode == 0
+    # The snapshot form repeats the answer so far in every update: quadratic in its length.
+    assert len(snapshot.stdout) > 50 * len(delta.stdout)
+    assert len(delta.stdout) < 40 * len(message)
+    updates = [json.loads(line) for line in delta.stdout.splitlines()
+               if b'"message_update"' in line]
+    assert updates
+    assert all("message" not in u for u in updates)
+    text = "".join(u["assistantMessageEvent"].get("delta", "") for u in updates)
+    assert text == f"Echo: {message.strip()}"
+    # The same frames rpc writes after set_event_filter {"messageUpdates": "delta"}.
+    assert updates[1] == {"type": "message_update", "assistantMessageEvent": {
+        "type": "text_delta", "contentIndex": 0, "delta": "Echo: "}}
+    # The same events in the same order; only the updates' form differs.
+    assert kinds(delta.stdout) == kinds(snapshot.stdout)
+
+
+def kinds(output: bytes) -> list[str]:
+    return [json.loads(line)["type"] for line in output.splitlines()]
+
+
+async def test_message_updates_is_only_for_json_mode() -> None:
+    rpc = await run("--mode", "rpc", "--message-updates", "delta")
+    assert rpc.returncode == 2
+    assert b"--message-updates is for --mode json" in rpc.stderr
+    bad = await run("--mode", "json", "--message-updates", "sometimes", "hi")
+    assert bad.returncode == 2
+
+
+async def test_print_mode_says_on_stderr_what_it_retries(tmp_path: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    # Nothing listens on port 9: every call fails with a connection error, which is retried.
+    write_models_yml(isolated_agent_dir, "http://127.0.0.1:9")
+    (isolated_agent_dir / "config.yml").write_text("retry: {maxRetries: 2, baseDelayMs: 10}\n")
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [*OMP, "--model", "fake/fake-model", "--no-session", "-p", "hello"],
+            capture_stdout=True, capture_stderr=True, check=False, cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.decode().splitlines()
+    retries = [line for line in lines if "retrying in" in line]
+    assert len(retries) == 2, lines
+    assert retries[0].startswith("omp: ")
+    assert retries[0].endswith("(retry 1/2)")
+    assert retries[1].endswith("(retry 2/2)")
+    assert "Traceback" not in result.stderr.decode()
+
+
+async def test_broken_stdout_during_a_json_run_is_one_line() -> None:
+    # The run streams events (a bash tool that prints for a while) when the reader goes away.
+    command = json.dumps({"command": "for i in $(seq 200); do echo x; sleep 0.01; done"})
+    with trio.fail_after(60):
+        proc = await trio.lowlevel.open_process(
+            [*ONE_SHOT, "--mode", "json", f"[[tool bash {command}]]"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            assert await proc.stdout.receive_some(100)  # the run is under way
+            await proc.stdout.aclose()
+            err = b""
+            while chunk := await proc.stderr.receive_some(4096):
+                err += chunk
+            assert await proc.wait() == 1
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert err == b"omp: stdout closed: [Errno 32] Broken pipe\n"
+
+
+async def test_ctrl_c_in_print_mode_is_one_line() -> None:
+    command = json.dumps({"command": "sleep 300"})
+    with trio.fail_after(60):
+        proc = await trio.lowlevel.open_process(
+            [*ONE_SHOT, "-p", f"[[tool bash {command}]]"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            assert proc.stderr is not None
+            while not any(comm(pid) == "sleep" for pid in children_of(proc.pid)):  # noqa: ASYNC110
+                await trio.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            err = b""
+            while chunk := await proc.stderr.receive_some(4096):
+                err += chunk
+            assert await proc.wait() == 130
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert err == b"omp: interrupted\n"
+
+
+def children_of(pid: int) -> list[int]:
+    """Processes whose session is led by a child of ``pid`` (the shell and what it runs)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        session = int(fields[3])
+        try:
+            with open(f"/proc/{session}/stat") as f:
+                leader_parent = int(f.read().rpartition(")")[2].split()[1])
+        except OSError:
+            continue
+        if leader_parent == pid:
+            out.append(int(name))
+    return out
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

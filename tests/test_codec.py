@@ -266,6 +266,29 @@ def test_invalid_utf8_is_decoded_leniently() -> None:
     assert frame == cmd.Prompt(id="a", message="caf\ufffd!")
 
 
+@pytest.mark.parametrize(("escaped", "text"), [
+    (rb"x\ud800y", "x\ufffdy"),                       # a lone high surrogate
+    (rb"\udc00", "\ufffd"),                           # a lone low one
+    (rb"\ud800\ud800", "\ufffd\ufffd"),               # two high ones
+    (rb"\ud83d\ude00 \uDC00", "\U0001f600 \ufffd"),   # a pair stays, upper-case hex too
+    (rb"\\ud800", "\\ud800"),                         # an escaped backslash: not an escape
+    (rb"\\\ud800", "\\\ufffd"),                       # an escaped backslash, then one
+])
+def test_lone_surrogate_escapes_become_replacement_characters(escaped: bytes,
+                                                               text: str) -> None:
+    """JSON.parse takes them (the original does); msgspec refuses the line. The command is
+    kept, its id too, with U+FFFD where the lone surrogate was."""
+    frame = decode_line(b'{"id":"a","type":"prompt","message":"' + escaped + b'"}')
+    assert frame == cmd.Prompt(id="a", message=text)
+
+
+def test_a_line_that_is_bad_json_anyway_still_fails_after_the_lenient_retry() -> None:
+    resp = decode_line(rb'{"id":"a","type":"prompt","message":"\ud800"')
+    assert isinstance(resp, Response)
+    assert (resp.command, resp.success, resp.id) == ("parse", False, None)
+    assert resp.error == "Failed to parse command: Input data was truncated"
+
+
 def test_line_too_long_is_answered() -> None:
     resp = decode_line(LineTooLong(size=100, limit=10))
     assert resp == Response(

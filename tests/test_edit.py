@@ -13,7 +13,7 @@ import pytest
 
 from omp.protocol.messages import TextContent
 from omp.tools.base import ToolContext, ToolError, ToolResult
-from omp.tools.edit import PARAMETERS, EditTool, prepare_edit_arguments
+from omp.tools.edit import MAX_EDIT_BYTES, PARAMETERS, EditTool, prepare_edit_arguments
 from omp.tools.edit_match import (
     Edit,
     EditError,
@@ -333,6 +333,20 @@ async def test_tool_file_not_found(work: Path) -> None:
         await _tool(work).execute(
             "c1", {"path": "missing.txt", "edits": [{"oldText": "a", "newText": "b"}]},
             on_update=_no_update)
+
+
+async def test_tool_refuses_a_file_over_the_limit_untouched(work: Path) -> None:
+    """Matching a bigger file would hold the event loop's GIL too long (see MAX_EDIT_BYTES):
+    a clear error that says what to do instead, and the file as it was."""
+    target = work / "big.txt"
+    target.write_bytes(b"a\n" * (MAX_EDIT_BYTES // 2 + 1))
+    with pytest.raises(ToolError) as info:
+        await _tool(work).execute("c1", {"path": "big.txt", "edits": [
+            {"oldText": "a", "newText": "b"}]}, on_update=_no_update)
+    assert str(info.value) == (f"Cannot edit big.txt: {target} is too large (4,194,306 bytes; "
+                               "the limit is 4,194,304 bytes); change it with bash (sed, a "
+                               "script) instead")
+    assert target.read_bytes() == b"a\n" * (MAX_EDIT_BYTES // 2 + 1)
 
 
 async def test_tool_rejects_no_edits(work: Path) -> None:

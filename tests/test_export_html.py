@@ -12,6 +12,7 @@ import base64
 import contextlib
 import os
 import re
+import resource
 import shutil
 import signal
 import stat
@@ -25,6 +26,7 @@ import msgspec
 import pytest
 import trio
 
+from omp.files import UnusableFile
 from omp.protocol.messages import (
     AgentMessage,
     AssistantContent,
@@ -393,32 +395,73 @@ def test_lone_surrogates_do_not_break_the_page(tmp_path: Path) -> None:
 # --- writing ---------------------------------------------------------------------------------
 
 
-def test_write_html_is_atomic_and_world_readable(tmp_path: Path) -> None:
+def test_write_html_is_atomic_and_private(tmp_path: Path) -> None:
+    """The page holds the conversation: 0600 like the session file, whatever the umask."""
     out = tmp_path / "out"
     out.mkdir()
     target = out / "omp-session-x.html"
     target.write_text("old")
-    old_umask = os.umask(0o077)
+    target.chmod(0o644)
+    old_umask = os.umask(0)
     try:
         write_html(target, "<p>new ✓</p>")
     finally:
         os.umask(old_umask)
     assert target.read_text(encoding="utf-8") == "<p>new ✓</p>"
-    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert sorted(p.name for p in out.iterdir()) == ["omp-session-x.html"]
+
+
+def test_write_html_replaces_only_a_regular_file(tmp_path: Path) -> None:
+    """A FIFO, a directory or a device at the path is refused and left as it is; a symlink to
+    a regular file is followed (the link stays, its target gets the page)."""
+    fifo = tmp_path / "page.html"
+    os.mkfifo(fifo)
+    with pytest.raises(UnusableFile, match="is a FIFO; only a regular file is replaced"):
+        write_html(fifo, "<p>x</p>")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    directory = tmp_path / "dir.html"
+    directory.mkdir()
+    with pytest.raises(UnusableFile, match="is a directory"):
+        write_html(directory, "<p>x</p>")
+    assert directory.is_dir()
+    assert not any(directory.iterdir())
+    device = tmp_path / "null.html"
+    device.symlink_to("/dev/null")
+    with pytest.raises(UnusableFile, match="is a character device"):
+        write_html(device, "<p>x</p>")
+    real = tmp_path / "real.html"
+    real.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(real)
+    write_html(link, "<p>new</p>")
+    assert link.is_symlink()
+    assert real.read_text() == "<p>new</p>"
+    assert sorted(p.name for p in tmp_path.glob("*.html*")) == [
+        "dir.html", "link.html", "null.html", "page.html", "real.html"]
 
 
 def test_write_html_failure_leaves_nothing_behind(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    target = out / "dir"
-    target.mkdir()
-    (target / "keep").write_text("x")  # os.replace onto a non-empty directory fails
-    with pytest.raises(OSError, match="directory"):
-        write_html(target, "<p>x</p>")
-    assert sorted(p.name for p in out.iterdir()) == ["dir"]
     with pytest.raises(FileNotFoundError):
         write_html(out / "missing" / "out.html", "<p>x</p>")
+    (out / "ro").mkdir()
+    target = out / "ro" / "out.html"
+    target.write_text("old")
+    # A write that fails half way (the disk is full, here: a file size limit) keeps the old
+    # page and leaves no temporary file.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
+    try:
+        with pytest.raises(OSError, match="File too large"):
+            write_html(target, "x" * 5000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in (out / "ro").iterdir()) == ["out.html"]
 
 
 def test_default_export_name() -> None:

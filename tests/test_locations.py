@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from session_helpers import SAMPLE_1, needs_samples, user
+from session_helpers import SAMPLE_1, user
 
 from omp.session.file import SessionFile
 from omp.session.locations import encode_cwd, newest_session, sessions_dir
@@ -47,7 +47,6 @@ def test_newest_session(tmp_path: Path) -> None:
     assert newest_session(tmp_path, non_empty=True) == older.path
 
 
-@needs_samples
 def test_newest_session_accepts_the_title_slot_layout(tmp_path: Path) -> None:
     shutil.copyfile(SAMPLE_1, tmp_path / SAMPLE_1.name)
     assert newest_session(tmp_path, non_empty=True) == tmp_path / SAMPLE_1.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 
@@ -10,10 +11,11 @@ import pytest
 
 from omp.config import ConfigError
 from omp.llm import thinking
-from omp.llm.models import ModelRegistry, load_auth_file
+from omp.llm.models import ModelRegistry, load_auth_file, split_url_credentials
 from omp.llm.models_file import load_models_file
 from omp.protocol.payloads import Model, ModelCost
 from omp.session import SessionError, create_session
+from omp.subprocess_env import hidden_variables
 
 VALID_YML = """
 providers:
@@ -102,6 +104,59 @@ def test_valid_models_yml(tmp_path: Path) -> None:
     assert {("my-local", "qwen3-coder"), ("nokey", "free")} <= available
     # The key never becomes part of a model (models are sent to hosts).
     assert b"local-secret" not in msgspec.json.encode(reg.models)
+
+
+def test_key_variables_are_hidden_from_subprocesses(tmp_path: Path) -> None:
+    """The variables a registry reads secrets from: the built-in providers', a models.yml
+    ``apiKey`` naming a variable and header values naming one; loading hides them from
+    subprocesses (``omp.subprocess_env``). Literal keys and plain header values are no names."""
+    write(tmp_path, "models.yml", VALID_YML.replace(
+        "headers: {x-team: platform}", "headers: {x-team: platform, x-token: MY_TOKEN_VAR}"
+    ).replace("auth: none", "apiKey: sk-a-literal-key"))
+    reg = registry(tmp_path)
+    names = reg.key_variables()
+    assert {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+            "MY_LOCAL_KEY", "MY_TOKEN_VAR"} <= names
+    assert not names & {"platform", "sk-a-literal-key", "x-team"}
+    assert names <= hidden_variables()
+
+
+@pytest.mark.parametrize(("url", "stripped", "basic"), [
+    ("https://user:s3cret@proxy.example/v1", "https://proxy.example/v1", "user:s3cret"),
+    ("http://tok@127.0.0.1:8080/v1?x=a@b#f", "http://127.0.0.1:8080/v1?x=a@b#f", "tok:"),
+    ("https://u%40x:p%3Aw@h/", "https://h/", "u@x:p:w"),
+    ("https://a:b:c@h", "https://h", "a:b:c"),
+    ("https://proxy.example/v1/a@b", "https://proxy.example/v1/a@b", None),
+    ("not a url", "not a url", None),
+])
+def test_split_url_credentials(url: str, stripped: str, basic: str | None) -> None:
+    expected = None if basic is None else "Basic " + base64.b64encode(basic.encode()).decode()
+    assert split_url_credentials(url) == (stripped, expected)
+
+
+def test_base_url_credentials_never_reach_a_model(tmp_path: Path) -> None:
+    """A baseUrl with ``user:secret@`` (a new provider's, a built-in one's): the models hold
+    the URL without it, and the request gets the Basic authorization it stands for, in place
+    of any other authorization header."""
+    write(tmp_path, "models.yml", VALID_YML.replace(
+        "baseUrl: http://localhost:8000/v1", "baseUrl: http://me:hunter2@localhost:8000/v1"
+    ).replace("  anthropic:\n", "  anthropic:\n    baseUrl: https://gw:gwpass@gateway.example\n"))
+    reg = registry(tmp_path, MY_LOCAL_KEY="k", ANTHROPIC_API_KEY="a")
+    assert b"hunter2" not in msgspec.json.encode(reg.models)
+    assert b"gwpass" not in msgspec.json.encode(reg.models)
+    qwen = reg.find("my-local", "qwen3-coder")
+    sonnet = reg.find("anthropic", "claude-sonnet-4-5")
+    assert qwen is not None
+    assert sonnet is not None
+    assert (qwen.baseUrl, sonnet.baseUrl) == ("http://localhost:8000/v1",
+                                              "https://gateway.example")
+    assert reg.headers(qwen) == {"x-team": "platform",
+                                 "authorization": "Basic " + base64.b64encode(
+                                     b"me:hunter2").decode()}
+    assert reg.headers(sonnet)["authorization"] == "Basic " + base64.b64encode(
+        b"gw:gwpass").decode()
+    direct = ModelRegistry(models=[msgspec.structs.replace(qwen, baseUrl="http://a:b@h")])
+    assert direct.models[0].baseUrl == "http://h"
 
 
 def test_literal_key_and_unset_variable(tmp_path: Path) -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -11,7 +16,13 @@ import trio.testing
 
 import omp
 from omp.protocol.frames import ok
-from omp.rpc.output import ByteSpool, FrameQueue, OutputClosedError, write_frames
+from omp.rpc.output import (
+    ByteSpool,
+    FrameQueue,
+    OutputClosedError,
+    SpillLimitError,
+    write_frames,
+)
 from omp.rpc.server import ServeOptions
 
 
@@ -117,3 +128,97 @@ async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() ->
     frames = [json.loads(line) for line in lines]
     assert [f["type"] for f in frames[:2]] == ["ready", "available_commands_update"]
     assert [f["id"] for f in frames[2:]] == list(range(n))
+
+
+def test_spool_file_has_a_size_bound() -> None:
+    spool = ByteSpool(memory_limit=4, file_limit=100)
+    spool.append(b"m" * 4)
+    spool.append(b"f" * 90)  # to the file: 90 of 100
+    with pytest.raises(SpillLimitError, match="limit of 100 bytes"):
+        spool.append(b"x" * 20)
+    assert spool.pending == 94  # nothing of the refused bytes was kept
+    assert spool.take() == b"m" * 4
+    spool.sent()
+    assert spool.take() == b"f" * 90  # caught up: the file starts over
+    spool.sent()
+    spool.append(b"y" * 100)
+    assert spool.take() == b"y" * 100
+    spool.close()
+
+
+async def test_a_full_spill_file_fails_the_writer_even_mid_send() -> None:
+    send, _recv = trio.testing.lockstep_stream_pair()  # a host that never reads
+    queue = FrameQueue(spool=ByteSpool(memory_limit=1024, file_limit=64 * 1024))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            failures: list[BaseException] = []
+
+            async def writer() -> None:
+                try:
+                    await write_frames(queue, send)
+                except OutputClosedError as exc:
+                    failures.append(exc)
+
+            nursery.start_soon(writer)
+            for i in range(20_000):
+                queue.put_nowait(ok("get_state", f"r{i}"))  # never raises, never waits
+            await trio.testing.wait_all_tasks_blocked()
+    [failure] = failures
+    assert isinstance(failure, SpillLimitError)
+    assert queue.failure is failure
+    queue.put_nowait(ok("get_state", "late"))  # the output is gone: dropped, not an error
+
+
+async def test_serve_ends_when_the_host_falls_a_spill_file_behind() -> None:
+    # Frames are never dropped silently: a host that writes and never reads makes serve() end
+    # as if its stdout broke, once the spill file reached its bound.
+    to_server, server_in = trio.testing.memory_stream_one_way_pair()
+    server_out, _from_server = trio.testing.lockstep_stream_pair()
+    options = ServeOptions(output_memory_bytes=16 * 1024, output_spill_bytes=256 * 1024,
+                           persist=False, announce_offline=False)
+    # The memory stream buffers it all: serve() reads it while its output stalls.
+    await to_server.send_all(
+        b"".join(b'{"id":%d,"type":"get_state"}\n' % i for i in range(20_000)))
+    with trio.fail_after(30), pytest.raises(SpillLimitError, match="output_spill_bytes"):
+        await omp.serve(server_in, server_out, options=options)
+
+
+async def test_the_spill_file_leaves_nothing_in_tmpdir(tmp_path: Path) -> None:
+    # The spill file is created already unlinked: TMPDIR stays empty while a host that does
+    # not read makes us spill, and after the process exited.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    commands = b'{"type":"get_state"}\n' * 100_000
+    with trio.fail_after(60):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "omp", "--mode", "rpc", "--no-session", "--model",
+             "offline/echo"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            cwd=tmp_path, start_new_session=True)
+        try:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            await process.stdin.send_all(commands)
+            while not spilled(process.pid):  # noqa: ASYNC110 (no event for "spilled")
+                await trio.sleep(0.05)
+            during = os.listdir(tmpdir)
+            await process.stdin.aclose()
+            while await process.stdout.receive_some(1 << 20):
+                pass
+            assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert during == []
+    assert os.listdir(tmpdir) == []
+
+
+def spilled(pid: int) -> bool:
+    """Whether the process holds its (deleted) spill file open."""
+    fds = f"/proc/{pid}/fd"
+    targets = []
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(f"{fds}/{fd}"))
+    return any(t.endswith("(deleted)") for t in targets)

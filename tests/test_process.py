@@ -257,3 +257,21 @@ async def test_a_server_that_dies_fails_the_waiting_request() -> None:
             with pytest.raises(RpcConnectionClosed, match="the server closed the connection"):
                 await client.request(cmd.GetState())
     assert client.returncode == -signal.SIGKILL
+
+
+async def test_a_huge_session_name_is_refused_and_get_state_keeps_working() -> None:
+    # Every v1 get_state carries the name: 10 MB would make each one fail (frame too large).
+    with trio.fail_after(LIMIT):
+        async with RpcClient.spawn(("--mode", "rpc", "--no-session"),
+                                   protocol_version=1) as client:
+            huge = await client.request(cmd.SetSessionName(name="n" * 10_000_000))
+            fits = await client.request(cmd.SetSessionName(name="n" * 1000))
+            state = await client.request(cmd.GetState())
+    assert huge.success is False
+    assert huge.error == ("Session name is too long: 10,000,000 characters (the limit is "
+                          "1,000)")
+    assert huge.code == "invalid_params"
+    assert fits.success is True
+    assert state.success is True
+    assert isinstance(state.data, dict)
+    assert state.data["sessionName"] == "n" * 1000

@@ -40,8 +40,8 @@ from omp.protocol.payloads import (
     SessionStats,
 )
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
-SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl")) if SAMPLES.is_dir() else []
+SAMPLES = Path(__file__).resolve().parent / "data" / "samples"  # recorded from the original
+SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl"))
 
 # Keys only the original emits; stripped (at any depth) from the expected side before comparing.
 ORIGINAL_ONLY_KEYS = frozenset({
@@ -98,26 +98,16 @@ def _roundtrip(value: Any, type_: Any) -> Any:
     return json.loads(msgspec.json.encode(decoded))
 
 
-def _require_samples() -> None:
-    if not SAMPLE_FILES:
-        pytest.skip(f"no recorded frames at {SAMPLES}: the shared samples are not checked out "
-                    "next to this repository")
-
-
-@pytest.mark.parametrize("path", SAMPLE_FILES or [None], ids=lambda p: p.stem if p else "none")
-def test_recorded_frames_roundtrip(path: Path | None) -> None:
-    _require_samples()
-    assert path is not None
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
+def test_recorded_frames_roundtrip(path: Path) -> None:
     for lineno, frame in _out_frames(path):
         if frame["type"] in TRANSPORT_FRAME_TYPES or _abridged(frame):
             continue
         assert _roundtrip(frame, Outbound) == _strip(frame), f"{path.name}:{lineno}"
 
 
-@pytest.mark.parametrize("path", SAMPLE_FILES or [None], ids=lambda p: p.stem if p else "none")
-def test_recorded_response_payloads_roundtrip(path: Path | None) -> None:
-    _require_samples()
-    assert path is not None
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
+def test_recorded_response_payloads_roundtrip(path: Path) -> None:
     for lineno, frame in _out_frames(path):
         if frame["type"] == "response" and "data" in frame:
             data_type = PAYLOAD_TYPES[frame["command"]]
@@ -126,7 +116,7 @@ def test_recorded_response_payloads_roundtrip(path: Path | None) -> None:
 
 
 def test_every_recorded_frame_type_is_covered() -> None:
-    _require_samples()
+    assert len(SAMPLE_FILES) == 7, f"the recorded flows are missing from {SAMPLES}"
     seen = {frame["type"] for path in SAMPLE_FILES for _, frame in _out_frames(path)}
     covered = {cls.__struct_config__.tag for cls in Outbound.__args__}
     assert seen - TRANSPORT_FRAME_TYPES - covered == set()

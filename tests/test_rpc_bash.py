@@ -334,3 +334,74 @@ async def test_stdin_eof_kills_every_process_and_exits_zero(tmp_path: Path, via:
     else:
         [answer] = [f for f in frames if f["type"] == "response" and f.get("id") == "b"]
         assert answer["data"]["cancelled"] is True
+
+
+# --- a process that leaves the group (setsid) --------------------------------------------------
+
+# The escaped sleep keeps the output pipe open; the shell itself is done once the sleep has
+# left its group (it writes its pid after setsid: a child killed with the group before it got
+# there would not have escaped).
+ESCAPE = "setsid sh -c 'echo $$ > escaped.pid.tmp; mv escaped.pid.tmp escaped.pid; exec sleep 300'"
+WAIT_FOR_ESCAPE = "while [ ! -e escaped.pid ]; do sleep 0.01; done"
+ESCAPING = {
+    "background": f"{ESCAPE} & {WAIT_FOR_ESCAPE}; echo started",
+    "subshell": f"({ESCAPE} &); {WAIT_FOR_ESCAPE}; echo started",
+}
+
+
+def kill_escaped(tmp_path: Path) -> None:
+    """SIGKILL the escaped process if it is still there (a failing test leaves nothing)."""
+    pid_file = tmp_path / "escaped.pid"
+    if pid_file.exists() and not is_gone(pid := int(pid_file.read_text())):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("form", sorted(ESCAPING))
+@pytest.mark.parametrize("via", ["bash tool", "bash command"])
+async def test_a_command_whose_child_escapes_with_setsid_answers_at_once(
+        tmp_path: Path, via: str, form: str) -> None:
+    command = ESCAPING[form]
+    try:
+        with trio.fail_after(LIMIT):
+            async with spawn(tmp_path) as client:
+                sent = trio.current_time()
+                if via == "bash tool":
+                    await client.call(cmd.Prompt(id="p", message=(
+                        f"[[tool bash {json.dumps({'command': command})}]]")))
+                    frames = await frames_until(
+                        client, lambda f: f["type"] == "tool_execution_end")
+                    result = frames[-1]["result"]["content"][0]["text"]
+                else:
+                    result = (await client.call(cmd.Bash(command=command)))["output"]
+                elapsed = trio.current_time() - sent
+                escaped = int((tmp_path / "escaped.pid").read_text())
+                assert not is_gone(escaped)  # still running: the command did not wait for it
+            # The server adopted the orphan (child subreaper) and ended it when it exited.
+            ended = is_gone(escaped)
+    finally:
+        kill_escaped(tmp_path)
+    assert result.startswith("started\n")
+    assert elapsed < 5  # before: until the command's timeout (none for RPC bash: forever)
+    assert ended
+
+
+async def test_abort_bash_does_not_wait_for_an_escaped_child(tmp_path: Path) -> None:
+    # Cancelled, the command is cleaned up (its group killed, its output read to the end);
+    # the escaped child keeps the pipe open, which must not delay the answer.
+    command = f"{ESCAPE} & sleep 300"
+    try:
+        with trio.fail_after(LIMIT):
+            async with spawn(tmp_path) as client:
+                await client.send(cmd.Bash(id="b", command=command))
+                await wait_for_files(tmp_path / "escaped.pid")
+                escaped = int((tmp_path / "escaped.pid").read_text())
+                sent = trio.current_time()
+                await client.send(cmd.AbortBash(id="stop"))
+                answers = await responses(client, {"stop", "b"})
+                elapsed = trio.current_time() - sent
+            ended = is_gone(escaped)
+    finally:
+        kill_escaped(tmp_path)
+    assert answers[1]["data"]["cancelled"] is True
+    assert elapsed < 2  # before: the cleanup's own deadline (5 s)
+    assert ended

@@ -19,7 +19,6 @@ from session_helpers import (
     assistant,
     conversation,
     lines_of,
-    needs_samples,
     texts,
     user,
 )
@@ -43,7 +42,6 @@ ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 # --- the original's files ------------------------------------------------------------------------
 
 
-@needs_samples
 def test_samples_load_and_build_their_contexts() -> None:
     first = SessionFile.open(SAMPLE_1)
     assert first.problems == []
@@ -81,14 +79,12 @@ def test_samples_load_and_build_their_contexts() -> None:
                                                      "service_tier_change"]
 
 
-@needs_samples
 def test_loaded_entries_keep_the_originals_keys() -> None:
     first = SessionFile.open(SAMPLE_1)
     originals = lines_of(SAMPLE_1)[2:]  # after the title slot and the header
     assert [first.entry_json(e) for e in first.entries] == originals
 
 
-@needs_samples
 def test_branching_a_sample_reproduces_the_originals_branch(tmp_path: Path) -> None:
     """The sample flow branched at "First question": our branch file matches the original's."""
     source = tmp_path / SAMPLE_1.name
@@ -107,7 +103,6 @@ def test_branching_a_sample_reproduces_the_originals_branch(tmp_path: Path) -> N
     assert branched.name == "My Sample Session"
 
 
-@needs_samples
 def test_written_entries_have_the_originals_keys(tmp_path: Path) -> None:
     theirs: dict[str, dict[str, Any]] = {}
     for sample in (SAMPLE_1, SAMPLE_3):
@@ -160,7 +155,6 @@ def test_compaction_entry_has_the_spec_keys(tmp_path: Path) -> None:
     assert record["id"] == entry.id
 
 
-@needs_samples
 def test_set_name_keeps_an_omp_title_slot_in_step(tmp_path: Path) -> None:
     path = tmp_path / SAMPLE_1.name
     shutil.copyfile(SAMPLE_1, path)

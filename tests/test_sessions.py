@@ -10,11 +10,14 @@ frames, and the files the process leaves on disk. The offline model answers ``Ec
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import math
 import os
 import signal
 import stat
+import subprocess
 import sys
 import uuid
 from collections.abc import Sequence
@@ -29,7 +32,9 @@ import trio
 from agent_helpers import Frame, kinds, of_type, to_frame
 
 from omp.client import RpcClient
+from omp.protocol import messages as m
 from omp.protocol.frames import Response
+from omp.session.file import SessionFile
 
 OFFLINE = ("--mode", "rpc", "--model", "offline/echo")
 STEP = 20.0  # seconds for any one wait; generous for a loaded CI machine
@@ -372,7 +377,8 @@ async def test_session_name(tmp_path: Path) -> None:
             assert (await host.state())["sessionName"] == "Named"
             for empty in ("", "   "):
                 error = await host.error("set_session_name", name=empty)
-                assert error.error == "Session name cannot be empty"
+                assert (error.error, error.code) == ("Session name cannot be empty",
+                                                     "invalid_params")
             assert (await host.state())["sessionName"] == "Named"
             missing = await host.error("set_session_name")
             assert missing.code == "invalid_params"
@@ -463,6 +469,92 @@ async def test_new_and_switch_session(tmp_path: Path) -> None:
             data = await host.changed("switch_session", sessionPath=str(new_file))
             assert texts(await host.messages()) == [
                 ("user", "in the new session"), ("assistant", "Echo: in the new session")]
+
+
+async def test_a_failed_session_change_changes_nothing(tmp_path: Path) -> None:
+    """Every way ``switch_session`` / ``open_session`` / ``new_session`` can fail (issue 15,
+    item 5): an error naming the problem, and afterwards the same session file, id and
+    conversation, the same file growing with the next prompt, no file left behind, and a later
+    ``new_session`` working as before."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    fifo = outside / "fifo.jsonl"
+    os.mkfifo(fifo)
+    garbage = outside / "garbage.jsonl"
+    write_bytes(garbage, b"garbage\n")
+    a_file = outside / "a-file"
+    write_bytes(a_file, b"not a directory")
+    # The newest non-empty session of this directory is over the size limit: open_session
+    # picks it and must refuse it.
+    huge_dir = outside / "huge"
+    huge_dir.mkdir()
+    huge = huge_dir / "huge.jsonl"
+    with huge.open("wb") as handle:
+        handle.write(b'{"type":"session","version":3,"id":"h","timestamp":'
+                     b'"2025-01-01T00:00:00.000Z","cwd":"' + str(tmp_path).encode() + b'"}\n'
+                     b'{"type":"message","id":"m1","parentId":null,'
+                     b'"timestamp":"2025-01-01T00:00:00.000Z","message":{"role":"user",'
+                     b'"content":"hi","timestamp":1}}\n')
+        handle.truncate(2 << 30)
+    before_files = sorted(p.name for p in outside.rglob("*"))
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            host = await start(client)
+            await host.prompt("question one")
+            state = await host.state()
+            messages = await host.messages()
+            own_file = Path(state["sessionFile"])
+            sessions_dir = own_file.parent
+
+            async def unchanged() -> None:
+                now = await host.state()
+                assert (now["sessionFile"], now["sessionId"]) == (state["sessionFile"],
+                                                                  state["sessionId"])
+                assert await host.messages() == messages
+
+            failures: list[tuple[str, dict[str, Any], str]] = [
+                ("switch_session", {"sessionPath": str(fifo)}, "(a FIFO)"),
+                ("switch_session", {"sessionPath": str(garbage)}, "session header"),
+                ("switch_session", {"sessionPath": str(outside)}, "(a directory)"),
+                ("switch_session", {"sessionPath": str(huge)}, "too large"),
+                ("switch_session", {"sessionPath": str(a_file / "x.jsonl")}, "File not found"),
+                ("open_session", {"sessionDir": str(huge_dir)}, "too large"),
+                ("open_session", {"sessionDir": str(a_file)}, "Not a directory"),
+            ]
+            for command, fields, problem in failures:
+                error = await host.error(command, **fields)
+                assert problem in (error.error or ""), (command, error)
+                await unchanged()
+
+            # new_session cannot create its file: the sessions directory is now a file.
+            await host.changed("switch_session", sessionPath=str(outside / "second.jsonl"))
+            await host.prompt("in the second file")
+            state = await host.state()
+            messages = await host.messages()
+            os.rename(sessions_dir, tmp_path / "moved-away")
+            write_bytes(sessions_dir, b"in the way")
+            error = await host.error("new_session")
+            assert "Cannot create a session file" in (error.error or ""), error
+            await unchanged()
+
+            await host.prompt("still here")
+            assert texts(await host.messages())[-2:] == [("user", "still here"),
+                                                         ("assistant", "Echo: still here")]
+            recorded = [line["message"] for line in read_lines(outside / "second.jsonl")
+                        if line["type"] == "message"]
+            assert texts(recorded)[-2:] == [("user", "still here"),
+                                            ("assistant", "Echo: still here")]
+
+            remove_file(sessions_dir)
+            os.rename(tmp_path / "moved-away", sessions_dir)
+            await host.changed("new_session")
+            fresh = await host.state()
+            assert Path(fresh["sessionFile"]).parent == sessions_dir
+            assert fresh["messageCount"] == 0
+    assert sorted(p.name for p in outside.rglob("*")) == sorted(
+        [*before_files, "second.jsonl"])
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert file_bytes(garbage) == b"garbage\n"
 
 
 async def test_new_session_aborts_the_run(tmp_path: Path) -> None:
@@ -641,6 +733,77 @@ async def test_entries_tree_and_pages(tmp_path: Path) -> None:
                 "Cannot page messages while the session is changing", "session_busy")
             await host.data("abort")
             await host.until("session_settled")
+
+
+def ten_thousand_turns(path: Path, cwd: Path) -> list[str]:
+    """A session file of 10,000 turns (20,002 entries); their ids in file order."""
+    file = SessionFile.create_at(path, cwd=str(cwd))
+    file.append_model_change("offline", "echo")
+    file.append_thinking_level(None)
+    for n in range(10_000):
+        file.append_message(m.UserMessage(content=f"question {n}", timestamp=n))
+        file.append_message(m.UserMessage(content=f"answer {n}", timestamp=n))
+    return [e.id for e in file.entries]
+
+
+def tree_ids(roots: list[dict[str, Any]]) -> list[str]:
+    """Entry ids of a ``get_tree`` answer in depth-first order, without recursion."""
+    out, stack = [], list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        out.append(node["entry"]["id"])
+        stack.extend(reversed(node["children"]))
+    return out
+
+
+async def read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> bytes:
+    while b"\n" not in buffer:
+        data = await stream.receive_some(1 << 20)
+        assert data, "the server closed its output"
+        buffer += data
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line
+
+
+async def test_get_tree_of_ten_thousand_turns_decodes_anywhere(tmp_path: Path) -> None:
+    """Issue 15, item 6: the tree of a 10,000-turn session decodes with the standard library's
+    ``json`` (the frames as written, v2 chunks reassembled by hand) and with ``RpcClient``."""
+    path = tmp_path / "long.jsonl"
+    ids = ten_thousand_turns(path, tmp_path)
+    with trio.fail_after(LIMIT * 2):
+        async with spawn(tmp_path, "--session", str(path)) as client:
+            host = await start(client)
+            got = await host.data("get_tree")
+            assert got["leafId"] == ids[-1]
+            assert tree_ids(got["tree"]) == ids
+
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "omp", *OFFLINE, "--session", str(path)], cwd=tmp_path,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        buffer = bytearray()
+        try:
+            assert json.loads(await read_line(process.stdout, buffer))["type"] == "ready"
+            await process.stdin.send_all(
+                b'{"type":"negotiate_protocol","id":"n","protocolVersion":2}\n'
+                b'{"type":"get_tree","id":"t"}\n')
+            pieces: list[bytes] = []
+            whole = None
+            while whole is None:
+                frame = json.loads(await read_line(process.stdout, buffer))
+                if frame["type"] == "rpc_chunk":
+                    pieces.append(base64.b64decode(frame["data"]))
+                    if len(pieces) == frame["count"]:
+                        whole = json.loads(b"".join(pieces))
+                elif frame["type"] == "response" and frame["id"] == "t":
+                    whole = frame
+        finally:
+            await process.stdin.aclose()
+            await process.wait()
+    assert (whole["type"], whole["id"], whole["success"]) == ("response", "t", True)
+    assert tree_ids(whole["data"]["tree"]) == ids
 
 
 async def test_entries_of_a_fresh_session(tmp_path: Path) -> None:

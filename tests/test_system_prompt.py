@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,7 @@ from omp.session.system_prompt import (
     CONTEXT_FILE_MAX_BYTES,
     build_system_prompt,
     load_prompt_arg,
+    looks_like_a_path,
 )
 from omp.tools.base import OnUpdate, Tool, ToolResult
 
@@ -292,6 +297,7 @@ Current working directory: {cwd}"""
 def test_load_prompt_arg_reads_a_file_or_returns_the_text(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path / "prompts" / "sys.md", "From a file.\n")
+    _write(tmp_path / "SYSTEM", "No suffix.")
     home = tmp_path / "home"
     _write(home / "mine.md", "From home.")
     monkeypatch.setenv("HOME", str(home))
@@ -299,9 +305,77 @@ def test_load_prompt_arg_reads_a_file_or_returns_the_text(
     assert load_prompt_arg("prompts/sys.md", tmp_path) == "From a file.\n"
     assert load_prompt_arg(str(tmp_path / "prompts" / "sys.md"), home) == "From a file.\n"
     assert load_prompt_arg("~/mine.md", tmp_path) == "From home."
+    assert load_prompt_arg("SYSTEM", tmp_path) == "No suffix."
     assert load_prompt_arg("You are terse.", tmp_path) == "You are terse."
-    assert load_prompt_arg("prompts", tmp_path) == "prompts"  # a directory is not a file
-    assert load_prompt_arg("prompts/missing.md", tmp_path) == "prompts/missing.md"
+    assert load_prompt_arg("prompts", tmp_path) == "prompts"  # one word, a directory: text
     long_text = "Be careful. " * 1000  # longer than any file name may be
     assert load_prompt_arg(long_text, tmp_path) == long_text
     assert load_prompt_arg("nul\x00byte", tmp_path) == "nul\x00byte"
+
+
+@pytest.mark.parametrize("text", [
+    "Be terse.", "terse", "Follow STYLE.md when you edit.", "Answer in English/French please.",
+    "Line one/\nline two.md", "Use ~ for home", "notes.md\x00"])
+def test_prompt_text_that_names_no_file_is_the_prompt(tmp_path: Path, text: str) -> None:
+    assert looks_like_a_path(text) is False
+    assert load_prompt_arg(text, tmp_path) == text
+
+
+@pytest.mark.parametrize(("value", "named"), [
+    ("prompts/sytem.md", "{cwd}/prompts/sytem.md"),
+    ("sytem.md", "{cwd}/sytem.md"),
+    ("SYSTEM.TXT", "{cwd}/SYSTEM.TXT"),
+    ("./prompt", "{cwd}/prompt"),
+    ("../elsewhere/prompt", "{cwd}/../elsewhere/prompt"),
+    ("/nonexistent/dir/prompt file.md", "/nonexistent/dir/prompt file.md"),
+    ("~/missing.prompt", "{home}/missing.prompt"),
+    ("prompts/", "{cwd}/prompts"),
+    ("~no-such-user-here/x.md", "~no-such-user-here/x.md"),
+])
+def test_a_path_that_names_no_file_is_an_error_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, named: str) -> None:
+    cwd = tmp_path / "cwd"
+    (cwd / "prompts").mkdir(parents=True)
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    assert looks_like_a_path(value) is True
+    with pytest.raises(OSError, match=r"^\[Errno \d+\] ") as caught:
+        load_prompt_arg(value, cwd)
+    assert caught.value.filename == named.format(cwd=cwd, home=home)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_path_to_something_not_a_regular_file_is_an_error(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.md")
+    with pytest.raises(OSError, match="Not a regular file") as caught:
+        load_prompt_arg("fifo.md", tmp_path)  # reading it would block until a writer comes
+    assert caught.value.filename == str(tmp_path / "fifo.md")
+
+
+def _omp(*args: str, cwd: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "omp", "--model", "offline/echo", *args],
+                          cwd=cwd, input=stdin, capture_output=True, timeout=60, check=False)
+
+
+def test_cli_refuses_a_mistyped_prompt_file_in_one_line(tmp_path: Path) -> None:
+    _write(tmp_path / "prompts" / "system.md", "Answer in French.")
+    for option in ("--system-prompt", "--append-system-prompt"):
+        done = _omp(option, "prompts/sytem.md", "-p", "hello", cwd=tmp_path)
+        assert done.returncode == 1, done
+        assert done.stdout == b""
+        lines = done.stderr.decode().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("omp: ")
+        assert str(tmp_path / "prompts" / "sytem.md") in lines[0]
+
+
+def test_cli_takes_plain_text_and_existing_files(tmp_path: Path) -> None:
+    _write(tmp_path / "prompts" / "system.md", "Answer in French.")
+    for value, expected in [("prompts/system.md", "Answer in French."),
+                            ("You are terse.", "You are terse.")]:
+        done = _omp("--mode", "rpc", "--no-session", "--system-prompt", value, cwd=tmp_path,
+                    stdin=b'{"type":"get_state","id":"s"}\n')
+        assert (done.returncode, done.stderr) == (0, b"")
+        [state] = [frame for frame in map(json.loads, done.stdout.splitlines())
+                   if frame.get("id") == "s"]
+        assert state["data"]["systemPrompt"][0] == expected

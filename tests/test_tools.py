@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import base64
 import os
+import stat
 import sys
+import time
+import tracemalloc
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -24,10 +27,11 @@ from omp.protocol.commands import TodoItem, TodoPhase
 from omp.protocol.messages import ImageContent, TextContent
 from omp.tools import read as read_module
 from omp.tools.base import Tool, ToolContext, ToolError, ToolResult
+from omp.tools.edit import EditTool
 from omp.tools.find import FindTool, Glob
 from omp.tools.grep import RIPGREP_MISSING, GrepTool, ripgrep_path, run_ripgrep
 from omp.tools.ls import LsTool
-from omp.tools.read import ReadTool, image_mime_type
+from omp.tools.read import MAX_IMAGE_BYTES, ReadTool, image_mime_type
 from omp.tools.todo import TodoState, TodoTool, render_todos
 from omp.tools.truncate import (
     DEFAULT_MAX_BYTES,
@@ -474,8 +478,56 @@ async def test_read_absolute_and_home_paths(ctx: ToolContext, tmp_path: Path,
 async def test_read_refuses_what_is_not_a_regular_file(ctx: ToolContext) -> None:
     os.mkfifo(ctx.cwd / "pipe")
     assert await error_of(ReadTool(ctx), path="pipe") == \
-        f"Not a regular file: {ctx.cwd / 'pipe'}"
-    assert await error_of(ReadTool(ctx), path="/dev/zero") == "Not a regular file: /dev/zero"
+        f"Not a regular file: {ctx.cwd / 'pipe'} (a FIFO)"
+    assert await error_of(ReadTool(ctx), path="/dev/zero") == \
+        "Not a regular file: /dev/zero (a character device)"
+
+
+def sparse(path: Path, head: bytes = b"", size: int = 2 << 30) -> None:
+    with path.open("wb") as file:
+        file.write(head)
+        file.truncate(size)
+
+
+async def test_read_limits_hold_on_a_sparse_two_gib_file(ctx: ToolContext) -> None:
+    """A 2 GiB file that is one line: the answer is the one-line notice, and memory stays
+    flat (it is streamed in 1 MiB chunks, the line never held)."""
+    sparse(ctx.cwd / "huge.log")
+    tracemalloc.start()
+    try:
+        text = await text_of(ReadTool(ctx), path="huge.log")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text == ("[Line 1 is 2048.0MB, exceeds 50.0KB limit. Use bash: sed -n '1p' huge.log "
+                    "| head -c 51200]")
+    assert peak < 32 * 1024 * 1024
+
+
+async def test_an_image_too_large_to_send_is_refused_unread(ctx: ToolContext) -> None:
+    sparse(ctx.cwd / "huge.png", PNG)
+    started = time.monotonic()
+    assert await error_of(ReadTool(ctx), path="huge.png") == (
+        "Image file huge.png is too large to send (2048.0MB; the limit is 20.0MB)")
+    assert time.monotonic() - started < 1
+    sparse(ctx.cwd / "fits.png", PNG, MAX_IMAGE_BYTES)
+    result = await run(ReadTool(ctx), path="fits.png")
+    assert isinstance(result.content[1], ImageContent)
+
+
+async def test_write_and_edit_refuse_fifos_and_devices(ctx: ToolContext) -> None:
+    """Opening a FIFO to write waits for a reader forever; a device is no file to replace."""
+    os.mkfifo(ctx.cwd / "pipe")
+    (ctx.cwd / "null").symlink_to("/dev/null")
+    with trio.fail_after(5):
+        assert await error_of(WriteTool(ctx), path="pipe", content="x") == \
+            f"Not a regular file: {ctx.cwd / 'pipe'} (a FIFO)"
+        assert await error_of(WriteTool(ctx), path="null", content="x") == \
+            f"Not a regular file: {ctx.cwd / 'null'} (a character device)"
+        edits = [{"oldText": "a", "newText": "b"}]
+        assert await error_of(EditTool(ctx), path="pipe", edits=edits) == \
+            f"Cannot edit pipe: Not a regular file: {ctx.cwd / 'pipe'} (a FIFO)"
+    assert stat.S_ISFIFO(os.lstat(ctx.cwd / "pipe").st_mode)
 
 
 async def test_read_invalid_utf8_is_replaced(ctx: ToolContext) -> None:

@@ -56,10 +56,14 @@ LENGTH_NOT_EXECUTED = (
     "length) before the arguments could complete; the recorded arguments are truncated and "
     "unsafe to run. Do NOT retry by re-emitting the same large payload — split the work into "
     "several smaller tool calls.")
+GATE_CANCELLED = "Tool execution was cancelled while an extension handler was pending"
+BLOCKED_BY_EXTENSION = "Tool execution was blocked by an extension"
 ERROR_NOT_EXECUTED = ("Tool call was not executed because the provider stream ended with an "
                       "error before the tool could run: {error}")
 
 QueueMode = Literal["all", "one-at-a-time"]
+Input = m.UserMessage | m.CustomMessage
+"""What a turn takes in: a user prompt, or an extension's message that triggers a turn."""
 Outcome = Literal["completed", "error", "overflow", "aborted"]
 
 
@@ -71,6 +75,86 @@ class AgentSink(Protocol):
 
     async def publish_update(self, event: Any) -> None:
         """Deliver a streaming update, waiting while the host is far behind. Cancellable."""
+
+
+@attrs.frozen
+class CallDecision:
+    """What the ``tool_call`` hooks decided about one call."""
+
+    block: str | None = None
+    """Why the call is blocked (its error result's text); None: it runs."""
+    arguments: dict[str, Any] | None = None
+    """Replacement arguments (validated again); None: as called."""
+
+
+class AgentHooks(Protocol):
+    """Points where extensions take part in a run (``omp.extensions``). Each is awaited in the
+    run's task, so an abort cancels a hook like everything else in the run."""
+
+    @property
+    def active(self) -> bool:
+        """False: no extension listens (the loop skips the calls)."""
+        ...
+
+    async def agent_start(self) -> None: ...
+
+    async def before_agent_start(self, inputs: Sequence[m.UserMessage],
+                                 system_prompt: Sequence[str]
+                                 ) -> tuple[list[m.AgentMessage], list[str] | None]:
+        """Messages to add after ``inputs``, and a system prompt for the rest of the run."""
+        ...
+
+    async def context(self, messages: list[m.AgentMessage]) -> list[m.AgentMessage]:
+        """The messages one model call sends (the history itself is unchanged)."""
+        ...
+
+    async def turn_start(self, turn_index: int) -> None: ...
+
+    async def turn_end(self, turn_index: int, message: m.AssistantMessage,
+                       results: Sequence[m.ToolResultMessage]) -> None: ...
+
+    async def message_end(self, message: m.AgentMessage) -> None: ...
+
+    async def tool_call(self, call_id: str, tool_name: str,
+                        arguments: dict[str, Any]) -> CallDecision: ...
+
+    async def tool_result(self, call_id: str, tool_name: str, arguments: dict[str, Any],
+                          result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]: ...
+
+
+class NoHooks:
+    """No extension: every hook is skipped (``active`` is False)."""
+
+    active = False
+
+    async def agent_start(self) -> None:
+        pass
+
+    async def before_agent_start(self, inputs: Sequence[m.UserMessage],
+                                 system_prompt: Sequence[str]
+                                 ) -> tuple[list[m.AgentMessage], list[str] | None]:
+        return [], None
+
+    async def context(self, messages: list[m.AgentMessage]) -> list[m.AgentMessage]:
+        return messages
+
+    async def turn_start(self, turn_index: int) -> None:
+        pass
+
+    async def turn_end(self, turn_index: int, message: m.AssistantMessage,
+                       results: Sequence[m.ToolResultMessage]) -> None:
+        pass
+
+    async def message_end(self, message: m.AgentMessage) -> None:
+        pass
+
+    async def tool_call(self, call_id: str, tool_name: str,
+                        arguments: dict[str, Any]) -> CallDecision:
+        return CallDecision()
+
+    async def tool_result(self, call_id: str, tool_name: str, arguments: dict[str, Any],
+                          result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]:
+        return result, is_error
 
 
 class AssistantUpdate(msgspec.Struct, frozen=True):
@@ -186,6 +270,8 @@ class _Turn:
     """Tool calls whose ``tool_execution_start`` was written, with the tool running them."""
     results: dict[str, m.ToolResultMessage] = attrs.field(factory=dict)
     """Tool calls that ended, with their result."""
+    gating: set[str] = attrs.field(factory=set)
+    """Tool calls whose ``tool_call`` hooks are deciding (not started yet)."""
 
 
 @attrs.define(eq=False)
@@ -194,9 +280,10 @@ class Agent:
 
     sink: AgentSink
     setup: Callable[[], TurnSetup]
+    hooks: AgentHooks = attrs.field(factory=NoHooks)
     messages: list[m.AgentMessage] = attrs.field(factory=list)
-    steering: deque[m.UserMessage] = attrs.field(factory=deque)
-    follow_ups: deque[m.UserMessage] = attrs.field(factory=deque)
+    steering: deque[Input] = attrs.field(factory=deque)
+    follow_ups: deque[Input] = attrs.field(factory=deque)
     steering_mode: QueueMode = "one-at-a-time"
     follow_up_mode: QueueMode = "one-at-a-time"
     interrupt_mode: Literal["immediate", "wait"] = "immediate"
@@ -205,18 +292,21 @@ class Agent:
     _added: list[m.AgentMessage] = attrs.field(factory=list)
     """What the current (or last) attempt added: ``agent_end.messages``."""
     _turn: _Turn | None = None
+    _turn_index: int = 0
+    _system_prompt: list[str] | None = None
+    """The system prompt a ``before_agent_start`` hook set for the rest of the attempt."""
     _steering_arrived: trio.Event = attrs.field(factory=trio.Event)
 
     # -- queues ------------------------------------------------------------------------------
 
-    def queue_steering(self, message: m.UserMessage) -> None:
+    def queue_steering(self, message: Input) -> None:
         self.steering.append(message)
         self._steering_arrived.set()
 
-    def queue_follow_up(self, message: m.UserMessage) -> None:
+    def queue_follow_up(self, message: Input) -> None:
         self.follow_ups.append(message)
 
-    def _dequeue(self, queue: deque[m.UserMessage], mode: QueueMode) -> list[m.UserMessage]:
+    def _dequeue(self, queue: deque[Input], mode: QueueMode) -> list[Input]:
         if not queue:
             return []
         taken = list(queue) if mode == "all" else [queue[0]]
@@ -230,7 +320,7 @@ class Agent:
 
     # -- one attempt -------------------------------------------------------------------------
 
-    async def run(self, prompts: Sequence[m.UserMessage]) -> RunResult:
+    async def run(self, prompts: Sequence[Input]) -> RunResult:
         """One attempt: ``agent_start``, then turns until the agent stops.
 
         On cancellation (abort) the frames written so far stay open; the caller closes them with
@@ -238,9 +328,12 @@ class Agent:
         """
         self._added = []
         self._turn = None
+        self._turn_index = 0
+        self._system_prompt = None
+        if self.hooks.active:
+            await self.hooks.agent_start()
         self.sink.publish(ev.AgentStart())
-        pending: list[m.UserMessage] = [*prompts, *self._dequeue(self.steering,
-                                                                  self.steering_mode)]
+        pending: list[Input] = [*prompts, *self._dequeue(self.steering, self.steering_mode)]
         while True:
             assistant, more = await self._run_turn(pending)
             if assistant.stopReason == "error":
@@ -297,6 +390,13 @@ class Agent:
         for call in _tool_calls(assistant):
             if call.id in turn.results:
                 results.append(turn.results[call.id])
+            elif call.id in turn.gating:
+                # Aborted while an extension decided about it: reported as blocked.
+                self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
+                                                        args=call.arguments))
+                results.append(self._finish(call, ToolResult.text(
+                    GATE_CANCELLED, {"__synthetic": True, "source": "blocked",
+                                     "executed": False}), True))
             elif call.id in turn.started:
                 # A tool may say in its own words that it was aborted (host tools do).
                 text = getattr(turn.started[call.id], "abort_text", None) or (
@@ -336,15 +436,26 @@ class Agent:
         self._turn = None
         self.sink.publish(ev.TurnEnd(message=assistant, toolResults=results))
 
-    async def _run_turn(self, inputs: list[m.UserMessage]) -> tuple[m.AssistantMessage, bool]:
+    async def _run_turn(self, inputs: list[Input]) -> tuple[m.AssistantMessage, bool]:
         """One turn; returns its assistant message and whether another turn must follow."""
         setup = self.setup()
+        hooks = self.hooks
         turn = self._turn = _Turn(setup.model, {t.name: t for t in setup.tools})
+        index = self._turn_index
+        self._turn_index += 1
+        if hooks.active:
+            await hooks.turn_start(index)
         self.sink.publish(ev.TurnStart())
         for message in inputs:
-            self._add(message)
-            self.sink.publish(ev.MessageStart(message=message))
-            self.sink.publish(ev.MessageEnd(message=message))
+            await self._take_in(message)
+        prompts = [x for x in inputs if isinstance(x, m.UserMessage)]
+        if prompts and hooks.active:
+            extra, prompt = await hooks.before_agent_start(
+                prompts, self._system_prompt or setup.system_prompt)
+            for added in extra:
+                await self._take_in(added)
+            if prompt is not None:
+                self._system_prompt = prompt
         assistant = await self._model_call(setup, turn)
         calls = _tool_calls(assistant)
         results: list[m.ToolResultMessage]
@@ -361,14 +472,29 @@ class Agent:
             more = True
         else:
             results = []
+        if hooks.active:
+            await hooks.turn_end(index, assistant, results)
         self._end_turn(assistant, results)
         return assistant, more
+
+    async def _take_in(self, message: m.AgentMessage) -> None:
+        """An input message of the turn: into the context, then its frames."""
+        self._add(message)
+        self.sink.publish(ev.MessageStart(message=message))
+        if self.hooks.active:
+            await self.hooks.message_end(message)
+        self.sink.publish(ev.MessageEnd(message=message))
 
     # -- model call --------------------------------------------------------------------------
 
     async def _model_call(self, setup: TurnSetup, turn: _Turn) -> m.AssistantMessage:
+        messages = self.messages
+        if self.hooks.active:
+            messages = await self.hooks.context(list(messages))
+        system_prompt = (tuple(self._system_prompt) if self._system_prompt is not None
+                         else setup.system_prompt)
         context = Context(
-            system_prompt=setup.system_prompt, messages=to_llm(self.messages),
+            system_prompt=system_prompt, messages=to_llm(messages),
             tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in setup.tools))
         call = self.last_call = turn.call = ModelCall(setup.model, context, setup.options)
 
@@ -384,6 +510,8 @@ class Agent:
                 await self.sink.publish_update(AssistantUpdate(event))
 
         final = await call.run(on_event, http=setup.http)
+        if self.hooks.active:
+            await self.hooks.message_end(final)
         self._end_assistant(turn, final)
         return final
 
@@ -398,16 +526,27 @@ class Agent:
 
     def _finish(self, call: m.ToolCall, result: ToolResult, is_error: bool
                 ) -> m.ToolResultMessage:
-        details = {} if result.details is None else result.details
-        message = m.ToolResultMessage(toolCallId=call.id, toolName=call.name,
-                                      content=list(result.content), isError=is_error,
-                                      timestamp=now_ms(), details=details)
+        message = _result_message(call, result, is_error)
+        self._publish_result(call, message)
+        return message
+
+    def _publish_result(self, call: m.ToolCall, message: m.ToolResultMessage) -> None:
         # Written together, with no checkpoint between them (message ids nest).
         self.sink.publish(ev.ToolExecutionEnd(
-            toolCallId=call.id, toolName=call.name, isError=is_error,
-            result=ev.ToolExecutionResult(content=list(result.content), details=details)))
+            toolCallId=call.id, toolName=call.name, isError=message.isError,
+            result=ev.ToolExecutionResult(content=list(message.content),
+                                          details=message.details)))
         self.sink.publish(ev.MessageStart(message=message))
         self.sink.publish(ev.MessageEnd(message=message))
+
+    async def _finish_notified(self, call: m.ToolCall, result: ToolResult, is_error: bool
+                               ) -> m.ToolResultMessage:
+        """``_finish`` in a running turn: extensions see the result message before its end."""
+        message = _result_message(call, result, is_error)
+        if self.hooks.active:
+            # The end frame and the result message are written together, after the hook.
+            await self.hooks.message_end(message)
+        self._publish_result(call, message)
         return message
 
     async def _execute(self, turn: _Turn, calls: Sequence[m.ToolCall]
@@ -438,6 +577,7 @@ class Agent:
 
     async def _run_tool(self, turn: _Turn, call: m.ToolCall) -> None:
         tool = turn.tools.get(call.name)
+        hooks = self.hooks
         # A tool may accept older argument forms: it rewrites them before validation, and
         # hosts see the arguments as prepared (rpc-behavior §4.1).
         prepare = getattr(tool, "prepare_arguments", None)
@@ -447,6 +587,22 @@ class Agent:
                 args = prepare(dict(call.arguments))
             except Exception:
                 args = call.arguments  # validation below reports what is wrong
+        if tool is not None and hooks.active:
+            # Extensions decide before the call is announced (and before a host tool's
+            # request is written): block it, or change its arguments.
+            turn.gating.add(call.id)
+            decision = await hooks.tool_call(call.id, call.name, dict(args))
+            turn.gating.discard(call.id)
+            if decision.block is not None:
+                self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id,
+                                                        toolName=call.name, args=args))
+                turn.started[call.id] = None
+                turn.results[call.id] = await self._finish_notified(
+                    call, ToolResult.text(decision.block or BLOCKED_BY_EXTENSION,
+                                          {"blocked": True}), True)
+                return
+            if decision.arguments is not None:
+                args = decision.arguments
         problem = None
         if tool is None:
             problem = f"Tool {call.name} not found"
@@ -459,7 +615,8 @@ class Agent:
                                                 args=args))
         turn.started[call.id] = tool
         if tool is None or problem is not None:
-            turn.results[call.id] = self._finish(call, ToolResult.text(problem or ""), True)
+            turn.results[call.id] = await self._finish_notified(
+                call, ToolResult.text(problem or ""), True)
             return
 
         async def on_update(partial: ToolResult) -> None:
@@ -477,9 +634,20 @@ class Agent:
                                                exc.details), True
         except Exception as exc:
             result, is_error = ToolResult.text(f"{type(exc).__name__}: {exc}"), True
+        if hooks.active:
+            result, is_error = await hooks.tool_result(call.id, call.name, dict(args), result,
+                                                       is_error)
         if not result.content and is_error:
             result = ToolResult.text("Tool failed with no output.", result.details)
-        turn.results[call.id] = self._finish(call, result, is_error)
+        turn.results[call.id] = await self._finish_notified(call, result, is_error)
+
+
+def _result_message(call: m.ToolCall, result: ToolResult, is_error: bool
+                    ) -> m.ToolResultMessage:
+    details = {} if result.details is None else result.details
+    return m.ToolResultMessage(toolCallId=call.id, toolName=call.name,
+                               content=list(result.content), isError=is_error,
+                               timestamp=now_ms(), details=details)
 
 
 def _tool_calls(message: m.AssistantMessage) -> list[m.ToolCall]:

@@ -7,7 +7,10 @@ line), ``<agent dir>/auth.json``, the provider's environment variables, the ``ap
 ``models.yml``. The agent directory is ``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
 
 Keys are resolved when a call needs them and never stored in a ``Model``: models are sent to
-hosts as they are, keys never are.
+hosts as they are, keys never are. That includes a ``baseUrl`` with credentials in it
+(``https://user:secret@proxy/v1``): the registry keeps the URL without them in its models and
+sends them as the HTTP Basic ``authorization`` header that URL stands for (``headers``). The
+variables keys are read from are kept from every subprocess (``omp.subprocess_env``).
 
 The offline models (provider ``offline``, no network) are what a machine without any key gets;
 once a real provider is usable they are no longer offered (``available``), but stay selectable
@@ -16,9 +19,11 @@ by name.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import stat
+import urllib.parse
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -29,6 +34,7 @@ import msgspec
 
 from ..config import ConfigError, agent_dir, present, read_text, warn
 from ..protocol.payloads import Model, ModelCost, ModelThinking
+from ..subprocess_env import hide_from_subprocesses
 from .types import Api as Api
 
 if TYPE_CHECKING:
@@ -93,6 +99,12 @@ class ModelRegistry:
     auth_file: dict[str, str] = attrs.field(factory=dict)
     cli_keys: dict[str, str] = attrs.field(factory=dict)
     """``--api-key``, for the provider it was given with."""
+    url_credentials: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    """The ``authorization`` header value for a model whose base URL had credentials in it,
+    by (provider, id); the model itself keeps the URL without them."""
+
+    def __attrs_post_init__(self) -> None:
+        self._hide_url_credentials()
 
     @classmethod
     def load(cls, directory: Path | None = None, *, environ: Mapping[str, str] | None = None,
@@ -109,6 +121,7 @@ class ModelRegistry:
 
             registry.apply(load_models_file(path))
         registry.auth_file = load_auth_file(directory / "auth.json")
+        hide_from_subprocesses(registry.key_variables())
         return registry
 
     def _load_catalog(self) -> None:
@@ -157,6 +170,15 @@ class ModelRegistry:
             if pc.baseUrl and not pc.models:
                 self.models = [msgspec.structs.replace(m, baseUrl=pc.baseUrl)
                                if m.provider == name else m for m in self.models]
+        self._hide_url_credentials()
+
+    def _hide_url_credentials(self) -> None:
+        """Move credentials out of every model's base URL (models go to hosts as they are)."""
+        for index, model in enumerate(self.models):
+            url, authorization = split_url_credentials(model.baseUrl)
+            if authorization is not None:
+                self.models[index] = msgspec.structs.replace(model, baseUrl=url)
+                self.url_credentials[(model.provider, model.id)] = authorization
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -209,13 +231,32 @@ class ModelRegistry:
         return f"add a key for `{provider}` to models.yml or auth.json"
 
     def headers(self, model: Model) -> dict[str, str]:
-        """Extra request headers for ``model`` (models.yml), values resolved like keys."""
+        """Extra request headers for ``model`` (models.yml), values resolved like keys; the
+        credentials its base URL had as the Basic ``authorization`` they stand for, replacing
+        any other (as an HTTP client does with a URL's credentials)."""
         auth = self.providers.get(model.provider, ProviderAuth())
         merged = {**auth.headers, **self.model_headers.get((model.provider, model.id), {})}
         out = {k: resolve_config_value(v, self.environ) or "" for k, v in merged.items()}
         if auth.auth_header and (key := self.api_key(model.provider)):
             out["Authorization"] = f"Bearer {key}"
+        if (basic := self.url_credentials.get((model.provider, model.id))) is not None:
+            out = {k: v for k, v in out.items() if k.lower() != "authorization"}
+            out["authorization"] = basic
         return out
+
+    def key_variables(self) -> frozenset[str]:
+        """The environment variables this registry reads secrets from: every provider's key
+        variables, and each models.yml ``apiKey`` or header value that names a variable."""
+        names: set[str] = set()
+        header_sets = [auth.headers for auth in self.providers.values()]
+        header_sets += self.model_headers.values()
+        for auth in self.providers.values():
+            names.update(auth.env)
+            if auth.config_key and _ENV_NAME.match(auth.config_key):
+                names.add(auth.config_key)
+        for headers in header_sets:
+            names.update(value for value in headers.values() if _ENV_NAME.match(value))
+        return frozenset(names)
 
     def default_model(self) -> Model:
         """The first built-in default whose provider has a key; else a custom provider's
@@ -244,6 +285,23 @@ def fast_service_tier(model: Model) -> str | None:
     if model.provider == "openai" and model.api in ("openai-responses", "openai-completions"):
         return "priority"
     return None
+
+
+def split_url_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its userinfo (``user:secret@``), and the Basic ``authorization`` value
+    an HTTP client would send for it (None when it has none). The rest of the URL is kept
+    character for character."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, None
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+    return f"{scheme}://{host}{tail}", "Basic " + base64.b64encode(pair).decode("ascii")
 
 
 def resolve_config_value(value: str, environ: Mapping[str, str]) -> str | None:

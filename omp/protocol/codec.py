@@ -87,20 +87,36 @@ def decode_line(line: Line) -> cmd.Inbound | Response:
     except RecursionError:  # only reachable when the caller's stack is already very deep
         return _too_deep()
     except msgspec.DecodeError as exc:
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-        else:
-            return fail(PARSE, None, f"Failed to parse command: {exc}")
-    # Lenient UTF-8 (the original decodes with replacement): retry once with U+FFFD for the bad
-    # bytes. Only this error path pays for it.
+        error = exc
+    # Lenient, as the original is (it decodes UTF-8 with replacement, and JSON.parse takes a lone
+    # surrogate escape like "\ud800"): retry once with U+FFFD for bytes that are not UTF-8 and
+    # for lone surrogate escapes, which msgspec refuses. Only this error path pays for it.
+    lenient = _replace_lone_surrogates(line.decode("utf-8", "replace").encode())
+    if lenient == line:
+        return fail(PARSE, None, f"Failed to parse command: {error}")
     try:
-        return _decode(line.decode("utf-8", "replace").encode())
+        return _decode(lenient)
     except RecursionError:
         return _too_deep()
     except msgspec.DecodeError as exc:
         return fail(PARSE, None, f"Failed to parse command: {exc}")
+
+
+# A ``\uXXXX`` escape of a surrogate, preceded by an even number of backslashes (so the
+# backslash before ``u`` is not itself escaped): a high one with its low partner (kept), a lone
+# high one, or a lone low one.
+_SURROGATE_ESCAPE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+    rb"|(?<!\\)((?:\\\\)*)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _replace_lone_surrogates(line: bytes) -> bytes:
+    def replace(match: re.Match[bytes]) -> bytes:
+        if match.group(3) is not None:
+            return match.group(0)  # a valid pair
+        return (match.group(1) if match.group(2) is not None else match.group(4)) + b"\\ufffd"
+
+    return _SURROGATE_ESCAPE.sub(replace, line)
 
 
 def _too_deep() -> Response:

@@ -64,7 +64,10 @@ class _Block(msgspec.Struct, tag_field="type", frozen=True, kw_only=True, omit_d
 
 
 class _Message(msgspec.Struct, tag_field="role", frozen=True, kw_only=True, omit_defaults=True):
-    pass
+    @property
+    def role(self) -> str:
+        """The message's ``role`` on the wire (``user``, ``assistant``, ``toolResult``...)."""
+        return str(self.__struct_config__.tag)
 
 
 # --- content blocks (agent-core §1.1) --------------------------------------------------------

@@ -18,15 +18,17 @@ the registry and a callable that queues a frame. Rules:
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 import msgspec
 import trio
 
+from ..extensions.ui import NotifyType, Option, UiDisconnected, paused_handler_clock
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol import messages as m
@@ -312,3 +314,124 @@ def normalize_schemes(schemes: list[cmd.HostUriSchemeDefinition]
         out[scheme] = msgspec.structs.replace(entry, scheme=scheme)
     return out, None
 
+
+
+@attrs.define(eq=False)
+class HostUI:
+    """``ctx.ui`` over RPC: ``extension_ui_request`` frames, answers in the control lane
+    (rpc-behavior §8).
+
+    Dialogs wait for the host's ``extension_ui_response``; a ``timeout`` (ms) resolves to the
+    default with no frame; cancellation writes a ``cancel`` request and propagates; a host that
+    is gone raises ``UiDisconnected``. Without a UI (``--no-ui``) dialogs return their default
+    and presentation frames are dropped. ``set_title`` is written only with
+    ``PI_RPC_EMIT_TITLE``.
+    """
+
+    registry: ControlRegistry
+    emit: Emit
+    enabled: bool = True
+    emit_title: bool = False
+
+    @property
+    def has_ui(self) -> bool:
+        return self.enabled
+
+    # ``timeout`` is the protocol's dialog field (ms), which the host shows; we honour it too.
+    async def _dialog(self, method: str, timeout: int | None,  # noqa: ASYNC109
+                      **fields: Any) -> Any:
+        """The host's answer frame, or None (timeout, no UI)."""
+        if not self.enabled:
+            await trio.lowlevel.checkpoint()
+            return None
+        frame_fields = {k: v for k, v in fields.items() if v is not None}
+        if self.registry.disconnected:
+            # The host is gone: the request is still written (rpc-behavior §1.9), then fails.
+            self.emit(ev.ExtensionUiRequest(
+                id=new_request_id(), method=method,  # type: ignore[arg-type]
+                timeout=msgspec.UNSET if timeout is None else timeout, **frame_fields))
+            raise UiDisconnected(UI_DISCONNECTED)
+        request = PendingRequest(self.registry, "extension_ui_response", UI_DISCONNECTED)
+        self.emit(ev.ExtensionUiRequest(
+            id=request.id, method=method,  # type: ignore[arg-type]
+            timeout=msgspec.UNSET if timeout is None else timeout, **frame_fields))
+        try:
+            with paused_handler_clock(), trio.move_on_after(
+                    math.inf if timeout is None else timeout / 1000):
+                try:
+                    frame = await request.next_frame()
+                except ToolError as exc:
+                    request.settle()
+                    raise UiDisconnected(str(exc)) from None
+                request.settle()
+                return frame
+            request.settle()  # timed out: the default, and no cancel frame (§8.3)
+            return None
+        finally:
+            if not request.settled:
+                request.settle()
+                self.emit(ev.ExtensionUiRequest(id=new_request_id(), method="cancel",
+                                                targetId=request.id))
+
+    async def select(self, title: str, options: Sequence[Option], *,
+                     timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        labels = [o if isinstance(o, str) else str(o.get("label", "")) for o in options]
+        described = [None if isinstance(o, str) else o.get("description") for o in options]
+        details = ([ev.SelectOptionDetail(description=d) if isinstance(d, str)
+                    else ev.SelectOptionDetail() for d in described]
+                   if any(isinstance(d, str) for d in described) else None)
+        frame = await self._dialog("select", timeout, title=title, options=labels,
+                                   optionDetails=details)
+        return _value(frame)
+
+    async def confirm(self, title: str, message: str, *, timeout: int | None = None) -> bool:  # noqa: ASYNC109
+        frame = await self._dialog("confirm", timeout, title=title, message=message)
+        if frame is None or frame.cancelled or not isinstance(frame.confirmed, bool):
+            return False
+        return frame.confirmed
+
+    async def input(self, title: str, placeholder: str | None = None, *,
+                    timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        frame = await self._dialog("input", timeout, title=title, placeholder=placeholder)
+        return _value(frame)
+
+    async def editor(self, title: str, prefill: str | None = None) -> str | None:
+        frame = await self._dialog("editor", None, title=title, prefill=prefill)
+        return _value(frame)
+
+    def _show(self, method: str, **fields: Any) -> None:
+        if self.enabled:
+            self.emit(ev.ExtensionUiRequest(
+                id=new_request_id(), method=method,  # type: ignore[arg-type]
+                **{k: v for k, v in fields.items() if v is not None}))
+
+    def notify(self, message: str, type: NotifyType | None = None) -> None:
+        self._show("notify", message=message, notifyType=type)
+
+    def set_status(self, key: str, text: str | None = None) -> None:
+        self._show("setStatus", statusKey=key, statusText=text)
+
+    def set_widget(self, key: str, lines: Sequence[str] | None = None, *,
+                   placement: Literal["aboveEditor", "belowEditor"] | None = None) -> None:
+        self._show("setWidget", widgetKey=key,
+                   widgetLines=None if lines is None else list(lines),
+                   widgetPlacement=placement)
+
+    def set_title(self, title: str) -> None:
+        if self.emit_title:
+            self._show("setTitle", title=title)
+
+    def set_editor_text(self, text: str) -> None:
+        self._show("set_editor_text", text=text)
+
+
+def _value(frame: Any) -> str | None:
+    """``select`` / ``input`` / ``editor``: the answer's ``value`` (§8.2), else None."""
+    if frame is None or frame.cancelled or not isinstance(frame.value, str):
+        return None
+    return str(frame.value)
+
+
+def emit_title_enabled(environ: Mapping[str, str]) -> bool:
+    """``PI_RPC_EMIT_TITLE`` is 1/true/yes/on (trimmed, any case)."""
+    return environ.get("PI_RPC_EMIT_TITLE", "").strip().lower() in ("1", "true", "yes", "on")

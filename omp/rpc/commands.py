@@ -28,13 +28,16 @@ from typing import Any, Literal
 import attrs
 import msgspec
 import trio
+from msgspec import UNSET
 
 from ..protocol import commands as cmd
+from ..protocol import events as ev
 from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
+from ..session.errors import InvalidRequest
 from ..session.stats import context_usage_payload, session_stats
 from .bridges import (
     ControlRegistry,
@@ -105,6 +108,12 @@ class Commands:
     session: AgentSession
     output: FrameQueue
     emit: Emit
+    spawn: Callable[[Callable[[], Awaitable[None]]], None]
+    """Runs work that must not hold the serial lane (extension commands) as a task."""
+    command_entered: trio.Event | None = attrs.field(default=None, init=False)
+    """Set when the extension command started by the last handler has run to its first wait.
+    The lane that answered waits for it before the next line, so what the command does at
+    once (``ctx.shutdown()``) applies to every later line, as if it had run in the lane."""
     custom: Mapping[str, CustomHandler] = attrs.field(factory=dict)
     view: EventView = attrs.field(factory=EventView)
     controls: ControlRegistry = attrs.field(factory=ControlRegistry)
@@ -296,6 +305,8 @@ class Commands:
     def prompt(self, frame: cmd.Prompt) -> Response:
         images = frame.images if isinstance(frame.images, list) else []
         behavior = frame.streamingBehavior if isinstance(frame.streamingBehavior, str) else None
+        if (command := self._extension_command(frame.message)) is not None:
+            return self._run_extension_command(frame.id, "prompt", *command)
         try:
             self.session.prompt(frame.message, images, streaming_behavior=behavior,
                                        request_id=frame.id)
@@ -304,6 +315,8 @@ class Commands:
         return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True))
 
     def steer(self, frame: cmd.Steer) -> Response:
+        if (command := self._extension_command(frame.message)) is not None:
+            return fail("steer", frame.id, _not_queueable(command[0]))
         try:
             self.session.steer(frame.message, frame.images or [])
         except SessionError as exc:
@@ -311,6 +324,8 @@ class Commands:
         return ok("steer", frame.id)
 
     def follow_up(self, frame: cmd.FollowUp) -> Response:
+        if (command := self._extension_command(frame.message)) is not None:
+            return fail("follow_up", frame.id, _not_queueable(command[0]))
         try:
             self.session.follow_up(frame.message, frame.images or [])
         except SessionError as exc:
@@ -321,6 +336,8 @@ class Commands:
         session = self.session
         self.abort_bash()
         await session.abort()
+        if (command := self._extension_command(frame.message)) is not None:
+            return self._run_extension_command(frame.id, "abort_and_prompt", *command)
         images = frame.images if isinstance(frame.images, list) else []
         try:
             session.prompt(frame.message, images, request_id=frame.id)
@@ -416,11 +433,65 @@ class Commands:
 
     def get_available_commands(self, frame: cmd.GetAvailableCommands) -> Response:
         return ok("get_available_commands", frame.id,
-                  payloads.AvailableCommandsPayload(commands=[]))
+                  payloads.AvailableCommandsPayload(commands=self.command_list()))
 
     def available_commands_update(self) -> AvailableCommandsUpdate:
-        # No slash commands exist yet; the frame is still sent once at startup, as hosts expect.
-        return AvailableCommandsUpdate(commands=[])
+        return AvailableCommandsUpdate(commands=self.command_list())
+
+    def command_list(self) -> list[payloads.AvailableCommand]:
+        """The slash commands a host can offer: the extensions' (``source: "extension"``)."""
+        extensions = self.session.extensions
+        if extensions is None:
+            return []
+        return [payloads.AvailableCommand(name=c.name, source="extension",
+                                          description=c.description or msgspec.UNSET)
+                for c in extensions.commands().values()]
+
+    # -- extension commands ------------------------------------------------------------------
+
+    def _extension_command(self, text: str) -> tuple[str, str] | None:
+        """``(name, args)`` when ``text`` is ``/name args`` for an extension command."""
+        extensions = self.session.extensions
+        if extensions is None or not text.startswith("/"):
+            return None
+        name, _, args = text[1:].partition(" ")
+        name = name.strip()
+        if name not in extensions.commands():
+            return None
+        return name, args.strip()
+
+    def _run_extension_command(self, request_id: cmd.RequestId | None, kind: str, name: str,
+                               args: str) -> Response:
+        """Start ``/name args`` as a task (it may wait for the host's answers and must not
+        hold the serial lane); its ``prompt_result`` comes when it is done (rpc-behavior
+        §3.3). The response has no ``data``: whether the agent is invoked is not known yet."""
+        session = self.session
+        extensions = session.extensions
+        assert extensions is not None
+        entered = self.command_entered = trio.Event()
+
+        async def run() -> None:
+            runs_before = session.runs_started
+            # Set before the handler starts: whoever waits on it resumes only once the handler
+            # ran up to its first wait (see ``command_entered``).
+            entered.set()
+            succeeded = await extensions.run_command(name, args)
+            if session.runs_started == runs_before:
+                self.output.put_nowait(ev.PromptResult(
+                    id=request_id, agentInvoked=False,
+                    status="completed" if succeeded else "error",
+                    sessionSettled=session.settled,
+                    error=msgspec.UNSET if succeeded else ev.PromptError(
+                        message=f"Extension command /{name} failed", retryable=False)))
+                return
+            # It started agent work: report once that work has ended.
+            status, error = await session.wait_for_idle()
+            self.output.put_nowait(ev.PromptResult(
+                id=request_id, agentInvoked=True, status=status,
+                sessionSettled=session.settled, error=error))
+
+        self.spawn(run)
+        return ok(kind, request_id)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -495,7 +566,8 @@ class Commands:
         try:
             self.session.set_session_name(frame.name)
         except SessionError as exc:
-            return fail("set_session_name", frame.id, str(exc))
+            return fail("set_session_name", frame.id, str(exc),
+                        INVALID_PARAMS if isinstance(exc, InvalidRequest) else UNSET)
         return ok("set_session_name", frame.id)
 
     def branch(self, frame: cmd.Branch) -> Response:
@@ -615,6 +687,11 @@ class Commands:
 
 _NO_RESPONSE = Response(success=True)
 """What the control route returns: control frames are never answered (the lane drops it)."""
+
+
+def _not_queueable(name: str) -> str:
+    return (f'Extension command "/{name}" cannot be queued. Use prompt() or execute the command '
+            "when not streaming.")
 
 
 def _user_path(text: str) -> Path:

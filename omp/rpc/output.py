@@ -10,7 +10,12 @@ Two ways in, because the two kinds of producer need different things (DESIGN.md 
 * ``put_nowait`` never blocks. The reader and the command lanes use it for responses and for
   frames a host's own input causes: a host that writes commands while not reading our output
   must not deadlock us. What it cannot take yet waits in the spool, in memory up to a limit and
-  then in a private temp file (0600, already unlinked), as the original does.
+  then in a private temp file (0600, already unlinked: nothing is left in TMPDIR, whatever way
+  the process ends), as the original does. The file has a size bound (``file_limit``); a host
+  so far behind that it is reached is treated like a host whose stdout broke: the queue fails
+  with ``SpillLimitError`` (an ``OutputClosedError``), and the server ends with exit status 1 and
+  one line on stderr. Dropping frames instead would break the promise that every command is
+  answered; waiting is impossible for ``put_nowait``.
 * ``await put`` waits while the unsent backlog is above the high-water mark. Streaming producers
   (the provider stream, bash output) use it, so a host that stops reading slows them down
   instead of growing the spool.
@@ -31,6 +36,8 @@ import trio
 from ..protocol.codec import FrameEncoder
 
 SEND_BLOCK = 1024 * 1024
+DEFAULT_SPILL_LIMIT = 1024 * 1024 * 1024
+"""Largest spill file (1 GiB); ``ServeOptions.output_spill_bytes``."""
 
 
 class SwitchProtocol(msgspec.Struct, frozen=True):
@@ -46,6 +53,10 @@ class OutputClosedError(Exception):
     """Our stdout is gone (the host closed its end); nothing more can be delivered."""
 
 
+class SpillLimitError(OutputClosedError):
+    """The host fell so far behind that the spill file reached its size bound."""
+
+
 @attrs.define(eq=False)
 class ByteSpool:
     """Encoded output not yet sent: in memory up to ``memory_limit``, past it in a temp file.
@@ -57,6 +68,8 @@ class ByteSpool:
     """
 
     memory_limit: int = 8 * 1024 * 1024
+    file_limit: int = DEFAULT_SPILL_LIMIT
+    """Largest size of the temp file; ``append`` raises ``SpillLimitError`` past it."""
     spilled_bytes: int = attrs.field(default=0, init=False)
     """How many bytes ever went through the file (for tests and diagnostics)."""
     _memory: bytearray = attrs.field(factory=bytearray, init=False)
@@ -77,10 +90,16 @@ class ByteSpool:
         return len(self._memory)
 
     def append(self, data: bytes | bytearray) -> None:
+        """Keep ``data`` after what is pending. Raises ``SpillLimitError`` (keeping nothing of
+        it) when it would make the temp file larger than ``file_limit``."""
         if self._file_write == self._file_read and (
                 len(self._memory) + len(data) <= self.memory_limit):
             self._memory += data
             return
+        if self._file_write + len(data) > self.file_limit:
+            raise SpillLimitError(
+                f"the host is not reading stdout: the output waiting for it reached the spill "
+                f"file's limit of {self.file_limit:,} bytes (output_spill_bytes)")
         if self._file is None:
             # Owned by the spool and closed by ByteSpool.close() (write_frames' finally).
             self._file = tempfile.TemporaryFile(prefix="omp-rpc-out-")  # noqa: SIM115
@@ -134,12 +153,18 @@ class FrameQueue:
     _readable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _writable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    _failure: OutputClosedError | None = attrs.field(default=None, init=False)
+    send_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    """Around the writer's current send: ``fail`` cancels it (the host may never read again)."""
     sent_blocks: int = attrs.field(default=0, init=False)
     """Blocks the writer delivered so far: whether a host is still reading, for shutdown."""
 
     def put_nowait(self, item: Item) -> None:
         """Encode ``item`` into the spool now (a ``SwitchProtocol`` changes the framing of the
-        frames after it). Never waits."""
+        frames after it). Never waits. Once the output failed (``failure``) the item is
+        dropped: the writer has raised, and whoever runs it is ending."""
+        if self._failure is not None:
+            return
         if self._closed:
             raise trio.ClosedResourceError("the output queue is closed")
         if isinstance(item, SwitchProtocol):
@@ -147,8 +172,13 @@ class FrameQueue:
             return
         buffer = self._buffer
         self.encoder.encode_into(item, buffer)
-        self.spool.append(buffer)
-        buffer.clear()
+        try:
+            self.spool.append(buffer)
+        except SpillLimitError as exc:
+            self.fail(exc)
+            return
+        finally:
+            buffer.clear()
         if self._readable:  # the writer is parked
             self._readable.unpark()
 
@@ -170,20 +200,38 @@ class FrameQueue:
         self._readable.unpark_all()
         self._writable.unpark_all()
 
+    def fail(self, error: OutputClosedError) -> None:
+        """The output is lost: the writer stops at once (even in the middle of a send) and
+        raises ``error``; frames queued later are dropped."""
+        if self._failure is None:
+            self._failure = error
+        if self.send_scope is not None:
+            self.send_scope.cancel()
+        self.close()
+
     @property
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def failure(self) -> OutputClosedError | None:
+        """Why the output was lost, once it was."""
+        return self._failure
+
     async def take(self) -> bytes:
-        """The oldest unsent bytes (waiting for some); ``b""`` once closed and all taken.
+        """The oldest unsent bytes (waiting for some); ``b""`` once closed and all taken, or
+        once the queue failed.
 
         On cancellation while waiting, nothing was taken.
         """
-        while not (data := self.spool.take()):
+        while True:
+            if self._failure is not None:
+                return b""
+            if data := self.spool.take():
+                return data
             if self._closed:
                 return b""
             await self._readable.park()
-        return data
 
     def sent(self) -> None:
         """The writer sent a block: producers waiting for room may go on."""
@@ -197,18 +245,25 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
     """Send everything ``queue`` receives until it is closed and fully sent.
 
     Frames are encoded when they are queued, so the writer only moves bytes and ``put_nowait``
-    never waits for a slow host. Raises ``OutputClosedError`` when the stream is broken. On
-    cancellation, unsent frames are abandoned (the stream is gone or the server is being torn
-    down).
+    never waits for a slow host. Raises ``OutputClosedError`` when the stream is broken, or the
+    queue's failure (``SpillLimitError``) when the queue failed. On cancellation, unsent frames
+    are abandoned (the stream is gone or the server is being torn down).
     """
     try:
         while data := await queue.take():
-            try:
-                await stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                queue.close()
-                reason = str(exc.__cause__ or exc) or type(exc).__name__
-                raise OutputClosedError(f"stdout closed: {reason}") from exc
+            with trio.CancelScope() as queue.send_scope:
+                try:
+                    await stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    reason = str(exc.__cause__ or exc) or type(exc).__name__
+                    queue.fail(OutputClosedError(f"stdout closed: {reason}"))
+                    assert queue.failure is not None
+                    raise queue.failure from exc
+            queue.send_scope = None
+            if queue.failure is not None:
+                raise queue.failure
             queue.sent()
+        if queue.failure is not None:
+            raise queue.failure
     finally:
         queue.spool.close()

@@ -138,8 +138,9 @@ def page(messages: Sequence[AgentMessage], cursor: str | None, limit: object,
 
 
 def encode_tree(nodes: list[dict[str, Any]]) -> bytes:
-    """JSON of ``entry_tree`` nodes without recursion (a long session nests thousands deep,
-    past what a recursive encoder allows)."""
+    """JSON of ``entry_tree`` nodes, written without recursion over the nodes. Their depth is
+    bounded by the session's branch points (``entry_tree``), so hosts can decode the result
+    with any JSON parser; not recursing keeps even a pathologically branched file encodable."""
     out = bytearray(b"[")
     stack: list[bytes | dict[str, Any]] = []
 

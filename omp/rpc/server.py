@@ -17,17 +17,28 @@ Shutdown: input EOF means the host is gone. Pending host requests fail ("RPC cli
 disconnected …"), RPC bash commands and the run are cancelled (their terminal frames are still
 written), commands already read are answered, then the output is drained for as long as the host
 keeps reading — a host that stopped reading gets ``DRAIN_STALL_SECONDS`` before the rest is
-dropped — and ``serve`` returns. A broken output cancels everything and ``serve`` raises
-``OutputClosedError``. Cancelled from outside, ``serve`` cancels everything at once and returns
-within about a second (each cleanup has its own short deadline).
+dropped — and ``serve`` returns. A broken output (or a host so far behind that the spill file
+reached ``output_spill_bytes``) cancels everything and ``serve`` raises ``OutputClosedError``.
+Cancelled from outside, ``serve`` cancels everything at once and returns within about a second
+(each cleanup has its own short deadline).
+
+Serving the process's own stdio, ``serve`` also owns the process's stop signals and orphans
+(``omp.process``): SIGTERM and SIGHUP end the input as EOF does (the same shutdown, then it
+returns), SIGINT too but then ``serve`` raises ``KeyboardInterrupt``; a second signal cancels
+everything at once. Descendants re-parented to the process while it serves (a tool's
+``setsid x &``) are ended when it returns. Given streams, ``serve`` touches neither: signal
+handlers and child processes belong to the host's program.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import signal
 import sys
-from collections.abc import Mapping
+import types
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +47,10 @@ import msgspec
 import trio
 
 from ..agent.loop import AssistantUpdate
+from ..config import agent_dir
+from ..extensions.loader import LoadReport, discover, load
 from ..llm.stream import HttpClient
+from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder, decode_line
@@ -44,14 +58,17 @@ from ..protocol.events import SESSION_EVENT_TYPES
 from ..protocol.frames import Ready, Response
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from ..session import AgentSession, SessionError, create_session
+from ..tools.ask import AskTool
+from .bridges import HostUI, emit_title_enabled
 from .commands import Commands, CustomCommand, CustomHandler, Frame, Inbound, Route
-from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
+from .output import DEFAULT_SPILL_LIMIT, ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 READ_CHUNK = 64 * 1024
 DRAIN_STALL_SECONDS = 1.0
 """After input EOF, how long the output may make no progress before unsent frames are dropped
 (a host that stopped reading must not keep us alive)."""
 CLEANUP_SECONDS = 0.5
+Job = Callable[[], Awaitable[None]]
 """Deadline of the shielded close of the HTTP client."""
 
 
@@ -66,6 +83,10 @@ class ServeOptions:
     output_memory_bytes: int = 8 * 1024 * 1024
     """Unsent output kept in memory; more (a host that writes but does not read) goes to a
     private temp file until the host catches up."""
+    output_spill_bytes: int = DEFAULT_SPILL_LIMIT
+    """Largest size of that temp file (1 GiB). Reaching it ends ``serve`` like a broken stdout
+    (``OutputClosedError``; ``omp`` exits 1 with one line on stderr): frames are never
+    dropped silently."""
     provider: str | None = None
     """Provider to start with (``--provider``); default: the first one with a key."""
     model: str | None = None
@@ -98,6 +119,19 @@ class ServeOptions:
     """Extra commands for embedding hosts: ``type`` → async handler of the raw command; its
     return value becomes the response's ``data``, an exception its ``error``. They run in the
     serial lane like built-in commands. Built-in names cannot be replaced."""
+    extensions: Sequence[Path] = ()
+    """Extension modules, packages or folders to load (``--extension`` / ``-e``)."""
+    extension_objects: Sequence[Callable[[Any], Any] | types.ModuleType] = ()
+    """Extensions as Python objects (embedding hosts): ``setup`` functions or modules."""
+    discover_extensions: bool = True
+    """Load the user's, the project's and installed extensions (``--no-extensions``: False)."""
+    trust_project: bool = False
+    """Run code from the project in ``cwd`` (its ``.omp/extensions``) (``--trust-project``); the
+    global config.yml's ``trustedProjects`` trusts projects too."""
+    ui: bool = True
+    """Extension dialogs reach the host (``--no-ui``: False, dialogs return defaults)."""
+    ask_tool: bool = False
+    """Offer the model the ``ask`` tool, whose questions go to the host (``--mode rpc-ui``)."""
 
 
 async def serve(
@@ -114,8 +148,13 @@ async def serve(
     but frames reaches the host. ``task_status.started()`` is called once ``ready`` is queued and
     commands are accepted. Streams passed in are not closed: the caller owns them.
 
+    With no streams (and in the main thread), SIGTERM and SIGHUP end the input like EOF and
+    SIGINT does too but ends in ``KeyboardInterrupt``; orphaned descendants are ended on return
+    (see the module docstring). With streams, no signal handler is installed.
+
     Returns after EOF, once every command read has been answered and all work is finished or
-    cancelled. Raises ``OutputClosedError`` if the output stream breaks, ``SessionError`` or
+    cancelled. Raises ``OutputClosedError`` if the output stream breaks (``SpillLimitError``
+    when the host fell ``output_spill_bytes`` behind), ``SessionError`` or
     ``ConfigError`` (before writing anything) when the session cannot start, and
     ``SessionError`` after serving when the session file stopped being written. On cancellation, all
     in-flight work is cancelled and nothing is left running; queued frames may be lost.
@@ -127,7 +166,8 @@ async def serve(
         await _serve(stdin, stdout, options, task_status)
         return
     with _stdio_streams() as (rstream, wstream):
-        await _serve(rstream, wstream, options, task_status)
+        async with adopt_orphans():
+            await _serve(rstream, wstream, options, task_status, signals=can_watch_signals())
 
 
 class _stdio_streams:
@@ -158,7 +198,8 @@ class _stdio_streams:
 
 
 async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
-                 options: ServeOptions, task_status: trio.TaskStatus[None]) -> None:
+                 options: ServeOptions, task_status: trio.TaskStatus[None], *,
+                 signals: bool = False) -> None:
     # Before anything is written: a session that cannot start means no ``ready``.
     session = create_session(
         provider=options.provider, model=options.model, api_key=options.api_key,
@@ -169,8 +210,26 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         resume=options.resume)
     http = session.http = HttpClient()
     server = RpcServer(options=options, session=session)
+    ui = HostUI(server.commands.controls, server.emit, enabled=options.ui,
+                emit_title=emit_title_enabled(os.environ))
+    if options.ask_tool and options.ui:
+        session.builtin_tools.append(AskTool(ui))
+        session.system_prompt = session.prompt_options.build(session.tools)
+    loaded = load_extensions(options, session)
+    if loaded is not None:
+        loaded.extensions.emit = server.emit
+        session.use_extensions(loaded.extensions, ui)
+        session.on_shutdown_request = server.request_stop
     output_error: OutputClosedError | None = None
     written = trio.Event()
+    stops: list[int] = []  # stop signals received
+
+    def on_signal(signum: int) -> None:
+        stops.append(signum)
+        if len(stops) == 1:
+            server.end_input()  # the shutdown of EOF, terminal frames and all
+        else:
+            root.cancel_scope.cancel()  # asked again: stop now
 
     async def writer() -> None:
         nonlocal output_error
@@ -184,10 +243,17 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
     try:
         async with trio.open_nursery() as root:
             root.start_soon(writer)
+            if signals:
+                await root.start(watch_stop_signals, on_signal)
             await root.start(session.serve)
             await root.start(server.run_commands)
             server.output.put_nowait(Ready())
-            server.output.put_nowait(server.commands.available_commands_update())
+            if loaded is not None:
+                _report_load(server, loaded)
+            # Extensions start (session_start) in the serial lane, before the first command and
+            # while the reader already delivers answers to their dialogs; the commands list
+            # follows (rpc-behavior §1.2).
+            server.start_job(server.session_start)
             task_status.started()
             await server.read(stdin)
             await server.shutdown()
@@ -198,12 +264,57 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         with trio.move_on_after(CLEANUP_SECONDS) as cleanup:
             cleanup.shield = True
             await http.aclose()
+    if signal.SIGINT in stops:
+        raise KeyboardInterrupt
     if output_error is not None:
         raise output_error
     if session.persistence_failure is not None:
         # Everything was answered; the host was told by a notice frame. Durability was not
         # kept, which the exit status must say (rpc-behavior §1.9).
         raise SessionError(f"Session not saved: {session.persistence_failure}")
+
+
+def load_extensions(options: ServeOptions, session: AgentSession) -> LoadReport | None:
+    """Discover and load the session's extensions (their modules run now, before ``ready``);
+    None when there is nothing to load. Each load error is also a line on stderr."""
+    if not (options.discover_extensions or options.extensions or options.extension_objects):
+        return None
+    cwd = session.cwd
+    trusted = options.trust_project or any(
+        _same_path(cwd, p) for p in session.settings.trusted_projects)
+    agent_directory = session.prompt_options.agent_directory or agent_dir()
+    sources, skipped = discover(cwd=cwd, agent_dir=agent_directory,
+                                paths=list(options.extensions),
+                                objects=list(options.extension_objects),
+                                discovery=options.discover_extensions, trusted=trusted)
+    report = load(sources)
+    report.skipped_project = skipped
+    for path, error in report.errors:
+        print(f"Failed to load extension {path}: {error}", file=sys.stderr)
+    return report
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.expanduser().resolve()
+    except OSError:
+        return False
+
+
+def _report_load(server: RpcServer, report: LoadReport) -> None:
+    """What loading said, as frames after ``ready``: load errors, an untrusted project."""
+    for path, error in report.errors:
+        server.emit(ev.ExtensionError(extensionPath=path, event="load", error=error))
+    if report.skipped_project is not None:
+        server.emit(ev.Notice(
+            level="warning", source="extensions",
+            message=untrusted_project_message(report.skipped_project)))
+
+
+def untrusted_project_message(folder: Path) -> str:
+    return (f"Project extensions in {folder} were not loaded: the project is not trusted "
+            "(start with --trust-project, or list it under trustedProjects in "
+            "~/.omp/agent/config.yml)")
 
 
 async def _drain(output: FrameQueue, written: trio.Event) -> None:
@@ -216,6 +327,25 @@ async def _drain(output: FrameQueue, written: trio.Event) -> None:
             return  # no block went out for a while: the host is not reading
 
 
+def message_update_frame(update: AssistantUpdate, mode: str,
+                         message_id: str | msgspec.UnsetType = msgspec.UNSET
+                         ) -> ev.MessageUpdate | ev.MessageUpdateDelta:
+    """The ``message_update`` frame of a streaming update: with the message snapshot
+    (``mode`` ``"snapshot"``, the protocol's default) or the delta only (``"delta"``, which keeps
+    an answer's frames linear in its length). The one conversion for rpc and ``--mode json``."""
+    stream_event = update.event
+    if mode == "delta":
+        return ev.MessageUpdateDelta(messageId=message_id, assistantMessageEvent=ev.DeltaEvent(
+            type=stream_event.type, contentIndex=stream_event.content_index,
+            delta=stream_event.delta if stream_event.type.endswith("_delta") else msgspec.UNSET,
+            content=stream_event.content if stream_event.type in ("text_end", "thinking_end")
+            else msgspec.UNSET,
+            toolCall=stream_event.tool_call or msgspec.UNSET))
+    wire = stream_event.to_wire()
+    return ev.MessageUpdate(assistantMessageEvent=wire,  # type: ignore[arg-type]
+                            message=stream_event.partial, messageId=message_id)
+
+
 @attrs.define(eq=False)
 class RpcServer:
     """The server's lanes and output path; ``serve`` wires it to streams."""
@@ -225,8 +355,9 @@ class RpcServer:
     encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
     output: FrameQueue = attrs.field(init=False)
     commands: Commands = attrs.field(init=False)
-    _serial_send: trio.MemorySendChannel[tuple[Frame, Route]] = attrs.field(init=False)
-    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Route]] = attrs.field(init=False)
+    _serial_send: trio.MemorySendChannel[tuple[Frame, Route] | Job] = attrs.field(init=False)
+    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Route] | Job] = attrs.field(
+        init=False)
     # Commands accepted into the serial lane and not yet answered: while any is pending, new
     # quick commands queue behind it instead of being answered inline (arrival order).
     _serial_pending: int = attrs.field(default=0, init=False)
@@ -234,6 +365,13 @@ class RpcServer:
     _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    _stopping: bool = attrs.field(default=False, init=False)
+    """``ctx.shutdown()``: no more input; what is queued in the serial lane is dropped."""
+    _reader_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    _input_ended: bool = attrs.field(default=False, init=False)
+    """``end_input`` was called: the reader reads no more."""
+    _receive_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    """Around the reader's wait for input, which ``end_input`` cancels."""
     # messageId stamping (rpc-behavior §4.6): a stack of open message ids, a counter per server.
     _message_ids: list[str] = attrs.field(factory=list, init=False)
     _message_counter: int = attrs.field(default=0, init=False)
@@ -241,9 +379,10 @@ class RpcServer:
     def __attrs_post_init__(self) -> None:
         self.output = FrameQueue(
             high_water_bytes=self.options.output_high_water_bytes,
-            spool=ByteSpool(memory_limit=self.options.output_memory_bytes),
+            spool=ByteSpool(memory_limit=self.options.output_memory_bytes,
+                            file_limit=self.options.output_spill_bytes),
             encoder=self.encoder)
-        self.commands = Commands(self.session, self.output, self.emit,
+        self.commands = Commands(self.session, self.output, self.emit, self.spawn,
                                  custom=self.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
         self.session.subscribe(self)
@@ -251,16 +390,27 @@ class RpcServer:
     # -- lanes -------------------------------------------------------------------------------
 
     async def read(self, stdin: trio.abc.ReceiveStream) -> None:
-        """The reader: route every line until EOF. It waits only for the abort family."""
+        """The reader: route every line until EOF (or ``request_stop``). It waits only for the
+        abort family."""
+        with self._reader_scope:
+            await self._read(stdin)
+
+    async def _read(self, stdin: trio.abc.ReceiveStream) -> None:
         framer = LineFramer(max_line_bytes=self.options.max_line_bytes)
         custom = self.commands.custom_names
-        while True:
+        while not self._input_ended:
+            receive = self._receive_scope = trio.CancelScope()
             try:
-                data = await stdin.receive_some(READ_CHUNK)
+                with receive:
+                    data = await stdin.receive_some(READ_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 data = b""  # a broken input is an ended input: the host is gone
+            if receive.cancelled_caught:
+                return  # end_input: as at EOF, except that an unfinished line is not a command
             lines = framer.feed(data) if data else framer.close()
             for line in lines:
+                if self._stopping:
+                    return  # ctx.shutdown(): the rest of the input is never read
                 frame: Inbound | None = None
                 if custom and isinstance(line, bytes):
                     frame = CustomCommand.decode(line, custom)
@@ -272,19 +422,26 @@ class RpcServer:
         """Send ``frame`` to its lane. Returns at once, except for the abort family, which is
         answered here (cancellable: the command's own work is cancelled with it)."""
         if isinstance(frame, Response):
-            self.output.put_nowait(frame)
+            # A line that could not be decoded is answered in its place in arrival order:
+            # behind the serial lane's queue when it holds any.
+            if self._serial_pending == 0:
+                self.output.put_nowait(frame)
+            else:
+                self.start_job(functools.partial(self._put_later, frame))
             return
         route = self.commands.route(frame)
         if route.lane == "control":
             route.handler(frame)
         elif route.lane == "immediate":
             self._finish(route, await self._answer(frame, route))
+            await self._let_command_enter()
         elif route.lane == "task":
             self._start_task(frame, route)
         elif self._serial_pending == 0 and route.sync:
             # The serial lane is idle and the handler never awaits: answer in place, which
             # is what the lane would do next anyway, without two task switches per command.
             self._finish(route, self._answer_sync(frame, route))
+            await self._let_command_enter()
         else:
             self._serial_pending += 1
             self._serial_send.send_nowait((frame, route))
@@ -293,6 +450,12 @@ class RpcServer:
         self.output.put_nowait(response)
         if route.after is not None:
             route.after(response)
+
+    async def _let_command_enter(self) -> None:
+        """An extension command was just started: let it run to its first wait."""
+        if (entered := self.commands.command_entered) is not None:
+            self.commands.command_entered = None
+            await entered.wait()
 
     def _answer_sync(self, frame: Frame, route: Route) -> Response:
         try:
@@ -333,11 +496,56 @@ class RpcServer:
             self._command_nursery = nursery
             task_status.started()
             async with self._serial_recv:
-                async for frame, route in self._serial_recv:
+                async for item in self._serial_recv:
+                    if self._stopping:  # ctx.shutdown(): queued commands are not answered
+                        self._serial_pending -= 1
+                        continue
+                    if callable(item):
+                        await item()
+                        self._serial_pending -= 1
+                        continue
+                    frame, route = item
                     response = await self._answer(frame, route)
-                    self._serial_pending -= 1
                     self._finish(route, response)
+                    await self._let_command_enter()
+                    self._serial_pending -= 1
         self._commands_done.set()
+
+    async def _put_later(self, frame: Response) -> None:
+        self.output.put_nowait(frame)
+        await trio.lowlevel.checkpoint()
+
+    def start_job(self, job: Job) -> None:
+        """Run ``job`` in the serial lane: commands read after this wait for it."""
+        self._serial_pending += 1
+        self._serial_send.send_nowait(job)
+
+    def spawn(self, work: Job) -> None:
+        """Run ``work`` as a task of the command nursery (it must answer for itself)."""
+        assert self._command_nursery is not None
+        self._command_nursery.start_soon(work)
+
+    async def session_start(self) -> None:
+        """Extensions start (``session_start``), then the commands list goes out."""
+        extensions = self.session.extensions
+        if extensions is not None:
+            await extensions.session_start()
+        self.output.put_nowait(self.commands.available_commands_update())
+
+    def request_stop(self) -> None:
+        """``ctx.shutdown()``: read no more input; the command running now still answers,
+        commands queued behind it are neither run nor answered; then ``serve`` ends as after
+        EOF, except that running tasks (an RPC ``bash``) finish first (rpc-behavior §1.10)."""
+        if not self._stopping:
+            self._stopping = True
+            self._reader_scope.cancel()
+
+    def end_input(self) -> None:
+        """Read no more input, as if it had reached EOF now (SIGTERM, SIGHUP): lines already
+        read are still routed, then ``serve`` shuts down as after EOF."""
+        self._input_ended = True
+        if self._receive_scope is not None:
+            self._receive_scope.cancel()
 
     def _start_task(self, frame: Frame, route: Route) -> None:
         """Run a command as its own task in the command nursery."""
@@ -356,8 +564,11 @@ class RpcServer:
         self._closing = True
         self.commands.closing = True
         self._serial_send.close()
-        # The host is gone: pending host tool calls and URI requests fail with the original's
-        # texts, and its URL schemes are gone with it (rpc-behavior §1.9).
+        if self._stopping:
+            # Asked to stop by an extension: the host is still there; running commands finish.
+            await self._commands_done.wait()
+        # The host is gone: pending host tool calls, URI requests and dialogs fail with the
+        # original's texts, and its URL schemes are gone with it (rpc-behavior §1.9).
         self.commands.controls.disconnect()
         self.commands.host_uris.schemes = {}
         self.commands.abort_bash()  # answered with their cancelled results
@@ -369,6 +580,8 @@ class RpcServer:
         # The command nursery closes once the serial lane is drained and its tasks (now
         # cancelled) have answered.
         await self._commands_done.wait()
+        if (extensions := self.session.extensions) is not None:
+            await extensions.session_shutdown()
         self.output.close()
 
     # -- the output path ---------------------------------------------------------------------
@@ -404,18 +617,7 @@ class RpcServer:
             mid = self._message_ids[-1] if self._message_ids else self._new_message_id(push=True)
             if view.types is not None and "message_update" not in view.types:
                 return None
-            stream_event = event.event
-            if view.message_updates == "delta":
-                return ev.MessageUpdateDelta(messageId=mid, assistantMessageEvent=ev.DeltaEvent(
-                    type=stream_event.type, contentIndex=stream_event.content_index,
-                    delta=stream_event.delta if stream_event.type.endswith("_delta")
-                    else msgspec.UNSET,
-                    content=stream_event.content if stream_event.type in (
-                        "text_end", "thinking_end") else msgspec.UNSET,
-                    toolCall=stream_event.tool_call or msgspec.UNSET))
-            wire = stream_event.to_wire()
-            return ev.MessageUpdate(assistantMessageEvent=wire,  # type: ignore[arg-type]
-                                    message=stream_event.partial, messageId=mid)
+            return message_update_frame(event, view.message_updates, mid)
         tag = event.__struct_config__.tag
         if tag == "message_start":
             event = msgspec.structs.replace(event, messageId=self._new_message_id(push=True))

@@ -22,9 +22,9 @@ After a run the session writes, in this order and without waiting: the one termi
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
-import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,7 +34,11 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import ABORT_REASON, Agent, TurnSetup, now_ms, user_message
+from ..agent.loop import ABORT_REASON, Agent, Input, TurnSetup, now_ms, user_message
+from ..extensions.api import DeliverAs
+from ..extensions.runtime import Extensions
+from ..extensions.ui import ExtensionUI
+from ..files import UnusableFile
 from ..llm import thinking
 from ..llm.errors import ProviderError
 from ..llm.models import ModelRegistry, fast_service_tier
@@ -65,7 +69,7 @@ from .compaction import (
     should_compact,
 )
 from .context import branch_settings, build_context, entries_since, entry_tree, user_messages
-from .errors import SessionError
+from .errors import InvalidRequest, SessionError
 from .file import SessionFile, branch_file
 from .locations import newest_session
 from .run import Run, RunReport
@@ -81,6 +85,8 @@ BUSY = ("Agent is already processing. Use steer() or followUp() to queue message
         "completion.")
 SHUTDOWN_REASON = "Request was aborted"
 """The aborted message's ``errorMessage`` when the session closes (rpc-behavior §1.9)."""
+MAX_SESSION_NAME_CHARS = 1000
+"""Longest session name ``set_session_name`` accepts."""
 
 
 class EventSink(Protocol):
@@ -141,6 +147,15 @@ class AgentSession:
     """``set_fast_mode``: ask for the model's priority tier when it has one."""
     http: HttpClient = attrs.field(factory=HttpClient)
     """The HTTP client of the owner (``serve()``), which closes it."""
+    extensions: Extensions | None = None
+    """The loaded extensions (their hooks, tools and commands); None: none."""
+    on_shutdown_request: Callable[[], None] | None = None
+    """What ``ctx.shutdown()`` calls (the server: end after the current command)."""
+    runs_started: int = attrs.field(default=0, init=False)
+    """How many runs this session started (what an extension command set off)."""
+    _last_report: RunReport | None = attrs.field(default=None, init=False)
+    _active_tools: set[str] | None = attrs.field(default=None, init=False)
+    """``set_active_tools``: the names the model sees; None: every tool."""
     agent: Agent = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _run: Run | None = attrs.field(default=None, init=False)
@@ -158,15 +173,82 @@ class AgentSession:
     def __attrs_post_init__(self) -> None:
         self.agent = Agent(sink=_AgentEvents(self), setup=self._turn_setup)
 
+    def use_extensions(self, extensions: Extensions, ui: ExtensionUI | None = None) -> None:
+        """Start ``extensions``: their hooks join the loop, their tools the tool list."""
+        self.extensions = extensions
+        extensions.start(self, ui)
+        if extensions.active:
+            self.agent.hooks = extensions
+        self.system_prompt = self.prompt_options.build(self.tools)
+
+    @property
+    def all_tools(self) -> list[Tool]:
+        """Every tool: the built-ins (an extension tool of the same name replaces one), the
+        extensions' tools, then the host's."""
+        extension_tools: list[Tool] = (list(self.extensions.tools())
+                                       if self.extensions is not None else [])
+        replaced = {t.name for t in extension_tools}
+        return [*(t for t in self.builtin_tools if t.name not in replaced), *extension_tools,
+                *self.host_tools]
+
     @property
     def tools(self) -> list[Tool]:
-        """What the model sees: the built-in tools, then the host's."""
-        return [*self.builtin_tools, *self.host_tools]
+        """What the model sees: ``all_tools``, less those ``set_active_tools`` left out."""
+        active = self._active_tools
+        return [t for t in self.all_tools if active is None or t.name in active]
 
     def set_host_tools(self, tools: Sequence[Tool]) -> None:
         """Replace the host's tools; the next model call (and system prompt) has them."""
         self.host_tools = list(tools)
         self.system_prompt = self.prompt_options.build(self.tools)
+
+    # -- what extensions drive (omp.extensions.api.ExtensionHost) -------------------------
+
+    def active_tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def set_active_tools(self, names: Sequence[str]) -> None:
+        """Only these tools (unknown names are ignored) from the next model call on."""
+        known = {t.name for t in self.all_tools}
+        self._active_tools = {n for n in names if n in known}
+        self.system_prompt = self.prompt_options.build(self.tools)
+
+    def request_abort(self) -> None:
+        """Abort the run without waiting for it (``ctx.abort()``)."""
+        if self._nursery is not None and self._run is not None:
+            self._nursery.start_soon(self.abort)
+
+    def request_shutdown(self) -> None:
+        if self.on_shutdown_request is not None:
+            self.on_shutdown_request()
+
+    def send_user_message(self, text: str, images: Sequence[m.ImageContent] = (), *,
+                          deliver_as: DeliverAs | None = None) -> None:
+        """A prompt from an extension: idle, it starts a run; during one it is queued
+        (steering unless ``deliver_as="followUp"``). No ``prompt_result``: no host asked."""
+        self._check_can_prompt(images)
+        message = user_message(text, images, steering=deliver_as != "followUp"
+                               and self.is_streaming)
+        self._deliver(message, trigger_turn=True, deliver_as=deliver_as)
+
+    def send_custom_message(self, message: m.CustomMessage, *, trigger_turn: bool,
+                            deliver_as: DeliverAs | None) -> None:
+        """An extension's ``custom`` message: queued during a run; idle, it starts a run
+        (``trigger_turn``) or is just added to the context."""
+        self._deliver(message, trigger_turn=trigger_turn, deliver_as=deliver_as)
+
+    def _deliver(self, message: Input, *, trigger_turn: bool,
+                 deliver_as: DeliverAs | None) -> None:
+        if self.is_streaming:
+            if deliver_as == "followUp":
+                self.agent.queue_follow_up(message)
+            else:
+                self.agent.queue_steering(message)
+        elif trigger_turn:
+            self._start_run([message])
+        else:
+            self.agent.messages.append(message)
+            self._persist(lambda f: f.append_message(message))
 
     def subscribe(self, sink: EventSink) -> None:
         """Send every session event to ``sink`` (one sink: the RPC server or the CLI)."""
@@ -210,9 +292,15 @@ class AgentSession:
         return self.file.name if self.file is not None else self._name
 
     def set_session_name(self, name: str) -> None:
+        """Name the session. Raises SessionError for an empty name, one longer than
+        ``MAX_SESSION_NAME_CHARS`` (it is in every ``get_state``, which must stay far below the
+        frame limit) or one the file cannot take."""
         name = name.strip()
         if not name:
-            raise SessionError("Session name cannot be empty")
+            raise InvalidRequest("Session name cannot be empty")
+        if len(name) > MAX_SESSION_NAME_CHARS:
+            raise InvalidRequest(f"Session name is too long: {len(name):,} characters (the limit "
+                               f"is {MAX_SESSION_NAME_CHARS:,})")
         if self.file is not None:
             try:
                 self.file.set_name(name)
@@ -295,15 +383,18 @@ class AgentSession:
     async def new_session(self, parent_session: str | None = None) -> None:
         """Abort, clear, and continue in a new session file (or a fresh in-memory session).
 
-        A file that cannot be created changes nothing (SessionError).
+        The file is created (in a worker thread) before anything else changes: a file that
+        cannot be created changes nothing (SessionError). On cancellation before the file
+        exists nothing was changed.
         """
         if self.file is None or self.sessions_directory is None:
             await self._reset()
             self._adopt(None)
             return
+        create = functools.partial(SessionFile.create, self.sessions_directory,
+                                   cwd=str(self.cwd), parent_session=parent_session)
         try:
-            file = SessionFile.create(self.sessions_directory, cwd=str(self.cwd),
-                                      parent_session=parent_session)
+            file = await trio.to_thread.run_sync(create)
         except OSError as exc:
             raise SessionError(f"Cannot create a session file: {exc.strerror or exc}") from None
         await self._reset()
@@ -322,9 +413,10 @@ class AgentSession:
             raise SessionError("switch_session requires session persistence (omit --no-session)")
         if not await trio.Path(path.parent).is_dir():
             raise SessionError(f"File not found: {path}")
+        create = functools.partial(SessionFile.create_at, path, cwd=str(self.cwd))
         try:
             file = (await _load_file(path) if await trio.Path(path).exists() else
-                    SessionFile.create_at(path, cwd=str(self.cwd)))
+                    await trio.to_thread.run_sync(create))
         except (OSError, ValueError, RecursionError) as exc:
             raise SessionError(f"Cannot open session {path}: {_reason(exc)}") from None
         if file.cwd and Path(file.cwd) != self.cwd:
@@ -338,8 +430,9 @@ class AgentSession:
     async def open_session(self, directory: Path) -> tuple[bool, bool]:
         """The newest non-empty session in ``directory``, or a new one there.
 
-        Returns (cancelled, resumed). A session that cannot be read or created changes nothing
-        (SessionError).
+        Returns (cancelled, resumed). The session is found and loaded (or created) in worker
+        threads before anything else changes: one that cannot be read or created changes
+        nothing (SessionError), nor does a cancellation before it is loaded.
         """
         if self.file is None:
             raise SessionError("open_session requires session persistence (omit --no-session)")
@@ -350,9 +443,10 @@ class AgentSession:
         if (newest is None and self.file is not None and self.file.path.parent == directory
                 and not self.agent.messages):
             return False, False  # already the empty session of that directory
+        create = functools.partial(SessionFile.create, directory, cwd=str(self.cwd))
         try:
             file = (await _load_file(newest) if newest is not None
-                    else SessionFile.create(directory, cwd=str(self.cwd)))
+                    else await trio.to_thread.run_sync(create))
         except (OSError, ValueError, RecursionError) as exc:
             raise SessionError(f"Cannot open a session in {directory}: {_reason(exc)}") from None
         await self._reset()
@@ -398,10 +492,11 @@ class AgentSession:
         return [] if self.file is None else entry_tree(self.file)
 
     async def export_html(self, output_path: str | None) -> str:
-        """Write the session as one self-contained HTML page; returns the path as shown to the
-        host. Rendering and writing run in a worker thread. Raises SessionError. On
-        cancellation the page may still be written by its thread (never half: it is replaced
-        atomically)."""
+        """Write the session as one self-contained HTML page, private (0600) like the session;
+        returns the path as shown to the host. Only a regular file is replaced (a FIFO, a
+        device or a directory at ``output_path`` is refused). Rendering and writing run in a
+        worker thread. Raises SessionError. On cancellation the thread is abandoned and may
+        still write the page (never half: it is replaced atomically)."""
         from .export_html import default_export_name, render_html, write_html
 
         file = self.file
@@ -419,7 +514,9 @@ class AgentSession:
                                            messages=messages, entries=entries, model=model))
 
         try:
-            await trio.to_thread.run_sync(render_and_write)
+            await trio.to_thread.run_sync(render_and_write, abandon_on_cancel=True)
+        except UnusableFile as exc:
+            raise SessionError(f"Cannot write {shown}: {exc}") from None
         except OSError as exc:
             raise SessionError(f"Cannot write {shown}: {exc.strerror or exc}") from None
         return shown
@@ -554,11 +651,19 @@ class AgentSession:
         run.abort(reason)
         await run.done.wait()
 
+    async def wait_for_idle(self) -> tuple[Literal["completed", "aborted", "error"], Any]:
+        """Wait until no run is going; the last run's ``prompt_result`` status and error.
+
+        On cancellation, stops waiting."""
+        while (run := self._run) is not None:
+            await run.done.wait()
+        return _outcome(self._last_report)
+
     def abort_retry(self) -> bool:
         """Cancel a retry backoff in progress; False when none is."""
         return self._run is not None and self._run.abort_retry()
 
-    def _start_run(self, prompts: list[m.UserMessage]) -> None:
+    def _start_run(self, prompts: list[Input]) -> None:
         if self._nursery is None or self._closing:
             raise SessionError("The session is closed")
         # RPC bash records made while the last run streamed enter the context now.
@@ -567,13 +672,20 @@ class AgentSession:
             self._persist(lambda f, msg=message: f.append_message(msg))  # type: ignore[misc]
         self._deferred.clear()
         run = self._run = Run(self, prompts, self._rng)
+        self.runs_started += 1
         self._unsettled = True
         self._nursery.start_soon(self._drive, run)
 
     async def _drive(self, run: Run) -> None:
         """The run's task: the saga, then its terminal frames (none when it never started)."""
         report = await run.execute()
+        if report is not None and self.extensions is not None and self.extensions.listens(
+                "agent_end"):
+            # Extensions hear of the run's end before the host does (extensions.md §1.7).
+            with run.tail:
+                await self.extensions.agent_end(report.messages)
         self._run = None
+        self._last_report = report
         if report is not None:
             # isStreaming is already false when a host sees the terminal agent_end (§4.4).
             self.sink.publish(AgentEnd(messages=report.messages, isTerminal=True))
@@ -887,16 +999,10 @@ def _outcome(report: RunReport | None
         httpStatus=problem.http_status if problem and problem.http_status else msgspec.UNSET)
 
 
-def _check_regular(path: Path) -> None:
-    """Session files are regular files: a FIFO, a device or a directory is refused before it
-    is opened (reading one could block or never end)."""
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise ValueError(f"{path} is not a regular file")
-
-
 def _open_file(path: Path) -> SessionFile:
-    _check_regular(path)
+    """Load a session file (blocking). ``SessionFile.open`` refuses anything but a regular file
+    of at most ``MAX_SESSION_FILE_BYTES`` (``omp.files.UnusableFile``, a ValueError) before
+    reading it: a FIFO could block forever and a device never end."""
     return SessionFile.open(path)
 
 

@@ -4,7 +4,8 @@
 :func:`build_context` turns the branch path (root → leaf) into the messages the agent continues
 from, as the original's ``buildSessionContext`` does; :func:`branch_settings` reads the model,
 thinking level and service tier the branch recorded. Raw (unknown) entries are skipped.
-:func:`entry_tree` is the whole file as a tree of entries (``get_tree``).
+:func:`entry_tree` is the whole file as a tree of entries (``get_tree``), its depth bounded by
+the branch points rather than the session's length.
 
 Everything here only reads a :class:`~omp.session.file.SessionFile` already in memory: no I/O,
 no writes, no async.
@@ -13,7 +14,7 @@ no writes, no async.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import msgspec
@@ -48,6 +49,7 @@ from .entries import (
 from .file import SessionFile
 
 __all__ = [
+    "TREE_NESTED_LEVELS",
     "BranchSettings",
     "branch_settings",
     "build_context",
@@ -237,27 +239,73 @@ def entries_since(file: SessionFile, since: str | None = None) -> list[Entry]:
     raise KeyError(since)
 
 
-def entry_tree(file: SessionFile) -> list[dict[str, Any]]:
-    """The entry tree as JSON-ready nodes ``{"entry", "children", "label"?}``.
+TREE_NESTED_LEVELS: Final = 16
+"""How many levels of ``get_tree`` nest one entry per level, as the original's tree does; below
+that, single-child chains are flattened (see :func:`entry_tree`)."""
 
-    ``entry`` is :meth:`SessionFile.entry_json`; entries whose parent is missing are extra roots;
-    children are sorted by timestamp (stable). Built without recursion; a long session nests
-    deeper than recursive JSON encoders go, so serialise it without recursion too
-    (``omp.rpc.paging.encode_tree``). The entry objects are the loaded ones: do not mutate them.
+
+def entry_tree(file: SessionFile) -> list[dict[str, Any]]:
+    """The entry tree as JSON-ready nodes ``{"entry", "children", "label"?}`` (``get_tree``).
+
+    ``entry`` is :meth:`SessionFile.entry_json`; entries whose parent is missing are extra roots
+    (as are entries caught in a ``parentId`` cycle, cut at the first in file order); children
+    are sorted by timestamp (stable). ``label`` is the entry's current label.
+
+    **Depth is bounded by branch points, not by the session's length.** The original nests
+    every entry one level below its parent, so a long session is thousands of JSON levels
+    deep, past what ``json``, msgspec and most hosts' decoders accept. Here the first
+    ``TREE_NESTED_LEVELS`` levels nest exactly like the original (a short session's tree is
+    the original's); a node below that whose entry has exactly one child holds, in its
+    ``children``, the chain that follows instead: that child, its only child, and so on, as
+    siblings, up to the first entry with no child or several, whose ``children`` are then its
+    branches (each heading a chain of its own the same way). A ``children`` list is therefore
+    either the entry's children or such a chain; ``entry.parentId`` always names the real
+    parent. JSON depth: about ``2 * TREE_NESTED_LEVELS`` plus 4 per branch point below that.
+
+    Built and (``omp.rpc.paging.encode_tree``) encoded without recursion. The entry objects
+    are the loaded ones: do not mutate them.
     """
+    entries = file.entries
     labels = file.labels()
-    nodes: dict[str, dict[str, Any]] = {}
-    for entry in file.entries:
-        node: dict[str, Any] = {"entry": file.entry_json(entry), "children": []}
-        if entry.id in labels:
-            node["label"] = labels[entry.id]
-        nodes[entry.id] = node
-    roots: list[dict[str, Any]] = []
-    for entry in file.entries:
-        parent = nodes.get(entry.parentId) if entry.parentId not in (None, entry.id) else None
-        (parent["children"] if parent is not None else roots).append(nodes[entry.id])
-    timestamps = {id(node): iso_to_ms(str(node["entry"].get("timestamp", ""))) for node in
-                  nodes.values()}
-    for node in nodes.values():
-        node["children"].sort(key=lambda child: timestamps[id(child)])
-    return roots
+    children: dict[str, list[str]] = {entry.id: [] for entry in entries}
+    roots: list[str] = []
+    for entry in entries:
+        parent = entry.parentId
+        (children[parent] if parent is not None and parent != entry.id and parent in children
+         else roots).append(entry.id)
+    order = {entry.id: iso_to_ms(entry.timestamp) for entry in entries}
+    for kids in children.values():
+        kids.sort(key=order.__getitem__)
+    by_id = {entry.id: entry for entry in entries}
+    placed: set[str] = set()
+
+    def node(entry_id: str, into: list[dict[str, Any]]) -> dict[str, Any]:
+        placed.add(entry_id)
+        made: dict[str, Any] = {"entry": file.entry_json(by_id[entry_id]), "children": []}
+        if entry_id in labels:
+            made["label"] = labels[entry_id]
+        into.append(made)
+        return made
+
+    tree: list[dict[str, Any]] = []
+    # Depth first with an explicit stack: (entry id, the list it goes in, its level).
+    stack: list[tuple[str, list[dict[str, Any]], int]] = []
+    for start in [*roots, *(e.id for e in entries)]:  # then whatever a cycle kept unreachable
+        if start in placed:
+            continue
+        stack.append((start, tree, 1))
+        while stack:
+            entry_id, into, level = stack.pop()
+            if entry_id in placed:
+                continue
+            made = node(entry_id, into)
+            kids = [k for k in children[entry_id] if k not in placed]
+            if level >= TREE_NESTED_LEVELS and len(kids) == 1:
+                # Below the nested levels a chain goes flat into this node's children.
+                chain = made["children"]
+                while len(kids) == 1:
+                    made = node(kids[0], chain)
+                    kids = [k for k in children[kids[0]] if k not in placed]
+                level += 1
+            stack.extend((kid, made["children"], level + 1) for kid in reversed(kids))
+    return tree

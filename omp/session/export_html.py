@@ -14,8 +14,8 @@ comes from a model, a tool, a file or a user is untrusted, so:
   plugin, frame, font, form target and network fetch, as a second line of defence should some
   markup ever slip through: ``default-src 'none'; img-src data:; style-src 'unsafe-inline'``.
 
-:func:`write_html` writes the page atomically; :func:`default_export_name` is the name the
-original gives it when no ``outputPath`` is passed.
+:func:`write_html` writes the page atomically, 0600, and replaces nothing but a regular file;
+:func:`default_export_name` is the name the original gives it when no ``outputPath`` is passed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import contextlib
 import html
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
+from omp.files import UnusableFile, describe_kind
 from omp.protocol.messages import (
     AgentMessage,
     AssistantMessage,
@@ -416,17 +418,29 @@ def render_html(*, title: str, session_id: str, messages: Sequence[AgentMessage]
 
 def write_html(path: Path, html: str) -> None:
     """Write ``html`` to ``path`` atomically (a temporary file in the same directory, then
-    ``os.replace``), mode ``0644``."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    ``os.replace``), mode ``0600``: the page holds the whole conversation, as private as the
+    session file it comes from.
+
+    Only a regular file is replaced (a symlink is followed to its target): anything else there
+    (a FIFO, a device, a directory) raises :class:`~omp.files.UnusableFile` and is left as it is.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(mode):
+            raise UnusableFile(f"{os.fsdecode(path)} is {describe_kind(mode)}; only a regular "
+                               "file is replaced by the export")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
+            os.fchmod(file.fileno(), 0o600)  # mkstemp's mode already; said here on purpose
             file.write(html.encode("utf-8", "replace"))
             file.flush()
             os.fsync(file.fileno())
-            os.fchmod(file.fileno(), 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

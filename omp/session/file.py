@@ -14,6 +14,9 @@ file the original wrote opens here:
   other unreadable line is reported in ``problems`` with its line number and skipped;
 * files are created ``0600`` with ``O_EXCL`` in ``0700`` directories; version 1 and 2 files are
   migrated on load and rewritten whole (temp file, then ``os.replace``);
+* a session file is a regular file of at most ``MAX_SESSION_FILE_BYTES``: anything else (a FIFO,
+  a device, a huge sparse file) is refused before it is read (``omp.files``), and appends never
+  wait on a FIFO swapped in for the file;
 * loaded entries keep their original JSON object, so keys this port does not model
   (``contextSnapshot``, ...) survive ``entry_json`` and branching (:func:`branch_file`,
   rpc-behavior §11.3).
@@ -36,6 +39,7 @@ import attrs
 import msgspec
 from msgspec import UNSET
 
+from omp.files import UnusableFile, open_regular, read_regular
 from omp.protocol.messages import (
     AgentMessage,
     BranchSummaryMessage,
@@ -71,8 +75,12 @@ from .entries import (
     uuid7,
 )
 
-__all__ = ["LoadProblem", "SessionFile", "SessionFormatError", "branch_file"]
+__all__ = ["MAX_SESSION_FILE_BYTES", "LoadProblem", "SessionFile", "SessionFormatError",
+           "branch_file"]
 
+MAX_SESSION_FILE_BYTES: Final = 1 << 30
+"""The largest session file loaded (1 GiB). Loading holds it in memory a few times over; a
+larger one is refused with :class:`~omp.files.UnusableFile` before anything is read."""
 TITLE_SLOT_BYTES: Final = 256
 FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
@@ -132,6 +140,15 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _open_for_write(path: Path, flags: int) -> int:
+    """The session file, opened for writing; something other than a regular file put in its
+    place (a FIFO would block the append) is an ``OSError`` like any failed write."""
+    try:
+        return open_regular(path, flags)
+    except UnusableFile as exc:
+        raise OSError(f"{exc}; the session file was replaced") from None
 
 
 def _replace_file(path: Path, data: bytes) -> None:
@@ -223,11 +240,12 @@ class SessionFile:
         """Load a session file (any version; v1/v2 files are migrated and rewritten).
 
         The whole load (read, decode, migration) happens in this one blocking call.
-        Raises ``FileNotFoundError`` when it does not exist and :class:`SessionFormatError` when
-        its first record is not a session header.
+        Raises ``FileNotFoundError`` when it does not exist, :class:`~omp.files.UnusableFile`
+        when it is not a regular file or is over ``MAX_SESSION_FILE_BYTES``, and
+        :class:`SessionFormatError` when its first record is not a session header.
         """
         path = Path(os.path.abspath(path))
-        data = path.read_bytes()
+        data = read_regular(path, MAX_SESSION_FILE_BYTES)
         fast = _load_current(path, data, fsync=fsync)
         return fast if fast is not None else _load_generic(path, data, fsync=fsync)
 
@@ -374,8 +392,7 @@ class SessionFile:
         if self._needs_newline:
             # The file ended in a torn line: start ours on a line of its own.
             line = b"\n" + line
-        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self._path, flags)
+        fd = _open_for_write(self._path, os.O_WRONLY | os.O_APPEND)
         try:
             _write_all(fd, line)
             if self.fsync:
@@ -471,7 +488,7 @@ class SessionFile:
             return  # does not fit: the title_change entry alone records the name
         record["pad"] = " " * (TITLE_SLOT_BYTES - 1 - size)
         data = msgspec.json.encode(record) + b"\n"
-        fd = os.open(self._path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_for_write(self._path, os.O_WRONLY)
         try:
             os.pwrite(fd, data, 0)
             if self.fsync:

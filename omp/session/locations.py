@@ -71,7 +71,7 @@ def sessions_dir(agent_directory: str | os.PathLike[str], cwd: str | os.PathLike
 def _first_records(path: Path, limit: int = 2) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     with path.open("rb") as handle:
-        for line in handle:
+        for line in iter(lambda: handle.readline(1 << 20), b""):  # a huge "line" is no header
             if not line.strip():
                 continue
             try:
@@ -102,7 +102,8 @@ def _is_session_file(path: Path, *, non_empty: bool) -> bool:
         return True
     try:
         with path.open("rb") as handle:
-            return any(b'"type":"message"' in line for line in handle)
+            lines = iter(lambda: handle.readline(1 << 20), b"")  # bounded, as in _first_records
+            return any(b'"type":"message"' in line for line in lines)
     except OSError:
         return False
 

@@ -37,7 +37,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import ABORT_REASON, Agent, Outcome, RunResult
+from ..agent.loop import ABORT_REASON, Agent, Input, Outcome, RunResult
 from ..llm.errors import ProviderError
 from ..protocol import events as ev
 from ..protocol import messages as m
@@ -92,11 +92,14 @@ class RunReport:
 @attrs.define(eq=False)
 class Run:
     host: RunHost
-    prompts: list[m.UserMessage]
+    prompts: list[Input]
     rng: random.Random
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     done: trio.Event = attrs.field(factory=trio.Event)
     """Set by the session once the run's terminal frames are written."""
+    tail: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    """Where the session tells extensions the run ended, after ``scope``; abort cancels it
+    too (an extension's dialog there must not hold an abort up)."""
     reason: str = ABORT_REASON
     """The aborted assistant message's ``errorMessage`` when the run is aborted."""
     _backoff: trio.CancelScope | None = None
@@ -114,6 +117,7 @@ class Run:
         if not self.scope.cancel_called:
             self.reason = reason
         self.scope.cancel()
+        self.tail.cancel()
 
     def abort_retry(self) -> bool:
         """Cancel a retry backoff in progress; False when none is."""
@@ -170,7 +174,7 @@ class Run:
                 host.drop_failed_turn(result.last)
                 if await self._compact("overflow"):
                     continue
-                return result
+                break  # not compacted: the saga ends with the overflow (retry closed below)
             delay = self._retry_delay(result)
             if delay is None:
                 break

@@ -1,5 +1,5 @@
-"""Session settings (auto-compaction, auto-retry, trusted projects), read from the original's
-``config.yml``.
+"""Session settings (auto-compaction, auto-retry, trusted projects, provider keys for
+subprocesses), read from the original's ``config.yml``.
 
 Files, lowest precedence first:
 
@@ -11,8 +11,8 @@ Files, lowest precedence first:
    overrides the global value of that key; the other keys keep theirs.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
-``task``, ``bash``, ``skills``, ...): they are ignored silently. Inside the sections we do model
-(``compaction``, ``retry``) the original has more keys than we use, and adds some between
+``task``, ``skills``, ...): they are ignored silently. Inside the sections we do model
+(``compaction``, ``retry``, ``bash``) the original has more keys than we use, and adds some between
 versions, so an unmodelled key is never an error: a key the original defines (``_ORIGINAL_KEYS``)
 is ignored silently, any other one (most likely a typo) is ignored with a warning on stderr naming
 the file and ``$.section.key``. A key we model with a value of the wrong type or range IS an error
@@ -36,7 +36,15 @@ retry:
   maxDelayMs: 300000      # a longer wait asked for by the provider fails the retry at once
 trustedProjects:          # global file only
   - ~/src/my-project
+bash:
+  passProviderKeys: false # global file only; true: commands and ripgrep get the provider keys
 ```
+
+``bash.passProviderKeys``: subprocesses (the ``bash`` tool, RPC ``bash``, ripgrep) are started
+without the environment variables provider keys are read from (``omp.subprocess_env``), so a
+command such as ``env`` cannot copy them into results, frames and session files; ``true`` lets
+them through. Like ``trustedProjects`` it is read from the global file only (a repository's own
+file must not be able to ask for the keys), and loading the settings applies it to the process.
 
 Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original's.
 """
@@ -59,6 +67,7 @@ from ..config import (
     structure,
     warn,
 )
+from ..subprocess_env import pass_provider_keys
 
 GLOBAL_FILES = ("config.yml", "config.yaml")
 LEGACY_FILES = ("settings.yml", "settings.yaml")
@@ -100,6 +109,12 @@ class RetrySettings:
 
 
 @attrs.define(kw_only=True)
+class BashSettings:
+    passProviderKeys: bool = False
+    """Subprocesses get the provider key variables too (global file only)."""
+
+
+@attrs.define(kw_only=True)
 class Settings:
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
     retry: RetrySettings = attrs.field(factory=RetrySettings)
@@ -107,9 +122,13 @@ class Settings:
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
     must not be able to declare itself trusted."""
+    bash: BashSettings = attrs.field(factory=BashSettings)
 
 
-_SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings}
+_SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
+                                   "bash": BashSettings}
+_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"})}
+"""Keys a project's own file may not set (they would let a repository ask for secrets)."""
 
 # Keys of these sections that the original omp defines (its settings schema, across recent
 # versions) and we do not model: a user's file may hold them, so they are no mistake.
@@ -122,6 +141,7 @@ _ORIGINAL_KEYS = {
     "retry": frozenset({
         "modelFallback", "fallbackChains", "fallbackRevertPolicy", "waitForUsageReset",
         "usageAwareFallback", "usageReservePct", "usageReservePolicy"}),
+    "bash": frozenset({"autoBackground"}),
 }
 
 
@@ -131,6 +151,7 @@ class _File:
 
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
     retry: RetrySettings = attrs.field(factory=RetrySettings)
+    bash: BashSettings = attrs.field(factory=BashSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -144,7 +165,8 @@ class _Layer:
 def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) -> Settings:
     """The settings for a session in ``cwd``: the global file of the agent directory
     (``$OMP_AGENT_DIR`` or ``~/.omp/agent`` when None) with the project's files of ``cwd`` over
-    it (none read when ``cwd`` is None).
+    it (none read when ``cwd`` is None). ``bash.passProviderKeys`` is applied to the process
+    (``omp.subprocess_env.pass_provider_keys``).
 
     No file: the defaults. A wrong one raises ConfigError naming it (nothing half-applied).
     """
@@ -173,14 +195,25 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) 
             if raw.pop("trustedProjects", None) is not None:
                 warn(f"{path}: $.trustedProjects: ignored; only the global "
                      f"{directory / GLOBAL_FILES[0]} can trust projects")
+            for section, global_only in _GLOBAL_ONLY.items():
+                chosen = raw.get(section)
+                if not isinstance(chosen, dict):
+                    continue
+                for key in sorted(global_only & set(chosen)):
+                    del chosen[key]
+                    warn(f"{path}: $.{section}.{key}: ignored; only the global "
+                         f"{directory / GLOBAL_FILES[0]} can set it")
             layers.append(_layer(raw, path))
     merged: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
     for layer in layers:
         for section, keys in layer.keys.items():
             values = getattr(layer.file, section)
             merged[section].update((key, getattr(values, key)) for key in keys)
-    return Settings(compaction=CompactionSettings(**merged["compaction"]),
-                    retry=RetrySettings(**merged["retry"]), trusted_projects=trusted)
+    settings = Settings(compaction=CompactionSettings(**merged["compaction"]),
+                        retry=RetrySettings(**merged["retry"]), trusted_projects=trusted,
+                        bash=BashSettings(**merged["bash"]))
+    pass_provider_keys(settings.bash.passProviderKeys)
+    return settings
 
 
 def _layer(raw: dict[Any, Any], path: Path) -> _Layer:

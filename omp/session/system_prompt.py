@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import datetime
+import errno
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -51,23 +52,58 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
                                  today=today or datetime.date.today(), model_name=model_name)]
 
 
+PROMPT_FILE_SUFFIXES = (".md", ".markdown", ".txt", ".prompt")
+"""A ``--system-prompt`` value of one word ending in one of these is meant as a file name."""
+
+
 def load_prompt_arg(value: str, cwd: Path) -> str:
     """``--system-prompt`` / ``--append-system-prompt``: the content of the file ``value`` names
-    (relative to ``cwd`` or absolute, ``~`` expanded), or ``value`` itself when no such file exists.
+    (relative to ``cwd`` or absolute, ``~`` expanded), or ``value`` itself when it is text.
 
-    A file that exists but cannot be read raises ``OSError``: taking its path for the prompt text
-    would hide the mistake from the user.
+    A value is text when no such file exists and it does not look like a path (see
+    ``looks_like_a_path``). One that looks like a path but names no regular file raises
+    ``OSError`` naming the path (``FileNotFoundError`` when nothing is there), and so does a
+    file that exists but cannot be read: taking a mistyped path for the prompt text would hide
+    the mistake from the user.
     """
+    meant_as_path = looks_like_a_path(value)
     try:
         path = Path(value).expanduser()
         if not path.is_absolute():
             path = cwd / path
         is_file = path.is_file()
-    except (OSError, ValueError):  # too long for a path, a NUL byte, no home for "~user"
+    except (OSError, ValueError, RuntimeError) as exc:
+        # Too long for a path, a NUL byte, no home directory for "~user".
+        if meant_as_path:
+            raise FileNotFoundError(errno.ENOENT, f"cannot be read as a path ({exc})",
+                                    value) from exc
         return value
     if not is_file:
-        return value
+        if not meant_as_path:
+            return value
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory, not a prompt file", str(path))
+        if path.exists():  # a FIFO, a socket, a device
+            raise OSError(errno.EINVAL, "Not a regular file", str(path))
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
     return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def looks_like_a_path(value: str) -> bool:
+    """Whether a prompt argument was meant as a file name even when no such file exists.
+
+    Prompt text is sentences, a path is one word: a single line that starts like a path
+    (``/``, ``./``, ``../``, ``~/``) or, without whitespace, contains a ``/`` or ends in one of
+    ``PROMPT_FILE_SUFFIXES``. So ``prompts/sytem.md`` and ``~/sys.txt`` are paths, while
+    ``Be terse.`` and ``Follow STYLE.md when you edit.`` are text.
+    """
+    if not value or "\n" in value or "\x00" in value:
+        return False
+    if value == "~" or value.startswith(("/", "./", "../", "~/")):
+        return True
+    if any(char.isspace() for char in value):
+        return False
+    return "/" in value or value.lower().endswith(PROMPT_FILE_SUFFIXES)
 
 
 # --- block 1 ----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import msgspec
 import trio
 
 from ..process import KILL_GRACE, kill_process_group
+from ..subprocess_env import child_environment
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import resolve_path
 from .specs import SPECS, SpecifiedTool
@@ -85,7 +86,8 @@ async def run_ripgrep(args: Sequence[str], *, cwd: Path,
     try:
         process = await trio.lowlevel.open_process(
             argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True)
+            stderr=subprocess.PIPE, start_new_session=True,
+            env=child_environment())  # no provider keys (omp.subprocess_env)
     except OSError as exc:
         raise ToolError(f"Failed to run ripgrep: {exc}") from exc
     assert process.stdout is not None

@@ -1,9 +1,11 @@
 """read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls).
 
-A text file is streamed, never loaded whole: the lines to show are fed to a ``HeadTruncator``
-until it is full (at most ~50KB kept), and the rest of the file is only counted (the notices
-say "of T lines"). Sizes are counted in the file's bytes, which is the UTF-8 size the original
-reports for any valid UTF-8 file; invalid bytes are shown as U+FFFD.
+Only regular files are read (``omp.files``: a FIFO or a device is refused before it can block);
+an image is sent whole, up to ``MAX_IMAGE_BYTES``. A text file is streamed, never loaded whole:
+the lines to show are fed to a ``HeadTruncator`` until it is full (at most ~50KB kept), and the
+rest of the file is only counted (the notices say "of T lines"); an abort stops the counting.
+Sizes are counted in the file's bytes, which is the UTF-8 size the original reports for any
+valid UTF-8 file; invalid bytes are shown as U+FFFD.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import base64
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import attrs
 import trio
 
+from ..files import UnusableFile, open_regular
 from ..protocol.messages import ImageContent, TextContent
 from .base import OnUpdate, ToolContext, ToolError, ToolResult, UriResource
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
@@ -31,6 +35,8 @@ from .truncate import (
 )
 
 _CHUNK = 1 << 20
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+"""The largest image file sent to the model (base64 makes it a third larger in the frame)."""
 
 _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -67,6 +73,28 @@ class _OffsetBeyondEnd(Exception):
         self.total_lines = total_lines
 
 
+class _Stopped(Exception):
+    """The caller was cancelled: the read thread gives up at the next chunk."""
+
+
+@attrs.define
+class _Stoppable:
+    """A binary file whose ``read`` gives up (``_Stopped``) once ``stop`` is set: a read of a
+    huge file goes through all of it to count its lines, which an abort must not wait for,
+    nor leave running."""
+
+    file: BinaryIO
+    stop: threading.Event
+
+    def read(self, size: int) -> bytes:
+        if self.stop.is_set():
+            raise _Stopped
+        return self.file.read(size)
+
+    def seek(self, offset: int) -> None:
+        self.file.seek(offset)
+
+
 def _nth_newline(chunk: bytes, n: int) -> int:
     """Index of the ``n``-th (1-based) newline in ``chunk``, which has at least ``n``."""
     index = -1
@@ -75,7 +103,7 @@ def _nth_newline(chunk: bytes, n: int) -> int:
     return index
 
 
-def _read_window(file: BinaryIO, start: int, limit: int | None) -> _Window:
+def _read_window(file: _Stoppable, start: int, limit: int | None) -> _Window:
     """Lines ``[start, start + limit)`` of the open binary ``file``, head-truncated."""
     # 1. Where line `start` begins.
     seen = offset = 0
@@ -151,40 +179,54 @@ def _read_window(file: BinaryIO, start: int, limit: int | None) -> _Window:
                    first_line_bytes=max(first_line_bytes, 0))
 
 
-def _read(path: Path, shown_path: str, offset: int | None, limit: int | None) -> ToolResult:
-    """The whole read, blocking (run in a thread)."""
+def _read(path: Path, shown_path: str, offset: int | None, limit: int | None,
+          stop: threading.Event | None = None) -> ToolResult:
+    """The whole read, blocking (run in a thread); ends early with ``_Stopped`` once ``stop``
+    is set (the caller was cancelled and no longer waits)."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
         raise ToolError(os_error_message(exc, "access", path)) from exc
     if stat.S_ISDIR(mode):
         return list_directory(path, DEFAULT_LS_LIMIT)
-    if not stat.S_ISREG(mode):
-        # A FIFO would block forever and /dev/zero never ends: both would pin a thread.
-        raise ToolError(f"Not a regular file: {path}")
     try:
-        file = path.open("rb")
+        # A FIFO would block forever and /dev/zero never ends: only regular files are read.
+        fd = open_regular(path)
+    except UnusableFile as exc:
+        raise ToolError(str(exc)) from None
     except OSError as exc:
         raise ToolError(os_error_message(exc, "open", path)) from exc
-    with file:
+    with os.fdopen(fd, "rb") as file:
         try:
             mime = image_mime_type(file.read(12))
             if mime is not None:
-                # Sent as is: no resizing or re-encoding (the original scales images down to
-                # 2000x2000); a provider may refuse an image that is too large.
-                file.seek(0)
-                data = base64.b64encode(file.read()).decode("ascii")
-                return ToolResult([TextContent(text=f"Read image file [{mime}]"),
-                                   ImageContent(data=data, mimeType=mime)])
+                return _image_result(file, mime, shown_path)
             file.seek(0)
             start = max(0, offset - 1) if offset else 0
-            window = _read_window(file, start, limit)
+            window = _read_window(_Stoppable(file, stop or threading.Event()), start, limit)
         except _OffsetBeyondEnd as exc:
             raise ToolError(f"Offset {offset} is beyond end of file "
                             f"({exc.total_lines} lines total)") from None
         except OSError as exc:
             raise ToolError(os_error_message(exc, "read", path)) from exc
     return _text_result(window, start, limit, shown_path)
+
+
+def _image_result(file: BinaryIO, mime: str, shown_path: str) -> ToolResult:
+    # Sent as is: no resizing or re-encoding (the original scales images down to 2000x2000);
+    # a provider may refuse an image that is too large. One over MAX_IMAGE_BYTES is refused
+    # here: it would be held in memory, base64-encoded, whole.
+    size = os.fstat(file.fileno()).st_size
+    if size > MAX_IMAGE_BYTES:
+        raise ToolError(f"Image file {shown_path} is too large to send ({format_size(size)}; "
+                        f"the limit is {format_size(MAX_IMAGE_BYTES)})")
+    file.seek(0)
+    data = file.read(MAX_IMAGE_BYTES + 1)
+    if len(data) > MAX_IMAGE_BYTES:  # it grew since the fstat
+        raise ToolError(f"Image file {shown_path} is too large to send (over "
+                        f"{format_size(MAX_IMAGE_BYTES)})")
+    return ToolResult([TextContent(text=f"Read image file [{mime}]"),
+                       ImageContent(data=base64.b64encode(data).decode("ascii"), mimeType=mime)])
 
 
 def _text_result(window: _Window, start: int, limit: int | None, shown_path: str) -> ToolResult:
@@ -239,8 +281,8 @@ class ReadTool(SpecifiedTool):
                       on_update: OnUpdate) -> ToolResult:
         """Read ``args["path"]``.
 
-        On cancellation the reading thread is abandoned (it only reads, and stops on its own)
-        and ``Cancelled`` propagates at once.
+        On cancellation the reading thread is abandoned (it only reads, and stops at its next
+        chunk) and ``Cancelled`` propagates at once.
         """
         shown_path: str = args["path"]
         if (url := self._ctx.host_url(shown_path)) is not None and self._ctx.uris is not None:
@@ -248,5 +290,9 @@ class ReadTool(SpecifiedTool):
         path = resolve_path(self._ctx, shown_path)
         offset = None if args.get("offset") is None else int(args["offset"])
         limit = None if args.get("limit") is None else max(1, int(args["limit"]))
-        return await trio.to_thread.run_sync(_read, path, shown_path, offset, limit,
-                                             abandon_on_cancel=True)
+        stop = threading.Event()
+        try:
+            return await trio.to_thread.run_sync(_read, path, shown_path, offset, limit, stop,
+                                                 abandon_on_cancel=True)
+        finally:
+            stop.set()  # after a cancellation: the abandoned thread stops at its next chunk

@@ -14,7 +14,10 @@ No process outlives its command: when the shell exits, whatever it left running 
 (``sleep 100 &``) is killed; on timeout or cancellation the whole group is killed. Killing is
 ``omp.process.kill_process_group`` (SIGTERM, a grace period, SIGKILL, reap), run from a shielded
 ``finally`` with its own deadline, so it runs even when the caller is cancelled and cannot hang
-shutdown. A process that leaves the group on purpose (``setsid``) is out of reach.
+shutdown. A process that leaves the group on purpose (``setsid x &``) is out of the command's
+reach: the command does not wait for it (it ends once the shell's group is gone and the output
+pipe is idle for ``ESCAPED_EOF_GRACE``), and a server serving its own stdio ends it at shutdown
+(``omp.process.adopt_orphans``).
 
 **Cancellation and the partial result.** ``run_shell`` lets ``trio.Cancelled`` propagate after the
 cleanup, so it returns nothing when cancelled. A caller that must report what the command did
@@ -48,11 +51,19 @@ import attrs
 import trio
 
 from ..process import KILL_GRACE, kill_process_group
+from ..subprocess_env import child_environment
 from .truncate import DEFAULT_MAX_BYTES, ELISION_HEAD_BYTES, Elision, MiddleElider
 
 CLEANUP_TIMEOUT = KILL_GRACE + 3.0
 """Deadline of the shielded cleanup: kill, wait for the shell, read the rest of its output."""
 READ_SIZE = 65536
+ESCAPED_EOF_GRACE = 0.2
+"""Once the shell and its process group are gone, how long the output pipe may stay idle
+before the command stops waiting for its EOF: a process that left the group (``setsid x &``)
+keeps the pipe open, and the command must not wait for it (nor until its timeout)."""
+ESCAPED_READ_LIMIT = 1024 * 1024
+"""Once the group is gone, at most this much more output is read (a pipe buffer holds less;
+the rest can only come from an escaped process)."""
 
 OnOutput = Callable[[str], Awaitable[None]]
 
@@ -87,6 +98,13 @@ class ShellResult:
 def shell_program() -> str:
     """bash when it is on PATH, else ``sh``."""
     return shutil.which("bash") or shutil.which("sh") or "/bin/sh"
+
+
+def shell_environment(cwd: Path) -> dict[str, str]:
+    """A command's environment: ours without the provider keys (``omp.subprocess_env``: an
+    ``env`` must not copy them into results and session files), and ``PWD`` set to ``cwd``
+    as given, so ``pwd`` names it rather than its symlink-resolved path."""
+    return child_environment({"PWD": str(cwd)} if cwd.is_absolute() else None)
 
 
 def _create_spill_file() -> tuple[int, Path]:
@@ -153,6 +171,8 @@ class ShellRun:
     _exit_code: int | None = attrs.field(default=None, init=False)
     _shell_exited: bool = attrs.field(default=False, init=False)
     _group_gone: bool = attrs.field(default=False, init=False)
+    _read_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    """Around the pump's current read, so the group's end can put a deadline on it."""
     # Only for on_output: the elider keeps raw bytes and decodes what it shows itself.
     _decoder: codecs.IncrementalDecoder = attrs.field(
         factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"), init=False)
@@ -213,7 +233,7 @@ class ShellRun:
                 proc = await trio.lowlevel.open_process(
                     [shell_program(), "-c", self.command], cwd=self.cwd,
                     # so `pwd` names the directory as given, not its symlink-resolved path
-                    env={**os.environ, "PWD": str(self.cwd)} if self.cwd.is_absolute() else None,
+                    env=shell_environment(self.cwd),
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                     start_new_session=True)
             except OSError as exc:
@@ -249,29 +269,50 @@ class ShellRun:
             self._shell_exited = True
             # Its background jobs end with it (they may also be what holds the pipe open).
             await kill_process_group(proc)
-            self._group_gone = True
+            self._group_is_gone()
+
+    def _group_is_gone(self) -> None:
+        """From now on only a process that left the group (``setsid x &``) can hold the pipe
+        open: the pump stops once the pipe is idle (``ESCAPED_EOF_GRACE``), not at EOF."""
+        self._group_gone = True
+        scope = self._read_scope
+        if scope is not None:
+            scope.deadline = min(scope.deadline, trio.current_time() + ESCAPED_EOF_GRACE)
 
     async def _cleanup(self, proc: trio.Process) -> None:
         assert proc.stdout is not None
         try:
             if not self._group_gone:  # (once gone, its id may be reused: never signal it again)
                 await kill_process_group(proc)
+                self._group_is_gone()
             with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-                await self._pump(proc.stdout, False)  # the rest of the output, up to EOF
+                await self._pump(proc.stdout, False)  # the rest of the output
             await self._flush_spill()
         finally:
             if isinstance(proc.stdout, trio.lowlevel.FdStream):
                 proc.stdout.close()
 
     async def _pump(self, stream: trio.abc.ReceiveStream, stream_output: bool) -> None:
+        """Read the output up to EOF; once the group is gone, only while the pipe is not idle
+        for ``ESCAPED_EOF_GRACE`` and for at most ``ESCAPED_READ_LIMIT`` more bytes (what was
+        written before the group ended fits in the pipe's buffer; more comes from an escaped
+        process, which does not keep the command running)."""
+        after_group = 0
         while True:
-            data = await stream.receive_some(READ_SIZE)
-            if not data:
+            with trio.CancelScope() as self._read_scope:
+                if self._group_gone:
+                    self._read_scope.deadline = trio.current_time() + ESCAPED_EOF_GRACE
+                data = await stream.receive_some(READ_SIZE)
+            if self._read_scope.cancelled_caught or not data:
                 return
             text = self._record(data)
             await self._flush_spill()
             if stream_output and text and self.on_output is not None:
                 await self.on_output(text)
+            if self._group_gone:
+                after_group += len(data)
+                if after_group > ESCAPED_READ_LIMIT:
+                    return
 
     def _record(self, data: bytes | bytearray) -> str:
         """Account for a chunk (no awaits, so a cancellation never splits the bookkeeping);

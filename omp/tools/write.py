@@ -1,13 +1,16 @@
-"""write: create or overwrite a file (parent directories created), UTF-8."""
+"""write: create or overwrite a regular file (parent directories created), UTF-8."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from ..files import UnusableFile, open_regular
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
@@ -22,9 +25,24 @@ def _write(path: Path, content: str) -> None:
     # runtime writes a replacement there too rather than failing the call.
     data = content.encode("utf-8", "replace")
     try:
-        path.write_bytes(data)
+        if os.path.isdir(path):  # the original's error text for a directory
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        # Only a regular file is written: opening a FIFO would wait for a reader forever, and
+        # a device is nothing to "create or overwrite". Truncated once known to be regular.
+        fd = open_regular(path, os.O_WRONLY | os.O_CREAT)
+    except UnusableFile as exc:
+        raise ToolError(str(exc)) from None
     except OSError as exc:
         raise ToolError(os_error_message(exc, "open", path)) from exc
+    try:
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise ToolError(os_error_message(exc, "write", path)) from exc
+    finally:
+        os.close(fd)
 
 
 _URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -42,8 +60,8 @@ class WriteTool(SpecifiedTool):
                       on_update: OnUpdate) -> ToolResult:
         """Write ``args["content"]`` to ``args["path"]``.
 
-        Cancellation does not interrupt a write in progress (a file is never left half
-        written by an abort): the write finishes, then ``Cancelled`` propagates.
+        On cancellation ``Cancelled`` propagates at once; a write already in progress goes on
+        in its abandoned thread to the end (an abort never leaves a file half written).
         """
         shown_path: str = args["path"]
         content: str = args["content"]
@@ -58,6 +76,7 @@ class WriteTool(SpecifiedTool):
             # Never a local file named "zz:/y": a URL nobody serves is a mistake to report.
             raise ToolError(f"Unknown URI-like write target '{shown_path}'. No host serves "
                             f"{shown_path.partition('://')[0]}:// URLs; write to a file path.")
-        await trio.to_thread.run_sync(_write, resolve_path(self._ctx, shown_path), content)
+        await trio.to_thread.run_sync(_write, resolve_path(self._ctx, shown_path), content,
+                                      abandon_on_cancel=True)
         # The original counts the characters of the string, not the encoded bytes.
         return ToolResult.text(f"Successfully wrote {len(content)} bytes to {shown_path}")

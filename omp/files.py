@@ -1,0 +1,123 @@
+"""Regular files only: opened without ever blocking on anything else, read with a size bound.
+
+A path a host or a model names may be anything: a FIFO (opening one for reading waits for a
+writer, for writing waits for a reader), a device (``/dev/zero`` never ends), a directory, a
+socket. Session files, the file tools' targets and the HTML export are regular files, and
+anything else is refused with :class:`UnusableFile` before it can block or flood memory:
+
+* ``os.stat`` first (symlinks followed): the usual refusal, without opening anything;
+* then ``open`` with ``O_NONBLOCK | O_NOCTTY`` and ``fstat`` of the descriptor, so a FIFO swapped
+  in after the check opens at once (or fails, for writing) and is still refused: what is used is
+  what was checked. The descriptor is then made blocking again (regular files ignore the flag).
+
+Everything here blocks (on a slow disk, a network filesystem): callers on the event loop run it
+in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Final
+
+__all__ = ["FileTooLarge", "UnusableFile", "describe_kind", "format_bytes", "open_regular",
+           "read_regular"]
+
+_OPEN_FLAGS: Final = os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class UnusableFile(ValueError):
+    """A path that is not a regular file, or a file over a size limit; the message says which."""
+
+
+class FileTooLarge(UnusableFile):
+    """A regular file over the size limit of what reads it."""
+
+
+def describe_kind(mode: int) -> str:
+    """What a non-regular file is, for error texts: ``a FIFO``, ``a directory``..."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def format_bytes(size: int) -> str:
+    """``1.5 GiB``, ``300 MiB``, ``12 KiB``, ``7 bytes``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+def _refuse_special(path: Path | str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise UnusableFile(f"Not a regular file: {os.fsdecode(path)} ({describe_kind(mode)})")
+
+
+def _refuse_large(path: Path | str, size: int, limit: int | None) -> None:
+    if limit is not None and size > limit:
+        shown, bound = format_bytes(size), format_bytes(limit)
+        if shown == bound:  # just over: rounding would make them look equal
+            shown, bound = f"{size:,} bytes", f"{limit:,} bytes"
+        raise FileTooLarge(f"{os.fsdecode(path)} is too large ({shown}; the limit is {bound})")
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o666, *,
+                 limit: int | None = None) -> int:
+    """A descriptor for the regular file ``path`` (blocking mode), opened with ``flags``.
+
+    With ``O_CREAT`` a missing file is created (``mode``); ``O_TRUNC`` is refused: truncate
+    after this returns, once the file is known to be regular. Raises :class:`UnusableFile` for
+    anything but a regular file, or one over ``limit`` bytes; ``OSError`` as ``open`` does.
+    """
+    if flags & os.O_TRUNC:
+        raise ValueError("open_regular: truncate after the check, not with O_TRUNC")
+    try:
+        before = os.stat(path)
+    except FileNotFoundError:
+        if not flags & os.O_CREAT:
+            raise
+    else:
+        _refuse_special(path, before.st_mode)
+        _refuse_large(path, before.st_size, limit)
+    fd = os.open(path, flags | _OPEN_FLAGS, mode)
+    try:
+        after = os.fstat(fd)
+        _refuse_special(path, after.st_mode)
+        _refuse_large(path, after.st_size, limit)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """The whole content of the regular file ``path``, at most ``limit`` bytes.
+
+    Raises :class:`UnusableFile` for anything but a regular file, or one over ``limit`` bytes
+    (also when it grows past the limit while it is read); ``OSError`` as ``open`` does.
+    """
+    fd = open_regular(path, limit=limit)
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 24, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    _refuse_large(path, size, limit)
+    return b"".join(chunks)
