@@ -46,6 +46,8 @@ from omp.testing.fake_llm import open_fake_llm
 
 LIMIT = 90
 """Seconds (real time) any process test may take."""
+ARGS = {"hint": "arguments"}
+"""The ``input`` of every extension command in the command list."""
 GATE_CANCELLED = "Tool execution was cancelled while an extension handler was pending"
 UI_GONE = "RPC client disconnected before extension UI response completed"
 VIRTUAL_STEP = 600.0
@@ -60,6 +62,11 @@ def cwd(tmp_path: Path) -> Path:
     path = tmp_path / "project"
     path.mkdir()
     return path
+
+
+def extension_commands(update: Frame) -> list[Frame]:
+    """The extension commands of an ``available_commands_update`` (built-ins come first)."""
+    return [c for c in update["commands"] if c["source"] == "extension"]
 
 
 def bash_prompt(command: str, text: str = "run it") -> str:
@@ -139,8 +146,10 @@ async def test_the_gate_hello_command_asks_and_greets(cwd: Path,
     install(isolated_agent_dir, "gate", GATE)
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as host:
-            assert host.startup[-1] == {"type": "available_commands_update", "commands": [
-                {"name": "hello", "source": "extension", "description": "Say hello"}]}
+            assert host.startup[-1]["type"] == "available_commands_update"
+            assert extension_commands(host.startup[-1]) == [
+                {"name": "hello", "source": "extension", "description": "Say hello",
+                 "input": {"hint": "arguments"}}]
             await host.send({"id": "h1", "type": "prompt", "message": "/hello"})
             (response,) = of_type(await host.until_type("response", id="h1"), "response")
             # An extension command: the response has no data (rpc-behavior §3.3).
@@ -167,8 +176,9 @@ async def test_the_gate_hello_command_asks_and_greets(cwd: Path,
 
             await host.send({"id": "c", "type": "get_available_commands"})
             (answer,) = of_type(await host.until_type("response", id="c"), "response")
-            assert answer["data"] == {"commands": [
-                {"name": "hello", "source": "extension", "description": "Say hello"}]}
+            assert extension_commands(answer["data"]) == [
+                {"name": "hello", "source": "extension", "description": "Say hello",
+                 "input": ARGS}]
 
 
 async def test_steer_and_follow_up_refuse_an_extension_command(cwd: Path,
@@ -646,8 +656,8 @@ async def test_an_explicit_extension_path_loads_without_discovery(
                               extensions=[elsewhere / "gate.py"])
     with trio.fail_after(LIMIT):
         async with open_embedded_host(options) as host:
-            assert host.startup[-1]["commands"] == [
-                {"name": "hello", "source": "extension", "description": "Say hello"}]
+            assert extension_commands(host.startup[-1]) == [
+                {"name": "hello", "source": "extension", "description": "Say hello", "input": ARGS}]
             await host.send({"id": "p", "type": "prompt", "message": bash_prompt("rm nothing")})
             await host.answer(await host.ui_request("confirm"), confirmed=False)
             frames = await host.until_type("prompt_result", id="p")
@@ -878,8 +888,8 @@ async def test_load_errors_are_reported_and_the_others_still_load(
         f"Extension does not define setup(omp): "
         f"{next(p for p in broken if p.stem == 'c_no_setup')}")
     # Only the good extension's command: the failed setup's registration was dropped.
-    assert startup[-1]["commands"] == [{"name": "good", "source": "extension",
-                                        "description": "works"}]
+    assert extension_commands(startup[-1]) == [{"name": "good", "source": "extension",
+                                                "description": "works", "input": ARGS}]
     assert [r["message"] for r in ui_requests(frames, "notify")] == ["good ran"]
     assert str(good) not in errors
 
@@ -907,8 +917,8 @@ async def test_project_extensions_are_skipped_until_trusted(cwd: Path,
     assert str(folder) in notice["message"]
     assert set(notice) <= {"type", "level", "message", "source"}
     # The global extension loaded; the project's command does not exist, so "/proj" is text.
-    assert host.startup[-1]["commands"] == [
-        {"name": "hello", "source": "extension", "description": "Say hello"}]
+    assert extension_commands(host.startup[-1]) == [
+        {"name": "hello", "source": "extension", "description": "Say hello", "input": ARGS}]
     assert not ui_requests(frames, "notify")
     assert frames[-1]["agentInvoked"] is True
 
@@ -921,8 +931,9 @@ async def test_project_extensions_load_when_trusted_in_the_global_config(
         async with open_process_host(cwd) as host:
             frames = await prompt(host, "/proj")
     assert not of_type(host.startup, "notice")
-    assert host.startup[-1]["commands"] == [
-        {"name": "proj", "source": "extension", "description": "from the repository"}]
+    assert extension_commands(host.startup[-1]) == [
+        {"name": "proj", "source": "extension", "description": "from the repository",
+         "input": ARGS}]
     assert [r["message"] for r in ui_requests(frames, "notify")] == ["project code ran"]
 
 
@@ -1262,8 +1273,8 @@ async def test_the_later_extension_wins_a_command_name(
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as host:
             frames = await prompt(host, "/same")
-    assert host.startup[-1]["commands"] == [
-        {"name": "same", "source": "extension", "description": "second"}]
+    assert extension_commands(host.startup[-1]) == [
+        {"name": "same", "source": "extension", "description": "second", "input": ARGS}]
     assert [r["message"] for r in ui_requests(frames, "notify")] == ["second"]
 
 
@@ -1474,11 +1485,11 @@ async def test_extension_flag_loads_a_path_and_no_extensions_skips_discovery(
             frames = await host.until_type("prompt_result", id="p")
         async with open_process_host(cwd, args=[*OFFLINE_ARGS, "--no-extensions"]) as bare:
             pass
-    assert host.startup[-1]["commands"] == [
-        {"name": "hello", "source": "extension", "description": "Say hello"}]
+    assert extension_commands(host.startup[-1]) == [
+        {"name": "hello", "source": "extension", "description": "Say hello", "input": ARGS}]
     (end,) = of_type(frames, "tool_execution_end")
     assert result_text(end) == "Blocked by user"
-    assert bare.startup[-1]["commands"] == []
+    assert extension_commands(bare.startup[-1]) == []
 
 
 async def test_trust_project_flag_loads_project_extensions(cwd: Path,

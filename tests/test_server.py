@@ -82,7 +82,10 @@ async def test_ready_is_the_first_frame_then_commands_update() -> None:
         assert await host.frame() == {
             "type": "ready", "protocolVersion": 1, "supportedProtocolVersions": [1, 2],
             "maxFrameBytes": 1048576, "maxReassembledFrameBytes": 67108864}
-        assert await host.frame() == {"type": "available_commands_update", "commands": []}
+        update = await host.frame()
+        assert update["type"] == "available_commands_update"
+        # The built-ins at least (the user's skills and commands may follow).
+        assert [c["name"] for c in update["commands"]][:3] == ["model", "switch", "fast"]
         await host.send.aclose()
 
 
@@ -142,13 +145,13 @@ async def test_set_todos_keeps_ids_and_get_state_shows_them() -> None:
 async def test_commands_without_their_feature_say_why() -> None:
     async with running() as host:
         await host.write({"id": "h", "type": "handoff"},
-                         {"id": "l", "type": "login", "providerId": "anthropic"})
+                         {"id": "l", "type": "login", "providerId": "claude-pro"})
         frames = {f["id"]: f for f in await host.frames(2)}
         assert frames["h"] == {"type": "response", "id": "h", "command": "handoff",
                                "success": False,
                                "error": "Nothing to hand off (no messages yet)"}
         assert frames["l"] == {"type": "response", "id": "l", "command": "login",
-                               "success": False, "error": "Unknown OAuth provider: anthropic"}
+                               "success": False, "error": "Unknown OAuth provider: claude-pro"}
         await host.send.aclose()
 
 

@@ -607,7 +607,10 @@ class Agent:
         if tool is None:
             problem = f"Tool {call.name} not found"
         else:
-            problem = validate_arguments(tool, args)
+            # A tool that repairs and checks its own arguments (``task``, with the original's
+            # texts) is not held to its schema here.
+            if not getattr(tool, "lenient_arguments", False):
+                problem = validate_arguments(tool, args)
             # A tool run by the host writes its request before the call is announced.
             if problem is None and (opener := getattr(tool, "open_call", None)) is not None:
                 opener(call.id, args)

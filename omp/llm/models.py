@@ -3,8 +3,14 @@
 Sources, lowest precedence first: the catalog (``catalog.json`` beside this file, data not code),
 then ``<agent dir>/models.yml`` (providers added or overridden in the original's format). Keys
 for a provider come from, highest first: ``--api-key`` (for the provider chosen on the command
-line), ``<agent dir>/auth.json``, the provider's environment variables, the ``apiKey`` of
-``models.yml``. The agent directory is ``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
+line), ``<agent dir>/auth.json`` (``omp.login.store``), the provider's environment variables,
+the ``apiKey`` of ``models.yml``. The agent directory is ``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
+
+An OAuth login stored in ``auth.json`` (a provider with an ``oauth`` block, ``login``) is sent as
+``authorization: Bearer <access token>`` (``headers``), not as the provider's key header.
+``refresh_if_due`` renews it before a call when it expires within ``REFRESH_SKEW_MS``: once per
+provider however many calls need it at once (the provider's lock in ``Credentials``); a failed
+refresh fails the call with "log in again" and keeps the stored credential as it was.
 
 Keys are resolved when a call needs them and never stored in a ``Model``: models are sent to
 hosts as they are, keys never are. That includes a ``baseUrl`` with credentials in it
@@ -22,7 +28,7 @@ from __future__ import annotations
 import base64
 import os
 import re
-import stat
+import time
 import urllib.parse
 from collections.abc import Mapping
 from importlib import resources
@@ -32,12 +38,19 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import msgspec
 
-from ..config import ConfigError, agent_dir, present, read_text, warn
+from ..config import agent_dir, present
+from ..login.config import OAuthConfig
+from ..login.flows import LoginTarget
+from ..login.oauth import LoginError, refresh_tokens
+from ..login.store import ApiKey, Credentials, OAuthTokens, read_auth_file
 from ..protocol.payloads import Model, ModelCost, ModelThinking
 from ..subprocess_env import hide_from_subprocesses
+from .errors import ProviderError
 from .types import Api as Api
 
 if TYPE_CHECKING:
+    import httpx
+
     from .models_file import ModelsFile
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -46,6 +59,10 @@ OFFLINE_MODEL = "echo"
 # Which built-in model a fresh session starts on, by the first provider that has a key.
 DEFAULT_MODELS = (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-5.1"),
                   ("google", "gemini-2.5-pro"))
+PROVIDER_NAMES = {"anthropic": "Anthropic", "openai": "OpenAI", "google": "Google Gemini"}
+"""Display names (``get_login_providers``); other providers are shown by their id."""
+REFRESH_SKEW_MS = 60_000
+"""An OAuth token is renewed when it expires within this much (subagents-login B.6)."""
 
 
 # --- catalog ----------------------------------------------------------------------------------
@@ -96,7 +113,10 @@ class ModelRegistry:
     providers: dict[str, ProviderAuth] = attrs.field(factory=dict)
     model_headers: dict[tuple[str, str], dict[str, str]] = attrs.field(factory=dict)
     environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ)
-    auth_file: dict[str, str] = attrs.field(factory=dict)
+    credentials: Credentials = attrs.field(factory=Credentials)
+    """``auth.json``: stored keys and OAuth logins, and the locks of their refreshes."""
+    oauth: dict[str, OAuthConfig] = attrs.field(factory=dict)
+    """The providers whose models.yml entry has an ``oauth`` block."""
     cli_keys: dict[str, str] = attrs.field(factory=dict)
     """``--api-key``, for the provider it was given with."""
     url_credentials: dict[tuple[str, str], str] = attrs.field(factory=dict)
@@ -120,7 +140,7 @@ class ModelRegistry:
             from .models_file import load_models_file  # only with a models.yml
 
             registry.apply(load_models_file(path))
-        registry.auth_file = load_auth_file(directory / "auth.json")
+        registry.credentials = Credentials.load(directory / "auth.json")
         hide_from_subprocesses(registry.key_variables())
         return registry
 
@@ -146,6 +166,8 @@ class ModelRegistry:
                 env=auth.env, config_key=pc.apiKey or auth.config_key,
                 auth=pc.auth if pc.apiKey or pc.auth == "none" or pc.models else auth.auth,
                 headers={**auth.headers, **pc.headers}, auth_header=pc.authHeader)
+            if pc.oauth is not None:
+                self.oauth[name] = pc.oauth
             if pc.models:
                 # A provider that lists models replaces the built-in ones of that name.
                 self.models = [m for m in self.models if m.provider != name]
@@ -190,7 +212,18 @@ class ModelRegistry:
 
     def has_credentials(self, provider: str) -> bool:
         auth = self.providers.get(provider)
-        return auth is not None and (auth.auth == "none" or self.api_key(provider) is not None)
+        return auth is not None and (auth.auth == "none" or self.authenticated(provider))
+
+    def authenticated(self, provider: str) -> bool:
+        """A key or an OAuth login is there for ``provider``."""
+        return self.api_key(provider) is not None or self.oauth_tokens(provider) is not None
+
+    def oauth_tokens(self, provider: str) -> OAuthTokens | None:
+        """The stored OAuth login of ``provider`` (None when ``--api-key`` overrides it)."""
+        if provider in self.cli_keys:
+            return None
+        stored = self.credentials.entries.get(provider)
+        return stored if isinstance(stored, OAuthTokens) else None
 
     def available(self) -> list[Model]:
         """The models a host is offered (``get_available_models``, ``cycle_model``): those whose
@@ -209,8 +242,11 @@ class ModelRegistry:
         """The key to use for ``provider`` now, or None."""
         if key := self.cli_keys.get(provider):
             return key
-        if key := self.auth_file.get(provider):
-            return key
+        stored = self.credentials.entries.get(provider)
+        if isinstance(stored, OAuthTokens):
+            return None  # a login: sent as a Bearer header (``headers``), never as a key
+        if isinstance(stored, ApiKey) and stored.key:
+            return stored.key
         auth = self.providers.get(provider)
         if auth is None:
             return None
@@ -222,6 +258,8 @@ class ModelRegistry:
         return None
 
     def missing_key_hint(self, provider: str) -> str:
+        if provider in self.oauth:
+            return f"log in first (the `login` command with providerId `{provider}`)"
         auth = self.providers.get(provider)
         names = list(auth.env) if auth else []
         if auth and auth.config_key and _ENV_NAME.match(auth.config_key):
@@ -239,9 +277,55 @@ class ModelRegistry:
         out = {k: resolve_config_value(v, self.environ) or "" for k, v in merged.items()}
         if auth.auth_header and (key := self.api_key(model.provider)):
             out["Authorization"] = f"Bearer {key}"
+        if (tokens := self.oauth_tokens(model.provider)) is not None:
+            # One header: the provider's own ``authorization`` (if any) is replaced, not doubled.
+            out = {k: v for k, v in out.items() if k.lower() != "authorization"}
+            out["authorization"] = f"Bearer {tokens.access}"
         if (basic := self.url_credentials.get((model.provider, model.id))) is not None:
             out = {k: v for k, v in out.items() if k.lower() != "authorization"}
             out["authorization"] = basic
+        return out
+
+    async def refresh_if_due(self, provider: str, http: httpx.AsyncClient) -> None:
+        """Renew ``provider``'s OAuth login when it expires within ``REFRESH_SKEW_MS``, before a
+        call uses it; nothing to do otherwise. Calls that need it at the same time wait for one
+        refresh (the provider's lock) and then use its tokens.
+
+        Raises ProviderError (``auth``, "log in again") when the refresh fails; the stored
+        credential is kept as it was. On cancellation the stored credential is unchanged
+        unless the new one was already being written (that write completes).
+        """
+        if not _due(self.oauth_tokens(provider)):
+            return
+        async with self.credentials.lock(provider):
+            tokens = self.oauth_tokens(provider)
+            if tokens is None or not _due(tokens):
+                return  # renewed by the call that held the lock before us
+            config = self.oauth.get(provider)
+            if config is None:
+                raise ProviderError(
+                    kind="auth", provider=provider,
+                    message=f"The {provider} login has expired and models.yml has no `oauth` "
+                            f"block to renew it; log in again")
+            try:
+                fresh = await refresh_tokens(http, provider, config, tokens)
+            except LoginError as exc:
+                raise ProviderError(
+                    kind="auth", provider=provider,
+                    message=f"Renewing the {provider} login failed ({exc}); log in again "
+                            f"(the `login` command with providerId `{provider}`)") from None
+            await self.credentials.store(provider, fresh)
+
+    def login_targets(self) -> list[LoginTarget]:
+        """What ``login`` offers: every provider with an ``oauth`` block (that flow), and
+        every other provider that takes an API key (pasting it), in registry order."""
+        out = []
+        for name, auth in self.providers.items():
+            shown = PROVIDER_NAMES.get(name, name)
+            if name in self.oauth:
+                out.append(LoginTarget(name, shown, self.oauth[name]))
+            elif auth.auth == "apiKey" and name != OFFLINE_PROVIDER:
+                out.append(LoginTarget(name, shown))
         return out
 
     def key_variables(self) -> frozenset[str]:
@@ -313,34 +397,15 @@ def resolve_config_value(value: str, environ: Mapping[str, str]) -> str | None:
 
 
 def load_auth_file(path: Path) -> dict[str, str]:
-    """``auth.json``: ``{"provider": "key"}`` or ``{"provider": {"type": "api_key", "key": ...}}``.
+    """``auth.json`` as provider → secret: an API key, or an OAuth login's access token.
 
-    The file holds secrets: one readable by others is used, with a warning on stderr.
+    The one reader is ``omp.login.store.read_auth_file``; this is its shorthand for callers
+    that only want the secrets. Raises ConfigError; a file readable by others is used, with a
+    warning on stderr.
     """
-    if not os.path.lexists(path):
-        return {}
-    raw = read_text(path)
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        warn(f"{path} is readable by others; run `chmod 600 {path}`")
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected an object of provider → key")
-    keys: dict[str, str] = {}
-    for provider, entry in data.items():
-        if isinstance(entry, str):
-            keys[provider] = entry
-        elif isinstance(entry, dict) and isinstance(entry.get("key"), str):
-            keys[provider] = entry["key"]
-        elif isinstance(entry, dict) and isinstance(entry.get("access"), str):
-            keys[provider] = entry["access"]  # an OAuth entry: its access token
-        else:
-            raise ConfigError(f"{path}: $.{provider}: expected a key string or an object with "
-                              "`key`")
-    return keys
+    return {provider: entry.key if isinstance(entry, ApiKey) else entry.access
+            for provider, entry in read_auth_file(path).items()}
+
+
+def _due(tokens: OAuthTokens | None) -> bool:
+    return tokens is not None and time.time() * 1000 + REFRESH_SKEW_MS >= tokens.expires

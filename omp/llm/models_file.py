@@ -7,6 +7,7 @@ Imported only when a models.yml exists (startup does not pay for cattrs and thes
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,6 +15,7 @@ import attrs
 import msgspec
 
 from ..config import problem, read_yaml_mapping, structure
+from ..login.config import OAuthConfig
 from ..protocol.commands import ThinkingLevel
 from ..protocol.payloads import Model, ModelCost, ModelThinking
 from .types import Api
@@ -74,6 +76,8 @@ class ProviderConfig:
     headers: dict[str, str] = attrs.field(factory=dict)
     authHeader: bool = False
     compat: dict[str, Any] = attrs.field(factory=dict)
+    oauth: OAuthConfig | None = None
+    """Log in with OAuth 2.0 (``login``); requests then carry the token as a Bearer header."""
     models: list[ModelConfig] = attrs.field(factory=list)
     modelOverrides: dict[str, ModelOverride] = attrs.field(factory=dict)
 
@@ -101,9 +105,11 @@ def _validate(parsed: ModelsFile, path: Path) -> None:
         if provider.models:
             if not provider.baseUrl and not all(m.baseUrl for m in provider.models):
                 raise problem(path, f"{where}.baseUrl", "required for a provider with models")
-            if provider.auth != "none" and not provider.apiKey:
+            if provider.auth != "none" and not provider.apiKey and provider.oauth is None:
                 raise problem(path, f"{where}.apiKey", "required for a provider with models (an "
                               "environment variable name or the key; or set `auth: none`)")
+        if provider.oauth is not None:
+            _validate_oauth(path, f"{where}.oauth", provider.oauth)
         for i, model in enumerate(provider.models):
             mwhere = f"{where}.models[{i}]"
             if not model.id.strip():
@@ -114,6 +120,27 @@ def _validate(parsed: ModelsFile, path: Path) -> None:
             _positive(path, mwhere, model.contextWindow, model.maxTokens)
         for model_id, ov in provider.modelOverrides.items():
             _positive(path, f"{where}.modelOverrides.{model_id}", ov.contextWindow, ov.maxTokens)
+
+
+def _validate_oauth(path: Path, where: str, oauth: OAuthConfig) -> None:
+    needed = "deviceAuthorizationUrl" if oauth.flow == "device" else "authorizationUrl"
+    if getattr(oauth, needed) is None:
+        raise problem(path, f"{where}.{needed}", f"required for `flow: {oauth.flow}`")
+    if not oauth.clientId.strip():
+        raise problem(path, f"{where}.clientId", "must not be empty")
+    for field in ("tokenUrl", "deviceAuthorizationUrl", "authorizationUrl"):
+        url = getattr(oauth, field)
+        if url is None:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise problem(path, f"{where}.{field}", f"must be an absolute http(s) URL, got "
+                          f"{url!r}")
+    if not 0 <= oauth.redirectPort <= 65535:
+        raise problem(path, f"{where}.redirectPort", f"must be a port number from 0 to 65535, "
+                      f"got {oauth.redirectPort}")
+    if any(not scope or " " in scope for scope in oauth.scopes):
+        raise problem(path, f"{where}.scopes", "each scope must be one non-empty word")
 
 
 def _positive(path: Path, where: str, context_window: int | None, max_tokens: int | None) -> None:

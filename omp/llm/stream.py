@@ -141,6 +141,9 @@ class ModelCall:
                     client = http
                 else:
                     client = await stack.enter_async_context(new_http_client())
+                if self.options.prepare is not None:
+                    self.options = attrs.evolve(self.options, prepare=None,
+                                                headers=await self.options.prepare())
                 await fn(self, out, client)
             await out.close_all()
             if out.stop_reason in ("error", "aborted"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, get_args
 
 import attrs
@@ -46,6 +47,12 @@ class StreamOptions:
     session_id: str | None = None
     service_tier: str | None = None
     """``"priority"`` in fast mode (OpenAI's ``service_tier``); None: the account's default."""
+    tool_choice: str | None = None
+    """The name of a tool the model must call in this turn (``/force``); None: its choice."""
+    prepare: Callable[[], Awaitable[dict[str, str]]] | None = None
+    """Awaited right before the request: the request headers to use instead of ``headers``
+    (an OAuth login renewed when it is about to expire). A ProviderError it raises ends the
+    call like a failed request."""
     first_event_timeout: float = 100.0
     """Seconds to wait for the response headers and the first event (agent-core §2.2)."""
     idle_timeout: float = 120.0

@@ -10,7 +10,7 @@ Every command type has one ``Route``: its handler and its lane (DESIGN.md §2, r
 * ``serial`` — everything else, answered one at a time in arrival order (a handler that never
   awaits is answered in place when the lane is idle);
 * ``task`` — commands that take long and must not hold the serial lane (``bash``,
-  ``export_html``): each runs as its own task.
+  ``export_html``, ``login``): each runs as its own task.
 
 A handler takes its command and returns its ``Response``; a route may name what happens right
 after that response is queued (``after``: the switch to protocol v2, the commands list after a
@@ -30,8 +30,12 @@ import msgspec
 import trio
 from msgspec import UNSET
 
+from ..config import ConfigError
+from ..extensions.ui import UiDisconnected
+from ..login import FrameLoginUI, LoginError, run_login
 from ..protocol import commands as cmd
 from ..protocol import events as ev
+from ..protocol import messages as m
 from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
@@ -39,19 +43,23 @@ from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.errors import InvalidRequest
 from ..session.stats import context_usage_payload, session_stats
+from ..subagents import SubagentHost, SubagentRegistry, UnknownSubagent, read_messages
 from .bridges import (
     ControlRegistry,
     Emit,
     HostTool,
+    HostUI,
     HostUris,
     normalize_schemes,
     validate_host_tools,
 )
 from .output import FrameQueue, SwitchProtocol
 from .paging import PageError, encode_tree, page
+from .slash import Call, CommandFailed, Outcome, Residual, Slash, Started
 
 NOT_IMPLEMENTED = "not_implemented"
 INTERNAL_ERROR = "internal_error"
+NO_SUBAGENT_BUS = "Subagent event bus is unavailable"
 
 Lane = Literal["control", "immediate", "serial", "task"]
 
@@ -124,6 +132,7 @@ class Commands:
     host_uris: HostUris = attrs.field(init=False)
     routes: dict[type[Any], Route] = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
+    slash: Slash = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         clash = set(self.custom) & (set(cmd.COMMANDS) | set(cmd.CONTROL_FRAMES))
@@ -133,6 +142,7 @@ class Commands:
         self.host_uris = HostUris(self.controls, self.emit)
         self.session.tool_context.uris = self.host_uris
         self.routes = self._route_table()
+        self.slash = Slash(self.session, self.emit, self.spawn)
 
     def _route_table(self) -> dict[type[Any], Route]:
         def serial(handler: Callable[[Any], Response], *,
@@ -177,7 +187,8 @@ class Commands:
             cmd.SetSessionName: serial(self.set_session_name),
             cmd.GetSessionStats: serial(self.get_session_stats),
             cmd.GetLoginProviders: serial(self.get_login_providers),
-            cmd.Login: serial(self.login),
+            # A task: the lanes stay free while the user logs in; ``abort`` cancels it.
+            cmd.Login: Route(self.login, "task"),
             cmd.SetSubagentSubscription: serial(self.set_subagent_subscription),
             cmd.GetSubagents: serial(self.get_subagents),
             cmd.GetSubagentMessages: serial(self.get_subagent_messages),
@@ -204,6 +215,9 @@ class Commands:
     def route(self, frame: Frame) -> Route:
         if isinstance(frame, CustomCommand):
             return Route(self.run_custom, "serial")
+        if isinstance(frame, cmd.Prompt) and frame.message.startswith("/") and (
+                found := self.slash.builtin_for(frame.message)) is not None and found[0].awaits:
+            return Route(self.prompt_builtin, "serial")
         return self.routes[type(frame)]
 
     def internal_error(self, frame: Frame, exc: BaseException) -> Response:
@@ -234,6 +248,7 @@ class Commands:
         """Cancel the run (and every RPC bash: abort includes abort_bash, rpc-behavior §10.4)
         and answer once its terminal frames are out."""
         self.abort_bash()
+        self.session.registry.credentials.cancel_login()
         await self.session.abort()
         return ok("abort", frame.id)
 
@@ -303,23 +318,65 @@ class Commands:
                   payloads.HostUriSchemes(schemes=list(schemes)))
 
     def prompt(self, frame: cmd.Prompt) -> Response:
+        """A prompt, through the slash-command dispatch (see ``omp.rpc.slash``): a skill, a
+        built-in, an extension command, a file command or template, else the text as is."""
         images = frame.images if isinstance(frame.images, list) else []
         behavior = frame.streamingBehavior if isinstance(frame.streamingBehavior, str) else None
-        if (command := self._extension_command(frame.message)) is not None:
-            return self._run_extension_command(frame.id, "prompt", *command)
+        text = frame.message
         try:
-            self.session.prompt(frame.message, images, streaming_behavior=behavior,
-                                       request_id=frame.id)
-        except SessionError as exc:
+            if text.startswith("/") or "/skill:" in text:
+                if (skill := self.slash.skill_for(text, images)) is not None:
+                    # A skill waits for no one: while a run goes on it steers it.
+                    self.session.prompt_message(skill[0], streaming_behavior=behavior or "steer",
+                                                request_id=frame.id)
+                    return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True))
+                if (found := self.slash.builtin_for(text)) is not None:
+                    builtin, args = found
+                    call = Call(self.slash, args, images, frame.id)
+                    return self._after_builtin(frame, self.slash.run_sync(builtin, call), images)
+            return self._prompt_text(frame, "prompt", text, images, behavior)
+        except (CommandFailed, SessionError) as exc:
             return fail("prompt", frame.id, str(exc))
-        return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True))
+
+    async def prompt_builtin(self, frame: cmd.Prompt) -> Response:
+        """A built-in that awaits (``/export``, ``/session delete``), in the serial lane."""
+        images = frame.images if isinstance(frame.images, list) else []
+        found = self.slash.builtin_for(frame.message)
+        assert found is not None
+        builtin, args = found
+        try:
+            outcome = await self.slash.run_async(builtin, Call(self.slash, args, images,
+                                                               frame.id))
+            return self._after_builtin(frame, outcome, images)
+        except (CommandFailed, SessionError) as exc:
+            return fail("prompt", frame.id, str(exc))
+
+    def _after_builtin(self, frame: cmd.Prompt, outcome: Outcome,
+                       images: list[m.ImageContent]) -> Response:
+        if isinstance(outcome, Residual):
+            # ``/force <tool> <text>``: the text runs as a prompt; the answer has no data.
+            self.session.prompt(outcome.text, images, request_id=frame.id)
+            return ok("prompt", frame.id)
+        return ok("prompt", frame.id,
+                  payloads.PromptAck(agentInvoked=isinstance(outcome, Started)))
+
+    def _prompt_text(self, frame: cmd.Prompt | cmd.AbortAndPrompt, kind: str, text: str,
+                     images: list[m.ImageContent], behavior: str | None) -> Response:
+        """The session pipeline (§2.2 step 3): an extension command, else the text expanded
+        by a file command or a prompt template, sent to the model. Raises CommandFailed and
+        SessionError."""
+        if (command := self._extension_command(text)) is not None:
+            return self._run_extension_command(frame.id, kind, *command)
+        self.session.prompt(self.slash.expand(text), images, streaming_behavior=behavior,
+                            request_id=frame.id)
+        return ok(kind, frame.id, payloads.PromptAck(agentInvoked=True))
 
     def steer(self, frame: cmd.Steer) -> Response:
         if (command := self._extension_command(frame.message)) is not None:
             return fail("steer", frame.id, _not_queueable(command[0]))
         try:
-            self.session.steer(frame.message, frame.images or [])
-        except SessionError as exc:
+            self.session.steer(self.slash.expand_template(frame.message), frame.images or [])
+        except (CommandFailed, SessionError) as exc:
             return fail("steer", frame.id, str(exc))
         return ok("steer", frame.id)
 
@@ -327,23 +384,23 @@ class Commands:
         if (command := self._extension_command(frame.message)) is not None:
             return fail("follow_up", frame.id, _not_queueable(command[0]))
         try:
-            self.session.follow_up(frame.message, frame.images or [])
-        except SessionError as exc:
+            self.session.follow_up(self.slash.expand_template(frame.message),
+                                   frame.images or [])
+        except (CommandFailed, SessionError) as exc:
             return fail("follow_up", frame.id, str(exc))
         return ok("follow_up", frame.id)
 
     async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
+        """Abort, then the prompt through the session pipeline only (no skill, no
+        built-in: rpc-behavior §2.2)."""
         session = self.session
         self.abort_bash()
         await session.abort()
-        if (command := self._extension_command(frame.message)) is not None:
-            return self._run_extension_command(frame.id, "abort_and_prompt", *command)
         images = frame.images if isinstance(frame.images, list) else []
         try:
-            session.prompt(frame.message, images, request_id=frame.id)
-        except SessionError as exc:
+            return self._prompt_text(frame, "abort_and_prompt", frame.message, images, None)
+        except (CommandFailed, SessionError) as exc:
             return fail("abort_and_prompt", frame.id, str(exc))
-        return ok("abort_and_prompt", frame.id, payloads.PromptAck(agentInvoked=True))
 
     def get_messages(self, frame: cmd.GetMessages) -> Response:
         return ok("get_messages", frame.id,
@@ -439,13 +496,8 @@ class Commands:
         return AvailableCommandsUpdate(commands=self.command_list())
 
     def command_list(self) -> list[payloads.AvailableCommand]:
-        """The slash commands a host can offer: the extensions' (``source: "extension"``)."""
-        extensions = self.session.extensions
-        if extensions is None:
-            return []
-        return [payloads.AvailableCommand(name=c.name, source="extension",
-                                          description=c.description or msgspec.UNSET)
-                for c in extensions.commands().values()]
+        """The slash commands a host can offer (``omp.rpc.slash``)."""
+        return self.slash.command_list()
 
     # -- extension commands ------------------------------------------------------------------
 
@@ -535,32 +587,84 @@ class Commands:
             return fail("export_html", frame.id, str(exc))
         return ok("export_html", frame.id, payloads.ExportHtmlResult(path=shown))
 
-    # No OAuth flows are built in (keys come from the environment, auth.json or models.yml),
-    # which the spec allows: an empty provider list, and login refuses every id.
+    # Logins (omp.login): OAuth for providers with an ``oauth`` block in models.yml, API-key
+    # login for every other provider that takes a key. Vendor-subscription logins that need us
+    # to pose as the vendor's own client are not offered (DESIGN.md §4.7).
     def get_login_providers(self, frame: cmd.GetLoginProviders) -> Response:
-        return ok("get_login_providers", frame.id, payloads.LoginProviders(providers=[]))
+        registry = self.session.registry
+        return ok("get_login_providers", frame.id, payloads.LoginProviders(providers=[
+            payloads.LoginProvider(id=target.id, name=target.name, available=True,
+                                   authenticated=registry.authenticated(target.id))
+            for target in registry.login_targets()]))
 
-    def login(self, frame: cmd.Login) -> Response:
-        return fail("login", frame.id, f"Unknown OAuth provider: {frame.providerId}")
+    async def login(self, frame: cmd.Login) -> Response:
+        """Log in to a provider through the host's UI (``open_url``, ``notify``, ``input``),
+        store the credential in auth.json, answer ``{providerId}``.
 
-    # There is no `task` tool, so no subagent ever exists; the subscription is still kept so
-    # hosts that set it up front work unchanged.
+        One login at a time (a second one is refused while it runs). Cancelled by ``abort``
+        ("Login cancelled"); a prompt pending when the host closes its input fails the login
+        with the disconnect text; nothing is stored then.
+        """
+        registry = self.session.registry
+        target = next((t for t in registry.login_targets() if t.id == frame.providerId), None)
+        if target is None:
+            return fail("login", frame.id, f"Unknown OAuth provider: {frame.providerId}")
+        credentials = registry.credentials
+        if credentials.login_running:
+            return fail("login", frame.id, "A login is already in progress (abort cancels it)")
+        ui = FrameLoginUI(HostUI(self.controls, self.emit), self.emit)
+        stored = False
+        try:
+            with credentials.login_scope():
+                credential = await run_login(target, ui, self.session.http.get())
+                await credentials.store(target.id, credential)
+                stored = True
+        except (LoginError, UiDisconnected) as exc:
+            return fail("login", frame.id, str(exc))
+        except (ConfigError, OSError) as exc:
+            return fail("login", frame.id, f"The login could not be stored: {exc}")
+        if not stored:
+            return fail("login", frame.id, "Login cancelled")
+        return ok("login", frame.id, payloads.LoginResult(providerId=target.id))
+
+    # Subagents (rpc-behavior §9): the registry belongs to the session's subagent host and
+    # lives as long as the server; the level is kept here too (``subagent_level``).
+    def _subagent_registry(self) -> SubagentRegistry | None:
+        host = self.session.subagents
+        return host.registry if isinstance(host, SubagentHost) else None
+
     def set_subagent_subscription(self, frame: cmd.SetSubagentSubscription) -> Response:
-        self.subagent_level = frame.level
+        registry = self._subagent_registry()
+        if registry is None:
+            return fail("set_subagent_subscription", frame.id, NO_SUBAGENT_BUS)
+        self.subagent_level = registry.level = frame.level
         return ok("set_subagent_subscription", frame.id,
                   payloads.SubagentSubscriptionPayload(level=frame.level))
 
     def get_subagents(self, frame: cmd.GetSubagents) -> Response:
-        return ok("get_subagents", frame.id, payloads.SubagentsPayload(subagents=[]))
+        registry = self._subagent_registry()
+        if registry is None:
+            return fail("get_subagents", frame.id, NO_SUBAGENT_BUS)
+        return ok("get_subagents", frame.id,
+                  payloads.SubagentsPayload(subagents=registry.snapshots()))
 
     def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
+        registry = self._subagent_registry()
+        if registry is None:
+            return fail("get_subagent_messages", frame.id, NO_SUBAGENT_BUS)
         if frame.subagentId is msgspec.UNSET and frame.sessionFile is msgspec.UNSET:
             return fail("get_subagent_messages", frame.id,
                         "get_subagent_messages requires subagentId or sessionFile",
                         INVALID_PARAMS)
-        target = frame.subagentId if isinstance(frame.subagentId, str) else frame.sessionFile
-        return fail("get_subagent_messages", frame.id,
-                    f"Unknown subagent or session file unavailable: {target}")
+        try:
+            path = registry.resolve(
+                frame.subagentId if isinstance(frame.subagentId, str) else None,
+                frame.sessionFile if isinstance(frame.sessionFile, str) else None)
+        except UnknownSubagent as exc:
+            return fail("get_subagent_messages", frame.id, str(exc))
+        start = frame.fromByte if isinstance(frame.fromByte, int) else 0
+        # One read of a child's transcript, in the serial lane like the other views.
+        return ok("get_subagent_messages", frame.id, read_messages(path, start))
 
     def set_session_name(self, frame: cmd.SetSessionName) -> Response:
         try:

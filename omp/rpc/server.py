@@ -58,6 +58,7 @@ from ..protocol.events import SESSION_EVENT_TYPES
 from ..protocol.frames import Ready, Response
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from ..session import AgentSession, SessionError, create_session
+from ..subagents import install as install_subagents
 from ..tools.ask import AskTool
 from .bridges import HostUI, emit_title_enabled
 from .commands import Commands, CustomCommand, CustomHandler, Frame, Inbound, Route
@@ -215,6 +216,13 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
     if options.ask_tool and options.ui:
         session.builtin_tools.append(AskTool(ui))
         session.system_prompt = session.prompt_options.build(session.tools)
+    # Subagents: the task tool (unless --tools chose the tools) and the registry whose frames
+    # this serve() writes (rpc-behavior §9).
+    install_subagents(
+        session, server.emit, offer_tool=options.tools is None,
+        agent_directory=session.prompt_options.agent_directory or agent_dir(),
+        trusted=options.trust_project or any(
+            _same_path(session.cwd, p) for p in session.settings.trusted_projects))
     loaded = load_extensions(options, session)
     if loaded is not None:
         loaded.extensions.emit = server.emit

@@ -25,8 +25,9 @@ import contextlib
 import functools
 import os
 import random
+import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -35,6 +36,8 @@ import msgspec
 import trio
 
 from ..agent.loop import ABORT_REASON, Agent, Input, TurnSetup, now_ms, user_message
+from ..commands import Problem, ReportOnce, Skill, load_skills
+from ..config import agent_dir
 from ..extensions.api import DeliverAs
 from ..extensions.runtime import Extensions
 from ..extensions.ui import ExtensionUI
@@ -42,8 +45,8 @@ from ..files import UnusableFile
 from ..llm import thinking
 from ..llm.errors import ProviderError
 from ..llm.models import ModelRegistry, fast_service_tier
-from ..llm.stream import HttpClient
-from ..llm.types import THINKING_LEVELS, StreamOptions, ThinkingLevel
+from ..llm.stream import HttpClient, ModelCall
+from ..llm.types import THINKING_LEVELS, Context, StreamOptions, ThinkingLevel
 from ..protocol import messages as m
 from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
 from ..protocol.events import (
@@ -85,7 +88,15 @@ BUSY = ("Agent is already processing. Use steer() or followUp() to queue message
         "completion.")
 SHUTDOWN_REASON = "Request was aborted"
 """The aborted message's ``errorMessage`` when the session closes (rpc-behavior §1.9)."""
+ASYNC_RESULT = "async-result"
+"""``customType`` of the message that delivers background job results."""
 MAX_SESSION_NAME_CHARS = 1000
+TITLE_SYSTEM_PROMPT = ("You name conversations. Answer with a title of at most six words for "
+                       "the conversation the user shows you, and nothing else.")
+TITLE_SOURCE_CHARS = 4000
+"""How much of the first user messages the title call sees."""
+TITLE_MAX_TOKENS = 64
+TITLE_MAX_CHARS = 80
 """Longest session name ``set_session_name`` accepts."""
 
 
@@ -112,7 +123,9 @@ class PromptTicket:
     """An accepted prompt awaiting its one ``prompt_result``."""
 
     request_id: RequestId | None
-    message: m.UserMessage
+    message: Input | None
+    run: Run | None = None
+    """For a run started without a new message (``/retry``): that run serves the ticket."""
 
 
 @attrs.define(eq=False)
@@ -151,8 +164,26 @@ class AgentSession:
     """The loaded extensions (their hooks, tools and commands); None: none."""
     on_shutdown_request: Callable[[], None] | None = None
     """What ``ctx.shutdown()`` calls (the server: end after the current command)."""
+    skills: list[Skill] = attrs.field(factory=list)
+    """The skills found for this cwd (``load_skills``): listed in the system prompt, served by
+    ``read`` as ``skill://<name>``, run by ``/skill:<name>``."""
+    reported: ReportOnce = attrs.field(factory=ReportOnce, init=False)
+    """Problems in the user's markdown files already shown (each is shown once)."""
+    forced_tool: str | None = attrs.field(default=None, init=False)
+    """``/force``: the tool the model must call in the next turn (cleared once used)."""
     runs_started: int = attrs.field(default=0, init=False)
     """How many runs this session started (what an extension command set off)."""
+    subagents: object | None = None
+    """The subagent support of this session (``omp.subagents.SubagentHost``) when it offers
+    the ``task`` tool; None: no subagents."""
+    task_depth: int = 0
+    """How deep this session is in a tree of subagents (the main session: 0)."""
+    job_epoch: int = attrs.field(default=0, init=False)
+    """Bumped whenever the background jobs are cancelled (a session change, ``close``): what
+    belonged to an older epoch is dropped."""
+    _jobs: dict[int, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    """Background jobs running in the session nursery (detached subagents, their delivery)."""
+    _job_counter: int = attrs.field(default=0, init=False)
     _last_report: RunReport | None = attrs.field(default=None, init=False)
     _active_tools: set[str] | None = attrs.field(default=None, init=False)
     """``set_active_tools``: the names the model sees; None: every tool."""
@@ -171,7 +202,21 @@ class AgentSession:
     _rng: random.Random = attrs.field(factory=random.Random, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.agent = Agent(sink=_AgentEvents(self), setup=self._turn_setup)
+        self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup)
+
+    def load_skills(self) -> None:
+        """(Re)discover the skills; the system prompt and ``read`` use the new list. A broken
+        skill file is left out and said once on stderr."""
+        directory = self.prompt_options.agent_directory or agent_dir()
+        skills, problems = load_skills(directory, self.cwd)
+        self.skills = self.prompt_options.skills = self.tool_context.skills = skills
+        self.system_prompt = self.prompt_options.build(self.tools)
+        self.report_problems(problems)
+
+    def report_problems(self, problems: Sequence[Problem]) -> None:
+        """Say each problem of a user's markdown file once, on stderr (never fatal)."""
+        for problem in self.reported.new(problems):
+            print(f"omp: {problem}", file=sys.stderr)
 
     def use_extensions(self, extensions: Extensions, ui: ExtensionUI | None = None) -> None:
         """Start ``extensions``: their hooks join the loop, their tools the tool list."""
@@ -312,10 +357,13 @@ class AgentSession:
     async def _reset(self) -> None:
         """Stop whatever runs and empty the live state (before a session change).
 
-        Prompts still waiting for their result are answered ``aborted``.
+        Prompts still waiting for their result are answered ``aborted``; background jobs are
+        cancelled and their results dropped.
         """
+        self.cancel_jobs()
         await self.abort()
         self._abort_tickets()
+        self._settle_if_idle()
         self.agent.messages.clear()
         self.agent.steering.clear()
         self.agent.follow_ups.clear()
@@ -468,7 +516,9 @@ class AgentSession:
             file, text = branch_file(self.file, entry_id)
         except ValueError:
             raise SessionError("Invalid entry ID for branching") from None
+        self.cancel_jobs()  # they worked for the old transcript
         self._adopt(file)
+        self._settle_if_idle()
         return text
 
     def branch_messages(self) -> list[tuple[str, str]]:
@@ -573,7 +623,7 @@ class AgentSession:
 
     @property
     def settled(self) -> bool:
-        return not self.is_streaming and not self.agent.queued_count
+        return not self.is_streaming and not self.agent.queued_count and not self._jobs
 
     def last_assistant_text(self) -> str | None:
         for message in reversed(self.agent.messages):
@@ -610,15 +660,23 @@ class AgentSession:
         (nothing was accepted) when busy without ``streaming_behavior``, or when the model
         cannot take it. Exactly one ``prompt_result`` follows an accepted prompt."""
         self._check_can_prompt(images)
+        steer = self.is_streaming and streaming_behavior == "steer"
+        self.prompt_message(user_message(text, images, steering=steer),
+                            streaming_behavior=streaming_behavior, request_id=request_id)
+
+    def prompt_message(self, message: Input, *, streaming_behavior: str | None = None,
+                       request_id: RequestId | None = None) -> None:
+        """``prompt`` for a message already built (a skill's ``skill-prompt``), with the same
+        rules and the same one ``prompt_result``; the caller checked the images."""
+        if not self.registry.has_credentials(self.model.provider):
+            self._check_can_prompt(())
         if self.is_streaming:
             if streaming_behavior is None:
                 raise SessionError(BUSY)
             steer = streaming_behavior == "steer"
-            message = user_message(text, images, steering=steer)
             (self.agent.queue_steering if steer else self.agent.queue_follow_up)(message)
             self._tickets.append(PromptTicket(request_id, message))
             return
-        message = user_message(text, images)
         self._start_run([message])
         self._tickets.append(PromptTicket(request_id, message))
 
@@ -686,22 +744,88 @@ class AgentSession:
                 await self.extensions.agent_end(report.messages)
         self._run = None
         self._last_report = report
+        # A background result that arrived after the run's last step boundary is still queued:
+        # it starts the next run (subagents-login.md A.10).
+        undelivered = not self._closing and any(
+            isinstance(x, m.CustomMessage) and x.customType == ASYNC_RESULT
+            for x in self.agent.steering)
         if report is not None:
             # isStreaming is already false when a host sees the terminal agent_end (§4.4).
-            self.sink.publish(AgentEnd(messages=report.messages, isTerminal=True))
+            # While background work is pending the run only pauses (isTerminal false, §4.4).
+            awaiting = undelivered or bool(self._jobs)
+            self.sink.publish(AgentEnd(
+                messages=report.messages, isTerminal=not awaiting,
+                awaitingAsyncWork=True if awaiting else msgspec.UNSET))
         # After an abort a queued steer starts the next run at once (rpc-behavior §5.5).
-        resume = (report is None or report.outcome == "aborted") and bool(
-            self.agent.steering) and not self._closing
+        resume = ((report is None or report.outcome == "aborted") and bool(
+            self.agent.steering) and not self._closing) or undelivered
         self._report(run, report, resume)
         run.done.set()
         if resume:
             self._start_run([])
 
+    # -- background jobs (detached subagents) --------------------------------------------------
+
+    @property
+    def has_jobs(self) -> bool:
+        return bool(self._jobs)
+
+    def start_job(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` as a background job in the session nursery. A plain ``abort`` does not
+        stop it; a session change and ``close`` cancel it (``cancel_jobs``). While any job runs
+        the session is not settled. ``work`` must not raise (it reports its own failures).
+        Raises SessionError when the session is closed."""
+        if self._nursery is None or self._closing:
+            raise SessionError("The session is closed")
+        self._job_counter += 1
+        key = self._job_counter
+        scope = self._jobs[key] = trio.CancelScope()
+        self._unsettled = True
+        self._nursery.start_soon(self._run_job, key, scope, work)
+
+    async def _run_job(self, key: int, scope: trio.CancelScope,
+                       work: Callable[[], Awaitable[None]]) -> None:
+        with scope:
+            await work()
+        # Cancelled by cancel_jobs, the job is already forgotten; otherwise it ends here.
+        if self._jobs.get(key) is scope:
+            del self._jobs[key]
+            self._settle_if_idle()
+
+    def cancel_jobs(self) -> None:
+        """Cancel every background job now (a session change, ``close``): whatever they
+        would have delivered is dropped."""
+        self.job_epoch += 1
+        for scope in self._jobs.values():
+            scope.cancel()
+        self._jobs.clear()
+
+    def _settle_if_idle(self) -> None:
+        if self._unsettled and self.settled and not self._closing:
+            self._unsettled = False
+            self.sink.publish(SessionSettled())
+
+    def deliver_async_result(self, message: m.CustomMessage) -> None:
+        """A background job's result for the model (subagents-login.md A.10): during a run it
+        joins at the next step boundary without interrupting tool calls in flight; idle, it
+        starts a run (no ``prompt_result``: no host asked)."""
+        if self._closing:
+            return
+        if self.is_streaming:
+            self.agent.steering.append(message)  # not queue_steering: an aside, no interrupt
+        elif self._nursery is not None:
+            self._start_run([message])
+
+    def stop_run(self, reason: str) -> None:
+        """Cancel the run now without waiting for it (a subagent's terminal ``yield``)."""
+        if self._run is not None:
+            self._run.abort(reason)
+
     def _report(self, run: Run, report: RunReport | None, resume: bool) -> None:
         """prompt_result for the tickets this run served, then session_settled if settled."""
         taken = {id(msg) for msg in (report.taken if report is not None else run.prompts)}
-        served = [t for t in self._tickets if id(t.message) in taken]
-        self._tickets = [t for t in self._tickets if id(t.message) not in taken]
+        served = [t for t in self._tickets if id(t.message) in taken or t.run is run]
+        self._tickets = [t for t in self._tickets if t not in served]
         settled = self.settled and not resume
         status, error = _outcome(report)
         for ticket in served:
@@ -720,6 +844,49 @@ class AgentSession:
             index = max(i for i, msg in enumerate(messages) if msg is failed)
             # Its synthetic "not executed" tool results go with it.
             del messages[index:]
+
+    def retry_failed_turn(self, request_id: RequestId | None = None) -> bool:
+        """``/retry``: when the last turn failed (an error, not an abort), run it again from
+        the context before it; False when idle with nothing to retry. One ``prompt_result``
+        for ``request_id`` follows the run."""
+        messages = self.agent.messages
+        last = messages[-1] if messages else None
+        if self.is_streaming or not (isinstance(last, m.AssistantMessage)
+                                     and last.stopReason == "error"):
+            return False
+        self._check_can_prompt(())
+        self.drop_failed_turn(last)
+        self._start_run([])
+        self._tickets.append(PromptTicket(request_id, None, self._run))
+        return True
+
+    async def generate_title(self) -> str:
+        """A short title for the conversation, written by the current model from its first
+        user messages. Raises SessionError when there is nothing to name or the call fails.
+        On cancellation the call is closed and nothing changes."""
+        texts = [text for msg in self.agent.messages if isinstance(msg, m.UserMessage)
+                 for text in [_plain_text(msg.content)] if text.strip()]
+        if not texts:
+            raise SessionError("Nothing to name yet: send a message first")
+        request = Context(system_prompt=(TITLE_SYSTEM_PROMPT,), messages=(m.UserMessage(
+            content=[m.TextContent(text="\n\n".join(texts)[:TITLE_SOURCE_CHARS])],
+            timestamp=now_ms()),))
+        setup = self._turn_setup()
+        options = attrs.evolve(setup.options, thinking="off", max_tokens=TITLE_MAX_TOKENS)
+
+        async def ignore(event: object) -> None:
+            pass
+
+        call = ModelCall(self.model, request, options)
+        final = await call.run(ignore, http=self.http.get() if self.model.api != "offline"
+                               else None)
+        if final.stopReason == "error":
+            raise SessionError(call.error.message if call.error else "the model call failed")
+        title = _plain_text(final.content).strip().splitlines()
+        name = title[0].strip().strip('"\'*#').strip() if title else ""
+        if not name:
+            raise SessionError("the model answered with no title")
+        return name[:TITLE_MAX_CHARS]
 
     def can_compact(self) -> bool:
         messages = self.agent.messages
@@ -948,6 +1115,7 @@ class AgentSession:
         nursery is torn down without waiting.
         """
         self._closing = True
+        self.cancel_jobs()
         await self.abort(SHUTDOWN_REASON)
         self._abort_tickets()
         if self._unsettled:
@@ -958,13 +1126,33 @@ class AgentSession:
 
     def _turn_setup(self) -> TurnSetup:
         model = self.model
+        oauth = self.registry.oauth_tokens(model.provider) is not None
         options = StreamOptions(api_key=self.registry.api_key(model.provider),
                                 headers=self.registry.headers(model),
+                                prepare=functools.partial(self._fresh_headers, model)
+                                if oauth else None,
                                 thinking=self.thinking_level,
                                 service_tier=fast_service_tier(model) if self.fast_mode
                                 else None)
         return TurnSetup(model=model, options=options, system_prompt=tuple(self.system_prompt),
                          tools=tuple(self.tools), http=self.http)
+
+    async def _fresh_headers(self, model: Model) -> dict[str, str]:
+        """The request headers of ``model`` with its OAuth login renewed first when it is
+        about to expire (once per provider, however many calls need it). Raises ProviderError
+        (``auth``) when the renewal fails. On cancellation nothing is renewed, or the renewal
+        already being written completes."""
+        await self.registry.refresh_if_due(model.provider, self.http.get())
+        return self.registry.headers(model)
+
+    def _agent_turn_setup(self) -> TurnSetup:
+        """``_turn_setup`` for the agent's model calls: a ``/force`` applies to one of them."""
+        setup = self._turn_setup()
+        forced, self.forced_tool = self.forced_tool, None
+        if forced is None or not any(t.name == forced for t in setup.tools):
+            return setup
+        return msgspec.structs.replace(
+            setup, options=attrs.evolve(setup.options, tool_choice=forced))
 
 
 @attrs.define(eq=False)
@@ -1021,3 +1209,11 @@ def _reason(exc: BaseException) -> str:
         return str(exc.strerror or exc)
     return str(exc)
 
+
+def _plain_text(content: object) -> str:
+    """The text blocks of a message's content (or the string itself)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(b.text for b in content if isinstance(b, m.TextContent))

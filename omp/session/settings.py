@@ -11,12 +11,13 @@ Files, lowest precedence first:
    overrides the global value of that key; the other keys keep theirs.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
-``task``, ``skills``, ...): they are ignored silently. Inside the sections we do model
-(``compaction``, ``retry``, ``bash``) the original has more keys than we use, and adds some between
-versions, so an unmodelled key is never an error: a key the original defines (``_ORIGINAL_KEYS``)
-is ignored silently, any other one (most likely a typo) is ignored with a warning on stderr naming
-the file and ``$.section.key``. A key we model with a value of the wrong type or range IS an error
-naming the file and the key (the strict converter of ``omp/config.py``), and nothing is applied.
+``skills``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
+``retry``, ``bash``, ``task``, ``async``) the original has more keys than we use, and adds some
+between versions, so an unmodelled key is never an error: a key the original defines
+(``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a typo) is ignored with a
+warning on stderr naming the file and ``$.section.key``. A key we model with a value of the wrong
+type or range IS an error naming the file and the key (the strict converter of ``omp/config.py``),
+and nothing is applied.
 ``null`` for a key means "not set" (its default), except ``reserveTokens``, where null is a value
 (the automatic reserve). A missing file or an empty one means the defaults.
 
@@ -38,6 +39,16 @@ trustedProjects:          # global file only
   - ~/src/my-project
 bash:
   passProviderKeys: false # global file only; true: commands and ripgrep get the provider keys
+task:
+  maxConcurrency: 32      # children of one session running at once (<= 0: unlimited)
+  maxRecursionDepth: 2    # -1: unlimited; 0: the main agent cannot spawn
+  maxRuntimeMs: 0         # wall-clock cap per child (0: none)
+  softRequestBudget: 200  # model requests per child before a wrap-up notice (0: none)
+  disabledAgents: []
+  agentModelOverrides: {} # agent name -> model pattern(s)
+async:
+  enabled: true           # background children (false: every child runs inline)
+  maxJobs: 100
 ```
 
 ``bash.passProviderKeys``: subprocesses (the ``bash`` tool, RPC ``bash``, ripgrep) are started
@@ -115,9 +126,43 @@ class BashSettings:
 
 
 @attrs.define(kw_only=True)
+class TaskSettings:
+    """The ``task`` tool and its subagents (subagents-login.md A.2)."""
+
+    batch: bool = True
+    """The model-facing schema is ``{context, tasks[]}``; false: one flat item per call."""
+    maxConcurrency: int = 32
+    """Children of one session running at once; 0 or negative: unlimited."""
+    maxRecursionDepth: int = 2
+    """How deep children may spawn children; -1: unlimited, 0: the main agent cannot spawn."""
+    maxRuntimeMs: int = 0
+    """Wall-clock cap per child (0: none)."""
+    softRequestBudget: int = 200
+    """Model requests per child before it is told to wrap up (0: none)."""
+    softRequestBudgetNotice: bool = True
+    disabledAgents: list[str] = attrs.field(factory=list)
+    """Agent names hidden from the tool description and refused at spawn."""
+    agentModelOverrides: dict[str, Any] = attrs.field(factory=dict)
+    """Agent name → model pattern or list of patterns (``provider/id`` or ``id``), over the
+    agent's own (checked in ``_validate``: the converter has no string-or-list type)."""
+
+
+@attrs.define(kw_only=True)
+class AsyncSettings:
+    """Background (detached) execution of ``task`` children (subagents-login.md A.2)."""
+
+    enabled: bool = True
+    maxJobs: int = 100
+    """Background jobs running at once (clamped to 1..100)."""
+
+
+@attrs.define(kw_only=True)
 class Settings:
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
     retry: RetrySettings = attrs.field(factory=RetrySettings)
+    task: TaskSettings = attrs.field(factory=TaskSettings)
+    async_: AsyncSettings = attrs.field(factory=AsyncSettings)
+    """The ``async`` section (a Python keyword, hence the underscore)."""
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
@@ -126,7 +171,10 @@ class Settings:
 
 
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
-                                   "bash": BashSettings}
+                                   "bash": BashSettings, "task": TaskSettings,
+                                   "async": AsyncSettings}
+_ATTRIBUTE = {"async": "async_"}
+"""Sections whose attribute name differs from their key (a Python keyword)."""
 _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets)."""
 
@@ -142,6 +190,10 @@ _ORIGINAL_KEYS = {
         "modelFallback", "fallbackChains", "fallbackRevertPolicy", "waitForUsageReset",
         "usageAwareFallback", "usageReservePct", "usageReservePolicy"}),
     "bash": frozenset({"autoBackground"}),
+    "task": frozenset({
+        "agentIdleTtlMs", "eager", "enableEffort", "maxEffort", "enableLsp",
+        "agentServiceTierOverrides", "agentPrewalk", "agentAdvisor", "prewalk", "isolation"}),
+    "async": frozenset(),
 }
 
 
@@ -152,6 +204,8 @@ class _File:
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
     retry: RetrySettings = attrs.field(factory=RetrySettings)
     bash: BashSettings = attrs.field(factory=BashSettings)
+    task: TaskSettings = attrs.field(factory=TaskSettings)
+    async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -207,11 +261,13 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) 
     merged: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
     for layer in layers:
         for section, keys in layer.keys.items():
-            values = getattr(layer.file, section)
+            values = getattr(layer.file, _ATTRIBUTE.get(section, section))
             merged[section].update((key, getattr(values, key)) for key in keys)
     settings = Settings(compaction=CompactionSettings(**merged["compaction"]),
                         retry=RetrySettings(**merged["retry"]), trusted_projects=trusted,
-                        bash=BashSettings(**merged["bash"]))
+                        bash=BashSettings(**merged["bash"]),
+                        task=TaskSettings(**merged["task"]),
+                        async_=AsyncSettings(**merged["async"]))
     pass_provider_keys(settings.bash.passProviderKeys)
     return settings
 
@@ -225,7 +281,8 @@ def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
         if value is None:  # absent, or `retry:` with every key commented out
             continue
         if not isinstance(value, dict):
-            known[section] = value  # the converter names it: "expected a mapping"
+            # the converter names it: "expected a mapping"
+            known[_ATTRIBUTE.get(section, section)] = value
             continue
         fields = attrs.fields_dict(cls)
         unknown = [str(k) for k in value if k not in fields and k not in _ORIGINAL_KEYS[section]]
@@ -233,7 +290,7 @@ def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
             warn(f"{path}: $.{section}: unknown key(s) ignored: {', '.join(sorted(unknown))}")
         chosen = {k: v for k, v in value.items()
                   if k in fields and (v is not None or fields[k].default is None)}
-        known[section] = chosen
+        known[_ATTRIBUTE.get(section, section)] = chosen
         keys[section] = list(chosen)
     if "trustedProjects" in raw:
         known["trustedProjects"] = raw["trustedProjects"]
@@ -267,9 +324,20 @@ def _validate(file: _File, path: Path) -> None:
     if c.reserveTokens is not None and c.reserveTokens <= 0:
         raise problem(path, "$.compaction.reserveTokens", "must be greater than 0, got "
                       f"{c.reserveTokens} (or null for the automatic reserve)")
-    checks = (("compaction.keepRecentTokens", c.keepRecentTokens),
-              ("retry.maxRetries", r.maxRetries), ("retry.baseDelayMs", r.baseDelayMs),
-              ("retry.maxDelayMs", r.maxDelayMs))
+    checks: tuple[tuple[str, int], ...] = (
+        ("compaction.keepRecentTokens", c.keepRecentTokens),
+        ("retry.maxRetries", r.maxRetries), ("retry.baseDelayMs", r.baseDelayMs),
+        ("retry.maxDelayMs", r.maxDelayMs))
+    if file.task.maxRecursionDepth < -1:
+        raise problem(path, "$.task.maxRecursionDepth",
+                      f"must be -1 (unlimited) or more, got {file.task.maxRecursionDepth}")
+    for name, patterns in file.task.agentModelOverrides.items():
+        if not (isinstance(patterns, str) or (isinstance(patterns, list) and all(
+                isinstance(p, str) for p in patterns))):
+            raise problem(path, f"$.task.agentModelOverrides.{name}",
+                          "must be a model pattern or a list of them")
+    checks += (("task.maxRuntimeMs", file.task.maxRuntimeMs),
+               ("task.softRequestBudget", file.task.softRequestBudget))
     for where, value in checks:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")

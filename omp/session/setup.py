@@ -90,6 +90,7 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                         builtin_tools=active, tool_context=context,
                         prompt_options=prompt_options, system_prompt=prompt_options.build(active),
                         todos=todos)
+    session.load_skills()
     if directory is not None:
         session.open_startup_file(session_path=session_path, resume=resume)
     return session

@@ -3,7 +3,8 @@
 Block 1 says who the agent is, which tools it has and how to use them; ``--system-prompt``
 replaces it whole. Block 2 is about this project and this moment: the context files (the global
 ``AGENTS.md`` of the agent directory, then one per directory from the filesystem root down to
-the cwd), the ``--append-system-prompt`` text, the date and the cwd. Block 1 changes only with
+the cwd), the skills the model may read (``skill://<name>``, when it has the ``read`` tool), the
+``--append-system-prompt`` text, the date and the cwd. Block 1 changes only with
 the tool set, so a provider can cache it across sessions.
 
 Everything here is pure except reading the context files. Those reads block; that is fine
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import attrs
 
+from ..commands.skills import Skill, skills_prompt
 from ..config import agent_dir
 from ..tools.base import Tool
 
@@ -39,7 +41,8 @@ _EXPLORING_TOOLS = ("grep", "find", "ls")
 def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Path,
                         custom: str | None = None, append: str | None = None,
                         today: datetime.date | None = None,
-                        model_name: str | None = None) -> list[str]:
+                        model_name: str | None = None,
+                        skills: Sequence[Skill] = ()) -> list[str]:
     """The system prompt blocks for a session in ``cwd`` with ``tools`` active.
 
     ``custom`` (``--system-prompt``) replaces the first block; ``append``
@@ -48,8 +51,11 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
     that cannot be read are left out; nothing here raises for a file's sake.
     """
     main = custom if custom is not None else _main_block(tools)
+    # Skills are read on demand through ``read``'s skill:// URIs: without it, no listing.
+    listing = skills_prompt(skills) if any(t.name == "read" for t in tools) else ""
     return [main, _project_block(cwd=cwd, agent_directory=agent_directory, append=append,
-                                 today=today or datetime.date.today(), model_name=model_name)]
+                                 today=today or datetime.date.today(), model_name=model_name,
+                                 skills=listing)]
 
 
 PROMPT_FILE_SUFFIXES = (".md", ".markdown", ".txt", ".prompt")
@@ -163,11 +169,13 @@ def _tools_word(words: list[str]) -> str:
 
 
 def _project_block(*, cwd: Path, agent_directory: Path, append: str | None,
-                   today: datetime.date, model_name: str | None) -> str:
+                   today: datetime.date, model_name: str | None, skills: str = "") -> str:
     parts: list[str] = []
     context = [f"## {path}\n\n{text}" for path, text in _context_files(cwd, agent_directory)]
     if context:
         parts += ["# Project Context", "Project-specific instructions and guidelines:", *context]
+    if skills:
+        parts.append(skills)
     if append and append.strip():
         parts.append(append.strip())
     facts = [f"Current date: {today.isoformat()}", f"Current working directory: {cwd}"]
@@ -242,9 +250,10 @@ class PromptOptions:
     agent_directory: Path | None = None
     custom: str | None = None
     append: str | None = None
+    skills: Sequence[Skill] = ()
 
     def build(self, tools: Sequence[Tool]) -> list[str]:
         return build_system_prompt(
             tools=tools, cwd=self.cwd,
             agent_directory=self.agent_directory or agent_dir(), custom=self.custom,
-            append=self.append)
+            append=self.append, skills=self.skills)

@@ -2,7 +2,9 @@
 
 * ``omp.testing.fake_llm``: the fake LLM server (``open_fake_llm``, ``serve_fake_llm``, and
   ``python -m omp.testing.fake_llm --script FILE``);
-* ``omp.testing.script``: its provider-neutral script format.
+* ``omp.testing.script``: its provider-neutral script format;
+* ``omp.testing.fake_oauth``: a fake OAuth 2.0 server (device code, PKCE, refresh, scripted
+  denials, expiry and ``slow_down``) for login tests.
 
 Nothing is imported here, so that ``python -m omp.testing.fake_llm`` runs the module once.
 """

@@ -13,14 +13,17 @@ propagate and clean up on the way out (subprocesses killed and waited for).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import msgspec
 
 from ..protocol.messages import ImageContent, TextContent
+
+if TYPE_CHECKING:
+    from ..commands.skills import Skill
 
 ResultContent = TextContent | ImageContent
 
@@ -107,6 +110,8 @@ class ToolContext:
 
     cwd: Path
     uris: UriHandler | None = None
+    skills: Sequence[Skill] = ()
+    """The session's skills: ``read`` serves their ``skill://`` URIs."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

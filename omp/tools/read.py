@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 import attrs
 import trio
 
+from ..commands.skills import SKILL_URI_SCHEME, SkillUriError, resolve_skill_uri
 from ..files import UnusableFile, open_regular
 from ..protocol.messages import ImageContent, TextContent
 from .base import OnUpdate, ToolContext, ToolError, ToolResult, UriResource
@@ -287,7 +288,13 @@ class ReadTool(SpecifiedTool):
         shown_path: str = args["path"]
         if (url := self._ctx.host_url(shown_path)) is not None and self._ctx.uris is not None:
             return host_read_result(url, await self._ctx.uris.read(url))
-        path = resolve_path(self._ctx, shown_path)
+        if shown_path.startswith(SKILL_URI_SCHEME):
+            try:
+                path = resolve_skill_uri(self._ctx.skills, shown_path)
+            except SkillUriError as exc:
+                raise ToolError(f"Cannot read {shown_path}: {exc}") from None
+        else:
+            path = resolve_path(self._ctx, shown_path)
         offset = None if args.get("offset") is None else int(args["offset"])
         limit = None if args.get("limit") is None else max(1, int(args["limit"]))
         stop = threading.Event()

@@ -152,8 +152,9 @@ def _new_tasks(items: Iterable[str]) -> list[TodoItem]:
     return [TodoItem(content=item.strip(), status="pending") for item in items]
 
 
-def _apply(state: TodoState, args: dict[str, Any]) -> str:
-    """Carry out one operation on ``state``; returns the headline for the result text."""
+def apply_op(state: TodoState, args: dict[str, Any]) -> str:
+    """Apply one operation (the tool's arguments) to ``state``; the headline of what changed.
+    Raises ToolError naming what is wrong with ``args``."""
     op = args.get("op")
     if op not in OPS:
         raise ToolError(f"Unknown op {op!r}. Use one of: {', '.join(OPS)}.")
@@ -266,7 +267,7 @@ class TodoTool(SpecifiedTool):
         Never waits, so cancellation can only arrive before the operation (nothing changes).
         """
         await trio.lowlevel.checkpoint()
-        headline = _apply(self.state, args)
+        headline = apply_op(self.state, args)
         listing = render_todos(self.state.phases)
         text = f"{headline}\n\n{listing}" if headline else listing
         details = {"op": args["op"], "phases": msgspec.to_builtins(self.state.phases),

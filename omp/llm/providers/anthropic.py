@@ -122,6 +122,7 @@ class _Request(_Wire, frozen=True, kw_only=True, omit_defaults=True):
     stream: bool
     system: list[_TextBlock] | None = None
     tools: list[_Tool] | None = None
+    tool_choice: dict[str, str] | None = None
     thinking: dict[str, Any] | None = None
     temperature: float | None = None
 
@@ -212,7 +213,9 @@ def build_request(call: ModelRequest) -> tuple[_Request, bool]:
                                   normalize_id=lambda i, _same: sanitize_tool_id(i))
     max_tokens = options.max_tokens or min(model.maxTokens or DEFAULT_MAX_TOKENS, MAX_TOKENS_CAP)
     thinking: dict[str, Any] | None = None
-    if model.reasoning and options.thinking != "off":
+    forced = options.tool_choice if context.tools else None
+    # Anthropic refuses a forced tool together with extended thinking: a forced turn thinks not.
+    if model.reasoning and options.thinking != "off" and forced is None:
         thinking, max_tokens = anthropic_thinking(model, options.thinking, max_tokens)
     system = [_TextBlock(text=text) for text in context.system_prompt if text.strip()]
     if system:
@@ -222,6 +225,7 @@ def build_request(call: ModelRequest) -> tuple[_Request, bool]:
     request = _Request(
         model=model.id, messages=_convert_messages(messages, model), max_tokens=max_tokens,
         stream=True, system=system or None, tools=tools or None, thinking=thinking,
+        tool_choice={"type": "tool", "name": forced} if forced else None,
         temperature=options.temperature if thinking is None else None)
     return request, thinking is not None
 

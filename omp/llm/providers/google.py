@@ -101,6 +101,7 @@ class _Request(_Wire, frozen=True, kw_only=True, omit_defaults=True):
     generationConfig: _GenerationConfig
     systemInstruction: _SystemInstruction | None = None
     tools: list[_Tools] | None = None
+    toolConfig: dict[str, Any] | None = None
 
 
 def _user_parts(content: str | Sequence[m.UserContent], images: bool) -> list[_Part]:
@@ -190,7 +191,10 @@ def build_request(call: ModelRequest) -> _Request:
     return _Request(
         contents=_convert_messages(messages, model), generationConfig=config,
         systemInstruction=_SystemInstruction(parts=system) if system else None,
-        tools=[_Tools(functionDeclarations=tools)] if tools else None)
+        tools=[_Tools(functionDeclarations=tools)] if tools else None,
+        toolConfig={"functionCallingConfig": {
+            "mode": "ANY", "allowedFunctionNames": [options.tool_choice]}}
+        if tools and options.tool_choice else None)
 
 
 def _headers(call: ModelRequest) -> dict[str, str]:

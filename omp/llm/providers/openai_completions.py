@@ -166,6 +166,8 @@ def build_request(call: ModelRequest) -> Json:
         body["tools"] = [{"type": "function", "function": {
             "name": t.name, "description": t.description, "parameters": t.parameters}}
             for t in call.context.tools]
+        if opts.tool_choice:
+            body["tool_choice"] = {"type": "function", "function": {"name": opts.tool_choice}}
     return body
 
 

@@ -106,6 +106,8 @@ def build_request(call: ModelRequest) -> Json:
     if call.context.tools:
         body["tools"] = [{"type": "function", "name": t.name, "description": t.description,
                           "parameters": t.parameters} for t in call.context.tools]
+        if call.options.tool_choice:
+            body["tool_choice"] = {"type": "function", "name": call.options.tool_choice}
     return body
 
 

@@ -1,0 +1,28 @@
+"""The ``oauth:`` block of a ``models.yml`` provider: how to log in to it with OAuth 2.0.
+
+Only the standard, open flows are offered (DESIGN.md §4.7): the device authorization grant
+(RFC 8628) and the authorization code grant with PKCE and a loopback redirect (RFC 7636, RFC
+8252). ``omp/llm/models_file.py`` reads the block into this class and checks it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+
+@attrs.define(kw_only=True)
+class OAuthConfig:
+    """One provider's OAuth client registration (a public client: no secret)."""
+
+    flow: Literal["device", "pkce"]
+    clientId: str
+    tokenUrl: str
+    deviceAuthorizationUrl: str | None = None
+    """``flow: device``: where the device code is requested."""
+    authorizationUrl: str | None = None
+    """``flow: pkce``: where the browser is sent."""
+    scopes: list[str] = attrs.field(factory=list)
+    redirectPort: int = 0
+    """``flow: pkce``: the loopback port of the redirect; 0 = any free port."""

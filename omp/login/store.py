@@ -1,0 +1,198 @@
+"""``auth.json``: the credentials of the agent directory, read once per registry and written by
+logins and refreshes.
+
+The file maps a provider id to its credential. Every form the project ever read is still read:
+
+* ``"provider": "sk-..."`` and ``{"type": "api_key", "key": "sk-..."}`` (``type`` optional) —
+  an API key;
+* ``{"type": "oauth", "access": ..., "refresh": ..., "expires": <epoch ms>}`` — an OAuth login
+  (``refresh`` and ``expires`` optional: without ``expires`` the token is used until a call fails).
+
+Writes replace one provider's entry and keep every other entry as it is: the file is read again,
+the entry set, and the whole written to a temporary file (mode 0600) in the same directory that
+then replaces it (``os.replace``), so a reader sees the old file or the new one, never half, and
+the secrets are never readable by others, not even for a moment. The directory is created 0700.
+
+``Credentials`` is the registry's copy. It also owns, per provider, the ``trio.Lock`` that makes
+a refresh happen once however many calls need it at the same time, and the cancel scope of the
+login in progress (one at a time; ``abort`` cancels it). Nothing here is module-global.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+
+from ..config import ConfigError, read_text, warn
+
+NEVER_EXPIRES_MS = 8_640_000_000_000_000
+"""``expires`` of a token that does not expire (the original's value: the largest JS date)."""
+
+
+class ApiKey(msgspec.Struct, frozen=True):
+    key: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "api_key", "key": self.key}
+
+    def __repr__(self) -> str:
+        return "ApiKey(<hidden>)"  # a key never reaches a log through a repr
+
+
+class OAuthTokens(msgspec.Struct, frozen=True):
+    access: str
+    refresh: str | None
+    expires: int
+    """Epoch milliseconds after which the access token must not be used (already shortened by
+    a safety margin when it was stored)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "oauth", "access": self.access, "expires": self.expires}
+        if self.refresh is not None:
+            out["refresh"] = self.refresh
+        return out
+
+    def __repr__(self) -> str:
+        # Tokens never reach a log or a traceback's locals through a repr.
+        return f"OAuthTokens(expires={self.expires})"
+
+
+Credential = ApiKey | OAuthTokens
+
+
+def read_auth_file(path: Path) -> dict[str, Credential]:
+    """Every credential of ``auth.json`` (none when there is no file). Raises ConfigError naming
+    the file, the entry and what is wrong. A file readable by others is used, with a warning."""
+    raw = _read_raw(path)
+    if raw is None:
+        return {}
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warn(f"{path} is readable by others; run `chmod 600 {path}`")
+    return {provider: _credential(path, provider, entry) for provider, entry in raw.items()}
+
+
+def _read_raw(path: Path) -> dict[str, Any] | None:
+    if not os.path.lexists(path):
+        return None
+    text = read_text(path)
+    try:
+        data = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected an object of provider → key")
+    return data
+
+
+def _credential(path: Path, provider: str, entry: Any) -> Credential:
+    where = f"{path}: $.{provider}"
+    if isinstance(entry, str):
+        return ApiKey(entry)
+    if isinstance(entry, dict):
+        kind = entry.get("type")
+        if isinstance(entry.get("key"), str) and kind in (None, "api_key"):
+            return ApiKey(entry["key"])
+        if isinstance(entry.get("access"), str) and kind in (None, "oauth"):
+            refresh = entry.get("refresh")
+            expires = entry.get("expires", NEVER_EXPIRES_MS)
+            if refresh is not None and not isinstance(refresh, str):
+                raise ConfigError(f"{where}.refresh: expected a string")
+            if isinstance(expires, bool) or not isinstance(expires, int | float):
+                raise ConfigError(f"{where}.expires: expected epoch milliseconds (a number)")
+            return OAuthTokens(access=entry["access"], refresh=refresh, expires=int(expires))
+    raise ConfigError(f"{where}: expected a key string or an object with `key` (an API key) "
+                      "or `access` (an OAuth login)")
+
+
+def write_credential(path: Path, provider: str, credential: Credential) -> None:
+    """Set ``provider``'s entry in ``auth.json``, keeping every other entry; atomic, 0600.
+
+    Blocks (file I/O): callers on the event loop run it in a worker thread. Raises ConfigError
+    when the existing file cannot be read (it is then left untouched) or OSError when the new
+    one cannot be written.
+    """
+    raw = _read_raw(path) or {}
+    raw[provider] = credential.to_json()
+    data = msgspec.json.format(msgspec.json.encode(raw), indent=2) + b"\n"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            os.fchmod(file.fileno(), 0o600)  # mkstemp's mode already; said here on purpose
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@attrs.define(eq=False)
+class Credentials:
+    """A registry's credentials from ``auth.json`` (``path`` None: kept in memory only)."""
+
+    path: Path | None = None
+    entries: dict[str, Credential] = attrs.field(factory=dict)
+    _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
+    _login: trio.CancelScope | None = attrs.field(default=None, init=False)
+
+    @classmethod
+    def load(cls, path: Path) -> Credentials:
+        return cls(path, read_auth_file(path))
+
+    def lock(self, provider: str) -> trio.Lock:
+        """The lock a refresh of ``provider`` holds (one refresh at a time per provider)."""
+        lock = self._locks.get(provider)
+        if lock is None:
+            lock = self._locks[provider] = trio.Lock()
+        return lock
+
+    async def store(self, provider: str, credential: Credential) -> None:
+        """Keep ``credential`` for ``provider``, in memory and in ``auth.json``.
+
+        The file is written in a worker thread; on cancellation the write still completes
+        (it is short), and the credential is kept in memory too."""
+        self.entries[provider] = credential
+        if self.path is not None:
+            await trio.to_thread.run_sync(write_credential, self.path, provider, credential)
+
+    # -- the login in progress ----------------------------------------------------------------
+
+    @property
+    def login_running(self) -> bool:
+        return self._login is not None
+
+    @contextlib.contextmanager
+    def login_scope(self) -> Iterator[trio.CancelScope]:
+        """The cancel scope of a login; raises RuntimeError when one is already running."""
+        if self._login is not None:
+            raise RuntimeError("A login is already in progress")
+        scope = self._login = trio.CancelScope()
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._login = None
+
+    def cancel_login(self) -> bool:
+        """Cancel the login in progress (``abort``); False when none is running."""
+        if self._login is None:
+            return False
+        self._login.cancel()
+        return True

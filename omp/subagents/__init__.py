@@ -1,0 +1,39 @@
+"""Subagents: the ``task`` tool's children, their registry and their RPC frames.
+
+``install`` gives a session the ``task`` tool (when its depth allows spawning) and the registry
+of its ``serve()``; ``jobs_report`` is what ``/jobs`` prints. See ``omp.subagents.host`` for who
+owns each child and how cancellation reaches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from ..session.agent_session import AgentSession
+from .agents import BUNDLED as BUNDLED
+from .agents import AgentDef as AgentDef
+from .agents import discover_agents as discover_agents
+from .host import NO_JOBS as NO_JOBS
+from .host import SubagentHost as SubagentHost
+from .host import jobs_report as jobs_report
+from .registry import SubagentRegistry as SubagentRegistry
+from .registry import UnknownSubagent as UnknownSubagent
+from .registry import read_messages as read_messages
+
+
+def install(session: AgentSession, emit: Callable[[msgspec.Struct], None], *,
+            agent_directory: Path, trusted: bool, offer_tool: bool = True) -> SubagentHost:
+    """Give ``session`` (a main session) subagents: the registry writes frames with ``emit``;
+    with ``offer_tool`` the ``task`` tool joins the session's tools unless
+    ``task.maxRecursionDepth`` is 0. Reads the agent files (blocking, before serving)."""
+    registry = SubagentRegistry(emit=emit, epoch=lambda: session.job_epoch)
+    host = SubagentHost(session, registry, agent_directory, trusted)
+    host.refresh_agents()
+    session.subagents = host
+    if offer_tool and host.can_spawn():
+        session.builtin_tools.append(host.tool())
+        session.system_prompt = session.prompt_options.build(session.tools)
+    return host

@@ -1,0 +1,175 @@
+"""The subagent registry and bus of one ``serve()`` (rpc-behavior §9).
+
+Every child, at any depth, reports here: lifecycle, progress and (at level ``events``) its own
+events. The registry keeps the rules of §9.3 — a snapshot per live child, transcripts remembered
+after the end (an LRU of 256), ids made stale by a session change — and writes the
+``subagent_*`` frames the subscription level lets through. The level belongs to the server and
+survives session changes. The registry is updated whatever the level.
+
+Session changes are seen through the root session's ``job_epoch`` (bumped whenever its jobs are
+cancelled): the first call after a change forgets everything and marks the known ids stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import msgspec
+
+from ..protocol.commands import SubagentLevel
+from ..protocol.events import (
+    SubagentEvent,
+    SubagentEventPayload,
+    SubagentLifecycle,
+    SubagentLifecyclePayload,
+    SubagentProgress,
+    SubagentProgressPayload,
+)
+from ..protocol.payloads import SubagentMessagesResult, SubagentSnapshot
+
+REMEMBERED_FILES = 256
+
+
+class UnknownSubagent(LookupError):
+    """``get_subagent_messages`` could not resolve its target; the message says why."""
+
+
+@attrs.define(eq=False)
+class SubagentRegistry:
+    emit: Callable[[msgspec.Struct], None]
+    """Writes a frame (the server's ``emit``; never waits)."""
+    epoch: Callable[[], int]
+    """The root session's ``job_epoch``."""
+    level: SubagentLevel = "off"
+    _seen_epoch: int = 0
+    _live: dict[str, SubagentSnapshot] = attrs.field(factory=dict)
+    _files: OrderedDict[str, str] = attrs.field(factory=OrderedDict)
+    _stale: set[str] = attrs.field(factory=set)
+
+    def _sync(self) -> None:
+        epoch = self.epoch()
+        if epoch != self._seen_epoch:
+            self._seen_epoch = epoch
+            self._stale |= set(self._live) | set(self._files)
+            self._live.clear()
+            self._files.clear()
+
+    def lifecycle(self, payload: SubagentLifecyclePayload) -> None:
+        self._sync()
+        known = self._live.get(payload.id)
+        if payload.status == "started":
+            if known is not None and not _same_owner(known, payload):
+                return
+            self._stale.discard(payload.id)
+            self._live[payload.id] = SubagentSnapshot(
+                id=payload.id, index=payload.index, agent=payload.agent,
+                agentSource=payload.agentSource, status="started",
+                lastUpdate=int(time.time() * 1000), description=payload.description,
+                sessionFile=payload.sessionFile, parentToolCallId=payload.parentToolCallId)
+        else:
+            if known is None or not _same_owner(known, payload):
+                return  # unknown (or stale) id: dropped entirely, no frame (§9.3)
+            del self._live[payload.id]
+            if isinstance(payload.sessionFile, str):
+                self._remember(payload.id, payload.sessionFile)
+        if self.level != "off":
+            self.emit(SubagentLifecycle(payload=payload))
+
+    def progress(self, child_id: str, payload: SubagentProgressPayload) -> None:
+        self._sync()
+        known = self._live.get(child_id)
+        if known is None or child_id in self._stale or not _same_owner(known, payload):
+            return
+        self._live[child_id] = msgspec.structs.replace(
+            known, status=payload.progress.status, task=payload.task,
+            assignment=payload.assignment, description=payload.progress.description,
+            progress=payload.progress, lastUpdate=int(time.time() * 1000))
+        if self.level != "off":
+            self.emit(SubagentProgress(payload=payload))
+
+    def event(self, child_id: str, event: Any) -> None:
+        """A child's own event (already a frame struct, without ``messageId``)."""
+        if self.level != "events":
+            return
+        self._sync()
+        if child_id in self._stale or child_id not in self._live:
+            return
+        self.emit(SubagentEvent(payload=SubagentEventPayload(id=child_id, event=event)))
+
+    def _remember(self, child_id: str, session_file: str) -> None:
+        self._files[child_id] = session_file
+        self._files.move_to_end(child_id)
+        while len(self._files) > REMEMBERED_FILES:
+            self._files.popitem(last=False)
+
+    def snapshots(self) -> list[SubagentSnapshot]:
+        self._sync()
+        return sorted(self._live.values(), key=lambda s: (s.index, s.id))
+
+    def resolve(self, subagent_id: str | None, session_file: str | None) -> str:
+        """The transcript file of a live or remembered child. Raises UnknownSubagent."""
+        self._sync()
+        if subagent_id is not None:
+            live = self._live.get(subagent_id)
+            found = (live.sessionFile if live is not None and isinstance(live.sessionFile, str)
+                     else self._files.get(subagent_id))
+            if found is None:
+                raise UnknownSubagent(
+                    f"Unknown subagent or session file unavailable: {subagent_id}")
+            return found
+        if session_file is not None:
+            known = {s.sessionFile for s in self._live.values()} | set(self._files.values())
+            if session_file not in known:
+                raise UnknownSubagent("Unknown subagent session file")
+            return session_file
+        raise UnknownSubagent("get_subagent_messages requires subagentId or sessionFile")
+
+
+def _same_owner(known: SubagentSnapshot,
+                payload: SubagentLifecyclePayload | SubagentProgressPayload) -> bool:
+    mine, theirs = known.parentToolCallId, payload.parentToolCallId
+    if isinstance(mine, str) and isinstance(theirs, str):
+        return mine == theirs
+    return known.sessionFile == payload.sessionFile
+
+
+def read_messages(path: str, from_byte: int) -> SubagentMessagesResult:
+    """Complete lines of ``path`` from byte ``from_byte`` on (§9.3 step 3); a partial last line
+    is left for the next call. Blocking (one file read)."""
+    start = max(0, int(from_byte))
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            reset = start > size
+            if reset:
+                start = 0
+            file.seek(start)
+            data = file.read(max(0, size - start))
+    except FileNotFoundError:
+        return SubagentMessagesResult(sessionFile=path, fromByte=start, nextByte=start,
+                                      reset=False, entries=[], messages=[])
+    complete = data[:data.rfind(b"\n") + 1]
+    entries: list[dict[str, Any]] = []
+    messages: list[Any] = []
+    for line in complete.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a torn line in the middle is skipped, as the loader does
+        if not isinstance(entry, dict) or entry.get("type") == "session":
+            continue
+        entries.append(entry)
+        if entry.get("type") == "message" and "message" in entry:
+            messages.append(entry["message"])
+    return SubagentMessagesResult(sessionFile=path, fromByte=start,
+                                  nextByte=start + len(complete), reset=reset,
+                                  entries=entries, messages=messages)
+
