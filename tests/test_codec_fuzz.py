@@ -155,7 +155,10 @@ def test_invalid_utf8_inside_a_valid_frame(text: str, junk: bytes, at: int, pad:
     if isinstance(result, cmd.Prompt):
         assert result.id == "p"
         expected = json.loads(b'"' + message.decode("utf-8", "replace").encode() + b'"')
-        assert result.message == expected
+        # json.loads keeps a lone surrogate escape as is; the codec makes it U+FFFD (a
+        # junk byte can split an escaped pair).
+        assert result.message == "".join(
+            "\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in expected)
 
 
 # --- every command, mutated ----------------------------------------------------------------------
