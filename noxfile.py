@@ -25,8 +25,13 @@ def tests(session: nox.Session) -> None:
 def tests_lowest(session: nox.Session) -> None:
     """The whole suite on the oldest Python and the declared minimum of every runtime
     dependency, so a ``>=`` in pyproject.toml is a version that works (the test tools are the
-    newest that fit). The pins are generated from pyproject.toml, the one place they live."""
-    constraints = Path(session.create_tmp()) / "lowest.txt"
+    newest that fit). The pins are generated from pyproject.toml, the one place they live.
+
+    The constraints file goes in the session's virtualenv, not ``session.create_tmp()``: that
+    points TMPDIR into ``.nox/`` inside this git checkout, and tests whose ``tmp_path`` lies in an
+    ignored folder of a repository see ripgrep skip every file and the project walk find this
+    repository's root."""
+    constraints = Path(session.virtualenv.location) / "lowest.txt"
     constraints.write_text("".join(f"{pin}\n" for pin in lowest_pins()))
     session.install("-c", str(constraints), "-e", ".[test]")
     session.run("pytest", *session.posargs)

@@ -10,19 +10,25 @@ anything else is refused with :class:`UnusableFile` before it can block or flood
   in after the check opens at once (or fails, for writing) and is still refused: what is used is
   what was checked. The descriptor is then made blocking again (regular files ignore the flag).
 
+``write_private`` is the one way private files (credentials, exports) are replaced: a 0600
+temporary file in the same directory, synced, then ``os.replace``, so a reader sees the old file
+or the new one, never half of one.
+
 Everything here blocks (on a slow disk, a network filesystem): callers on the event loop run it
 in a worker thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import Final
 
 __all__ = ["FileTooLarge", "UnusableFile", "describe_kind", "format_bytes", "open_regular",
-           "read_regular"]
+           "read_regular", "write_private"]
 
 _OPEN_FLAGS: Final = os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -121,3 +127,22 @@ def read_regular(path: Path | str, limit: int) -> bytes:
         os.close(fd)
     _refuse_large(path, size, limit)
     return b"".join(chunks)
+
+
+def write_private(path: Path | str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, mode ``0600`` (a symlink is followed: its
+    target is replaced). The temporary file is removed when anything fails (the error
+    propagates, ``path`` is left as it was)."""
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            os.fchmod(file.fileno(), 0o600)  # mkstemp's mode already; said here on purpose
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

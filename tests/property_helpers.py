@@ -115,6 +115,34 @@ def leftover_tasks() -> list[str]:
     return found
 
 
+def task_tree() -> str:
+    """Every task of this ``trio.run``, indented under its parent, with where it waits (the
+    innermost frames of its coroutine chain): what a hung example prints."""
+    lines: list[str] = []
+
+    def where(task: trio.lowlevel.Task) -> str:
+        frames = []
+        coro: Any = task.coro
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is not None:
+                frames.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        ours = [f for f in frames if not f.startswith("_")]  # trio's modules start with _
+        return " > ".join(ours[-3:] + frames[-1:])
+
+    def walk(task: trio.lowlevel.Task, depth: int) -> None:
+        lines.append(f"{'  ' * depth}{task.name}  [{where(task)}]")
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                walk(child, depth + 1)
+
+    root = trio.lowlevel.current_root_task()
+    if root is not None:
+        walk(root, 0)
+    return "\n".join(lines)
+
+
 # --- describing frames ---------------------------------------------------------------------------
 
 
@@ -140,7 +168,14 @@ def label(frame: Frame) -> str:
     if t in ("host_tool_cancel", "host_uri_cancel"):
         return f"{t} target={frame.get('targetId')}"
     if t == "prompt_result":
-        return f"prompt_result id={frame.get('id')} {frame.get('status')}"
+        settled = "" if frame.get("sessionSettled", True) else " sessionSettled=false"
+        return f"prompt_result id={frame.get('id')} {frame.get('status')}{settled}"
+    if t == "agent_end":
+        return f"agent_end isTerminal={frame.get('isTerminal')}"
+    if t in ("subagent_lifecycle", "subagent_progress"):
+        payload = frame["payload"]
+        progress = payload.get("progress", payload)
+        return f"{t} {progress.get('id')} {progress.get('status')}"
     if t in ("auto_retry_start", "auto_retry_end"):
         fields = {k: frame[k] for k in ("delayMs", "success", "finalError") if k in frame}
         return f"{t} attempt={frame.get('attempt')} {fields}"
@@ -151,7 +186,7 @@ def label(frame: Frame) -> str:
     return str(t)
 
 
-def around(frames: Sequence[Frame], index: int, before: int = 12, after: int = 4) -> str:
+def around(frames: Sequence[Frame], index: int, before: int = 40, after: int = 4) -> str:
     """The frames around ``index`` (marked ``>>``), one per line, numbered."""
     lines = []
     for i in range(max(0, index - before), min(len(frames), index + after + 1)):
@@ -166,11 +201,13 @@ def fail_at(frames: Sequence[Frame], index: int, rule: str) -> AssertionError:
 # --- the rules -----------------------------------------------------------------------------------
 
 
-def check_runs(frames: Sequence[Frame], *, complete: bool) -> int:
+def check_runs(frames: Sequence[Frame], *, complete: bool, pauses: bool = False) -> int:
     """Runs and turns are closed in protocol order; returns how many runs ended.
 
     A run is one or more attempts (each opens with ``agent_start``) closed by exactly one
-    ``agent_end`` with ``isTerminal: true``; nothing a run writes appears outside one, and
+    ``agent_end`` with ``isTerminal: true``; with ``pauses`` (background children were
+    spawned) a run may also pause with ``isTerminal: false``, their results starting the next
+    one (rpc-behavior §4.4; ``check_pauses``). Nothing a run writes appears outside one, and
     ``prompt_result`` / ``session_settled`` never appear inside one. Turns
     alternate ``turn_start`` / ``turn_end`` inside a run, and messages and tool executions
     happen inside a turn. ``complete``: every run that started has ended.
@@ -186,7 +223,8 @@ def check_runs(frames: Sequence[Frame], *, complete: bool) -> int:
         elif t == "agent_end":
             if not run_open:
                 raise fail_at(frames, i, "agent_end without a run (a second terminal agent_end?)")
-            if f.get("isTerminal") is not True:
+            if f.get("isTerminal") is not True and not (
+                    pauses and f.get("isTerminal") is False):
                 raise fail_at(frames, i, "agent_end is not terminal")
             if turn_open:
                 raise fail_at(frames, i, "agent_end while a turn is open")
@@ -209,6 +247,21 @@ def check_runs(frames: Sequence[Frame], *, complete: bool) -> int:
     if complete and run_open:
         raise fail_at(frames, len(frames) - 1, "a run that started never wrote its agent_end")
     return ended
+
+
+def check_pauses(frames: Sequence[Frame]) -> None:
+    """A run that paused for background work (``agent_end`` ``isTerminal: false``) is followed
+    by another run before ``session_settled``: the results are delivered, not dropped.
+    ``frames``: what arrived while the host's input was open (a shutdown drops results)."""
+    paused_at: int | None = None
+    for i, f in enumerate(frames):
+        if f["type"] == "agent_end":
+            paused_at = i if f.get("isTerminal") is False else None
+        elif f["type"] == "agent_start":
+            paused_at = None
+        elif f["type"] == "session_settled" and paused_at is not None:
+            raise fail_at(frames, i, f"the session settled after the run paused at {paused_at} "
+                                     "without a run delivering the background results")
 
 
 def check_sagas(frames: Sequence[Frame]) -> None:
@@ -337,7 +390,8 @@ def check_idle_after_runs(frames: Sequence[Frame], prompt_ids: Iterable[str],
     queued steer resumes after an abort; a prompt sent meanwhile starts a new run).
     """
     prompt_ids = set(prompt_ids)
-    ends = [i for i, f in enumerate(frames) if f["type"] == "agent_end"]
+    ends = [i for i, f in enumerate(frames)
+            if f["type"] == "agent_end" and f.get("isTerminal") is True]
     responses = responses_by_id(frames)
     for k, state_id in enumerate(state_ids):
         got = responses.get(state_id)
@@ -359,6 +413,35 @@ def check_idle_after_runs(frames: Sequence[Frame], prompt_ids: Iterable[str],
             raise fail_at(frames, r, f"isStreaming is true after terminal agent_end #{k + 1} "
                                      f"(index {ends[k] if k < len(ends) else '?'}) with "
                                      "nothing left to run")
+
+
+SUBAGENT_ENDS = frozenset({"completed", "failed", "aborted"})
+
+
+def check_subagents(frames: Sequence[Frame]) -> None:
+    """Each child's ``subagent_lifecycle`` starts once and ends at most once, after it
+    started; its ``subagent_progress`` frames lie between the two. (A child cancelled with its
+    session, at ``new_session`` or shutdown, may end without a frame: its id went stale.)"""
+    started: set[str] = set()
+    ended: set[str] = set()
+    for i, f in enumerate(frames):
+        if f["type"] == "subagent_lifecycle":
+            child, status = f["payload"]["id"], f["payload"]["status"]
+            if status == "started":
+                if child in started:
+                    raise fail_at(frames, i, f"subagent {child} started twice")
+                started.add(child)
+            elif status in SUBAGENT_ENDS:
+                if child not in started or child in ended:
+                    raise fail_at(frames, i, f"subagent {child} ended ({status}) without "
+                                             "being running")
+                ended.add(child)
+            else:
+                raise fail_at(frames, i, f"subagent {child}: unknown status {status!r}")
+        elif f["type"] == "subagent_progress":
+            child = f["payload"]["progress"]["id"]
+            if child not in started or child in ended:
+                raise fail_at(frames, i, f"subagent_progress for {child} while not running")
 
 
 def phase(frames: Sequence[Frame], since: int = 0) -> str:

@@ -7,26 +7,28 @@ project's ``RpcClient`` as the host, and the fake LLM server (``omp.testing.fake
 ``trio.run`` on ``MockClock(autojump_threshold=0)``, so the scripted pauses, the retry backoff
 and the host's answer delays are virtual: they cost no wall time and the disruption lands at an
 exact virtual instant. Real subprocesses (the bash tool, RPC ``bash``, ``rg`` for grep) and
-worker threads (read, ls) take real time, during which autojump moves the clock on to the next
-timer: still a valid interleaving, only a less predictable one. While a subprocess runs the
-host steps the clock in small ticks, one per millisecond of real time
-(``Host.keep_time_close``), so that a command takes about a virtual second rather than
-leaping to the next timer, which may be its own 300 s timeout.
-No virtual timer bounds an example (it would be that next timer); a real-time watchdog does
-(``REAL_LIMIT``).
+worker threads (read, ls, session files, settings reads) take real time, during which autojump
+would move the clock on to the next timer, however far. So while one works the host steps the
+clock in small ticks, one per millisecond of real time (``Host.keep_time_close``; threads are
+seen by ``ThreadWatch``): a command takes about a virtual second rather than leaping to the
+next timer, which may be its own 300 s timeout or a 10 s cleanup deadline. No virtual timer
+bounds an example (it would be that next timer); a real-time watchdog does (``REAL_LIMIT``),
+and prints where every task waits when it fires.
 
-A scenario (``scenarios``) is an optional warm-up prompt, then prompt ``p1`` whose run makes
-0-3 model calls with tool calls and a final text answer. A call streams thinking and text with
-pauses, then tool calls: read-only ones (``read``, ``ls``, ``grep``) that run concurrently, a
-read of ``db://`` served by the host (``set_host_uri_schemes``), the host tool ``lookup``, the
-bash tool. Before any call the model may fail: 503 with ``retry-after`` or a dropped stream
-(auto-retry with backoff), or a context overflow (compaction, then the turn again); the final
-answer may report a context over the threshold (compaction after the run). The host may send
+A scenario (``scenarios``) is an optional warm-up prompt, then prompt ``p1`` whose run makes 0-3
+model calls with tool calls and a final text answer. A call streams thinking and text with pauses,
+then tool calls: read-only ones (``read``, ``ls``, ``grep``) that run concurrently, a read of
+``db://`` served by the host (``set_host_uri_schemes``), the host tool ``lookup``, the bash tool,
+the ``task`` tool (one child agent, inline in the parent's tool call or in the background by the
+scenario's ``background``; the child's model call may fail once, then it streams for a drawn while
+and calls ``yield``). Before any call the model may fail: 503 with ``retry-after`` or a dropped
+stream (auto-retry with backoff), or a context overflow (compaction, then the turn again); the
+final answer may report a context over the threshold (compaction after the run). The host may send
 an RPC ``bash`` and a second prompt (``steer`` / ``followUp``) at drawn virtual times. Then one
-disruption at a drawn time: ``abort``, ``abort_bash``, ``abort_retry``, stdin EOF, ``abort``
-with EOF right behind it, outside cancellation of ``serve()``, or none. "The host does not
-answer" a host tool or URI (before the disruption; after it, at once) is only drawn with a
-disruption that ends the run.
+disruption at a drawn time: ``abort``, ``abort_bash``, ``abort_retry``, stdin EOF, ``abort`` with
+EOF right behind it, outside cancellation of ``serve()``, or none. "The host does not answer" a
+host tool or URI (before the disruption; after it, at once) is only drawn with a disruption that
+ends the run.
 
 What every example checks is listed in ``check_example``. Which combinations ran is reported by
 hypothesis' statistics (``pytest --hypothesis-show-statistics``): the disruption with what the
@@ -37,7 +39,8 @@ runs). The examples are derandomized: CI runs the same 1000 scenarios every time
 means the change broke something, not that the draw found something new, and a failure
 reproduces (trio's scheduling is seeded by hypothesis; subprocess timing and the retry jitter
 are what randomness is left). ``OMP_CANCELLATION_RANDOM=1`` draws fresh scenarios (and keeps
-failures in hypothesis' database) for exploring locally.
+failures in hypothesis' database) for exploring locally; ``OMP_CANCELLATION_SHRINK=0`` reports
+the first failing scenario as drawn, without shrinking it (a hang shrinks slowly).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -64,21 +68,24 @@ from agent_helpers import (
     tool_call,
     write_models_yml,
 )
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from property_helpers import (
     RecordingSendStream,
     check_host_requests,
     check_idle_after_runs,
+    check_pauses,
     check_prompt_results,
     check_responses,
     check_runs,
     check_sagas,
+    check_subagents,
     group_members,
     leftover_tasks,
     phase,
     recorded_pids,
     responses_by_id,
+    task_tree,
 )
 
 import omp
@@ -92,9 +99,11 @@ from omp.tools import shell
 
 EXAMPLES = int(os.environ.get("OMP_CANCELLATION_EXAMPLES", "1000"))
 RANDOM = bool(os.environ.get("OMP_CANCELLATION_RANDOM"))
+SHRINK = os.environ.get("OMP_CANCELLATION_SHRINK", "1") != "0"
 settings.register_profile(
     "cancellation", max_examples=EXAMPLES, deadline=None, derandomize=not RANDOM,
     **({} if RANDOM else {"database": None}),
+    phases=tuple(Phase) if SHRINK else (Phase.explicit, Phase.reuse, Phase.generate),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 PROFILE = settings.get_profile("cancellation")
 
@@ -120,6 +129,11 @@ RPC_BASH_PIDS = "rpc-bash.pids"
 TOOLS_MATCH = {"bodyContains": '"tools":['}
 """The agent's model calls offer tools; summary calls (compaction) do not."""
 SUMMARY_MATCH = {"bodyContains": "context summarization assistant"}
+CHILD_ASSIGNMENT = "Peek at the notes"
+CHILD_MATCH = {"bodyContains": "Complete assignment thoroughly:\\n\\n" + CHILD_ASSIGNMENT}
+"""Only a child's own requests hold its assignment so (the parent's history has it as tool
+arguments, JSON-escaped once more); a child's requests offer tools too, so these entries come
+first."""
 LOOKUP = HostToolDefinition(
     name="lookup", description="Look a key up in the host's store.",
     parameters={"type": "object", "properties": {"key": {"type": "string"}},
@@ -131,7 +145,7 @@ OVERFLOW_BODY = {"error": {
 BIG_USAGE = {"input": 120_000, "output": 20}
 """Over the default threshold (128000 window - 19200 reserve): compaction after the run."""
 
-ToolKind = Literal["read", "ls", "grep", "uri", "host", "bash"]
+ToolKind = Literal["read", "ls", "grep", "uri", "host", "bash", "task"]
 Failure = Literal["unavailable", "dropped", "overflow"]
 Disruption = Literal["none", "abort", "abort_bash", "abort_retry", "eof", "abort_eof", "cancel"]
 """``abort_eof``: ``abort`` and stdin EOF right behind it, before its response."""
@@ -175,6 +189,15 @@ class Scenario:
     steer_mode: Literal["steer", "followUp"]
     disruption: Disruption
     disrupt_at: float
+    background: bool = False
+    """``task`` children run in the background (``async.enabled``) rather than inline."""
+    child_delay: float = 0.3
+    """How long each child streams before it yields."""
+    child_fails: bool = False
+    """The first child's first model call fails with a 503 (the child retries)."""
+
+    def spawns(self) -> bool:
+        return any("task" in step.calls for step in self.steps)
 
 
 # Strategies are built once: building them inside every draw costs more than the example.
@@ -184,7 +207,7 @@ FAILURES = st.sampled_from([
     (), (), (), (), ("unavailable",), ("dropped",), ("overflow",), ("unavailable", "dropped"),
     ("unavailable", "overflow"), ("overflow", "unavailable"), ("dropped", "overflow")])
 WORDS = st.tuples(PAUSES, st.sampled_from(["Looking", " at", " it."]))
-CALLS = st.lists(st.sampled_from(["read", "ls", "grep", "uri", "uri", "host", "host"]),
+CALLS = st.lists(st.sampled_from(["read", "ls", "grep", "uri", "uri", "host", "host", "task"]),
                  min_size=1, max_size=3).map(tuple)
 BASH_AT = st.one_of(st.none(), st.none(), st.none(), st.none(),
                     st.tuples(st.integers(0, 2), st.integers(0, 3)))
@@ -215,7 +238,7 @@ RARELY_FRACTION = st.one_of(st.none(), st.none(), st.none(), FRACTION)
 
 
 def nominal_length(steps: tuple[Step, ...], retry_after: str, host_delay: float | None,
-                   uri_delay: float | None) -> float:
+                   uri_delay: float | None, child_delay: float) -> float:
     """Roughly how many virtual seconds ``p1``'s run takes undisturbed."""
     total = 0.5  # a threshold or overflow summary call streams 0.5 s
     for step in steps:
@@ -223,8 +246,12 @@ def nominal_length(steps: tuple[Step, ...], retry_after: str, host_delay: float 
         total += sum(pause for pause, _ in step.pieces)
         total += (host_delay or 1.0) * ("host" in step.calls)
         total += (uri_delay or 1.0) * ("uri" in step.calls)
+        total += child_delay * ("task" in step.calls)  # inline; a background one overlaps
         total += 1.0 * step.calls.count("bash")  # about what TICK makes of 50 ms real
     return total
+
+
+CHILD_DELAYS = st.sampled_from([0.3, 0.0, 1.0, 2.5])
 
 
 @st.composite
@@ -240,7 +267,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         tool_steps[bash_at[0] % len(tool_steps)] = attrs.evolve(step, calls=tuple(calls))
     steps = (*tool_steps, draw(FINAL_STEP))
     retry_after, host_delay, uri_delay = draw(RETRY_AFTER), draw(answers), draw(answers)
-    length = nominal_length(steps, retry_after, host_delay, uri_delay)
+    child_delay = draw(CHILD_DELAYS)
+    length = nominal_length(steps, retry_after, host_delay, uri_delay, child_delay)
     rpc_bash_at, steer_at = draw(RARELY_FRACTION), draw(SOMETIMES_FRACTION)
     return Scenario(
         warm_up=draw(BOOLS), steps=steps, retry_after=retry_after,
@@ -249,7 +277,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         rpc_bash_at=None if rpc_bash_at is None else rpc_bash_at * length,
         steer_at=None if steer_at is None else steer_at * length,
         steer_mode=draw(st.sampled_from(STEER_MODES)), disruption=disruption,
-        disrupt_at=draw(FRACTION) * length)
+        disrupt_at=draw(FRACTION) * length, background=draw(BOOLS), child_delay=child_delay,
+        child_fails=draw(ONE_IN_FOUR))
 
 
 # --- the fake model's script ---------------------------------------------------------------------
@@ -266,6 +295,10 @@ def tool_call_chunk(call_id: str, kind: ToolKind) -> dict[str, Any]:
         return tool_call(call_id, "read", {"path": "db://rows/1"})
     if kind == "host":
         return tool_call(call_id, "lookup", {"key": call_id})
+    if kind == "task":
+        # Names are job ids: unique per call, so background jobs never collide.
+        return tool_call(call_id, "task", {"context": "Look around", "tasks": [
+            {"name": f"Kid_{call_id}", "task": f"{CHILD_ASSIGNMENT} for {call_id}"}]})
     return tool_call(call_id, "bash", {"command": f"echo $$ >> {BASH_TOOL_PIDS}; {SLOW_COMMAND}"})
 
 
@@ -303,7 +336,13 @@ def build_script(scenario: Scenario) -> list[dict[str, Any]]:
     for index, step in enumerate(scenario.steps):
         turns += [failure_reply(f, scenario.retry_after) for f in step.failures]
         turns.append(step_reply(index, step))
-    script = [{"match": TOOLS_MATCH, **reply} for reply in turns]
+    child: list[dict[str, Any]] = []
+    if scenario.child_fails:
+        child.append({"match": CHILD_MATCH, **failure_reply("unavailable", "0")})
+    child.append({"match": CHILD_MATCH, "repeat": True, "chunks": [
+        *([{"delay": scenario.child_delay}] if scenario.child_delay else []),
+        {"text": "Peeked."}, tool_call("yield_1", "yield", {"data": {"seen": "notes"}})]})
+    script = child + [{"match": TOOLS_MATCH, **reply} for reply in turns]
     script.append({"match": TOOLS_MATCH, "repeat": True, "chunks": [{"text": "Nothing more."}]})
     if scenario.summary_fails:
         script.append({"match": SUMMARY_MATCH, "status": 500,
@@ -328,9 +367,12 @@ class Record:
     """(id, type) of the commands sent with ``Host.command``."""
     prompt_ids: list[str] = attrs.field(factory=list)
     state_ids: list[str] = attrs.field(factory=list)
-    """The ``get_state`` sent on each terminal ``agent_end``."""
+    """The ``get_state`` sent on each terminal ``agent_end`` (not on a pause while background
+    children work)."""
     disrupted_during: str | None = None
     eof_at: float | None = None
+    eof_frames: int | None = None
+    """How many frames had arrived when the host closed its input."""
     cancelled_at: float | None = None
     returned_at: float | None = None
     leftover: list[str] = attrs.field(factory=list)
@@ -356,6 +398,8 @@ class Host:
     """The first response received for each request id."""
     _subprocess_tools: set[str] = attrs.field(factory=set)
     """bash and grep tool calls running (each runs a subprocess)."""
+    threads_busy: bool = False
+    """A ``trio.to_thread`` call runs (file tools, session files, settings reads)."""
 
     # -- answering the server's requests --------------------------------------------------------
 
@@ -391,7 +435,8 @@ class Host:
                 self._subprocess_tools.add(frame["toolCallId"])
             elif frame["type"] in ("tool_execution_end", "agent_end"):
                 self._subprocess_tools.discard(frame.get("toolCallId", ""))
-            if frame["type"] == "agent_end" and not self.gone:
+            if (frame["type"] == "agent_end" and frame.get("isTerminal") is True
+                    and not self.gone):
                 state_id = f"state-{len(self.record.state_ids) + 1}"
                 if await self.command("get_state", id=state_id):
                     self.record.state_ids.append(state_id)
@@ -402,13 +447,14 @@ class Host:
         self._changed = trio.Event()
 
     def real_work(self) -> bool:
-        """Whether a subprocess of ours runs, as far as the host can tell."""
-        return bool(self._subprocess_tools) or (
+        """Whether a subprocess of ours runs, as far as the host can tell, or a worker thread
+        (``ThreadWatch``)."""
+        return self.threads_busy or bool(self._subprocess_tools) or (
             ("b1", "bash") in self.record.commands and self.answered("b1") is None)
 
     async def keep_time_close(self) -> None:
-        """While a subprocess works in real time, step the virtual clock by ``TICK`` every
-        ``TICK_WAIT`` of real time.
+        """While a subprocess or a worker thread works in real time, step the virtual clock
+        by ``TICK`` every ``TICK_WAIT`` of real time.
 
         Otherwise autojump, seeing every task blocked, leaps to the next timer, which may be
         an RPC ``bash``'s own 300 s timeout: the command would always time out. With these
@@ -461,6 +507,8 @@ class Host:
             await client.set_host_tools([LOOKUP])
         if "uri" in calls:
             await client.set_host_uri_schemes(["db"])
+        if "task" in calls:
+            await self.command("set_subagent_subscription", id="sub", level="progress")
         if scenario.warm_up:
             await self.command("prompt", id="w0", message="Warm up")
             await self.until(lambda: any(f["type"] == "prompt_result"
@@ -511,9 +559,23 @@ class Host:
         while True:
             await self.until(lambda: all(self.answered(i) for i, _ in self.record.commands))
             polls += 1
-            if not (await self.get_state(f"poll-{polls}"))["isStreaming"]:
+            since = len(self.record.frames)
+            if (not (await self.get_state(f"poll-{polls}"))["isStreaming"]
+                    and not self.awaiting_settled()):
                 return
-            await self.until(functools.partial(self.ended_something, len(self.record.frames)))
+            await self.until(functools.partial(self.ended_something, since))
+
+    def awaiting_settled(self) -> bool:
+        """Whether the last run paused for background children (``isTerminal: false``) and
+        nothing ended the pause since: their results are still to be delivered. (A queued
+        follow-up alone also keeps ``sessionSettled`` false, for good: it waits for the next
+        prompt, rpc-behavior §5.5.)"""
+        for f in reversed(self.record.frames):
+            if f["type"] in ("session_settled", "agent_start"):
+                return False
+            if f["type"] == "agent_end":
+                return f.get("isTerminal") is False
+        return False
 
     async def get_state(self, state_id: str) -> dict[str, Any]:
         await self.command("get_state", id=state_id)
@@ -530,10 +592,29 @@ class Host:
                    for f in self.record.frames[since:])
 
 
+@attrs.define(eq=False)
+class ThreadWatch(trio.abc.Instrument):
+    """Tells the host when worker threads start and stop working: after every task step it
+    looks at trio's default thread limiter (what ``trio.to_thread.run_sync`` borrows from).
+
+    Without it a thread's real milliseconds, every task blocked, let autojump leap to the next
+    timer, which during a shutdown can be a 10 s cleanup deadline: the example would measure
+    the leap, not the server."""
+
+    host: Host
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        limiter = trio.to_thread.current_default_thread_limiter()
+        busy = limiter.statistics().borrowed_tokens > 0
+        if busy != self.host.threads_busy:
+            self.host.threads_busy = busy
+            self.host._notify()
+
+
 # --- one example ---------------------------------------------------------------------------------
 
 
-def make_dirs(base: Path) -> tuple[Path, Path]:
+def make_dirs(base: Path, scenario: Scenario) -> tuple[Path, Path]:
     """A fresh working directory and agent directory for one example."""
     root = Path(tempfile.mkdtemp(dir=base))
     cwd, agent_dir = root / "cwd", root / "agent"
@@ -542,7 +623,8 @@ def make_dirs(base: Path) -> tuple[Path, Path]:
     (cwd / "notes.txt").write_text("alpha\nbeta\n")
     # Small keepRecentTokens: even a two-message context has something to compact.
     (agent_dir / "config.yml").write_text(
-        "retry: {baseDelayMs: 50}\ncompaction: {keepRecentTokens: 1}\n")
+        "retry: {baseDelayMs: 50}\ncompaction: {keepRecentTokens: 1}\n"
+        f"async: {{enabled: {'true' if scenario.background else 'false'}}}\n")
     return cwd, agent_dir
 
 
@@ -551,6 +633,8 @@ async def run_example(scenario: Scenario, cwd: Path, agent_dir: Path) -> Record:
     the host has read everything. On cancellation (the watchdog) all of it is cancelled."""
     record = Record()
     host = Host(scenario, record)
+    watch = ThreadWatch(host)
+    trio.lowlevel.add_instrument(watch)
     async with open_fake_llm(build_script(scenario)) as fake:
         write_models_yml(agent_dir, fake.base_url)
         options = ServeOptions(model="fake/fake-model", cwd=cwd, agent_dir=agent_dir,
@@ -592,18 +676,28 @@ async def run_example(scenario: Scenario, cwd: Path, agent_dir: Path) -> Record:
                     await returned.wait()
                 else:
                     record.eof_at = trio.current_time()
+                    record.eof_frames = len(record.frames)
             # Leaving the block closed the host's output (EOF) and read until the server's
             # output ended, which run_server closes once serve() has returned.
             await returned.wait()
     record.leftover = leftover_tasks()
+    trio.lowlevel.remove_instrument(watch)  # (an exception leaves it to die with the run)
     return record
 
 
 async def watched(scenario: Scenario, cwd: Path, agent_dir: Path) -> Record:
-    """``run_example`` with a real-time limit (virtual time cannot bound a hang)."""
+    """``run_example`` with a real-time limit (virtual time cannot bound a hang). When the
+    example does not end within ``REAL_LIMIT`` the tree of tasks is printed (where each one
+    waits), then the example is cancelled."""
     token = trio.lowlevel.current_trio_token()
+
+    def hung(scope: trio.CancelScope) -> None:
+        print(f"\nthe example still runs after {REAL_LIMIT} s of real time:\n{task_tree()}",
+              file=sys.__stderr__, flush=True)
+        scope.cancel()
+
     with trio.CancelScope() as scope:
-        timer = threading.Timer(REAL_LIMIT, token.run_sync_soon, args=(scope.cancel,))
+        timer = threading.Timer(REAL_LIMIT, token.run_sync_soon, args=(hung, scope))
         timer.start()
         try:
             return await run_example(scenario, cwd, agent_dir)
@@ -646,18 +740,25 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     took = record.returned_at - record.eof_at
     assert took <= SHUTDOWN_BOUND, f"serve() returned {took:.3f} s after stdin EOF"
 
-    check_runs(frames, complete=True)
+    pauses = scenario.background and scenario.spawns()
+    check_runs(frames, complete=True, pauses=pauses)
     check_sagas(frames)
+    check_subagents(frames)
+    if pauses:
+        assert record.eof_frames is not None
+        check_pauses(frames[:record.eof_frames])
     check_message_ids(frames)
     assert_tool_calls_paired(frames)
     check_host_requests(frames, record.sent)
     check_responses(frames, record.commands, exact=True)
     check_prompt_results(frames, record.prompt_ids, exact=True)
     check_idle_after_runs(frames, record.prompt_ids, record.state_ids)
-    if scenario.disruption in ("abort", "abort_eof") and "p2" not in record.prompt_ids:
-        # abort answers once the run's terminal frames are out (no queued steer can resume).
+    if (scenario.disruption in ("abort", "abort_eof") and "p2" not in record.prompt_ids
+            and not pauses):
+        # abort answers once the run's terminal frames are out (no queued steer, no background
+        # result can start the next run before the answer).
         (abort,) = responses_by_id(frames)["d1"]
-        check_runs(frames[:abort + 1], complete=True)
+        check_runs(frames[:abort + 1], complete=True, pauses=pauses)
 
 
 def report_coverage(scenario: Scenario, record: Record) -> None:
@@ -681,6 +782,13 @@ def report_coverage(scenario: Scenario, record: Record) -> None:
                  "tool_execution_update"):
         if kind in types:
             event(f"saw: {kind}")
+    if scenario.spawns():
+        how = "background" if scenario.background else "inline"
+        statuses = sorted({f["payload"]["status"] for f in frames
+                           if f["type"] == "subagent_lifecycle"})
+        event(f"saw: {how} children, lifecycle {'/'.join(statuses) or 'none'}")
+        if any(f["type"] == "agent_end" and f.get("isTerminal") is False for f in frames):
+            event("saw: run paused for background children")
     for f in frames:
         if f["type"] == "auto_compaction_start":
             event(f"saw: {f['reason']} compaction")
@@ -719,7 +827,7 @@ RETRY_THEN_FAILED_OVERFLOW_COMPACTION = Scenario(
 @given(scenario=scenarios())
 @example(scenario=RETRY_THEN_FAILED_OVERFLOW_COMPACTION)
 def test_cancellation_keeps_the_protocol(scenario: Scenario, tmp_path: Path) -> None:
-    cwd, agent_dir = make_dirs(tmp_path)
+    cwd, agent_dir = make_dirs(tmp_path, scenario)
     children = set(child_pids(os.getpid()))  # an earlier test's are not this example's
     clock = trio.testing.MockClock(autojump_threshold=0)
     record = trio.run(watched, scenario, cwd, agent_dir, clock=clock)

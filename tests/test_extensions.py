@@ -1525,3 +1525,50 @@ async def test_rpc_ui_mode_gives_the_model_an_ask_tool(cwd: Path,
     (plain_end,) = of_type(plain_frames, "tool_execution_end")
     assert plain_end["isError"] is True
     assert not ui_requests(plain_frames)
+
+
+# --- /reload-plugins ------------------------------------------------------------------------------
+
+VERSIONED = '''
+VERSION = {version}
+
+
+def setup(omp):
+    async def shutdown(event, ctx):
+        with open("shutdowns.txt", "a") as log:
+            log.write(f"v{{VERSION}}\\n")
+
+    omp.on("session_shutdown", shutdown)
+    async def execute(call_id, params, ctx, on_update):
+        return f"version {{VERSION}}"
+
+    omp.register_command(f"v{{VERSION}}", f"Version {{VERSION}}", lambda args, ctx: None)
+    omp.register_tool(
+        name="version", label="Version", description="Which version is loaded",
+        parameters={{"type": "object", "properties": {{}}}}, execute=execute)
+'''
+
+
+async def test_reload_plugins_imports_the_extensions_again(
+        cwd: Path, isolated_agent_dir: Path) -> None:
+    """The old extension hears ``session_shutdown``, the file runs again: the new command is
+    listed, the old one gone, and the new tool answers; the new one hears ``session_shutdown``
+    when the server ends."""
+    path = install(isolated_agent_dir, "versioned", VERSIONED.format(version=1))
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd) as host:
+            assert [c["name"] for c in extension_commands(host.startup[-1])] == ["v1"]
+            path.write_text(VERSIONED.format(version=2))
+            await host.send({"id": "r", "type": "prompt", "message": "/reload-plugins"})
+            reloaded = await host.until_type("response", id="r")
+            after_reload = (cwd / "shutdowns.txt").read_text()
+            used = await prompt(host, "which? [[tool version {}]]")
+    assert reloaded[-1]["data"] == {"agentInvoked": False}
+    assert [f["text"] for f in of_type(reloaded, "command_output")] == [
+        "Reloaded extensions, skills, prompt templates and file commands."]
+    (update,) = of_type(reloaded, "available_commands_update")
+    assert [c["name"] for c in extension_commands(update)] == ["v2"]
+    assert after_reload == "v1\n"
+    (end,) = of_type(used, "tool_execution_end")
+    assert result_text(end) == "version 2"
+    assert (cwd / "shutdowns.txt").read_text() == "v1\nv2\n"

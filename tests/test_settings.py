@@ -14,6 +14,7 @@ import trio
 from agent_helpers import of_type, open_agent, text_reply
 
 from omp.client import RpcClient
+from omp.commands import SkillSettings
 from omp.config import ConfigError
 from omp.protocol import commands as cmd
 from omp.protocol import payloads
@@ -82,6 +83,21 @@ retry:
                                       thresholdPercent=80.0, thresholdTokens=90000,
                                       autoContinue=False, midTurnEnabled=False),
         retry=RetrySettings(enabled=False, maxRetries=3, baseDelayMs=2000, maxDelayMs=60000))
+
+
+def test_the_skills_section(tmp_path: Path) -> None:
+    write(tmp_path, "config.yml", """\
+skills:
+  enableSkillCommands: false
+  enableClaudeUser: true
+  customDirectories: [~/skills]
+  ignoredSkills: ["draft-*"]
+""")
+    project = tmp_path / "project"
+    write(project / ".omp", "config.yml", "skills:\n  includeSkills: [pdf]\n")
+    assert load_settings(tmp_path, project).skills == SkillSettings(
+        enableSkillCommands=False, enableClaudeUser=True, customDirectories=["~/skills"],
+        ignoredSkills=["draft-*"], includeSkills=["pdf"])
 
 
 # A user's file of the original omp: many sections we do not model, and keys of ours beside
@@ -306,6 +322,9 @@ MISTAKES = [
     ("retry:\n  maxRetries: -1\n", "$.retry.maxRetries: must not be negative, got -1"),
     ("retry:\n  baseDelayMs: -500\n", "$.retry.baseDelayMs: must not be negative, got -500"),
     ("retry:\n  maxDelayMs: -1\n", "$.retry.maxDelayMs: must not be negative, got -1"),
+    ("skills:\n  enabled: maybe\n", "$.skills.enabled: expected true or false (got 'maybe')"),
+    ("skills:\n  ignoredSkills: draft\n",
+     "$.skills.ignoredSkills: expected a list (got 'draft')"),
     ("trustedProjects: ~/src/app\n", "$.trustedProjects: expected a list (got '~/src/app')"),
     ("trustedProjects: [src/app]\n",
      "$.trustedProjects[0]: must be an absolute path or start with ~ (got 'src/app')"),

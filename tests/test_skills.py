@@ -14,6 +14,7 @@ from omp.commands import (
     SKILL_URI_LINE,
     Skill,
     SkillInvocation,
+    SkillSettings,
     SkillUriError,
     find_skill,
     load_skills,
@@ -391,3 +392,65 @@ def test_resolve_skill_uri(layout: tuple[Path, Path, Path], tmp_path: Path) -> N
         resolve_skill_uri(skills, "skill://nope")
     with pytest.raises(SkillUriError, match="not a skill:// URI"):
         resolve_skill_uri(skills, "file:///etc/passwd")
+
+
+# --- the skills section of config.yml ------------------------------------------------------------
+
+
+def test_skills_enabled_false_loads_none(layout: tuple[Path, Path, Path]) -> None:
+    agent, home, cwd = layout
+    skill(cwd / ".omp" / "skills" / "kept", described("kept"))
+    assert load_skills(agent, cwd, home=home, settings=SkillSettings(enabled=False)) == ([], [])
+
+
+def test_each_source_has_its_switch(layout: tuple[Path, Path, Path]) -> None:
+    agent, home, cwd = layout
+    skill(cwd / ".omp" / "skills" / "pi-project", described("p"))
+    skill(agent / "skills" / "pi-user", described("u"))
+    skill(cwd / ".claude" / "skills" / "claude-project", described("cp"))
+    skill(home / ".claude" / "skills" / "claude-user", described("cu"))
+    skill(cwd / ".agents" / "skills" / "agents-project", described("ap"))
+    skill(home / ".agent" / "skills" / "agents-user", described("au"))
+    skill(home / ".codex" / "skills" / "codex-user", described("xu"))
+    by_default, _ = load_skills(agent, cwd, home=home)
+    assert [s.name for s in by_default] == [
+        "agents-project", "agents-user", "claude-project", "pi-project", "pi-user"]
+    everything, _ = load_skills(agent, cwd, home=home, settings=SkillSettings(
+        enableClaudeUser=True, enableCodexUser=True))
+    assert sources(everything) == [
+        ("agents-project", "ap", "agents:project"), ("agents-user", "au", "agents:user"),
+        ("claude-project", "cp", "claude:project"), ("claude-user", "cu", "claude:user"),
+        ("codex-user", "xu", "codex:user"), ("pi-project", "p", "native:project"),
+        ("pi-user", "u", "native:user")]
+    nothing, _ = load_skills(agent, cwd, home=home, settings=SkillSettings(
+        enablePiProject=False, enablePiUser=False, enableClaudeProject=False,
+        enableAgentsProject=False, enableAgentsUser=False))
+    assert nothing == []
+
+
+def test_custom_directories_win_over_the_default_places(
+        layout: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, home, cwd = layout
+    monkeypatch.setenv("HOME", str(home))
+    skill(cwd / ".omp" / "skills" / "same", described("from the project"))
+    skill(home / "my-skills" / "same", described("from the custom directory"))
+    skill(cwd / "vendored" / "extra", described("relative to the cwd"))
+    skills, problems = load_skills(agent, cwd, home=home, settings=SkillSettings(
+        customDirectories=["~/my-skills", "vendored", "missing"]))
+    assert sources(skills) == [("extra", "relative to the cwd", "custom"),
+                               ("same", "from the custom directory", "custom")]
+    assert [str(p) for p in problems] == [
+        f'{cwd / ".omp" / "skills" / "same" / "SKILL.md"}: name collision: "same" already '
+        f'loaded from {home / "my-skills" / "same" / "SKILL.md"}, skipping this one']
+
+
+def test_include_and_ignored_patterns_select_by_name(layout: tuple[Path, Path, Path]) -> None:
+    agent, home, cwd = layout
+    for name in ("pdf-read", "pdf-write", "docx", "xlsx"):
+        skill(cwd / ".omp" / "skills" / name, described(name))
+    chosen, _ = load_skills(agent, cwd, home=home, settings=SkillSettings(
+        includeSkills=["pdf-*", "xlsx"], ignoredSkills=["*-write"]))
+    assert [s.name for s in chosen] == ["pdf-read", "xlsx"]
+    ignored, _ = load_skills(agent, cwd, home=home, settings=SkillSettings(
+        ignoredSkills=["pdf-*"]))
+    assert [s.name for s in ignored] == ["docx", "xlsx"]

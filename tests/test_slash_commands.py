@@ -169,9 +169,14 @@ async def test_reload_plugins_picks_up_a_new_skill(cwd: Path, home: Path,
             write(cwd / ".omp" / "skills" / "lint" / "SKILL.md",
                   "---\nname: lint\ndescription: Lint the code\n---\nRun ruff.\n")
             frames = await prompt(host, "/reload-plugins")
+            # The skills section of config.yml is read again too.
+            write(isolated_agent_dir / "config.yml", "skills:\n  ignoredSkills: [li*]\n")
+            ignored = await prompt(host, "/reload-plugins", "r2")
     assert local(frames)
     (update,) = of_type(frames, "available_commands_update")
     assert [c["name"] for c in update["commands"] if c["source"] == "skill"] == ["skill:lint"]
+    (update,) = of_type(ignored, "available_commands_update")
+    assert [c["name"] for c in update["commands"] if c["source"] == "skill"] == []
 
 
 # --- built-ins -----------------------------------------------------------------------------------
@@ -383,6 +388,23 @@ async def test_a_skill_idle_and_while_streaming(cwd: Path, home: Path,
     assert customs
     assert customs[0]["details"]["args"] == "please use on it"
     assert user_texts(unknown) == ["/skill:nope x"]
+
+
+async def test_skill_commands_can_be_turned_off(cwd: Path, home: Path,
+                                                isolated_agent_dir: Path) -> None:
+    """``skills.enableSkillCommands: false``: no ``skill:`` entry in the list, and
+    ``/skill:pdf-tools`` is text for the model; the model is still offered the skill."""
+    populate(isolated_agent_dir, cwd)
+    write(isolated_agent_dir / "config.yml", "skills:\n  enableSkillCommands: false\n")
+    with trio.fail_after(LIMIT):
+        async with host_for(cwd, home) as host:
+            await host.send({"id": "s", "type": "get_state"})
+            state = (await host.until_type("response", id="s"))[-1]["data"]
+            sent = await run(host, "/skill:pdf-tools report.pdf", "i")
+    assert [c for c in host.startup[-1]["commands"] if c["source"] == "skill"] == []
+    assert "- pdf-tools: Extract text from PDFs" in "\n".join(state["systemPrompt"])
+    assert user_texts(sent) == ["/skill:pdf-tools report.pdf"]
+    assert not [f for f in of_type(sent, "message_end") if f["message"]["role"] == "custom"]
 
 
 async def test_the_read_tool_serves_skill_uris(cwd: Path, home: Path,

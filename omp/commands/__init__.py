@@ -39,6 +39,7 @@ from .skills import SKILL_PROMPT_TYPE as SKILL_PROMPT_TYPE
 from .skills import SKILL_URI_LINE as SKILL_URI_LINE
 from .skills import Skill as Skill
 from .skills import SkillInvocation as SkillInvocation
+from .skills import SkillSettings as SkillSettings
 from .skills import SkillUriError as SkillUriError
 from .skills import find_skill as find_skill
 from .skills import load_skills as load_skills

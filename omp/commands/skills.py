@@ -31,12 +31,19 @@ Limits: none on the number of skills; a ``SKILL.md`` is read like any configurat
 (regular UTF-8 file, at most ``omp.config.MAX_CONFIG_BYTES``; larger is reported and skipped).
 The original has no size limit for authored skills.
 
-``skills.*`` settings of the original (``enabled``, ``enableClaudeProject``, ``includeSkills``,
-``customDirectories``, …) are not read here: everything runs with their defaults.
+**Settings**: the ``skills`` section of ``config.yml`` (``SkillSettings``, the original's keys
+and defaults): ``enabled: false`` loads none; each source has its switch (``enablePiProject``,
+``enablePiUser``, ``enableClaudeProject``, ``enableClaudeUser`` (off), ``enableAgentsProject``,
+``enableAgentsUser``, ``enableCodexUser`` (off: ``~/.codex/skills``));
+``customDirectories`` are scanned first, so their skills win over a same-named one from the
+default places; ``includeSkills`` (when not empty) and ``ignoredSkills`` are glob patterns on
+the name; ``enableSkillCommands: false`` keeps the skills out of the command list and
+``/skill:<name>`` (the model still reads them).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import time
@@ -68,6 +75,32 @@ _RESOLVE_PATHS = ("Resolve relative paths in this skill (such as `scripts/run.py
                   "run its scripts with the shell tool when its instructions say so.")
 
 
+@attrs.define(kw_only=True)
+class SkillSettings:
+    """The ``skills`` section of ``config.yml`` (extensions.md §4.1, §4.4)."""
+
+    enabled: bool = True
+    enableSkillCommands: bool = True
+    """Skills are ``skill:<name>`` commands and ``/skill:<name>`` expands them."""
+    enablePiProject: bool = True
+    """``.omp/skills`` in the project's directories."""
+    enablePiUser: bool = True
+    """``<agent dir>/skills``."""
+    enableClaudeProject: bool = True
+    enableClaudeUser: bool = False
+    """``~/.claude/skills``."""
+    enableAgentsProject: bool = True
+    enableAgentsUser: bool = True
+    enableCodexUser: bool = False
+    """``~/.codex/skills``."""
+    customDirectories: list[str] = attrs.field(factory=list)
+    """Scanned before the default places (``~`` expanded; relative to the cwd otherwise)."""
+    ignoredSkills: list[str] = attrs.field(factory=list)
+    """Glob patterns on the name: matching skills are left out."""
+    includeSkills: list[str] = attrs.field(factory=list)
+    """Glob patterns on the name: when not empty, only matching skills load."""
+
+
 @attrs.frozen
 class Skill:
     """A loaded skill; ``path`` is its ``SKILL.md``."""
@@ -75,8 +108,8 @@ class Skill:
     name: str
     description: str
     path: Path
-    source: str  # "native:project", "native:user", "claude:project", "agents:project",
-    #              "agents:user"
+    source: str  # "custom", "native:project", "native:user", "claude:project",
+    #              "claude:user", "agents:project", "agents:user", "codex:user"
     hide: bool = False  # left out of the system-prompt listing, still invocable and readable
 
     @property
@@ -102,26 +135,42 @@ class SkillUriError(ValueError):
     """A ``skill://`` URI that names no loaded skill, or a file outside its directory."""
 
 
-def load_skills(agent_dir: Path, cwd: Path, *, home: Path | None = None
-                ) -> tuple[list[Skill], list[Problem]]:
+def load_skills(agent_dir: Path, cwd: Path, *, home: Path | None = None,
+                settings: SkillSettings | None = None) -> tuple[list[Skill], list[Problem]]:
     """The skills for a session in ``cwd``, sorted by name, and what was wrong on the way.
     ``home`` (default: the user's) is where the project walk stops and where the user's
-    ``.agent(s)`` directories are."""
+    ``.agent(s)``, ``.claude`` and ``.codex`` directories are; ``settings``: the ``skills``
+    section (default: the original's defaults)."""
+    settings = SkillSettings() if settings is None else settings
+    if not settings.enabled:
+        return [], []
     home = (Path.home() if home is None else home).absolute()
     cwd = cwd.absolute()
     projects = project_dirs(cwd, home)
-    scans = [(d / ".omp" / "skills", "native:project") for d in projects]
-    scans.append((agent_dir / "skills", "native:user"))
-    scans += [(d / ".claude" / "skills", "claude:project") for d in projects if d != home]
-    scans += [(d / base / "skills", "agents:project")
-              for d in projects if d != home for base in (".agent", ".agents")]
-    scans += [(home / base / "skills", "agents:user") for base in (".agent", ".agents")]
+    scans = [(cwd / Path(d).expanduser(), "custom") for d in settings.customDirectories]
+    if settings.enablePiProject:
+        scans += [(d / ".omp" / "skills", "native:project") for d in projects]
+    if settings.enablePiUser:
+        scans.append((agent_dir / "skills", "native:user"))
+    if settings.enableClaudeProject:
+        scans += [(d / ".claude" / "skills", "claude:project") for d in projects if d != home]
+    if settings.enableClaudeUser:
+        scans.append((home / ".claude" / "skills", "claude:user"))
+    if settings.enableAgentsProject:
+        scans += [(d / base / "skills", "agents:project")
+                  for d in projects if d != home for base in (".agent", ".agents")]
+    if settings.enableAgentsUser:
+        scans += [(home / base / "skills", "agents:user") for base in (".agent", ".agents")]
+    if settings.enableCodexUser:
+        scans.append((home / ".codex" / "skills", "codex:user"))
 
     problems: list[Problem] = []
     loaded: dict[str, Skill] = {}
     real_paths: set[str] = set()
     for directory, source in scans:
         for skill in _scan(directory, source, problems):
+            if not _selected(skill.name, settings):
+                continue
             real = os.path.realpath(skill.path)
             if real in real_paths:
                 continue
@@ -132,6 +181,15 @@ def load_skills(agent_dir: Path, cwd: Path, *, home: Path | None = None
             loaded[skill.name] = skill
             real_paths.add(real)
     return sorted(loaded.values(), key=_order), problems
+
+
+def _selected(name: str, settings: SkillSettings) -> bool:
+    def matches(patterns: list[str]) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+    if settings.includeSkills and not matches(settings.includeSkills):
+        return False
+    return not matches(settings.ignoredSkills)
 
 
 def _order(skill: Skill) -> tuple[str, str, str]:

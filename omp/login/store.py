@@ -9,9 +9,10 @@ The file maps a provider id to its credential. Every form the project ever read 
   (``refresh`` and ``expires`` optional: without ``expires`` the token is used until a call fails).
 
 Writes replace one provider's entry and keep every other entry as it is: the file is read again,
-the entry set, and the whole written to a temporary file (mode 0600) in the same directory that
-then replaces it (``os.replace``), so a reader sees the old file or the new one, never half, and
-the secrets are never readable by others, not even for a moment. The directory is created 0700.
+the entry set, and the whole written by ``omp.files.write_private`` (a 0600 temporary file in
+the same directory that then replaces it), so a reader sees the old file or the new one, never
+half, and the secrets are never readable by others, not even for a moment. The directory is
+created 0700.
 
 ``Credentials`` is the registry's copy. It also owns, per provider, the ``trio.Lock`` that makes
 a refresh happen once however many calls need it at the same time, and the cancel scope of the
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ import msgspec
 import trio
 
 from ..config import ConfigError, read_text, warn
+from ..files import write_private
 
 NEVER_EXPIRES_MS = 8_640_000_000_000_000
 """``expires`` of a token that does not expire (the original's value: the largest JS date)."""
@@ -128,19 +129,7 @@ def write_credential(path: Path, provider: str, credential: Credential) -> None:
     raw[provider] = credential.to_json()
     data = msgspec.json.format(msgspec.json.encode(raw), indent=2) + b"\n"
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    target = Path(os.path.realpath(path))
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            os.fchmod(file.fileno(), 0o600)  # mkstemp's mode already; said here on purpose
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_private(path, data)
 
 
 @attrs.define(eq=False)

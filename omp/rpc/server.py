@@ -228,6 +228,22 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         loaded.extensions.emit = server.emit
         session.use_extensions(loaded.extensions, ui)
         session.on_shutdown_request = server.request_stop
+
+        async def reload_extensions() -> None:
+            """``/reload-plugins``: the loaded extensions hear ``session_shutdown``, their
+            modules run again from their files (entry points: as imported), the new ones
+            start. On cancellation (shutdown) it stops where it is."""
+            old = session.extensions
+            if old is not None:
+                await old.session_shutdown()
+            fresh = load_extensions(options, session)
+            assert fresh is not None  # options said to load some at startup
+            fresh.extensions.emit = server.emit
+            session.use_extensions(fresh.extensions, ui)
+            _report_load(server, fresh)
+            await fresh.extensions.session_start()
+
+        server.commands.slash.reload_extensions = reload_extensions
     output_error: OutputClosedError | None = None
     written = trio.Event()
     stops: list[int] = []  # stop signals received

@@ -24,6 +24,7 @@ through to the model as an unknown command does.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
@@ -51,6 +52,7 @@ from ..protocol import messages as m
 from ..protocol import payloads
 from ..session import SessionError
 from ..session.compaction import estimate_context_tokens, estimate_tokens
+from ..session.settings import load_settings
 from ..subagents import jobs_report
 
 if TYPE_CHECKING:
@@ -136,6 +138,9 @@ class Slash:
     builtins: dict[str, Builtin] = attrs.field(init=False)
     """By name and by alias."""
     ordered: list[Builtin] = attrs.field(init=False)
+    reload_extensions: Callable[[], Awaitable[None]] | None = attrs.field(default=None,
+                                                                         init=False)
+    """Set by the server that loaded the session's extensions: imports them again."""
 
     def __attrs_post_init__(self) -> None:
         self.ordered = list(BUILTINS)
@@ -164,7 +169,15 @@ class Slash:
         self.session.report_problems(problems)
 
     def reload(self) -> None:
-        """``/reload-plugins``: skills, templates (file commands are read on every use)."""
+        """``/reload-plugins``: the ``skills`` settings, skills, templates (file commands are
+        read on every use). A settings file that no longer loads is said on stderr and the
+        session keeps the settings it has."""
+        try:
+            fresh = load_settings(self.agent_directory, self.session.cwd)
+        except ConfigError as exc:
+            print(f"omp: {exc}", file=sys.stderr)
+        else:
+            self.session.settings.skills = fresh.skills
         self.session.load_skills()
         self.reload_templates()
 
@@ -182,8 +195,9 @@ class Slash:
 
         for builtin in self.ordered:
             add(builtin.entry(), *builtin.aliases)
-        for skill in self.session.skills:
-            add(skill.available_command())
+        if self.session.settings.skills.enableSkillCommands:
+            for skill in self.session.skills:
+                add(skill.available_command())
         extensions = self.session.extensions
         if extensions is not None:
             for command in extensions.commands().values():
@@ -219,7 +233,7 @@ class Slash:
         """The ``skill-prompt`` message for ``/skill:<name> args`` when that skill exists.
         Raises CommandFailed when its file cannot be read."""
         invocation = parse_skill_invocation(text)
-        if invocation is None:
+        if invocation is None or not self.session.settings.skills.enableSkillCommands:
             return None
         skill = find_skill(self.session.skills, invocation.name)
         if skill is None:
@@ -577,9 +591,13 @@ def _force(call: Call) -> Outcome:
     return Residual(prompt.strip()) if prompt.strip() else LOCAL
 
 
-def _reload(call: Call) -> Outcome:
+async def _reload(call: Call) -> Outcome:
     call.slash.reload()
-    call.output("Reloaded skills, prompt templates and file commands.")
+    if call.slash.reload_extensions is not None:
+        await call.slash.reload_extensions()
+        call.output("Reloaded extensions, skills, prompt templates and file commands.")
+    else:
+        call.output("Reloaded skills, prompt templates and file commands.")
     call.slash.emit(ev.AvailableCommandsUpdate(commands=call.slash.command_list()))
     return LOCAL
 
@@ -614,7 +632,8 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("retry", "Retry the last failed turn", _retry),
     Builtin("rename", "Rename the session (without a title: generate one)", _rename,
             hint="[title]"),
-    Builtin("reload-plugins", "Reload skills, prompt templates and file commands", _reload),
+    Builtin("reload-plugins", "Reload extensions, skills, prompt templates and file commands",
+            _reload, awaits=True),
     Builtin("force", "Force the next turn to use a tool", _force, hint="<tool> [prompt]"),
 )
 

@@ -35,7 +35,15 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import ABORT_REASON, Agent, Input, TurnSetup, now_ms, user_message
+from ..agent.loop import (
+    ABORT_REASON,
+    Agent,
+    Input,
+    NoHooks,
+    TurnSetup,
+    now_ms,
+    user_message,
+)
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..extensions.api import DeliverAs
@@ -208,7 +216,7 @@ class AgentSession:
         """(Re)discover the skills; the system prompt and ``read`` use the new list. A broken
         skill file is left out and said once on stderr."""
         directory = self.prompt_options.agent_directory or agent_dir()
-        skills, problems = load_skills(directory, self.cwd)
+        skills, problems = load_skills(directory, self.cwd, settings=self.settings.skills)
         self.skills = self.prompt_options.skills = self.tool_context.skills = skills
         self.system_prompt = self.prompt_options.build(self.tools)
         self.report_problems(problems)
@@ -219,11 +227,11 @@ class AgentSession:
             print(f"omp: {problem}", file=sys.stderr)
 
     def use_extensions(self, extensions: Extensions, ui: ExtensionUI | None = None) -> None:
-        """Start ``extensions``: their hooks join the loop, their tools the tool list."""
+        """Start ``extensions`` (in place of any earlier ones): their hooks join the loop,
+        their tools the tool list."""
         self.extensions = extensions
         extensions.start(self, ui)
-        if extensions.active:
-            self.agent.hooks = extensions
+        self.agent.hooks = extensions if extensions.active else NoHooks()
         self.system_prompt = self.prompt_options.build(self.tools)
 
     @property

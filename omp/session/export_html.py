@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import html
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from omp.files import UnusableFile, describe_kind
+from omp.files import UnusableFile, describe_kind, write_private
 from omp.protocol.messages import (
     AgentMessage,
     AssistantMessage,
@@ -433,18 +431,7 @@ def write_html(path: Path, html: str) -> None:
         if not stat.S_ISREG(mode):
             raise UnusableFile(f"{os.fsdecode(path)} is {describe_kind(mode)}; only a regular "
                                "file is replaced by the export")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            os.fchmod(file.fileno(), 0o600)  # mkstemp's mode already; said here on purpose
-            file.write(html.encode("utf-8", "replace"))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_private(target, html.encode("utf-8", "replace"))
 
 
 def default_export_name(session_file: Path) -> str:

@@ -11,15 +11,14 @@ Files, lowest precedence first:
    overrides the global value of that key; the other keys keep theirs.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
-``skills``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
-``retry``, ``bash``, ``task``, ``async``) the original has more keys than we use, and adds some
-between versions, so an unmodelled key is never an error: a key the original defines
+``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
+``retry``, ``bash``, ``task``, ``async``, ``skills``) the original has more keys than we use, and
+adds some between versions, so an unmodelled key is never an error: a key the original defines
 (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a typo) is ignored with a
 warning on stderr naming the file and ``$.section.key``. A key we model with a value of the wrong
 type or range IS an error naming the file and the key (the strict converter of ``omp/config.py``),
-and nothing is applied.
-``null`` for a key means "not set" (its default), except ``reserveTokens``, where null is a value
-(the automatic reserve). A missing file or an empty one means the defaults.
+and nothing is applied. ``null`` for a key means "not set" (its default), except ``reserveTokens``,
+where null is a value (the automatic reserve). A missing file or an empty one means the defaults.
 
 ```yaml
 compaction:
@@ -49,6 +48,14 @@ task:
 async:
   enabled: true           # background children (false: every child runs inline)
   maxJobs: 100
+skills:                   # omp.commands.skills: where skills are found, which load
+  enabled: true
+  enableSkillCommands: true   # skill:<name> commands and /skill:<name>
+  enableClaudeUser: false     # ~/.claude/skills (enablePiProject, enablePiUser,
+  enableCodexUser: false      # enableClaudeProject, enableAgents{Project,User}: true)
+  customDirectories: []       # scanned first: their skills win
+  includeSkills: []           # glob patterns on the name (empty: all)
+  ignoredSkills: []
 ```
 
 ``bash.passProviderKeys``: subprocesses (the ``bash`` tool, RPC ``bash``, ripgrep) are started
@@ -69,6 +76,7 @@ from typing import Any
 
 import attrs
 
+from ..commands.skills import SkillSettings
 from ..config import (
     agent_dir,
     present,
@@ -163,6 +171,7 @@ class Settings:
     task: TaskSettings = attrs.field(factory=TaskSettings)
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     """The ``async`` section (a Python keyword, hence the underscore)."""
+    skills: SkillSettings = attrs.field(factory=SkillSettings)
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
@@ -172,7 +181,7 @@ class Settings:
 
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
-                                   "async": AsyncSettings}
+                                   "async": AsyncSettings, "skills": SkillSettings}
 _ATTRIBUTE = {"async": "async_"}
 """Sections whose attribute name differs from their key (a Python keyword)."""
 _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"})}
@@ -194,6 +203,7 @@ _ORIGINAL_KEYS = {
         "agentIdleTtlMs", "eager", "enableEffort", "maxEffort", "enableLsp",
         "agentServiceTierOverrides", "agentPrewalk", "agentAdvisor", "prewalk", "isolation"}),
     "async": frozenset(),
+    "skills": frozenset(),
 }
 
 
@@ -206,6 +216,7 @@ class _File:
     bash: BashSettings = attrs.field(factory=BashSettings)
     task: TaskSettings = attrs.field(factory=TaskSettings)
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
+    skills: SkillSettings = attrs.field(factory=SkillSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -267,7 +278,8 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) 
                         retry=RetrySettings(**merged["retry"]), trusted_projects=trusted,
                         bash=BashSettings(**merged["bash"]),
                         task=TaskSettings(**merged["task"]),
-                        async_=AsyncSettings(**merged["async"]))
+                        async_=AsyncSettings(**merged["async"]),
+                        skills=SkillSettings(**merged["skills"]))
     pass_provider_keys(settings.bash.passProviderKeys)
     return settings
 

@@ -474,7 +474,10 @@ class SubagentHost:
 
         pump = ProgressPump(emit)
         session.subscribe(_ChildEvents(child.id, tracker, pump, self.registry))
-        host_scope = trio.CancelScope(shield=True)
+        # Shielded once it runs (below), so that a cancelled owner still lets the child's
+        # run end with its terminal entries; not while it starts: trio leaves a task whose
+        # starter was cancelled in the starter's nursery, and a shielded one would never end.
+        host_scope = trio.CancelScope()
         runtime = parent.settings.task.maxRuntimeMs
         failure: str | None = None
         cancelled = True
@@ -486,9 +489,10 @@ class SubagentHost:
 
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(host)
-                nursery.start_soon(pump.run)
                 try:
+                    await nursery.start(host)
+                    host_scope.shield = True
+                    nursery.start_soon(pump.run)
                     with trio.move_on_after(runtime / 1000 if runtime > 0 else math.inf
                                             ) as cap:
                         try:
@@ -502,13 +506,17 @@ class SubagentHost:
                         await session.abort(failure)
                     cancelled = False
                 finally:
-                    # Shielded, with a deadline: the child's run is aborted and its file ends
-                    # with its terminal entries even when the owner was cancelled.
-                    with trio.move_on_after(CLEANUP_SECONDS) as cleanup:
-                        cleanup.shield = True
-                        await session.close()
-                    host_scope.cancel()
-                    nursery.cancel_scope.cancel()  # the pump
+                    # The host's shield gets its deadline first: whatever the cleanup does,
+                    # the child's nursery ends within CLEANUP_SECONDS.
+                    host_scope.deadline = trio.current_time() + CLEANUP_SECONDS
+                    try:
+                        # Shielded, with a deadline: the child's run is aborted and its file
+                        # ends with its terminal entries even when the owner was cancelled.
+                        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                            await session.close()
+                    finally:
+                        host_scope.cancel()
+                        nursery.cancel_scope.cancel()  # the pump
         finally:
             self._conclude(child, state, session, cancelled=cancelled, failure=failure)
 
