@@ -237,13 +237,13 @@ class _Options:
     max_buffered_events: int | float
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class _Pending:
     done: trio.Event = attrs.field(factory=trio.Event)
     response: Response | None = None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RpcClient:
     """A connection to one RPC server. Get one from ``RpcClient.spawn`` or ``RpcClient.connect``.
 

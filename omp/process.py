@@ -153,6 +153,11 @@ async def kill_process_group(proc: trio.Process, grace: float = KILL_GRACE) -> N
                 if proc.returncode is None:  # a leader that left its own group
                     with contextlib.suppress(ProcessLookupError):
                         proc.kill()
+                # SIGKILL lands asynchronously: a member may still run for a moment after
+                # kill() returned. The caller is promised an empty group, so wait for it
+                # (within the scope's deadline).
+                while group_alive(proc):  # noqa: ASYNC110
+                    await trio.sleep(_POLL_INTERVAL)
         _reap_adopted_members(proc.pid)
         await proc.wait()
 

@@ -41,7 +41,8 @@ from extension_helpers import (
 
 import omp
 from omp.extensions import ExtensionAPI, ExtensionContext
-from omp.extensions.loader import discover, load
+from omp.extensions.discovery import discover
+from omp.extensions.loader import load
 from omp.testing.fake_llm import open_fake_llm
 
 LIMIT = 90
@@ -1572,3 +1573,26 @@ async def test_reload_plugins_imports_the_extensions_again(
     (end,) = of_type(used, "tool_execution_end")
     assert result_text(end) == "version 2"
     assert (cwd / "shutdowns.txt").read_text() == "v1\nv2\n"
+
+
+async def test_commands_written_at_spawn_wait_for_the_extensions(
+        cwd: Path, isolated_agent_dir: Path) -> None:
+    """Extensions load after ``ready``, in the serial lane: a prompt and a ``get_commands``
+    written before the host has read anything still see them."""
+    install(isolated_agent_dir, "versioned", VERSIONED.format(version=7))
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd, read_startup=False) as host:
+            await host.send({"id": "c", "type": "get_available_commands"})
+            await host.send({"id": "p", "type": "prompt", "message": "/v7"})
+            frames = await host.until_type("prompt_result", id="p")
+    types = [f["type"] for f in frames]
+    assert types[0] == "ready"
+    assert types.index("available_commands_update") < types.index("response")
+    (listed,) = [f for f in frames if f["type"] == "response" and f["id"] == "c"]
+    assert "v7" in [c["name"] for c in listed["data"]["commands"]]
+    # The extension's command ran: its response carries no data, then its prompt_result.
+    assert [f for f in frames if f["type"] == "response" and f["id"] == "p"] == [
+        {"type": "response", "id": "p", "command": "prompt", "success": True}]
+    assert frames[-1] == {"type": "prompt_result", "id": "p", "agentInvoked": False,
+                          "status": "completed", "sessionSettled": True}
+    assert "message_start" not in types  # nothing reached the model

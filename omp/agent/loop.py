@@ -77,8 +77,7 @@ class AgentSink(Protocol):
         """Deliver a streaming update, waiting while the host is far behind. Cancellable."""
 
 
-@attrs.frozen
-class CallDecision:
+class CallDecision(msgspec.Struct, frozen=True):
     """What the ``tool_call`` hooks decided about one call."""
 
     block: str | None = None
@@ -178,7 +177,7 @@ class TurnSetup(msgspec.Struct, frozen=True, kw_only=True):
     """The owner's HTTP client (connection reuse); None: each call opens its own."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RunResult:
     """How an attempt ended, and what it added (``agent_end.messages``)."""
 
@@ -252,7 +251,7 @@ def to_llm(messages: Sequence[m.AgentMessage]) -> tuple[LlmMessage, ...]:
     return tuple(out)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class _Turn:
     """The ledger of one open turn: what ``close_open`` must close if the run is cancelled."""
 
@@ -274,7 +273,7 @@ class _Turn:
     """Tool calls whose ``tool_call`` hooks are deciding (not started yet)."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Agent:
     """Holds the live context and the queues, and runs one attempt at a time."""
 

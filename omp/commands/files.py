@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
+import msgspec
 from msgspec import UNSET
 
 from ..config import ConfigError, read_text
@@ -67,8 +67,7 @@ Prefer facts you verified in the repository over general advice. If AGENTS.md ex
 is still true and improve the rest."""
 
 
-@attrs.frozen
-class FileCommand:
+class FileCommand(msgspec.Struct, frozen=True):
     """A markdown command: ``/name args`` becomes its expanded body."""
 
     name: str
@@ -91,8 +90,7 @@ class FileCommand:
         return expand(self.body, args_text)
 
 
-@attrs.frozen
-class PromptTemplate:
+class PromptTemplate(msgspec.Struct, frozen=True):
     """A prompt template: ``/name args`` becomes its expanded body; never listed."""
 
     name: str
@@ -155,7 +153,7 @@ def _claude_commands(directory: Path, problems: list[Problem]) -> list[FileComma
             top.append(command)
         else:
             nested.append(command)
-            aliases.append(attrs.evolve(command, name=":".join(relative.parts)))
+            aliases.append(msgspec.structs.replace(command, name=":".join(relative.parts)))
     return top + nested + aliases
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
+import msgspec
 
 from ..config import ConfigError, parse_yaml_mapping
 from .problems import Problem
@@ -39,8 +39,7 @@ _NOT_PLAIN_START = frozenset("\"'[{|>!&*#")
 _SIMPLE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.*)$")
 
 
-@attrs.frozen
-class Frontmatter:
+class Frontmatter(msgspec.Struct, frozen=True):
     """A markdown file split: its frontmatter ``fields`` (camelCase keys), its ``body``, and
     what was wrong with the frontmatter, if anything (``problem``; the fields are then the
     plain ``key: value`` reading)."""

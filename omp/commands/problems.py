@@ -11,12 +11,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
+import msgspec
 
 from ..config import ConfigError
 
 
-@attrs.frozen
-class Problem:
+class Problem(msgspec.Struct, frozen=True):
     """One thing wrong with one file (``path``), in words the user can act on."""
 
     path: Path | None
@@ -31,7 +31,7 @@ class Problem:
         return cls(path, str(error).removeprefix(f"{path}: "))
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class ReportOnce:
     """Remembers the problems already shown; ``new()`` keeps the ones not seen before."""
 

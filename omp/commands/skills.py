@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import msgspec
 
 from ..config import ConfigError, read_text
 from ..protocol.messages import CustomMessage, ImageContent, TextContent, UserContent
@@ -101,8 +102,7 @@ class SkillSettings:
     """Glob patterns on the name: when not empty, only matching skills load."""
 
 
-@attrs.frozen
-class Skill:
+class Skill(msgspec.Struct, frozen=True):
     """A loaded skill; ``path`` is its ``SKILL.md``."""
 
     name: str
@@ -123,8 +123,7 @@ class Skill:
                                 input=CommandInput(hint="arguments"))
 
 
-@attrs.frozen
-class SkillInvocation:
+class SkillInvocation(msgspec.Struct, frozen=True):
     """``/skill:<name>`` found in a prompt: the skill's name and the rest of the text."""
 
     name: str

@@ -102,7 +102,7 @@ class ExtensionHost(SessionView, Protocol):
     def set_thinking_level(self, level: Any) -> Any: ...
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RegisteredTool:
     name: str
     label: str
@@ -111,14 +111,14 @@ class RegisteredTool:
     execute: ToolExecute
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RegisteredCommand:
     name: str
     description: str
     handler: CommandHandler
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Extension:
     """One loaded extension: where it came from and what it registered."""
 
@@ -130,7 +130,7 @@ class Extension:
     commands: dict[str, RegisteredCommand] = attrs.field(factory=dict)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ExtensionContext:
     """``ctx``: what a handler, tool or command may use."""
 
@@ -170,7 +170,7 @@ class ExtensionContext:
         self.host.request_shutdown()
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ExtensionAPI:
     """``omp`` in ``setup(omp)``: registration now, actions once the session runs."""
 

@@ -76,7 +76,7 @@ class _Outcome:
     error: str = ""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Extensions:
     """The loaded extensions of one session."""
 
@@ -305,7 +305,7 @@ class Extensions:
         return result, is_error
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ExtensionTool:
     """An extension's tool as the agent runs it."""
 

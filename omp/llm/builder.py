@@ -92,7 +92,7 @@ class StreamEvent:
         return f"StreamEvent({self.type!r}, index={self.content_index}, delta={self.delta!r})"
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class _Block:
     kind: Literal["text", "thinking", "redactedThinking", "toolCall"]
     parts: list[str] = attrs.field(factory=list)
@@ -128,7 +128,7 @@ def _or_unset(value: str | float | None) -> Any:
     return msgspec.UNSET if value is None else value
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class MessageBuilder:
     """The partial assistant message, and the events that describe its growth.
 

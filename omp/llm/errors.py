@@ -31,7 +31,6 @@ always removed. Local paths a library put in an exception's text are replaced (`
 from __future__ import annotations
 
 import base64
-import email.utils
 import errno as errno_names
 import re
 import socket
@@ -102,7 +101,7 @@ _SENSITIVE_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNO
 _EXTRAS = ("type", "param", "code", "status")
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ProviderError(Exception):
     kind: ErrorKind
     message: str
@@ -277,6 +276,8 @@ def parse_retry_after(headers: httpx.Headers, body: Any = None) -> float | None:
         try:
             return max(0.0, float(value))
         except ValueError:
+            import email.utils  # lazy: omp.lazy says why
+
             try:
                 when = email.utils.parsedate_to_datetime(value) if value else None
             except (TypeError, ValueError):

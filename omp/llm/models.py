@@ -95,19 +95,18 @@ class _Catalog(msgspec.Struct, frozen=True):
 # --- the registry -----------------------------------------------------------------------------
 
 
-@attrs.define(kw_only=True)
-class ProviderAuth:
+class ProviderAuth(msgspec.Struct, kw_only=True):
     """How to authenticate to one provider (never sent to hosts)."""
 
     env: tuple[str, ...] = ()
     config_key: str | None = None
     """models.yml ``apiKey``: an environment variable name or a literal key."""
     auth: Literal["apiKey", "none"] = "apiKey"
-    headers: dict[str, str] = attrs.field(factory=dict)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
     auth_header: bool = False
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class ModelRegistry:
     models: list[Model] = attrs.field(factory=list)
     providers: dict[str, ProviderAuth] = attrs.field(factory=dict)

@@ -78,7 +78,7 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class HttpClient:
     """The HTTP client of one owner (a ``serve()``): opened on first use, for connection reuse
     across that owner's model calls, and closed by the owner. Never shared between owners, so
@@ -102,7 +102,7 @@ class HttpClient:
             await client.aclose()
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ModelCall:
     """One request to one model."""
 

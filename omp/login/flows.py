@@ -78,7 +78,7 @@ class Dialogs(Protocol):
                     timeout: int | None = None) -> str | None: ...  # noqa: ASYNC109
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class FrameLoginUI:
     """``LoginUI`` over the extension UI sub-protocol: dialogs and notices through the host's
     UI bridge, ``open_url`` (no answer expected) written as its frame."""
@@ -288,7 +288,7 @@ async def _paste_loop(ui: LoginUI, state: str, send: trio.MemorySendChannel[Outc
             return
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class _Loopback:
     """The redirect target: ``/callback`` takes the code, ``/launch`` sends the browser to the
     authorization URL (while the login waits), anything else is 404."""

@@ -132,7 +132,7 @@ def write_credential(path: Path, provider: str, credential: Credential) -> None:
     write_private(path, data)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Credentials:
     """A registry's credentials from ``auth.json`` (``path`` None: kept in memory only)."""
 

@@ -301,7 +301,7 @@ RESPONSE_TOO_DEEP = "RPC response was nested too deeply to encode"
 FRAME_TOO_DEEP = "RPC frame was nested too deeply to encode"
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class FrameEncoder:
     """Encodes outbound frames to lines and enforces the frame-size limit.
 
@@ -474,7 +474,7 @@ class ChunkError(ValueError):
     """A chunk sequence that breaks the rules of rpc-behavior §1.8."""
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class ChunkAssembler:
     """Reassembles ``rpc_chunk`` lines into the logical frame's UTF-8 JSON bytes."""
 

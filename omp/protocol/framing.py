@@ -30,7 +30,7 @@ class LineTooLong(msgspec.Struct, frozen=True):
 Line = bytes | LineTooLong
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class LineFramer:
     """Feed it chunks as they arrive; it returns the complete lines they finish."""
 

@@ -58,7 +58,7 @@ class Disconnected(msgspec.Struct, frozen=True):
     """Delivered to a pending request when the host is gone."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ControlRegistry:
     """Requests to the host awaiting its control frames, by (answering kind, request id)."""
 
@@ -87,7 +87,7 @@ class ControlRegistry:
         self._pending.pop((request.kind, request.id), None)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class PendingRequest:
     """One request to the host, awaiting its frames (filled by the reader, read by the caller).
 
@@ -144,7 +144,7 @@ def _content(raw: list[dict[str, Any]]) -> list[m.TextContent | m.ImageContent]:
     return out
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class HostTool:
     """A tool the host runs; the model sees it like any other (DESIGN.md §4.4)."""
 
@@ -241,7 +241,7 @@ def validate_host_tools(tools: list[cmd.HostToolDefinition], builtin: set[str]
     return None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class HostUris:
     """The URL schemes the host serves, as the ``read`` / ``write`` tools' UriHandler."""
 
@@ -316,7 +316,7 @@ def normalize_schemes(schemes: list[cmd.HostUriSchemeDefinition]
 
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class HostUI:
     """``ctx.ui`` over RPC: ``extension_ui_request`` frames, answers in the control lane
     (rpc-behavior §8).

@@ -92,8 +92,7 @@ Inbound = cmd.Inbound | CustomCommand | Response
 CustomHandler = Callable[[CustomCommand], Awaitable[Any]]
 
 
-@attrs.frozen
-class Route:
+class Route(msgspec.Struct, frozen=True):
     handler: Callable[[Any], Response | Awaitable[Response]]
     lane: Lane
     sync: bool = False
@@ -102,7 +101,7 @@ class Route:
     """Runs right after the response is queued (same lane, no checkpoint between)."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class EventView:
     """How the host wants session events (``set_event_filter``)."""
 
@@ -111,7 +110,7 @@ class EventView:
     message_updates: str = "snapshot"
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Commands:
     session: AgentSession
     output: FrameQueue

@@ -57,7 +57,7 @@ class SpillLimitError(OutputClosedError):
     """The host fell so far behind that the spill file reached its size bound."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ByteSpool:
     """Encoded output not yet sent: in memory up to ``memory_limit``, past it in a temp file.
 
@@ -141,7 +141,7 @@ class ByteSpool:
             self._file = None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class FrameQueue:
     """Frames for the host, encoded as they are queued, in queue order, into the spool."""
 
@@ -152,6 +152,7 @@ class FrameQueue:
     _buffer: bytearray = attrs.field(factory=bytearray, init=False)
     _readable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _writable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
+    _drained: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     _failure: OutputClosedError | None = attrs.field(default=None, init=False)
     send_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
@@ -199,6 +200,14 @@ class FrameQueue:
         self._closed = True
         self._readable.unpark_all()
         self._writable.unpark_all()
+        self._drained.unpark_all()
+
+    async def wait_drained(self) -> None:
+        """Wait until everything queued so far was delivered to the stream (or the queue was
+        closed). A host that does not read keeps it waiting: callers bound it. On
+        cancellation, stops waiting."""
+        while self.spool.pending and not self._closed:
+            await self._drained.park()
 
     def fail(self, error: OutputClosedError) -> None:
         """The output is lost: the writer stops at once (even in the middle of a send) and
@@ -239,6 +248,8 @@ class FrameQueue:
         self.spool.sent()
         if self.spool.pending < self.high_water_bytes:
             self._writable.unpark_all()
+        if not self.spool.pending:
+            self._drained.unpark_all()
 
 
 async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:

@@ -40,7 +40,7 @@ import sys
 import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import msgspec
@@ -48,7 +48,7 @@ import trio
 
 from ..agent.loop import AssistantUpdate
 from ..config import agent_dir
-from ..extensions.loader import LoadReport, discover, load
+from ..extensions.discovery import discover
 from ..llm.stream import HttpClient
 from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import commands as cmd
@@ -64,13 +64,18 @@ from .bridges import HostUI, emit_title_enabled
 from .commands import Commands, CustomCommand, CustomHandler, Frame, Inbound, Route
 from .output import DEFAULT_SPILL_LIMIT, ByteSpool, FrameQueue, OutputClosedError, write_frames
 
+if TYPE_CHECKING:
+    from ..extensions.loader import LoadReport
+
 READ_CHUNK = 64 * 1024
 DRAIN_STALL_SECONDS = 1.0
 """After input EOF, how long the output may make no progress before unsent frames are dropped
 (a host that stopped reading must not keep us alive)."""
 CLEANUP_SECONDS = 0.5
-Job = Callable[[], Awaitable[None]]
 """Deadline of the shielded close of the HTTP client."""
+READY_FLUSH_SECONDS = 0.5
+"""How long loading the extensions waits for ``ready`` to reach a host that is slow to read."""
+Job = Callable[[], Awaitable[None]]
 
 
 @attrs.define
@@ -223,27 +228,44 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         agent_directory=session.prompt_options.agent_directory or agent_dir(),
         trusted=options.trust_project or any(
             _same_path(session.cwd, p) for p in session.settings.trusted_projects))
-    loaded = load_extensions(options, session)
-    if loaded is not None:
+
+    def use(loaded: LoadReport) -> None:
         loaded.extensions.emit = server.emit
         session.use_extensions(loaded.extensions, ui)
-        session.on_shutdown_request = server.request_stop
+        _report_load(server, loaded)
 
-        async def reload_extensions() -> None:
-            """``/reload-plugins``: the loaded extensions hear ``session_shutdown``, their
-            modules run again from their files (entry points: as imported), the new ones
-            start. On cancellation (shutdown) it stops where it is."""
-            old = session.extensions
-            if old is not None:
-                await old.session_shutdown()
-            fresh = load_extensions(options, session)
-            assert fresh is not None  # options said to load some at startup
-            fresh.extensions.emit = server.emit
-            session.use_extensions(fresh.extensions, ui)
-            _report_load(server, fresh)
-            await fresh.extensions.session_start()
+    async def start_extensions() -> None:
+        """The serial lane's first job, right after ``ready``: load the extensions (their
+        modules run now, before any command is handled: commands read meanwhile wait in the
+        lane, the reader already delivers answers to their dialogs), say what loading said,
+        run their ``session_start``, then the commands list goes out (rpc-behavior §1.2).
+        On cancellation (shutdown) it stops where it is."""
+        # ``ready`` goes out first: importing extensions takes a while, and a host measures
+        # startup by it (bench_rpc). Not for long if the host does not read.
+        with trio.move_on_after(READY_FLUSH_SECONDS):
+            await server.output.wait_drained()
+        if extensions_wanted(options):
+            # Also when none is found now: /reload-plugins may find some later.
+            server.commands.slash.reload_extensions = reload_extensions
+            session.on_shutdown_request = server.request_stop
+            loaded = load_extensions(options, session)
+            if loaded is not None:
+                use(loaded)
+        await server.session_start()
 
-        server.commands.slash.reload_extensions = reload_extensions
+    async def reload_extensions() -> None:
+        """``/reload-plugins``: the loaded extensions hear ``session_shutdown``, their
+        modules run again from their files (entry points: as imported), the new ones start.
+        On cancellation (shutdown) it stops where it is."""
+        old = session.extensions
+        if old is not None:
+            await old.session_shutdown()
+        fresh = load_extensions(options, session)
+        if fresh is None:
+            session.use_extensions(None)
+            return
+        use(fresh)
+        await fresh.extensions.session_start()
     output_error: OutputClosedError | None = None
     written = trio.Event()
     stops: list[int] = []  # stop signals received
@@ -272,12 +294,7 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
             await root.start(session.serve)
             await root.start(server.run_commands)
             server.output.put_nowait(Ready())
-            if loaded is not None:
-                _report_load(server, loaded)
-            # Extensions start (session_start) in the serial lane, before the first command and
-            # while the reader already delivers answers to their dialogs; the commands list
-            # follows (rpc-behavior §1.2).
-            server.start_job(server.session_start)
+            server.start_job(start_extensions)
             task_status.started()
             await server.read(stdin)
             await server.shutdown()
@@ -298,10 +315,16 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         raise SessionError(f"Session not saved: {session.persistence_failure}")
 
 
+def extensions_wanted(options: ServeOptions) -> bool:
+    """Whether extensions are looked for at all (not with ``--no-extensions`` and none given)."""
+    return bool(options.discover_extensions or options.extensions or options.extension_objects)
+
+
 def load_extensions(options: ServeOptions, session: AgentSession) -> LoadReport | None:
-    """Discover and load the session's extensions (their modules run now, before ``ready``);
-    None when there is nothing to load. Each load error is also a line on stderr."""
-    if not (options.discover_extensions or options.extensions or options.extension_objects):
+    """Discover and load the session's extensions (their modules run now); None when there is
+    nothing to load or say (the extension machinery is then never imported). Each load error
+    is also a line on stderr."""
+    if not extensions_wanted(options):
         return None
     cwd = session.cwd
     trusted = options.trust_project or any(
@@ -311,6 +334,10 @@ def load_extensions(options: ServeOptions, session: AgentSession) -> LoadReport 
                                 paths=list(options.extensions),
                                 objects=list(options.extension_objects),
                                 discovery=options.discover_extensions, trusted=trusted)
+    if not sources and skipped is None:
+        return None
+    from ..extensions.loader import load  # lazy: omp.lazy says why
+
     report = load(sources)
     report.skipped_project = skipped
     for path, error in report.errors:
@@ -370,7 +397,7 @@ def message_update_frame(update: AssistantUpdate, mode: str,
                             message=stream_event.partial, messageId=message_id)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RpcServer:
     """The server's lanes and output path; ``serve`` wires it to streams."""
 

@@ -70,8 +70,7 @@ class Started:
     """A built-in's outcome: it started a run (``{agentInvoked: true}``)."""
 
 
-@attrs.frozen
-class Residual:
+class Residual(msgspec.Struct, frozen=True):
     """A built-in's outcome: ``text`` is prompted as if the user had typed it."""
 
     text: str
@@ -88,8 +87,7 @@ class CommandFailed(Exception):
 Handler = Callable[["Call"], "Outcome | Awaitable[Outcome]"]
 
 
-@attrs.frozen
-class Builtin:
+class Builtin(msgspec.Struct, frozen=True):
     name: str
     description: str
     handler: Handler
@@ -108,7 +106,7 @@ class Builtin:
                          for n, d in self.subcommands] if self.subcommands else msgspec.UNSET)
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class Call:
     """One built-in invocation: its argument text and what it may use."""
 
@@ -125,7 +123,7 @@ class Call:
         self.slash.emit(ev.CommandOutput(text=text))
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Slash:
     """The command registry of one server's session."""
 

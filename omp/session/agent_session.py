@@ -46,9 +46,6 @@ from ..agent.loop import (
 )
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
-from ..extensions.api import DeliverAs
-from ..extensions.runtime import Extensions
-from ..extensions.ui import ExtensionUI
 from ..files import UnusableFile
 from ..llm import thinking
 from ..llm.errors import ProviderError
@@ -88,8 +85,13 @@ from .settings import Settings
 from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
+    # Annotations only: the extension machinery loads with the first extension (omp.lazy).
+    from ..extensions.api import DeliverAs
+    from ..extensions.runtime import Extensions
+    from ..extensions.ui import ExtensionUI
     from ..tools.shell import ShellResult
     from .compaction import CompactionPlan
+
 __all__ = ["BUSY", "AgentSession", "EventSink", "SessionError"]
 
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
@@ -126,7 +128,7 @@ class _NullSink:
         await trio.lowlevel.checkpoint()
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class PromptTicket:
     """An accepted prompt awaiting its one ``prompt_result``."""
 
@@ -136,7 +138,7 @@ class PromptTicket:
     """For a run started without a new message (``/retry``): that run serves the ticket."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class AgentSession:
     registry: ModelRegistry
     model: Model
@@ -226,12 +228,15 @@ class AgentSession:
         for problem in self.reported.new(problems):
             print(f"omp: {problem}", file=sys.stderr)
 
-    def use_extensions(self, extensions: Extensions, ui: ExtensionUI | None = None) -> None:
-        """Start ``extensions`` (in place of any earlier ones): their hooks join the loop,
-        their tools the tool list."""
+    def use_extensions(self, extensions: Extensions | None,
+                       ui: ExtensionUI | None = None) -> None:
+        """Start ``extensions`` in place of any earlier ones (None: no more extensions): their
+        hooks join the loop, their tools the tool list."""
         self.extensions = extensions
-        extensions.start(self, ui)
-        self.agent.hooks = extensions if extensions.active else NoHooks()
+        if extensions is not None:
+            extensions.start(self, ui)
+        self.agent.hooks = extensions if extensions is not None and extensions.active \
+            else NoHooks()
         self.system_prompt = self.prompt_options.build(self.tools)
 
     @property
@@ -1163,7 +1168,7 @@ class AgentSession:
             setup, options=attrs.evolve(setup.options, tool_choice=forced))
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class _AgentEvents:
     """The agent's sink: the session (which persists finished messages) then its host."""
 

@@ -410,8 +410,7 @@ def summary_max_tokens(model: Model, settings: CompactionSettings) -> int:
 # --- the whole compaction -----------------------------------------------------------------------
 
 
-@attrs.frozen
-class CompactionPlan:
+class CompactionPlan(msgspec.Struct, frozen=True):
     """A finished compaction of a live context: what replaces it, and the numbers to report."""
 
     first_kept_index: int

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-import attrs
 import msgspec
 from msgspec import UNSET
 
@@ -173,8 +172,7 @@ def _drop_failed_turns(messages: list[AgentMessage]) -> None:
 # --- branch settings -------------------------------------------------------------------------
 
 
-@attrs.frozen
-class BranchSettings:
+class BranchSettings(msgspec.Struct, frozen=True):
     """What the current branch records besides messages (restored on switch/branch)."""
 
     thinking_level: str | None

@@ -88,8 +88,7 @@ DIR_MODE: Final = 0o700
 _E = TypeVar("_E", bound=Entry)
 
 
-@attrs.frozen
-class LoadProblem:
+class LoadProblem(msgspec.Struct, frozen=True):
     """A line that could not be used; loading went on without it."""
 
     line: int
@@ -175,7 +174,7 @@ def _with_base(data: dict[str, Any], entry_id: str, parent_id: str | None,
 # --- the session file ------------------------------------------------------------------------
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class SessionFile:
     """One session file: its header, its entries (all branches) and the leaf.
 

@@ -72,7 +72,7 @@ def should_retry(error: ProviderError | None, message: m.AssistantMessage,
     return is_transient(error, message)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RetryWaitTooLong(Exception):
     """The provider asked for a longer wait than ``retry.maxDelayMs``: the saga fails at once."""
 

@@ -74,7 +74,7 @@ class RunHost(Protocol):
         ...
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RunReport:
     """How a run ended: what ``agent_end`` and ``prompt_result`` say."""
 
@@ -89,7 +89,7 @@ class RunReport:
     """An internal error's description (outcome ``error`` without a provider error)."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Run:
     host: RunHost
     prompts: list[Input]

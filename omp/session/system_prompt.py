@@ -241,7 +241,7 @@ def _resolved(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class PromptOptions:
     """What a session's system prompt is built from, kept so it can be rebuilt when the tools
     change (``set_host_tools``)."""

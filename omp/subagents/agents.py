@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import attrs
+import msgspec
 
 from ..commands.frontmatter import parse_frontmatter
 
@@ -30,8 +30,7 @@ TOOL_NAMES = {"glob": "find"}
 """Names of the original's tools that this port calls differently."""
 
 
-@attrs.frozen
-class AgentDef:
+class AgentDef(msgspec.Struct, frozen=True):
     name: str
     description: str
     prompt: str

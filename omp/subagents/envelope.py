@@ -29,7 +29,7 @@ ASYNC_RESULT = "async-result"
 Status = Literal["completed", "failed", "cancelled"]
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ChildOutcome:
     """One child's end, as the parent sees it."""
 

@@ -93,7 +93,7 @@ _NOUNS = ("Falcon", "Otter", "Badger", "Heron", "Lynx", "Marten", "Osprey", "Rav
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class JobInfo:
     """A background child as ``/jobs`` lists it."""
 
@@ -103,7 +103,7 @@ class JobInfo:
     started: float = attrs.field(factory=time.monotonic)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class _Child:
     """One child of one ``task`` call, from preflight to its outcome."""
 
@@ -118,7 +118,7 @@ class _Child:
     outcome: ChildOutcome | None = None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class SubagentHost:
     """The ``task`` tool's spawner for one session (the main one or a child)."""
 
@@ -658,7 +658,7 @@ class SubagentHost:
         return parent.model
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class _ChildEvents:
     """A child's sink: its progress tracker, and its own events on the bus (``events``)."""
 

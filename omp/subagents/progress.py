@@ -44,7 +44,7 @@ def args_preview(args: dict[str, Any]) -> str | None:
     return None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ProgressTracker:
     index: int
     id: str
@@ -123,7 +123,7 @@ class ProgressTracker:
             resolvedModel=opt(self.resolved_model))
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ProgressPump:
     """Coalesces one child's progress emissions (at most one per ``PROGRESS_INTERVAL``)."""
 

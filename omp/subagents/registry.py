@@ -40,7 +40,7 @@ class UnknownSubagent(LookupError):
     """``get_subagent_messages`` could not resolve its target; the message says why."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class SubagentRegistry:
     emit: Callable[[msgspec.Struct], None]
     """Writes a frame (the server's ``emit``; never waits)."""

@@ -140,7 +140,7 @@ class _Entry:
     used: bool = False
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class FakeLLM:
     """A running fake LLM server: its address, what it was asked, and what it saw.
 

@@ -77,7 +77,7 @@ class _Grant:
     challenge: str
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class FakeOAuth:
     """A running fake authorization server: its script, its address, what it saw."""
 

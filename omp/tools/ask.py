@@ -37,7 +37,7 @@ PARAMETERS: dict[str, Any] = {
 }
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class AskTool:
     ui: ExtensionUI
     name: str = "ask"

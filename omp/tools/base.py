@@ -104,7 +104,7 @@ class UriHandler(Protocol):
         ...
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class ToolContext:
     """What built-in tools share: where relative paths resolve, and who serves host URLs."""
 

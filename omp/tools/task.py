@@ -17,6 +17,7 @@ import re
 from typing import Any, Protocol
 
 import attrs
+import msgspec
 
 from .base import OnUpdate, ToolResult
 
@@ -25,8 +26,7 @@ _AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _ESCAPES = re.compile(r'\\["\\]|\\u[0-9a-fA-F]{4}|\\[nrtbf/]')
 
 
-@attrs.frozen
-class TaskItem:
+class TaskItem(msgspec.Struct, frozen=True):
     """One child to spawn: its assignment, the requested id and the agent definition."""
 
     task: str
@@ -158,7 +158,7 @@ def validate(args: dict[str, Any], *, batch: bool) -> tuple[str | None, list[Tas
     return None, [item], True, ""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class TaskTool:
     """``task``: present only while spawning is possible (the spawner's session decides)."""
 

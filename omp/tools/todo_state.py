@@ -14,7 +14,7 @@ from ..protocol.commands import TodoItem, TodoPhase, TodoStatus
 OPEN_STATUSES: tuple[TodoStatus, ...] = ("pending", "in_progress", "blocked")
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class TodoState:
     """The session's todo phases. ``phases`` is replaced, never mutated in place, so a reader
     holding the old list keeps a consistent snapshot."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
+import msgspec
 
 from .base import OnUpdate, ToolError, ToolResult
 
@@ -42,15 +43,14 @@ PARAMETERS: dict[str, Any] = {
     }}
 
 
-@attrs.frozen
-class YieldResult:
+class YieldResult(msgspec.Struct, frozen=True):
     status: Literal["success", "aborted"]
     data: Any = None
     """The submitted object, or the last-turn text (a string) for ``type`` without data."""
     error: str | None = None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class YieldState:
     """What a child has yielded so far; read by its driver after each run."""
 
@@ -60,7 +60,7 @@ class YieldState:
     """Consecutive failing calls (the driver stops the child after too many)."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class YieldTool:
     state: YieldState
     last_text: Callable[[], str | None]
