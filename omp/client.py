@@ -45,7 +45,7 @@ import trio
 from msgspec import UNSET, UnsetType
 
 from .groups import single_error
-from .process import kill_process_group, signal_group
+from .process import REAP_TIMEOUT, kill_process_group, signal_group
 from .protocol import commands as cmd
 from .protocol.codec import ChunkAssembler, ChunkError
 from .protocol.events import (
@@ -620,9 +620,17 @@ class RpcClient:
                     "frame (see its stderr)")
         return RpcStartupError("the server closed its output before its ready frame")
 
+    @property
+    def _shutdown_bound(self) -> float:
+        """The longest ``_shutdown`` can take: its bounded waits added up, plus a second of
+        margin. The deadline of the shield it runs in."""
+        options = self._options
+        return (options.close_timeout + options.terminate_grace + REAP_TIMEOUT
+                + _ORPHAN_GRACE + 1.0)
+
     async def _shutdown(self) -> None:
-        """EOF to the server, wait for it, escalate to signals (spawned process). Runs shielded;
-        bounded by its own deadlines."""
+        """EOF to the server, wait for it, escalate to signals (spawned process). Runs shielded
+        (``_shutdown_bound``); bounded by its own deadlines."""
         self._closing = True
         if self._event_wait is not None:
             self._event_wait.cancel()  # events the host no longer reads must not stall draining
@@ -988,7 +996,7 @@ class _ClientContext(AbstractAsyncContextManager[RpcClient]):
             await client._start()
         except BaseException as exc:
             if client is not None:
-                with trio.CancelScope(shield=True):
+                with trio.move_on_after(client._shutdown_bound, shield=True):
                     await client._shutdown()
             nursery.cancel_scope.cancel()
             await _exit_nursery(manager, exc)
@@ -1007,7 +1015,7 @@ class _ClientContext(AbstractAsyncContextManager[RpcClient]):
         assert manager is not None
         assert client is not None
         try:
-            with trio.CancelScope(shield=True):
+            with trio.move_on_after(client._shutdown_bound, shield=True):
                 await client._shutdown()
         finally:
             client._nursery.cancel_scope.cancel()  # handler tasks: the server is gone

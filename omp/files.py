@@ -10,9 +10,9 @@ anything else is refused with :class:`UnusableFile` before it can block or flood
   in after the check opens at once (or fails, for writing) and is still refused: what is used is
   what was checked. The descriptor is then made blocking again (regular files ignore the flag).
 
-``write_private`` is the one way private files (credentials, exports) are replaced: a 0600
-temporary file in the same directory, synced, then ``os.replace``, so a reader sees the old file
-or the new one, never half of one.
+``replace_file`` is the one way files are replaced whole (credentials, exports, edited files): a
+temporary file in the same directory, given its mode (0600 unless told) and owner, synced, then
+``os.replace``, so a reader sees the old file or the new one, never half of one.
 
 Everything here blocks (on a slow disk, a network filesystem): callers on the event loop run it
 in a worker thread.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Final
 
 __all__ = ["FileTooLarge", "UnusableFile", "describe_kind", "format_bytes", "open_regular",
-           "read_regular", "write_private"]
+           "read_regular", "replace_file"]
 
 _OPEN_FLAGS: Final = os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -129,17 +129,23 @@ def read_regular(path: Path | str, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def write_private(path: Path | str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically, mode ``0600`` (a symlink is followed: its
-    target is replaced). The temporary file is removed when anything fails (the error
-    propagates, ``path`` is left as it was)."""
+def replace_file(path: Path | str, data: bytes, *, mode: int = 0o600,
+                 owner: tuple[int, int] | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically (a symlink is followed: its target is
+    replaced), with permission bits ``mode`` (private unless told) and, where allowed,
+    ``owner`` (uid, gid). The temporary file is removed when anything fails (the error
+    propagates, ``path`` is left as it was; a directory that refuses the temporary file raises
+    ``PermissionError`` before anything is written)."""
     target = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
-            os.fchmod(file.fileno(), 0o600)  # mkstemp's mode already; said here on purpose
             file.write(data)
             file.flush()
+            if owner is not None:
+                with contextlib.suppress(OSError):  # only root may give a file away
+                    os.fchown(file.fileno(), *owner)
+            os.fchmod(file.fileno(), mode)  # after chown, which clears setuid
             os.fsync(file.fileno())
         os.replace(tmp, target)
     except BaseException:

@@ -139,8 +139,7 @@ async def kill_process_group(proc: trio.Process, grace: float = KILL_GRACE) -> N
     Not interrupted by the caller's cancellation: shielded, and bounded by its own deadline of
     ``grace + REAP_TIMEOUT`` seconds (see the module docstring).
     """
-    with trio.CancelScope(shield=True) as scope:
-        scope.deadline = trio.current_time() + grace + REAP_TIMEOUT
+    with trio.move_on_after(grace + REAP_TIMEOUT, shield=True):
         if group_alive(proc):
             signal_group(proc.pid, signal.SIGTERM)
             signal_group(proc.pid, signal.SIGCONT)
@@ -210,8 +209,7 @@ async def end_orphans(exclude: frozenset[int] = frozenset(), grace: float = KILL
     Only for the end of ``adopt_orphans``: by then every process we started ourselves has been
     waited for. Shielded from the caller's cancellation, bounded by ``grace + REAP_TIMEOUT``.
     """
-    with trio.CancelScope(shield=True) as scope:
-        scope.deadline = trio.current_time() + grace + REAP_TIMEOUT
+    with trio.move_on_after(grace + REAP_TIMEOUT, shield=True):
         kill_at = trio.current_time() + grace
         signalled: set[int] = set()
         while children := _children(exclude):

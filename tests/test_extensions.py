@@ -41,7 +41,7 @@ from extension_helpers import (
 
 import omp
 from omp.extensions import ExtensionAPI, ExtensionContext
-from omp.extensions.discovery import discover
+from omp.extensions.discovery import _group_may_be_declared, discover
 from omp.extensions.loader import load
 from omp.testing.fake_llm import open_fake_llm
 
@@ -1596,3 +1596,26 @@ async def test_commands_written_at_spawn_wait_for_the_extensions(
     assert frames[-1] == {"type": "prompt_result", "id": "p", "agentInvoked": False,
                           "status": "completed", "sessionSettled": True}
     assert "message_start" not in types  # nothing reached the model
+
+
+# --- entry-point discovery -----------------------------------------------------------------------
+
+
+def test_entry_points_are_looked_up_only_when_a_distribution_may_declare_the_group(
+        tmp_path: Path) -> None:
+    """The cheap scan before ``importlib.metadata``: a ``*.dist-info`` or ``*.egg-info`` with
+    the ``[omp.extensions]`` section, or a path entry that is not a folder (a zip)."""
+    plain = tmp_path / "plain"
+    (plain / "other-1.0.dist-info").mkdir(parents=True)
+    (plain / "other-1.0.dist-info" / "entry_points.txt").write_text(
+        "[console_scripts]\nother = other:main\n# [omp.extensions] in a comment\n")
+    (plain / "nometa-1.0.dist-info").mkdir()
+    declaring = tmp_path / "declaring"
+    (declaring / "ext-1.0.egg-info").mkdir(parents=True)
+    (declaring / "ext-1.0.egg-info" / "entry_points.txt").write_text(
+        "[console_scripts]\next = ext:main\n\n  [ omp.extensions ]\next = ext\n")
+    archive = tmp_path / "packages.zip"
+    archive.write_bytes(b"PK\x05\x06" + bytes(18))
+    assert not _group_may_be_declared([str(plain), str(tmp_path / "missing")])
+    assert _group_may_be_declared([str(plain), str(declaring)])
+    assert _group_may_be_declared([str(archive)])

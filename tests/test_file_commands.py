@@ -145,12 +145,12 @@ def test_nothing_but_init(layout: tuple[Path, Path, Path]) -> None:
 
 def test_order_and_precedence(layout: tuple[Path, Path, Path]) -> None:
     agent, home, cwd = layout
-    write(cwd / ".omp" / "commands" / "shared.md", "project wins")
+    write(cwd / ".omp" / "commands" / "common.md", "project wins")
     write(cwd / ".omp" / "commands" / "zeta.md", "z")
     write(cwd / ".omp" / "commands" / "alpha.md", "a")
-    write(agent / "commands" / "shared.md", "user loses")
+    write(agent / "commands" / "common.md", "user loses")
     write(agent / "commands" / "user-only.md", "u")
-    write(cwd / ".claude" / "commands" / "shared.md", "claude loses")
+    write(cwd / ".claude" / "commands" / "common.md", "claude loses")
     write(cwd / ".claude" / "commands" / "claude-top.md", "c")
     write(cwd / ".claude" / "commands" / "git" / "pr.md", "nested")
     write(cwd / ".claude" / "commands" / "git" / "deep" / "log.md", "deeper")
@@ -162,15 +162,15 @@ def test_order_and_precedence(layout: tuple[Path, Path, Path]) -> None:
     commands, problems = load_file_commands(agent, cwd, home=home)
     assert problems == []
     assert names(commands) == [
-        "alpha", "shared", "zeta",  # <cwd>/.omp/commands, by name
+        "alpha", "common", "zeta",  # <cwd>/.omp/commands, by name
         "user-only",  # <agentDir>/commands
         "claude-top", "pr", "log", "git:pr", "git:deep:log",  # .claude: top, nested, a:b names
         "near", "far",  # .agents in the cwd, then .agent at the repository root
         "mine", "init",  # ~/.agent, ~/.agents: a file named init replaces the built-in one
     ]
     by_name = {command.name: command for command in commands}
-    assert by_name["shared"].body == "project wins"
-    assert by_name["shared"].source == "native:project"
+    assert by_name["common"].body == "project wins"
+    assert by_name["common"].source == "native:project"
     assert by_name["user-only"].source == "native:user"
     assert by_name["git:pr"].body == by_name["pr"].body == "nested"
     assert by_name["git:pr"].source == "claude:project"
@@ -305,29 +305,29 @@ def test_expand_file_command(layout: tuple[Path, Path, Path]) -> None:
 
 def test_prompt_templates(layout: tuple[Path, Path, Path]) -> None:
     agent, _, cwd = layout
-    write(agent / "prompts" / "shared.md", "---\ndescription: user version\n---\nUser $1")
+    write(agent / "prompts" / "common.md", "---\ndescription: user version\n---\nUser $1")
     write(agent / "prompts" / "deep" / "er" / "nested.md", "Nested $@")
     write(agent / "prompts" / ".hidden.md", "hidden")
-    write(cwd / ".omp" / "prompts" / "shared.md", "Project version")
+    write(cwd / ".omp" / "prompts" / "common.md", "Project version")
     write(cwd / ".omp" / "prompts" / "review" / "file.md", "Review $1 focusing on $@[2]")
     write(cwd / ".omp" / "prompts" / "notes.txt", "not a template")
     templates, problems = load_prompt_templates(agent, cwd)
     assert problems == []
     assert [(t.name, t.source) for t in templates] == [
-        ("shared", "(user)"), ("nested", "(user:deep:er)"),
-        ("shared", "(project)"), ("file", "(project:review)")]
+        ("common", "(user)"), ("nested", "(user:deep:er)"),
+        ("common", "(project)"), ("file", "(project:review)")]
     assert templates[0].description == "user version (user)"
     assert templates[1].description == "Nested $@ (user:deep:er)"
     # The first of a name wins: a user template shadows the project's.
-    shared = find_prompt_template(templates, "shared")
-    assert shared is not None
-    assert shared.body == "User $1"
-    assert expand_prompt_template("/shared a b", templates) == "User a"
+    common = find_prompt_template(templates, "common")
+    assert common is not None
+    assert common.body == "User $1"
+    assert expand_prompt_template("/common a b", templates) == "User a"
     assert expand_prompt_template('/file src/a.py "error handling" perf', templates) == (
         "Review src/a.py focusing on error handling perf")
     assert expand_prompt_template("/nested x y", templates) == "Nested x y"
     assert expand_prompt_template("/notes x", templates) is None
-    assert expand_prompt_template("shared x", templates) is None
+    assert expand_prompt_template("common x", templates) is None
 
 
 def test_prompt_templates_report_unreadable_files(layout: tuple[Path, Path, Path]) -> None:

@@ -190,14 +190,14 @@ def test_sorted_case_insensitively(layout: tuple[Path, Path, Path]) -> None:
 
 def test_a_linked_skill_loads_once(layout: tuple[Path, Path, Path]) -> None:
     agent, home, cwd = layout
-    original = skill(agent / "skills" / "shared", described("shared", "shared"))
+    original = skill(agent / "skills" / "common", described("common", "common"))
     (cwd / ".omp" / "skills").mkdir(parents=True)
-    os.symlink(agent / "skills" / "shared", cwd / ".omp" / "skills" / "linked")
+    os.symlink(agent / "skills" / "common", cwd / ".omp" / "skills" / "linked")
     skills, problems = load_skills(agent, cwd, home=home)
     # The project link wins (it comes first) and the same file under the user dir is
     # dropped silently, not reported as a collision.
     assert [(s.name, s.path) for s in skills] == [
-        ("shared", cwd / ".omp" / "skills" / "linked" / "SKILL.md")]
+        ("common", cwd / ".omp" / "skills" / "linked" / "SKILL.md")]
     assert problems == []
     assert original.exists()
 

@@ -123,8 +123,6 @@ def _entry_points() -> list[Source]:
     return found
 
 
-
-
 def _group_may_be_declared(search_path: Sequence[str]) -> bool:
     """Whether a distribution on ``search_path`` may declare ``omp.extensions``: one of its
     ``*.dist-info`` / ``*.egg-info`` folders has an ``entry_points.txt`` with the group's

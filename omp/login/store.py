@@ -9,7 +9,7 @@ The file maps a provider id to its credential. Every form the project ever read 
   (``refresh`` and ``expires`` optional: without ``expires`` the token is used until a call fails).
 
 Writes replace one provider's entry and keep every other entry as it is: the file is read again,
-the entry set, and the whole written by ``omp.files.write_private`` (a 0600 temporary file in
+the entry set, and the whole written by ``omp.files.replace_file`` (a 0600 temporary file in
 the same directory that then replaces it), so a reader sees the old file or the new one, never
 half, and the secrets are never readable by others, not even for a moment. The directory is
 created 0700.
@@ -33,7 +33,7 @@ import msgspec
 import trio
 
 from ..config import ConfigError, read_text, warn
-from ..files import write_private
+from ..files import replace_file
 
 NEVER_EXPIRES_MS = 8_640_000_000_000_000
 """``expires`` of a token that does not expire (the original's value: the largest JS date)."""
@@ -129,7 +129,7 @@ def write_credential(path: Path, provider: str, credential: Credential) -> None:
     raw[provider] = credential.to_json()
     data = msgspec.json.format(msgspec.json.encode(raw), indent=2) + b"\n"
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_private(path, data)
+    replace_file(path, data)
 
 
 @attrs.define(eq=False, repr=False)

@@ -226,8 +226,7 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
     install_subagents(
         session, server.emit, offer_tool=options.tools is None,
         agent_directory=session.prompt_options.agent_directory or agent_dir(),
-        trusted=options.trust_project or any(
-            _same_path(session.cwd, p) for p in session.settings.trusted_projects))
+        trusted=project_trusted(options, session))
 
     def use(loaded: LoadReport) -> None:
         loaded.extensions.emit = server.emit
@@ -302,8 +301,7 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
             root.cancel_scope.cancel()  # the writer, if the host stopped reading
     finally:
         # The HTTP client belongs to this serve(): its connections must not outlive it.
-        with trio.move_on_after(CLEANUP_SECONDS) as cleanup:
-            cleanup.shield = True
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
             await http.aclose()
     if signal.SIGINT in stops:
         raise KeyboardInterrupt
@@ -327,8 +325,7 @@ def load_extensions(options: ServeOptions, session: AgentSession) -> LoadReport 
     if not extensions_wanted(options):
         return None
     cwd = session.cwd
-    trusted = options.trust_project or any(
-        _same_path(cwd, p) for p in session.settings.trusted_projects)
+    trusted = project_trusted(options, session)
     agent_directory = session.prompt_options.agent_directory or agent_dir()
     sources, skipped = discover(cwd=cwd, agent_dir=agent_directory,
                                 paths=list(options.extensions),
@@ -343,6 +340,13 @@ def load_extensions(options: ServeOptions, session: AgentSession) -> LoadReport 
     for path, error in report.errors:
         print(f"Failed to load extension {path}: {error}", file=sys.stderr)
     return report
+
+
+def project_trusted(options: ServeOptions, session: AgentSession) -> bool:
+    """Whether code from the session's project may run (project extensions, project agents):
+    ``--trust-project``, or the cwd listed in the global ``trustedProjects``."""
+    return options.trust_project or any(
+        _same_path(session.cwd, p) for p in session.settings.trusted_projects)
 
 
 def _same_path(a: Path, b: Path) -> bool:

@@ -34,7 +34,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from omp.files import UnusableFile, describe_kind, write_private
+from omp.files import UnusableFile, describe_kind, replace_file
 from omp.protocol.messages import (
     AgentMessage,
     AssistantMessage,
@@ -431,7 +431,7 @@ def write_html(path: Path, html: str) -> None:
         if not stat.S_ISREG(mode):
             raise UnusableFile(f"{os.fsdecode(path)} is {describe_kind(mode)}; only a regular "
                                "file is replaced by the export")
-    write_private(target, html.encode("utf-8", "replace"))
+    replace_file(target, html.encode("utf-8", "replace"))
 
 
 def default_export_name(session_file: Path) -> str:

@@ -8,11 +8,9 @@ regular file of at most ``MAX_EDIT_BYTES`` is edited (``omp.files``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..files import FileTooLarge, UnusableFile, describe_kind, read_regular
+from ..files import FileTooLarge, UnusableFile, describe_kind, read_regular, replace_file
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .edit_match import Edit, EditedFile, EditError, edit_text
 from .specs import SPECS, SpecifiedTool
@@ -92,7 +90,8 @@ def write_atomic(target: Path, data: bytes) -> None:
     """Replace ``target``'s content with ``data`` via a sibling temp file and ``os.replace``,
     keeping its owner (where allowed) and permission bits. A symlink is followed (its target is
     replaced, not the link). Writes in place instead when the file has other hard links (a
-    replace would detach them) or the directory does not allow creating the temp file."""
+    replace would detach them) or the directory refuses the temp file or the replace
+    (``omp.files.replace_file`` leaves the file as it was then)."""
     real = Path(os.path.realpath(target))
     st = os.stat(real)
     if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO or a device since it was read
@@ -101,23 +100,9 @@ def write_atomic(target: Path, data: bytes) -> None:
         _write_in_place(real, data)
         return
     try:
-        fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
-    except PermissionError:
+        replace_file(real, data, mode=st.st_mode & 0o7777, owner=(st.st_uid, st.st_gid))
+    except PermissionError:  # no temporary file here (or no replacing): the file is as it was
         _write_in_place(real, data)
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            with contextlib.suppress(OSError):  # only root may give a file away
-                os.fchown(f.fileno(), st.st_uid, st.st_gid)
-            os.fchmod(f.fileno(), st.st_mode & 0o7777)  # after chown, which clears setuid
-            os.fsync(f.fileno())
-        os.replace(tmp, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def edit_file(absolute: Path, path: str, edits: list[Edit],

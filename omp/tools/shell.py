@@ -252,8 +252,7 @@ class ShellRun:
             self._interrupted = True
             raise
         finally:
-            with trio.CancelScope(shield=True) as cleanup:
-                cleanup.deadline = trio.current_time() + CLEANUP_TIMEOUT
+            with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
                 try:
                     if proc is not None:
                         await self._cleanup(proc)
