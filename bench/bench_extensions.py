@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import trio.testing
 from isolation import isolated_env
 
 import omp
@@ -115,8 +114,8 @@ def same_context(api: ExtensionAPI) -> None:
 async def open_server(stack: AsyncExitStack, nursery: trio.Nursery, name: str, cwd: Path,
                       agent_dir: Path, extensions: Sequence[Callable[[ExtensionAPI], None]]
                       ) -> Server:
-    to_server, server_in = trio.testing.memory_stream_one_way_pair()
-    server_out, from_server = trio.testing.memory_stream_one_way_pair()
+    to_server, server_in = omp.memory_pipe()
+    server_out, from_server = omp.memory_pipe()
     options = omp.ServeOptions(model="offline/echo", cwd=cwd, agent_dir=agent_dir,
                                persist=False, announce_offline=False, discover_extensions=False,
                                extension_objects=list(extensions))

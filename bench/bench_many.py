@@ -1,8 +1,9 @@
 """Many sessions in one trio program. Run: `python bench/bench_many.py`.
 
 A host (a bot, an IDE server) embeds omp by running one `omp.serve()` per session in its own
-trio program, each over a pair of trio memory streams. This benchmark does exactly that, using
-only the public embedding API (`omp.serve`, `omp.ServeOptions`) and the protocol's frames:
+trio program, each over two in-process pipes. This benchmark does exactly that, using only the
+public embedding API (`omp.serve`, `omp.ServeOptions`, `omp.memory_pipe`) and the protocol's
+frames:
 
   * idle: --warm sessions are started, then RSS (VmRSS, after `gc.collect()`) is read; then
     --idle more (1,000 by default), each awaited until `ready` and `available_commands_update`
@@ -16,16 +17,22 @@ only the public embedding API (`omp.serve`, `omp.ServeOptions`) and the protocol
     *paced*, the fake writes bursts of --burst deltas so that all sessions together are offered
     --rate deltas/s (50,000, the capacity target), which measures chunk → frame latency at that
     load (without pacing the latency is only the time a chunk queues in socket buffers, which
-    grows with the answer; it is printed for the unpaced run too, without a target).
+    grows with the answer; it is printed for the unpaced run too, without a target). Each answer
+    keeps a schedule (burst k at k periods after its reply began: the fake's `at`), and the
+    sessions' schedules are offset evenly over the period, as independent model streams are;
+    `--aligned` starts every session's bursts at the same instants instead (a thundering herd).
+  * http floor: the paced answers once more, read by one bare httpx client per session through
+    omp's SSE reader and nothing else: the CPU and latency that HTTP and SSE decoding alone cost
+    at that load, a floor under the paced figures (omp's own work is the difference).
 
 Chunk → frame latency, and why the numbers are honest: every delta's text is a placeholder of
-19 `#`. The fake LLM (`omp.testing.fake_llm`, unchanged) runs in a separate process behind a small
+19 `#`. The fake LLM (`omp.testing.fake_llm`) runs in a separate process behind a small
 TCP proxy in that same process; the proxy forwards the fake's bytes to omp and, just before each
 write, replaces every placeholder in them with `time.monotonic_ns()` (same length, so HTTP chunk
 sizes stay valid). Host-side, each text delta's frame is decoded and its stamp subtracted from
 `time.monotonic_ns()` at that moment; CLOCK_MONOTONIC is system-wide, so the two processes'
 times compare. The latency therefore spans loopback TCP, httpx, SSE decoding, the agent loop,
-the frame queue, the writer, the memory stream and the host's own read and decode. A stamp taken
+the frame queue, the writer, the pipe and the host's own read and decode. A stamp taken
 while the socket toward omp is full is earlier than the actual write, which can only make the
 latency look worse, never better.
 
@@ -60,9 +67,9 @@ from typing import Any
 
 import msgspec
 import trio
-import trio.testing
 
 import omp
+from omp.llm.sse import iter_sse
 from omp.testing.fake_llm import open_fake_llm
 from omp.testing.script import load_script
 
@@ -109,8 +116,8 @@ class Embedded:
 
     def __init__(self, options: omp.ServeOptions) -> None:
         self.options = options
-        self.to_server, self._server_in = trio.testing.memory_stream_one_way_pair()
-        self._server_out, self._from_server = trio.testing.memory_stream_one_way_pair()
+        self.to_server, self._server_in = omp.memory_pipe()
+        self._server_out, self._from_server = omp.memory_pipe()
         self._lines: deque[bytes] = deque()
         self._partial = b""
         self.returned = trio.Event()
@@ -271,14 +278,15 @@ async def prompt_once(session: Embedded, message: str, result: StreamResult,
 
 
 async def prompt_all(sessions: list[Embedded], name: str, message: str, stamped: bool,
-                     allowed: float) -> StreamResult:
+                     allowed: float, *, phased: bool = False) -> StreamResult:
     result = StreamResult(name)
     last_read = [0]  # monotonic_ns of the last text delta read by any session
     done = 0
 
-    async def one(session: Embedded) -> None:
+    async def one(index: int, session: Embedded) -> None:
         nonlocal done
-        await prompt_once(session, message, result, last_read, stamped)
+        text = phase_mark(message, index) if phased else message
+        await prompt_once(session, text, result, last_read, stamped)
         done += 1
 
     gc.collect()
@@ -286,8 +294,8 @@ async def prompt_all(sessions: list[Embedded], name: str, message: str, stamped:
     start = time.monotonic_ns()
     with trio.move_on_after(allowed):
         async with trio.open_nursery() as nursery:
-            for session in sessions:
-                nursery.start_soon(one, session)
+            for index, session in enumerate(sessions):
+                nursery.start_soon(one, index, session)
     result.cpu_seconds = time.process_time() - cpu
     result.seconds = (max(last_read[0], start) - start) / 1e9
     result.unsettled = len(sessions) - done
@@ -319,28 +327,100 @@ async def streaming_phase(options: omp.ServeOptions, count: int,
             raise RuntimeError(f"warm-up failed: {warm.failures[:3]}, "
                                f"{warm.unsettled} sessions unsettled")
         unpaced = await prompt_all(sessions, "unpaced", BURST_MARK, True, allowed)
-        paced = await prompt_all(sessions, "paced", PACED_MARK, True, allowed)
+        paced = await prompt_all(sessions, "paced", PACED_MARK, True, allowed, phased=True)
         returned, closing = await close_all(sessions, allowed)
         nursery.cancel_scope.cancel()  # only does anything if some serve() did not return
     return StreamingResults(count, unpaced, paced, returned, closing)
 
 
+# --------------------------------------------------------------------------- the HTTP floor
+
+
+async def floor_stream(client: Any, url: str, message: str, result: StreamResult) -> None:
+    """One paced answer read the way a provider adapter starts: httpx's streamed body through
+    omp's SSE reader (with its stall watchdog), and nothing more: no agent, no frames, no host.
+    """
+    body = _encode({"model": "stream", "stream": True,
+                    "messages": [{"role": "user", "content": message}]})
+    async with client.stream("POST", f"{url}/v1/chat/completions", content=body,
+                             headers={"content-type": "application/json"}) as response:
+        async for event in iter_sse(response, first_timeout=100.0, idle_timeout=100.0,
+                                    provider="bench", model="stream"):
+            at = time.monotonic_ns()
+            start = event.data.find('"content":"') + 11
+            if start <= 10 or not event.data[start:start + STAMP_DIGITS].isdigit():
+                continue  # the role chunk, the finish, [DONE]
+            stamp = int(event.data[start:start + STAMP_DIGITS])
+            result.deltas += 1
+            result.latencies_ns.append(at - stamp)
+            if not result.first_stamp or stamp < result.first_stamp:
+                result.first_stamp = stamp
+            result.last_stamp = max(result.last_stamp, stamp)
+
+
+async def floor_phase(url: str, count: int, allowed: float) -> StreamResult:
+    """The paced run again with bare HTTP clients (one per session, as each ``serve()`` has
+    its own): the CPU and latency that HTTP and SSE alone cost at this load, a floor under the
+    paced figures of omp."""
+    import httpx
+
+    result = StreamResult("http floor")
+    clients = [httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0), trust_env=False)
+               for _ in range(count)]
+    try:
+        async with trio.open_nursery() as nursery:  # one connection per client, as for omp
+            for client in clients:
+                nursery.start_soon(floor_stream, client, url, "warm up", StreamResult("warm-up"))
+        gc.collect()
+        cpu = time.process_time()
+        start = time.monotonic_ns()
+        with trio.move_on_after(allowed):
+            async with trio.open_nursery() as nursery:
+                for index, client in enumerate(clients):
+                    nursery.start_soon(floor_stream, client, url,
+                                       phase_mark(PACED_MARK, index), result)
+        result.cpu_seconds = time.process_time() - cpu
+        result.seconds = (time.monotonic_ns() - start) / 1e9
+    finally:
+        for client in clients:
+            await client.aclose()
+    return result
+
+
 # --------------------------------------------------------------------------- the fake LLM process
 
 
-def fake_script(deltas: int, burst: int, period: float) -> list[dict[str, Any]]:
-    """Matched by the prompt's marker; the paced entry comes first because its requests also
-    carry the unpaced prompt (history)."""
+def phase_mark(mark: str, index: int) -> str:
+    """The paced prompt of session ``index``: its marker picks the script entry of its phase."""
+    return f"{mark}:{index:04d}/"
+
+
+def fake_script(deltas: int, burst: int, period: float, sessions: int,
+                aligned: bool) -> list[dict[str, Any]]:
+    """Matched by the prompt's marker; the paced entries come first because their requests also
+    carry the unpaced prompt (history).
+
+    A paced answer writes burst ``k`` at ``k * period`` seconds after its reply began (the
+    fake's ``at``: a schedule, so a late write does not push the later bursts back and
+    streams that were once late together do not stay bunched). Session ``i``'s schedule is
+    offset by ``i / sessions`` of a period (unless ``aligned``), so the sessions' bursts are
+    spread over the period as independent model streams are.
+    """
     text = PLACEHOLDER.decode() + " "
-    paced: list[dict[str, Any]] = []
-    for i in range(deltas):
-        chunk: dict[str, Any] = {"text": text}
-        if i and i % burst == 0:
-            chunk["delay"] = period
-        paced.append(chunk)
     usage = {"input": 10, "output": deltas}
+    entries: list[dict[str, Any]] = []
+    for index in range(sessions):
+        offset = 0.0 if aligned else period * index / sessions
+        paced: list[dict[str, Any]] = []
+        for i in range(deltas):
+            chunk: dict[str, Any] = {"text": text}
+            if i % burst == 0 and (i or offset):
+                chunk["at"] = offset + period * (i // burst)
+            paced.append(chunk)
+        entries.append({"match": {"bodyContains": phase_mark(PACED_MARK, index)},
+                        "repeat": True, "chunks": paced, "usage": usage})
     return [
-        {"match": {"bodyContains": PACED_MARK}, "repeat": True, "chunks": paced, "usage": usage},
+        *entries,
         {"match": {"bodyContains": BURST_MARK}, "repeat": True,
          "chunks": [{"text": text}] * deltas, "usage": usage},
         {"repeat": True, "chunks": [{"text": "ready"}, {"text": "."}],
@@ -393,10 +473,11 @@ async def fake_server_main(script_path: str) -> None:
             nursery.cancel_scope.cancel()
 
 
-def start_fake_server(directory: Path, deltas: int, burst: int,
+def start_fake_server(directory: Path, args: argparse.Namespace,
                       period: float) -> tuple[subprocess.Popen[bytes], str]:
     script = directory / "script.json"
-    script.write_text(json.dumps(fake_script(deltas, burst, period)))
+    script.write_text(json.dumps(fake_script(args.deltas, args.burst, period, args.sessions,
+                                             args.aligned)))
     proc = subprocess.Popen([sys.executable, __file__, "--fake-server", str(script)],
                             stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -414,7 +495,8 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResults) -> None:
+def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResults,
+           floor: StreamResult) -> None:
     # The figures are only as good as the machine is quiet: say how busy it was.
     print("load average (1 min) before / after: "
           f"{args.load_before:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
@@ -450,15 +532,22 @@ def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResul
           f"(target p99 <= {P99_TARGET_MS:.0f})  {verdict(latency_ok)}")
     print(f"  serve() returned after EOF  {streaming.returned:>5}/{streaming.sessions} "
           f"in {streaming.close_seconds:.2f} s")
+    floor_cpu = floor.cpu_seconds / max(floor.deltas, 1)
+    print(f"  http floor: the paced answers read by {streaming.sessions} bare httpx clients "
+          f"through omp's SSE reader, nothing else ({floor.deltas} deltas)")
+    print(f"           {floor_cpu * 1e6:.1f} µs CPU/delta here = {floor_cpu * args.rate:.0%} of "
+          f"a core at the offered rate; chunk -> event p50 {floor.percentile_ms(0.5):.2f} ms  "
+          f"p99 {floor.percentile_ms(0.99):.2f} ms")
     met = sum((idle_ok, rate_ok, latency_ok))
     print(f"summary: {met}/3 targets met (idle RSS {verdict(idle_ok)}, aggregate rate "
           f"{verdict(rate_ok)}, p99 latency {verdict(latency_ok)})")
 
 
-async def main_async(args: argparse.Namespace, options: omp.ServeOptions) -> None:
+async def main_async(args: argparse.Namespace, options: omp.ServeOptions, url: str) -> None:
     idle = await idle_phase(options, args.idle, args.warm, args.timeout)
     streaming = await streaming_phase(options, args.sessions, args.timeout)
-    report(args, idle, streaming)
+    floor = await floor_phase(url, args.sessions, args.timeout)
+    report(args, idle, streaming, floor)
 
 
 def positive(text: str) -> int:
@@ -481,6 +570,9 @@ def main() -> None:
                         help="paced run: deltas/s offered by all sessions together (50000)")
     parser.add_argument("--burst", type=positive, default=10,
                         help="paced run: deltas per write of the fake (10)")
+    parser.add_argument("--aligned", action="store_true",
+                        help="paced run: every session's bursts at the same instants (default: "
+                             "spread over the period)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds allowed for each run and for shutdown (120)")
     parser.add_argument("--fake-server", metavar="SCRIPT", help=argparse.SUPPRESS)
@@ -494,14 +586,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-many-") as tmp:
         directory = Path(tmp)
         os.environ["OMP_AGENT_DIR"] = tmp  # belt and braces: options.agent_dir says the same
-        proc, url = start_fake_server(directory, args.deltas, args.burst, period)
+        proc, url = start_fake_server(directory, args, period)
         try:
             (directory / "models.yml").write_text(
                 "providers:\n  fake:\n    api: openai-completions\n"
                 f"    baseUrl: {url}/v1\n    auth: none\n    models: [{{id: stream}}]\n")
             options = omp.ServeOptions(model="fake/stream", agent_dir=directory, persist=False,
                                        cwd=directory, announce_offline=False)
-            trio.run(main_async, args, options)
+            trio.run(main_async, args, options, url)
         finally:
             proc.terminate()
             proc.wait()

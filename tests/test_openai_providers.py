@@ -611,6 +611,43 @@ async def test_completions_compatible_server_quirks() -> None:
     assert types(events).count("toolcall_end") == 3
 
 
+async def test_completions_chunks_of_another_shape_are_read_leniently() -> None:
+    # Chunks decode straight into a typed struct; one of another shape (choices an object,
+    # a delta that is a string, a bare number, a choice that is not an object) must neither
+    # fail the stream nor lose what the well-formed chunks around it said.
+    raw = [
+        'data: {"id": "chatcmpl-1", "choices": [{"delta": {"content": "Hel"}}]}\n',
+        'data: {"choices": {"0": {"delta": {"content": "lost"}}}}\n',
+        'data: {"choices": [{"delta": "not an object"}]}\n',
+        "data: 42\n",
+        'data: {"choices": ["not an object"], "usage": {"prompt_tokens": 7,'
+        ' "completion_tokens": 2}}\n',
+        'data: {"choices": [{"delta": {"content": "lo", "tool_calls": 5}, '
+        '"finish_reason": "stop"}]}\n',
+        "data: [DONE]\n",
+    ]
+    async with open_fake_llm([{"raw": raw}]) as llm:
+        call, _ = await run_call(make_model(llm, "openai-completions"),
+                                 Context(messages=(user("hi"),)))
+    assert call.error is None
+    assert call.final is not None
+    assert call.final.content == [m.TextContent(text="Hello")]
+    assert call.final.responseId == "chatcmpl-1"
+    assert (call.final.usage.input, call.final.usage.output) == (7, 2)
+    assert call.final.stopReason == "stop"
+
+
+async def test_completions_malformed_chunk_is_a_provider_error() -> None:
+    raw = ['data: {"choices": [{"delta": {"content": "a"}}]}\n', "data: {not json\n"]
+    async with open_fake_llm([{"raw": raw}]) as llm:
+        call, _ = await run_call(make_model(llm, "openai-completions"),
+                                 Context(messages=(user("hi"),)))
+    assert call.error is not None
+    assert "Malformed stream event" in call.error.message
+    assert call.final is not None
+    assert call.final.stopReason == "error"
+
+
 async def test_responses_summary_parts_refusal_and_incomplete() -> None:
     def event(kind: str, **fields: Any) -> str:
         return (f"event: {kind}\ndata: "

@@ -156,7 +156,8 @@ class FrameQueue:
     _closed: bool = attrs.field(default=False, init=False)
     _failure: OutputClosedError | None = attrs.field(default=None, init=False)
     send_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
-    """Around the writer's current send: ``fail`` cancels it (the host may never read again)."""
+    """Around the writer's loop: ``fail`` cancels it, even mid-send (the host may never read
+    again)."""
     sent_blocks: int = attrs.field(default=0, init=False)
     """Blocks the writer delivered so far: whether a host is still reading, for shutdown."""
 
@@ -246,9 +247,10 @@ class FrameQueue:
         """The writer sent a block: producers waiting for room may go on."""
         self.sent_blocks += 1
         self.spool.sent()
-        if self.spool.pending < self.high_water_bytes:
+        # Checked first: unpark_all on an empty lot still costs a call per batch of output.
+        if self._writable and self.spool.pending < self.high_water_bytes:
             self._writable.unpark_all()
-        if not self.spool.pending:
+        if self._drained and not self.spool.pending:
             self._drained.unpark_all()
 
 
@@ -261,8 +263,10 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
     are abandoned (the stream is gone or the server is being torn down).
     """
     try:
-        while data := await queue.take():
-            with trio.CancelScope() as queue.send_scope:
+        # One scope for the writer's whole life, not one per send (a send per batch of output):
+        # ``fail`` cancels it, which stops a send in progress or the wait for more output.
+        with trio.CancelScope() as queue.send_scope:
+            while data := await queue.take():
                 try:
                     await stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -270,10 +274,7 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
                     queue.fail(OutputClosedError(f"stdout closed: {reason}"))
                     assert queue.failure is not None
                     raise queue.failure from exc
-            queue.send_scope = None
-            if queue.failure is not None:
-                raise queue.failure
-            queue.sent()
+                queue.sent()
         if queue.failure is not None:
             raise queue.failure
     finally:

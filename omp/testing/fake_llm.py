@@ -12,8 +12,9 @@ Streaming rules, the same for every format:
 - The response head (status 200, ``content-type: text/event-stream``, chunked) goes out at once.
   A format's preamble (``message_start``, ``response.created``, the role chunk) is written lazily
   with the first content chunk (or the finish), so ``hangAfter: 0`` sends the head and nothing else.
-- ``chunks[i].delay`` waits before chunk ``i``; everything rendered before a wait is flushed first.
-  Chunks without delay are batched into writes of about 64 KiB.
+- ``chunks[i].delay`` waits before chunk ``i``; ``chunks[i].at`` waits until that many seconds
+  after the reply began (a pace that does not drift). Everything rendered before a wait is
+  flushed first; chunks without a wait are batched into writes of about 64 KiB.
 - ``dropAfter: N`` / ``hangAfter: N`` act after the first ``N`` entries of ``chunks`` (delay-only
   entries count; with ``raw``, after ``N`` raw lines), before any finish. ``dropAfter`` closes
   the TCP connection mid-body; ``hangAfter`` keeps it open, silent, until the client goes away.
@@ -433,10 +434,14 @@ async def _write_stream(conn: h11.Connection, stream: trio.SocketStream,
         renderer = api(out, model=request.model or "fake-model", serial=serial,
                        usage=reply.usage, include_usage=(
                            isinstance(options, dict) and options.get("include_usage") is True))
+        began = trio.current_time()
         for chunk in reply.chunks[:cut] if cut < len(items) else reply.chunks:
             if chunk.delay > 0:
                 await flush()
                 await trio.sleep(chunk.delay)
+            if chunk.at is not UNSET:
+                await flush()
+                await trio.sleep_until(began + chunk.at)
             renderer.chunk(chunk)
             if len(out) >= _FLUSH_BYTES:
                 await flush()

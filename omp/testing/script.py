@@ -45,7 +45,7 @@ class ToolCallChunk(_S, frozen=True, kw_only=True, omit_defaults=True,
 
 
 class Chunk(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
-    """Exactly one of the content fields, or only ``delay``."""
+    """Exactly one of the content fields, or only ``delay`` / ``at``."""
 
     text: str | UnsetType = UNSET
     thinking: str | UnsetType = UNSET
@@ -55,6 +55,9 @@ class Chunk(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fi
     toolCall: ToolCallChunk | UnsetType = UNSET
     delay: float = 0.0
     """Seconds to wait before sending this chunk (a chunk with only ``delay`` just waits)."""
+    at: float | UnsetType = UNSET
+    """Send this chunk no earlier than ``at`` seconds after the reply began: a schedule that
+    does not drift (a late write does not push the later chunks back, as ``delay`` does)."""
 
 
 class ScriptUsage(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):

@@ -85,6 +85,61 @@ def decode_chunk(data: str, call: ModelRequest) -> Any:
                             message=f"Malformed stream event: {data[:200]!r}") from None
 
 
+class ChunkDelta(msgspec.Struct):
+    """The fields of a chunk's ``delta`` the stream reads (the others are skipped while
+    decoding). Loosely typed: compatible servers differ, and the reader checks each value."""
+
+    content: Any = None
+    reasoning_content: Any = None
+    reasoning: Any = None
+    reasoning_text: Any = None
+    tool_calls: Any = None
+
+
+class ChunkChoice(msgspec.Struct):
+    delta: ChunkDelta | None = None
+    finish_reason: Any = None
+    usage: Any = None
+
+
+class Chunk(msgspec.Struct):
+    """One ``chat.completion.chunk``, as much of it as the stream reads."""
+
+    id: Any = None
+    choices: list[ChunkChoice] | None = None
+    usage: Any = None
+    error: Any = None
+
+
+_decode_chunk_struct = msgspec.json.Decoder(Chunk).decode
+
+
+def read_chunk(data: str, call: ModelRequest) -> Chunk | None:
+    """A stream event's chunk; None for JSON that is not an object (skipped, as before).
+
+    Decoded straight into ``Chunk`` (one event per token: this is the hot path). A server
+    whose chunk has another shape (``choices`` an object, ``delta`` a string...) is read
+    leniently instead, taking what fits and ignoring the rest; malformed JSON is a
+    ProviderError (``decode_chunk``).
+    """
+    try:
+        return _decode_chunk_struct(data)
+    except msgspec.DecodeError:  # ValidationError too: another shape, or no JSON at all
+        value = decode_chunk(data, call)  # raises the ProviderError naming malformed JSON
+    if not isinstance(value, dict):
+        return None
+    choices = value.get("choices")
+    first = _obj(choices[0]) if isinstance(choices, list) and choices else None
+    choice = None
+    if first is not None:
+        delta = _obj(first.get("delta"))
+        choice = ChunkChoice(
+            delta=ChunkDelta(**{name: delta.get(name) for name in ChunkDelta.__struct_fields__}),
+            finish_reason=first.get("finish_reason"), usage=first.get("usage"))
+    return Chunk(id=value.get("id"), choices=[choice] if choice is not None else None,
+                 usage=value.get("usage"), error=value.get("error"))
+
+
 def stream_error(error: Any, call: ModelRequest, *, fallback: str) -> ProviderError:
     """An in-stream error object (``{"message", "type", "code"}``) or a bare string, as the text
     ``<message> (type=… code=…)`` (``errors.describe_error``)."""
@@ -296,29 +351,32 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                     done = True
                     await drain(events)
                     break
-                chunk = decode_chunk(event.data, call)
-                if not isinstance(chunk, dict):
+                chunk = read_chunk(event.data, call)
+                if chunk is None:
                     continue
-                if chunk.get("error") is not None:
-                    raise stream_error(chunk["error"], call, fallback="Provider stream error")
-                if isinstance(chunk.get("id"), str) and out.response_id is None:
-                    out.response_id = chunk["id"]
-                choices = chunk.get("choices")
-                choice = _obj(choices[0]) if isinstance(choices, list) and choices else {}
-                usage = chunk.get("usage") or choice.get("usage")
+                if chunk.error is not None:
+                    raise stream_error(chunk.error, call, fallback="Provider stream error")
+                if isinstance(chunk.id, str) and out.response_id is None:
+                    out.response_id = chunk.id
+                choice = chunk.choices[0] if chunk.choices else None
+                usage = chunk.usage or (choice.usage if choice is not None else None)
                 if isinstance(usage, dict):
                     _set_usage(out, usage)
-                delta = _obj(choice.get("delta"))
-                if isinstance(content := delta.get("content"), str) and content:
-                    await blocks.text("text", content)
-                for field in REASONING_FIELDS:
-                    if isinstance(thought := delta.get(field), str) and thought:
-                        await blocks.text("thinking", thought, signature=field)
-                        break
-                for tool_delta in delta.get("tool_calls") or ():
-                    if isinstance(tool_delta, dict):
-                        await blocks.tool(tool_delta)
-                if isinstance(reason := choice.get("finish_reason"), str) and reason:
+                if choice is None:
+                    continue
+                if (delta := choice.delta) is not None:
+                    if isinstance(content := delta.content, str) and content:
+                        await blocks.text("text", content)
+                    if delta.reasoning_content or delta.reasoning or delta.reasoning_text:
+                        for field in REASONING_FIELDS:
+                            if isinstance(thought := getattr(delta, field), str) and thought:
+                                await blocks.text("thinking", thought, signature=field)
+                                break
+                    if isinstance(delta.tool_calls, list):
+                        for tool_delta in delta.tool_calls:
+                            if isinstance(tool_delta, dict):
+                                await blocks.tool(tool_delta)
+                if isinstance(reason := choice.finish_reason, str) and reason:
                     finished = True
                     reason = reason.lower()
                     out.stop_reason = _FINISH.get(reason, "stop")
