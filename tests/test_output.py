@@ -130,6 +130,67 @@ async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() ->
     assert [f["id"] for f in frames[2:]] == list(range(n))
 
 
+async def test_frames_go_straight_into_a_pipe_while_nothing_is_pending() -> None:
+    send, recv = omp.memory_pipe()
+    queue = FrameQueue()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write_frames, queue, send)
+        await trio.testing.wait_all_tasks_blocked()  # the writer waits for output
+        queue.put_nowait(ok("get_state", "a"))
+        # In the pipe at once, without the writer running: nothing is left for it to send.
+        assert (queue.spool.pending, queue.sent_blocks) == (0, 1)
+        data = await recv.receive_some()
+        assert data.endswith(b"\n")
+        assert json.loads(data)["id"] == "a"
+        queue.close()
+
+
+async def test_a_full_pipe_keeps_frames_in_order_through_the_spool() -> None:
+    # The host writes commands without reading; the output pipe (256 bytes) fills, frames wait
+    # in the spool (and its file), and the writer delivers them after the direct ones.
+    to_server, server_in = omp.memory_pipe()
+    server_out, from_server = omp.memory_pipe(max_buffer_bytes=256)
+    options = ServeOptions(output_memory_bytes=16 * 1024)
+    n = 20_000
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(omp.serve, options=options), server_in, server_out)
+        with trio.fail_after(30):
+            async def write() -> None:
+                await to_server.send_all(
+                    b"".join(b'{"id":%d,"type":"set_steering_mode","mode":"all"}\n' % i
+                             for i in range(n)))
+                await to_server.aclose()
+
+            nursery.start_soon(write)
+            await trio.testing.wait_all_tasks_blocked()
+            lines = await read_lines(from_server, n + 2)
+    frames = [json.loads(line) for line in lines]
+    assert [f["type"] for f in frames[:2]] == ["ready", "available_commands_update"]
+    assert [f["id"] for f in frames[2:]] == list(range(n))
+
+
+async def test_a_pipe_whose_reader_closed_fails_the_queue() -> None:
+    send, recv = omp.memory_pipe()
+    queue = FrameQueue()
+    await recv.aclose()
+    raised: list[OutputClosedError] = []
+
+    async def writer() -> None:
+        try:
+            await write_frames(queue, send)
+        except OutputClosedError as exc:
+            raised.append(exc)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            await trio.testing.wait_all_tasks_blocked()
+            queue.put_nowait(ok("get_state", "lost"))  # fails the queue; the writer stops
+    assert [str(exc) for exc in raised] == ["stdout closed: the pipe's reading end was closed"]
+    assert queue.closed
+    queue.put_nowait(ok("get_state", "dropped"))  # after a failure: dropped, no error
+
+
 def test_spool_file_has_a_size_bound() -> None:
     spool = ByteSpool(memory_limit=4, file_limit=100)
     spool.append(b"m" * 4)

@@ -3,7 +3,9 @@
 Every producer puts frames into one ``FrameQueue``, which encodes them at once with one
 ``FrameEncoder`` into a ``ByteSpool``; the writer sends the spool to the stream. So frames are
 never interleaved, reordered or dropped, and there is one task switch per batch of output, not
-per frame.
+per frame. On an ``omp.memory_pipe`` (an embedding host) there is none while the host keeps up:
+a frame queued while nothing is pending goes straight into the pipe (``FrameQueue.direct``),
+and only what has to wait goes through the spool and the writer.
 
 Two ways in, because the two kinds of producer need different things (DESIGN.md §2):
 
@@ -27,12 +29,14 @@ this small queue on the spool and parking lots.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from typing import IO
 
 import attrs
 import msgspec
 import trio
 
+from ..pipe import PipeSendStream
 from ..protocol.codec import FrameEncoder
 
 SEND_BLOCK = 1024 * 1024
@@ -159,7 +163,11 @@ class FrameQueue:
     """Around the writer's loop: ``fail`` cancels it, even mid-send (the host may never read
     again)."""
     sent_blocks: int = attrs.field(default=0, init=False)
-    """Blocks the writer delivered so far: whether a host is still reading, for shutdown."""
+    """Blocks delivered so far: whether a host is still reading, for shutdown."""
+    direct: Callable[[bytes | bytearray], bool] | None = attrs.field(default=None, init=False)
+    """While the writer serves an ``omp.memory_pipe``: the pipe's ``send_nowait``. A frame
+    queued while nothing is pending goes straight into the pipe, so the host can read it
+    without the writer task's switch (one scheduler round less latency per batch)."""
 
     def put_nowait(self, item: Item) -> None:
         """Encode ``item`` into the spool now (a ``SwitchProtocol`` changes the framing of the
@@ -175,6 +183,16 @@ class FrameQueue:
         buffer = self._buffer
         self.encoder.encode_into(item, buffer)
         try:
+            # Only when nothing is pending (queued, or taken by the writer and not yet sent):
+            # the frame then follows everything before it, as through the spool.
+            if self.direct is not None and not self.spool.pending:
+                try:
+                    if self.direct(buffer):
+                        self.sent_blocks += 1
+                        return
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self.fail(OutputClosedError(f"stdout closed: {exc}"))
+                    return
             self.spool.append(buffer)
         except SpillLimitError as exc:
             self.fail(exc)
@@ -261,7 +279,12 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
     never waits for a slow host. Raises ``OutputClosedError`` when the stream is broken, or the
     queue's failure (``SpillLimitError``) when the queue failed. On cancellation, unsent frames
     are abandoned (the stream is gone or the server is being torn down).
+
+    On an ``omp.memory_pipe`` the queue also writes frames straight into the pipe while nothing
+    is pending (``FrameQueue.direct``); the writer then only sends what had to wait.
     """
+    if isinstance(stream, PipeSendStream):
+        queue.direct = stream.send_nowait
     try:
         # One scope for the writer's whole life, not one per send (a send per batch of output):
         # ``fail`` cancels it, which stops a send in progress or the wait for more output.
@@ -278,4 +301,5 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
         if queue.failure is not None:
             raise queue.failure
     finally:
+        queue.direct = None
         queue.spool.close()
