@@ -11,6 +11,7 @@ import pytest
 
 from omp.llm import errors, thinking
 from omp.llm.builder import parse_partial_json
+from omp.llm.http import stream_timeout
 from omp.llm.sse import SseDecoder, SseEvent
 from omp.llm.types import StreamOptions
 from omp.protocol.payloads import Model, ModelCost
@@ -214,6 +215,13 @@ def test_sse_decoder_split_anywhere() -> None:
         decoder = SseDecoder()
         got = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) + decoder.close()
         assert got == expected, cut
+
+
+@pytest.mark.parametrize(("first", "idle", "read"), [(100, 120, 120), (5, 5, 5), (5, 0.2, None)])
+def test_httpx_read_timeout_is_the_idle_watchdog_only_when_it_is_the_longer_one(
+        first: float, idle: float, read: float | None) -> None:
+    timeout = stream_timeout(StreamOptions(first_event_timeout=first, idle_timeout=idle))
+    assert (timeout.connect, timeout.read, timeout.write, timeout.pool) == (30.0, read, None, None)
 
 
 def test_sse_event_without_trailing_blank_line_is_kept_at_close() -> None:

@@ -551,6 +551,28 @@ async def test_stalled_stream_times_out(api: str) -> None:
 
 
 @api_param
+@pytest.mark.parametrize(("hang_after", "stalled_after"), [(1, 0.3), (0, 0.2)])
+async def test_stall_bounded_by_httpx_names_the_limit_that_ran_out(
+        api: str, hang_after: int, stalled_after: float) -> None:
+    # The idle limit (0.3 s) is the longer one, so httpx's read timeout is the idle watchdog
+    # (no deadline of ours per chunk); the wait for the first event keeps its own (0.2 s).
+    script = [{"chunks": [{"text": "a"}, {"text": "b"}], "hangAfter": hang_after}]
+    async with open_fake_llm(script) as llm:
+        options = StreamOptions(api_key="sk-test", first_event_timeout=0.2, idle_timeout=0.3)
+        started = trio.current_time()
+        call, events = await run_call(make_model(llm, api), Context(messages=(user("hi"),)),
+                                      options)
+        took = trio.current_time() - started
+        await llm.wait_for_disconnect()
+    assert types(events)[-1] == "error"
+    assert call.error is not None
+    assert call.error.kind == "network"
+    assert call.error.message == (f"Stream stalled: no data for {stalled_after:g} s "
+                                  "(stream stall timeout)")
+    assert stalled_after <= took < 5
+
+
+@api_param
 async def test_hung_stream_cancelled(api: str) -> None:
     script = [{"chunks": [{"text": "never "}, {"text": "finishes"}], "hangAfter": 1}]
     events: list[StreamEvent] = []

@@ -1,6 +1,7 @@
 """What every HTTP provider does the same way: headers, the POST that opens the stream (with
-the first-event watchdog over the response headers, and every failure of the exchange mapped to
-a ProviderError with the call's secrets redacted), and draining a finished body."""
+the first-event watchdog over the response headers, httpx's read timeout as the idle watchdog,
+and every failure of the exchange mapped to a ProviderError with the call's secrets redacted),
+and draining a finished body."""
 
 from __future__ import annotations
 
@@ -13,9 +14,19 @@ import trio
 from . import errors
 from .errors import ProviderError
 from .sse import SseEvent
-from .types import ModelRequest
+from .types import CONNECT_SECONDS, ModelRequest, StreamOptions
 
 DRAIN_SECONDS = 1.0
+
+
+def stream_timeout(options: StreamOptions) -> httpx.Timeout:
+    """httpx's timeouts for a streamed call: the connect bound, and as the bound on every socket
+    read the idle watchdog (``iter_sse`` then needs no deadline of its own per chunk) when it
+    is at least the first-event one. A shorter idle limit cannot be httpx's: it would cut the
+    wait for the response head and the first event, which may take ``first_event_timeout``;
+    ``iter_sse`` then bounds each read itself."""
+    idle, first = options.idle_timeout, options.first_event_timeout
+    return httpx.Timeout(None, connect=CONNECT_SECONDS, read=idle if idle >= first else None)
 
 
 def request_headers(call: ModelRequest, auth: dict[str, str]) -> dict[str, str]:
@@ -49,7 +60,8 @@ async def post_stream(call: ModelRequest, http: httpx.AsyncClient, url: str, bod
             timeout = call.options.first_event_timeout
             with trio.move_on_after(timeout) as waited:
                 response = await stack.enter_async_context(
-                    http.stream("POST", url, content=body, headers=headers))
+                    http.stream("POST", url, content=body, headers=headers,
+                                timeout=stream_timeout(call.options)))
             if waited.cancelled_caught:
                 raise ProviderError(
                     kind="network", provider=provider, model=model_id,

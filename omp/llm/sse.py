@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import httpx
 import msgspec
@@ -74,25 +74,47 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
                    provider: str, model: str) -> AsyncGenerator[SseEvent, None]:
     """The response's events; a stall past the watchdog limits is a retryable ProviderError.
 
-    Every read is bounded by its own deadline (no cancel scope is held across a ``yield``).
+    The first read is bounded by its own deadline (``first_timeout``). Later ones are bounded
+    by httpx when the request's read timeout is the idle limit (``http.post_stream`` sets it
+    so whenever that limit is the longer one): httpcore bounds every socket read anyway, so
+    a deadline of ours per chunk would be a second cancel scope per token. Otherwise each
+    read gets its own deadline here too. No cancel scope is held across a ``yield``.
     """
     decoder = SseDecoder()
     chunks = response.aiter_bytes()
+    read_bound = response.request.extensions.get("timeout", {}).get("read")
+    httpx_bounds_idle = read_bound is not None and read_bound <= idle_timeout
     timeout = first_timeout
+    first = True
     while True:
-        with trio.move_on_after(timeout) as waited:
-            try:
-                chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                chunk = None
-        if waited.cancelled_caught:
-            raise ProviderError(
-                kind="network", provider=provider, model=model,
-                message=f"Stream stalled: no data for {timeout:g} s (stream stall timeout)")
+        try:
+            if first or not httpx_bounds_idle:
+                with trio.move_on_after(timeout) as waited:
+                    chunk = await _next(chunks)
+                if waited.cancelled_caught:
+                    raise _stalled(timeout, provider, model)
+            else:
+                chunk = await _next(chunks)
+        except httpx.ReadTimeout:
+            raise _stalled(read_bound or timeout, provider, model) from None
         if chunk is None:
             for event in decoder.close():
                 yield event
             return
         timeout = idle_timeout
+        first = False
         for event in decoder.feed(chunk):
             yield event
+
+
+async def _next(chunks: AsyncIterator[bytes]) -> bytes | None:
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _stalled(seconds: float, provider: str, model: str) -> ProviderError:
+    return ProviderError(
+        kind="network", provider=provider, model=model,
+        message=f"Stream stalled: no data for {seconds:g} s (stream stall timeout)")

@@ -24,7 +24,7 @@ from ..protocol import messages as m
 from ..protocol.payloads import Model
 from .builder import Emit, MessageBuilder, StreamEvent
 from .errors import ProviderError, from_exception, secrets_of
-from .types import Context, ModelRequest, StreamOptions
+from .types import CONNECT_SECONDS, Context, ModelRequest, StreamOptions
 
 if TYPE_CHECKING:
     # httpx costs ~29 ms to import: loaded with the first model call, not at startup.
@@ -62,9 +62,9 @@ def new_http_client() -> httpx.AsyncClient:
     """An HTTP client configured for model calls. The caller owns it and closes it."""
     import httpx
 
-    # Timeouts are ours (watchdogs in ``iter_sse``); httpx only bounds the connect.
-    return httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0), follow_redirects=False,
-                             trust_env=False, verify=_tls_context())
+    # The watchdogs are ours: each call sets its own read timeout (``http.stream_timeout``).
+    return httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_SECONDS),
+                             follow_redirects=False, trust_env=False, verify=_tls_context())
 
 
 @functools.cache

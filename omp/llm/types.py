@@ -12,6 +12,10 @@ from ..protocol.commands import ThinkingLevel as ThinkingLevel
 from ..protocol.messages import AssistantMessage, ToolResultMessage, UserMessage
 from ..protocol.payloads import Model
 
+CONNECT_SECONDS = 30.0
+"""httpx's bound on opening a connection; every other wait of a call is one of our watchdogs
+(``first_event_timeout`` and ``idle_timeout`` below)."""
+
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 """Every level, lowest first; clamping and cycling rank levels by this order."""
 
