@@ -99,7 +99,8 @@ class PipeSendStream(trio.abc.SendStream):
         pipe = self._pipe
         if self._busy:
             return False
-        self._check()
+        if pipe.send_closed or pipe.receive_closed:
+            self._check()  # raises the error that says which end
         if len(pipe.buffer) + len(data) > pipe.limit:
             return False
         pipe.buffer += data

@@ -124,6 +124,12 @@ class _Block:
                           thoughtSignature=_or_unset(self.thought_signature))
 
 
+_DELTA_EVENT: dict[str, EventType | None] = {
+    "text": "text_delta", "thinking": "thinking_delta", "toolCall": "toolcall_delta",
+    "redactedThinking": None}
+"""A block's kind → the event its deltas emit (none for redacted thinking)."""
+
+
 def _or_unset(value: str | float | None) -> Any:
     return msgspec.UNSET if value is None else value
 
@@ -194,10 +200,8 @@ class MessageBuilder:
             raise RuntimeError(f"provider bug: delta for block {index} after it was closed")
         block.parts.append(delta)
         self._snapshot = None
-        kind = "toolcall" if block.kind == "toolCall" else block.kind
-        if kind != "redactedThinking":
-            await self.emit(StreamEvent(f"{kind}_delta", self, content_index=index,  # type: ignore[arg-type]
-                                        delta=delta))
+        if (event := _DELTA_EVENT[block.kind]) is not None:
+            await self.emit(StreamEvent(event, self, content_index=index, delta=delta))
 
     def set_signature(self, key: Any, signature: str, *, append: bool = False) -> None:
         block = self._blocks[self._keys[key]]
