@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -73,8 +73,11 @@ class AgentSink(Protocol):
     def publish(self, event: Any) -> None:
         """Deliver at once; never waits (every frame but the streaming updates)."""
 
-    async def publish_update(self, event: Any) -> None:
-        """Deliver a streaming update, waiting while the host is far behind. Cancellable."""
+    @property
+    def publish_update(self) -> Callable[[Any], Awaitable[None]]:
+        """Deliver a streaming update, waiting while the host is far behind. Cancellable.
+
+        (A callable attribute rather than a method: a sink may hand over its host's own.)"""
 
 
 class CallDecision(msgspec.Struct, frozen=True):

@@ -1177,8 +1177,11 @@ class _AgentEvents:
     def publish(self, event: Any) -> None:
         self.session.publish(event)
 
-    async def publish_update(self, event: Any) -> None:
-        await self.session.sink.publish_update(event)
+    @property
+    def publish_update(self) -> Callable[[Any], Awaitable[None]]:
+        """The host's own, looked up on each use (the sink can be replaced): awaited once per
+        streamed token, so no coroutine of ours in between."""
+        return self.session.sink.publish_update
 
 
 def _outcome(report: RunReport | None
