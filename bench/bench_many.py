@@ -232,6 +232,13 @@ class StreamResult:
     failures: list[str] = field(default_factory=list)
     unsettled: int = 0
 
+    def stamped(self, stamp: int, at: int) -> None:
+        """A delta stamped ``stamp`` by the proxy was read at ``at`` (both monotonic_ns)."""
+        self.latencies_ns.append(at - stamp)
+        if not self.first_stamp or stamp < self.first_stamp:
+            self.first_stamp = stamp
+        self.last_stamp = max(self.last_stamp, stamp)
+
     @property
     def rate(self) -> float:
         return self.deltas / self.seconds if self.seconds else 0.0
@@ -269,11 +276,7 @@ async def prompt_once(session: Embedded, message: str, result: StreamResult,
                 result.deltas += 1
                 last_read[0] = max(last_read[0], at)
                 if stamped:
-                    stamp = stamp_of(update.delta)
-                    result.latencies_ns.append(at - stamp)
-                    if not result.first_stamp or stamp < result.first_stamp:
-                        result.first_stamp = stamp
-                    result.last_stamp = max(result.last_stamp, stamp)
+                    result.stamped(stamp_of(update.delta), at)
         elif frame.type == "response" and frame.success is not True:
             result.failures.append(f"prompt refused: {frame.error}")
             return
@@ -364,12 +367,8 @@ async def floor_stream(client: Any, url: str, message: str, result: StreamResult
             start = event.data.find('"content":"') + 11
             if start <= 10 or not event.data[start:start + STAMP_DIGITS].isdigit():
                 continue  # the role chunk, the finish, [DONE]
-            stamp = int(event.data[start:start + STAMP_DIGITS])
             result.deltas += 1
-            result.latencies_ns.append(at - stamp)
-            if not result.first_stamp or stamp < result.first_stamp:
-                result.first_stamp = stamp
-            result.last_stamp = max(result.last_stamp, stamp)
+            result.stamped(int(event.data[start:start + STAMP_DIGITS]), at)
 
 
 def paced_period(args: argparse.Namespace) -> float:

@@ -111,23 +111,34 @@ async def test_broken_stream_raises_and_closes_the_queue() -> None:
     assert queue.closed
 
 
-async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() -> None:
-    to_server, server_in = trio.testing.memory_stream_one_way_pair()
-    server_out, from_server = trio.testing.lockstep_stream_pair()
+async def serve_a_host_that_writes_without_reading(
+        to_server: trio.abc.SendStream, server_in: trio.abc.ReceiveStream,
+        server_out: trio.abc.SendStream, from_server: trio.abc.ReceiveStream, n: int) -> None:
+    """The host writes ``n`` commands, and reads only once it has written them all: every
+    answer arrives, in order."""
     options = ServeOptions(output_memory_bytes=16 * 1024)
-    n = 30_000
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(omp.serve, options=options), server_in, server_out)
         with trio.fail_after(30):
-            await to_server.send_all(
-                b"".join(b'{"id":%d,"type":"set_steering_mode","mode":"all"}\n' % i
-                         for i in range(n)))
-            await to_server.aclose()
+            async def write() -> None:
+                await to_server.send_all(
+                    b"".join(b'{"id":%d,"type":"set_steering_mode","mode":"all"}\n' % i
+                             for i in range(n)))
+                await to_server.aclose()
+
+            nursery.start_soon(write)
             await trio.testing.wait_all_tasks_blocked()
             lines = await read_lines(from_server, n + 2)
     frames = [json.loads(line) for line in lines]
     assert [f["type"] for f in frames[:2]] == ["ready", "available_commands_update"]
     assert [f["id"] for f in frames[2:]] == list(range(n))
+
+
+async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() -> None:
+    to_server, server_in = trio.testing.memory_stream_one_way_pair()
+    server_out, from_server = trio.testing.lockstep_stream_pair()  # send_all waits for reads
+    await serve_a_host_that_writes_without_reading(
+        to_server, server_in, server_out, from_server, 30_000)
 
 
 async def test_frames_go_straight_into_a_pipe_while_nothing_is_pending() -> None:
@@ -146,27 +157,12 @@ async def test_frames_go_straight_into_a_pipe_while_nothing_is_pending() -> None
 
 
 async def test_a_full_pipe_keeps_frames_in_order_through_the_spool() -> None:
-    # The host writes commands without reading; the output pipe (256 bytes) fills, frames wait
-    # in the spool (and its file), and the writer delivers them after the direct ones.
+    # The output pipe (256 bytes) fills, frames wait in the spool (and its file), and the
+    # writer delivers them after the direct ones.
     to_server, server_in = omp.memory_pipe()
     server_out, from_server = omp.memory_pipe(max_buffer_bytes=256)
-    options = ServeOptions(output_memory_bytes=16 * 1024)
-    n = 20_000
-    async with trio.open_nursery() as nursery:
-        await nursery.start(functools.partial(omp.serve, options=options), server_in, server_out)
-        with trio.fail_after(30):
-            async def write() -> None:
-                await to_server.send_all(
-                    b"".join(b'{"id":%d,"type":"set_steering_mode","mode":"all"}\n' % i
-                             for i in range(n)))
-                await to_server.aclose()
-
-            nursery.start_soon(write)
-            await trio.testing.wait_all_tasks_blocked()
-            lines = await read_lines(from_server, n + 2)
-    frames = [json.loads(line) for line in lines]
-    assert [f["type"] for f in frames[:2]] == ["ready", "available_commands_update"]
-    assert [f["id"] for f in frames[2:]] == list(range(n))
+    await serve_a_host_that_writes_without_reading(
+        to_server, server_in, server_out, from_server, 20_000)
 
 
 async def test_a_pipe_whose_reader_closed_fails_the_queue() -> None:
