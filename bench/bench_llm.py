@@ -55,7 +55,7 @@ async def one(api: str, base_url: str, http: httpx.AsyncClient) -> tuple[int, fl
                   contextWindow=100_000, maxTokens=1000)
     count = 0
 
-    async def emit(event: StreamEvent) -> None:
+    def emit(event: StreamEvent) -> None:
         nonlocal count
         if event.type == "text_delta":
             count += 1

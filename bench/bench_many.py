@@ -65,7 +65,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,7 +113,7 @@ class Frame(msgspec.Struct):
     assistantMessageEvent: Update | None = None
 
 
-_decode = msgspec.json.Decoder(Frame).decode
+_decode_lines = msgspec.json.Decoder(Frame).decode_lines
 
 
 class Embedded:
@@ -124,8 +123,10 @@ class Embedded:
         self.options = options
         self.to_server, self._server_in = omp.memory_pipe()
         self._server_out, self._from_server = omp.memory_pipe()
-        self._lines: deque[bytes] = deque()
         self._partial = b""
+        self.held: tuple[list[Frame], int] = ([], 0)
+        """Frames read after the one a caller waited for (and when they were read), for the
+        next ``frames()``."""
         self.returned = trio.Event()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -137,23 +138,34 @@ class Embedded:
     async def send(self, frame: dict[str, Any]) -> None:
         await self.to_server.send_all(_encode(frame) + b"\n")
 
-    async def frame(self) -> tuple[Frame, int]:
-        """The next frame and ``time.monotonic_ns()`` when it was decoded."""
-        while not self._lines:
+    async def frames(self) -> tuple[list[Frame], int]:
+        """The frames of the next read, and ``time.monotonic_ns()`` when they were decoded.
+
+        All complete lines of a read are decoded in one call (msgspec's ``decode_lines``), as
+        a host that wants to keep up would; a line cut at the end of the read waits for the
+        next one.
+        """
+        if self.held[0]:
+            held, self.held = self.held, ([], 0)
+            return held
+        while True:
             data = await self._from_server.receive_some(READ_BYTES)
             if not data:
                 raise EOFError("serve() output ended")
-            parts = (self._partial + data).split(b"\n")
-            self._partial = parts.pop()
-            self._lines.extend(part for part in parts if part)
-        frame = _decode(self._lines.popleft())
-        return frame, time.monotonic_ns()
+            if self._partial:
+                data = self._partial + data
+            end = data.rfind(b"\n") + 1
+            self._partial = data[end:]
+            if end:
+                return _decode_lines(data[:end]), time.monotonic_ns()
 
     async def until(self, kind: str) -> Frame:
         while True:
-            frame, _ = await self.frame()
-            if frame.type == kind:
-                return frame
+            frames, at = await self.frames()
+            for index, frame in enumerate(frames):
+                if frame.type == kind:
+                    self.held = (frames[index + 1:], at)
+                    return frame
 
 
 async def start_session(nursery: trio.Nursery, options: omp.ServeOptions) -> Embedded:
@@ -269,21 +281,24 @@ async def prompt_once(session: Embedded, message: str, result: StreamResult,
     """Prompt, then read until ``session_settled``, counting (and timing) text deltas."""
     await session.send({"id": "p", "type": "prompt", "message": message})
     while True:
-        frame, at = await session.frame()
-        update = frame.assistantMessageEvent
-        if update is not None:
-            if update.type == "text_delta":
-                result.deltas += 1
-                last_read[0] = max(last_read[0], at)
-                if stamped:
-                    result.stamped(stamp_of(update.delta), at)
-        elif frame.type == "response" and frame.success is not True:
-            result.failures.append(f"prompt refused: {frame.error}")
-            return
-        elif frame.type == "prompt_result" and frame.status != "completed":
-            result.failures.append(f"prompt {frame.status}: {frame.error}")
-        elif frame.type == "session_settled":
-            return
+        frames, at = await session.frames()
+        for index, frame in enumerate(frames):
+            update = frame.assistantMessageEvent
+            if update is not None:
+                if update.type == "text_delta":
+                    result.deltas += 1
+                    last_read[0] = max(last_read[0], at)
+                    if stamped:
+                        result.stamped(stamp_of(update.delta), at)
+            elif frame.type == "response" and frame.success is not True:
+                result.failures.append(f"prompt refused: {frame.error}")
+                session.held = (frames[index + 1:], at)
+                return
+            elif frame.type == "prompt_result" and frame.status != "completed":
+                result.failures.append(f"prompt {frame.status}: {frame.error}")
+            elif frame.type == "session_settled":
+                session.held = (frames[index + 1:], at)
+                return
 
 
 async def prompt_all(sessions: list[Embedded], name: str, message: str, stamped: bool,

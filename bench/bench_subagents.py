@@ -61,7 +61,10 @@ async def _measure(children: int, cwd: Path) -> dict[str, float]:
                 if delivered >= target:
                     done.set()
 
-        async def publish_update(self, event: Any) -> None:
+        def publish_update(self, event: Any) -> None:
+            pass
+
+        async def ready(self) -> None:
             await trio.lowlevel.checkpoint()
 
     host = install(session, lambda frame: None, agent_directory=Path(session.prompt_options

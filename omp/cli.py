@@ -212,8 +212,9 @@ async def one_shot(options: Any, message: str, mode: str,
     """Run ``message`` once on a session built from ``options``; 0 when it completed, 1 when it
     ended in an error or was stopped by SIGTERM / SIGHUP.
 
-    In ``json`` mode the events go to stdout through the server's output queue (non-blocking,
-    streaming updates wait for a slow reader), ``message_update`` as ``message_updates`` says.
+    In ``json`` mode the events go to stdout through the server's output queue (non-blocking;
+    the streaming producers wait for a slow reader), ``message_update`` as ``message_updates``
+    says.
     A stop signal aborts the run (its terminal events are still written); SIGINT then raises
     ``KeyboardInterrupt``; a second signal, or one after the run settled, cancels at once.
     Processes the tools left behind (``setsid``) are ended before it returns. Raises
@@ -273,9 +274,11 @@ async def _one_shot(options: Any, message: str, mode: str, message_updates: str)
             if queue is not None:
                 queue.put_nowait(frame(event))
 
-        async def publish_update(self, event: Any) -> None:
+        publish_update = publish
+
+        async def ready(self) -> None:
             if queue is not None:
-                await queue.put(frame(event))
+                await queue.wait_room()
             else:
                 await trio.lowlevel.checkpoint()
 

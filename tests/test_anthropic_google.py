@@ -73,7 +73,7 @@ async def run_call(model: Model, ctx: Context, options: StreamOptions,
     """Like ``collect``, but keeps the ``ModelCall`` (its ``error`` and ``final``)."""
     events: list[StreamEvent] = []
 
-    async def emit(event: StreamEvent) -> None:
+    def emit(event: StreamEvent) -> None:
         event.freeze()
         events.append(event)
 
@@ -578,7 +578,7 @@ async def test_hung_stream_cancelled(api: str) -> None:
 
         scope = trio.move_on_after(10)
 
-        async def emit(event: StreamEvent) -> None:
+        def emit(event: StreamEvent) -> None:
             event.freeze()
             events.append(event)
             if event.type == "text_delta":  # the stream now hangs: give up on it shortly

@@ -38,7 +38,7 @@ def make_model(api: str, base_url: str) -> Model:
 
 async def run_call(model: Model, options: StreamOptions | None = None
                    ) -> tuple[ModelCall, m.AssistantMessage]:
-    async def emit(event: StreamEvent) -> None:
+    def emit(event: StreamEvent) -> None:
         pass
 
     call = ModelCall(model, Context(messages=(m.UserMessage(content="hi", timestamp=1),)),
@@ -173,7 +173,7 @@ async def test_refused_connection_names_the_system_error() -> None:
 async def test_an_internal_error_is_not_retried() -> None:
     failures: list[str] = []
 
-    async def emit(event: StreamEvent) -> None:
+    def emit(event: StreamEvent) -> None:
         if event.type == "text_delta" and not failures:
             failures.append("raised")
             raise KeyError("choices")  # a bug in the code handling the stream

@@ -208,9 +208,10 @@ def test_stream_errors_by_type() -> None:
 
 def test_sse_decoder_split_anywhere() -> None:
     stream = (b"event: message_start\ndata: {\"a\":1}\n\n: keep-alive\n\n"
-              b"data: line one\r\ndata: line two\r\n\r\ndata:nospace\n\nevent: x\n")
+              b"data: line one\r\ndata: line two\r\n\r\ndata:nospace\n\n"
+              + "data: h\u00e9llo \u2713\n\nevent: x\n".encode())
     expected = [SseEvent("message_start", '{"a":1}'), SseEvent(None, "line one\nline two"),
-                SseEvent(None, "nospace")]
+                SseEvent(None, "nospace"), SseEvent(None, "h\u00e9llo \u2713")]
     for cut in range(len(stream) + 1):
         decoder = SseDecoder()
         got = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) + decoder.close()

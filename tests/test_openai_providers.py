@@ -48,7 +48,7 @@ async def run_call(model: Model, context: Context, options: StreamOptions | None
     """Run a call like ``collect`` but keep the ModelCall (for ``call.error``)."""
     events: list[StreamEvent] = []
 
-    async def emit(event: StreamEvent) -> None:
+    def emit(event: StreamEvent) -> None:
         event.freeze()
         events.append(event)
 
@@ -577,7 +577,7 @@ async def test_hung_stream_cancelled(api: str) -> None:
     script = [{"chunks": [{"text": "never "}, {"text": "finishes"}], "hangAfter": 1}]
     events: list[StreamEvent] = []
 
-    async def emit(event: StreamEvent) -> None:
+    def emit(event: StreamEvent) -> None:
         event.freeze()
         events.append(event)
 

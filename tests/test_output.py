@@ -92,12 +92,12 @@ async def test_streaming_producers_wait_for_a_slow_host(autojump_clock: trio.abc
             queue.put_nowait(ok("get_state", f"r{i}"))
         await trio.testing.wait_all_tasks_blocked()
         with trio.move_on_after(10) as waited:
-            await queue.put(ok("get_state", "streamed"))
+            await queue.wait_room()
         assert waited.cancelled_caught  # the host is not reading: the producer waits
         # A host that reads lets it go on.
         nursery.start_soon(read_lines, recv, 10_000)
         with trio.fail_after(10):
-            await queue.put(ok("get_state", "streamed"))
+            await queue.wait_room()
         nursery.cancel_scope.cancel()
 
 

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from omp.llm import errors
-from omp.llm.builder import StreamEvent
+from omp.llm.builder import discard
 from omp.llm.errors import ErrorKind, ProviderError
 from omp.llm.stream import ModelCall
 from omp.llm.types import Context, StreamOptions
@@ -166,10 +166,6 @@ async def test_real_provider_failures_from_the_fake_server() -> None:
                                                       "128000 tokens", "type": "invalid"}}},
         {"status": 401, "body": {"error": {"message": "Incorrect API key provided"}}},
     ]
-
-    async def ignore(event: StreamEvent) -> None:
-        pass
-
     results: list[tuple[ProviderError | None, m.AssistantMessage]] = []
     async with open_fake_llm(script) as llm, httpx.AsyncClient() as client:
         model = Model(id="gpt-test", name="GPT Test", api="openai-completions",
@@ -181,7 +177,7 @@ async def test_real_provider_failures_from_the_fake_server() -> None:
             call = ModelCall(model, Context(messages=(m.UserMessage(content="hi",
                                                                     timestamp=1),)),
                              StreamOptions(api_key="sk-test"))
-            final = await call.run(ignore, http=client)
+            final = await call.run(discard, http=client)
             results.append((call.error, final))
 
     decisions = [should_retry(error, final, DEFAULTS, 1) for error, final in results]

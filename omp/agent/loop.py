@@ -15,9 +15,10 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
   (``tool_execution_end``, its toolResult ``message_start``/``message_end``) are written as it
   completes; results enter the context in call order. With ``interruptMode: immediate``, once
   steering is queued the calls not started yet are skipped.
-* Output: every frame is published at once (``AgentSink.publish`` never waits) except the
-  streaming updates (``message_update``, ``tool_execution_update``), which wait while the host is
-  far behind. So ending something never depends on a host that reads.
+* Output: every frame is published at once; nothing publishing waits. The streaming producers
+  (the model call, a tool's updates) await ``AgentSink.ready`` once per batch (a network read,
+  a tool's output chunk), which waits while the host is far behind: a slow host slows the
+  stream, and ending something never depends on a host that reads.
 * Abort is cancellation of the run's cancel scope, which the caller owns: nothing here catches
   ``Cancelled``. The loop keeps a ledger of what is open (the turn, the streaming message, the
   tool calls started and ended); after the scope has caught the cancellation, the caller calls
@@ -71,13 +72,18 @@ class AgentSink(Protocol):
     """Where the loop's events go (the session, which persists and forwards them)."""
 
     def publish(self, event: Any) -> None:
-        """Deliver at once; never waits (every frame but the streaming updates)."""
+        """Deliver at once; never waits."""
 
     @property
-    def publish_update(self) -> Callable[[Any], Awaitable[None]]:
-        """Deliver a streaming update, waiting while the host is far behind. Cancellable.
+    def publish_update(self) -> Callable[[Any], None]:
+        """Deliver a streaming update (``AssistantUpdate``, ``ToolExecutionUpdate``) at once;
+        never waits. (A callable attribute rather than a method: a sink may hand over its
+        host's own, as it is called once per streamed token.)"""
 
-        (A callable attribute rather than a method: a sink may hand over its host's own.)"""
+    @property
+    def ready(self) -> Callable[[], Awaitable[None]]:
+        """Wait while the host is far behind (backpressure); the streaming producers await it
+        once per batch of updates. A cancellation point."""
 
 
 class CallDecision(msgspec.Struct, frozen=True):
@@ -500,7 +506,9 @@ class Agent:
             tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in setup.tools))
         call = self.last_call = turn.call = ModelCall(setup.model, context, setup.options)
 
-        async def on_event(event: StreamEvent) -> None:
+        publish_update = self.sink.publish_update
+
+        def on_event(event: StreamEvent) -> None:
             if event.type == "start":
                 self.sink.publish(ev.MessageStart(message=event.partial))
                 turn.message_started = True
@@ -509,9 +517,9 @@ class Agent:
             else:
                 if event.type == "toolcall_end":
                     turn.ended_tool_calls.add(event.content_index)
-                await self.sink.publish_update(AssistantUpdate(event))
+                publish_update(AssistantUpdate(event))
 
-        final = await call.run(on_event, http=setup.http)
+        final = await call.run(on_event, pace=self.sink.ready, http=setup.http)
         if self.hooks.active:
             await self.hooks.message_end(final)
         self._end_assistant(turn, final)
@@ -625,11 +633,12 @@ class Agent:
             return
 
         async def on_update(partial: ToolResult) -> None:
-            await self.sink.publish_update(ev.ToolExecutionUpdate(
+            self.sink.publish_update(ev.ToolExecutionUpdate(
                 toolCallId=call.id, toolName=call.name, args=args,
                 partialResult=ev.ToolExecutionResult(
                     content=list(partial.content),
                     details={} if partial.details is None else partial.details)))
+            await self.sink.ready()
 
         is_error = False
         try:

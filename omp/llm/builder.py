@@ -7,6 +7,11 @@ builder keeps the partial message and emits ``StreamEvent``s (agent-core §2.1).
 The partial message is mutable inside the builder and snapshotted lazily: an event's ``partial``
 is built (and cached) only when someone asks for it, so a consumer that only needs deltas pays
 nothing per delta for the growing message.
+
+Emitting is synchronous: an event is handed to ``emit`` and nothing waits per event (a provider
+streams one per token). A consumer that must slow the stream down (a host reading slowly) does
+so through ``pace``, which the provider awaits once per network read (``iter_sse``'s ``pace``),
+before it reads more.
 """
 
 from __future__ import annotations
@@ -25,7 +30,17 @@ EventType = Literal[
     "start", "text_start", "text_delta", "text_end", "thinking_start", "thinking_delta",
     "thinking_end", "toolcall_start", "toolcall_delta", "toolcall_end", "done", "error",
 ]
-Emit = Callable[["StreamEvent"], Awaitable[None]]
+Emit = Callable[["StreamEvent"], None]
+"""Takes one event; must not wait (backpressure belongs to ``Pace``)."""
+
+
+def discard(event: StreamEvent) -> None:
+    """The ``Emit`` of a caller that wants only the final message (summaries, titles)."""
+
+
+Pace = Callable[[], Awaitable[None]]
+"""Waits until the consumer can take more events: the stream's backpressure, awaited once per
+read. Cancellable (it is a checkpoint for cancellation)."""
 
 
 class StreamEvent:
@@ -144,6 +159,8 @@ class MessageBuilder:
 
     model: Model
     emit: Emit
+    pace: Pace | None = None
+    """The consumer's backpressure; providers pass it to ``iter_sse`` (None: no waiting)."""
     usage: m.Usage = attrs.field(factory=m.Usage.zero)
     stop_reason: m.StopReason = "stop"
     error_message: str | None = None
@@ -159,11 +176,11 @@ class MessageBuilder:
 
     # -- blocks ------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    def start(self) -> None:
         """The request was accepted (response headers arrived)."""
         if not self.started:
             self.started = True
-            await self.emit(StreamEvent("start", self))
+            self.emit(StreamEvent("start", self))
 
     def index_of(self, key: Any) -> int | None:
         return self._keys.get(key)
@@ -172,12 +189,12 @@ class MessageBuilder:
         i = self._keys.get(key)
         return i is not None and not self._blocks[i].closed
 
-    async def open(self, key: Any, kind: Literal["text", "thinking", "redactedThinking",
+    def open(self, key: Any, kind: Literal["text", "thinking", "redactedThinking",
                                                  "toolCall"],
                    *, tool_id: str = "", tool_name: str = "",
                    signature: str | None = None) -> int:
         """Append a new block under ``key`` and emit its ``*_start``."""
-        await self.start()
+        self.start()
         if self._ttft is None:
             self._ttft = time.monotonic() - self._t0
         self._keys[key] = index = len(self._blocks)
@@ -185,14 +202,14 @@ class MessageBuilder:
                                    signature=signature))
         self._snapshot = None
         if kind == "toolCall":
-            await self.emit(StreamEvent("toolcall_start", self, content_index=index))
+            self.emit(StreamEvent("toolcall_start", self, content_index=index))
         elif kind == "redactedThinking":
             pass  # redacted thinking has no events of its own; it ends up in the message
         else:
-            await self.emit(StreamEvent(f"{kind}_start", self, content_index=index))  # type: ignore[arg-type]
+            self.emit(StreamEvent(f"{kind}_start", self, content_index=index))  # type: ignore[arg-type]
         return index
 
-    async def append(self, key: Any, delta: str) -> None:
+    def append(self, key: Any, delta: str) -> None:
         """Add text / thinking / tool-argument JSON to the block under ``key``."""
         index = self._keys[key]
         block = self._blocks[index]
@@ -201,7 +218,7 @@ class MessageBuilder:
         block.parts.append(delta)
         self._snapshot = None
         if (event := _DELTA_EVENT[block.kind]) is not None:
-            await self.emit(StreamEvent(event, self, content_index=index, delta=delta))
+            self.emit(StreamEvent(event, self, content_index=index, delta=delta))
 
     def set_signature(self, key: Any, signature: str, *, append: bool = False) -> None:
         block = self._blocks[self._keys[key]]
@@ -223,7 +240,7 @@ class MessageBuilder:
             block.thought_signature = thought_signature
         self._snapshot = None
 
-    async def close(self, key: Any) -> None:
+    def close(self, key: Any) -> None:
         """End the block under ``key`` (emits ``*_end`` with the block's final content)."""
         index = self._keys[key]
         block = self._blocks[index]
@@ -235,16 +252,16 @@ class MessageBuilder:
             call = block.build()
             block.final = call
             assert isinstance(call, m.ToolCall)
-            await self.emit(StreamEvent("toolcall_end", self, content_index=index,
+            self.emit(StreamEvent("toolcall_end", self, content_index=index,
                                         tool_call=call))
         elif block.kind in ("text", "thinking"):
-            await self.emit(StreamEvent(f"{block.kind}_end", self,  # type: ignore[arg-type]
+            self.emit(StreamEvent(f"{block.kind}_end", self,  # type: ignore[arg-type]
                                         content_index=index, content=block.text()))
 
-    async def close_all(self) -> None:
+    def close_all(self) -> None:
         for key, index in list(self._keys.items()):
             if not self._blocks[index].closed:
-                await self.close(key)
+                self.close(key)
 
     @property
     def has_tool_calls(self) -> bool:

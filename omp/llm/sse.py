@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 import httpx
 import msgspec
@@ -21,8 +21,10 @@ class SseEvent(msgspec.Struct, frozen=True, gc=False):
 class SseDecoder:
     """Bytes in, events out (the WHATWG event-stream rules that providers use).
 
-    Written for the hot path: a provider streams one event per token, so a ``data: `` line is
-    tested first and an event of one data line (nearly all of them) is not joined.
+    Written for the hot path: a provider streams one event per token. Each chunk's complete
+    lines are decoded from UTF-8 at once (a line break is ASCII, so no character spans two
+    lines), a ``data: `` line is tested first, and an event of one data line (nearly all of
+    them) is not joined.
     """
 
     __slots__ = ("_data", "_event", "_partial")
@@ -34,45 +36,54 @@ class SseDecoder:
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         data = self._partial + chunk if self._partial else chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._partial = data
+            return []
+        self._partial = data[end + 1:]
         out: list[SseEvent] = []
-        for raw in lines:
-            self._line(raw, out)
+        pending = self._data
+        for line in data[:end].decode("utf-8", "replace").split("\n"):
+            if line[-1:] == "\r":
+                line = line[:-1]
+            if line.startswith("data: "):
+                pending.append(line[6:])
+            elif line:
+                self._field(line)
+            elif pending:
+                out.append(SseEvent(self._event,
+                                    pending[0] if len(pending) == 1 else "\n".join(pending)))
+                pending = self._data = []
+                self._event = None
+            else:
+                self._event = None
         return out
 
     def close(self) -> list[SseEvent]:
-        out: list[SseEvent] = []
-        if self._partial:
-            self._line(self._partial, out)
-            self._partial = b""
-        self._line(b"", out)
-        return out
+        out = self.feed(b"\n") if self._partial else []
+        return out + self.feed(b"\n")
 
-    def _line(self, raw: bytes, out: list[SseEvent]) -> None:
-        if raw[-1:] == b"\r":
-            raw = raw[:-1]
-        if raw.startswith(b"data: "):
-            self._data.append(raw[6:].decode("utf-8", "replace"))
-        elif not raw:
-            data = self._data
-            if data:
-                out.append(SseEvent(self._event, data[0] if len(data) == 1 else "\n".join(data)))
-                self._data = []
-            self._event = None
-        elif raw[0] != 0x3A:  # not a ":" comment / keep-alive
-            name, _, value = raw.partition(b":")
-            if value[:1] == b" ":
-                value = value[1:]
-            if name == b"data":
-                self._data.append(value.decode("utf-8", "replace"))
-            elif name == b"event":
-                self._event = value.decode("utf-8", "replace")
+    def _field(self, line: str) -> None:
+        if line[0] == ":":  # a comment / keep-alive
+            return
+        name, _, value = line.partition(":")
+        if value[:1] == " ":
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
 
 
 async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeout: float,
-                   provider: str, model: str) -> AsyncGenerator[SseEvent, None]:
+                   provider: str, model: str,
+                   pace: Callable[[], Awaitable[None]] | None = None
+                   ) -> AsyncGenerator[SseEvent, None]:
     """The response's events; a stall past the watchdog limits is a retryable ProviderError.
+
+    ``pace`` (the consumer's backpressure, ``MessageBuilder.pace``) is awaited before each read
+    after the first, once the events of the previous read were consumed: a slow consumer stops
+    the reading, not each event, and the time it waits does not count as a stall.
 
     The first read is bounded by its own deadline (``first_timeout``). Later ones are bounded
     by httpx when the request's read timeout is the idle limit (``http.post_stream`` sets it
@@ -87,6 +98,8 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
     timeout = first_timeout
     first = True
     while True:
+        if pace is not None and not first:
+            await pace()
         try:
             if first or not httpx_bounds_idle:
                 with trio.move_on_after(timeout) as waited:

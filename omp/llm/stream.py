@@ -22,7 +22,7 @@ import attrs
 from ..groups import only_cancelled
 from ..protocol import messages as m
 from ..protocol.payloads import Model
-from .builder import Emit, MessageBuilder, StreamEvent
+from .builder import Emit, MessageBuilder, Pace, StreamEvent
 from .errors import ProviderError, from_exception, secrets_of
 from .types import CONNECT_SECONDS, Context, ModelRequest, StreamOptions
 
@@ -114,9 +114,12 @@ class ModelCall:
     error: ProviderError | None = None
     _builder: MessageBuilder | None = None
 
-    async def run(self, emit: Emit, *, http: HttpClient | httpx.AsyncClient | None = None
-                  ) -> m.AssistantMessage:
-        """Stream the call, awaiting ``emit`` for every event, the terminal one included.
+    async def run(self, emit: Emit, *, pace: Pace | None = None,
+                  http: HttpClient | httpx.AsyncClient | None = None) -> m.AssistantMessage:
+        """Stream the call, calling ``emit`` for every event, the terminal one included.
+
+        ``emit`` must not wait; ``pace``, when given, is the consumer's backpressure: awaited
+        once per network read (``MessageBuilder.pace``).
 
         ``http`` is the owner's client (connection reuse); without one the call opens a client of
         its own and closes it when it ends.
@@ -126,7 +129,7 @@ class ModelCall:
         cancellation the HTTP stream is closed, ``self.final`` is set to the aborted message
         (no event is emitted: the caller is being cancelled) and ``Cancelled`` propagates.
         """
-        out = self._builder = MessageBuilder(self.model, emit)
+        out = self._builder = MessageBuilder(self.model, emit, pace)
         provider = self.model.provider
         try:
             fn = _load(self.model.api)
@@ -145,7 +148,7 @@ class ModelCall:
                     self.options = attrs.evolve(self.options, prepare=None,
                                                 headers=await self.options.prepare())
                 await fn(self, out, client)
-            await out.close_all()
+            out.close_all()
             if out.stop_reason in ("error", "aborted"):
                 # The provider said no (a refusal, a filter): the same request would get the
                 # same answer, so this is not retryable.
@@ -162,12 +165,12 @@ class ModelCall:
             self.error = from_exception(exc, provider, self.model.id,
                                         secrets=secrets_of(self.model, self.options))
             self.final = out.finish("error", self.error.message, self.error.http_status)
-            await emit(StreamEvent("error", out, message=self.final, reason="error"))
+            emit(StreamEvent("error", out, message=self.final, reason="error"))
             return self.final
         if out.stop_reason != "length" and out.has_tool_calls:
             out.stop_reason = "toolUse"
         self.final = out.finish(out.stop_reason)
-        await emit(StreamEvent("done", out, message=self.final, reason=self.final.stopReason))
+        emit(StreamEvent("done", out, message=self.final, reason=self.final.stopReason))
         return self.final
 
 
@@ -180,7 +183,7 @@ async def collect(model: Model, context: Context, options: StreamOptions | None 
     """
     events: list[StreamEvent] = []
 
-    async def emit(event: StreamEvent) -> None:
+    def emit(event: StreamEvent) -> None:
         event.freeze()
         events.append(event)
 

@@ -18,9 +18,10 @@ Two ways in, because the two kinds of producer need different things (DESIGN.md 
   with ``SpillLimitError`` (an ``OutputClosedError``), and the server ends with exit status 1 and
   one line on stderr. Dropping frames instead would break the promise that every command is
   answered; waiting is impossible for ``put_nowait``.
-* ``await put`` waits while the unsent backlog is above the high-water mark. Streaming producers
-  (the provider stream, bash output) use it, so a host that stops reading slows them down
-  instead of growing the spool.
+* ``await wait_room`` waits while the unsent backlog is above the high-water mark. Streaming
+  producers (the provider stream, bash output) queue with
+  ``put_nowait`` and await ``wait_room`` once per batch, so a host that stops reading slows
+  them down instead of growing the spool.
 
 A trio memory channel offers one or the other per channel, not both on one ordered queue; hence
 this small queue on the spool and parking lots.
@@ -202,17 +203,16 @@ class FrameQueue:
         if self._readable:  # the writer is parked
             self._readable.unpark()
 
-    async def put(self, item: Item) -> None:
-        """Queue ``item``, first waiting while the host is far behind.
+    async def wait_room(self) -> None:
+        """Wait while the host is far behind (the unsent backlog above the high-water mark).
 
-        It yields only when it waits: a streaming producer already checkpoints on its own input
-        (the provider's socket), and a yield per frame would cost a task switch per delta. On
-        cancellation while waiting, nothing was queued.
+        A cancellation point that yields only when it waits: a streaming producer already
+        checkpoints on its own input (the provider's socket), and a yield per batch would cost
+        a task switch. On cancellation it stops waiting.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         while self.spool.pending >= self.high_water_bytes and not self._closed:
             await self._writable.park()
-        self.put_nowait(item)
 
     def close(self) -> None:
         """No more frames: the writer sends what is queued, then stops."""

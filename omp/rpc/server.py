@@ -10,8 +10,9 @@ Who owns what (DESIGN.md §2):
   of ``omp.rpc.commands``: control frames are handed over at once; the abort family is handled
   by the reader itself before the next line (so ``abort`` overtakes everything read after it);
   long commands become tasks; the rest go through the serial lane in arrival order.
-* Every frame goes through one ``FrameQueue`` to the writer. Frames that end something are
-  queued without waiting; only streaming updates wait for a slow host (``publish_update``).
+* Every frame goes through one ``FrameQueue`` to the writer, queued without waiting; the
+  streaming producers wait for a slow host through ``ready``, once per batch (a provider's
+  network read, a tool's output chunk), so frames that end something never wait.
 
 Shutdown: input EOF means the host is gone. Pending host requests fail ("RPC client
 disconnected …"), RPC bash commands and the run are cancelled (their terminal frames are still
@@ -649,18 +650,13 @@ class RpcServer:
         if (out := self._frame(frame)) is not None:
             self.output.put_nowait(out)
 
-    # The session's EventSink.
-    publish = emit
+    # The session's EventSink: streaming updates are queued like any frame (never waiting) ...
+    publish = publish_update = emit
 
-    async def publish_update(self, event: Any) -> None:
-        """A streaming update: waits while the host is far behind (backpressure).
-
-        On cancellation the update is not written.
-        """
-        if (frame := self._frame(event)) is not None:
-            await self.output.put(frame)
-        else:
-            await trio.lowlevel.checkpoint()
+    async def ready(self) -> None:
+        """... and their producers wait here, once per batch, while the host is far behind
+        (backpressure). On cancellation nothing is lost: it only waits."""
+        await self.output.wait_room()
 
     def _frame(self, event: Any) -> msgspec.Struct | None:
         """The frame for a session event: messageId stamped, filter and update mode applied.

@@ -11,8 +11,8 @@ Who owns what:
 * Manual ``compact`` / ``handoff`` run in a maintenance cancel scope that ``abort`` cancels;
   automatic compaction runs inside the run's scope.
 * The session never writes frames: it publishes events to its ``EventSink`` (the RPC server or
-  the one-shot CLI). Every event is published at once except the streaming updates, which may
-  wait for a slow host (``publish_update``).
+  the one-shot CLI). Every event is published at once, the streaming updates too; the streaming
+  producers wait for a slow host through the sink's ``ready``, once per batch.
 
 After a run the session writes, in this order and without waiting: the one terminal
 ``agent_end``, a ``prompt_result`` for each accepted prompt the run served, and
@@ -48,6 +48,7 @@ from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..files import UnusableFile
 from ..llm import thinking
+from ..llm.builder import discard
 from ..llm.errors import ProviderError
 from ..llm.models import ModelRegistry, fast_service_tier
 from ..llm.stream import HttpClient, ModelCall
@@ -116,15 +117,24 @@ class EventSink(Protocol):
     def publish(self, event: Any) -> None:
         """Deliver at once; never blocks."""
 
-    async def publish_update(self, event: Any) -> None:
-        """Deliver a streaming update, waiting while the consumer is far behind."""
+    def publish_update(self, event: Any) -> None:
+        """Deliver a streaming update (``message_update``, ``tool_execution_update``) at once;
+        never blocks. Called once per streamed token."""
+
+    async def ready(self) -> None:
+        """Wait while the consumer is far behind (backpressure): the streaming producers await
+        it once per batch of updates. A cancellation point; on cancellation nothing is lost
+        (nothing is delivered by it)."""
 
 
 class _NullSink:
     def publish(self, event: Any) -> None:
         pass
 
-    async def publish_update(self, event: Any) -> None:
+    def publish_update(self, event: Any) -> None:
+        pass
+
+    async def ready(self) -> None:
         await trio.lowlevel.checkpoint()
 
 
@@ -886,12 +896,8 @@ class AgentSession:
             timestamp=now_ms()),))
         setup = self._turn_setup()
         options = attrs.evolve(setup.options, thinking="off", max_tokens=TITLE_MAX_TOKENS)
-
-        async def ignore(event: object) -> None:
-            pass
-
         call = ModelCall(self.model, request, options)
-        final = await call.run(ignore, http=self.http.get() if self.model.api != "offline"
+        final = await call.run(discard, http=self.http.get() if self.model.api != "offline"
                                else None)
         if final.stopReason == "error":
             raise SessionError(call.error.message if call.error else "the model call failed")
@@ -1178,10 +1184,15 @@ class _AgentEvents:
         self.session.publish(event)
 
     @property
-    def publish_update(self) -> Callable[[Any], Awaitable[None]]:
-        """The host's own, looked up on each use (the sink can be replaced): awaited once per
-        streamed token, so no coroutine of ours in between."""
+    def publish_update(self) -> Callable[[Any], None]:
+        """The host's own, looked up on each use (the sink can be replaced): called once per
+        streamed token, so no call of ours in between. (Streamed updates are not persisted.)"""
         return self.session.sink.publish_update
+
+    @property
+    def ready(self) -> Callable[[], Awaitable[None]]:
+        """The host's backpressure, looked up on each use like ``publish_update``."""
+        return self.session.sink.ready
 
 
 def _outcome(report: RunReport | None

@@ -26,7 +26,7 @@ import attrs
 import msgspec
 
 from ..agent.loop import now_ms, to_llm
-from ..llm.builder import StreamEvent
+from ..llm.builder import discard
 from ..llm.errors import ProviderError
 from ..llm.stream import ModelCall
 from ..llm.types import Context, LlmMessage, StreamOptions
@@ -373,12 +373,9 @@ async def summarize(model: Model, options: StreamOptions, messages: Sequence[m.A
     """
     # ModelCall rather than ``collect``: its ``error`` keeps the ProviderError's kind, and no
     # event of a summary call is wanted.
-    async def ignore(event: StreamEvent) -> None:
-        pass
-
     call = ModelCall(model, summary_request(messages, previous_summary, custom_instructions),
                      options)
-    final = await call.run(ignore, http=http)
+    final = await call.run(discard, http=http)
     if final.stopReason == "error":
         error = call.error
         reason = error.message if error else (
@@ -508,14 +505,11 @@ async def short_summary(model: Model, options: StreamOptions, summary: str, *,
     Optional by nature: a failed call or an empty answer gives None (the compaction stands).
     Cancelled: ``trio.Cancelled`` propagates.
     """
-    async def ignore(event: StreamEvent) -> None:
-        pass
-
     context = Context(system_prompt=(SHORT_SUMMARY_PROMPT,), messages=(
         m.UserMessage(content=[m.TextContent(text=summary)], timestamp=now_ms()),))
     call = ModelCall(model, context, attrs.evolve(options, max_tokens=SHORT_SUMMARY_MAX_TOKENS,
                                                   thinking="off"))
-    final = await call.run(ignore, http=http)
+    final = await call.run(discard, http=http)
     if final.stopReason == "error":
         return None
     text = " ".join(b.text for b in final.content if isinstance(b, m.TextContent)).strip()
@@ -559,12 +553,8 @@ async def handoff(model: Model, options: StreamOptions, system_prompt: Sequence[
     context = Context(system_prompt=tuple(system_prompt), messages=(
         *to_llm(messages), m.UserMessage(content=[m.TextContent(text=request)],
                                          timestamp=now_ms(), attribution="user")))
-
-    async def ignore(event: StreamEvent) -> None:
-        pass
-
     call = ModelCall(model, context, options)
-    final = await call.run(ignore, http=http)
+    final = await call.run(discard, http=http)
     if call.error is not None:
         raise HandoffError(f"Handoff failed: {call.error.message}")
     document = "".join(b.text for b in final.content if isinstance(b, m.TextContent))

@@ -673,7 +673,7 @@ class _ChildEvents:
                 event.__struct_config__.tag in SESSION_EVENT_TYPES):
             self.registry.event(self.id, event)
 
-    async def publish_update(self, event: Any) -> None:
+    def publish_update(self, event: Any) -> None:
         self.pump.changed(self.tracker.observe(event))
         if self.registry.level == "events":
             if isinstance(event, AssistantUpdate):
@@ -682,6 +682,10 @@ class _ChildEvents:
                     assistantMessageEvent=stream_event.to_wire(),  # type: ignore[arg-type]
                     message=stream_event.partial)
             self.registry.event(self.id, event)
+
+    async def ready(self) -> None:
+        # The bus never pushes back (its frames go through the parent's queue without
+        # waiting); this only keeps the child's stream a cancellation point per batch.
         await trio.lowlevel.checkpoint()
 
 

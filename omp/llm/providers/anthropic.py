@@ -347,7 +347,7 @@ async def stream_anthropic(call: ModelRequest, out: MessageBuilder, http: httpx.
     url = model.baseUrl.rstrip("/") + "/v1/messages"
     async with post_stream(call, http, url, msgspec.json.encode(request),
                            _headers(call, thinking)) as response:
-        await out.start()
+        out.start()
         await _read_events(call, out, response)
 
 
@@ -357,7 +357,7 @@ async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.
     initial_input: dict[int, Any] = {}  # tool_use blocks that came with their input up front
     async with aclosing(iter_sse(response, first_timeout=options.first_event_timeout,
                                  idle_timeout=options.idle_timeout, provider=model.provider,
-                                 model=model.id)) as events:
+                                 model=model.id, pace=out.pace)) as events:
         async for sse in events:
             try:
                 name = sse.event or _ENVELOPE.decode(sse.data).type
@@ -375,23 +375,23 @@ async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.
                 if not out.is_open(key):
                     continue
                 if delta.type == "text_delta":
-                    await out.append(key, delta.text)
+                    out.append(key, delta.text)
                 elif delta.type == "thinking_delta":
-                    await out.append(key, delta.thinking)
+                    out.append(key, delta.thinking)
                 elif delta.type == "input_json_delta":
                     initial_input.pop(key, None)
                     if delta.partial_json:
-                        await out.append(key, delta.partial_json)
+                        out.append(key, delta.partial_json)
                 elif delta.type == "signature_delta":
                     out.set_signature(key, delta.signature, append=True)
             elif isinstance(event, _BlockStart):
-                await _open_block(out, event, initial_input)
+                _open_block(out, event, initial_input)
             elif isinstance(event, _BlockStop):
                 if out.is_open(event.index):
                     if (args := initial_input.pop(event.index, None)) is not None:
                         out.set_tool(event.index,
                                      arguments_json=msgspec.json.encode(args).decode())
-                    await out.close(event.index)
+                    out.close(event.index)
             elif isinstance(event, _MessageStart):
                 if event.message.id:
                     out.response_id = event.message.id
@@ -421,22 +421,22 @@ async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.
                             message=f"The model declined to continue (stop_reason: {refusal})")
 
 
-async def _open_block(out: MessageBuilder, event: _BlockStart,
+def _open_block(out: MessageBuilder, event: _BlockStart,
                       initial_input: dict[int, Any]) -> None:
     block, key = event.content_block, event.index
     if block.type == "text":
-        await out.open(key, "text")
+        out.open(key, "text")
         if block.text:
-            await out.append(key, block.text)
+            out.append(key, block.text)
     elif block.type == "thinking":
-        await out.open(key, "thinking", signature=block.signature or None)
+        out.open(key, "thinking", signature=block.signature or None)
         if block.thinking:
-            await out.append(key, block.thinking)
+            out.append(key, block.thinking)
     elif block.type == "redacted_thinking":
-        await out.open(key, "redactedThinking")
-        await out.append(key, block.data)
+        out.open(key, "redactedThinking")
+        out.append(key, block.data)
     elif block.type == "tool_use":
-        await out.open(key, "toolCall", tool_id=block.id, tool_name=block.name)
+        out.open(key, "toolCall", tool_id=block.id, tool_name=block.name)
         if isinstance(block.input, dict) and block.input:
             initial_input[key] = block.input
     # server_tool_use, web_search_tool_result, ...: not ours to replay; their deltas are skipped

@@ -279,7 +279,7 @@ async def stream_google(call: ModelRequest, out: MessageBuilder, http: httpx.Asy
     url = f"{model.baseUrl.rstrip('/')}/models/{model.id}:streamGenerateContent?alt=sse"
     body = msgspec.json.encode(build_request(call))
     async with post_stream(call, http, url, body, _headers(call)) as response:
-        await out.start()
+        out.start()
         await _read_chunks(call, out, response)
 
 
@@ -292,7 +292,7 @@ async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.
     finish: str | None = None
     async with aclosing(iter_sse(response, first_timeout=options.first_event_timeout,
                                  idle_timeout=options.idle_timeout, provider=model.provider,
-                                 model=model.id)) as events:
+                                 model=model.id, pace=out.pace)) as events:
         async for sse in events:
             if not sse.data.strip() or sse.data.strip() == "[DONE]":
                 continue
@@ -313,22 +313,22 @@ async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.
             for part in candidate.content.parts if candidate and candidate.content else ():
                 if part.functionCall is not None:
                     if key is not None:
-                        await out.close(key)
+                        out.close(key)
                         key = None
-                    await _tool_call(out, next(keys), part, tool_ids)
+                    _tool_call(out, next(keys), part, tool_ids)
                 elif part.text is not None:
                     part_kind: Literal["text", "thinking"] = (
                         "thinking" if part.thought else "text")
                     if key is not None and part_kind != kind and part.text:
-                        await out.close(key)
+                        out.close(key)
                         key = None
                     if key is None:
                         if not part.text and not part.thoughtSignature:
                             continue
                         key, kind = next(keys), part_kind
-                        await out.open(key, kind)
+                        out.open(key, kind)
                     if part.text:
-                        await out.append(key, part.text)
+                        out.append(key, part.text)
                     if part.thoughtSignature:
                         out.set_signature(key, part.thoughtSignature)
             if (usage := chunk.usageMetadata) is not None:
@@ -344,7 +344,7 @@ async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.
                 raise ProviderError(kind="bad_request", provider=model.provider, model=model.id,
                                     message=f"Gemini blocked the prompt (blockReason: {reason})")
     if key is not None:
-        await out.close(key)
+        out.close(key)
     if finish is None:
         raise ProviderError(kind="network", provider=model.provider, model=model.id,
                             message="Gemini stream ended early (no finishReason): the "
@@ -362,15 +362,15 @@ async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.
 _counter = itertools.count(1)
 
 
-async def _tool_call(out: MessageBuilder, key: int, part: _StreamPart, seen: set[str]) -> None:
+def _tool_call(out: MessageBuilder, key: int, part: _StreamPart, seen: set[str]) -> None:
     call = part.functionCall
     assert call is not None
     tool_id = call.id
     if not tool_id or tool_id in seen:
         tool_id = f"{call.name}_{int(time.time() * 1000)}_{next(_counter)}"
     seen.add(tool_id)
-    await out.open(key, "toolCall", tool_id=tool_id, tool_name=call.name)
+    out.open(key, "toolCall", tool_id=tool_id, tool_name=call.name)
     if part.thoughtSignature:
         out.set_tool(key, thought_signature=part.thoughtSignature)
-    await out.append(key, msgspec.json.encode(call.args or {}).decode())
-    await out.close(key)
+    out.append(key, msgspec.json.encode(call.args or {}).decode())
+    out.close(key)

@@ -57,20 +57,23 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
     delay = float(slow.group(1)) if slow else 0.0
 
     async def pace() -> None:
-        # A checkpoint per delta, so cancellation (abort) lands between deltas.
+        # A checkpoint per delta, so cancellation (abort) lands between deltas; and the
+        # consumer's backpressure, as a provider waits for it before each network read.
         if delay:
             await trio.sleep(delay)
         else:
             await trio.lowlevel.checkpoint()
+        if out.pace is not None:
+            await out.pace()
 
-    await out.start()
+    out.start()
     level = clamp(call.model, call.options.thinking)
     if level != "off" and isinstance(last, m.UserMessage):
-        await out.open("thinking", "thinking")
+        out.open("thinking", "thinking")
         for piece in _pieces(f"Considering the request ({level} effort): {prompt[:80]}"):
             await pace()
-            await out.append("thinking", piece)
-        await out.close("thinking")
+            out.append("thinking", piece)
+        out.close("thinking")
 
     calls = _TOOL.findall(prompt) if isinstance(last, m.UserMessage) else []
     if isinstance(last, m.ToolResultMessage):
@@ -87,23 +90,23 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
     else:
         reply = "Echo: " + (_SLOW.sub("", prompt).strip() or "(empty prompt)")
 
-    await out.open("text", "text")
+    out.open("text", "text")
     for piece in _pieces(reply):
         await pace()
-        await out.append("text", piece)
-    await out.close("text")
+        out.append("text", piece)
+    out.close("text")
 
     for i, (name, raw_args) in enumerate(calls):
         key = ("tool", i)
-        await out.open(key, "toolCall", tool_id=f"offline_call_{len(messages)}_{i}",
+        out.open(key, "toolCall", tool_id=f"offline_call_{len(messages)}_{i}",
                        tool_name=name)
         # Sent as given, even when not valid JSON: the agent then reports the bad arguments to
         # the model, as it would for a real model's malformed call.
         args = raw_args or "{}"
         for piece in _pieces(args, at_least=2):
             await pace()
-            await out.append(key, piece)
-        await out.close(key)
+            out.append(key, piece)
+        out.close(key)
 
     context_chars = sum(len(p) for p in call.context.system_prompt) + sum(
         len(_text_of(msg.content)) if isinstance(msg, m.UserMessage | m.ToolResultMessage)

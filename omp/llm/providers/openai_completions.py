@@ -286,29 +286,29 @@ class _Blocks:
     tool_id: str = ""
     count: int = 0
 
-    async def switch(self, kind: str) -> tuple[str, int]:
-        await self.end()
+    def switch(self, kind: str) -> tuple[str, int]:
+        self.end()
         self.count += 1
         key = (kind, self.count)
         self.key, self.kind = key, kind
         return key
 
-    async def end(self) -> None:
+    def end(self) -> None:
         if self.key is None:
             return
         if self.kind == "toolCall" and not self.tool_id:
             # Some compatible servers send no ids; the agent needs one to pair the result.
             self.out.set_tool(self.key, tool_id=f"call_{uuid.uuid4().hex[:24]}")
-        await self.out.close(self.key)
+        self.out.close(self.key)
         self.key, self.kind, self.tool_index, self.tool_id = None, "", None, ""
 
-    async def text(self, kind: str, delta: str, signature: str | None = None) -> None:
+    def text(self, kind: str, delta: str, signature: str | None = None) -> None:
         if self.kind != kind:
-            await self.out.open(await self.switch(kind), "text" if kind == "text" else "thinking",
+            self.out.open(self.switch(kind), "text" if kind == "text" else "thinking",
                                 signature=signature)
-        await self.out.append(self.key, delta)
+        self.out.append(self.key, delta)
 
-    async def tool(self, delta: Json) -> None:
+    def tool(self, delta: Json) -> None:
         index = delta.get("index", 0)
         call_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
         fn = _obj(delta.get("function"))
@@ -316,7 +316,7 @@ class _Blocks:
         # A new call: another index, or (servers that reuse index 0) another id.
         if (self.kind != "toolCall" or index != self.tool_index
                 or (call_id and self.tool_id and call_id != self.tool_id)):
-            await self.out.open(await self.switch("toolCall"), "toolCall",
+            self.out.open(self.switch("toolCall"), "toolCall",
                                 tool_id=call_id or "", tool_name=name or "")
             self.tool_index = index
         elif call_id or name:
@@ -324,7 +324,7 @@ class _Blocks:
         self.tool_id = self.tool_id or call_id or ""
         args = fn.get("arguments")
         if isinstance(args, str) and args:
-            await self.out.append(self.key, args)
+            self.out.append(self.key, args)
 
 
 async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
@@ -341,11 +341,11 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
     finished = done = False
     async with post_stream(call, http, endpoint(model, "/chat/completions"),
                            msgspec.json.encode(body), request_headers(call)) as response:
-        await out.start()
+        out.start()
         async with contextlib.aclosing(iter_sse(
                 response, first_timeout=opts.first_event_timeout,
                 idle_timeout=opts.idle_timeout, provider=model.provider,
-                model=model.id)) as events:
+                model=model.id, pace=out.pace)) as events:
             async for event in events:
                 if event.data.strip() == "[DONE]":
                     done = True
@@ -366,16 +366,16 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                     continue
                 if (delta := choice.delta) is not None:
                     if isinstance(content := delta.content, str) and content:
-                        await blocks.text("text", content)
+                        blocks.text("text", content)
                     if delta.reasoning_content or delta.reasoning or delta.reasoning_text:
                         for field in REASONING_FIELDS:
                             if isinstance(thought := getattr(delta, field), str) and thought:
-                                await blocks.text("thinking", thought, signature=field)
+                                blocks.text("thinking", thought, signature=field)
                                 break
                     if isinstance(delta.tool_calls, list):
                         for tool_delta in delta.tool_calls:
                             if isinstance(tool_delta, dict):
-                                await blocks.tool(tool_delta)
+                                blocks.tool(tool_delta)
                 if isinstance(reason := choice.finish_reason, str) and reason:
                     finished = True
                     reason = reason.lower()
@@ -386,7 +386,7 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                         out.error_message = "Provider returned error finish_reason"
     if not (done or finished):
         raise early_end(call)  # like any failure: the open block stays as it was cut
-    await blocks.end()
+    blocks.end()
     if out.stop_reason == "error":
         # Raised here rather than left to ModelCall, which would call every such end a
         # (retryable) server error: a content filter answers the same way on a retry.

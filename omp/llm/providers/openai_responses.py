@@ -197,49 +197,49 @@ class _Items:
         item_id = event.get("item_id")
         return item_id if isinstance(item_id, str) and item_id in self.kinds else self.current
 
-    async def add(self, item: Json) -> None:
+    def add(self, item: Json) -> None:
         kind = item.get("type")
         if kind not in ("reasoning", "message", "function_call"):
             return  # built-in tool items (web search...) carry nothing we keep
         if self.current is not None:
-            await self.end(self.current)
+            self.end(self.current)
         self.count += 1
         key = item["id"] if isinstance(item.get("id"), str) else f"item-{self.count}"
         self.kinds[key] = kind
         self.current = key
         if kind == "reasoning":
-            await self.out.open(key, "thinking")
+            self.out.open(key, "thinking")
         elif kind == "message":
-            await self.out.open(key, "text")
+            self.out.open(key, "text")
         else:
             call_id = _str(item.get("call_id")) or key
             tool_id = f"{call_id}|{key}" if isinstance(item.get("id"), str) else call_id
             name = _str(item.get("name"))
-            await self.out.open(key, "toolCall", tool_id=tool_id, tool_name=name)
+            self.out.open(key, "toolCall", tool_id=tool_id, tool_name=name)
             if isinstance(args := item.get("arguments"), str) and args:
-                await self.delta(key, args)
+                self.delta(key, args)
 
-    async def delta(self, key: str | None, text: str, *, kind: str = "") -> None:
+    def delta(self, key: str | None, text: str, *, kind: str = "") -> None:
         if key is None or not self.out.is_open(key):
             if not kind:
                 return
             # A delta without its output_item.added: open an anonymous block for it.
             self.count += 1
             key = f"item-{self.count}"
-            await self.add({"type": kind, "id": key})
+            self.add({"type": kind, "id": key})
         if text:
             self.streamed.add(key)
-            await self.out.append(key, text)
+            self.out.append(key, text)
 
-    async def summary_part(self, key: str | None) -> None:
+    def summary_part(self, key: str | None) -> None:
         # Summary parts are joined by a blank line, sent when the next part begins.
         if key is None or not self.out.is_open(key):
             return
         self.parts[key] = self.parts.get(key, 0) + 1
         if self.parts[key] > 1 and key in self.streamed:
-            await self.out.append(key, "\n\n")
+            self.out.append(key, "\n\n")
 
-    async def done(self, item: Json) -> None:
+    def done(self, item: Json) -> None:
         key = item.get("id") if isinstance(item.get("id"), str) else self.current
         if key not in self.kinds:
             return
@@ -249,14 +249,14 @@ class _Items:
                 summary = "\n\n".join(
                     s["text"] for s in item.get("summary") or ()
                     if isinstance(s, dict) and isinstance(s.get("text"), str))
-                await self.delta(key, summary)
+                self.delta(key, summary)
             self.out.set_signature(key, msgspec.json.encode(item).decode())
         elif kind == "message":
             if key not in self.streamed:
                 text = "".join(
                     c.get("text") or c.get("refusal") or "" for c in item.get("content") or ()
                     if isinstance(c, dict))
-                await self.delta(key, text)
+                self.delta(key, text)
             if isinstance(item.get("id"), str):  # replayed as this message item
                 signature: Json = {"v": 1, "id": item["id"]}
                 if isinstance(item.get("phase"), str):
@@ -264,11 +264,11 @@ class _Items:
                 self.out.set_signature(key, msgspec.json.encode(signature).decode())
         elif isinstance(args := item.get("arguments"), str):
             self.out.set_tool(key, arguments_json=args)
-        await self.end(key)
+        self.end(key)
 
-    async def end(self, key: str) -> None:
+    def end(self, key: str) -> None:
         if self.out.is_open(key):
-            await self.out.close(key)
+            self.out.close(key)
         if self.current == key:
             self.current = None
 
@@ -287,11 +287,11 @@ async def stream_openai_responses(call: ModelRequest, out: MessageBuilder,
     finished = False
     async with post_stream(call, http, endpoint(model, "/responses"),
                            msgspec.json.encode(body), request_headers(call)) as response:
-        await out.start()
+        out.start()
         async with contextlib.aclosing(iter_sse(
                 response, first_timeout=opts.first_event_timeout,
                 idle_timeout=opts.idle_timeout, provider=model.provider,
-                model=model.id)) as events:
+                model=model.id, pace=out.pace)) as events:
             async for sse in events:
                 if sse.data.strip() == "[DONE]":  # some compatible servers add it
                     await drain(events)
@@ -304,24 +304,24 @@ async def stream_openai_responses(call: ModelRequest, out: MessageBuilder,
                     _response_id(out, event)
                 elif kind == "response.output_item.added":
                     if isinstance(item := event.get("item"), dict):
-                        await items.add(item)
+                        items.add(item)
                 elif kind == "response.reasoning_summary_part.added":
-                    await items.summary_part(items.key_of(event))
+                    items.summary_part(items.key_of(event))
                 elif kind == "response.reasoning_summary_text.delta":
-                    await items.delta(items.key_of(event), _str(event.get("delta")),
+                    items.delta(items.key_of(event), _str(event.get("delta")),
                                       kind="reasoning")
                 elif kind in ("response.output_text.delta", "response.refusal.delta"):
-                    await items.delta(items.key_of(event), _str(event.get("delta")),
+                    items.delta(items.key_of(event), _str(event.get("delta")),
                                       kind="message")
                 elif kind == "response.function_call_arguments.delta":
-                    await items.delta(items.key_of(event), _str(event.get("delta")))
+                    items.delta(items.key_of(event), _str(event.get("delta")))
                 elif kind == "response.function_call_arguments.done":
                     key = items.key_of(event)
                     if key is not None and isinstance(event.get("arguments"), str):
                         out.set_tool(key, arguments_json=event["arguments"])
                 elif kind == "response.output_item.done":
                     if isinstance(item := event.get("item"), dict):
-                        await items.done(item)
+                        items.done(item)
                 elif kind in _TERMINAL:
                     finished = True
                     _completed(out, event.get("response"))
@@ -334,7 +334,7 @@ async def stream_openai_responses(call: ModelRequest, out: MessageBuilder,
     if not finished:
         raise early_end(call)  # like any failure: the open block stays as it was cut
     if items.current is not None:
-        await items.end(items.current)
+        items.end(items.current)
 
 
 def _str(value: Any) -> str:
