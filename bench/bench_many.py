@@ -18,11 +18,18 @@ frames:
     --rate deltas/s (50,000, the capacity target), which measures chunk → frame latency at that
     load (without pacing the latency is only the time a chunk queues in socket buffers, which
     grows with the answer; it is printed for the unpaced run too, without a target). Each answer
-    keeps a schedule (burst k at k periods after its reply began: the fake's `at`), and the
-    sessions prompt one after another, spread evenly over one period, as independent users do,
-    so their bursts are spread too; `--aligned` prompts all at once instead (a thundering herd
-    of bursts, and of 100 requests being built at the same instant). Then a *model pace* run:
-    the same at --model-pace deltas/s a session (200, a fast model), 20,000/s in all.
+    keeps a schedule (burst k at --ttft + k periods after its reply began: the fake's `at`),
+    and the sessions prompt one after another, spread evenly over one period, as independent
+    users do, so their bursts are spread too; `--aligned` prompts all at once instead (a
+    thundering herd of bursts). Then a *model pace* run: the same at --model-pace deltas/s a
+    session (200, a fast model), 20,000/s in all.
+
+    --ttft (0.2 s) is the model's time to first token, as every real model has one (hundreds
+    of ms for hosted models, 0.1-0.2 s for the fastest). It keeps the latency runs about
+    streaming: the 100 prompts of a run arrive within one period (20 ms), and building and
+    sending them costs about 1 ms of CPU each, so with no time to first token (`--ttft 0`)
+    the first streams queue behind the other sessions' requests (the first 0.2 s then have a
+    p99 of about 30 ms); what a prompt costs is bench_rpc's and bench_agent's subject.
   * http floor: the paced answers once more, read by one bare httpx client per session through
     omp's SSE reader and nothing else: the CPU and latency that HTTP and SSE decoding alone cost
     at that load, a floor under the paced figures (omp's own work is the difference).
@@ -44,7 +51,8 @@ real model server would be elsewhere. Nothing touches the real ~/.omp: models.ym
 temporary agent dir, sessions run with `persist=False` and cwd in that directory.
 
 Targets (issue 9): <= 150 KiB RSS per idle session, >= 50,000 deltas/s aggregate (unpaced),
-p99 chunk → frame <= 20 ms (paced; printed for the model-pace run too). The 1-minute load
+p99 chunk → frame <= 20 ms (paced: the median of --runs runs, 3, each p99 printed; printed for
+the model-pace run too). The 1-minute load
 average is printed before and after: the figures only hold on an otherwise quiet machine. A
 benchmark, not a test: it exits 0 whether or not the targets are met.
 
@@ -333,7 +341,8 @@ async def prompt_all(sessions: list[Embedded], name: str, message: str, stamped:
 class StreamingResults:
     sessions: int
     unpaced: StreamResult
-    paced: StreamResult
+    paced: list[StreamResult]
+    """Every paced run, in the order they ran."""
     model: StreamResult
     returned: int
     close_seconds: float
@@ -356,8 +365,9 @@ async def streaming_phase(options: omp.ServeOptions, args: argparse.Namespace
             raise RuntimeError(f"warm-up failed: {warm.failures[:3]}, "
                                f"{warm.unsettled} sessions unsettled")
         unpaced = await prompt_all(sessions, "unpaced", BURST_MARK, True, allowed)
-        paced = await prompt_all(sessions, "paced", PACED_MARK, True, allowed,
-                                 stagger=stagger(args, paced_period(args)))
+        paced = [await prompt_all(sessions, f"paced {n + 1}", PACED_MARK, True, allowed,
+                                  stagger=stagger(args, paced_period(args)))
+                 for n in range(args.runs)]
         model = await prompt_all(sessions, "model pace", MODEL_MARK, True, allowed,
                                  stagger=stagger(args, model_period(args)))
         returned, closing = await close_all(sessions, allowed)
@@ -440,15 +450,16 @@ async def floor_phase(url: str, args: argparse.Namespace) -> StreamResult:
 # --------------------------------------------------------------------------- the fake LLM process
 
 
-def fake_script(deltas: int, burst: int, schedules: list[tuple[str, float]]
+def fake_script(deltas: int, burst: int, schedules: list[tuple[str, float]], ttft: float
                 ) -> list[dict[str, Any]]:
     """Matched by the prompt's marker. ``schedules`` (marker, period) are the paced runs,
     latest first, and all come before the unpaced entry: a request also carries the prompts of
     the runs before it (history), so the newest marker must be matched first.
 
-    A paced answer writes burst ``k`` at ``k * period`` seconds after its reply began (the
-    fake's ``at``: a schedule, so a late write does not push the later bursts back, and
-    streams that were once late together do not stay bunched).
+    A paced answer writes burst ``k`` at ``ttft + k * period`` seconds after its reply began
+    (the fake's ``at``: a schedule, so a late write does not push the later bursts back, and
+    streams that were once late together do not stay bunched). The unpaced answer has no
+    time to first token: it measures capacity, from the prompts to the last delta.
     """
     text = PLACEHOLDER.decode() + " "
     usage = {"input": 10, "output": deltas}
@@ -457,8 +468,8 @@ def fake_script(deltas: int, burst: int, schedules: list[tuple[str, float]]
         paced: list[dict[str, Any]] = []
         for i in range(deltas):
             chunk: dict[str, Any] = {"text": text}
-            if i and i % burst == 0:
-                chunk["at"] = period * (i // burst)
+            if i % burst == 0:
+                chunk["at"] = ttft + period * (i // burst)
             paced.append(chunk)
         entries.append({"match": {"bodyContains": mark}, "repeat": True, "chunks": paced,
                         "usage": usage})
@@ -527,7 +538,7 @@ def start_fake_server(directory: Path, args: argparse.Namespace
                       ) -> tuple[subprocess.Popen[bytes], str]:
     script = directory / "script.json"
     schedules = [(MODEL_MARK, model_period(args)), (PACED_MARK, paced_period(args))]
-    script.write_text(json.dumps(fake_script(args.deltas, args.burst, schedules)))
+    script.write_text(json.dumps(fake_script(args.deltas, args.burst, schedules, args.ttft)))
     proc = subprocess.Popen([sys.executable, __file__, "--fake-server", str(script)],
                             stdout=subprocess.PIPE)
     assert proc.stdout is not None
@@ -561,7 +572,7 @@ def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResul
     unpaced, paced, model = streaming.unpaced, streaming.paced, streaming.model
     print(f"streaming: {streaming.sessions} sessions at once, {args.deltas} text deltas each, "
           "messageUpdates: delta")
-    for run in (unpaced, paced, model):
+    for run in (unpaced, *paced, model):
         if run.failures or run.unsettled:
             print(f"  {run.name}: {len(run.failures)} failed prompts, {run.unsettled} sessions "
                   f"unsettled; first: {run.failures[:1]}")
@@ -572,7 +583,18 @@ def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResul
           f"{unpaced.cpu_seconds / max(unpaced.deltas, 1) * 1e6:.1f} µs CPU/delta here")
     print(f"           chunk -> frame     p50 {unpaced.percentile_ms(0.5):8.1f} ms  "
           f"p99 {unpaced.percentile_ms(0.99):8.1f} ms  (queueing at saturation; no target)")
-    latency_ok = paced_report("paced", paced, args.rate, args.burst)
+    print(f"  paced runs: the first delta {args.ttft:g} s after the request (--ttft), then "
+          f"{args.burst}-delta bursts on a schedule")
+    # A p99 of one 4-second run is the slowest 40 ms of it: one hiccup of the machine moves it.
+    # As the other benchmarks report medians of runs, the verdict is the median run's.
+    by_p99 = sorted(paced, key=lambda run: run.percentile_ms(0.99))
+    median = by_p99[(len(by_p99) - 1) // 2]
+    latency_ok = paced_report("paced", median, args.rate, args.burst) and not any(
+        run.failures or run.unsettled for run in paced)
+    if len(paced) > 1:
+        print(f"           p99 of the {len(paced)} paced runs: "
+              + ", ".join(f"{run.percentile_ms(0.99):.2f}" for run in paced)
+              + " ms (the median run is shown)")
     model_ok = paced_report("model", model, args.model_pace * streaming.sessions, args.burst)
     print(f"  serve() returned after EOF  {streaming.returned:>5}/{streaming.sessions} "
           f"in {streaming.close_seconds:.2f} s")
@@ -615,6 +637,13 @@ def positive(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0 (got {text})")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=positive, default=1000, help="idle sessions (1000)")
@@ -631,6 +660,11 @@ def main() -> None:
     parser.add_argument("--model-pace", type=positive, default=200,
                         help="model-pace run: deltas/s of each session, as a fast model "
                              "streams (200)")
+    parser.add_argument("--runs", type=positive, default=3,
+                        help="paced runs at --rate; the verdict is the median run's p99 (3)")
+    parser.add_argument("--ttft", type=non_negative, default=0.2,
+                        help="paced runs: seconds from a request to its first delta, as a "
+                             "model's time to first token (0.2; 0 streams at once)")
     parser.add_argument("--aligned", action="store_true",
                         help="paced runs: every session prompts at once, so their bursts come "
                              "at the same instants (default: prompts spread over one period)")
