@@ -1185,8 +1185,9 @@ class _AgentEvents:
 
     @property
     def publish_update(self) -> Callable[[Any], None]:
-        """The host's own, looked up on each use (the sink can be replaced): called once per
-        streamed token, so no call of ours in between. (Streamed updates are not persisted.)"""
+        """The host's own, looked up on each use (the sink can be replaced; the agent looks it
+        up once per model call): called once per streamed token, so no call of ours in
+        between. (Streamed updates are not persisted.)"""
         return self.session.sink.publish_update
 
     @property

@@ -422,7 +422,7 @@ async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.
 
 
 def _open_block(out: MessageBuilder, event: _BlockStart,
-                      initial_input: dict[int, Any]) -> None:
+                initial_input: dict[int, Any]) -> None:
     block, key = event.content_block, event.index
     if block.type == "text":
         out.open(key, "text")
