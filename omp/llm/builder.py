@@ -189,10 +189,8 @@ class MessageBuilder:
         i = self._keys.get(key)
         return i is not None and not self._blocks[i].closed
 
-    def open(self, key: Any, kind: Literal["text", "thinking", "redactedThinking",
-                                                 "toolCall"],
-                   *, tool_id: str = "", tool_name: str = "",
-                   signature: str | None = None) -> int:
+    def open(self, key: Any, kind: Literal["text", "thinking", "redactedThinking", "toolCall"],
+             *, tool_id: str = "", tool_name: str = "", signature: str | None = None) -> int:
         """Append a new block under ``key`` and emit its ``*_start``."""
         self.start()
         if self._ttft is None:
@@ -252,11 +250,10 @@ class MessageBuilder:
             call = block.build()
             block.final = call
             assert isinstance(call, m.ToolCall)
-            self.emit(StreamEvent("toolcall_end", self, content_index=index,
-                                        tool_call=call))
+            self.emit(StreamEvent("toolcall_end", self, content_index=index, tool_call=call))
         elif block.kind in ("text", "thinking"):
             self.emit(StreamEvent(f"{block.kind}_end", self,  # type: ignore[arg-type]
-                                        content_index=index, content=block.text()))
+                                  content_index=index, content=block.text()))
 
     def close_all(self) -> None:
         for key, index in list(self._keys.items()):

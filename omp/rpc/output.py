@@ -19,9 +19,9 @@ Two ways in, because the two kinds of producer need different things (DESIGN.md 
   one line on stderr. Dropping frames instead would break the promise that every command is
   answered; waiting is impossible for ``put_nowait``.
 * ``await wait_room`` waits while the unsent backlog is above the high-water mark. Streaming
-  producers (the provider stream, bash output) queue with
-  ``put_nowait`` and await ``wait_room`` once per batch, so a host that stops reading slows
-  them down instead of growing the spool.
+  producers (the provider stream, bash output) queue with ``put_nowait`` and await
+  ``wait_room`` once per batch, so a host that stops reading slows them down instead of
+  growing the spool.
 
 A trio memory channel offers one or the other per channel, not both on one ordered queue; hence
 this small queue on the spool and parking lots.

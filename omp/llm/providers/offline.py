@@ -98,8 +98,7 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
 
     for i, (name, raw_args) in enumerate(calls):
         key = ("tool", i)
-        out.open(key, "toolCall", tool_id=f"offline_call_{len(messages)}_{i}",
-                       tool_name=name)
+        out.open(key, "toolCall", tool_id=f"offline_call_{len(messages)}_{i}", tool_name=name)
         # Sent as given, even when not valid JSON: the agent then reports the bad arguments to
         # the model, as it would for a real model's malformed call.
         args = raw_args or "{}"

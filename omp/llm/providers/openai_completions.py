@@ -305,7 +305,7 @@ class _Blocks:
     def text(self, kind: str, delta: str, signature: str | None = None) -> None:
         if self.kind != kind:
             self.out.open(self.switch(kind), "text" if kind == "text" else "thinking",
-                                signature=signature)
+                          signature=signature)
         self.out.append(self.key, delta)
 
     def tool(self, delta: Json) -> None:
@@ -317,7 +317,7 @@ class _Blocks:
         if (self.kind != "toolCall" or index != self.tool_index
                 or (call_id and self.tool_id and call_id != self.tool_id)):
             self.out.open(self.switch("toolCall"), "toolCall",
-                                tool_id=call_id or "", tool_name=name or "")
+                          tool_id=call_id or "", tool_name=name or "")
             self.tool_index = index
         elif call_id or name:
             self.out.set_tool(self.key, tool_id=call_id, name=name)

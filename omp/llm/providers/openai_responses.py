@@ -309,10 +309,10 @@ async def stream_openai_responses(call: ModelRequest, out: MessageBuilder,
                     items.summary_part(items.key_of(event))
                 elif kind == "response.reasoning_summary_text.delta":
                     items.delta(items.key_of(event), _str(event.get("delta")),
-                                      kind="reasoning")
+                                kind="reasoning")
                 elif kind in ("response.output_text.delta", "response.refusal.delta"):
                     items.delta(items.key_of(event), _str(event.get("delta")),
-                                      kind="message")
+                                kind="message")
                 elif kind == "response.function_call_arguments.delta":
                     items.delta(items.key_of(event), _str(event.get("delta")))
                 elif kind == "response.function_call_arguments.done":
