@@ -41,6 +41,7 @@ def _rss_kib() -> int:
 
 
 async def _measure(children: int, cwd: Path) -> dict[str, float]:
+    from omp.llm.builder import NO_PACE
     from omp.protocol import events as ev
     from omp.protocol import messages as m
     from omp.session import create_session
@@ -64,8 +65,7 @@ async def _measure(children: int, cwd: Path) -> dict[str, float]:
         def publish_update(self, event: Any) -> None:
             pass
 
-        async def ready(self) -> None:
-            await trio.lowlevel.checkpoint()
+        pace = NO_PACE
 
     host = install(session, lambda frame: None, agent_directory=Path(session.prompt_options
                                                                          .agent_directory or cwd),

@@ -233,6 +233,7 @@ async def _one_shot(options: Any, message: str, mode: str, message_updates: str)
     import trio
 
     from .agent.loop import AssistantUpdate
+    from .llm.builder import NO_PACE, Pace
     from .process import can_watch_signals, watch_stop_signals
     from .protocol import events as ev
     from .protocol import messages as m
@@ -275,12 +276,7 @@ async def _one_shot(options: Any, message: str, mode: str, message_updates: str)
                 queue.put_nowait(frame(event))
 
         publish_update = publish
-
-        async def ready(self) -> None:
-            if queue is not None:
-                await queue.wait_room()
-            else:
-                await trio.lowlevel.checkpoint()
+        pace: Pace = queue if queue is not None else NO_PACE
 
     session.subscribe(Sink())
     # Extensions run here too, with no host to ask: dialogs return their defaults.

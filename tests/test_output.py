@@ -16,6 +16,7 @@ import trio.testing
 
 import omp
 from omp.protocol.frames import ok
+from omp.rpc import server as server_module
 from omp.rpc.output import (
     ByteSpool,
     FrameQueue,
@@ -92,12 +93,12 @@ async def test_streaming_producers_wait_for_a_slow_host(autojump_clock: trio.abc
             queue.put_nowait(ok("get_state", f"r{i}"))
         await trio.testing.wait_all_tasks_blocked()
         with trio.move_on_after(10) as waited:
-            await queue.wait_room()
+            await queue.ready()
         assert waited.cancelled_caught  # the host is not reading: the producer waits
         # A host that reads lets it go on.
         nursery.start_soon(read_lines, recv, 10_000)
         with trio.fail_after(10):
-            await queue.wait_room()
+            await queue.ready()
         nursery.cancel_scope.cancel()
 
 
@@ -149,7 +150,7 @@ async def test_frames_go_straight_into_a_pipe_while_nothing_is_pending() -> None
         await trio.testing.wait_all_tasks_blocked()  # the writer waits for output
         queue.put_nowait(ok("get_state", "a"))
         # In the pipe at once, without the writer running: nothing is left for it to send.
-        assert (queue.spool.pending, queue.sent_blocks) == (0, 1)
+        assert (queue.spool.pending, queue.delivered) == (0, 1)
         data = await recv.receive_some()
         assert data.endswith(b"\n")
         assert json.loads(data)["id"] == "a"
@@ -159,6 +160,19 @@ async def test_frames_go_straight_into_a_pipe_while_nothing_is_pending() -> None
 async def test_a_full_pipe_keeps_frames_in_order_through_the_spool() -> None:
     # The output pipe (256 bytes) fills, frames wait in the spool (and its file), and the
     # writer delivers them after the direct ones.
+    to_server, server_in = omp.memory_pipe()
+    server_out, from_server = omp.memory_pipe(max_buffer_bytes=256)
+    await serve_a_host_that_writes_without_reading(
+        to_server, server_in, server_out, from_server, 20_000)
+
+
+async def test_a_host_that_reads_slowly_is_not_taken_for_one_that_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same host (it reads 256 bytes at a time once it wrote everything), with a stall
+    # limit far shorter than a megabyte takes to cross that pipe: shutdown waits for the host
+    # as long as pieces keep going out, even when a block (here 1 MiB of the spill file) takes
+    # longer than the limit. Counted per block, the rest was dropped and the host hung.
+    monkeypatch.setattr(server_module, "DRAIN_STALL_SECONDS", 0.2)
     to_server, server_in = omp.memory_pipe()
     server_out, from_server = omp.memory_pipe(max_buffer_bytes=256)
     await serve_a_host_that_writes_without_reading(

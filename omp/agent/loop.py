@@ -16,9 +16,10 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
   completes; results enter the context in call order. With ``interruptMode: immediate``, once
   steering is queued the calls not started yet are skipped.
 * Output: every frame is published at once; nothing publishing waits. The streaming producers
-  (the model call, a tool's updates) await ``AgentSink.ready`` once per batch (a network read,
-  a tool's output chunk), which waits while the host is far behind: a slow host slows the
-  stream, and ending something never depends on a host that reads.
+  (the model call, a tool's updates) wait on ``AgentSink.pace`` while the host is far behind
+  (the model call before each network read, and between events only while behind; a tool
+  after each output chunk): a slow host slows the stream, and ending something never depends
+  on a host that reads.
 * Abort is cancellation of the run's cancel scope, which the caller owns: nothing here catches
   ``Cancelled``. The loop keeps a ledger of what is open (the turn, the streaming message, the
   tool calls started and ended); after the scope has caught the cancellation, the caller calls
@@ -33,14 +34,14 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
 import msgspec
 import trio
 
-from ..llm.builder import StreamEvent
+from ..llm.builder import Pace, StreamEvent
 from ..llm.errors import ProviderError
 from ..llm.stream import HttpClient, ModelCall
 from ..llm.types import Context, LlmMessage, StreamOptions, ToolSpec
@@ -81,9 +82,8 @@ class AgentSink(Protocol):
         host's own, as it is called once per streamed token.)"""
 
     @property
-    def ready(self) -> Callable[[], Awaitable[None]]:
-        """Wait while the host is far behind (backpressure); the streaming producers await it
-        once per batch of updates. A cancellation point."""
+    def pace(self) -> Pace:
+        """The host's backpressure, for the streaming producers."""
 
 
 class CallDecision(msgspec.Struct, frozen=True):
@@ -519,7 +519,7 @@ class Agent:
                     turn.ended_tool_calls.add(event.content_index)
                 publish_update(AssistantUpdate(event))
 
-        final = await call.run(on_event, pace=self.sink.ready, http=setup.http)
+        final = await call.run(on_event, pace=self.sink.pace, http=setup.http)
         if self.hooks.active:
             await self.hooks.message_end(final)
         self._end_assistant(turn, final)
@@ -638,7 +638,7 @@ class Agent:
                 partialResult=ev.ToolExecutionResult(
                     content=list(partial.content),
                     details={} if partial.details is None else partial.details)))
-            await self.sink.ready()
+            await self.sink.pace.ready()
 
         is_error = False
         try:

@@ -10,18 +10,21 @@ nothing per delta for the growing message.
 
 Emitting is synchronous: an event is handed to ``emit`` and nothing waits per event (a provider
 streams one per token). A consumer that must slow the stream down (a host reading slowly) does
-so through ``pace``, which the provider awaits once per network read (``iter_sse``'s ``pace``),
-before it reads more.
+so through its ``Pace``: the provider's reader (``iter_sse``) awaits ``pace.ready()`` before
+each network read, and between events only while ``pace.behind()`` says the consumer is far
+behind (a read can hold hundreds of events, and in snapshot mode each becomes a frame with the
+whole message so far).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 import attrs
 import msgspec
+import trio
 
 from ..protocol import messages as m
 from ..protocol.payloads import Model
@@ -38,9 +41,31 @@ def discard(event: StreamEvent) -> None:
     """The ``Emit`` of a caller that wants only the final message (summaries, titles)."""
 
 
-Pace = Callable[[], Awaitable[None]]
-"""Waits until the consumer can take more events: the stream's backpressure, awaited once per
-read. Cancellable (it is a checkpoint for cancellation)."""
+class Pace(Protocol):
+    """The consumer's backpressure (a host reading slowly)."""
+
+    def behind(self) -> bool:
+        """Whether the consumer is far behind now; checked after every event, so it is cheap."""
+
+    async def ready(self) -> None:
+        """Wait until the consumer is not far behind. A cancellation point; on cancellation it
+        only stops waiting."""
+
+
+class NoPace:
+    """The ``Pace`` of a consumer that never pushes back; ``ready`` is only a checkpoint."""
+
+    __slots__ = ()
+
+    def behind(self) -> bool:
+        return False
+
+    async def ready(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+NO_PACE = NoPace()
+"""Stateless, so one serves every consumer that never pushes back."""
 
 
 class StreamEvent:
@@ -160,7 +185,7 @@ class MessageBuilder:
     model: Model
     emit: Emit
     pace: Pace | None = None
-    """The consumer's backpressure; providers pass it to ``iter_sse`` (None: no waiting)."""
+    """The consumer's backpressure; providers pass it to ``iter_sse`` (None: none)."""
     usage: m.Usage = attrs.field(factory=m.Usage.zero)
     stop_reason: m.StopReason = "stop"
     error_message: str | None = None

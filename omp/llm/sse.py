@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING
 
 import httpx
 import msgspec
 import trio
 
 from .errors import ProviderError
+
+if TYPE_CHECKING:
+    from .builder import Pace
 
 
 class SseEvent(msgspec.Struct, frozen=True, gc=False):
@@ -77,13 +81,13 @@ class SseDecoder:
 
 async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeout: float,
                    provider: str, model: str,
-                   pace: Callable[[], Awaitable[None]] | None = None
-                   ) -> AsyncGenerator[SseEvent, None]:
+                   pace: Pace | None = None) -> AsyncGenerator[SseEvent, None]:
     """The response's events; a stall past the watchdog limits is a retryable ProviderError.
 
-    ``pace`` (the consumer's backpressure, ``MessageBuilder.pace``) is awaited before each read
-    after the first, once the events of the previous read were consumed: a slow consumer stops
-    the reading, not each event, and the time it waits does not count as a stall.
+    ``pace`` is the consumer's backpressure (``MessageBuilder.pace``): ``pace.ready()`` is
+    awaited before each read after the first, and after an event only while ``pace.behind()``;
+    so a slow consumer stops the reading, a token costs no wait, and the time spent waiting does
+    not count as a stall.
 
     The first read is bounded by its own deadline (``first_timeout``). Later ones are bounded
     by httpx when the request's read timeout is the idle limit (``http.post_stream`` sets it
@@ -99,7 +103,7 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
     first = True
     while True:
         if pace is not None and not first:
-            await pace()
+            await pace.ready()
         try:
             if first or not httpx_bounds_idle:
                 with trio.move_on_after(timeout) as waited:
@@ -118,6 +122,8 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
         first = False
         for event in decoder.feed(chunk):
             yield event
+            if pace is not None and pace.behind():
+                await pace.ready()
 
 
 async def _next(chunks: AsyncIterator[bytes]) -> bytes | None:

@@ -118,8 +118,8 @@ class ModelCall:
                   http: HttpClient | httpx.AsyncClient | None = None) -> m.AssistantMessage:
         """Stream the call, calling ``emit`` for every event, the terminal one included.
 
-        ``emit`` must not wait; ``pace``, when given, is the consumer's backpressure: awaited
-        once per network read (``MessageBuilder.pace``).
+        ``emit`` must not wait; ``pace``, when given, is the consumer's backpressure
+        (``MessageBuilder.pace``).
 
         ``http`` is the owner's client (connection reuse); without one the call opens a client of
         its own and closes it when it ends.

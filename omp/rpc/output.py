@@ -18,10 +18,10 @@ Two ways in, because the two kinds of producer need different things (DESIGN.md 
   with ``SpillLimitError`` (an ``OutputClosedError``), and the server ends with exit status 1 and
   one line on stderr. Dropping frames instead would break the promise that every command is
   answered; waiting is impossible for ``put_nowait``.
-* ``await wait_room`` waits while the unsent backlog is above the high-water mark. Streaming
-  producers (the provider stream, bash output) queue with ``put_nowait`` and await
-  ``wait_room`` once per batch, so a host that stops reading slows them down instead of
-  growing the spool.
+* ``await ready`` waits while the unsent backlog is above the high-water mark (``behind``): the
+  queue is the streaming producers' ``Pace`` (``omp.llm.builder``). They (the provider stream,
+  bash output) queue with ``put_nowait`` and wait until it is ready before they read more
+  input, so a host that stops reading slows them down instead of growing the spool.
 
 A trio memory channel offers one or the other per channel, not both on one ordered queue; hence
 this small queue on the spool and parking lots.
@@ -41,6 +41,9 @@ from ..pipe import PipeSendStream
 from ..protocol.codec import FrameEncoder
 
 SEND_BLOCK = 1024 * 1024
+SEND_PIECE = 64 * 1024
+"""Most bytes the writer hands to one ``send_all``: it counts ``delivered`` per piece, so a
+host that reads a large block slowly is still seen to read (shutdown waits for it)."""
 DEFAULT_SPILL_LIMIT = 1024 * 1024 * 1024
 """Largest spill file (1 GiB); ``ServeOptions.output_spill_bytes``."""
 
@@ -163,8 +166,9 @@ class FrameQueue:
     send_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     """Around the writer's loop: ``fail`` cancels it, even mid-send (the host may never read
     again)."""
-    sent_blocks: int = attrs.field(default=0, init=False)
-    """Blocks delivered so far: whether a host is still reading, for shutdown."""
+    delivered: int = attrs.field(default=0, init=False)
+    """Pieces delivered so far (a frame sent straight into a pipe, or up to ``SEND_PIECE``
+    bytes of a block): whether a host is still reading, for shutdown."""
     direct: Callable[[bytes | bytearray], bool] | None = attrs.field(default=None, init=False)
     """While the writer serves an ``omp.memory_pipe``: the pipe's ``send_nowait``. A frame
     queued while nothing is pending goes straight into the pipe, so the host can read it
@@ -189,7 +193,7 @@ class FrameQueue:
             if self.direct is not None and not self.spool.pending:
                 try:
                     if self.direct(buffer):
-                        self.sent_blocks += 1
+                        self.delivered += 1
                         return
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     self.fail(OutputClosedError(f"stdout closed: {exc}"))
@@ -203,7 +207,11 @@ class FrameQueue:
         if self._readable:  # the writer is parked
             self._readable.unpark()
 
-    async def wait_room(self) -> None:
+    def behind(self) -> bool:
+        """Whether the unsent backlog is above the high-water mark (``ready`` would wait)."""
+        return self.spool.pending >= self.high_water_bytes and not self._closed
+
+    async def ready(self) -> None:
         """Wait while the host is far behind (the unsent backlog above the high-water mark).
 
         A cancellation point that yields only when it waits: a streaming producer already
@@ -211,7 +219,7 @@ class FrameQueue:
         a task switch. On cancellation it stops waiting.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        while self.spool.pending >= self.high_water_bytes and not self._closed:
+        while self.behind():
             await self._writable.park()
 
     def close(self) -> None:
@@ -263,7 +271,6 @@ class FrameQueue:
 
     def sent(self) -> None:
         """The writer sent a block: producers waiting for room may go on."""
-        self.sent_blocks += 1
         self.spool.sent()
         # Checked first: unpark_all on an empty lot still costs a call per batch of output.
         if self._writable and self.spool.pending < self.high_water_bytes:
@@ -291,7 +298,12 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
         with trio.CancelScope() as queue.send_scope:
             while data := await queue.take():
                 try:
-                    await stream.send_all(data)
+                    # In pieces: a block can be megabytes (all of the spool's memory), and
+                    # a host that reads it slowly must not look like one that stopped.
+                    view = memoryview(data)
+                    for start in range(0, len(view), SEND_PIECE):
+                        await stream.send_all(view[start:start + SEND_PIECE])
+                        queue.delivered += 1
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     reason = str(exc.__cause__ or exc) or type(exc).__name__
                     queue.fail(OutputClosedError(f"stdout closed: {reason}"))

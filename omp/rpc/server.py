@@ -11,8 +11,9 @@ Who owns what (DESIGN.md §2):
   by the reader itself before the next line (so ``abort`` overtakes everything read after it);
   long commands become tasks; the rest go through the serial lane in arrival order.
 * Every frame goes through one ``FrameQueue`` to the writer, queued without waiting; the
-  streaming producers wait for a slow host through ``ready``, once per batch (a provider's
-  network read, a tool's output chunk), so frames that end something never wait.
+  streaming producers wait for a slow host through the queue itself, which is the session
+  sink's ``pace`` (a provider before each network read and while the host is behind, a tool
+  after each output chunk), so frames that end something never wait.
 
 Shutdown: input EOF means the host is gone. Pending host requests fail ("RPC client
 disconnected …"), RPC bash commands and the run are cancelled (their terminal frames are still
@@ -50,6 +51,7 @@ import trio
 from ..agent.loop import AssistantUpdate
 from ..config import agent_dir
 from ..extensions.discovery import discover
+from ..llm.builder import Pace
 from ..llm.stream import HttpClient
 from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import commands as cmd
@@ -376,11 +378,11 @@ def untrusted_project_message(folder: Path) -> str:
 async def _drain(output: FrameQueue, written: trio.Event) -> None:
     """Wait until the writer has sent everything, as long as the host keeps reading."""
     while not written.is_set():
-        progress = output.sent_blocks
+        progress = output.delivered
         with trio.move_on_after(DRAIN_STALL_SECONDS):
             await written.wait()
-        if output.sent_blocks == progress:
-            return  # no block went out for a while: the host is not reading
+        if output.delivered == progress:
+            return  # nothing went out for a while (not one piece): the host is not reading
 
 
 def message_update_frame(update: AssistantUpdate, mode: str,
@@ -653,10 +655,10 @@ class RpcServer:
     # The session's EventSink: streaming updates are queued like any frame (never waiting) ...
     publish = publish_update = emit
 
-    async def ready(self) -> None:
-        """... and their producers wait here, once per batch, while the host is far behind
-        (backpressure). On cancellation nothing is lost: it only waits."""
-        await self.output.wait_room()
+    @property
+    def pace(self) -> Pace:
+        """... and their producers wait on the output queue while the host is far behind."""
+        return self.output
 
     def _frame(self, event: Any) -> msgspec.Struct | None:
         """The frame for a session event: messageId stamped, filter and update mode applied.

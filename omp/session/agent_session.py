@@ -12,7 +12,7 @@ Who owns what:
   automatic compaction runs inside the run's scope.
 * The session never writes frames: it publishes events to its ``EventSink`` (the RPC server or
   the one-shot CLI). Every event is published at once, the streaming updates too; the streaming
-  producers wait for a slow host through the sink's ``ready``, once per batch.
+  producers wait for a slow host through the sink's ``pace``.
 
 After a run the session writes, in this order and without waiting: the one terminal
 ``agent_end``, a ``prompt_result`` for each accepted prompt the run served, and
@@ -48,7 +48,7 @@ from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..files import UnusableFile
 from ..llm import thinking
-from ..llm.builder import discard
+from ..llm.builder import NO_PACE, Pace, discard
 from ..llm.errors import ProviderError
 from ..llm.models import ModelRegistry, fast_service_tier
 from ..llm.stream import HttpClient, ModelCall
@@ -121,21 +121,20 @@ class EventSink(Protocol):
         """Deliver a streaming update (``message_update``, ``tool_execution_update``) at once;
         never blocks. Called once per streamed token."""
 
-    async def ready(self) -> None:
-        """Wait while the consumer is far behind (backpressure): the streaming producers await
-        it once per batch of updates. A cancellation point; on cancellation nothing is lost
-        (nothing is delivered by it)."""
+    @property
+    def pace(self) -> Pace:
+        """The consumer's backpressure: the streaming producers wait on it while the consumer
+        is far behind (``behind`` is checked after every streamed token)."""
 
 
 class _NullSink:
+    pace: Pace = NO_PACE
+
     def publish(self, event: Any) -> None:
         pass
 
     def publish_update(self, event: Any) -> None:
         pass
-
-    async def ready(self) -> None:
-        await trio.lowlevel.checkpoint()
 
 
 @attrs.define(eq=False, repr=False)
@@ -1191,9 +1190,9 @@ class _AgentEvents:
         return self.session.sink.publish_update
 
     @property
-    def ready(self) -> Callable[[], Awaitable[None]]:
-        """The host's backpressure, looked up on each use like ``publish_update``."""
-        return self.session.sink.ready
+    def pace(self) -> Pace:
+        """The host's own backpressure, looked up on each use like ``publish_update``."""
+        return self.session.sink.pace
 
 
 def _outcome(report: RunReport | None

@@ -42,6 +42,7 @@ import trio
 
 from ..agent.loop import AssistantUpdate
 from ..config import ConfigError
+from ..llm.builder import NO_PACE, Pace
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol import events as ev
 from ..protocol import messages as m
@@ -683,10 +684,10 @@ class _ChildEvents:
                     message=stream_event.partial)
             self.registry.event(self.id, event)
 
-    async def ready(self) -> None:
-        # The bus never pushes back (its frames go through the parent's queue without
-        # waiting); this only keeps the child's stream a cancellation point per batch.
-        await trio.lowlevel.checkpoint()
+    @property
+    def pace(self) -> Pace:
+        # The bus never pushes back (its frames go through the parent's queue without waiting).
+        return NO_PACE
 
 
 def _subagent_block(agent: AgentDef, context: str | None) -> str:

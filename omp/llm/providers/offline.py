@@ -64,7 +64,7 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
         else:
             await trio.lowlevel.checkpoint()
         if out.pace is not None:
-            await out.pace()
+            await out.pace.ready()
 
     out.start()
     level = clamp(call.model, call.options.thinking)
