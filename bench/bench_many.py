@@ -51,10 +51,12 @@ real model server would be elsewhere. Nothing touches the real ~/.omp: models.ym
 temporary agent dir, sessions run with `persist=False` and cwd in that directory.
 
 Targets (issue 9): <= 150 KiB RSS per idle session, >= 50,000 deltas/s aggregate (unpaced),
-p99 chunk → frame <= 20 ms (paced: the median of --runs runs, 3, each p99 printed; printed for
-the model-pace run too). The 1-minute load
-average is printed before and after: the figures only hold on an otherwise quiet machine. A
-benchmark, not a test: it exits 0 whether or not the targets are met.
+p99 chunk → frame <= 20 ms (paced: the median of --runs runs, 5, each p99 printed; printed for
+the model-pace run too). Why a median: a 4-second run's p99 is its slowest 40 ms, and on this
+virtual machine some runs stall for 50-250 ms at a time with no collection or task step of
+ours over a few ms and the fake's writes steady; one such stall would decide the run. The
+1-minute load average is printed before and after: the figures only hold on an otherwise
+quiet machine. A benchmark, not a test: it exits 0 whether or not the targets are met.
 
 The fake's process runs with the garbage collector off (see ``fake_server_main``): it is the
 load, and its pauses would bunch every stream's bursts into one clump.
@@ -585,8 +587,9 @@ def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResul
           f"p99 {unpaced.percentile_ms(0.99):8.1f} ms  (queueing at saturation; no target)")
     print(f"  paced runs: the first delta {args.ttft:g} s after the request (--ttft), then "
           f"{args.burst}-delta bursts on a schedule")
-    # A p99 of one 4-second run is the slowest 40 ms of it: one hiccup of the machine moves it.
-    # As the other benchmarks report medians of runs, the verdict is the median run's.
+    # A p99 of one 4-second run is the slowest 40 ms of it: one hiccup of the machine moves it
+    # (see the module docstring). As the other benchmarks report medians of runs, the verdict
+    # is the median run's.
     by_p99 = sorted(paced, key=lambda run: run.percentile_ms(0.99))
     median = by_p99[(len(by_p99) - 1) // 2]
     latency_ok = paced_report("paced", median, args.rate, args.burst) and not any(
@@ -660,8 +663,8 @@ def main() -> None:
     parser.add_argument("--model-pace", type=positive, default=200,
                         help="model-pace run: deltas/s of each session, as a fast model "
                              "streams (200)")
-    parser.add_argument("--runs", type=positive, default=3,
-                        help="paced runs at --rate; the verdict is the median run's p99 (3)")
+    parser.add_argument("--runs", type=positive, default=5,
+                        help="paced runs at --rate; the verdict is the median run's p99 (5)")
     parser.add_argument("--ttft", type=non_negative, default=0.2,
                         help="paced runs: seconds from a request to its first delta, as a "
                              "model's time to first token (0.2; 0 streams at once)")
