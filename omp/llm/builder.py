@@ -53,7 +53,8 @@ class Pace(Protocol):
 
 
 class NoPace:
-    """The ``Pace`` of a consumer that never pushes back; ``ready`` is only a checkpoint."""
+    """The ``Pace`` of a consumer that never pushes back. ``ready`` is a cancellation point
+    that does not yield: the stream's own reads do."""
 
     __slots__ = ()
 
@@ -61,7 +62,7 @@ class NoPace:
         return False
 
     async def ready(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint_if_cancelled()
 
 
 NO_PACE = NoPace()
@@ -184,8 +185,8 @@ class MessageBuilder:
 
     model: Model
     emit: Emit
-    pace: Pace | None = None
-    """The consumer's backpressure; providers pass it to ``iter_sse`` (None: none)."""
+    pace: Pace = NO_PACE
+    """The consumer's backpressure; providers pass it to ``iter_sse``."""
     usage: m.Usage = attrs.field(factory=m.Usage.zero)
     stop_reason: m.StopReason = "stop"
     error_message: str | None = None

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING
 
 import httpx
 import msgspec
 import trio
 
+from .builder import NO_PACE, Pace
 from .errors import ProviderError
-
-if TYPE_CHECKING:
-    from .builder import Pace
 
 
 class SseEvent(msgspec.Struct, frozen=True, gc=False):
@@ -81,7 +78,7 @@ class SseDecoder:
 
 async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeout: float,
                    provider: str, model: str,
-                   pace: Pace | None = None) -> AsyncGenerator[SseEvent, None]:
+                   pace: Pace = NO_PACE) -> AsyncGenerator[SseEvent, None]:
     """The response's events; a stall past the watchdog limits is a retryable ProviderError.
 
     ``pace`` is the consumer's backpressure (``MessageBuilder.pace``): ``pace.ready()`` is
@@ -96,13 +93,14 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
     read gets its own deadline here too. No cancel scope is held across a ``yield``.
     """
     decoder = SseDecoder()
+    behind = pace.behind  # called after every event: the method is looked up once
     chunks = response.aiter_bytes()
     read_bound = response.request.extensions.get("timeout", {}).get("read")
     httpx_bounds_idle = read_bound is not None and read_bound <= idle_timeout
     timeout = first_timeout
     first = True
     while True:
-        if pace is not None and not first:
+        if not first:
             await pace.ready()
         try:
             if first or not httpx_bounds_idle:
@@ -122,7 +120,7 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
         first = False
         for event in decoder.feed(chunk):
             yield event
-            if pace is not None and pace.behind():
+            if behind():
                 await pace.ready()
 
 

@@ -22,7 +22,7 @@ import attrs
 from ..groups import only_cancelled
 from ..protocol import messages as m
 from ..protocol.payloads import Model
-from .builder import Emit, MessageBuilder, Pace, StreamEvent
+from .builder import NO_PACE, Emit, MessageBuilder, Pace, StreamEvent
 from .errors import ProviderError, from_exception, secrets_of
 from .types import CONNECT_SECONDS, Context, ModelRequest, StreamOptions
 
@@ -114,12 +114,12 @@ class ModelCall:
     error: ProviderError | None = None
     _builder: MessageBuilder | None = None
 
-    async def run(self, emit: Emit, *, pace: Pace | None = None,
+    async def run(self, emit: Emit, *, pace: Pace = NO_PACE,
                   http: HttpClient | httpx.AsyncClient | None = None) -> m.AssistantMessage:
         """Stream the call, calling ``emit`` for every event, the terminal one included.
 
-        ``emit`` must not wait; ``pace``, when given, is the consumer's backpressure
-        (``MessageBuilder.pace``).
+        ``emit`` must not wait; ``pace`` is the consumer's backpressure
+        (``MessageBuilder.pace``; by default none).
 
         ``http`` is the owner's client (connection reuse); without one the call opens a client of
         its own and closes it when it ends.

@@ -273,7 +273,7 @@ class FrameQueue:
         """The writer sent a block: producers waiting for room may go on."""
         self.spool.sent()
         # Checked first: unpark_all on an empty lot still costs a call per batch of output.
-        if self._writable and self.spool.pending < self.high_water_bytes:
+        if self._writable and not self.behind():
             self._writable.unpark_all()
         if self._drained and not self.spool.pending:
             self._drained.unpark_all()

@@ -63,8 +63,7 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
             await trio.sleep(delay)
         else:
             await trio.lowlevel.checkpoint()
-        if out.pace is not None:
-            await out.pace.ready()
+        await out.pace.ready()
 
     out.start()
     level = clamp(call.model, call.options.thinking)
