@@ -209,123 +209,44 @@ def _prompt_arg(value: str | None) -> str | None:
 
 async def one_shot(options: Any, message: str, mode: str,
                    message_updates: str = "snapshot") -> int:
-    """Run ``message`` once on a session built from ``options``; 0 when it completed, 1 when it
-    ended in an error or was stopped by SIGTERM / SIGHUP.
+    """Run ``message`` once on the server lifecycle of ``options`` with the one-shot front
+    (``omp.rpc.once``); 0 when it completed, 1 when it ended in an error or was stopped by
+    SIGTERM / SIGHUP.
 
-    In ``json`` mode the events go to stdout through the server's output queue (non-blocking;
-    the streaming producers wait for a slow reader), ``message_update`` as ``message_updates``
-    says.
     A stop signal aborts the run (its terminal events are still written); SIGINT then raises
     ``KeyboardInterrupt``; a second signal, or one after the run settled, cancels at once.
     Processes the tools left behind (``setsid``) are ended before it returns. Raises
     ``OutputClosedError`` when stdout breaks. On cancellation the run is cancelled with its
     nursery.
     """
-    from .process import adopt_orphans
-
-    async with adopt_orphans():
-        return await _one_shot(options, message, mode, message_updates)
-
-
-async def _one_shot(options: Any, message: str, mode: str, message_updates: str) -> int:
     import signal
 
     import trio
 
-    from .agent.loop import AssistantUpdate
-    from .llm.builder import NO_PACE, Pace
-    from .process import can_watch_signals, watch_stop_signals
-    from .protocol import events as ev
-    from .protocol import messages as m
-    from .protocol.codec import FrameEncoder
-    from .rpc.output import FrameQueue, OutputClosedError, write_frames
-    from .rpc.server import load_extensions, message_update_frame, untrusted_project_message
-    from .session import create_session
+    from .process import adopt_orphans, can_watch_signals
+    from .rpc.lifecycle import build_runtime, new_output, run_lifecycle
+    from .rpc.once import OnceFront, OnceSink
+    from .rpc.outbox import EventView, Outbox
+    from .rpc.output import OutputClosedError
 
-    session = create_session(
-        provider=options.provider, model=options.model, api_key=options.api_key,
-        thinking=options.thinking, system_prompt=options.system_prompt,
-        append_system_prompt=options.append_system_prompt, tool_names=options.tools,
-        persist=options.persist, session_dir=options.session_dir, session_path=options.session,
-        resume=options.resume)
-    # json: events are JSON lines of any size (no rpc frame limit, so the same bytes as a
-    # plain encoder), queued in order and written by one task.
-    queue = FrameQueue(encoder=FrameEncoder(max_frame_bytes=sys.maxsize)) \
-        if mode == "json" else None
-    results: list[ev.PromptResult] = []
-    settled = trio.Event()
-    written = trio.Event()
-    stops: list[int] = []
-    prompted = False
-    output_error: OutputClosedError | None = None
+    text = mode == "text"
+    # json: events are JSON lines of any size (no rpc frame limit), queued in order and
+    # written by the lifecycle's one writer; text: nothing is written until the answer.
+    outbox = Outbox(new_output(options, encoder_limit=sys.maxsize),
+                    EventView(message_updates=message_updates), message_ids=False,
+                    discard=text)
+    sinks: list[OnceSink] = []
 
-    def frame(event: Any) -> Any:
-        if isinstance(event, AssistantUpdate):
-            return message_update_frame(event, message_updates)
-        return event
+    def sink(outbox: Outbox) -> OnceSink:
+        sinks.append(OnceSink(outbox, text))
+        return sinks[0]
 
-    class Sink:
-        def publish(self, event: Any) -> None:
-            if isinstance(event, ev.PromptResult):
-                results.append(event)
-            elif isinstance(event, ev.SessionSettled):
-                settled.set()
-            elif isinstance(event, ev.AutoRetryStart) and mode == "text":
-                print(retry_notice(event), file=sys.stderr, flush=True)
-            if queue is not None:
-                queue.put_nowait(frame(event))
-
-        publish_update = publish
-        pace: Pace = queue if queue is not None else NO_PACE
-
-    session.subscribe(Sink())
-    # Extensions run here too, with no host to ask: dialogs return their defaults.
-    loaded = load_extensions(options, session)
-    if loaded is not None:
-        if queue is not None:
-            loaded.extensions.emit = queue.put_nowait
-        if loaded.skipped_project is not None:
-            print(f"omp: {untrusted_project_message(loaded.skipped_project)}", file=sys.stderr)
-        session.use_extensions(loaded.extensions)
-    extensions = session.extensions
-    stdout = trio.lowlevel.FdStream(os.dup(1)) if queue is not None else None
+    runtime = build_runtime(options, outbox, ui=False, sink=sink)
+    front = OnceFront(runtime, sinks[0], message)
+    stdout = None if text else trio.lowlevel.FdStream(os.dup(1))
     try:
-        async with trio.open_nursery() as nursery:
-
-            def on_signal(signum: int) -> None:
-                stops.append(signum)
-                if len(stops) == 1 and prompted and not settled.is_set():
-                    nursery.start_soon(session.close)  # aborted: terminal events, settled
-                else:  # asked again, or nothing to abort (yet, or any more): stop now
-                    nursery.cancel_scope.cancel()
-
-            async def writer() -> None:
-                nonlocal output_error
-                assert queue is not None
-                assert stdout is not None
-                try:
-                    await write_frames(queue, stdout)
-                except OutputClosedError as exc:
-                    output_error = exc
-                    nursery.cancel_scope.cancel()
-                written.set()
-
-            if can_watch_signals():
-                await nursery.start(watch_stop_signals, on_signal)
-            if queue is not None:
-                nursery.start_soon(writer)
-            await nursery.start(session.serve)
-            if extensions is not None:
-                await extensions.session_start()
-            session.prompt(message)
-            prompted = True
-            await settled.wait()
-            if extensions is not None:
-                await extensions.session_shutdown()
-            if queue is not None:
-                queue.close()
-                await written.wait()
-            nursery.cancel_scope.cancel()
+        async with adopt_orphans():
+            await run_lifecycle(runtime, stdout, front, signals=can_watch_signals())
     finally:
         if stdout is not None:
             # FdStream made the shared description non-blocking; give it back as it was.
@@ -333,29 +254,16 @@ async def _one_shot(options: Any, message: str, mode: str, message_updates: str)
                 os.set_blocking(1, True)
             with contextlib.suppress(OSError):
                 stdout.close()
-    if signal.SIGINT in stops:
-        raise KeyboardInterrupt
-    if output_error is not None:
-        raise output_error
-    if stops:
-        print(f"omp: stopped by {signal.Signals(stops[0]).name}", file=sys.stderr)
+    if front.stopped_by is not None:
+        print(f"omp: stopped by {signal.Signals(front.stopped_by).name}", file=sys.stderr)
         return 1
-    if mode == "text":
-        last = next((msg for msg in reversed(session.messages)
-                     if isinstance(msg, m.AssistantMessage)), None)
-        text = session.last_assistant_text()
-        if text:
+    if text:
+        answer, error = front.final_answer()
+        if answer:
             try:
-                print(text, flush=True)
+                print(answer, flush=True)
             except BrokenPipeError as exc:
                 raise OutputClosedError(f"stdout closed: {exc}") from None
-        if last is not None and last.stopReason in ("error", "aborted"):
-            print(f"omp: {last.errorMessage or last.stopReason}", file=sys.stderr)
-    return 0 if results and all(r.status == "completed" for r in results) else 1
-
-
-def retry_notice(event: Any) -> str:
-    """The stderr line of ``-p`` for an ``auto_retry_start``: what failed, and how long it
-    waits before which retry."""
-    return (f"omp: {event.errorMessage}; retrying in {event.delayMs / 1000:.1f} s "
-            f"(retry {event.attempt}/{event.maxAttempts})")
+        if error is not None:
+            print(f"omp: {error}", file=sys.stderr)
+    return 0 if front.completed else 1

@@ -333,16 +333,19 @@ async def test_serve_takes_both_streams_or_neither() -> None:
 async def test_event_filter_drops_only_filtered_session_events() -> None:
     from omp.protocol import commands as cmd
     from omp.protocol import events
+    from omp.rpc.lifecycle import build_runtime, new_output
+    from omp.rpc.outbox import Outbox
     from omp.rpc.server import RpcServer
-    from omp.session import create_session
 
-    server = RpcServer(options=ServeOptions(), session=create_session(announce_offline=False,
-                                                                        persist=False))
+    options = ServeOptions(announce_offline=False, persist=False)
+    runtime = build_runtime(options, Outbox(new_output(options)))
+    server = RpcServer(runtime, trio.testing.memory_stream_one_way_pair()[1])
+    emit = runtime.outbox.emit
     server.commands.set_event_filter(cmd.SetEventFilter(events=["agent_end"]))
-    server.emit(events.AgentStart())
-    server.emit(events.AgentEnd(messages=[]))
-    server.emit(events.SessionSettled())  # not a session event: never filtered
+    emit(events.AgentStart())
+    emit(events.AgentEnd(messages=[]))
+    emit(events.SessionSettled())  # not a session event: never filtered
     server.commands.set_event_filter(cmd.SetEventFilter(events=None))
-    server.emit(events.AgentStart())
+    emit(events.AgentStart())
     queued = [json.loads(line) for line in server.output.spool.take().splitlines()]
     assert [f["type"] for f in queued] == ["agent_end", "session_settled", "agent_start"]

@@ -20,7 +20,7 @@ import attrs
 
 from .api import Extension, ExtensionAPI
 from .discovery import Setup, Source
-from .runtime import Extensions
+from .runtime import Emit, Extensions
 
 
 @attrs.define(eq=False, repr=False)
@@ -32,8 +32,9 @@ class LoadReport:
     """The project's extension folder, when it holds extensions but is not trusted."""
 
 
-def load(sources: Iterable[Source]) -> LoadReport:
-    """Import every source and run its ``setup``; failures are collected, not raised."""
+def load(sources: Iterable[Source], emit: Emit = None) -> LoadReport:
+    """Import every source and run its ``setup``; failures are collected, not raised.
+    ``emit`` queues the extensions' frames for the host (``extension_error``)."""
     loaded: list[Extension] = []
     apis: list[ExtensionAPI] = []
     errors: list[tuple[str, str]] = []
@@ -51,7 +52,7 @@ def load(sources: Iterable[Source]) -> LoadReport:
             continue
         loaded.append(extension)
         apis.append(api)
-    return LoadReport(Extensions(loaded, apis), errors)
+    return LoadReport(Extensions(loaded, apis, emit=emit), errors)
 
 
 def _setup_of(source: Source, index: int) -> Setup:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -66,7 +66,8 @@ LOOP_EVENTS = frozenset({"agent_start", "before_agent_start", "context", "turn_s
                          "turn_end", "message_end", "tool_call", "tool_result"})
 """Events fired inside a run (the loop's hooks)."""
 
-Emit = Any  # Callable[[msgspec.Struct], None]; kept loose to avoid a typing cycle
+Emit = Callable[[msgspec.Struct], None] | None
+"""Queues a frame for the host; None: no host (nothing is written)."""
 
 
 @attrs.frozen

@@ -344,6 +344,9 @@ class HostUI:
         if not self.enabled:
             await trio.lowlevel.checkpoint()
             return None
+        # Already cancelled (an abort read in the same write as the work that asks): no
+        # request is written at all (rpc-behavior §8.3).
+        await trio.lowlevel.checkpoint_if_cancelled()
         frame_fields = {k: v for k, v in fields.items() if v is not None}
         if self.registry.disconnected:
             # The host is gone: the request is still written (rpc-behavior §1.9), then fails.

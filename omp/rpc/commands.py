@@ -12,10 +12,18 @@ Every command type has one ``Route``: its handler and its lane (DESIGN.md §2, r
 * ``task`` — commands that take long and must not hold the serial lane (``bash``,
   ``export_html``, ``login``): each runs as its own task.
 
+A route that can be aborted names its family in the ``AbortRegistry`` (``omp.session.aborts``):
+the reader registers the command's cancel scope there when it reads the line, before it reads
+the next one, so an ``abort`` written right after it finds it. A ``scoped`` handler gets that
+scope and answers for itself when it is cancelled (``bash``: its cancelled ``BashResult``;
+``login``: "Login cancelled"; ``prompt``: its run is that scope, born aborted); any other
+handler is run inside it and answered as cancelled work.
+
 A handler takes its command and returns its ``Response``; a route may name what happens right
 after that response is queued (``after``: the switch to protocol v2, the commands list after a
-session change). This module does not know the server: it gets the session, the output queue,
-the pending-request registry and an emit callable.
+session change). This module does not know the server: it gets what it uses in its
+constructor (the session, the outbox, the pending-request registry, the abort registry, the
+subagent host, the host's UI).
 """
 
 from __future__ import annotations
@@ -34,30 +42,29 @@ from ..config import ConfigError
 from ..extensions.ui import UiDisconnected
 from ..login import FrameLoginUI, LoginError, run_login
 from ..protocol import commands as cmd
-from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
 from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
+from ..session.aborts import ABORT, AbortRegistry, Family
 from ..session.errors import InvalidRequest
 from ..session.stats import context_usage_payload, session_stats
 from ..subagents import SubagentHost, SubagentRegistry, UnknownSubagent, read_messages
 from .bridges import (
     ControlRegistry,
-    Emit,
     HostTool,
     HostUI,
     HostUris,
     normalize_schemes,
     validate_host_tools,
 )
+from .outbox import Outbox
 from .output import FrameQueue, SwitchProtocol
 from .paging import PageError, encode_tree, page
 from .slash import Call, CommandFailed, Outcome, Residual, Slash, Started
 
-NOT_IMPLEMENTED = "not_implemented"
 INTERNAL_ERROR = "internal_error"
 NO_SUBAGENT_BUS = "Subagent event bus is unavailable"
 
@@ -93,42 +100,37 @@ CustomHandler = Callable[[CustomCommand], Awaitable[Any]]
 
 
 class Route(msgspec.Struct, frozen=True):
-    handler: Callable[[Any], Response | Awaitable[Response]]
+    handler: Callable[..., Response | Awaitable[Response]]
     lane: Lane
     sync: bool = False
     """The handler never awaits: it returns its Response directly."""
     after: Callable[[Response], None] | None = None
     """Runs right after the response is queued (same lane, no checkpoint between)."""
-
-
-@attrs.define(eq=False, repr=False)
-class EventView:
-    """How the host wants session events (``set_event_filter``)."""
-
-    types: frozenset[str] | None = None
-    """Session event types to send; None: all."""
-    message_updates: str = "snapshot"
+    family: Family | None = None
+    """The abort family of the command's work: its scope is registered when it is read."""
+    scoped: bool = False
+    """The handler takes that scope too (``handler(frame, scope)``) and answers for itself
+    when it is cancelled."""
 
 
 @attrs.define(eq=False, repr=False)
 class Commands:
     session: AgentSession
-    output: FrameQueue
-    emit: Emit
+    outbox: Outbox
     spawn: Callable[[Callable[[], Awaitable[None]]], None]
     """Runs work that must not hold the serial lane (extension commands) as a task."""
+    controls: ControlRegistry
+    host_uris: HostUris
+    aborts: AbortRegistry
+    ui: HostUI
+    subagents: SubagentHost | None = None
     command_entered: trio.Event | None = attrs.field(default=None, init=False)
     """Set when the extension command started by the last handler has run to its first wait.
     The lane that answered waits for it before the next line, so what the command does at
     once (``ctx.shutdown()``) applies to every later line, as if it had run in the lane."""
     custom: Mapping[str, CustomHandler] = attrs.field(factory=dict)
-    view: EventView = attrs.field(factory=EventView)
-    controls: ControlRegistry = attrs.field(factory=ControlRegistry)
-    bash_scopes: set[trio.CancelScope] = attrs.field(factory=set, init=False)
-    closing: bool = attrs.field(default=False, init=False)
-    """The input ended: commands still to run are answered as cancelled work."""
     subagent_level: str = attrs.field(default="off", init=False)
-    host_uris: HostUris = attrs.field(init=False)
+    _login_running: bool = attrs.field(default=False, init=False)
     routes: dict[type[Any], Route] = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     slash: Slash = attrs.field(init=False)
@@ -138,10 +140,16 @@ class Commands:
         if clash:
             raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
         self.custom_names = frozenset(self.custom)
-        self.host_uris = HostUris(self.controls, self.emit)
-        self.session.tool_context.uris = self.host_uris
         self.routes = self._route_table()
-        self.slash = Slash(self.session, self.emit, self.spawn)
+        self.slash = Slash(self.session, self.emit, self.spawn, self.subagents)
+
+    @property
+    def output(self) -> FrameQueue:
+        return self.outbox.output
+
+    @property
+    def emit(self) -> Callable[[msgspec.Struct], None]:
+        return self.outbox.emit
 
     def _route_table(self) -> dict[type[Any], Route]:
         def serial(handler: Callable[[Any], Response], *,
@@ -155,19 +163,22 @@ class Commands:
         routes.update({
             cmd.Abort: Route(self.abort, "immediate"),
             cmd.AbortAndPrompt: Route(self.abort_and_prompt, "immediate"),
-            cmd.AbortBash: Route(self.abort_bash_command, "immediate", sync=True),
+            cmd.AbortBash: Route(self.abort_bash, "immediate", sync=True),
             cmd.AbortRetry: Route(self.abort_retry, "immediate", sync=True),
-            cmd.Bash: Route(self.bash, "task"),
-            cmd.ExportHtml: Route(self.export_html, "task"),
+            cmd.Bash: Route(self.bash, "task", family="bash", scoped=True),
+            cmd.ExportHtml: Route(self.export_html, "task", family="command"),
             # compact, handoff and session changes stay in the serial lane on purpose: like the
             # original, commands after them wait until the context is rewritten (a prompt must
             # not start on the old one); ``abort`` (its own lane) still cancels them.
-            cmd.Compact: Route(self.compact, "serial"),
-            cmd.Handoff: Route(self.handoff, "serial"),
-            cmd.NewSession: Route(self.change_session, "serial", after=announce),
-            cmd.SwitchSession: Route(self.change_session, "serial", after=announce),
-            cmd.OpenSession: Route(self.change_session, "serial", after=announce),
-            cmd.Branch: serial(self.branch, after=announce),
+            cmd.Compact: Route(self.compact, "serial", family="maintenance", scoped=True),
+            cmd.Handoff: Route(self.handoff, "serial", family="maintenance", scoped=True),
+            cmd.NewSession: Route(self.change_session, "serial", after=announce,
+                                  family="command"),
+            cmd.SwitchSession: Route(self.change_session, "serial", after=announce,
+                                     family="command"),
+            cmd.OpenSession: Route(self.change_session, "serial", after=announce,
+                                   family="command"),
+            cmd.Branch: Route(self.branch, "serial", after=announce, family="command"),
             cmd.NegotiateProtocol: serial(self.negotiate_protocol,
                                           after=self.switch_after_success),
             cmd.GetState: serial(self.get_state),
@@ -187,7 +198,7 @@ class Commands:
             cmd.GetSessionStats: serial(self.get_session_stats),
             cmd.GetLoginProviders: serial(self.get_login_providers),
             # A task: the lanes stay free while the user logs in; ``abort`` cancels it.
-            cmd.Login: Route(self.login, "task"),
+            cmd.Login: Route(self.login, "task", family="login", scoped=True),
             cmd.SetSubagentSubscription: serial(self.set_subagent_subscription),
             cmd.GetSubagents: serial(self.get_subagents),
             cmd.GetSubagentMessages: serial(self.get_subagent_messages),
@@ -200,7 +211,8 @@ class Commands:
             cmd.SetFastMode: serial(self.set_fast_mode),
             cmd.SetHostTools: serial(self.set_host_tools),
             cmd.SetHostUriSchemes: serial(self.set_host_uri_schemes),
-            cmd.Prompt: serial(self.prompt),
+            cmd.Prompt: Route(self.prompt, "serial", sync=True, after=self.after_prompt,
+                              family="run", scoped=True),
             cmd.Steer: serial(self.steer),
             cmd.FollowUp: serial(self.follow_up),
             cmd.GetMessages: serial(self.get_messages),
@@ -213,10 +225,11 @@ class Commands:
 
     def route(self, frame: Frame) -> Route:
         if isinstance(frame, CustomCommand):
-            return Route(self.run_custom, "serial")
+            return Route(self.run_custom, "serial", family="command")
         if isinstance(frame, cmd.Prompt) and frame.message.startswith("/") and (
                 found := self.slash.builtin_for(frame.message)) is not None and found[0].awaits:
-            return Route(self.prompt_builtin, "serial")
+            return Route(self.prompt_builtin, "serial", after=self.after_prompt,
+                         family="command")
         return self.routes[type(frame)]
 
     def internal_error(self, frame: Frame, exc: BaseException) -> Response:
@@ -244,49 +257,52 @@ class Commands:
     # -- the abort family (immediate lane) ---------------------------------------------------
 
     async def abort(self, frame: cmd.Abort) -> Response:
-        """Cancel the run (and every RPC bash: abort includes abort_bash, rpc-behavior §10.4)
-        and answer once its terminal frames are out."""
-        self.abort_bash()
-        self.session.registry.credentials.cancel_login()
-        await self.session.abort()
+        """Cancel everything of the abort family read so far (the run or the prompt that would
+        start one, a retry backoff, a manual compaction, every RPC bash, a login) and answer
+        once the aborted run's terminal frames are out."""
+        await self._abort()
         return ok("abort", frame.id)
 
-    def abort_bash_command(self, frame: cmd.AbortBash) -> Response:
-        self.abort_bash()
+    async def _abort(self) -> None:
+        """On cancellation, stops waiting (the abort still happened)."""
+        for done in self.aborts.cancel(*ABORT):
+            await done.wait()
+
+    def abort_bash(self, frame: cmd.AbortBash) -> Response:
+        """Cancel every RPC ``bash`` read so far; each still answers with its cancelled
+        result."""
+        self.aborts.cancel("bash")
         return ok("abort_bash", frame.id)
 
     def abort_retry(self, frame: cmd.AbortRetry) -> Response:
         # Succeeds whether or not a backoff was running (rpc-behavior §2.2).
-        self.session.abort_retry()
+        self.aborts.cancel("retry")
         return ok("abort_retry", frame.id)
-
-    def abort_bash(self) -> None:
-        """Cancel every running RPC ``bash``; each still answers with its cancelled result."""
-        for scope in list(self.bash_scopes):
-            scope.cancel()
 
     # -- handlers ----------------------------------------------------------------------------
 
     def get_state(self, frame: cmd.GetState) -> Response:
         s = self.session
+        models = s.models
+        steering, follow_up, interrupt = s.queue_modes
         state = payloads.SessionState(
-            model=s.model,
-            thinkingLevel=s.thinking_level if s.model.reasoning else msgspec.UNSET,
+            model=models.model,
+            thinkingLevel=models.thinking_level if models.model.reasoning else msgspec.UNSET,
             isStreaming=s.is_streaming,
             isCompacting=s.is_compacting,
-            steeringMode=s.steering_mode,
-            followUpMode=s.follow_up_mode,
-            interruptMode=s.interrupt_mode,
-            messageCount=s.message_count,
+            steeringMode=steering,
+            followUpMode=follow_up,
+            interruptMode=interrupt,
+            messageCount=len(s.messages),
             queuedMessageCount=s.queued_message_count,
-            todoPhases=s.todo_phases,
+            todoPhases=s.todos.phases,
             systemPrompt=list(s.system_prompt),
             dumpTools=[payloads.DumpTool(name=t.name, description=t.description,
                                          parameters=t.parameters) for t in s.tools],
-            contextUsage=_context_usage(s.context_usage()),
+            contextUsage=_context_usage(s.maintenance.context_usage()),
             autoCompactionEnabled=s.auto_compaction,
-            fastModeEnabled=s.fast_mode,
-            fastModeActive=s.fast_mode_active,
+            fastModeEnabled=models.fast_mode,
+            fastModeActive=models.fast_mode_active,
             sessionId=s.session_id,
             sessionFile=s.session_file or msgspec.UNSET,
             sessionName=s.session_name or msgspec.UNSET,
@@ -295,7 +311,7 @@ class Commands:
 
     def set_host_tools(self, frame: cmd.SetHostTools) -> Response:
         session = self.session
-        problem = validate_host_tools(frame.tools, {t.name for t in session.builtin_tools})
+        problem = validate_host_tools(frame.tools, {t.name for t in session.own_tools})
         if problem is not None:
             return fail("set_host_tools", frame.id, problem, INVALID_PARAMS)
         tools = [HostTool(self.controls, self.emit, name=t.name.strip(),
@@ -316,9 +332,11 @@ class Commands:
         return ok("set_host_uri_schemes", frame.id,
                   payloads.HostUriSchemes(schemes=list(schemes)))
 
-    def prompt(self, frame: cmd.Prompt) -> Response:
+    def prompt(self, frame: cmd.Prompt, scope: trio.CancelScope) -> Response:
         """A prompt, through the slash-command dispatch (see ``omp.rpc.slash``): a skill, a
-        built-in, an extension command, a file command or template, else the text as is."""
+        built-in, an extension command, a file command or template, else the text as is.
+        ``scope`` is the one registered when it was read: the run it starts is that scope (an
+        ``abort`` read after the prompt aborts that run, even before it started)."""
         images = frame.images if isinstance(frame.images, list) else []
         behavior = frame.streamingBehavior if isinstance(frame.streamingBehavior, str) else None
         text = frame.message
@@ -327,13 +345,14 @@ class Commands:
                 if (skill := self.slash.skill_for(text, images)) is not None:
                     # A skill waits for no one: while a run goes on it steers it.
                     self.session.prompt_message(skill[0], streaming_behavior=behavior or "steer",
-                                                request_id=frame.id)
+                                                request_id=frame.id, scope=scope)
                     return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True))
                 if (found := self.slash.builtin_for(text)) is not None:
                     builtin, args = found
                     call = Call(self.slash, args, images, frame.id)
-                    return self._after_builtin(frame, self.slash.run_sync(builtin, call), images)
-            return self._prompt_text(frame, "prompt", text, images, behavior)
+                    return self._after_builtin(frame, self.slash.run_sync(builtin, call), images,
+                                               scope)
+            return self._prompt_text(frame, "prompt", text, images, behavior, scope)
         except (CommandFailed, SessionError) as exc:
             return fail("prompt", frame.id, str(exc))
 
@@ -346,28 +365,36 @@ class Commands:
         try:
             outcome = await self.slash.run_async(builtin, Call(self.slash, args, images,
                                                                frame.id))
-            return self._after_builtin(frame, outcome, images)
+            return self._after_builtin(frame, outcome, images, None)
         except (CommandFailed, SessionError) as exc:
             return fail("prompt", frame.id, str(exc))
 
-    def _after_builtin(self, frame: cmd.Prompt, outcome: Outcome,
-                       images: list[m.ImageContent]) -> Response:
+    def _after_builtin(self, frame: cmd.Prompt, outcome: Outcome, images: list[m.ImageContent],
+                       scope: trio.CancelScope | None) -> Response:
         if isinstance(outcome, Residual):
             # ``/force <tool> <text>``: the text runs as a prompt; the answer has no data.
-            self.session.prompt(outcome.text, images, request_id=frame.id)
+            self.session.prompt(outcome.text, images, request_id=frame.id, scope=scope)
             return ok("prompt", frame.id)
         return ok("prompt", frame.id,
                   payloads.PromptAck(agentInvoked=isinstance(outcome, Started)))
 
+    def after_prompt(self, response: Response) -> None:
+        """Right after a prompt's response: the ``prompt_result`` of one handled here (a
+        built-in that started no run), so that every accepted prompt has one."""
+        data = response.data
+        if response.success and isinstance(data, payloads.PromptAck) and not data.agentInvoked:
+            self.session.runs.local(response.id)
+
     def _prompt_text(self, frame: cmd.Prompt | cmd.AbortAndPrompt, kind: str, text: str,
-                     images: list[m.ImageContent], behavior: str | None) -> Response:
+                     images: list[m.ImageContent], behavior: str | None,
+                     scope: trio.CancelScope | None) -> Response:
         """The session pipeline (§2.2 step 3): an extension command, else the text expanded
         by a file command or a prompt template, sent to the model. Raises CommandFailed and
         SessionError."""
         if (command := self._extension_command(text)) is not None:
             return self._run_extension_command(frame.id, kind, *command)
         self.session.prompt(self.slash.expand(text), images, streaming_behavior=behavior,
-                            request_id=frame.id)
+                            request_id=frame.id, scope=scope)
         return ok(kind, frame.id, payloads.PromptAck(agentInvoked=True))
 
     def steer(self, frame: cmd.Steer) -> Response:
@@ -391,13 +418,13 @@ class Commands:
 
     async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
         """Abort, then the prompt through the session pipeline only (no skill, no
-        built-in: rpc-behavior §2.2)."""
-        session = self.session
-        self.abort_bash()
-        await session.abort()
+        built-in: rpc-behavior §2.2). Its run's scope is registered before the reader reads
+        the next line (the reader waits for this handler)."""
+        await self._abort()
         images = frame.images if isinstance(frame.images, list) else []
         try:
-            return self._prompt_text(frame, "abort_and_prompt", frame.message, images, None)
+            return self._prompt_text(frame, "abort_and_prompt", frame.message, images, None,
+                                     None)
         except (CommandFailed, SessionError) as exc:
             return fail("abort_and_prompt", frame.id, str(exc))
 
@@ -419,7 +446,7 @@ class Commands:
 
     def cycle_model(self, frame: cmd.CycleModel) -> Response:
         s = self.session
-        model = s.cycle_model()
+        model = s.models.cycle_model()
         if model is None:
             return ok("cycle_model", frame.id, None)
         return ok("cycle_model", frame.id, payloads.CycleModelResult(
@@ -435,24 +462,24 @@ class Commands:
         return ok("set_thinking_level", frame.id)
 
     def cycle_thinking_level(self, frame: cmd.CycleThinkingLevel) -> Response:
-        level = self.session.cycle_thinking_level()
+        level = self.session.models.cycle_thinking_level()
         data = None if level is None else payloads.ThinkingLevelPayload(level=level)
         return ok("cycle_thinking_level", frame.id, data)
 
     def get_available_thinking_levels(self, frame: cmd.GetAvailableThinkingLevels) -> Response:
         return ok("get_available_thinking_levels", frame.id, payloads.ThinkingLevelsPayload(
-            levels=self.session.available_thinking_levels()))
+            levels=self.session.models.available_thinking_levels()))
 
     def set_steering_mode(self, frame: cmd.SetSteeringMode) -> Response:
-        self.session.steering_mode = frame.mode
+        self.session.agent.steering_mode = frame.mode
         return ok("set_steering_mode", frame.id)
 
     def set_follow_up_mode(self, frame: cmd.SetFollowUpMode) -> Response:
-        self.session.follow_up_mode = frame.mode
+        self.session.agent.follow_up_mode = frame.mode
         return ok("set_follow_up_mode", frame.id)
 
     def set_interrupt_mode(self, frame: cmd.SetInterruptMode) -> Response:
-        self.session.interrupt_mode = frame.mode
+        self.session.agent.interrupt_mode = frame.mode
         return ok("set_interrupt_mode", frame.id)
 
     def set_todos(self, frame: cmd.SetTodos) -> Response:
@@ -475,16 +502,16 @@ class Commands:
                         "events must be null or an array of non-empty event type strings",
                         INVALID_PARAMS)
         if events is None:
-            self.view.types = None
+            self.outbox.view.types = None
         elif isinstance(events, list):
-            self.view.types = frozenset(events)
+            self.outbox.view.types = frozenset(events)
         if isinstance(frame.messageUpdates, str):
-            self.view.message_updates = frame.messageUpdates
-        shown = None if self.view.types is None else [
+            self.outbox.view.message_updates = frame.messageUpdates
+        shown = None if self.outbox.view.types is None else [
             e for e in dict.fromkeys(events if isinstance(events, list) else sorted(
-                self.view.types))]
+                self.outbox.view.types))]
         return ok("set_event_filter", frame.id, payloads.EventFilterPayload(
-            events=shown, messageUpdates="delta" if self.view.message_updates == "delta"
+            events=shown, messageUpdates="delta" if self.outbox.view.message_updates == "delta"
             else "snapshot"))
 
     def get_available_commands(self, frame: cmd.GetAvailableCommands) -> Response:
@@ -516,30 +543,19 @@ class Commands:
         """Start ``/name args`` as a task (it may wait for the host's answers and must not
         hold the serial lane); its ``prompt_result`` comes when it is done (rpc-behavior
         §3.3). The response has no ``data``: whether the agent is invoked is not known yet."""
-        session = self.session
-        extensions = session.extensions
+        runs = self.session.runs
+        extensions = self.session.extensions
         assert extensions is not None
         entered = self.command_entered = trio.Event()
+        ticket = runs.open_command(request_id)
 
         async def run() -> None:
-            runs_before = session.runs_started
-            # Set before the handler starts: whoever waits on it resumes only once the handler
-            # ran up to its first wait (see ``command_entered``).
-            entered.set()
-            succeeded = await extensions.run_command(name, args)
-            if session.runs_started == runs_before:
-                self.output.put_nowait(ev.PromptResult(
-                    id=request_id, agentInvoked=False,
-                    status="completed" if succeeded else "error",
-                    sessionSettled=session.settled,
-                    error=msgspec.UNSET if succeeded else ev.PromptError(
-                        message=f"Extension command /{name} failed", retryable=False)))
-                return
-            # It started agent work: report once that work has ended.
-            status, error = await session.wait_for_idle()
-            self.output.put_nowait(ev.PromptResult(
-                id=request_id, agentInvoked=True, status=status,
-                sessionSettled=session.settled, error=error))
+            with runs.running_command(ticket):
+                # Set before the handler starts: whoever waits on it resumes only once the
+                # handler ran up to its first wait (see ``command_entered``).
+                entered.set()
+                succeeded = await extensions.run_command(name, args)
+            runs.command_ended(ticket, succeeded, name)
 
         self.spawn(run)
         return ok(kind, request_id)
@@ -575,7 +591,7 @@ class Commands:
         s = self.session
         return ok("get_session_stats", frame.id, session_stats(
             s.messages, session_file=s.session_file, session_id=s.session_id,
-            context_usage=s.context_usage()))
+            context_usage=s.maintenance.context_usage()))
 
     async def export_html(self, frame: cmd.ExportHtml) -> Response:
         """Write the session as one self-contained HTML page (in a worker thread)."""
@@ -596,32 +612,35 @@ class Commands:
                                    authenticated=registry.authenticated(target.id))
             for target in registry.login_targets()]))
 
-    async def login(self, frame: cmd.Login) -> Response:
+    async def login(self, frame: cmd.Login, scope: trio.CancelScope) -> Response:
         """Log in to a provider through the host's UI (``open_url``, ``notify``, ``input``),
         store the credential in auth.json, answer ``{providerId}``.
 
         One login at a time (a second one is refused while it runs). Cancelled by ``abort``
-        ("Login cancelled"); a prompt pending when the host closes its input fails the login
-        with the disconnect text; nothing is stored then.
+        (``scope``, registered when the command was read: "Login cancelled"); a prompt pending
+        when the host closes its input fails the login with the disconnect text; nothing is
+        stored then.
         """
         registry = self.session.registry
         target = next((t for t in registry.login_targets() if t.id == frame.providerId), None)
         if target is None:
             return fail("login", frame.id, f"Unknown OAuth provider: {frame.providerId}")
-        credentials = registry.credentials
-        if credentials.login_running:
+        if self._login_running:
             return fail("login", frame.id, "A login is already in progress (abort cancels it)")
         ui = FrameLoginUI(HostUI(self.controls, self.emit), self.emit)
         stored = False
+        self._login_running = True
         try:
-            with credentials.login_scope():
+            with scope:
                 credential = await run_login(target, ui, self.session.http.get())
-                await credentials.store(target.id, credential)
+                await registry.credentials.store(target.id, credential)
                 stored = True
         except (LoginError, UiDisconnected) as exc:
             return fail("login", frame.id, str(exc))
         except (ConfigError, OSError) as exc:
             return fail("login", frame.id, f"The login could not be stored: {exc}")
+        finally:
+            self._login_running = False
         if not stored:
             return fail("login", frame.id, "Login cancelled")
         return ok("login", frame.id, payloads.LoginResult(providerId=target.id))
@@ -629,8 +648,7 @@ class Commands:
     # Subagents (rpc-behavior §9): the registry belongs to the session's subagent host and
     # lives as long as the server; the level is kept here too (``subagent_level``).
     def _subagent_registry(self) -> SubagentRegistry | None:
-        host = self.session.subagents
-        return host.registry if isinstance(host, SubagentHost) else None
+        return None if self.subagents is None else self.subagents.registry
 
     def set_subagent_subscription(self, frame: cmd.SetSubagentSubscription) -> Response:
         registry = self._subagent_registry()
@@ -667,15 +685,15 @@ class Commands:
 
     def set_session_name(self, frame: cmd.SetSessionName) -> Response:
         try:
-            self.session.set_session_name(frame.name)
+            self.session.store.set_session_name(frame.name)
         except SessionError as exc:
             return fail("set_session_name", frame.id, str(exc),
                         INVALID_PARAMS if isinstance(exc, InvalidRequest) else UNSET)
         return ok("set_session_name", frame.id)
 
-    def branch(self, frame: cmd.Branch) -> Response:
+    async def branch(self, frame: cmd.Branch) -> Response:
         try:
-            text = self.session.branch(frame.entryId)
+            text = await self.session.branch(frame.entryId)
         except SessionError as exc:
             return fail("branch", frame.id, str(exc))
         return ok("branch", frame.id, payloads.BranchResult(text=text, cancelled=False))
@@ -683,22 +701,23 @@ class Commands:
     def get_branch_messages(self, frame: cmd.GetBranchMessages) -> Response:
         return ok("get_branch_messages", frame.id, payloads.BranchMessages(messages=[
             payloads.BranchMessage(entryId=entry_id, text=text)
-            for entry_id, text in self.session.branch_messages()]))
+            for entry_id, text in self.session.store.branch_messages()]))
 
     def get_entries(self, frame: cmd.GetEntries) -> Response:
         since = frame.since if isinstance(frame.since, str) else None
         try:
-            entries = self.session.entries_json(since)
+            entries = self.session.store.entries_json(since)
         except KeyError:
             return fail("get_entries", frame.id, f"Unknown entries cursor: {since}",
                         "unknown_since")
-        return ok("get_entries", frame.id, {"entries": entries, "leafId": self.session.leaf_id})
+        return ok("get_entries", frame.id, {"entries": entries,
+                                            "leafId": self.session.store.leaf_id})
 
     def get_tree(self, frame: cmd.GetTree) -> Response:
         # A long session nests deeper than a recursive encoder goes: pre-encoded.
         return ok("get_tree", frame.id, {
-            "tree": msgspec.Raw(encode_tree(self.session.entry_tree())),
-            "leafId": self.session.leaf_id})
+            "tree": msgspec.Raw(encode_tree(self.session.store.entry_tree())),
+            "leafId": self.session.store.leaf_id})
 
     def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
         session = self.session
@@ -709,7 +728,7 @@ class Commands:
         limit = frame.limit if isinstance(frame.limit, int) else 100
         try:
             result = page(session.messages, cursor, limit, session.session_id,
-                          session.leaf_id)
+                          session.store.leaf_id)
         except PageError as exc:
             return fail("get_messages_page", frame.id, str(exc),
                         exc.code or msgspec.UNSET)
@@ -720,23 +739,24 @@ class Commands:
         return ok("set_auto_retry", frame.id)
 
     def set_fast_mode(self, frame: cmd.SetFastMode) -> Response:
-        session = self.session
+        models = self.session.models
         try:
-            session.set_fast_mode(frame.enabled)
+            models.set_fast_mode(frame.enabled)
         except SessionError as exc:
             return fail("set_fast_mode", frame.id, str(exc))
         return ok("set_fast_mode", frame.id, payloads.FastModePayload(
-            enabled=session.fast_mode, active=session.fast_mode_active))
+            enabled=models.fast_mode, active=models.fast_mode_active))
 
     def set_auto_compaction(self, frame: cmd.SetAutoCompaction) -> Response:
         self.session.auto_compaction = frame.enabled
         return ok("set_auto_compaction", frame.id)
 
-    async def bash(self, frame: cmd.Bash) -> Response:
+    async def bash(self, frame: cmd.Bash, scope: trio.CancelScope) -> Response:
         """Run one shell command (its own task) and answer with its BashResult.
 
-        ``abort_bash`` (and stdin EOF) cancel it: the process group is killed and the response
-        says ``cancelled``.
+        ``abort_bash``, ``abort`` and stdin EOF cancel it (``scope``, registered when the
+        command was read, so also before it started): the process group is killed and the
+        response says ``cancelled``.
         """
         from ..tools.bash import bash_result
         from ..tools.shell import ShellRun, ShellSpawnError
@@ -744,17 +764,11 @@ class Commands:
         session = self.session
         timeout = frame.timeout if isinstance(frame.timeout, int | float) else 300.0
         run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout)
-        scope = trio.CancelScope()
-        if self.closing:
-            scope.cancel()  # read before EOF: answered, as a cancelled command
-        self.bash_scopes.add(scope)
         try:
             with scope:
                 await run.run()
         except ShellSpawnError as exc:
             return fail("bash", frame.id, str(exc))
-        finally:
-            self.bash_scopes.discard(scope)
         result = run.result()
         session.record_bash(result)
         return ok("bash", frame.id, bash_result(result))
@@ -768,20 +782,20 @@ class Commands:
 
 
 
-    async def compact(self, frame: cmd.Compact) -> Response:
+    async def compact(self, frame: cmd.Compact, scope: trio.CancelScope) -> Response:
         instructions = (frame.customInstructions
                         if isinstance(frame.customInstructions, str) else None)
         try:
-            result = await self.session.compact(instructions)
+            result = await self.session.maintenance.compact(instructions, scope=scope)
         except SessionError as exc:
             return fail("compact", frame.id, str(exc))
         return ok("compact", frame.id, result)
 
-    async def handoff(self, frame: cmd.Handoff) -> Response:
+    async def handoff(self, frame: cmd.Handoff, scope: trio.CancelScope) -> Response:
         instructions = (frame.customInstructions
                         if isinstance(frame.customInstructions, str) else None)
         try:
-            await self.session.handoff(instructions)
+            await self.session.maintenance.handoff(instructions, scope=scope)
         except SessionError as exc:
             return fail("handoff", frame.id, str(exc))
         # savedPath is only for automatic handoffs saved to disk (rpc-behavior §11.7).
@@ -804,11 +818,6 @@ def _user_path(text: str) -> Path:
 
 def _context_usage(usage: tuple[int, int] | None) -> Any:
     return msgspec.UNSET if usage is None else context_usage_payload(*usage)
-
-
-def not_implemented(frame: Any) -> Response:
-    kind = _tag(frame)
-    return fail(kind, frame.id, f"{kind} is not implemented yet", NOT_IMPLEMENTED)
 
 
 def _tag(frame: Any) -> str:

@@ -2,14 +2,18 @@
 
 Who owns what (DESIGN.md §2):
 
-* ``serve()`` owns its resources: the HTTP client of its model calls (closed when it returns,
-  never shared with another ``serve()``), the session, the output queue.
+* ``serve()`` owns its resources (``omp.rpc.lifecycle.Runtime``): the HTTP client of its model
+  calls (closed when it returns, never shared with another ``serve()``), the abort registry,
+  the session, the output queue. Its lifecycle is ``omp.rpc.lifecycle.run_lifecycle``, the same
+  for ``omp -p`` and ``--mode json``; ``RpcServer`` is its front end.
 * The root nursery owns the writer task, the session nursery, the serial lane and the command
   nursery; ``serve`` itself runs the reader.
 * The reader splits the input into lines, decodes them and routes each frame by the route table
-  of ``omp.rpc.commands``: control frames are handed over at once; the abort family is handled
-  by the reader itself before the next line (so ``abort`` overtakes everything read after it);
-  long commands become tasks; the rest go through the serial lane in arrival order.
+  of ``omp.rpc.commands``: control frames are handed over at once; work that can be aborted has
+  its cancel scope registered in the abort registry before the next line is read; the abort
+  family is handled by the reader itself before the next line (so ``abort`` overtakes
+  everything read after it and cancels everything read before it); long commands become
+  tasks; the rest go through the serial lane in arrival order.
 * Every frame goes through one ``FrameQueue`` to the writer, queued without waiting; the
   streaming producers wait for a slow host through the queue itself, which is the session
   sink's ``pace`` (a provider before each network read and while the host is behind, a tool
@@ -17,10 +21,11 @@ Who owns what (DESIGN.md §2):
 
 Shutdown: input EOF means the host is gone. Pending host requests fail ("RPC client
 disconnected …"), RPC bash commands and the run are cancelled (their terminal frames are still
-written), commands already read are answered, then the output is drained for as long as the host
-keeps reading — a host that stopped reading gets ``DRAIN_STALL_SECONDS`` before the rest is
-dropped — and ``serve`` returns. A broken output (or a host so far behind that the spill file
-reached ``output_spill_bytes``) cancels everything and ``serve`` raises ``OutputClosedError``.
+written), commands already read are answered, then the output is drained for as long as the
+host keeps reading — a host that stopped reading gets ``lifecycle.DRAIN_STALL_SECONDS`` before
+the rest is dropped — and ``serve`` returns. A broken output (or a host so far behind that the
+spill file reached ``output_spill_bytes``) cancels everything and ``serve`` raises
+``OutputClosedError``.
 Cancelled from outside, ``serve`` cancels everything at once and returns within about a second
 (each cleanup has its own short deadline).
 
@@ -37,45 +42,35 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
 import sys
 import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
-import msgspec
 import trio
 
-from ..agent.loop import AssistantUpdate
-from ..config import agent_dir
-from ..extensions.discovery import discover
-from ..llm.builder import Pace
-from ..llm.stream import HttpClient
-from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
-from ..protocol import commands as cmd
-from ..protocol import events as ev
-from ..protocol.codec import FrameEncoder, decode_line
-from ..protocol.events import SESSION_EVENT_TYPES
+from ..process import adopt_orphans, can_watch_signals
+from ..protocol.codec import decode_line
 from ..protocol.frames import Ready, Response
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES, LineFramer
-from ..session import AgentSession, SessionError, create_session
-from ..subagents import install as install_subagents
-from ..tools.ask import AskTool
-from .bridges import HostUI, emit_title_enabled
+from ..session import AgentSession
+from ..session.aborts import EVERY
 from .commands import Commands, CustomCommand, CustomHandler, Frame, Inbound, Route
-from .output import DEFAULT_SPILL_LIMIT, ByteSpool, FrameQueue, OutputClosedError, write_frames
-
-if TYPE_CHECKING:
-    from ..extensions.loader import LoadReport
+from .lifecycle import (
+    Runtime,
+    build_runtime,
+    extensions_wanted,
+    load_extensions,
+    new_output,
+    run_lifecycle,
+    use_extensions,
+)
+from .outbox import Outbox
+from .output import DEFAULT_SPILL_LIMIT, FrameQueue
 
 READ_CHUNK = 64 * 1024
-DRAIN_STALL_SECONDS = 1.0
-"""After input EOF, how long the output may make no progress before unsent frames are dropped
-(a host that stopped reading must not keep us alive)."""
-CLEANUP_SECONDS = 0.5
-"""Deadline of the shielded close of the HTTP client."""
 READY_FLUSH_SECONDS = 0.5
 """How long loading the extensions waits for ``ready`` to reach a host that is slow to read."""
 Job = Callable[[], Awaitable[None]]
@@ -210,33 +205,73 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
                  options: ServeOptions, task_status: trio.TaskStatus[None], *,
                  signals: bool = False) -> None:
     # Before anything is written: a session that cannot start means no ``ready``.
-    session = create_session(
-        provider=options.provider, model=options.model, api_key=options.api_key,
-        thinking=options.thinking, agent_directory=options.agent_dir,
-        system_prompt=options.system_prompt, append_system_prompt=options.append_system_prompt,
-        cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline,
-        persist=options.persist, session_dir=options.session_dir, session_path=options.session,
-        resume=options.resume)
-    http = session.http = HttpClient()
-    server = RpcServer(options=options, session=session)
-    ui = HostUI(server.commands.controls, server.emit, enabled=options.ui,
-                emit_title=emit_title_enabled(os.environ))
-    if options.ask_tool and options.ui:
-        session.builtin_tools.append(AskTool(ui))
-        session.system_prompt = session.prompt_options.build(session.tools)
-    # Subagents: the task tool (unless --tools chose the tools) and the registry whose frames
-    # this serve() writes (rpc-behavior §9).
-    install_subagents(
-        session, server.emit, offer_tool=options.tools is None,
-        agent_directory=session.prompt_options.agent_directory or agent_dir(),
-        trusted=project_trusted(options, session))
+    runtime = build_runtime(options, Outbox(new_output(options)))
+    server = RpcServer(runtime, stdin)
+    await run_lifecycle(runtime, stdout, server, task_status, signals=signals)
 
-    def use(loaded: LoadReport) -> None:
-        loaded.extensions.emit = server.emit
-        session.use_extensions(loaded.extensions, ui)
-        _report_load(server, loaded)
 
-    async def start_extensions() -> None:
+@attrs.define(eq=False, repr=False)
+class RpcServer:
+    """The RPC front end of the lifecycle: the reader, the serial lane, the command tasks.
+
+    Every command that can be aborted gets its cancel scope in the runtime's
+    ``AbortRegistry`` here, as the reader routes it (``route``), before the next line is read.
+    """
+
+    runtime: Runtime
+    stdin: trio.abc.ReceiveStream
+    commands: Commands = attrs.field(init=False)
+    _serial_send: trio.MemorySendChannel[tuple[Frame, Route, trio.CancelScope | None] | Job] = (
+        attrs.field(init=False))
+    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Route, trio.CancelScope | None]
+                                            | Job] = attrs.field(init=False)
+    # Commands accepted into the serial lane and not yet answered: while any is pending, new
+    # quick commands queue behind it instead of being answered inline (arrival order).
+    _serial_pending: int = attrs.field(default=0, init=False)
+    _command_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _stopping: bool = attrs.field(default=False, init=False)
+    """``ctx.shutdown()``: no more input; what is queued in the serial lane is dropped."""
+    _reader_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    _input_ended: bool = attrs.field(default=False, init=False)
+    """``end_input`` was called: the reader reads no more."""
+    _receive_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    """Around the reader's wait for input, which ``end_input`` cancels."""
+
+    def __attrs_post_init__(self) -> None:
+        runtime = self.runtime
+        self.commands = Commands(runtime.session, runtime.outbox, self.spawn, runtime.controls,
+                                 runtime.host_uris, runtime.aborts, runtime.ui,
+                                 runtime.subagents, custom=runtime.options.commands)
+        self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
+        runtime.session.on_shutdown_request = self.request_stop
+
+    @property
+    def output(self) -> FrameQueue:
+        return self.runtime.output
+
+    @property
+    def session(self) -> AgentSession:
+        return self.runtime.session
+
+    # -- the front (omp.rpc.lifecycle.Front) -------------------------------------------------
+
+    async def run(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        """``ready``, then the extensions (the serial lane's first job), then the reader
+        until EOF (or ``request_stop``)."""
+        await nursery.start(self.run_commands)
+        self.output.put_nowait(Ready())
+        self.start_job(self._start_extensions)
+        task_status.started()
+        with self._reader_scope:
+            await self._read(self.stdin)
+
+    def stop(self, signum: int) -> None:
+        """A stop signal (SIGTERM, SIGHUP): read no more input, as if it had reached EOF now;
+        lines already read are still routed, then the shutdown of EOF."""
+        self.end_input()
+
+    async def _start_extensions(self) -> None:
         """The serial lane's first job, right after ``ready``: load the extensions (their
         modules run now, before any command is handled: commands read meanwhile wait in the
         lane, the reader already delivers answers to their dialogs), say what loading said,
@@ -245,216 +280,35 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
         # ``ready`` goes out first: importing extensions takes a while, and a host measures
         # startup by it (bench_rpc). Not for long if the host does not read.
         with trio.move_on_after(READY_FLUSH_SECONDS):
-            await server.output.wait_drained()
-        if extensions_wanted(options):
+            await self.output.wait_drained()
+        if extensions_wanted(self.runtime.options):
             # Also when none is found now: /reload-plugins may find some later.
-            server.commands.slash.reload_extensions = reload_extensions
-            session.on_shutdown_request = server.request_stop
-            loaded = load_extensions(options, session)
+            self.commands.slash.reload_extensions = self._reload_extensions
+            loaded = load_extensions(self.runtime)
             if loaded is not None:
-                use(loaded)
-        await server.session_start()
+                use_extensions(self.runtime, loaded)
+        if (extensions := self.session.extensions) is not None:
+            await extensions.session_start()
+        self.output.put_nowait(self.commands.available_commands_update())
 
-    async def reload_extensions() -> None:
+    async def _reload_extensions(self) -> None:
         """``/reload-plugins``: the loaded extensions hear ``session_shutdown``, their
         modules run again from their files (entry points: as imported), the new ones start.
         On cancellation (shutdown) it stops where it is."""
-        old = session.extensions
-        if old is not None:
-            await old.session_shutdown()
-        fresh = load_extensions(options, session)
+        session = self.session
+        if session.extensions is not None:
+            await session.extensions.session_shutdown()
+        fresh = load_extensions(self.runtime)
         if fresh is None:
             session.use_extensions(None)
             return
-        use(fresh)
+        use_extensions(self.runtime, fresh)
         await fresh.extensions.session_start()
-    output_error: OutputClosedError | None = None
-    written = trio.Event()
-    stops: list[int] = []  # stop signals received
-
-    def on_signal(signum: int) -> None:
-        stops.append(signum)
-        if len(stops) == 1:
-            server.end_input()  # the shutdown of EOF, terminal frames and all
-        else:
-            root.cancel_scope.cancel()  # asked again: stop now
-
-    async def writer() -> None:
-        nonlocal output_error
-        try:
-            await write_frames(server.output, stdout)
-        except OutputClosedError as exc:
-            output_error = exc
-            root.cancel_scope.cancel()
-        written.set()
-
-    try:
-        async with trio.open_nursery() as root:
-            root.start_soon(writer)
-            if signals:
-                await root.start(watch_stop_signals, on_signal)
-            await root.start(session.serve)
-            await root.start(server.run_commands)
-            server.output.put_nowait(Ready())
-            server.start_job(start_extensions)
-            task_status.started()
-            await server.read(stdin)
-            await server.shutdown()
-            await _drain(server.output, written)
-            root.cancel_scope.cancel()  # the writer, if the host stopped reading
-    finally:
-        # The HTTP client belongs to this serve(): its connections must not outlive it.
-        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await http.aclose()
-    if signal.SIGINT in stops:
-        raise KeyboardInterrupt
-    if output_error is not None:
-        raise output_error
-    if session.persistence_failure is not None:
-        # Everything was answered; the host was told by a notice frame. Durability was not
-        # kept, which the exit status must say (rpc-behavior §1.9).
-        raise SessionError(f"Session not saved: {session.persistence_failure}")
-
-
-def extensions_wanted(options: ServeOptions) -> bool:
-    """Whether extensions are looked for at all (not with ``--no-extensions`` and none given)."""
-    return bool(options.discover_extensions or options.extensions or options.extension_objects)
-
-
-def load_extensions(options: ServeOptions, session: AgentSession) -> LoadReport | None:
-    """Discover and load the session's extensions (their modules run now); None when there is
-    nothing to load or say (the extension machinery is then never imported). Each load error
-    is also a line on stderr."""
-    if not extensions_wanted(options):
-        return None
-    cwd = session.cwd
-    trusted = project_trusted(options, session)
-    agent_directory = session.prompt_options.agent_directory or agent_dir()
-    sources, skipped = discover(cwd=cwd, agent_dir=agent_directory,
-                                paths=list(options.extensions),
-                                objects=list(options.extension_objects),
-                                discovery=options.discover_extensions, trusted=trusted)
-    if not sources and skipped is None:
-        return None
-    from ..extensions.loader import load  # lazy: omp.lazy says why
-
-    report = load(sources)
-    report.skipped_project = skipped
-    for path, error in report.errors:
-        print(f"Failed to load extension {path}: {error}", file=sys.stderr)
-    return report
-
-
-def project_trusted(options: ServeOptions, session: AgentSession) -> bool:
-    """Whether code from the session's project may run (project extensions, project agents):
-    ``--trust-project``, or the cwd listed in the global ``trustedProjects``."""
-    return options.trust_project or any(
-        _same_path(session.cwd, p) for p in session.settings.trusted_projects)
-
-
-def _same_path(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.expanduser().resolve()
-    except OSError:
-        return False
-
-
-def _report_load(server: RpcServer, report: LoadReport) -> None:
-    """What loading said, as frames after ``ready``: load errors, an untrusted project."""
-    for path, error in report.errors:
-        server.emit(ev.ExtensionError(extensionPath=path, event="load", error=error))
-    if report.skipped_project is not None:
-        server.emit(ev.Notice(
-            level="warning", source="extensions",
-            message=untrusted_project_message(report.skipped_project)))
-
-
-def untrusted_project_message(folder: Path) -> str:
-    return (f"Project extensions in {folder} were not loaded: the project is not trusted "
-            "(start with --trust-project, or list it under trustedProjects in "
-            "~/.omp/agent/config.yml)")
-
-
-async def _drain(output: FrameQueue, written: trio.Event) -> None:
-    """Wait until the writer has sent everything, as long as the host keeps reading."""
-    while not written.is_set():
-        progress = output.delivered
-        with trio.move_on_after(DRAIN_STALL_SECONDS):
-            await written.wait()
-        if output.delivered == progress:
-            return  # nothing went out for a while (not one piece): the host is not reading
-
-
-def message_update_frame(update: AssistantUpdate, mode: str,
-                         message_id: str | msgspec.UnsetType = msgspec.UNSET
-                         ) -> ev.MessageUpdate | ev.MessageUpdateDelta:
-    """The ``message_update`` frame of a streaming update: with the message snapshot
-    (``mode`` ``"snapshot"``, the protocol's default) or the delta only (``"delta"``, which keeps
-    an answer's frames linear in its length). The one conversion for rpc and ``--mode json``."""
-    stream_event = update.event
-    if mode == "delta":
-        return ev.MessageUpdateDelta(messageId=message_id, assistantMessageEvent=ev.DeltaEvent(
-            type=stream_event.type, contentIndex=stream_event.content_index,
-            delta=stream_event.delta if stream_event.type.endswith("_delta") else msgspec.UNSET,
-            content=stream_event.content if stream_event.type in ("text_end", "thinking_end")
-            else msgspec.UNSET,
-            toolCall=stream_event.tool_call or msgspec.UNSET))
-    wire = stream_event.to_wire()
-    return ev.MessageUpdate(assistantMessageEvent=wire,  # type: ignore[arg-type]
-                            message=stream_event.partial, messageId=message_id)
-
-
-@attrs.define(eq=False, repr=False)
-class RpcServer:
-    """The server's lanes and output path; ``serve`` wires it to streams."""
-
-    options: ServeOptions
-    session: AgentSession
-    encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
-    output: FrameQueue = attrs.field(init=False)
-    commands: Commands = attrs.field(init=False)
-    _serial_send: trio.MemorySendChannel[tuple[Frame, Route] | Job] = attrs.field(init=False)
-    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Route] | Job] = attrs.field(
-        init=False)
-    # Commands accepted into the serial lane and not yet answered: while any is pending, new
-    # quick commands queue behind it instead of being answered inline (arrival order).
-    _serial_pending: int = attrs.field(default=0, init=False)
-    _command_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _inflight: set[trio.CancelScope] = attrs.field(factory=set, init=False)
-    _closing: bool = attrs.field(default=False, init=False)
-    _stopping: bool = attrs.field(default=False, init=False)
-    """``ctx.shutdown()``: no more input; what is queued in the serial lane is dropped."""
-    _reader_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
-    _input_ended: bool = attrs.field(default=False, init=False)
-    """``end_input`` was called: the reader reads no more."""
-    _receive_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
-    """Around the reader's wait for input, which ``end_input`` cancels."""
-    # messageId stamping (rpc-behavior §4.6): a stack of open message ids, a counter per server.
-    _message_ids: list[str] = attrs.field(factory=list, init=False)
-    _message_counter: int = attrs.field(default=0, init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self.output = FrameQueue(
-            high_water_bytes=self.options.output_high_water_bytes,
-            spool=ByteSpool(memory_limit=self.options.output_memory_bytes,
-                            file_limit=self.options.output_spill_bytes),
-            encoder=self.encoder)
-        self.commands = Commands(self.session, self.output, self.emit, self.spawn,
-                                 custom=self.options.commands)
-        self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
-        self.session.subscribe(self)
 
     # -- lanes -------------------------------------------------------------------------------
 
-    async def read(self, stdin: trio.abc.ReceiveStream) -> None:
-        """The reader: route every line until EOF (or ``request_stop``). It waits only for the
-        abort family."""
-        with self._reader_scope:
-            await self._read(stdin)
-
     async def _read(self, stdin: trio.abc.ReceiveStream) -> None:
-        framer = LineFramer(max_line_bytes=self.options.max_line_bytes)
+        framer = LineFramer(max_line_bytes=self.runtime.options.max_line_bytes)
         custom = self.commands.custom_names
         while not self._input_ended:
             receive = self._receive_scope = trio.CancelScope()
@@ -477,8 +331,9 @@ class RpcServer:
                 return
 
     async def route(self, frame: Inbound) -> None:
-        """Send ``frame`` to its lane. Returns at once, except for the abort family, which is
-        answered here (cancellable: the command's own work is cancelled with it)."""
+        """Send ``frame`` to its lane, its abortable work registered first. Returns at once,
+        except for the abort family, which is answered here (cancellable: the command's own
+        work is cancelled with it)."""
         if isinstance(frame, Response):
             # A line that could not be decoded is answered in its place in arrival order:
             # behind the serial lane's queue when it holds any.
@@ -490,19 +345,22 @@ class RpcServer:
         route = self.commands.route(frame)
         if route.lane == "control":
             route.handler(frame)
-        elif route.lane == "immediate":
-            self._finish(route, await self._answer(frame, route))
+            return
+        # Registered now, before the next line is read: an abort right behind it finds it.
+        scope = None if route.family is None else self.runtime.aborts.hold(route.family)
+        if route.lane == "immediate":
+            self._finish(route, await self._answer(frame, route, scope))
             await self._let_command_enter()
         elif route.lane == "task":
-            self._start_task(frame, route)
+            self._start_task(frame, route, scope)
         elif self._serial_pending == 0 and route.sync:
             # The serial lane is idle and the handler never awaits: answer in place, which
             # is what the lane would do next anyway, without two task switches per command.
-            self._finish(route, self._answer_sync(frame, route))
+            self._finish(route, await self._answer(frame, route, scope))
             await self._let_command_enter()
         else:
             self._serial_pending += 1
-            self._serial_send.send_nowait((frame, route))
+            self._serial_send.send_nowait((frame, route, scope))
 
     def _finish(self, route: Route, response: Response) -> None:
         self.output.put_nowait(response)
@@ -515,38 +373,31 @@ class RpcServer:
             self.commands.command_entered = None
             await entered.wait()
 
-    def _answer_sync(self, frame: Frame, route: Route) -> Response:
+    async def _answer(self, frame: Frame, route: Route, scope: trio.CancelScope | None
+                      ) -> Response:
+        """Run one command's handler: a scoped one with its scope, any other inside it (a
+        cancelled command is still answered: hosts keep reading until we exit). The scope
+        leaves the registry when the handler is done."""
         try:
-            response = route.handler(frame)
-        except Exception as exc:  # a handler bug must not take the server down
-            return self.commands.internal_error(frame, exc)
-        assert isinstance(response, Response)
-        return response
-
-    async def _answer(self, frame: Frame, route: Route) -> Response:
-        """Run one command's handler in its own cancel scope, which shutdown cancels.
-
-        A cancelled command is still answered (hosts keep reading until we exit).
-        """
-        if route.sync:
-            return self._answer_sync(frame, route)
-        scope = trio.CancelScope()
-        # ``bash`` cancels itself (abort_bash, EOF) and then answers with its cancelled
-        # BashResult; everything else is cancelled here.
-        if not isinstance(frame, cmd.Bash):
-            if self._closing:
-                scope.cancel()  # input already ended: async work is not started, only answered
-            self._inflight.add(scope)
-        try:
-            with scope:
+            if route.scoped:
+                response = route.handler(frame, scope)
+            elif scope is None:
                 response = route.handler(frame)
-                assert not isinstance(response, Response)
-                return await response
-            return self.commands.cancelled(frame)
+            else:
+                with scope:
+                    response = route.handler(frame)
+                    if not isinstance(response, Response):
+                        response = await response
+                if scope.cancelled_caught:
+                    return self.commands.cancelled(frame)
+            if not isinstance(response, Response):
+                response = await response
+            return response
         except Exception as exc:  # a handler bug must not take the server down
             return self.commands.internal_error(frame, exc)
         finally:
-            self._inflight.discard(scope)
+            if scope is not None:
+                self.runtime.aborts.release(scope)
 
     async def run_commands(self, *, task_status: trio.TaskStatus[None]) -> None:
         """The serial lane and the command nursery; returns when both are finished."""
@@ -557,13 +408,15 @@ class RpcServer:
                 async for item in self._serial_recv:
                     if self._stopping:  # ctx.shutdown(): queued commands are not answered
                         self._serial_pending -= 1
+                        if not callable(item) and item[2] is not None:
+                            self.runtime.aborts.release(item[2])
                         continue
                     if callable(item):
                         await item()
                         self._serial_pending -= 1
                         continue
-                    frame, route = item
-                    response = await self._answer(frame, route)
+                    frame, route, scope = item
+                    response = await self._answer(frame, route, scope)
                     self._finish(route, response)
                     await self._let_command_enter()
                     self._serial_pending -= 1
@@ -583,13 +436,6 @@ class RpcServer:
         assert self._command_nursery is not None
         self._command_nursery.start_soon(work)
 
-    async def session_start(self) -> None:
-        """Extensions start (``session_start``), then the commands list goes out."""
-        extensions = self.session.extensions
-        if extensions is not None:
-            await extensions.session_start()
-        self.output.put_nowait(self.commands.available_commands_update())
-
     def request_stop(self) -> None:
         """``ctx.shutdown()``: read no more input; the command running now still answers,
         commands queued behind it are neither run nor answered; then ``serve`` ends as after
@@ -605,12 +451,12 @@ class RpcServer:
         if self._receive_scope is not None:
             self._receive_scope.cancel()
 
-    def _start_task(self, frame: Frame, route: Route) -> None:
+    def _start_task(self, frame: Frame, route: Route, scope: trio.CancelScope | None) -> None:
         """Run a command as its own task in the command nursery."""
         assert self._command_nursery is not None
 
         async def task() -> None:
-            self._finish(route, await self._answer(frame, route))
+            self._finish(route, await self._answer(frame, route, scope))
 
         self._command_nursery.start_soon(task)
 
@@ -619,74 +465,24 @@ class RpcServer:
 
         On cancellation (``serve`` cancelled from outside) it stops waiting.
         """
-        self._closing = True
-        self.commands.closing = True
         self._serial_send.close()
         if self._stopping:
             # Asked to stop by an extension: the host is still there; running commands finish.
             await self._commands_done.wait()
         # The host is gone: pending host tool calls, URI requests and dialogs fail with the
         # original's texts, and its URL schemes are gone with it (rpc-behavior §1.9).
-        self.commands.controls.disconnect()
-        self.commands.host_uris.schemes = {}
-        self.commands.abort_bash()  # answered with their cancelled results
-        for scope in list(self._inflight):
-            scope.cancel()
-        # The live run is aborted; its terminal frames (aborted message, turn_end, agent_end,
-        # prompt_result) are still written.
+        self.runtime.controls.disconnect()
+        self.runtime.host_uris.schemes = {}
+        # Every command in flight is cancelled and answered (RPC bash with its cancelled
+        # result); the run is aborted by the session's close, with the shutdown's reason, and
+        # its terminal frames (aborted message, turn_end, agent_end, prompt_result) are still
+        # written; then whatever of the run family is left (prompts not yet handled).
+        aborts = self.runtime.aborts
+        aborts.cancel(*(family for family in EVERY if family != "run"))
         await self.session.close()
+        aborts.cancel("run")
         # The command nursery closes once the serial lane is drained and its tasks (now
         # cancelled) have answered.
         await self._commands_done.wait()
         if (extensions := self.session.extensions) is not None:
             await extensions.session_shutdown()
-        self.output.close()
-
-    # -- the output path ---------------------------------------------------------------------
-
-    def emit(self, frame: msgspec.Struct) -> None:
-        """Queue a frame the host did not ask for (side frames, session events); never waits.
-
-        Session events go through the host's ``set_event_filter``; other frames never do.
-        """
-        if (out := self._frame(frame)) is not None:
-            self.output.put_nowait(out)
-
-    # The session's EventSink: streaming updates are queued like any frame (never waiting) ...
-    publish = publish_update = emit
-
-    @property
-    def pace(self) -> Pace:
-        """... and their producers wait on the output queue while the host is far behind."""
-        return self.output
-
-    def _frame(self, event: Any) -> msgspec.Struct | None:
-        """The frame for a session event: messageId stamped, filter and update mode applied.
-
-        Ids are assigned even to frames the filter drops, so they do not depend on it.
-        """
-        view = self.commands.view
-        if isinstance(event, AssistantUpdate):
-            mid = self._message_ids[-1] if self._message_ids else self._new_message_id(push=True)
-            if view.types is not None and "message_update" not in view.types:
-                return None
-            return message_update_frame(event, view.message_updates, mid)
-        tag = event.__struct_config__.tag
-        if tag == "message_start":
-            event = msgspec.structs.replace(event, messageId=self._new_message_id(push=True))
-        elif tag == "message_end":
-            mid = self._message_ids.pop() if self._message_ids else self._new_message_id()
-            event = msgspec.structs.replace(event, messageId=mid)
-        elif tag == "agent_end":
-            self._message_ids.clear()
-        allowed = view.types
-        if allowed is not None and tag in SESSION_EVENT_TYPES and tag not in allowed:
-            return None
-        return event  # type: ignore[no-any-return]
-
-    def _new_message_id(self, *, push: bool = False) -> str:
-        self._message_counter += 1
-        mid = f"msg-{self._message_counter}"
-        if push:
-            self._message_ids.append(mid)
-        return mid

@@ -53,7 +53,7 @@ from ..protocol import payloads
 from ..session import SessionError
 from ..session.compaction import estimate_context_tokens, estimate_tokens
 from ..session.settings import load_settings
-from ..subagents import jobs_report
+from ..subagents import SubagentHost, jobs_report
 
 if TYPE_CHECKING:
     from ..session import AgentSession
@@ -130,6 +130,8 @@ class Slash:
     session: AgentSession
     emit: Emit
     spawn: Spawn
+    subagents: SubagentHost | None = None
+    """The session's subagent host (``/jobs``)."""
     home: Path | None = None
     """Where the user's ``~/.agent(s)``, ``~/.claude`` folders are (default: the real home)."""
     templates: list[PromptTemplate] = attrs.field(factory=list, init=False)
@@ -334,17 +336,18 @@ def _switch(call: Call) -> Outcome:
 def _fast(call: Call) -> Outcome:
     s = call.session
     arg = call.args.split()[0].lower() if call.args else ""
+    models = s.models
     if arg == "status":
-        unavailable = s.fast_mode and not s.fast_mode_active
-        call.output(f"Fast mode is {'on' if s.fast_mode else 'off'}"
+        unavailable = models.fast_mode and not models.fast_mode_active
+        call.output(f"Fast mode is {'on' if models.fast_mode else 'off'}"
                     f"{' (not available for the current model)' if unavailable else ''}.")
         return LOCAL
     if arg not in ("", "on", "off"):
         call.output("Usage: /fast [on|off|status]")
         return LOCAL
-    enable = (not s.fast_mode) if arg == "" else arg == "on"
+    enable = (not models.fast_mode) if arg == "" else arg == "on"
     try:
-        s.set_fast_mode(enable)
+        models.set_fast_mode(enable)
     except SessionError as exc:
         call.output(str(exc))
         return LOCAL
@@ -404,7 +407,7 @@ def _todo(call: Call) -> Outcome:
     op, _, rest = call.args.partition(" ")
     rest = rest.strip()
     if not op:
-        phases = s.todo_phases
+        phases = s.todos.phases
         call.output(render_todos(phases) if any(p.tasks for p in phases)
                     else "No todos. Use /todo append <task> to start one.")
         return LOCAL
@@ -432,7 +435,7 @@ async def _session(call: Call) -> Outcome:
     if sub == "info":
         lines = [f"Session: {s.session_id}", f"Title: {s.session_name or '(unnamed)'}",
                  f"CWD: {s.cwd}", f"File: {s.session_file or '(in memory)'}",
-                 f"Messages: {s.message_count}"]
+                 f"Messages: {len(s.messages)}"]
         call.output("\n".join(lines))
         return LOCAL
     if sub == "delete":
@@ -456,7 +459,7 @@ async def _session(call: Call) -> Outcome:
 
 
 def _jobs(call: Call) -> Outcome:
-    call.output(jobs_report(call.session))
+    call.output(jobs_report(call.slash.subagents))
     return LOCAL
 
 
@@ -485,7 +488,7 @@ def _context(call: Call) -> Outcome:
     by_role: dict[str, int] = {}
     for message in s.messages:
         by_role[message.role] = by_role.get(message.role, 0) + estimate_tokens(message)
-    usage = s.context_usage()
+    usage = s.maintenance.context_usage()
     window = s.model.contextWindow
     total = usage[0] if usage is not None else system + tools + sum(by_role.values())
     lines = ["Context usage", f"Model: {s.model.provider}/{s.model.id}",
@@ -500,14 +503,18 @@ def _context(call: Call) -> Outcome:
 def _compact(call: Call) -> Outcome:
     s = call.session
     focus = call.args or None
+    # Registered now, before the next line is read: an ``abort`` right behind it cancels it.
+    scope = s.aborts.hold("maintenance")
 
     async def work() -> None:
         try:
-            result = await s.compact(focus)
+            result = await s.maintenance.compact(focus, scope=scope)
         except SessionError as exc:
             if str(exc) != "Compaction cancelled":  # aborted: silent, as the original
                 call.output(f"Compaction failed: {_strip(str(exc), 'Compaction failed: ')}")
             return
+        finally:
+            s.aborts.release(scope)
         before = result.tokensBefore
         after = estimate_context_tokens(s.messages)
         call.output(f"Compaction complete. Tokens: {before:,} -> {after:,} "
@@ -522,15 +529,18 @@ def _handoff(call: Call) -> Outcome:
     if s.is_streaming:
         raise CommandFailed("Cannot hand off while a response is in progress")
     focus = call.args or None
+    scope = s.aborts.hold("maintenance")  # before the next line: ``abort`` cancels it
 
     async def work() -> None:
         try:
-            await s.handoff(focus)
+            await s.maintenance.handoff(focus, scope=scope)
         except SessionError as exc:
             text = str(exc)
             call.output(text if text == "Handoff cancelled"
                         else f"Handoff failed: {_strip(text, 'Handoff failed: ')}")
             return
+        finally:
+            s.aborts.release(scope)
         call.output("Context handed off and compacted in place.")
 
     call.slash.spawn(work)
@@ -554,7 +564,7 @@ def _rename(call: Call) -> Outcome:
     s = call.session
     if call.args:
         try:
-            s.set_session_name(call.args)
+            s.store.set_session_name(call.args)
         except SessionError as exc:
             raise CommandFailed(str(exc)) from None
         call.slash.session_info()
@@ -563,8 +573,8 @@ def _rename(call: Call) -> Outcome:
 
     async def work() -> None:
         try:
-            title = await s.generate_title()
-            s.set_session_name(title)
+            title = await s.maintenance.generate_title()
+            s.store.set_session_name(title)
         except SessionError as exc:
             call.output(f"Failed to generate a title: {exc}")
             return

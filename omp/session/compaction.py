@@ -28,7 +28,7 @@ import msgspec
 from ..agent.loop import now_ms, to_llm
 from ..llm.builder import discard
 from ..llm.errors import ProviderError
-from ..llm.stream import ModelCall
+from ..llm.stream import HttpClient, ModelCall
 from ..llm.types import Context, LlmMessage, StreamOptions
 from ..protocol import messages as m
 from ..protocol.payloads import CompactionDetails, CompactionResult, Model
@@ -362,7 +362,7 @@ def summary_request(messages_to_summarize: Sequence[m.AgentMessage],
 
 async def summarize(model: Model, options: StreamOptions, messages: Sequence[m.AgentMessage],
                     previous_summary: str | None = None, custom_instructions: str | None = None,
-                    *, http: httpx.AsyncClient | None = None) -> str:
+                    *, http: HttpClient | httpx.AsyncClient | None = None) -> str:
     """Summarise ``messages`` with one call to ``model``; returns the summary text.
 
     ``options`` are used as given (key, headers, thinking level, ``max_tokens``). A failed call
@@ -455,7 +455,7 @@ def with_file_lists(summary: str, details: CompactionDetails) -> str:
 async def compact(model: Model, options: StreamOptions, messages: Sequence[m.AgentMessage],
                   settings: CompactionSettings, *, custom_instructions: str | None = None,
                   previous_details: CompactionDetails | None = None,
-                  http: httpx.AsyncClient | None = None) -> CompactionPlan | None:
+                  http: HttpClient | httpx.AsyncClient | None = None) -> CompactionPlan | None:
     """Compact a live context; None when there is nothing to compact.
 
     The region after the latest ``compactionSummary`` message is cut (§6.4, omp: the previous
@@ -499,7 +499,7 @@ SHORT_SUMMARY_MAX_TOKENS = 256
 
 
 async def short_summary(model: Model, options: StreamOptions, summary: str, *,
-                        http: httpx.AsyncClient | None = None) -> str | None:
+                        http: HttpClient | httpx.AsyncClient | None = None) -> str | None:
     """omp's ``shortSummary``: a second, short call that describes the summary for display.
 
     Optional by nature: a failed call or an empty answer gives None (the compaction stands).
@@ -532,7 +532,7 @@ class HandoffError(Exception):
 async def handoff(model: Model, options: StreamOptions, system_prompt: Sequence[str],
                   messages: Sequence[m.AgentMessage], settings: CompactionSettings, *,
                   custom_instructions: str | None = None,
-                  http: httpx.AsyncClient | None = None) -> CompactionPlan:
+                  http: HttpClient | httpx.AsyncClient | None = None) -> CompactionPlan:
     """A handoff document replacing the older context (agent-core §6.7).
 
     One model call over the live context (with its system prompt) plus the handoff

@@ -2,19 +2,20 @@
 
 Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; DESIGN.md §2):
 
-* A run owns one ``trio.CancelScope`` (``Run.scope``). ``abort`` cancels it, whatever the run is
-  doing: streaming, running tools, waiting out a retry backoff, compacting. Nothing else in the
-  run decides about abort; cancellation unwinds everything and the run translates it into
-  protocol terms at its scope boundary (the agent's ``close_open``, then the ``auto_*_end``
-  frames of whatever was open).
+* A run owns one ``trio.CancelScope`` (``Run.scope``), registered in the session's
+  ``AbortRegistry`` (family ``run``) by whoever accepted the work, before the run starts.
+  ``abort`` cancels it, whatever the run is doing: streaming, running tools, waiting out a
+  retry backoff, compacting. Nothing else in the run decides about abort; cancellation unwinds
+  everything and the run translates it into protocol terms at its scope boundary (the agent's
+  ``close_open``, then the ``auto_*_end`` frames of whatever was open).
 * A run is one or more attempts (``Agent.run``), each starting with ``agent_start``. No
   ``agent_end`` is written between attempts; the session writes exactly one, terminal, when the
   saga is over, with the last attempt's messages.
 * An attempt that failed with a transient error is retried (``auto_retry_start``, a backoff in
   trio time, the failed turn dropped from the live context, a new attempt). The backoff is a
-  nested scope: ``abort_retry`` cancels only it, which ends the saga with
-  ``auto_retry_end {success: false, finalError: "Retry cancelled"}``. ``auto_retry_end`` comes
-  right before the run's ``agent_end`` (rpc-behavior §4.5).
+  nested scope, registered (family ``retry``) while it lasts: ``abort_retry`` cancels only it,
+  which ends the saga with ``auto_retry_end {success: false, finalError: "Retry cancelled"}``.
+  ``auto_retry_end`` comes right before the run's ``agent_end`` (rpc-behavior §4.5).
 * An attempt that overflowed the model's window is compacted and run again, once
   (``auto_compaction_start {reason: "overflow"}``, a warning ``notice``, ``auto_compaction_end
   {willRetry: true}``). After a successful run past the threshold the context is compacted
@@ -42,9 +43,11 @@ from ..llm.errors import ProviderError
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.payloads import CompactionResult
+from .aborts import AbortRegistry
 from .errors import SessionError
 from .retry import RetryWaitTooLong, backoff_delay, should_retry
 from .settings import Settings
+from .sink import Published
 
 OVERFLOW_NOTICE = ("The conversation no longer fits the model's context window: compacting it "
                    "and running the turn again.")
@@ -60,7 +63,7 @@ class RunHost(Protocol):
     auto_retry: bool
     auto_compaction: bool
 
-    def publish(self, event: object) -> None: ...
+    def publish(self, event: Published) -> None: ...
 
     def drop_failed_turn(self, failed: m.AssistantMessage) -> None: ...
 
@@ -94,6 +97,8 @@ class Run:
     host: RunHost
     prompts: list[Input]
     rng: random.Random
+    aborts: AbortRegistry
+    """Where the retry backoff is registered (``abort_retry`` cancels it there)."""
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     done: trio.Event = attrs.field(factory=trio.Event)
     """Set by the session once the run's terminal frames are written."""
@@ -102,7 +107,6 @@ class Run:
     too (an extension's dialog there must not hold an abort up)."""
     reason: str = ABORT_REASON
     """The aborted assistant message's ``errorMessage`` when the run is aborted."""
-    _backoff: trio.CancelScope | None = None
     _retries: int = 0
     """Retries of this saga so far (``auto_retry_*.attempt``)."""
     _retry_open: bool = False
@@ -118,13 +122,6 @@ class Run:
             self.reason = reason
         self.scope.cancel()
         self.tail.cancel()
-
-    def abort_retry(self) -> bool:
-        """Cancel a retry backoff in progress; False when none is."""
-        if self._backoff is None:
-            return False
-        self._backoff.cancel()
-        return True
 
     async def execute(self) -> RunReport | None:
         """Run the saga; None when it was aborted before it started (nothing was written).
@@ -187,10 +184,8 @@ class Run:
                 errorMessage=result.last.errorMessage or "unknown error"))
             # Caught here only when abort_retry cancelled it: while the run's own scope is
             # cancelled too (abort), trio lets the cancellation through to that scope.
-            with trio.CancelScope() as backoff:
-                self._backoff = backoff
+            with self.aborts.holding("retry") as backoff:
                 await trio.sleep(delay)  # trio time: MockClock tests run it instantly
-            self._backoff = None
             if backoff.cancelled_caught:
                 self._end_retry(False, RETRY_CANCELLED)
                 return result

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..config import agent_dir
 from ..llm.models import OFFLINE_PROVIDER, ModelRegistry
+from ..llm.stream import HttpClient
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
 from ..tools import default_tools
-from ..tools.base import Tool, ToolContext
+from ..tools.base import Tool, ToolContext, UriHandler
 from ..tools.todo_state import TodoState
+from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
 from .locations import sessions_dir
 from .settings import load_settings
+from .sink import EventSink, NullSink
 from .system_prompt import PromptOptions
 
 
@@ -29,8 +32,16 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                    tool_names: Sequence[str] | None = None,
                    persist: bool = True, session_dir: Path | None = None,
                    session_path: Path | None = None, resume: bool = False,
-                   announce_offline: bool = True) -> AgentSession:
+                   announce_offline: bool = True, sink: EventSink | None = None,
+                   http: HttpClient | None = None, aborts: AbortRegistry | None = None,
+                   uris: UriHandler | None = None,
+                   tools_from: Callable[[AgentSession], Sequence[Tool]] | None = None
+                   ) -> AgentSession:
     """The startup session. Raises ``SessionError`` / ``ConfigError`` with a message for the user.
+
+    What its owner (``serve()``) gives it: ``sink`` (where its events go), ``http`` (the client
+    of its model calls), ``aborts`` (the registry of its abortable work), ``uris`` (the host's
+    URL schemes for ``read`` / ``write``), ``tools_from`` (tools that need the session itself).
 
     ``model`` is ``provider/id`` or an id; ``provider`` alone picks that provider's first model.
     ``api_key`` is for the chosen provider. With nothing chosen and no credentials anywhere, the
@@ -64,7 +75,7 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             level = known
     cwd = Path.cwd() if cwd is None else cwd
     todos = TodoState()
-    context = ToolContext(cwd)
+    context = ToolContext(cwd, uris=uris)
     active = list(default_tools(context, todos)) if tools is None else list(tools)
     if tool_names is not None:
         by_name = {t.name: t for t in active}
@@ -84,12 +95,12 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                                     if env.get("OMP_SESSION_DIR") else None) or sessions_dir(
             prompt_options.agent_directory or agent_dir(environ), cwd)
     session = AgentSession(registry=registry, model=chosen, configured_thinking=level, cwd=cwd,
-                        settings=settings, auto_retry=settings.retry.enabled,
-                        auto_compaction=settings.compaction.enabled,
-                        sessions_directory=directory,
-                        builtin_tools=active, tool_context=context,
-                        prompt_options=prompt_options, system_prompt=prompt_options.build(active),
-                        todos=todos)
+                           settings=settings, auto_retry=settings.retry.enabled,
+                           auto_compaction=settings.compaction.enabled,
+                           sessions_directory=directory, builtin_tools=active,
+                           tool_context=context, prompt_options=prompt_options, todos=todos,
+                           sink=sink or NullSink(), http=http or HttpClient(),
+                           aborts=aborts or AbortRegistry(), tools_from=tools_from)
     session.load_skills()
     if directory is not None:
         session.open_startup_file(session_path=session_path, resume=resume)

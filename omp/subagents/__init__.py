@@ -25,15 +25,11 @@ from .registry import read_messages as read_messages
 
 
 def install(session: AgentSession, emit: Callable[[msgspec.Struct], None], *,
-            agent_directory: Path, trusted: bool, offer_tool: bool = True) -> SubagentHost:
-    """Give ``session`` (a main session) subagents: the registry writes frames with ``emit``;
-    with ``offer_tool`` the ``task`` tool joins the session's tools unless
-    ``task.maxRecursionDepth`` is 0. Reads the agent files (blocking, before serving)."""
-    registry = SubagentRegistry(emit=emit, epoch=lambda: session.job_epoch)
+            agent_directory: Path, trusted: bool) -> SubagentHost:
+    """The subagent host of ``session`` (a main session, while it is being built): its
+    registry writes frames with ``emit``; ``host.tool()`` is the ``task`` tool to offer when
+    ``host.can_spawn()``. Reads the agent files (blocking, before serving)."""
+    registry = SubagentRegistry(emit=emit, epoch=lambda: session.runs.job_epoch)
     host = SubagentHost(session, registry, agent_directory, trusted)
     host.refresh_agents()
-    session.subagents = host
-    if offer_tool and host.can_spawn():
-        session.builtin_tools.append(host.tool())
-        session.system_prompt = session.prompt_options.build(session.tools)
     return host

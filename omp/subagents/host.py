@@ -400,9 +400,9 @@ class SubagentHost:
             return (f"Background job limit reached ({limit}). Wait for running jobs to finish "
                     "or cancel one.")
         info = self.jobs[child.id] = JobInfo(child.id, child.agent.name)
-        epoch = self.session.job_epoch
+        epoch = self.session.runs.job_epoch
         try:
-            self.session.start_job(functools.partial(self._job, child, context, info, epoch))
+            self.session.runs.start_job(functools.partial(self._job, child, context, info, epoch))
         except SessionError as exc:
             del self.jobs[child.id]
             return str(exc)
@@ -418,22 +418,22 @@ class SubagentHost:
             if self.jobs.get(child.id) is info:
                 del self.jobs[child.id]
         outcome = child.outcome
-        if outcome is None or self.session.job_epoch != epoch:
+        if outcome is None or self.session.runs.job_epoch != epoch:
             return
         if self._pending_epoch != epoch:
             self._pending, self._pending_epoch = [], epoch
         self._pending.append((outcome, job_text(outcome)))
         if self._flush_epoch != epoch:
             self._flush_epoch = epoch
-            self.session.start_job(functools.partial(self._flush, epoch))
+            self.session.runs.start_job(functools.partial(self._flush, epoch))
 
     async def _flush(self, epoch: int) -> None:
         """Deliver every result settled by now as one message (cancelled: dropped)."""
         await trio.sleep(FLUSH_DELAY)
         self._flush_epoch = None
         batch, self._pending = self._pending, []
-        if batch and self.session.job_epoch == epoch:
-            self.session.deliver_async_result(async_result_message(batch))
+        if batch and self.session.runs.job_epoch == epoch:
+            self.session.runs.deliver_async_result(async_result_message(batch))
 
     # -- one child ------------------------------------------------------------------------------
 
@@ -504,7 +504,7 @@ class SubagentHost:
                             failure = f"Internal error: {type(exc).__name__}: {exc}"
                     if cap.cancelled_caught:
                         failure = RUNTIME_LIMIT.format(limit=runtime)
-                        await session.abort(failure)
+                        await session.runs.abort(failure)
                     cancelled = False
                 finally:
                     # The host's shield gets its deadline first: whatever the cleanup does,
@@ -604,34 +604,37 @@ class SubagentHost:
         else:
             wanted = [TOOL_NAMES.get(t, t) for t in agent.tools]
             tools = [available[t] for t in wanted if t in available]
+        spawns = agent.spawns
+        limit = parent.settings.task.maxRecursionDepth
+        nested_spawns = bool(spawns) and (limit < 0 or depth < limit)
+
+        def own_tools(session: AgentSession) -> list[Tool]:
+            """The tools that need the child's session: ``yield``, and ``task`` when it may
+            spawn children of its own."""
+            tools: list[Tool] = [YieldTool(
+                state, last_text=functools.partial(_last_text, session),
+                on_terminal=functools.partial(session.runs.stop_run, YIELD_STOP))]
+            if nested_spawns:
+                tools.append(SubagentHost(session, self.registry, self.agent_directory,
+                                          self.trusted, prefix=f"{child.id}.", spawns=spawns,
+                                          agents=self._agents).tool())
+            return tools
+
+        directory = self._artifacts_dir()
+        file = None
+        if directory is not None:
+            file = await trio.to_thread.run_sync(functools.partial(
+                SessionFile.create_at, directory / f"{child.id}.jsonl", cwd=str(parent.cwd),
+                parent_session=parent.session_file))
+            child.session_file = str(file.path)
         session = AgentSession(
             registry=parent.registry, model=model, configured_thinking=thinking,
             cwd=parent.cwd, builtin_tools=tools, tool_context=tool_context,
             prompt_options=PromptOptions(parent.cwd, self.agent_directory),
-            settings=parent.settings, auto_retry=parent.auto_retry,
-            auto_compaction=parent.auto_compaction, http=parent.http, task_depth=depth)
-        session.builtin_tools.append(YieldTool(
-            state, last_text=functools.partial(_last_text, session),
-            on_terminal=functools.partial(session.stop_run, YIELD_STOP)))
-        spawns = agent.spawns
-        limit = parent.settings.task.maxRecursionDepth
-        if spawns and (limit < 0 or depth < limit):
-            nested = SubagentHost(session, self.registry, self.agent_directory, self.trusted,
-                                  prefix=f"{child.id}.", spawns=spawns, agents=self._agents)
-            session.subagents = nested
-            session.builtin_tools.append(nested.tool())
-        prompt = session.prompt_options.build(session.tools)
-        block = _subagent_block(agent, context)
-        session.system_prompt = [*prompt[:-1], block, *prompt[-1:]] if prompt else [block]
-        directory = self._artifacts_dir()
-        if directory is not None:
-            path = directory / f"{child.id}.jsonl"
-            parent_file = parent.session_file
-            file = await trio.to_thread.run_sync(functools.partial(
-                SessionFile.create_at, path, cwd=str(parent.cwd), parent_session=parent_file))
-            child.session_file = str(file.path)
-            session.file = file
-            session.start_file()
+            prompt_extra=_subagent_block(agent, context), settings=parent.settings,
+            auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
+            http=parent.http, task_depth=depth, file=file, tools_from=own_tools)
+        if file is not None:
             init = {"type": "session_init", "systemPrompt": "\n\n".join(session.system_prompt),
                     "task": child.tracker.task, "tools": [t.name for t in session.tools],
                     "agent": agent.name, "resolvedModel": f"{model.provider}/{model.id}",
@@ -725,10 +728,9 @@ def _opt(value: str | None) -> Any:
     return msgspec.UNSET if value is None else value
 
 
-def jobs_report(session: AgentSession) -> str:
+def jobs_report(host: SubagentHost | None) -> str:
     """``/jobs``: the session's background jobs, one line each, or ``NO_JOBS``."""
-    host = session.subagents
-    if not isinstance(host, SubagentHost) or not host.jobs:
+    if host is None or not host.jobs:
         return NO_JOBS
     now = time.monotonic()
     lines = [f"Background jobs ({len(host.jobs)}):"]

@@ -1,0 +1,268 @@
+"""One server lifecycle, whatever the front end: ``omp --mode rpc`` and the one-shot modes.
+
+``Runtime`` is what one ``serve()`` owns, built before anything is written: the output queue and
+the outbox (the session's event sink), the pending host requests, the abort registry, the HTTP
+client of its model calls, the host UI and URI bridges, the session and its subagents. A session
+that cannot start raises here (``SessionError`` / ``ConfigError``) and nothing is written.
+
+``run_lifecycle`` runs a ``Front`` (the RPC reader and lanes, or one prompt run once) inside the
+one root nursery, with the one writer task, the stop signals, the session nursery; then the
+shutdown, in one order for every front: the front winds down (commands answered, the run
+aborted or settled, extensions told ``session_shutdown``), the output is drained for as long as
+the consumer keeps reading, and the HTTP client is closed. This is hypercorn's
+``worker_serve(..., shutdown_trigger=...)`` shape: the front is the shutdown trigger.
+
+Signals (only when serving the process's own stdio): the first stop signal is the front's
+``stop`` (rpc: the input ends as at EOF; one-shot: the run is aborted, its terminal events still
+written); a second one cancels everything at once; SIGINT ends in ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import trio
+
+from ..config import agent_dir
+from ..extensions.discovery import discover
+from ..llm.stream import HttpClient
+from ..process import watch_stop_signals
+from ..protocol import events as ev
+from ..protocol.codec import FrameEncoder
+from ..session import AgentSession, SessionError, create_session
+from ..session.aborts import AbortRegistry
+from ..session.sink import EventSink
+from ..subagents import SubagentHost
+from ..subagents import install as install_subagents
+from ..tools.ask import AskTool
+from ..tools.base import Tool
+from .bridges import ControlRegistry, HostUI, HostUris, emit_title_enabled
+from .outbox import Outbox
+from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
+
+if TYPE_CHECKING:
+    from ..extensions.loader import LoadReport
+    from .server import ServeOptions
+
+DRAIN_STALL_SECONDS = 1.0
+"""After the front ended, how long the output may make no progress before unsent frames are
+dropped (a consumer that stopped reading must not keep us alive)."""
+CLEANUP_SECONDS = 0.5
+"""Deadline of the shielded close of the HTTP client."""
+
+
+@attrs.define(eq=False, repr=False)
+class Runtime:
+    """What one ``serve()`` owns (DESIGN.md §2: resources belong to a ``serve()``)."""
+
+    options: ServeOptions
+    output: FrameQueue
+    outbox: Outbox
+    controls: ControlRegistry
+    aborts: AbortRegistry
+    http: HttpClient
+    ui: HostUI
+    host_uris: HostUris
+    session: AgentSession
+    subagents: SubagentHost | None
+
+
+def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
+                  sink: Callable[[Outbox], EventSink] | None = None) -> Runtime:
+    """Everything one ``serve()`` owns, the session last, its events going to ``outbox`` (or
+    to ``sink(outbox)``). Raises SessionError / ConfigError when the session cannot start.
+    ``ui`` False: dialogs return their defaults (no host)."""
+    output = outbox.output
+    controls = ControlRegistry()
+    aborts = AbortRegistry()
+    http = HttpClient()
+    host_ui = HostUI(controls, outbox.emit, enabled=ui and options.ui,
+                     emit_title=emit_title_enabled(os.environ))
+    host_uris = HostUris(controls, outbox.emit)
+    found: list[SubagentHost] = []
+
+    def own_tools(session: AgentSession) -> list[Tool]:
+        """The tools that need the session: the host's ``ask`` (``--mode rpc-ui``) and the
+        ``task`` tool with its subagent host (unless ``--tools`` chose the tools)."""
+        tools: list[Tool] = [AskTool(host_ui)] if options.ask_tool and host_ui.enabled else []
+        host = install_subagents(
+            session, outbox.emit,
+            agent_directory=session.prompt_options.agent_directory or agent_dir(),
+            trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
+        found.append(host)
+        if options.tools is None and host.can_spawn():
+            tools.append(host.tool())
+        return tools
+
+    session = create_session(
+        provider=options.provider, model=options.model, api_key=options.api_key,
+        thinking=options.thinking, agent_directory=options.agent_dir,
+        system_prompt=options.system_prompt, append_system_prompt=options.append_system_prompt,
+        cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline,
+        persist=options.persist, session_dir=options.session_dir, session_path=options.session,
+        resume=options.resume, sink=outbox if sink is None else sink(outbox), http=http,
+        aborts=aborts, uris=host_uris, tools_from=own_tools)
+    return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
+                   session, found[0] if found else None)
+
+
+def new_output(options: ServeOptions, encoder_limit: int | None = None) -> FrameQueue:
+    """The output queue of ``options`` (``encoder_limit``: the largest frame before the v1
+    size policy applies; ``--mode json`` writes lines of any size)."""
+    encoder = FrameEncoder() if encoder_limit is None else FrameEncoder(
+        max_frame_bytes=encoder_limit)
+    return FrameQueue(high_water_bytes=options.output_high_water_bytes,
+                      spool=ByteSpool(memory_limit=options.output_memory_bytes,
+                                      file_limit=options.output_spill_bytes),
+                      encoder=encoder)
+
+
+class Front(Protocol):
+    """A front end of the lifecycle: what reads the host's wishes and decides the end."""
+
+    async def run(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        """Serve until it is time to end (the input ended, the run settled); call
+        ``task_status.started()`` once serving. On cancellation it stops where it is."""
+
+    def stop(self, signum: int) -> None:
+        """The first stop signal (``signum``): end as soon as possible, terminal frames
+        written."""
+
+    async def shutdown(self) -> None:
+        """Wind down after ``run``: answer what was read, end the run, extensions told.
+        On cancellation it stops waiting."""
+
+
+async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, front: Front,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED, *,
+                        signals: bool = False) -> None:
+    """Run ``front`` with the writer (to ``stdout``; None: nothing is written), the session
+    nursery and the stop signals; then the shutdown. Raises ``KeyboardInterrupt`` after a
+    SIGINT, ``OutputClosedError`` when the output broke, ``SessionError`` when the session
+    file stopped being written. On cancellation everything is cancelled at once; each
+    cleanup has its own short deadline."""
+    output = runtime.output
+    output_error: OutputClosedError | None = None
+    written = trio.Event()
+    stops: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        stops.append(signum)
+        if len(stops) == 1:
+            front.stop(signum)
+        else:
+            root.cancel_scope.cancel()  # asked again: stop now
+
+    async def writer(stdout: trio.abc.SendStream) -> None:
+        nonlocal output_error
+        try:
+            await write_frames(output, stdout)
+        except OutputClosedError as exc:
+            output_error = exc
+            root.cancel_scope.cancel()
+        written.set()
+
+    try:
+        async with trio.open_nursery() as root:
+            if stdout is not None:
+                root.start_soon(writer, stdout)
+            if signals:
+                await root.start(watch_stop_signals, on_signal)
+            await root.start(runtime.session.serve)
+            await front.run(root, task_status)
+            await front.shutdown()
+            output.close()
+            if stdout is not None:
+                await _drain(output, written)
+            root.cancel_scope.cancel()  # the writer, if the consumer stopped reading
+    finally:
+        # The HTTP client belongs to this serve(): its connections must not outlive it.
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            await runtime.http.aclose()
+    if signal.SIGINT in stops:
+        raise KeyboardInterrupt
+    if output_error is not None:
+        raise output_error
+    failure = runtime.session.store.persistence_failure
+    if failure is not None:
+        # Everything was answered; the host was told by a notice frame. Durability was not
+        # kept, which the exit status must say (rpc-behavior §1.9).
+        raise SessionError(f"Session not saved: {failure}")
+
+
+async def _drain(output: FrameQueue, written: trio.Event) -> None:
+    """Wait until the writer has sent everything, as long as the consumer keeps reading."""
+    while not written.is_set():
+        progress = output.delivered
+        with trio.move_on_after(DRAIN_STALL_SECONDS):
+            await written.wait()
+        if output.delivered == progress:
+            return  # nothing went out for a while (not one piece): nobody is reading
+
+
+# -- extensions ------------------------------------------------------------------------------
+
+
+def extensions_wanted(options: ServeOptions) -> bool:
+    """Whether extensions are looked for at all (not with ``--no-extensions`` and none given)."""
+    return bool(options.discover_extensions or options.extensions or options.extension_objects)
+
+
+def load_extensions(runtime: Runtime) -> LoadReport | None:
+    """Discover and load the session's extensions (their modules run now); None when there is
+    nothing to load or say (the extension machinery is then never imported). Each load error
+    is also a line on stderr."""
+    options, session = runtime.options, runtime.session
+    if not extensions_wanted(options):
+        return None
+    sources, skipped = discover(
+        cwd=session.cwd, agent_dir=session.prompt_options.agent_directory or agent_dir(),
+        paths=list(options.extensions), objects=list(options.extension_objects),
+        discovery=options.discover_extensions,
+        trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
+    if not sources and skipped is None:
+        return None
+    from ..extensions.loader import load  # lazy: omp.lazy says why
+
+    report = load(sources, emit=runtime.outbox.emit)
+    report.skipped_project = skipped
+    for path, error in report.errors:
+        print(f"Failed to load extension {path}: {error}", file=sys.stderr)
+    return report
+
+
+def use_extensions(runtime: Runtime, loaded: LoadReport) -> None:
+    """Start the loaded extensions and say what loading said, as frames: load errors, an
+    untrusted project."""
+    runtime.session.use_extensions(loaded.extensions, runtime.ui)
+    emit = runtime.outbox.emit
+    for path, error in loaded.errors:
+        emit(ev.ExtensionError(extensionPath=path, event="load", error=error))
+    if loaded.skipped_project is not None:
+        emit(ev.Notice(level="warning", source="extensions",
+                       message=untrusted_project_message(loaded.skipped_project)))
+
+
+def untrusted_project_message(folder: Path) -> str:
+    return (f"Project extensions in {folder} were not loaded: the project is not trusted "
+            "(start with --trust-project, or list it under trustedProjects in "
+            "~/.omp/agent/config.yml)")
+
+
+def project_trusted(options: ServeOptions, cwd: Path, trusted: Sequence[Path]) -> bool:
+    """Whether code from the project in ``cwd`` may run (project extensions, project agents):
+    ``--trust-project``, or the cwd listed in the global ``trustedProjects``."""
+    return options.trust_project or any(_same_path(cwd, p) for p in trusted)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.expanduser().resolve()
+    except OSError:
+        return False

@@ -1,0 +1,125 @@
+"""The one-shot front end: ``omp -p MESSAGE`` (text) and ``omp --mode json MESSAGE``.
+
+The same lifecycle as ``omp --mode rpc`` (``omp.rpc.lifecycle``), with a different front: no
+input is read; the extensions are loaded (no host to ask: their dialogs return defaults), the
+message is prompted once, and the run's settling is the shutdown trigger. In ``json`` mode the
+run's events are written to stdout as JSON lines through the same output queue (any size,
+``message_update`` as ``--message-updates`` says); in ``text`` mode nothing is written to
+stdout until the end, when the final answer is printed.
+
+A first stop signal aborts the run (its terminal events are still written); one before the
+prompt or after the run settled, or a second one, stops at once.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import attrs
+import trio
+
+from ..llm.builder import NO_PACE, Pace
+from ..protocol import events as ev
+from ..protocol import messages as m
+from ..session.sink import Published, Update
+from .lifecycle import (
+    Runtime,
+    load_extensions,
+    untrusted_project_message,
+    use_extensions,
+)
+from .outbox import Outbox
+
+
+@attrs.define(eq=False, repr=False)
+class OnceSink:
+    """The session's sink in the one-shot modes: it notes the run's end, says a retry on
+    stderr (``-p``), and passes the events to the outbox (which drops them in text mode)."""
+
+    outbox: Outbox
+    text: bool
+    results: list[ev.PromptResult] = attrs.field(factory=list)
+    settled: trio.Event = attrs.field(factory=trio.Event)
+
+    def publish(self, event: Published) -> None:
+        if isinstance(event, ev.PromptResult):
+            self.results.append(event)
+        elif isinstance(event, ev.SessionSettled):
+            self.settled.set()
+        elif isinstance(event, ev.AutoRetryStart) and self.text:
+            print(retry_notice(event), file=sys.stderr, flush=True)
+        self.outbox.publish(event)
+
+    def publish_update(self, event: Update) -> None:
+        self.outbox.publish_update(event)
+
+    @property
+    def pace(self) -> Pace:
+        return NO_PACE if self.text else self.outbox.pace
+
+
+@attrs.define(eq=False, repr=False)
+class OnceFront:
+    runtime: Runtime
+    sink: OnceSink
+    message: str
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _prompted: bool = attrs.field(default=False, init=False)
+    stopped_by: int | None = attrs.field(default=None, init=False)
+    """The stop signal that ended the run, if one did."""
+
+    async def run(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        """Load the extensions, start them, prompt once and wait until the session settled.
+        Raises SessionError when the model cannot take the prompt. On cancellation it stops
+        where it is."""
+        self._nursery = nursery
+        runtime = self.runtime
+        loaded = load_extensions(runtime)
+        if loaded is not None:
+            if loaded.skipped_project is not None and self.sink.text:
+                print(f"omp: {untrusted_project_message(loaded.skipped_project)}",
+                      file=sys.stderr)
+            use_extensions(runtime, loaded)
+        if (extensions := runtime.session.extensions) is not None:
+            await extensions.session_start()
+        task_status.started()
+        runtime.session.prompt(self.message)
+        self._prompted = True
+        await self.sink.settled.wait()
+
+    def stop(self, signum: int) -> None:
+        assert self._nursery is not None
+        self.stopped_by = signum
+        if self._prompted and not self.sink.settled.is_set():
+            self._nursery.start_soon(self.runtime.session.close)  # aborted: terminal events
+        else:  # nothing to abort (yet, or any more): stop now
+            self._nursery.cancel_scope.cancel()
+
+    async def shutdown(self) -> None:
+        """The extensions hear ``session_shutdown``. On cancellation it stops waiting."""
+        if (extensions := self.runtime.session.extensions) is not None:
+            await extensions.session_shutdown()
+
+    @property
+    def completed(self) -> bool:
+        """Every prompt_result said ``completed``."""
+        results = self.sink.results
+        return bool(results) and all(r.status == "completed" for r in results)
+
+    def final_answer(self) -> tuple[str | None, str | None]:
+        """(the last assistant text, the error line when the last message failed)."""
+        session = self.runtime.session
+        last = next((msg for msg in reversed(session.messages)
+                     if isinstance(msg, m.AssistantMessage)), None)
+        error = None
+        if last is not None and last.stopReason in ("error", "aborted"):
+            error = last.errorMessage or last.stopReason
+        return session.last_assistant_text(), error
+
+
+def retry_notice(event: ev.AutoRetryStart) -> str:
+    """The stderr line of ``-p`` for an ``auto_retry_start``: what failed, and how long it
+    waits before which retry."""
+    return (f"omp: {event.errorMessage}; retrying in {event.delayMs / 1000:.1f} s "
+            f"(retry {event.attempt}/{event.maxAttempts})")
+

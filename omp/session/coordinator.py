@@ -1,0 +1,346 @@
+"""The run coordinator: a session's runs, their tickets and settlement, its background jobs.
+
+Who owns what:
+
+* ``RunCoordinator.serve`` owns the session nursery. Each run (``omp.session.run.Run``: the
+  saga and its cancel scope) is driven by one task in it, and at most one run exists at a time;
+  background jobs (detached subagents, their delivery) are tasks in it too, each in a scope of
+  its own that a session change or the close cancels (a plain ``abort`` does not).
+* A run's scope is registered in the ``AbortRegistry`` synchronously, by the call that accepts
+  the work (a host's prompt brings the scope the RPC reader registered for it when it read the
+  line), so an ``abort`` read right after the prompt finds it. A run whose scope was cancelled
+  before it started writes nothing but its ``prompt_result`` (``aborted``).
+* ``Settlement`` decides what ends: after a run the coordinator publishes the frames it returns
+  (``agent_end``, ``prompt_result``\\ s, ``session_settled``), and resumes with a new run when
+  the resume rule says so. Nothing else publishes those frames.
+
+Cancellation: ``abort`` cancels the run and waits until its terminal frames are out; ``close``
+aborts with the shutdown reason, answers every open ticket and stops ``serve``. Cancelled from
+outside, ``serve`` takes its tasks down with it (no terminal frames).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from ..agent.loop import ABORT_REASON, Agent, Input
+from ..protocol import messages as m
+from ..protocol.commands import RequestId
+from .aborts import AbortRegistry
+from .errors import SessionError
+from .run import Run, RunHost, RunReport
+from .settlement import Activity, Settlement, Ticket, outcome
+from .sink import Published
+
+ASYNC_RESULT = "async-result"
+"""``customType`` of the message that delivers background job results."""
+SHUTDOWN_REASON = "Request was aborted"
+"""The aborted message's ``errorMessage`` when the session closes (rpc-behavior §1.9)."""
+BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
+        "completion.")
+
+_COMMAND: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
+    "omp_command_ticket", default=None)
+"""The ticket of the extension command the current task runs (``command``): the first run it
+starts is bound to it. A context variable because the command reaches the session through the
+extension API, which knows nothing of tickets; trio gives each task its own context, so a run
+started meanwhile by another task (a background result, a resumed steer) is never taken for
+the command's."""
+
+Publish = Callable[[Published], None]
+AgentEndHook = Callable[[list[m.AgentMessage]], Awaitable[None]]
+
+
+@attrs.define(eq=False, repr=False)
+class RunCoordinator:
+    agent: Agent
+    host: RunHost
+    """What a run needs from its session (compaction, settings, the publish path)."""
+    publish: Publish
+    aborts: AbortRegistry
+    record: Callable[[m.AgentMessage], None]
+    """Adds a message to the live context and the session file (idle only)."""
+    agent_end_hook: Callable[[], AgentEndHook | None]
+    """The extensions' ``agent_end`` handler when one listens (looked up per run)."""
+    rng: random.Random = attrs.field(factory=random.Random)
+    settlement: Settlement = attrs.field(factory=Settlement)
+    runs_started: int = attrs.field(default=0, init=False)
+    job_epoch: int = attrs.field(default=0, init=False)
+    """Bumped whenever the background jobs are cancelled (a session change, ``close``): what
+    belonged to an older epoch is dropped."""
+    last_report: RunReport | None = attrs.field(default=None, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _run: Run | None = attrs.field(default=None, init=False)
+    """The run scheduled or going; None when idle."""
+    _jobs: dict[int, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    _job_counter: int = attrs.field(default=0, init=False)
+    _deferred: list[m.AgentMessage] = attrs.field(factory=list, init=False)
+    _closing: bool = attrs.field(default=False, init=False)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def run(self) -> Run | None:
+        return self._run
+
+    @property
+    def activity(self) -> Activity:
+        return Activity(running=self._run is not None, queued=self.agent.queued_count,
+                        jobs=len(self._jobs))
+
+    @property
+    def settled(self) -> bool:
+        return self.activity.settled
+
+    def _publish_all(self, frames: list[Published]) -> None:
+        for frame in frames:
+            self.publish(frame)
+
+    # -- the session nursery -----------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Own the session nursery (runs and jobs live in it) until ``close()``.
+
+        On cancellation the current run is cancelled with the nursery (no terminal frames)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def close(self) -> None:
+        """Abort the run (its terminal events are still published), answer every open ticket,
+        and stop ``serve``. On cancellation the nursery is torn down without waiting."""
+        self._closing = True
+        self.cancel_jobs()
+        await self.abort(SHUTDOWN_REASON)
+        self._publish_all(self.settlement.abort_all(self.activity, closing=True))
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    # -- accepting work ----------------------------------------------------------------------
+
+    def prompt(self, message: Input, *, streaming_behavior: str | None = None,
+               request_id: RequestId | None = None,
+               scope: trio.CancelScope | None = None) -> None:
+        """Accept a host's prompt: start a run, or queue it while one is going (steering or
+        follow-up as ``streaming_behavior`` says). Raises SessionError (nothing accepted) when
+        busy without ``streaming_behavior``. Exactly one ``prompt_result`` follows. ``scope``
+        is the cancel scope registered for it when it was read (family ``run``)."""
+        if self._run is not None:
+            if streaming_behavior is None:
+                raise SessionError(BUSY)
+            queue = (self.agent.queue_steering if streaming_behavior == "steer"
+                     else self.agent.queue_follow_up)
+            queue(message)
+        else:
+            self.start_run([message], scope=scope)
+        self.settlement.accept(Ticket(request_id, message))
+
+    def queue(self, message: Input, *, steer: bool) -> None:
+        """``steer`` / ``follow_up``: queued during a run; idle, it starts one. No ticket (as
+        in the original, rpc-behavior §3.3): the response is their answer, and a run they
+        start ends with ``session_settled`` like any other."""
+        if self._run is not None:
+            (self.agent.queue_steering if steer else self.agent.queue_follow_up)(message)
+        else:
+            self.start_run([message])
+
+    def deliver(self, message: Input, *, trigger_turn: bool, follow_up: bool) -> None:
+        """A message from an extension: queued during a run; idle, it starts a run
+        (``trigger_turn``) or is just added to the context. No ticket: no host asked."""
+        if self._run is not None:
+            (self.agent.queue_follow_up if follow_up else self.agent.queue_steering)(message)
+        elif trigger_turn:
+            self.start_run([message])
+        else:
+            self.record(message)
+
+    def deliver_async_result(self, message: m.CustomMessage) -> None:
+        """A background job's result for the model (subagents-login.md A.10): during a run it
+        joins at the next step boundary without interrupting tool calls in flight; idle, it
+        starts a run (no ticket: no host asked)."""
+        if self._closing:
+            return
+        if self._run is not None:
+            self.agent.steering.append(message)  # not queue_steering: an aside, no interrupt
+        elif self._nursery is not None:
+            self.start_run([message])
+
+    def add_record(self, message: m.AgentMessage) -> None:
+        """An RPC ``bash`` record: into the context now when idle, before the next run while
+        one streams (a run's context must not change under it)."""
+        if self._run is not None:
+            self._deferred.append(message)
+        else:
+            self.record(message)
+
+    def retry(self, request_id: RequestId | None) -> bool:
+        """``/retry``: run the last turn again when it failed (an error, not an abort); False
+        when there is nothing to retry. Its ticket is bound to the run."""
+        messages = self.agent.messages
+        last = messages[-1] if messages else None
+        if self._run is not None or not (isinstance(last, m.AssistantMessage)
+                                         and last.stopReason == "error"):
+            return False
+        self.host.drop_failed_turn(last)
+        run = self.start_run([])
+        self.settlement.accept(Ticket(request_id, None, run))
+        return True
+
+    def local(self, request_id: RequestId | None) -> None:
+        """A prompt handled without the model: its ``prompt_result`` now."""
+        self._publish_all(self.settlement.local(request_id, self.activity))
+
+    def open_command(self, request_id: RequestId | None) -> Ticket:
+        """The ticket of an extension command, opened when the command is accepted."""
+        ticket = Ticket(request_id, command_running=True)
+        self.settlement.accept(ticket)
+        return ticket
+
+    @contextlib.contextmanager
+    def running_command(self, ticket: Ticket) -> Iterator[None]:
+        """For the ``with`` block in which the command's handler runs (in its own task): the
+        first run it starts is bound to ``ticket``. Then ``command_ended``."""
+        token = _COMMAND.set(ticket)
+        try:
+            yield
+        finally:
+            _COMMAND.reset(token)
+
+    def command_ended(self, ticket: Ticket, succeeded: bool, name: str) -> None:
+        self._publish_all(self.settlement.command_ended(ticket, succeeded, now=self.activity,
+                                                        name=name))
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def start_run(self, prompts: list[Input], *, scope: trio.CancelScope | None = None) -> Run:
+        """Start a run now (the caller checked that none is going). Its scope (``scope``, or a
+        new one) is registered before this returns."""
+        if self._nursery is None or self._closing:
+            raise SessionError("The session is closed")
+        # RPC bash records made while the last run streamed enter the context now.
+        for message in self._deferred:
+            self.record(message)
+        self._deferred.clear()
+        run = Run(self.host, prompts, self.rng, aborts=self.aborts,
+                  scope=scope if scope is not None else trio.CancelScope())
+        self.aborts.hold("run", run.scope, done=run.done)
+        self.aborts.hold("run", run.tail)
+        self._run = run
+        self.runs_started += 1
+        self.settlement.begin()
+        if (ticket := _COMMAND.get()) is not None:
+            self.settlement.bind(ticket, run)
+        self._nursery.start_soon(self._drive, run)
+        return run
+
+    async def _drive(self, run: Run) -> None:
+        """The run's task: the saga, then its terminal frames (none when it never started)."""
+        try:
+            report = await run.execute()
+            hook = self.agent_end_hook()
+            if report is not None and hook is not None:
+                # Extensions hear of the run's end before the host does (extensions.md §1.7).
+                with run.tail:
+                    await hook(report.messages)
+        finally:
+            self.aborts.release(run.scope)
+            self.aborts.release(run.tail)
+        self._run = None
+        self.last_report = report
+        # A background result that arrived after the run's last step boundary is still queued:
+        # it starts the next run (subagents-login.md A.10).
+        undelivered = not self._closing and any(
+            isinstance(x, m.CustomMessage) and x.customType == ASYNC_RESULT
+            for x in self.agent.steering)
+        resume = self.settlement.resumes(report, steering=bool(self.agent.steering),
+                                         undelivered=undelivered, closing=self._closing)
+        self._publish_all(self.settlement.run_ended(
+            run, run.prompts, report, after=self.activity, resume=resume,
+            awaiting=undelivered or bool(self._jobs)))
+        run.done.set()
+        if resume:
+            self.start_run([])
+
+    async def abort(self, reason: str = ABORT_REASON) -> None:
+        """Abort the run and wait until its terminal frames are out. Returns at once when
+        idle. On cancellation, stops waiting (the abort still happens)."""
+        run = self._run
+        if run is None:
+            return
+        run.abort(reason)
+        await run.done.wait()
+
+    def request_abort(self) -> None:
+        """Abort the run without waiting for it (``ctx.abort()``)."""
+        if self._run is not None:
+            self._run.abort(ABORT_REASON)
+
+    def stop_run(self, reason: str) -> None:
+        """Cancel the run now without waiting for it (a subagent's terminal ``yield``)."""
+        if self._run is not None:
+            self._run.abort(reason)
+
+    async def wait_for_idle(self) -> tuple[Literal["completed", "aborted", "error"], Any]:
+        """Wait until no run is going; the last run's ``prompt_result`` status and error.
+
+        On cancellation, stops waiting."""
+        while (run := self._run) is not None:
+            await run.done.wait()
+        return outcome(self.last_report)
+
+    async def reset(self) -> None:
+        """Stop whatever runs and empty the queues (before a session change): prompts still
+        waiting for their result are answered ``aborted``; background jobs are cancelled and
+        their results dropped."""
+        self.cancel_jobs()
+        await self.abort()
+        self.agent.steering.clear()
+        self.agent.follow_ups.clear()
+        self._deferred.clear()
+        self._publish_all(self.settlement.abort_all(self.activity))
+
+    def settle(self) -> None:
+        """After a change that may end a stretch of activity (a branch)."""
+        if not self._closing:
+            self._publish_all(self.settlement.settle(self.activity))
+
+    # -- background jobs (detached subagents) ------------------------------------------------
+
+    def start_job(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` as a background job in the session nursery. A plain ``abort`` does not
+        stop it; a session change and ``close`` cancel it (``cancel_jobs``). While any job runs
+        the session is not settled. ``work`` must not raise (it reports its own failures).
+        Raises SessionError when the session is closed."""
+        if self._nursery is None or self._closing:
+            raise SessionError("The session is closed")
+        self._job_counter += 1
+        key = self._job_counter
+        scope = self._jobs[key] = trio.CancelScope()
+        self.settlement.begin()
+        self._nursery.start_soon(self._run_job, key, scope, work)
+
+    async def _run_job(self, key: int, scope: trio.CancelScope,
+                       work: Callable[[], Awaitable[None]]) -> None:
+        with scope:
+            await work()
+        # Cancelled by cancel_jobs, the job is already forgotten; otherwise it ends here.
+        if self._jobs.get(key) is scope:
+            del self._jobs[key]
+            self.settle()
+
+    def cancel_jobs(self) -> None:
+        """Cancel every background job now (a session change, ``close``): whatever they
+        would have delivered is dropped."""
+        self.job_epoch += 1
+        for scope in self._jobs.values():
+            scope.cancel()
+        self._jobs.clear()
