@@ -48,7 +48,6 @@ async def _measure(children: int, cwd: Path) -> dict[str, float]:
     from omp.subagents import install
     from omp.tools.task import TaskItem
 
-    session = create_session(model="offline/echo", cwd=cwd, announce_offline=False)
     delivered = 0
     done = trio.Event()
     target = 0
@@ -67,10 +66,11 @@ async def _measure(children: int, cwd: Path) -> dict[str, float]:
 
         pace = NO_PACE
 
+    session = create_session(model="offline/echo", cwd=cwd, announce_offline=False,
+                             sink=Sink())
     host = install(session, lambda frame: None, agent_directory=Path(session.prompt_options
                                                                          .agent_directory or cwd),
                    trusted=False)
-    session.subscribe(Sink())
 
     async def noop(partial: Any) -> None:
         await trio.lowlevel.checkpoint()

@@ -92,7 +92,7 @@ import omp
 from omp.client import HostToolUpdater, RpcClient, RpcConnectionClosed, ToolResult
 from omp.protocol.commands import HostToolDefinition
 from omp.protocol.events import HostToolCall, HostUriRequest
-from omp.rpc import server
+from omp.rpc import lifecycle
 from omp.rpc.server import ServeOptions
 from omp.testing.fake_llm import open_fake_llm
 from omp.tools import shell
@@ -110,7 +110,8 @@ PROFILE = settings.get_profile("cancellation")
 REAL_LIMIT = 30.0
 """Real seconds one example may take before it counts as hung (virtual time has no bound: a
 real subprocess lets autojump run the clock far ahead)."""
-SHUTDOWN_BOUND = shell.CLEANUP_TIMEOUT + server.DRAIN_STALL_SECONDS + server.CLEANUP_SECONDS
+SHUTDOWN_BOUND = (shell.CLEANUP_TIMEOUT + lifecycle.DRAIN_STALL_SECONDS
+                  + lifecycle.CLEANUP_SECONDS)
 """Virtual seconds ``serve()`` may take to return after stdin EOF or its cancellation: its own
 deadlines (a shell's cleanup: SIGTERM to the group, the grace, SIGKILL, the reap, the rest of
 its output; then the output drain's stall limit and the HTTP client's close). Not issue 9's

@@ -16,7 +16,7 @@ import trio.testing
 
 import omp
 from omp.protocol.frames import ok
-from omp.rpc import server as server_module
+from omp.rpc import lifecycle as lifecycle_module
 from omp.rpc.output import (
     ByteSpool,
     FrameQueue,
@@ -172,7 +172,7 @@ async def test_a_host_that_reads_slowly_is_not_taken_for_one_that_stopped(
     # limit far shorter than a megabyte takes to cross that pipe: shutdown waits for the host
     # as long as pieces keep going out, even when a block (here 1 MiB of the spill file) takes
     # longer than the limit. Counted per block, the rest was dropped and the host hung.
-    monkeypatch.setattr(server_module, "DRAIN_STALL_SECONDS", 0.2)
+    monkeypatch.setattr(lifecycle_module, "DRAIN_STALL_SECONDS", 0.2)
     to_server, server_in = omp.memory_pipe()
     server_out, from_server = omp.memory_pipe(max_buffer_bytes=256)
     await serve_a_host_that_writes_without_reading(

@@ -84,9 +84,16 @@ def host_for(cwd: Path, home: Path, args: tuple[str, ...] = OFFLINE_ARGS) -> ope
 
 async def prompt(host: RawHost, message: str, request_id: str = "p", **fields: Any
                  ) -> list[Frame]:
-    """Send a prompt and read up to its response (a local command ends there)."""
+    """Send a prompt and read up to its response. A command handled locally ends with its
+    ``prompt_result`` right behind its response (every accepted prompt has one): that frame is
+    checked and taken here, so the frames returned end with the response."""
     await host.send({"id": request_id, "type": "prompt", "message": message, **fields})
-    return await host.until_type("response", id=request_id)
+    frames = await host.until_type("response", id=request_id)
+    if local(frames):
+        result = await host.next()
+        assert result == {"type": "prompt_result", "id": request_id, "agentInvoked": False,
+                          "status": "completed", "sessionSettled": result["sessionSettled"]}
+    return frames
 
 
 async def run(host: RawHost, message: str, request_id: str = "p") -> list[Frame]:
@@ -115,7 +122,7 @@ def take_file(name: str) -> tuple[Any, int]:
 
 def local(frames: list[Frame]) -> bool:
     """The response of a command handled without the model."""
-    return frames[-1]["success"] is True and frames[-1]["data"] == {"agentInvoked": False}
+    return frames[-1]["success"] is True and frames[-1].get("data") == {"agentInvoked": False}
 
 
 # --- the list ------------------------------------------------------------------------------------

@@ -55,8 +55,8 @@ async def stream_through(sink: GatedSink, tmp_path: Path, agent_dir: Path) -> in
     async with open_fake_llm([{"chunks": [{"text": p} for p in pieces]}]) as llm:
         write_models_yml(agent_dir, llm.base_url)
         session = create_session(model="fake/fake-model", agent_directory=agent_dir,
-                                 cwd=tmp_path, persist=False, announce_offline=False)
-        session.subscribe(sink)
+                                 cwd=tmp_path, persist=False, announce_offline=False,
+                                 sink=sink)
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 await nursery.start(session.serve)

@@ -44,6 +44,8 @@ RESERVED_SCHEMES = frozenset({
     "xd", "attachment", "conflict"})
 HOST_TOOL_DISCONNECTED = "RPC client disconnected before host tool execution completed"
 HOST_URI_DISCONNECTED = "RPC client disconnected before host URI request completed"
+INPUT_CLOSED = "Cancelled: the host closed the input before the command finished"
+"""A command in flight when the input ended is answered with this (``code: "cancelled"``)."""
 UI_DISCONNECTED = "RPC client disconnected before extension UI response completed"
 
 Emit = Callable[[msgspec.Struct], None]

@@ -1,4 +1,6 @@
-"""Command handlers and the one route table the reader consults.
+"""The one route table the reader consults, and the handlers of prompting, the abort family,
+the protocol itself and the host's tools (the session's file and context are handled in
+``omp.rpc.session_commands``, the agent's settings in ``omp.rpc.settings_commands``).
 
 Every command type has one ``Route``: its handler and its lane (DESIGN.md §2, rpc-behavior §1.5):
 
@@ -28,19 +30,13 @@ subagent host, the host's UI).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 import msgspec
 import trio
-from msgspec import UNSET
 
-from ..config import ConfigError
-from ..extensions.ui import UiDisconnected
-from ..login import FrameLoginUI, LoginError, run_login
 from ..protocol import commands as cmd
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -49,10 +45,10 @@ from ..protocol.events import AvailableCommandsUpdate
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.aborts import ABORT, AbortRegistry, Family
-from ..session.errors import InvalidRequest
-from ..session.stats import context_usage_payload, session_stats
-from ..subagents import SubagentHost, SubagentRegistry, UnknownSubagent, read_messages
+from ..session.stats import context_usage_payload
+from ..subagents import SubagentHost
 from .bridges import (
+    INPUT_CLOSED,
     ControlRegistry,
     HostTool,
     HostUI,
@@ -62,7 +58,8 @@ from .bridges import (
 )
 from .outbox import Outbox
 from .output import FrameQueue, SwitchProtocol
-from .paging import PageError, encode_tree, page
+from .session_commands import SessionCommands
+from .settings_commands import SettingsCommands
 from .slash import Call, CommandFailed, Outcome, Residual, Slash, Started
 
 INTERNAL_ERROR = "internal_error"
@@ -129,8 +126,10 @@ class Commands:
     The lane that answered waits for it before the next line, so what the command does at
     once (``ctx.shutdown()``) applies to every later line, as if it had run in the lane."""
     custom: Mapping[str, CustomHandler] = attrs.field(factory=dict)
-    subagent_level: str = attrs.field(default="off", init=False)
-    _login_running: bool = attrs.field(default=False, init=False)
+    files: SessionCommands = attrs.field(init=False)
+    """The session's file and context (``omp.rpc.session_commands``)."""
+    settings: SettingsCommands = attrs.field(init=False)
+    """Model, modes, messages, login, subagents (``omp.rpc.settings_commands``)."""
     routes: dict[type[Any], Route] = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     slash: Slash = attrs.field(init=False)
@@ -140,6 +139,8 @@ class Commands:
         if clash:
             raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
         self.custom_names = frozenset(self.custom)
+        self.files = SessionCommands(self.session)
+        self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents)
         self.routes = self._route_table()
         self.slash = Slash(self.session, self.emit, self.spawn, self.subagents)
 
@@ -157,6 +158,7 @@ class Commands:
             return Route(handler, "serial", sync=True, after=after)
 
         announce = self.announce_after_success
+        files, settings = self.files, self.settings
         routes: dict[type[Any], Route] = {
             kind: Route(self.dispatch_control, "control", sync=True)
             for kind in cmd.CONTROL_FRAMES.values()}
@@ -165,58 +167,58 @@ class Commands:
             cmd.AbortAndPrompt: Route(self.abort_and_prompt, "immediate"),
             cmd.AbortBash: Route(self.abort_bash, "immediate", sync=True),
             cmd.AbortRetry: Route(self.abort_retry, "immediate", sync=True),
-            cmd.Bash: Route(self.bash, "task", family="bash", scoped=True),
-            cmd.ExportHtml: Route(self.export_html, "task", family="command"),
+            cmd.Bash: Route(files.bash, "task", family="bash", scoped=True),
+            cmd.ExportHtml: Route(files.export_html, "task", family="command"),
             # compact, handoff and session changes stay in the serial lane on purpose: like the
             # original, commands after them wait until the context is rewritten (a prompt must
             # not start on the old one); ``abort`` (its own lane) still cancels them.
-            cmd.Compact: Route(self.compact, "serial", family="maintenance", scoped=True),
-            cmd.Handoff: Route(self.handoff, "serial", family="maintenance", scoped=True),
-            cmd.NewSession: Route(self.change_session, "serial", after=announce,
+            cmd.Compact: Route(files.compact, "serial", family="maintenance", scoped=True),
+            cmd.Handoff: Route(files.handoff, "serial", family="maintenance", scoped=True),
+            cmd.NewSession: Route(files.change_session, "serial", after=announce,
                                   family="command"),
-            cmd.SwitchSession: Route(self.change_session, "serial", after=announce,
+            cmd.SwitchSession: Route(files.change_session, "serial", after=announce,
                                      family="command"),
-            cmd.OpenSession: Route(self.change_session, "serial", after=announce,
+            cmd.OpenSession: Route(files.change_session, "serial", after=announce,
                                    family="command"),
-            cmd.Branch: Route(self.branch, "serial", after=announce, family="command"),
+            cmd.Branch: Route(files.branch, "serial", after=announce, family="command"),
             cmd.NegotiateProtocol: serial(self.negotiate_protocol,
                                           after=self.switch_after_success),
             cmd.GetState: serial(self.get_state),
-            cmd.SetSteeringMode: serial(self.set_steering_mode),
-            cmd.SetFollowUpMode: serial(self.set_follow_up_mode),
-            cmd.SetInterruptMode: serial(self.set_interrupt_mode),
-            cmd.SetTodos: serial(self.set_todos),
+            cmd.SetSteeringMode: serial(settings.set_steering_mode),
+            cmd.SetFollowUpMode: serial(settings.set_follow_up_mode),
+            cmd.SetInterruptMode: serial(settings.set_interrupt_mode),
+            cmd.SetTodos: serial(settings.set_todos),
             cmd.SetEventFilter: serial(self.set_event_filter),
             cmd.GetAvailableCommands: serial(self.get_available_commands),
-            cmd.SetModel: serial(self.set_model),
-            cmd.CycleModel: serial(self.cycle_model),
-            cmd.GetAvailableModels: serial(self.get_available_models),
-            cmd.SetThinkingLevel: serial(self.set_thinking_level),
-            cmd.CycleThinkingLevel: serial(self.cycle_thinking_level),
-            cmd.GetAvailableThinkingLevels: serial(self.get_available_thinking_levels),
-            cmd.SetSessionName: serial(self.set_session_name),
-            cmd.GetSessionStats: serial(self.get_session_stats),
-            cmd.GetLoginProviders: serial(self.get_login_providers),
+            cmd.SetModel: serial(settings.set_model),
+            cmd.CycleModel: serial(settings.cycle_model),
+            cmd.GetAvailableModels: serial(settings.get_available_models),
+            cmd.SetThinkingLevel: serial(settings.set_thinking_level),
+            cmd.CycleThinkingLevel: serial(settings.cycle_thinking_level),
+            cmd.GetAvailableThinkingLevels: serial(settings.get_available_thinking_levels),
+            cmd.SetSessionName: serial(files.set_session_name),
+            cmd.GetSessionStats: serial(files.get_session_stats),
+            cmd.GetLoginProviders: serial(settings.get_login_providers),
             # A task: the lanes stay free while the user logs in; ``abort`` cancels it.
-            cmd.Login: Route(self.login, "task", family="login", scoped=True),
-            cmd.SetSubagentSubscription: serial(self.set_subagent_subscription),
-            cmd.GetSubagents: serial(self.get_subagents),
-            cmd.GetSubagentMessages: serial(self.get_subagent_messages),
-            cmd.GetBranchMessages: serial(self.get_branch_messages),
-            cmd.GetEntries: serial(self.get_entries),
-            cmd.GetTree: serial(self.get_tree),
-            cmd.GetMessagesPage: serial(self.get_messages_page),
-            cmd.SetAutoRetry: serial(self.set_auto_retry),
-            cmd.SetAutoCompaction: serial(self.set_auto_compaction),
-            cmd.SetFastMode: serial(self.set_fast_mode),
+            cmd.Login: Route(settings.login, "task", family="login", scoped=True),
+            cmd.SetSubagentSubscription: serial(settings.set_subagent_subscription),
+            cmd.GetSubagents: serial(settings.get_subagents),
+            cmd.GetSubagentMessages: serial(settings.get_subagent_messages),
+            cmd.GetBranchMessages: serial(files.get_branch_messages),
+            cmd.GetEntries: serial(files.get_entries),
+            cmd.GetTree: serial(files.get_tree),
+            cmd.GetMessagesPage: serial(files.get_messages_page),
+            cmd.SetAutoRetry: serial(settings.set_auto_retry),
+            cmd.SetAutoCompaction: serial(settings.set_auto_compaction),
+            cmd.SetFastMode: serial(settings.set_fast_mode),
             cmd.SetHostTools: serial(self.set_host_tools),
             cmd.SetHostUriSchemes: serial(self.set_host_uri_schemes),
             cmd.Prompt: Route(self.prompt, "serial", sync=True, after=self.after_prompt,
                               family="run", scoped=True),
             cmd.Steer: serial(self.steer),
             cmd.FollowUp: serial(self.follow_up),
-            cmd.GetMessages: serial(self.get_messages),
-            cmd.GetLastAssistantText: serial(self.get_last_assistant_text),
+            cmd.GetMessages: serial(settings.get_messages),
+            cmd.GetLastAssistantText: serial(settings.get_last_assistant_text),
         })
         missing = [name for name, kind in cmd.COMMANDS.items() if kind not in routes]
         if missing:  # our own bug: every command of the protocol has a route
@@ -237,9 +239,7 @@ class Commands:
                     INTERNAL_ERROR)
 
     def cancelled(self, frame: Frame) -> Response:
-        return fail(_tag(frame), frame.id,
-                    "Cancelled: the host closed the input before the command finished",
-                    "cancelled")
+        return fail(_tag(frame), frame.id, INPUT_CLOSED, "cancelled")
 
     def dispatch_control(self, frame: cmd.ControlFrame) -> Response:
         self.controls.dispatch(frame)
@@ -428,64 +428,6 @@ class Commands:
         except (CommandFailed, SessionError) as exc:
             return fail("abort_and_prompt", frame.id, str(exc))
 
-    def get_messages(self, frame: cmd.GetMessages) -> Response:
-        return ok("get_messages", frame.id,
-                  payloads.MessagesPayload(messages=list(self.session.messages)))
-
-    def get_last_assistant_text(self, frame: cmd.GetLastAssistantText) -> Response:
-        text = self.session.last_assistant_text()
-        return ok("get_last_assistant_text", frame.id,
-                  payloads.LastAssistantText(text=msgspec.UNSET if text is None else text))
-
-    def set_model(self, frame: cmd.SetModel) -> Response:
-        try:
-            model = self.session.set_model(frame.provider, frame.modelId)
-        except SessionError as exc:
-            return fail("set_model", frame.id, str(exc))
-        return ok("set_model", frame.id, model)
-
-    def cycle_model(self, frame: cmd.CycleModel) -> Response:
-        s = self.session
-        model = s.models.cycle_model()
-        if model is None:
-            return ok("cycle_model", frame.id, None)
-        return ok("cycle_model", frame.id, payloads.CycleModelResult(
-            model=model, thinkingLevel=s.thinking_level if model.reasoning else msgspec.UNSET,
-            isScoped=False))
-
-    def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
-        models = self.session.registry.available()
-        return ok("get_available_models", frame.id, payloads.ModelsPayload(models=models))
-
-    def set_thinking_level(self, frame: cmd.SetThinkingLevel) -> Response:
-        self.session.set_thinking_level(frame.level)
-        return ok("set_thinking_level", frame.id)
-
-    def cycle_thinking_level(self, frame: cmd.CycleThinkingLevel) -> Response:
-        level = self.session.models.cycle_thinking_level()
-        data = None if level is None else payloads.ThinkingLevelPayload(level=level)
-        return ok("cycle_thinking_level", frame.id, data)
-
-    def get_available_thinking_levels(self, frame: cmd.GetAvailableThinkingLevels) -> Response:
-        return ok("get_available_thinking_levels", frame.id, payloads.ThinkingLevelsPayload(
-            levels=self.session.models.available_thinking_levels()))
-
-    def set_steering_mode(self, frame: cmd.SetSteeringMode) -> Response:
-        self.session.agent.steering_mode = frame.mode
-        return ok("set_steering_mode", frame.id)
-
-    def set_follow_up_mode(self, frame: cmd.SetFollowUpMode) -> Response:
-        self.session.agent.follow_up_mode = frame.mode
-        return ok("set_follow_up_mode", frame.id)
-
-    def set_interrupt_mode(self, frame: cmd.SetInterruptMode) -> Response:
-        self.session.agent.interrupt_mode = frame.mode
-        return ok("set_interrupt_mode", frame.id)
-
-    def set_todos(self, frame: cmd.SetTodos) -> Response:
-        phases = self.session.set_todos(frame.phases)
-        return ok("set_todos", frame.id, payloads.TodoPhasesPayload(todoPhases=phases))
-
     def negotiate_protocol(self, frame: cmd.NegotiateProtocol) -> Response:
         version = frame.protocolVersion
         if type(version) is not int or version not in SUPPORTED_PROTOCOL_VERSIONS or version < 2:
@@ -560,246 +502,12 @@ class Commands:
         self.spawn(run)
         return ok(kind, request_id)
 
-    # -- sessions ----------------------------------------------------------------------------
-
-    async def change_session(self, frame: cmd.NewSession | cmd.SwitchSession | cmd.OpenSession
-                             ) -> Response:
-        """new_session / switch_session / open_session: the run in progress is aborted (its
-        prompts answered ``aborted``), then the session continues in another file."""
-        session = self.session
-        kind = _tag(frame)
-        data: Any
-        try:
-            if isinstance(frame, cmd.NewSession):
-                parent = frame.parentSession if isinstance(frame.parentSession, str) else None
-                await session.new_session(parent)
-                data = payloads.SessionChangeResult(cancelled=False)
-            elif isinstance(frame, cmd.SwitchSession):
-                switched = await session.switch_session(_user_path(frame.sessionPath))
-                data = payloads.SessionChangeResult(cancelled=not switched)
-            else:
-                cancelled, resumed = await session.open_session(
-                    _user_path(frame.sessionDir))
-                data = payloads.OpenSessionResult(
-                    cancelled=cancelled, resumed=resumed, sessionId=session.session_id,
-                    sessionFile=session.session_file or msgspec.UNSET)
-        except SessionError as exc:
-            return fail(kind, frame.id, str(exc))
-        return ok(kind, frame.id, data)
-
-    def get_session_stats(self, frame: cmd.GetSessionStats) -> Response:
-        s = self.session
-        return ok("get_session_stats", frame.id, session_stats(
-            s.messages, session_file=s.session_file, session_id=s.session_id,
-            context_usage=s.maintenance.context_usage()))
-
-    async def export_html(self, frame: cmd.ExportHtml) -> Response:
-        """Write the session as one self-contained HTML page (in a worker thread)."""
-        output = frame.outputPath if isinstance(frame.outputPath, str) else None
-        try:
-            shown = await self.session.export_html(output)
-        except SessionError as exc:
-            return fail("export_html", frame.id, str(exc))
-        return ok("export_html", frame.id, payloads.ExportHtmlResult(path=shown))
-
-    # Logins (omp.login): OAuth for providers with an ``oauth`` block in models.yml, API-key
-    # login for every other provider that takes a key. Vendor-subscription logins that need us
-    # to pose as the vendor's own client are not offered (DESIGN.md §4.7).
-    def get_login_providers(self, frame: cmd.GetLoginProviders) -> Response:
-        registry = self.session.registry
-        return ok("get_login_providers", frame.id, payloads.LoginProviders(providers=[
-            payloads.LoginProvider(id=target.id, name=target.name, available=True,
-                                   authenticated=registry.authenticated(target.id))
-            for target in registry.login_targets()]))
-
-    async def login(self, frame: cmd.Login, scope: trio.CancelScope) -> Response:
-        """Log in to a provider through the host's UI (``open_url``, ``notify``, ``input``),
-        store the credential in auth.json, answer ``{providerId}``.
-
-        One login at a time (a second one is refused while it runs). Cancelled by ``abort``
-        (``scope``, registered when the command was read: "Login cancelled"); a prompt pending
-        when the host closes its input fails the login with the disconnect text; nothing is
-        stored then.
-        """
-        registry = self.session.registry
-        target = next((t for t in registry.login_targets() if t.id == frame.providerId), None)
-        if target is None:
-            return fail("login", frame.id, f"Unknown OAuth provider: {frame.providerId}")
-        if self._login_running:
-            return fail("login", frame.id, "A login is already in progress (abort cancels it)")
-        ui = FrameLoginUI(HostUI(self.controls, self.emit), self.emit)
-        stored = False
-        self._login_running = True
-        try:
-            with scope:
-                credential = await run_login(target, ui, self.session.http.get())
-                await registry.credentials.store(target.id, credential)
-                stored = True
-        except (LoginError, UiDisconnected) as exc:
-            return fail("login", frame.id, str(exc))
-        except (ConfigError, OSError) as exc:
-            return fail("login", frame.id, f"The login could not be stored: {exc}")
-        finally:
-            self._login_running = False
-        if not stored:
-            return fail("login", frame.id, "Login cancelled")
-        return ok("login", frame.id, payloads.LoginResult(providerId=target.id))
-
-    # Subagents (rpc-behavior §9): the registry belongs to the session's subagent host and
-    # lives as long as the server; the level is kept here too (``subagent_level``).
-    def _subagent_registry(self) -> SubagentRegistry | None:
-        return None if self.subagents is None else self.subagents.registry
-
-    def set_subagent_subscription(self, frame: cmd.SetSubagentSubscription) -> Response:
-        registry = self._subagent_registry()
-        if registry is None:
-            return fail("set_subagent_subscription", frame.id, NO_SUBAGENT_BUS)
-        self.subagent_level = registry.level = frame.level
-        return ok("set_subagent_subscription", frame.id,
-                  payloads.SubagentSubscriptionPayload(level=frame.level))
-
-    def get_subagents(self, frame: cmd.GetSubagents) -> Response:
-        registry = self._subagent_registry()
-        if registry is None:
-            return fail("get_subagents", frame.id, NO_SUBAGENT_BUS)
-        return ok("get_subagents", frame.id,
-                  payloads.SubagentsPayload(subagents=registry.snapshots()))
-
-    def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
-        registry = self._subagent_registry()
-        if registry is None:
-            return fail("get_subagent_messages", frame.id, NO_SUBAGENT_BUS)
-        if frame.subagentId is msgspec.UNSET and frame.sessionFile is msgspec.UNSET:
-            return fail("get_subagent_messages", frame.id,
-                        "get_subagent_messages requires subagentId or sessionFile",
-                        INVALID_PARAMS)
-        try:
-            path = registry.resolve(
-                frame.subagentId if isinstance(frame.subagentId, str) else None,
-                frame.sessionFile if isinstance(frame.sessionFile, str) else None)
-        except UnknownSubagent as exc:
-            return fail("get_subagent_messages", frame.id, str(exc))
-        start = frame.fromByte if isinstance(frame.fromByte, int) else 0
-        # One read of a child's transcript, in the serial lane like the other views.
-        return ok("get_subagent_messages", frame.id, read_messages(path, start))
-
-    def set_session_name(self, frame: cmd.SetSessionName) -> Response:
-        try:
-            self.session.store.set_session_name(frame.name)
-        except SessionError as exc:
-            return fail("set_session_name", frame.id, str(exc),
-                        INVALID_PARAMS if isinstance(exc, InvalidRequest) else UNSET)
-        return ok("set_session_name", frame.id)
-
-    async def branch(self, frame: cmd.Branch) -> Response:
-        try:
-            text = await self.session.branch(frame.entryId)
-        except SessionError as exc:
-            return fail("branch", frame.id, str(exc))
-        return ok("branch", frame.id, payloads.BranchResult(text=text, cancelled=False))
-
-    def get_branch_messages(self, frame: cmd.GetBranchMessages) -> Response:
-        return ok("get_branch_messages", frame.id, payloads.BranchMessages(messages=[
-            payloads.BranchMessage(entryId=entry_id, text=text)
-            for entry_id, text in self.session.store.branch_messages()]))
-
-    def get_entries(self, frame: cmd.GetEntries) -> Response:
-        since = frame.since if isinstance(frame.since, str) else None
-        try:
-            entries = self.session.store.entries_json(since)
-        except KeyError:
-            return fail("get_entries", frame.id, f"Unknown entries cursor: {since}",
-                        "unknown_since")
-        return ok("get_entries", frame.id, {"entries": entries,
-                                            "leafId": self.session.store.leaf_id})
-
-    def get_tree(self, frame: cmd.GetTree) -> Response:
-        # A long session nests deeper than a recursive encoder goes: pre-encoded.
-        return ok("get_tree", frame.id, {
-            "tree": msgspec.Raw(encode_tree(self.session.store.entry_tree())),
-            "leafId": self.session.store.leaf_id})
-
-    def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
-        session = self.session
-        if session.is_streaming or session.is_compacting:
-            return fail("get_messages_page", frame.id,
-                        "Cannot page messages while the session is changing", "session_busy")
-        cursor = frame.cursor if isinstance(frame.cursor, str) else None
-        limit = frame.limit if isinstance(frame.limit, int) else 100
-        try:
-            result = page(session.messages, cursor, limit, session.session_id,
-                          session.store.leaf_id)
-        except PageError as exc:
-            return fail("get_messages_page", frame.id, str(exc),
-                        exc.code or msgspec.UNSET)
-        return ok("get_messages_page", frame.id, result)
-
-    def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
-        self.session.auto_retry = frame.enabled
-        return ok("set_auto_retry", frame.id)
-
-    def set_fast_mode(self, frame: cmd.SetFastMode) -> Response:
-        models = self.session.models
-        try:
-            models.set_fast_mode(frame.enabled)
-        except SessionError as exc:
-            return fail("set_fast_mode", frame.id, str(exc))
-        return ok("set_fast_mode", frame.id, payloads.FastModePayload(
-            enabled=models.fast_mode, active=models.fast_mode_active))
-
-    def set_auto_compaction(self, frame: cmd.SetAutoCompaction) -> Response:
-        self.session.auto_compaction = frame.enabled
-        return ok("set_auto_compaction", frame.id)
-
-    async def bash(self, frame: cmd.Bash, scope: trio.CancelScope) -> Response:
-        """Run one shell command (its own task) and answer with its BashResult.
-
-        ``abort_bash``, ``abort`` and stdin EOF cancel it (``scope``, registered when the
-        command was read, so also before it started): the process group is killed and the
-        response says ``cancelled``.
-        """
-        from ..tools.bash import bash_result
-        from ..tools.shell import ShellRun, ShellSpawnError
-
-        session = self.session
-        timeout = frame.timeout if isinstance(frame.timeout, int | float) else 300.0
-        run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout)
-        try:
-            with scope:
-                await run.run()
-        except ShellSpawnError as exc:
-            return fail("bash", frame.id, str(exc))
-        result = run.result()
-        session.record_bash(result)
-        return ok("bash", frame.id, bash_result(result))
-
     async def run_custom(self, frame: CustomCommand) -> Response:
         try:
             data = await self.custom[frame.type](frame)
         except Exception as exc:
             return fail(frame.type, frame.id, str(exc) or type(exc).__name__)
         return ok(frame.type, frame.id, msgspec.UNSET if data is None else data)
-
-
-
-    async def compact(self, frame: cmd.Compact, scope: trio.CancelScope) -> Response:
-        instructions = (frame.customInstructions
-                        if isinstance(frame.customInstructions, str) else None)
-        try:
-            result = await self.session.maintenance.compact(instructions, scope=scope)
-        except SessionError as exc:
-            return fail("compact", frame.id, str(exc))
-        return ok("compact", frame.id, result)
-
-    async def handoff(self, frame: cmd.Handoff, scope: trio.CancelScope) -> Response:
-        instructions = (frame.customInstructions
-                        if isinstance(frame.customInstructions, str) else None)
-        try:
-            await self.session.maintenance.handoff(instructions, scope=scope)
-        except SessionError as exc:
-            return fail("handoff", frame.id, str(exc))
-        # savedPath is only for automatic handoffs saved to disk (rpc-behavior §11.7).
-        return ok("handoff", frame.id, {})
 
 
 _NO_RESPONSE = Response(success=True)
@@ -809,11 +517,6 @@ _NO_RESPONSE = Response(success=True)
 def _not_queueable(name: str) -> str:
     return (f'Extension command "/{name}" cannot be queued. Use prompt() or execute the command '
             "when not streaming.")
-
-
-def _user_path(text: str) -> Path:
-    """A path a host sent, with ``~`` expanded (string work, no I/O)."""
-    return Path(os.path.expanduser(text))
 
 
 def _context_usage(usage: tuple[int, int] | None) -> Any:

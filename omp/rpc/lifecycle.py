@@ -43,12 +43,12 @@ from ..subagents import install as install_subagents
 from ..tools.ask import AskTool
 from ..tools.base import Tool
 from .bridges import ControlRegistry, HostUI, HostUris, emit_title_enabled
+from .options import ServeOptions
 from .outbox import Outbox
 from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
-    from .server import ServeOptions
 
 DRAIN_STALL_SECONDS = 1.0
 """After the front ended, how long the output may make no progress before unsent frames are

@@ -202,10 +202,6 @@ class AgentSession:
 
     # -- the event path ----------------------------------------------------------------------
 
-    def subscribe(self, sink: EventSink) -> None:
-        """Send every session event to ``sink`` (a subagent's parent subscribes its own)."""
-        self.sink = sink
-
     def publish(self, event: Published) -> None:
         """Publish a session event now (finished messages are persisted first)."""
         if isinstance(event, MessageEnd):

@@ -36,7 +36,7 @@ class EventSink(Protocol):
 
 
 class NullSink:
-    """Nobody listens (a session built for a test, before it is subscribed)."""
+    """Nobody listens (a session built without a host, as some tests do)."""
 
     pace: Pace = NO_PACE
 

@@ -53,6 +53,7 @@ from ..session.entries import RawEntry
 from ..session.errors import SessionError
 from ..session.file import SessionFile
 from ..session.settings import load_settings
+from ..session.sink import EventSink
 from ..session.system_prompt import PromptOptions
 from ..tools import default_tools
 from ..tools.base import OnUpdate, Tool, ToolContext, ToolResult
@@ -454,8 +455,16 @@ class SubagentHost:
         parent = self.session
         tracker = child.tracker
         state = YieldState()
+
+        async def emit() -> None:
+            self._progress(child)
+            if report is not None:
+                await report()
+
+        pump = ProgressPump(emit)
         try:
-            session = await self._build(child, context, state)
+            session = await self._build(child, context, state,
+                                        _ChildEvents(child.id, tracker, pump, self.registry))
         except (OSError, SessionError) as exc:
             self._finish(child, ChildOutcome(
                 id=child.id, agent=child.agent.name, agent_source=child.agent.source,
@@ -468,13 +477,6 @@ class SubagentHost:
             status="started", index=child.index, sessionFile=_opt(child.session_file),
             parentToolCallId=child.call_id, detached=child.detached))
 
-        async def emit() -> None:
-            self._progress(child)
-            if report is not None:
-                await report()
-
-        pump = ProgressPump(emit)
-        session.subscribe(_ChildEvents(child.id, tracker, pump, self.registry))
         # Shielded once it runs (below), so that a cancelled owner still lets the child's
         # run end with its terminal entries; not while it starts: trio leaves a task whose
         # starter was cancelled in the starter's nursery, and a shielded one would never end.
@@ -585,8 +587,8 @@ class SubagentHost:
 
     # -- building a child -----------------------------------------------------------------------
 
-    async def _build(self, child: _Child, context: str | None, state: YieldState
-                     ) -> AgentSession:
+    async def _build(self, child: _Child, context: str | None, state: YieldState,
+                     sink: EventSink) -> AgentSession:
         """The child's session, its file created (in a thread) with its ``session_init``."""
         parent = self.session
         agent = child.agent
@@ -633,7 +635,7 @@ class SubagentHost:
             prompt_options=PromptOptions(parent.cwd, self.agent_directory),
             prompt_extra=_subagent_block(agent, context), settings=parent.settings,
             auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
-            http=parent.http, task_depth=depth, file=file, tools_from=own_tools)
+            http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink)
         if file is not None:
             init = {"type": "session_init", "systemPrompt": "\n\n".join(session.system_prompt),
                     "task": child.tracker.task, "tools": [t.name for t in session.tools],

@@ -1,0 +1,76 @@
+"""``ServeOptions``: how one ``serve()`` behaves (``omp --mode rpc``'s flags, for embedding)."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
+from .commands import CustomHandler
+from .output import DEFAULT_SPILL_LIMIT
+
+
+@attrs.define
+class ServeOptions:
+    """How ``serve`` behaves; every field has the default ``omp --mode rpc`` uses."""
+
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """Longest accepted input line; a longer one is answered with an error and skipped."""
+    output_high_water_bytes: int = 1024 * 1024
+    """Unsent output above which streaming producers wait for the host to read."""
+    output_memory_bytes: int = 8 * 1024 * 1024
+    """Unsent output kept in memory; more (a host that writes but does not read) goes to a
+    private temp file until the host catches up."""
+    output_spill_bytes: int = DEFAULT_SPILL_LIMIT
+    """Largest size of that temp file (1 GiB). Reaching it ends ``serve`` like a broken stdout
+    (``OutputClosedError``; ``omp`` exits 1 with one line on stderr): frames are never
+    dropped silently."""
+    provider: str | None = None
+    """Provider to start with (``--provider``); default: the first one with a key."""
+    model: str | None = None
+    """Model to start with, ``provider/id`` or ``id`` (``--model``)."""
+    api_key: str | None = None
+    """Key for the chosen provider (``--api-key``); never written anywhere."""
+    thinking: str | None = None
+    """Thinking level to start with (``--thinking``)."""
+    agent_dir: Path | None = None
+    """Where models.yml and auth.json live; default ``$OMP_AGENT_DIR`` or ``~/.omp/agent``."""
+    system_prompt: str | None = None
+    """Replaces the built-in instructions (``--system-prompt``)."""
+    append_system_prompt: str | None = None
+    """Added to the system prompt (``--append-system-prompt``)."""
+    persist: bool = True
+    """Keep the session in a file (``--no-session``: False)."""
+    session: Path | None = None
+    """``--session FILE``: continue (or start) the session in that file."""
+    resume: bool = False
+    """``--continue``: continue the newest session of the cwd."""
+    session_dir: Path | None = None
+    """``--session-dir``: where session files go."""
+    tools: list[str] | None = None
+    """Built-in tools to offer, by name (``--tools``); None: all, ``[]``: none."""
+    cwd: Path | None = None
+    """Where tools work and context files are looked up; default: the process's cwd."""
+    announce_offline: bool = True
+    """Say once on stderr when no key exists and the offline model is used."""
+    commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
+    """Extra commands for embedding hosts: ``type`` → async handler of the raw command; its
+    return value becomes the response's ``data``, an exception its ``error``. They run in the
+    serial lane like built-in commands. Built-in names cannot be replaced."""
+    extensions: Sequence[Path] = ()
+    """Extension modules, packages or folders to load (``--extension`` / ``-e``)."""
+    extension_objects: Sequence[Callable[[Any], Any] | types.ModuleType] = ()
+    """Extensions as Python objects (embedding hosts): ``setup`` functions or modules."""
+    discover_extensions: bool = True
+    """Load the user's, the project's and installed extensions (``--no-extensions``: False)."""
+    trust_project: bool = False
+    """Run code from the project in ``cwd`` (its ``.omp/extensions``) (``--trust-project``); the
+    global config.yml's ``trustedProjects`` trusts projects too."""
+    ui: bool = True
+    """Extension dialogs reach the host (``--no-ui``: False, dialogs return defaults)."""
+    ask_tool: bool = False
+    """Offer the model the ``ask`` tool, whose questions go to the host (``--mode rpc-ui``)."""

@@ -1,0 +1,195 @@
+"""Command handlers of what a host sets and reads about the agent: the model, thinking level,
+queue modes, automatic behaviour and fast mode, todos, the messages, logins and the subagent
+frames. Their routes are in ``omp.rpc.commands``; each handler takes its command (and, when its
+route is ``scoped``, the cancel scope the reader registered for it) and returns its
+``Response``."""
+
+from __future__ import annotations
+
+import attrs
+import msgspec
+import trio
+
+from ..config import ConfigError
+from ..extensions.ui import UiDisconnected
+from ..login import FrameLoginUI, LoginError, run_login
+from ..protocol import commands as cmd
+from ..protocol import payloads
+from ..protocol.codec import INVALID_PARAMS
+from ..protocol.frames import Response, fail, ok
+from ..session import AgentSession, SessionError
+from ..subagents import SubagentHost, SubagentRegistry, UnknownSubagent, read_messages
+from .bridges import INPUT_CLOSED, ControlRegistry, Emit, HostUI
+
+NO_SUBAGENT_BUS = "Subagent event bus is unavailable"
+
+
+@attrs.define(eq=False, repr=False)
+class SettingsCommands:
+    session: AgentSession
+    controls: ControlRegistry
+    emit: Emit
+    subagents: SubagentHost | None = None
+    subagent_level: str = attrs.field(default="off", init=False)
+    _login_running: bool = attrs.field(default=False, init=False)
+
+    def get_messages(self, frame: cmd.GetMessages) -> Response:
+        return ok("get_messages", frame.id,
+                  payloads.MessagesPayload(messages=list(self.session.messages)))
+
+    def get_last_assistant_text(self, frame: cmd.GetLastAssistantText) -> Response:
+        text = self.session.last_assistant_text()
+        return ok("get_last_assistant_text", frame.id,
+                  payloads.LastAssistantText(text=msgspec.UNSET if text is None else text))
+
+    def set_model(self, frame: cmd.SetModel) -> Response:
+        try:
+            model = self.session.set_model(frame.provider, frame.modelId)
+        except SessionError as exc:
+            return fail("set_model", frame.id, str(exc))
+        return ok("set_model", frame.id, model)
+
+    def cycle_model(self, frame: cmd.CycleModel) -> Response:
+        s = self.session
+        model = s.models.cycle_model()
+        if model is None:
+            return ok("cycle_model", frame.id, None)
+        return ok("cycle_model", frame.id, payloads.CycleModelResult(
+            model=model, thinkingLevel=s.thinking_level if model.reasoning else msgspec.UNSET,
+            isScoped=False))
+
+    def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
+        models = self.session.registry.available()
+        return ok("get_available_models", frame.id, payloads.ModelsPayload(models=models))
+
+    def set_thinking_level(self, frame: cmd.SetThinkingLevel) -> Response:
+        self.session.set_thinking_level(frame.level)
+        return ok("set_thinking_level", frame.id)
+
+    def cycle_thinking_level(self, frame: cmd.CycleThinkingLevel) -> Response:
+        level = self.session.models.cycle_thinking_level()
+        data = None if level is None else payloads.ThinkingLevelPayload(level=level)
+        return ok("cycle_thinking_level", frame.id, data)
+
+    def get_available_thinking_levels(self, frame: cmd.GetAvailableThinkingLevels) -> Response:
+        return ok("get_available_thinking_levels", frame.id, payloads.ThinkingLevelsPayload(
+            levels=self.session.models.available_thinking_levels()))
+
+    def set_steering_mode(self, frame: cmd.SetSteeringMode) -> Response:
+        self.session.agent.steering_mode = frame.mode
+        return ok("set_steering_mode", frame.id)
+
+    def set_follow_up_mode(self, frame: cmd.SetFollowUpMode) -> Response:
+        self.session.agent.follow_up_mode = frame.mode
+        return ok("set_follow_up_mode", frame.id)
+
+    def set_interrupt_mode(self, frame: cmd.SetInterruptMode) -> Response:
+        self.session.agent.interrupt_mode = frame.mode
+        return ok("set_interrupt_mode", frame.id)
+
+    def set_todos(self, frame: cmd.SetTodos) -> Response:
+        phases = self.session.set_todos(frame.phases)
+        return ok("set_todos", frame.id, payloads.TodoPhasesPayload(todoPhases=phases))
+
+    # Logins (omp.login): OAuth for providers with an ``oauth`` block in models.yml, API-key
+    # login for every other provider that takes a key. Vendor-subscription logins that need us
+    # to pose as the vendor's own client are not offered (DESIGN.md §4.7).
+    def get_login_providers(self, frame: cmd.GetLoginProviders) -> Response:
+        registry = self.session.registry
+        return ok("get_login_providers", frame.id, payloads.LoginProviders(providers=[
+            payloads.LoginProvider(id=target.id, name=target.name, available=True,
+                                   authenticated=registry.authenticated(target.id))
+            for target in registry.login_targets()]))
+
+    async def login(self, frame: cmd.Login, scope: trio.CancelScope) -> Response:
+        """Log in to a provider through the host's UI (``open_url``, ``notify``, ``input``),
+        store the credential in auth.json, answer ``{providerId}``.
+
+        One login at a time (a second one is refused while it runs). Cancelled by ``abort``
+        (``scope``, registered when the command was read: "Login cancelled"); a prompt pending
+        when the host closes its input fails the login with the disconnect text; nothing is
+        stored then.
+        """
+        registry = self.session.registry
+        target = next((t for t in registry.login_targets() if t.id == frame.providerId), None)
+        if target is None:
+            return fail("login", frame.id, f"Unknown OAuth provider: {frame.providerId}")
+        if self._login_running:
+            return fail("login", frame.id, "A login is already in progress (abort cancels it)")
+        ui = FrameLoginUI(HostUI(self.controls, self.emit), self.emit)
+        stored = False
+        self._login_running = True
+        try:
+            with scope:
+                credential = await run_login(target, ui, self.session.http.get())
+                await registry.credentials.store(target.id, credential)
+                stored = True
+        except (LoginError, UiDisconnected) as exc:
+            return fail("login", frame.id, str(exc))
+        except (ConfigError, OSError) as exc:
+            return fail("login", frame.id, f"The login could not be stored: {exc}")
+        finally:
+            self._login_running = False
+        if not stored and self.controls.disconnected:  # the input ended: shutdown cancelled it
+            return fail("login", frame.id, INPUT_CLOSED, "cancelled")
+        if not stored:
+            return fail("login", frame.id, "Login cancelled")
+        return ok("login", frame.id, payloads.LoginResult(providerId=target.id))
+
+    # Subagents (rpc-behavior §9): the registry belongs to the session's subagent host and
+    # lives as long as the server; the level is kept here too (``subagent_level``).
+
+    # Subagents (rpc-behavior §9): the registry belongs to the session's subagent host and
+    # lives as long as the server; the level is kept here too (``subagent_level``).
+    def _subagent_registry(self) -> SubagentRegistry | None:
+        return None if self.subagents is None else self.subagents.registry
+
+    def set_subagent_subscription(self, frame: cmd.SetSubagentSubscription) -> Response:
+        registry = self._subagent_registry()
+        if registry is None:
+            return fail("set_subagent_subscription", frame.id, NO_SUBAGENT_BUS)
+        self.subagent_level = registry.level = frame.level
+        return ok("set_subagent_subscription", frame.id,
+                  payloads.SubagentSubscriptionPayload(level=frame.level))
+
+    def get_subagents(self, frame: cmd.GetSubagents) -> Response:
+        registry = self._subagent_registry()
+        if registry is None:
+            return fail("get_subagents", frame.id, NO_SUBAGENT_BUS)
+        return ok("get_subagents", frame.id,
+                  payloads.SubagentsPayload(subagents=registry.snapshots()))
+
+    def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
+        registry = self._subagent_registry()
+        if registry is None:
+            return fail("get_subagent_messages", frame.id, NO_SUBAGENT_BUS)
+        if frame.subagentId is msgspec.UNSET and frame.sessionFile is msgspec.UNSET:
+            return fail("get_subagent_messages", frame.id,
+                        "get_subagent_messages requires subagentId or sessionFile",
+                        INVALID_PARAMS)
+        try:
+            path = registry.resolve(
+                frame.subagentId if isinstance(frame.subagentId, str) else None,
+                frame.sessionFile if isinstance(frame.sessionFile, str) else None)
+        except UnknownSubagent as exc:
+            return fail("get_subagent_messages", frame.id, str(exc))
+        start = frame.fromByte if isinstance(frame.fromByte, int) else 0
+        # One read of a child's transcript, in the serial lane like the other views.
+        return ok("get_subagent_messages", frame.id, read_messages(path, start))
+
+    def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
+        self.session.auto_retry = frame.enabled
+        return ok("set_auto_retry", frame.id)
+
+    def set_fast_mode(self, frame: cmd.SetFastMode) -> Response:
+        models = self.session.models
+        try:
+            models.set_fast_mode(frame.enabled)
+        except SessionError as exc:
+            return fail("set_fast_mode", frame.id, str(exc))
+        return ok("set_fast_mode", frame.id, payloads.FastModePayload(
+            enabled=models.fast_mode, active=models.fast_mode_active))
+
+    def set_auto_compaction(self, frame: cmd.SetAutoCompaction) -> Response:
+        self.session.auto_compaction = frame.enabled
+        return ok("set_auto_compaction", frame.id)
