@@ -25,7 +25,7 @@ TODAY = datetime.date(2025, 3, 7)
 
 
 @attrs.frozen
-class ReadTool:
+class ReadTool(Tool):
     name: str = "read"
     label: str = "Read"
     description: str = "Read file contents\n\nText files come back with line numbers."
@@ -38,7 +38,7 @@ class ReadTool:
 
 
 @attrs.frozen
-class BashTool:
+class BashTool(Tool):
     name: str = "bash"
     label: str = "Bash"
     description: str = "  Execute bash commands (ls, grep, find, etc.)  \nOutput is truncated."

@@ -407,7 +407,8 @@ class Agent:
                                      "executed": False}), True))
             elif call.id in turn.started:
                 # A tool may say in its own words that it was aborted (host tools do).
-                text = getattr(turn.started[call.id], "abort_text", None) or (
+                started = turn.started[call.id]
+                text = (started.abort_text if started is not None else None) or (
                     f"Tool execution was aborted: {reason}")
                 results.append(self._finish(call, ToolResult.text(
                     text, {"__synthetic": True, "source": "aborted", "executed": True}), True))
@@ -590,11 +591,10 @@ class Agent:
         hooks = self.hooks
         # A tool may accept older argument forms: it rewrites them before validation, and
         # hosts see the arguments as prepared (rpc-behavior §4.1).
-        prepare = getattr(tool, "prepare_arguments", None)
         args = call.arguments
-        if prepare is not None:
+        if tool is not None:
             try:
-                args = prepare(dict(call.arguments))
+                args = tool.prepare_arguments(dict(call.arguments))
             except Exception:
                 args = call.arguments  # validation below reports what is wrong
         if tool is not None and hooks.active:
@@ -619,11 +619,11 @@ class Agent:
         else:
             # A tool that repairs and checks its own arguments (``task``, with the original's
             # texts) is not held to its schema here.
-            if not getattr(tool, "lenient_arguments", False):
+            if not tool.lenient_arguments:
                 problem = validate_arguments(tool, args)
             # A tool run by the host writes its request before the call is announced.
-            if problem is None and (opener := getattr(tool, "open_call", None)) is not None:
-                opener(call.id, args)
+            if problem is None:
+                tool.open_call(call.id, args)
         self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
                                                 args=args))
         turn.started[call.id] = tool

@@ -33,7 +33,7 @@ import trio
 from ..agent.loop import CallDecision
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..tools.base import OnUpdate, ToolError, ToolResult
+from ..tools.base import OnUpdate, Tool, ToolError, ToolResult
 from .api import (
     Extension,
     ExtensionAPI,
@@ -307,7 +307,7 @@ class Extensions:
 
 
 @attrs.define(eq=False, repr=False)
-class ExtensionTool:
+class ExtensionTool(Tool):
     """An extension's tool as the agent runs it."""
 
     registered: RegisteredTool

@@ -53,15 +53,6 @@ def clamp(model: Model, level: ThinkingLevel) -> ThinkingLevel:
     return below[-1] if below else supported[0]
 
 
-def default_level(model: Model) -> ThinkingLevel:
-    if not model.reasoning:
-        return "off"
-    declared = getattr(model.thinking, "defaultLevel", None) if model.thinking else None
-    if isinstance(declared, str) and declared in THINKING_LEVELS:
-        return clamp(model, declared)
-    return clamp(model, "medium")
-
-
 def openai_effort(model: Model, level: ThinkingLevel) -> str | None:
     """``reasoning_effort`` / ``reasoning.effort``; ``None`` means: send no reasoning field."""
     level = clamp(model, level)

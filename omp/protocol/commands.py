@@ -355,5 +355,3 @@ COMMANDS: dict[str, type[msgspec.Struct]] = {
 CONTROL_FRAMES: dict[str, type[msgspec.Struct]] = {
     _tag(cls): cls for cls in ControlFrame.__args__
 }
-ABORT_FAMILY = frozenset({"abort", "abort_bash", "abort_retry"})
-"""Handled by the reader at once, so they can never queue behind the work they cancel."""

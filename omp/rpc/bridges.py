@@ -32,7 +32,7 @@ from ..extensions.ui import NotifyType, Option, UiDisconnected, paused_handler_c
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..tools.base import OnUpdate, ToolError, ToolResult, UriResource
+from ..tools.base import OnUpdate, Tool, ToolError, ToolResult, UriResource
 
 HOST_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 URI_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
@@ -147,7 +147,7 @@ def _content(raw: list[dict[str, Any]]) -> list[m.TextContent | m.ImageContent]:
 
 
 @attrs.define(eq=False, repr=False)
-class HostTool:
+class HostTool(Tool):
     """A tool the host runs; the model sees it like any other (DESIGN.md §4.4)."""
 
     registry: ControlRegistry

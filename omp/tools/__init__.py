@@ -10,7 +10,7 @@ from .specs import SPECS, ToolSpec
 from .todo_state import TodoState
 
 
-class LazyTool:
+class LazyTool(Tool):
     """A built-in tool as the model sees it (from its spec), implemented on first use.
 
     Startup only pays for the specs; each implementation (and what it imports: subprocess
@@ -21,11 +21,26 @@ class LazyTool:
         self._spec = spec
         self._load = load
         self._tool: Tool | None = None
-        self.name = spec.name
-        self.label = spec.label
-        self.description = spec.description
-        self.parameters = spec.parameters
-        self.read_only = spec.read_only
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    @property
+    def label(self) -> str:
+        return self._spec.label
+
+    @property
+    def description(self) -> str:
+        return self._spec.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self._spec.parameters
+
+    @property
+    def read_only(self) -> bool:
+        return self._spec.read_only
 
     @property
     def implementation(self) -> Tool:
@@ -34,8 +49,7 @@ class LazyTool:
         return self._tool
 
     def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
-        prepare = getattr(self.implementation, "prepare_arguments", None)
-        return args if prepare is None else dict(prepare(args))
+        return dict(self.implementation.prepare_arguments(args))
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

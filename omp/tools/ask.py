@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
-from .base import OnUpdate, ToolError, ToolResult
+from .base import OnUpdate, Tool, ToolError, ToolResult
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -38,7 +38,7 @@ PARAMETERS: dict[str, Any] = {
 
 
 @attrs.define(eq=False, repr=False)
-class AskTool:
+class AskTool(Tool):
     ui: ExtensionUI
     name: str = "ask"
     label: str = "Ask"

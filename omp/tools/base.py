@@ -1,8 +1,10 @@
 """The Tool protocol: what the agent loop runs when the model calls a tool.
 
-A tool is an object with a name, a label for humans, a description and a JSON-schema
-``parameters`` object for the model, ``read_only`` (read-only calls of one assistant message run
-concurrently; the others one at a time, in call order), and ``execute``.
+A tool is an instance of a ``Tool`` subclass: a name, a label for humans, a description and a
+JSON-schema ``parameters`` object for the model, ``read_only`` (read-only calls of one assistant
+message run concurrently; the others one at a time, in call order), and ``execute``; and, with
+defaults, what a tool may add to how the loop handles its calls (``lenient_arguments``,
+``abort_text``, ``prepare_arguments``, ``open_call``).
 
 The loop validates the arguments against ``parameters`` before ``execute`` runs, so a tool gets
 a dict that matches its schema. A tool reports failure by raising ``ToolError`` (its message is
@@ -74,6 +76,27 @@ class Tool(Protocol):
         and lets ``Cancelled`` propagate.
         """
         ...
+
+    # What a tool may add to the loop's handling of its calls. Every tool class subclasses
+    # ``Tool`` and so has these defaults; a tool that needs one overrides it.
+
+    lenient_arguments: bool = False
+    """True: the loop does not hold the call to ``parameters`` (the tool checks its own
+    arguments, with its own texts)."""
+
+    @property
+    def abort_text(self) -> str | None:
+        """The aborted call's result text in the tool's own words; None: the loop's."""
+        return None
+
+    def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite older argument forms before validation (hosts see the result)."""
+        return args
+
+    def open_call(self, call_id: str, args: dict[str, Any]) -> None:
+        """Called once the arguments are valid, before ``tool_execution_start`` (a host tool
+        writes its request here)."""
+        return None
 
 
 class UriResource(msgspec.Struct, frozen=True, kw_only=True):

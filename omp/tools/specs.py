@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from .base import Tool
+
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     name: str
@@ -20,7 +22,7 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     read_only: bool
 
 
-class SpecifiedTool:
+class SpecifiedTool(Tool):
     """Base of the built-in tools: what the model is told about a tool is its ``spec``."""
 
     spec: ToolSpec

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import attrs
 import msgspec
 
-from .base import OnUpdate, ToolResult
+from .base import OnUpdate, Tool, ToolResult
 
 EMPTY_DETAILS: dict[str, Any] = {"projectAgentsDir": None, "results": [], "totalDurationMs": 0}
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -159,7 +159,7 @@ def validate(args: dict[str, Any], *, batch: bool) -> tuple[str | None, list[Tas
 
 
 @attrs.define(eq=False, repr=False)
-class TaskTool:
+class TaskTool(Tool):
     """``task``: present only while spawning is possible (the spawner's session decides)."""
 
     spawner: Spawner

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
-from .base import OnUpdate, ToolError, ToolResult
+from .base import OnUpdate, Tool, ToolError, ToolResult
 
 EMPTY_YIELD = ("yield must contain either `data` or `error`. Call yield with `data` holding "
                "your result, or `error` naming the blocker.")
@@ -61,7 +61,7 @@ class YieldState:
 
 
 @attrs.define(eq=False, repr=False)
-class YieldTool:
+class YieldTool(Tool):
     state: YieldState
     last_text: Callable[[], str | None]
     """The text of the child's last assistant turn that reads as a report."""
