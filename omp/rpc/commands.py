@@ -284,15 +284,15 @@ class Commands:
     def get_state(self, frame: cmd.GetState) -> Response:
         s = self.session
         models = s.models
-        steering, follow_up, interrupt = s.queue_modes
+        agent = s.agent
         state = payloads.SessionState(
             model=models.model,
             thinkingLevel=models.thinking_level if models.model.reasoning else msgspec.UNSET,
             isStreaming=s.is_streaming,
             isCompacting=s.is_compacting,
-            steeringMode=steering,
-            followUpMode=follow_up,
-            interruptMode=interrupt,
+            steeringMode=agent.steering_mode,
+            followUpMode=agent.follow_up_mode,
+            interruptMode=agent.interrupt_mode,
             messageCount=len(s.messages),
             queuedMessageCount=s.queued_message_count,
             todoPhases=s.todos.phases,

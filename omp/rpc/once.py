@@ -21,6 +21,7 @@ import trio
 from ..llm.builder import NO_PACE, Pace
 from ..protocol import events as ev
 from ..protocol import messages as m
+from ..session.context import last_assistant_text
 from ..session.sink import Published, Update
 from .lifecycle import (
     Runtime,
@@ -114,7 +115,7 @@ class OnceFront:
         error = None
         if last is not None and last.stopReason in ("error", "aborted"):
             error = last.errorMessage or last.stopReason
-        return session.last_assistant_text(), error
+        return last_assistant_text(session.messages), error
 
 
 def retry_notice(event: ev.AutoRetryStart) -> str:

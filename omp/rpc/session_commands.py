@@ -162,7 +162,7 @@ class SessionCommands:
         except ShellSpawnError as exc:
             return fail("bash", frame.id, str(exc))
         result = run.result()
-        session.record_bash(result)
+        session.runs.record_bash(result)
         return ok("bash", frame.id, bash_result(result))
 
 

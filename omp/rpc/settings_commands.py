@@ -18,6 +18,7 @@ from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
 from ..protocol.frames import Response, fail, ok
 from ..session import AgentSession, SessionError
+from ..session.context import last_assistant_text
 from ..subagents import SubagentHost, SubagentRegistry, UnknownSubagent, read_messages
 from .bridges import INPUT_CLOSED, ControlRegistry, Emit, HostUI
 
@@ -38,7 +39,7 @@ class SettingsCommands:
                   payloads.MessagesPayload(messages=list(self.session.messages)))
 
     def get_last_assistant_text(self, frame: cmd.GetLastAssistantText) -> Response:
-        text = self.session.last_assistant_text()
+        text = last_assistant_text(self.session.messages)
         return ok("get_last_assistant_text", frame.id,
                   payloads.LastAssistantText(text=msgspec.UNSET if text is None else text))
 

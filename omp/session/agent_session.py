@@ -26,7 +26,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, Input, NoHooks, TurnSetup, now_ms, user_message
+from ..agent.loop import Agent, Input, NoHooks, TurnSetup, user_message
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..llm.builder import Pace
@@ -34,7 +34,7 @@ from ..llm.models import ModelRegistry
 from ..llm.stream import HttpClient
 from ..llm.types import ThinkingLevel
 from ..protocol import messages as m
-from ..protocol.commands import InterruptMode, QueueMode, RequestId, TodoPhase
+from ..protocol.commands import RequestId, TodoPhase
 from ..protocol.events import MessageEnd
 from ..protocol.payloads import Model
 from ..tools.base import Tool, ToolContext
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from ..extensions.api import DeliverAs
     from ..extensions.runtime import Extensions
     from ..extensions.ui import ExtensionUI
-    from ..tools.shell import ShellResult
 
 __all__ = ["BUSY", "AgentSession", "EventSink", "SessionError"]
 
@@ -296,14 +295,6 @@ class AgentSession:
         return self.models.model
 
     @property
-    def configured_thinking(self) -> ThinkingLevel:
-        return self.models.configured
-
-    @property
-    def file(self) -> SessionFile | None:
-        return self.store.file
-
-    @property
     def thinking_level(self) -> ThinkingLevel:
         return self.models.thinking_level
 
@@ -346,22 +337,6 @@ class AgentSession:
     @property
     def queued_message_count(self) -> int:
         return self.agent.queued_count
-
-    def last_assistant_text(self) -> str | None:
-        for message in reversed(self.agent.messages):
-            if isinstance(message, m.AssistantMessage):
-                if message.stopReason == "aborted" and not message.content:
-                    continue
-                text = "".join(b.text for b in message.content
-                               if isinstance(b, m.TextContent)).strip()
-                return text or None
-        return None
-
-    @property
-    def queue_modes(self) -> tuple[QueueMode, QueueMode, InterruptMode]:
-        """(steering, follow-up, interrupt): kept on the agent, which applies them."""
-        agent = self.agent
-        return agent.steering_mode, agent.follow_up_mode, agent.interrupt_mode
 
     # -- prompting ---------------------------------------------------------------------------
 
@@ -409,15 +384,6 @@ class AgentSession:
         if not self.is_streaming:
             self.models.check_credentials()
         return self.runs.retry(request_id)
-
-    def record_bash(self, result: ShellResult) -> None:
-        """Add an RPC ``bash`` command to the context (before the next run while one streams)."""
-        cancelled = result.cancelled or result.timed_out
-        self.runs.add_record(m.BashExecutionMessage(
-            command=result.command, output=result.output,
-            exitCode=msgspec.UNSET if cancelled or result.exit_code is None
-            else result.exit_code,
-            cancelled=cancelled, truncated=result.truncation.truncated, timestamp=now_ms()))
 
     def set_todos(self, phases: list[TodoPhase]) -> list[TodoPhase]:
         """Replace the todo list; phases and tasks keep the ids the host gave them."""

@@ -26,6 +26,7 @@ from omp.protocol.messages import (
     CompactionSummaryMessage,
     CustomMessage,
     RedactedThinkingContent,
+    TextContent,
     ThinkingContent,
     ToolCall,
     ToolResultMessage,
@@ -307,3 +308,16 @@ def entry_tree(file: SessionFile) -> list[dict[str, Any]]:
                 level += 1
             stack.extend((kid, made["children"], level + 1) for kid in reversed(kids))
     return tree
+
+
+def last_assistant_text(messages: Sequence[AgentMessage]) -> str | None:
+    """The text of the last assistant message, skipping aborted ones with no content
+    (``get_last_assistant_text``, ``omp -p``'s answer)."""
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            if message.stopReason == "aborted" and not message.content:
+                continue
+            text = "".join(b.text for b in message.content
+                           if isinstance(b, TextContent)).strip()
+            return text or None
+    return None

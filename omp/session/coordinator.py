@@ -25,18 +25,22 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+import msgspec
 import trio
 
-from ..agent.loop import ABORT_REASON, Agent, Input
+from ..agent.loop import ABORT_REASON, Agent, Input, now_ms
 from ..protocol import messages as m
 from ..protocol.commands import RequestId
 from .aborts import AbortRegistry
 from .errors import SessionError
 from .run import Run, RunHost, RunReport
 from .settlement import Activity, Settlement, Ticket, outcome
+
+if TYPE_CHECKING:
+    from ..tools.shell import ShellResult  # annotation only: omp.lazy says why
 from .sink import Published
 
 ASYNC_RESULT = "async-result"
@@ -174,9 +178,15 @@ class RunCoordinator:
         elif self._nursery is not None:
             self.start_run([message])
 
-    def add_record(self, message: m.AgentMessage) -> None:
-        """An RPC ``bash`` record: into the context now when idle, before the next run while
-        one streams (a run's context must not change under it)."""
+    def record_bash(self, result: ShellResult) -> None:
+        """An RPC ``bash`` command's record: into the context now when idle, before the next
+        run while one streams (a run's context must not change under it)."""
+        cancelled = result.cancelled or result.timed_out
+        message = m.BashExecutionMessage(
+            command=result.command, output=result.output,
+            exitCode=msgspec.UNSET if cancelled or result.exit_code is None
+            else result.exit_code,
+            cancelled=cancelled, truncated=result.truncation.truncated, timestamp=now_ms())
         if self._run is not None:
             self._deferred.append(message)
         else:

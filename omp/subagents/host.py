@@ -4,14 +4,14 @@ Who owns what (DESIGN.md §2; subagents-login.md A.7 to A.11):
 
 * A child is an ``AgentSession`` in this process with its own session file next to its
   parent's (``<parent file without .jsonl>/<id>.jsonl``), its own tools (plus ``yield``) and
-  system prompt. It runs in a nursery owned by whoever runs it (``_run_child``): its session
+  system prompt, built by ``omp.subagents.child.build_child``. It runs in a nursery owned by whoever runs it (``_run_child``): its session
   nursery sits in a shielded scope there, so that the owner's cancellation is turned into an
   abort of the child's run (its terminal entries are written, with a ``CLEANUP_SECONDS``
   deadline) rather than cutting the run off mid-file. Nothing of a child outlives its owner.
 * Inline children (``async.enabled: false``, ``blocking`` agents, and every spawn made by a
   child) run in a nursery owned by the parent's ``task`` call: the parent's ``abort`` cancels
   them (envelope ``status="cancelled"``) and the call returns only once they have ended.
-* Background children are jobs of the parent session (``AgentSession.start_job``): a plain
+* Background children are jobs of the parent session (``RunCoordinator.start_job``): a plain
   ``abort`` leaves them running; a session change and shutdown cancel them, and a cancelled
   job delivers nothing. A settled job's result waits ``FLUSH_DELAY`` (so results settling
   together are batched) and is delivered as one ``async-result`` message.
@@ -43,24 +43,17 @@ import trio
 from ..agent.loop import AssistantUpdate
 from ..config import ConfigError
 from ..llm.builder import NO_PACE, Pace
-from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.events import SESSION_EVENT_TYPES
-from ..protocol.payloads import Model
 from ..session.agent_session import AgentSession
-from ..session.entries import RawEntry
 from ..session.errors import SessionError
-from ..session.file import SessionFile
 from ..session.settings import load_settings
-from ..session.sink import EventSink
-from ..session.system_prompt import PromptOptions
-from ..tools import default_tools
-from ..tools.base import OnUpdate, Tool, ToolContext, ToolResult
+from ..tools.base import OnUpdate, ToolResult
 from ..tools.task import EMPTY_DETAILS, TaskItem, TaskTool
-from ..tools.todo_state import TodoState
-from ..tools.yield_tool import YieldState, YieldTool
-from .agents import TOOL_NAMES, AgentDef, discover_agents
+from ..tools.yield_tool import YieldState
+from .agents import AgentDef, discover_agents
+from .child import build_child, last_text
 from .envelope import (
     CANCELLED_BY_CALLER,
     ChildOutcome,
@@ -80,8 +73,6 @@ FLUSH_DELAY = 0.001
 """Seconds between a job settling and its delivery: results settling together are batched."""
 MAX_REMINDERS = 3
 MAX_YIELD_FAILURES = 6
-YIELD_STOP = "terminate"
-"""The reason the child's run is stopped with right after its terminal ``yield``."""
 RUNTIME_LIMIT = "Subagent runtime limit exceeded (task.maxRuntimeMs={limit})"
 FIRST_MESSAGE = "Complete assignment thoroughly:\n\n{assignment}"
 REMINDER = ("<system-reminder>\nYour last turn had no tool call (reminder {n} of {total}). "
@@ -106,7 +97,7 @@ class JobInfo:
 
 
 @attrs.define(eq=False, repr=False)
-class _Child:
+class Child:
     """One child of one ``task`` call, from preflight to its outcome."""
 
     index: int
@@ -142,6 +133,11 @@ class SubagentHost:
     _pending_epoch: int = 0
     _flush_epoch: int | None = None
     _rng: random.Random = attrs.field(factory=random.Random)
+
+    @property
+    def agents(self) -> list[AgentDef]:
+        """The agent definitions found (``refresh_agents``)."""
+        return self._agents
 
     # -- installing ---------------------------------------------------------------------------
 
@@ -236,7 +232,7 @@ class SubagentHost:
         await self._reload()
         settings = self.session.settings
         problems: list[str] = []
-        children: list[_Child] = []
+        children: list[Child] = []
         taken: set[str] = set()
         for index, item in enumerate(items):
             label = item.name or f"#{index + 1}"
@@ -253,7 +249,7 @@ class SubagentHost:
                                       agent_source=agent.source,
                                       task=FIRST_MESSAGE.format(assignment=assignment),
                                       assignment=assignment)
-            children.append(_Child(index, child_id, agent, assignment, tracker, detached,
+            children.append(Child(index, child_id, agent, assignment, tracker, detached,
                                    call_id))
         if problems:
             for child in children:
@@ -289,8 +285,8 @@ class SubagentHost:
         return ToolResult.text("\n\n".join(texts),
                                self._details(project_dir, inline, started, children, job_ids))
 
-    def _details(self, project_dir: str | None, inline: list[_Child], started: float,
-                 children: list[_Child], job_ids: list[str]) -> dict[str, Any]:
+    def _details(self, project_dir: str | None, inline: list[Child], started: float,
+                 children: list[Child], job_ids: list[str]) -> dict[str, Any]:
         details: dict[str, Any] = {
             "projectAgentsDir": project_dir,
             "results": [c.outcome.single_result() for c in inline if c.outcome is not None],
@@ -346,7 +342,7 @@ class SubagentHost:
     def _allocate_id(self, requested: str | None, taken: set[str]) -> str:
         base = _ID_CHARS.sub("", requested or "")[:48] or (
             self._rng.choice(_ADJECTIVES) + self._rng.choice(_NOUNS))
-        directory = self._artifacts_dir()
+        directory = self.artifacts_dir()
         candidate, n = self.prefix + base, 1
         while (candidate in self._used_ids or candidate.lower() in taken
                or (directory is not None and ((directory / f"{candidate}.jsonl").exists()
@@ -357,13 +353,13 @@ class SubagentHost:
         taken.add(candidate.lower())
         return candidate
 
-    def _artifacts_dir(self) -> Path | None:
+    def artifacts_dir(self) -> Path | None:
         path = self.session.session_file
         return None if path is None else Path(path).with_suffix("")
 
     # -- inline ---------------------------------------------------------------------------------
 
-    async def _run_inline(self, children: list[_Child], context: str | None,
+    async def _run_inline(self, children: list[Child], context: str | None,
                           on_update: OnUpdate) -> list[str]:
         """Run ``children`` at once (each bounded by the limiter); their envelopes in order."""
 
@@ -388,14 +384,14 @@ class SubagentHost:
         return [self._inline_text(c) for c in children]
 
     @staticmethod
-    def _inline_text(child: _Child) -> str:
+    def _inline_text(child: Child) -> str:
         if child.outcome is None:
             return f"Task {child.id}: cancelled before start."
         return envelope(child.outcome)
 
     # -- background -----------------------------------------------------------------------------
 
-    def _start_job(self, child: _Child, context: str | None) -> str | None:
+    def _start_job(self, child: Child, context: str | None) -> str | None:
         limit = min(100, max(1, self.session.settings.async_.maxJobs))
         if len(self.jobs) >= limit:
             return (f"Background job limit reached ({limit}). Wait for running jobs to finish "
@@ -409,7 +405,7 @@ class SubagentHost:
             return str(exc)
         return None
 
-    async def _job(self, child: _Child, context: str | None, info: JobInfo,
+    async def _job(self, child: Child, context: str | None, info: JobInfo,
                    epoch: int) -> None:
         """One background child. Cancelled (a session change, shutdown): it delivers nothing."""
         try:
@@ -438,7 +434,7 @@ class SubagentHost:
 
     # -- one child ------------------------------------------------------------------------------
 
-    async def _run_child(self, child: _Child, context: str | None,
+    async def _run_child(self, child: Child, context: str | None,
                          report: Callable[[], Awaitable[None]] | None) -> None:
         """Run one child to its outcome (``child.outcome``), bounded by the limiter.
 
@@ -450,7 +446,7 @@ class SubagentHost:
         async with self.limiter:
             await self._run_started(child, context, report)
 
-    async def _run_started(self, child: _Child, context: str | None,
+    async def _run_started(self, child: Child, context: str | None,
                            report: Callable[[], Awaitable[None]] | None) -> None:
         parent = self.session
         tracker = child.tracker
@@ -463,7 +459,7 @@ class SubagentHost:
 
         pump = ProgressPump(emit)
         try:
-            session = await self._build(child, context, state,
+            session = await build_child(self, child, context, state,
                                         _ChildEvents(child.id, tracker, pump, self.registry))
         except (OSError, SessionError) as exc:
             self._finish(child, ChildOutcome(
@@ -542,11 +538,11 @@ class SubagentHost:
             await session.wait_for_idle()
         return None
 
-    def _conclude(self, child: _Child, state: YieldState, session: AgentSession, *,
+    def _conclude(self, child: Child, state: YieldState, session: AgentSession, *,
                   cancelled: bool, failure: str | None) -> None:
         tracker = child.tracker
         status, code, output, stderr, data = assemble(
-            state.result, _last_text(session), cancelled=cancelled, requests=tracker.requests,
+            state.result, last_text(session), cancelled=cancelled, requests=tracker.requests,
             tokens=tracker.tokens)
         if failure is not None and state.result is None and not cancelled:
             status, code, stderr = "failed", 1, failure
@@ -565,7 +561,7 @@ class SubagentHost:
             truncated=truncated, session_file=child.session_file, data=data)
         self._finish(child, outcome)
 
-    def _finish(self, child: _Child, outcome: ChildOutcome) -> None:
+    def _finish(self, child: Child, outcome: ChildOutcome) -> None:
         """Record the outcome; final progress, then the terminal lifecycle (never waits)."""
         child.outcome = outcome
         final: Literal["completed", "failed", "aborted"] = (
@@ -578,91 +574,12 @@ class SubagentHost:
             status=final, index=child.index, sessionFile=_opt(child.session_file),
             parentToolCallId=child.call_id, detached=child.detached))
 
-    def _progress(self, child: _Child) -> None:
+    def _progress(self, child: Child) -> None:
         self.registry.progress(child.id, ev.SubagentProgressPayload(
             index=child.index, agent=child.agent.name, agentSource=child.agent.source,
             task=child.tracker.task, parentToolCallId=child.call_id,
             assignment=child.assignment, progress=child.tracker.snapshot(),
             sessionFile=_opt(child.session_file), detached=child.detached))
-
-    # -- building a child -----------------------------------------------------------------------
-
-    async def _build(self, child: _Child, context: str | None, state: YieldState,
-                     sink: EventSink) -> AgentSession:
-        """The child's session, its file created (in a thread) with its ``session_init``."""
-        parent = self.session
-        agent = child.agent
-        model = self._model_for(agent)
-        thinking: ThinkingLevel = parent.configured_thinking
-        for level in THINKING_LEVELS:
-            if agent.thinking == level:
-                thinking = level
-        depth = parent.task_depth + 1
-        tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris)
-        available = {t.name: t for t in default_tools(tool_context, TodoState())
-                     if t.name != "todo"}
-        if agent.tools is None:
-            tools: list[Tool] = list(available.values())
-        else:
-            wanted = [TOOL_NAMES.get(t, t) for t in agent.tools]
-            tools = [available[t] for t in wanted if t in available]
-        spawns = agent.spawns
-        limit = parent.settings.task.maxRecursionDepth
-        nested_spawns = bool(spawns) and (limit < 0 or depth < limit)
-
-        def own_tools(session: AgentSession) -> list[Tool]:
-            """The tools that need the child's session: ``yield``, and ``task`` when it may
-            spawn children of its own."""
-            tools: list[Tool] = [YieldTool(
-                state, last_text=functools.partial(_last_text, session),
-                on_terminal=functools.partial(session.runs.stop_run, YIELD_STOP))]
-            if nested_spawns:
-                tools.append(SubagentHost(session, self.registry, self.agent_directory,
-                                          self.trusted, prefix=f"{child.id}.", spawns=spawns,
-                                          agents=self._agents).tool())
-            return tools
-
-        directory = self._artifacts_dir()
-        file = None
-        if directory is not None:
-            file = await trio.to_thread.run_sync(functools.partial(
-                SessionFile.create_at, directory / f"{child.id}.jsonl", cwd=str(parent.cwd),
-                parent_session=parent.session_file))
-            child.session_file = str(file.path)
-        session = AgentSession(
-            registry=parent.registry, model=model, configured_thinking=thinking,
-            cwd=parent.cwd, builtin_tools=tools, tool_context=tool_context,
-            prompt_options=PromptOptions(parent.cwd, self.agent_directory),
-            prompt_extra=_subagent_block(agent, context), settings=parent.settings,
-            auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
-            http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink)
-        if file is not None:
-            init = {"type": "session_init", "systemPrompt": "\n\n".join(session.system_prompt),
-                    "task": child.tracker.task, "tools": [t.name for t in session.tools],
-                    "agent": agent.name, "resolvedModel": f"{model.provider}/{model.id}",
-                    "readOnly": agent.read_only, "spawns": spawns if spawns else ""}
-            file.append(RawEntry(init))
-        child.tracker.resolved_model = f"{model.provider}/{model.id}"
-        child.tracker.context_window = model.contextWindow or None
-        return session
-
-    def _model_for(self, agent: AgentDef) -> Model:
-        """The first resolvable pattern of the override or the agent; else the parent's."""
-        parent = self.session
-        override = parent.settings.task.agentModelOverrides.get(agent.name)
-        patterns = ([override] if isinstance(override, str) else list(override)
-                    if isinstance(override, list) else []) + list(agent.model)
-        for pattern in patterns:
-            pattern = pattern.split(":")[0].strip()
-            if not pattern or pattern.startswith("@"):
-                continue  # a role alias: no roles here, the parent's model serves
-            provider, _, model_id = pattern.rpartition("/")
-            for model in parent.registry.models:
-                if model.id == model_id and (not provider or model.provider == provider) and (
-                        parent.registry.has_credentials(model.provider)):
-                    return model
-        return parent.model
-
 
 @attrs.define(eq=False, repr=False)
 class _ChildEvents:
@@ -695,34 +612,10 @@ class _ChildEvents:
         return NO_PACE
 
 
-def _subagent_block(agent: AgentDef, context: str | None) -> str:
-    parts = [f"§ Role\n{agent.prompt}"]
-    if context and context.strip():
-        parts.append(f"§ Context\n{context.strip()}")
-    parts.append("§ Coop\nValidation is the main agent's job: do not run formatters, linters or "
-                 "project-wide tests.")
-    parts.append("§ Completion\nDo not track todos. Keep working with tool calls until the "
-                 "assignment is done, then call `yield`: `data` holds your result (or "
-                 "`type: \"result\"` hands in your last message as the report). Give up only "
-                 "with a terminal `yield {error}`.")
-    return "\n\n".join(parts)
-
-
 def _last_assistant(session: AgentSession) -> m.AssistantMessage | None:
     for message in reversed(session.messages):
         if isinstance(message, m.AssistantMessage):
             return message
-    return None
-
-
-def _last_text(session: AgentSession) -> str | None:
-    """The newest assistant text that reads as a report (skipping empty aborted ends)."""
-    for message in reversed(session.messages):
-        if isinstance(message, m.AssistantMessage):
-            text = "".join(b.text for b in message.content
-                           if isinstance(b, m.TextContent)).strip()
-            if text:
-                return text
     return None
 
 

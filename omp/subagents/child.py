@@ -1,0 +1,135 @@
+"""Building one subagent: its session (model, thinking level, tools, system prompt, file).
+
+A child is a second ``AgentSession`` in the same process, built by ``build_child`` for the
+``SubagentHost`` that spawns it: a blank context, the agent's tools plus ``yield`` (and ``task``
+when it may spawn children of its own), the agent's role and the shared context in its system
+prompt, its own session file next to the parent's, starting with its ``session_init`` entry.
+Who owns and runs the child is ``omp.subagents.host``'s business.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..llm.types import THINKING_LEVELS, ThinkingLevel
+from ..protocol import messages as m
+from ..protocol.payloads import Model
+from ..session.agent_session import AgentSession
+from ..session.entries import RawEntry
+from ..session.file import SessionFile
+from ..session.sink import EventSink
+from ..session.system_prompt import PromptOptions
+from ..tools import default_tools
+from ..tools.base import Tool, ToolContext
+from ..tools.todo_state import TodoState
+from ..tools.yield_tool import YieldState, YieldTool
+from .agents import TOOL_NAMES, AgentDef
+
+if TYPE_CHECKING:
+    from .host import Child, SubagentHost
+
+YIELD_STOP = "terminate"
+"""The aborted message's reason when a child's terminal ``yield`` ends its run."""
+
+
+async def build_child(host: SubagentHost, child: Child, context: str | None,
+                      state: YieldState, sink: EventSink) -> AgentSession:
+    """The child's session, its file created (in a thread) with its ``session_init``."""
+    parent = host.session
+    agent = child.agent
+    model = model_for(parent, agent)
+    thinking: ThinkingLevel = parent.models.configured
+    for level in THINKING_LEVELS:
+        if agent.thinking == level:
+            thinking = level
+    depth = parent.task_depth + 1
+    tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris)
+    available = {t.name: t for t in default_tools(tool_context, TodoState())
+                 if t.name != "todo"}
+    if agent.tools is None:
+        tools: list[Tool] = list(available.values())
+    else:
+        wanted = [TOOL_NAMES.get(t, t) for t in agent.tools]
+        tools = [available[t] for t in wanted if t in available]
+    spawns = agent.spawns
+    limit = parent.settings.task.maxRecursionDepth
+    nested_spawns = bool(spawns) and (limit < 0 or depth < limit)
+
+    def own_tools(session: AgentSession) -> list[Tool]:
+        """The tools that need the child's session: ``yield``, and ``task`` when it may
+        spawn children of its own."""
+        tools: list[Tool] = [YieldTool(
+            state, last_text=functools.partial(last_text, session),
+            on_terminal=functools.partial(session.runs.stop_run, YIELD_STOP))]
+        if nested_spawns:
+            nested = type(host)(session, host.registry, host.agent_directory, host.trusted,
+                                prefix=f"{child.id}.", spawns=spawns, agents=host.agents)
+            tools.append(nested.tool())
+        return tools
+
+    directory = host.artifacts_dir()
+    file = None
+    if directory is not None:
+        file = await trio.to_thread.run_sync(functools.partial(
+            SessionFile.create_at, directory / f"{child.id}.jsonl", cwd=str(parent.cwd),
+            parent_session=parent.session_file))
+        child.session_file = str(file.path)
+    session = AgentSession(
+        registry=parent.registry, model=model, configured_thinking=thinking,
+        cwd=parent.cwd, builtin_tools=tools, tool_context=tool_context,
+        prompt_options=PromptOptions(parent.cwd, host.agent_directory),
+        prompt_extra=_subagent_block(agent, context), settings=parent.settings,
+        auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
+        http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink)
+    if file is not None:
+        init = {"type": "session_init", "systemPrompt": "\n\n".join(session.system_prompt),
+                "task": child.tracker.task, "tools": [t.name for t in session.tools],
+                "agent": agent.name, "resolvedModel": f"{model.provider}/{model.id}",
+                "readOnly": agent.read_only, "spawns": spawns if spawns else ""}
+        file.append(RawEntry(init))
+    child.tracker.resolved_model = f"{model.provider}/{model.id}"
+    child.tracker.context_window = model.contextWindow or None
+    return session
+
+def model_for(parent: AgentSession, agent: AgentDef) -> Model:
+    """The first resolvable pattern of the override or the agent; else the parent's."""
+    override = parent.settings.task.agentModelOverrides.get(agent.name)
+    patterns = ([override] if isinstance(override, str) else list(override)
+                if isinstance(override, list) else []) + list(agent.model)
+    for pattern in patterns:
+        pattern = pattern.split(":")[0].strip()
+        if not pattern or pattern.startswith("@"):
+            continue  # a role alias: no roles here, the parent's model serves
+        provider, _, model_id = pattern.rpartition("/")
+        for model in parent.registry.models:
+            if model.id == model_id and (not provider or model.provider == provider) and (
+                    parent.registry.has_credentials(model.provider)):
+                return model
+    return parent.model
+
+
+def _subagent_block(agent: AgentDef, context: str | None) -> str:
+    parts = [f"§ Role\n{agent.prompt}"]
+    if context and context.strip():
+        parts.append(f"§ Context\n{context.strip()}")
+    parts.append("§ Coop\nValidation is the main agent's job: do not run formatters, linters or "
+                 "project-wide tests.")
+    parts.append("§ Completion\nDo not track todos. Keep working with tool calls until the "
+                 "assignment is done, then call `yield`: `data` holds your result (or "
+                 "`type: \"result\"` hands in your last message as the report). Give up only "
+                 "with a terminal `yield {error}`.")
+    return "\n\n".join(parts)
+
+
+def last_text(session: AgentSession) -> str | None:
+    """The newest assistant text that reads as a report (skipping empty aborted ends)."""
+    for message in reversed(session.messages):
+        if isinstance(message, m.AssistantMessage):
+            text = "".join(b.text for b in message.content
+                           if isinstance(b, m.TextContent)).strip()
+            if text:
+                return text
+    return None
