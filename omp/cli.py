@@ -14,6 +14,10 @@ Signals: in rpc mode SIGTERM and SIGHUP end the session as stdin EOF does (``omp
 in the one-shot modes they abort the run, whose terminal events are still written. SIGINT does
 the same and then exits 130. A second signal stops at once. Either way every process the tools
 started is ended, including those that escaped with ``setsid`` (``omp.process``).
+
+This module only parses the command line and maps outcomes to exit codes: every mode runs the
+one server lifecycle (``omp.rpc.lifecycle``), rpc with ``omp.rpc.server``'s front end, the
+one-shot modes with ``omp.rpc.once``'s.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
@@ -165,7 +168,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if rpc:
             trio.run(lambda: serve(options=options))
             return 0
-        return trio.run(one_shot, options, " ".join(args.message), mode,
+        from .rpc.once import run_once
+
+        return trio.run(run_once, options, " ".join(args.message), mode,
                         args.message_updates or "snapshot")
     except BaseException as exc:
         failure = _single(exc)
@@ -205,65 +210,3 @@ def _prompt_arg(value: str | None) -> str | None:
     from .session.system_prompt import load_prompt_arg
 
     return None if value is None else load_prompt_arg(value, Path.cwd())
-
-
-async def one_shot(options: Any, message: str, mode: str,
-                   message_updates: str = "snapshot") -> int:
-    """Run ``message`` once on the server lifecycle of ``options`` with the one-shot front
-    (``omp.rpc.once``); 0 when it completed, 1 when it ended in an error or was stopped by
-    SIGTERM / SIGHUP.
-
-    A stop signal aborts the run (its terminal events are still written); SIGINT then raises
-    ``KeyboardInterrupt``; a second signal, or one after the run settled, cancels at once.
-    Processes the tools left behind (``setsid``) are ended before it returns. Raises
-    ``OutputClosedError`` when stdout breaks. On cancellation the run is cancelled with its
-    nursery.
-    """
-    import signal
-
-    import trio
-
-    from .process import adopt_orphans, can_watch_signals
-    from .rpc.lifecycle import build_runtime, new_output, run_lifecycle
-    from .rpc.once import OnceFront, OnceSink
-    from .rpc.outbox import EventView, Outbox
-    from .rpc.output import OutputClosedError
-
-    text = mode == "text"
-    # json: events are JSON lines of any size (no rpc frame limit), queued in order and
-    # written by the lifecycle's one writer; text: nothing is written until the answer.
-    outbox = Outbox(new_output(options, encoder_limit=sys.maxsize),
-                    EventView(message_updates=message_updates), message_ids=False,
-                    discard=text)
-    sinks: list[OnceSink] = []
-
-    def sink(outbox: Outbox) -> OnceSink:
-        sinks.append(OnceSink(outbox, text))
-        return sinks[0]
-
-    runtime = build_runtime(options, outbox, ui=False, sink=sink)
-    front = OnceFront(runtime, sinks[0], message)
-    stdout = None if text else trio.lowlevel.FdStream(os.dup(1))
-    try:
-        async with adopt_orphans():
-            await run_lifecycle(runtime, stdout, front, signals=can_watch_signals())
-    finally:
-        if stdout is not None:
-            # FdStream made the shared description non-blocking; give it back as it was.
-            with contextlib.suppress(OSError):
-                os.set_blocking(1, True)
-            with contextlib.suppress(OSError):
-                stdout.close()
-    if front.stopped_by is not None:
-        print(f"omp: stopped by {signal.Signals(front.stopped_by).name}", file=sys.stderr)
-        return 1
-    if text:
-        answer, error = front.final_answer()
-        if answer:
-            try:
-                print(answer, flush=True)
-            except BrokenPipeError as exc:
-                raise OutputClosedError(f"stdout closed: {exc}") from None
-        if error is not None:
-            print(f"omp: {error}", file=sys.stderr)
-    return 0 if front.completed else 1

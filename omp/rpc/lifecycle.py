@@ -19,6 +19,7 @@ written); a second one cancels everything at once; SIGINT ends in ``KeyboardInte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -32,7 +33,7 @@ import trio
 from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..llm.stream import HttpClient
-from ..process import watch_stop_signals
+from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
 from ..session import AgentSession, SessionError, create_session
@@ -74,10 +75,10 @@ class Runtime:
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
-                  sink: Callable[[Outbox], EventSink] | None = None) -> Runtime:
-    """Everything one ``serve()`` owns, the session last, its events going to ``outbox`` (or
-    to ``sink(outbox)``). Raises SessionError / ConfigError when the session cannot start.
-    ``ui`` False: dialogs return their defaults (no host)."""
+                  sink: EventSink | None = None) -> Runtime:
+    """Everything one ``serve()`` owns, the session last, its events going to ``sink`` (by
+    default ``outbox``, where every other frame goes). Raises SessionError / ConfigError when
+    the session cannot start. ``ui`` False: dialogs return their defaults (no host)."""
     output = outbox.output
     controls = ControlRegistry()
     aborts = AbortRegistry()
@@ -106,7 +107,7 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         system_prompt=options.system_prompt, append_system_prompt=options.append_system_prompt,
         cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline,
         persist=options.persist, session_dir=options.session_dir, session_path=options.session,
-        resume=options.resume, sink=outbox if sink is None else sink(outbox), http=http,
+        resume=options.resume, sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
     return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
                    session, found[0] if found else None)
@@ -194,6 +195,47 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
         # Everything was answered; the host was told by a notice frame. Durability was not
         # kept, which the exit status must say (rpc-behavior §1.9).
         raise SessionError(f"Session not saved: {failure}")
+
+
+async def run_on_stdio(runtime: Runtime, front: Callable[[trio.abc.ReceiveStream], Front], *,
+                       write: bool = True,
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """``run_lifecycle`` on the process's own stdio (``omp``'s modes): the front gets stdin,
+    the writer stdout (``write`` False: nothing is written, ``omp -p``), and meanwhile anything
+    else written to fd 1 goes to stderr; the stop signals are handled (in the main thread) and
+    descendants re-parented to the process are ended on return (``omp.process``). Raises as
+    ``run_lifecycle``; on cancellation as ``run_lifecycle`` too."""
+    with stdio_streams() as (stdin, stdout):
+        async with adopt_orphans():
+            await run_lifecycle(runtime, stdout if write else None, front(stdin), task_status,
+                                signals=can_watch_signals())
+
+
+class stdio_streams:
+    """The process's stdin/stdout as trio streams, with fd 1 pointed at stderr meanwhile."""
+
+    def __enter__(self) -> tuple[trio.abc.ReceiveStream, trio.abc.SendStream]:
+        sys.stdout.flush()
+        self._in_fd = os.dup(0)
+        self._out_fd = os.dup(1)
+        self._saved_stdout = os.dup(1)
+        os.dup2(2, 1)
+        self._in = trio.lowlevel.FdStream(self._in_fd)
+        self._out = trio.lowlevel.FdStream(self._out_fd)
+        return self._in, self._out
+
+    def __exit__(self, *exc: object) -> None:
+        # FdStream made the shared descriptions non-blocking; give the host's terminal or pipe
+        # back in the mode it had.
+        for fd in (0, self._saved_stdout):
+            with contextlib.suppress(OSError):
+                os.set_blocking(fd, True)
+        for stream in (self._in, self._out):
+            with contextlib.suppress(OSError):
+                stream.close()
+        sys.stdout.flush()
+        os.dup2(self._saved_stdout, 1)
+        os.close(self._saved_stdout)
 
 
 async def _drain(output: FrameQueue, written: trio.Event) -> None:

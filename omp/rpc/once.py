@@ -13,6 +13,7 @@ prompt or after the run settled, or a second one, stops at once.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import attrs
@@ -25,11 +26,16 @@ from ..session.context import last_assistant_text
 from ..session.sink import Published, Update
 from .lifecycle import (
     Runtime,
+    build_runtime,
     load_extensions,
+    new_output,
+    run_on_stdio,
     untrusted_project_message,
     use_extensions,
 )
-from .outbox import Outbox
+from .options import ServeOptions
+from .outbox import EventView, Outbox
+from .output import OutputClosedError
 
 
 @attrs.define(eq=False, repr=False)
@@ -124,3 +130,40 @@ def retry_notice(event: ev.AutoRetryStart) -> str:
     return (f"omp: {event.errorMessage}; retrying in {event.delayMs / 1000:.1f} s "
             f"(retry {event.attempt}/{event.maxAttempts})")
 
+
+
+async def run_once(options: ServeOptions, message: str, mode: str,
+                   message_updates: str = "snapshot") -> int:
+    """Run ``message`` once (``mode`` ``"text"`` or ``"json"``) on the lifecycle of ``serve()``,
+    on the process's stdio; 0 when it completed, 1 when it ended in an error or was stopped by
+    SIGTERM / SIGHUP. In text mode the answer is printed at the end (and an error on stderr).
+
+    A stop signal aborts the run (its terminal events are still written); SIGINT then raises
+    ``KeyboardInterrupt``; a second signal, or one after the run settled, cancels at once.
+    Processes the tools left behind (``setsid``) are ended before it returns. Raises
+    ``OutputClosedError`` when stdout breaks, SessionError / ConfigError when the session
+    cannot start. On cancellation the run is cancelled with its nursery.
+    """
+    text = mode == "text"
+    # json: events are JSON lines of any size (no rpc frame limit), queued in order and
+    # written by the lifecycle's one writer; text: nothing is written until the answer.
+    outbox = Outbox(new_output(options, encoder_limit=sys.maxsize),
+                    EventView(message_updates=message_updates), message_ids=False,
+                    discard=text)
+    sink = OnceSink(outbox, text)
+    runtime = build_runtime(options, outbox, ui=False, sink=sink)
+    front = OnceFront(runtime, sink, message)
+    await run_on_stdio(runtime, lambda _stdin: front, write=not text)
+    if front.stopped_by is not None:
+        print(f"omp: stopped by {signal.Signals(front.stopped_by).name}", file=sys.stderr)
+        return 1
+    if text:
+        answer, error = front.final_answer()
+        if answer:
+            try:
+                print(answer, flush=True)
+            except BrokenPipeError as exc:
+                raise OutputClosedError(f"stdout closed: {exc}") from None
+        if error is not None:
+            print(f"omp: {error}", file=sys.stderr)
+    return 0 if front.completed else 1

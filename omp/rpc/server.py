@@ -39,16 +39,12 @@ handlers and child processes belong to the host's program.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import sys
 from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
-from ..process import adopt_orphans, can_watch_signals
 from ..protocol.codec import decode_line
 from ..protocol.frames import Ready, Response
 from ..protocol.framing import LineFramer
@@ -62,6 +58,7 @@ from .lifecycle import (
     load_extensions,
     new_output,
     run_lifecycle,
+    run_on_stdio,
     use_extensions,
 )
 from .options import ServeOptions as ServeOptions
@@ -102,48 +99,12 @@ async def serve(
     options = options or ServeOptions()
     if (stdin is None) != (stdout is None):
         raise TypeError("serve() takes both streams or neither")
-    if stdin is not None and stdout is not None:
-        await _serve(stdin, stdout, options, task_status)
-        return
-    with _stdio_streams() as (rstream, wstream):
-        async with adopt_orphans():
-            await _serve(rstream, wstream, options, task_status, signals=can_watch_signals())
-
-
-class _stdio_streams:
-    """The process's stdin/stdout as trio streams, with fd 1 pointed at stderr meanwhile."""
-
-    def __enter__(self) -> tuple[trio.abc.ReceiveStream, trio.abc.SendStream]:
-        sys.stdout.flush()
-        self._in_fd = os.dup(0)
-        self._out_fd = os.dup(1)
-        self._saved_stdout = os.dup(1)
-        os.dup2(2, 1)
-        self._in = trio.lowlevel.FdStream(self._in_fd)
-        self._out = trio.lowlevel.FdStream(self._out_fd)
-        return self._in, self._out
-
-    def __exit__(self, *exc: object) -> None:
-        # FdStream made the shared descriptions non-blocking; give the host's terminal or pipe
-        # back in the mode it had.
-        for fd in (0, self._saved_stdout):
-            with contextlib.suppress(OSError):
-                os.set_blocking(fd, True)
-        for stream in (self._in, self._out):
-            with contextlib.suppress(OSError):
-                stream.close()
-        sys.stdout.flush()
-        os.dup2(self._saved_stdout, 1)
-        os.close(self._saved_stdout)
-
-
-async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
-                 options: ServeOptions, task_status: trio.TaskStatus[None], *,
-                 signals: bool = False) -> None:
     # Before anything is written: a session that cannot start means no ``ready``.
     runtime = build_runtime(options, Outbox(new_output(options)))
-    server = RpcServer(runtime, stdin)
-    await run_lifecycle(runtime, stdout, server, task_status, signals=signals)
+    if stdin is not None and stdout is not None:
+        await run_lifecycle(runtime, stdout, RpcServer(runtime, stdin), task_status)
+        return
+    await run_on_stdio(runtime, functools.partial(RpcServer, runtime), task_status=task_status)
 
 
 @attrs.define(eq=False, repr=False)

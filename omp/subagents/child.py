@@ -10,8 +10,10 @@ Who owns and runs the child is ``omp.subagents.host``'s business.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
+import attrs
 import trio
 
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
@@ -27,15 +29,43 @@ from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from ..tools.yield_tool import YieldState, YieldTool
 from .agents import TOOL_NAMES, AgentDef
+from .envelope import ChildOutcome
+from .progress import ProgressTracker
 
-if TYPE_CHECKING:
-    from .host import Child, SubagentHost
+
+class Host(Protocol):
+    """What building a child needs from the ``SubagentHost`` that spawns it."""
+
+    @property
+    def session(self) -> AgentSession: ...
+
+    @property
+    def agent_directory(self) -> Path: ...
+
+    def artifacts_dir(self) -> Path | None: ...
+
+    def nested_tool(self, session: AgentSession, prefix: str, spawns: str) -> Tool: ...
+
+
+@attrs.define(eq=False, repr=False)
+class Child:
+    """One child of one ``task`` call, from preflight to its outcome."""
+
+    index: int
+    id: str
+    agent: AgentDef
+    assignment: str
+    tracker: ProgressTracker
+    detached: bool
+    call_id: str
+    session_file: str | None = None
+    outcome: ChildOutcome | None = None
 
 YIELD_STOP = "terminate"
 """The aborted message's reason when a child's terminal ``yield`` ends its run."""
 
 
-async def build_child(host: SubagentHost, child: Child, context: str | None,
+async def build_child(host: Host, child: Child, context: str | None,
                       state: YieldState, sink: EventSink) -> AgentSession:
     """The child's session, its file created (in a thread) with its ``session_init``."""
     parent = host.session
@@ -65,9 +95,7 @@ async def build_child(host: SubagentHost, child: Child, context: str | None,
             state, last_text=functools.partial(last_text, session),
             on_terminal=functools.partial(session.runs.stop_run, YIELD_STOP))]
         if nested_spawns:
-            nested = type(host)(session, host.registry, host.agent_directory, host.trusted,
-                                prefix=f"{child.id}.", spawns=spawns, agents=host.agents)
-            tools.append(nested.tool())
+            tools.append(host.nested_tool(session, f"{child.id}.", spawns))
         return tools
 
     directory = host.artifacts_dir()

@@ -4,10 +4,11 @@ Who owns what (DESIGN.md §2; subagents-login.md A.7 to A.11):
 
 * A child is an ``AgentSession`` in this process with its own session file next to its
   parent's (``<parent file without .jsonl>/<id>.jsonl``), its own tools (plus ``yield``) and
-  system prompt, built by ``omp.subagents.child.build_child``. It runs in a nursery owned by whoever runs it (``_run_child``): its session
-  nursery sits in a shielded scope there, so that the owner's cancellation is turned into an
-  abort of the child's run (its terminal entries are written, with a ``CLEANUP_SECONDS``
-  deadline) rather than cutting the run off mid-file. Nothing of a child outlives its owner.
+  system prompt, built by ``omp.subagents.child.build_child``. It runs in a nursery owned by
+  whoever runs it (``_run_child``): its session nursery sits in a shielded scope there, so that
+  the owner's cancellation is turned into an abort of the child's run (its terminal entries are
+  written, with a ``CLEANUP_SECONDS`` deadline) rather than cutting the run off mid-file.
+  Nothing of a child outlives its owner.
 * Inline children (``async.enabled: false``, ``blocking`` agents, and every spawn made by a
   child) run in a nursery owned by the parent's ``task`` call: the parent's ``abort`` cancels
   them (envelope ``status="cancelled"``) and the call returns only once they have ended.
@@ -49,11 +50,11 @@ from ..protocol.events import SESSION_EVENT_TYPES
 from ..session.agent_session import AgentSession
 from ..session.errors import SessionError
 from ..session.settings import load_settings
-from ..tools.base import OnUpdate, ToolResult
+from ..tools.base import OnUpdate, Tool, ToolResult
 from ..tools.task import EMPTY_DETAILS, TaskItem, TaskTool
 from ..tools.yield_tool import YieldState
 from .agents import AgentDef, discover_agents
-from .child import build_child, last_text
+from .child import Child, build_child, last_text
 from .envelope import (
     CANCELLED_BY_CALLER,
     ChildOutcome,
@@ -97,21 +98,6 @@ class JobInfo:
 
 
 @attrs.define(eq=False, repr=False)
-class Child:
-    """One child of one ``task`` call, from preflight to its outcome."""
-
-    index: int
-    id: str
-    agent: AgentDef
-    assignment: str
-    tracker: ProgressTracker
-    detached: bool
-    call_id: str
-    session_file: str | None = None
-    outcome: ChildOutcome | None = None
-
-
-@attrs.define(eq=False, repr=False)
 class SubagentHost:
     """The ``task`` tool's spawner for one session (the main one or a child)."""
 
@@ -134,10 +120,10 @@ class SubagentHost:
     _flush_epoch: int | None = None
     _rng: random.Random = attrs.field(factory=random.Random)
 
-    @property
-    def agents(self) -> list[AgentDef]:
-        """The agent definitions found (``refresh_agents``)."""
-        return self._agents
+    def nested_tool(self, session: AgentSession, prefix: str, spawns: str) -> Tool:
+        """The ``task`` tool of a child session that may spawn children of its own."""
+        return SubagentHost(session, self.registry, self.agent_directory, self.trusted,
+                            prefix=prefix, spawns=spawns, agents=self._agents).tool()
 
     # -- installing ---------------------------------------------------------------------------
 
