@@ -49,8 +49,9 @@ async def test_a_cancelled_bash_execution_has_no_exit_code_key(tmp_path: Path,
     # rpc-behavior §0.2: a field without a value is left out, never null.
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, []) as agent:
+            # No pause between the two: the bash is registered when it is read, so the abort
+            # read right after it cancels it (issue 20).
             bash_id = await agent.send("bash", command="sleep 20")
-            await trio.sleep(0.3)
             await agent.send("abort_bash")
             frames = await agent.until_response(bash_id)
             messages: list[dict[str, Any]] = (await agent.data("get_messages"))["messages"]

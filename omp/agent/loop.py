@@ -72,11 +72,11 @@ Outcome = Literal["completed", "error", "overflow", "aborted"]
 class AgentSink(Protocol):
     """Where the loop's events go (the session, which persists and forwards them)."""
 
-    def publish(self, event: Any) -> None:
+    def publish(self, event: ev.SessionEvent) -> None:
         """Deliver at once; never waits."""
 
     @property
-    def publish_update(self) -> Callable[[Any], None]:
+    def publish_update(self) -> Callable[[AssistantUpdate | ev.ToolExecutionUpdate], None]:
         """Deliver a streaming update (``AssistantUpdate``, ``ToolExecutionUpdate``) at once;
         never waits. (A callable attribute rather than a method: a sink may hand over its
         host's own, as it is called once per streamed token.)"""
