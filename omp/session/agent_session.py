@@ -20,7 +20,7 @@ import random
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import msgspec
@@ -448,10 +448,9 @@ class AgentSession:
         ticket, stop ``serve``. On cancellation the nursery is torn down without waiting."""
         await self.runs.close()
 
-    async def wait_for_idle(self) -> tuple[Literal["completed", "aborted", "error"], Any]:
-        """Wait until no run is going; the last run's status and error. On cancellation,
-        stops waiting."""
-        return await self.runs.wait_for_idle()
+    async def wait_for_idle(self) -> None:
+        """Wait until no run is going. On cancellation, stops waiting."""
+        await self.runs.wait_for_idle()
 
 
 @attrs.define(eq=False, repr=False)

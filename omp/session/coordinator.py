@@ -25,7 +25,7 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import attrs
 import msgspec
@@ -36,8 +36,8 @@ from ..protocol import messages as m
 from ..protocol.commands import RequestId
 from .aborts import AbortRegistry
 from .errors import SessionError
-from .run import Run, RunHost, RunReport
-from .settlement import Activity, Settlement, Ticket, outcome
+from .run import Run, RunHost
+from .settlement import Activity, Settlement, Ticket
 
 if TYPE_CHECKING:
     from ..tools.shell import ShellResult  # annotation only: omp.lazy says why
@@ -75,11 +75,9 @@ class RunCoordinator:
     """The extensions' ``agent_end`` handler when one listens (looked up per run)."""
     rng: random.Random = attrs.field(factory=random.Random)
     settlement: Settlement = attrs.field(factory=Settlement)
-    runs_started: int = attrs.field(default=0, init=False)
     job_epoch: int = attrs.field(default=0, init=False)
     """Bumped whenever the background jobs are cancelled (a session change, ``close``): what
     belonged to an older epoch is dropped."""
-    last_report: RunReport | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _run: Run | None = attrs.field(default=None, init=False)
     """The run scheduled or going; None when idle."""
@@ -245,7 +243,6 @@ class RunCoordinator:
         self.aborts.hold("run", run.scope, done=run.done)
         self.aborts.hold("run", run.tail)
         self._run = run
-        self.runs_started += 1
         self.settlement.begin()
         if (ticket := _COMMAND.get()) is not None:
             self.settlement.bind(ticket, run)
@@ -265,7 +262,6 @@ class RunCoordinator:
             self.aborts.release(run.scope)
             self.aborts.release(run.tail)
         self._run = None
-        self.last_report = report
         # A background result that arrived after the run's last step boundary is still queued:
         # it starts the next run (subagents-login.md A.10).
         undelivered = not self._closing and any(
@@ -299,13 +295,10 @@ class RunCoordinator:
         if self._run is not None:
             self._run.abort(reason)
 
-    async def wait_for_idle(self) -> tuple[Literal["completed", "aborted", "error"], Any]:
-        """Wait until no run is going; the last run's ``prompt_result`` status and error.
-
-        On cancellation, stops waiting."""
+    async def wait_for_idle(self) -> None:
+        """Wait until no run is going. On cancellation, stops waiting."""
         while (run := self._run) is not None:
             await run.done.wait()
-        return outcome(self.last_report)
 
     async def reset(self) -> None:
         """Stop whatever runs and empty the queues (before a session change): prompts still
