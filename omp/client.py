@@ -34,9 +34,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, suppress
-from types import TracebackType
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import IO, Any, Final, TypeVar, overload
 
 import attrs
@@ -44,7 +43,7 @@ import msgspec
 import trio
 from msgspec import UNSET, UnsetType
 
-from .groups import single_error
+from .groups import unwrap
 from .process import REAP_TIMEOUT, kill_process_group, signal_group
 from .protocol import commands as cmd
 from .protocol.codec import ChunkAssembler, ChunkError
@@ -354,7 +353,7 @@ class RpcClient:
             assert process.stdin is not None
             return process.stdout, process.stdin, process
 
-        return _ClientContext(open_streams, options)
+        return _client_context(open_streams, options)
 
     @classmethod
     def connect(
@@ -386,7 +385,7 @@ class RpcClient:
                                           trio.Process | None]:
             return recv_stream, send_stream, None
 
-        return _ClientContext(open_streams, options)
+        return _client_context(open_streams, options)
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -962,79 +961,45 @@ OpenStreams = Callable[[], Awaitable[tuple[trio.abc.ReceiveStream, trio.abc.Send
                                           trio.Process | None]]]
 
 
-class _ClientContext(AbstractAsyncContextManager[RpcClient]):
+@asynccontextmanager
+async def _client_context(open_streams: OpenStreams, options: _Options
+                          ) -> AsyncIterator[RpcClient]:
     """What ``spawn`` and ``connect`` return: owns the client's nursery from enter to exit.
 
-    A class rather than an ``@asynccontextmanager`` generator on purpose: a generator must not
-    own a nursery (a ``yield`` inside one breaks cancellation delivery), so the nursery is entered
-    and exited explicitly, in the task that runs the ``async with``.
+    An ``@asynccontextmanager`` may own a nursery (trio's own ``as_safe_channel`` does): the
+    body runs in the task that entered it, inside the nursery's cancel scope, so a background
+    task that fails cancels the body, and the body's exception is thrown in at the ``yield``
+    and leaves the nursery like any other. (What must not yield inside a nursery or cancel
+    scope is an async generator that is iterated: its consumer's code would run in scopes that
+    are not its own.)
 
-    Exception policy at the nursery boundary: background tasks handle their expected errors, so
-    the group the nursery raises normally holds one exception (the body's, or one bug); it leaves
-    unwrapped. Several non-``Cancelled`` exceptions leave as the group.
+    Enter: start the connection, wait for ``ready`` and negotiate; on cancellation or failure
+    everything started is shut down (the process stopped and waited for) before the exception
+    leaves. Exit: close the connection (EOF, wait, signals for a process) and the nursery,
+    shielded and bounded by the close timeouts, also when the body was cancelled; the
+    cancellation then propagates. A protocol error nobody has seen yet is raised on exit if the
+    body finished without an exception.
+
+    Exceptions leave as ``omp.groups`` says: background tasks handle their expected errors, so
+    the nursery's group normally holds one exception (the body's, or one bug), which leaves as
+    itself; several real errors leave as the group.
     """
-
-    def __init__(self, open_streams: OpenStreams, options: _Options) -> None:
-        self._open_streams = open_streams
-        self._options = options
-        self._manager: AbstractAsyncContextManager[trio.Nursery] | None = None
-        self._client: RpcClient | None = None
-
-    async def __aenter__(self) -> RpcClient:
-        """Start the connection: wait for ``ready`` and negotiate.
-
-        On cancellation or failure everything started is shut down (the process is stopped and
-        waited for) before the exception leaves."""
-        if self._manager is not None:
-            raise RuntimeError("this RpcClient context is already in use")
-        manager = trio.open_nursery()
-        nursery = await manager.__aenter__()
-        client: RpcClient | None = None
-        try:
-            recv, send, process = await self._open_streams()
-            client = RpcClient(recv, send, process, self._options, nursery)
-            await client._start()
-        except BaseException as exc:
-            if client is not None:
-                with trio.move_on_after(client._shutdown_bound, shield=True):
-                    await client._shutdown()
-            nursery.cancel_scope.cancel()
-            await _exit_nursery(manager, exc)
-            raise
-        self._manager, self._client = manager, client
-        return client
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> bool:
-        """Close the connection (EOF, wait, signals for a process) and the client's nursery.
-
-        Runs to completion when the body was cancelled (shielded, bounded by the close
-        timeouts); the cancellation then propagates. A protocol error nobody has seen yet is
-        raised here if the body finished without an exception."""
-        manager, client = self._manager, self._client
-        assert manager is not None
-        assert client is not None
-        try:
-            with trio.move_on_after(client._shutdown_bound, shield=True):
-                await client._shutdown()
-        finally:
-            client._nursery.cancel_scope.cancel()  # handler tasks: the server is gone
-            swallowed = await _exit_nursery(manager, exc)
-        if exc is None and client._failure is not None and not client._failure_reported:
-            client._failure_reported = True
-            raise RpcProtocolError(*client._failure.args) from client._failure.__cause__
-        return swallowed
-
-
-async def _exit_nursery(manager: AbstractAsyncContextManager[trio.Nursery],
-                        exc: BaseException | None) -> bool:
-    """Exit the nursery; re-raise the single exception out of a group (see ``_ClientContext``)."""
-    single: BaseException | None = None
-    try:
-        return bool(await manager.__aexit__(
-            None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__))
-    except BaseExceptionGroup as group:
-        single = single_error(group)
-        if single is None:
-            raise
-    raise single
+    client: RpcClient | None = None
+    finished = False  # the body ended without an exception
+    with unwrap():
+        async with trio.open_nursery() as nursery:
+            try:
+                recv, send, process = await open_streams()
+                client = RpcClient(recv, send, process, options, nursery)
+                await client._start()
+                yield client
+                finished = True
+            finally:
+                if client is not None:
+                    with trio.move_on_after(client._shutdown_bound, shield=True):
+                        await client._shutdown()
+                nursery.cancel_scope.cancel()  # handler tasks: the server is gone
+    if finished and client is not None and client._failure is not None and (
+            not client._failure_reported):
+        client._failure_reported = True
+        raise RpcProtocolError(*client._failure.args) from client._failure.__cause__

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import msgspec
 
-from ..groups import single_error
+from ..groups import chain, unwrapped
 
 if TYPE_CHECKING:
     import httpx
@@ -365,24 +365,15 @@ def from_stream_error(message: str, provider: str, model: str, *,
 
 
 def _system_error_name(exc: BaseException, default: str) -> str:
-    """``ECONNRESET``-style name of the OS error under ``exc`` (its cause chain), or
-    ``default`` when the library did not keep one."""
-    seen: set[int] = set()
-    pending: list[BaseException] = [exc]
-    while pending:
-        current = pending.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
+    """``ECONNRESET``-style name of the OS error under ``exc`` (its cause chain, and the
+    members of a group: trio raises one error per address it tried), or ``default`` when the
+    library did not keep one."""
+    for current in chain(exc):
         if isinstance(current, socket.gaierror):
             return "ENOTFOUND"
         code = current.errno if isinstance(current, OSError) else None
         if code is not None and code in errno_names.errorcode:
             return errno_names.errorcode[code]
-        if isinstance(current, BaseExceptionGroup):  # trio: one error per address tried
-            pending += current.exceptions
-        if (cause := current.__cause__ or current.__context__) is not None:
-            pending.append(cause)
     return default
 
 
@@ -419,8 +410,7 @@ def from_exception(exc: BaseException, provider: str, model: str, *,
     is that error.
     """
     secrets = tuple(secrets)
-    if isinstance(exc, BaseExceptionGroup):
-        exc = single_error(exc) or exc
+    exc = unwrapped(exc)
     if isinstance(exc, ProviderError):
         exc.provider = exc.provider or provider
         exc.model = exc.model or model

@@ -33,9 +33,8 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager, suppress
-from types import TracebackType
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from typing import Any, ClassVar, Literal
 from urllib.parse import parse_qsl, urlsplit
 
@@ -45,11 +44,11 @@ import msgspec
 import trio
 from msgspec import UNSET
 
+from ..groups import unwrap
 from .script import Chunk, Reply, Script, ScriptUsage, ToolCallChunk, load_script
 
 __all__ = [
     "FakeLLM",
-    "FakeLLMManager",
     "RecordedRequest",
     "main",
     "open_fake_llm",
@@ -961,78 +960,27 @@ async def serve_fake_llm(script: ScriptSource = (), *, host: str = "127.0.0.1", 
             await trio.aclose_forcefully(each)
 
 
-@attrs.define
-class FakeLLMManager:
-    """``async with open_fake_llm(script) as fake``: the server lives for the block."""
-
-    _script: ScriptSource
-    _host: str
-    _port: int
-    _nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
-    _nursery: trio.Nursery | None = None
-
-    async def __aenter__(self) -> FakeLLM:
-        """Listen and return the running server; cancelled, it leaves nothing listening."""
-        manager = trio.open_nursery()
-        nursery = await manager.__aenter__()
-        try:
-            fake: FakeLLM = await nursery.start(functools.partial(
-                serve_fake_llm, self._script, host=self._host, port=self._port))
-        except BaseException as exc:
-            nursery.cancel_scope.cancel()
-            await _exit_unwrapped(manager, exc)
-            raise
-        self._nursery_manager = manager
-        self._nursery = nursery
-        return fake
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> bool:
-        """Cancel the server's tasks and wait for them; the block's exception propagates as is.
-
-        The tasks are cancelled anyway, so being cancelled here changes nothing.
-        """
-        assert self._nursery_manager is not None
-        assert self._nursery is not None
-        manager, self._nursery_manager = self._nursery_manager, None
-        self._nursery.cancel_scope.cancel()
-        self._nursery = None
-        return await _exit_unwrapped(manager, exc)
-
-
-async def _exit_unwrapped(manager: AbstractAsyncContextManager[trio.Nursery],
-                          exc: BaseException | None) -> bool:
-    """Exit the server's nursery, keeping ExceptionGroups out of the caller's way.
-
-    Policy: a group holding only the block's own exception lets that exception propagate
-    unchanged; a group of exactly one other exception (a bug in the server) raises that one;
-    anything larger stays a group.
-    """
-    try:
-        result = await manager.__aexit__(
-            type(exc) if exc is not None else None, exc,
-            exc.__traceback__ if exc is not None else None)
-    except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        inner = group.exceptions[0]
-        if inner is exc:
-            return False
-        raise inner from None
-    return bool(result)
-
-
-def open_fake_llm(script: ScriptSource = (), *, host: str = "127.0.0.1",
-                  port: int = 0) -> FakeLLMManager:
+@asynccontextmanager
+async def open_fake_llm(script: ScriptSource = (), *, host: str = "127.0.0.1",
+                        port: int = 0) -> AsyncIterator[FakeLLM]:
     """Serve ``script`` on ``host:port`` (ephemeral by default) for an ``async with`` block.
 
     ``async with open_fake_llm(script) as fake:`` yields the running :class:`FakeLLM`; the
     server's tasks live in a nursery the manager owns. A bad script raises msgspec's
-    ``ValidationError``/``DecodeError`` on entry. Leaving the block (normally, by an exception,
-    or by cancellation) cancels every connection task and closes the listener before the block's
-    exit completes; the block's own exception propagates unchanged.
+    ``ValidationError``/``DecodeError`` on entry; cancelled on entry, it leaves nothing
+    listening. Leaving the block (normally, by an exception, or by cancellation) cancels every
+    connection task and closes the listener before the block's exit completes; the block's own
+    exception (a cancellation too) propagates unchanged, and an error of the server's own (a
+    bug) leaves as itself, not in an exception group (``omp.groups``).
     """
-    return FakeLLMManager(script, host, port)
+    with unwrap():
+        async with trio.open_nursery() as nursery:
+            fake: FakeLLM = await nursery.start(functools.partial(
+                serve_fake_llm, script, host=host, port=port))
+            try:
+                yield fake
+            finally:
+                nursery.cancel_scope.cancel()  # the server's tasks run until cancelled
 
 
 # --------------------------------------------------------------------------- command line

@@ -43,7 +43,7 @@ import h11
 import msgspec
 import trio
 
-from ..groups import single_error
+from ..groups import unwrap
 
 __all__ = ["FakeOAuth", "OAuthRequest", "open_fake_oauth", "serve_fake_oauth"]
 
@@ -354,16 +354,12 @@ async def serve_fake_oauth(*, host: str = "127.0.0.1", port: int = 0,
 async def open_fake_oauth(**script: Any) -> AsyncIterator[FakeOAuth]:
     """``async with open_fake_oauth(device_polls=[...]) as fake``: the server lives for the
     block (its tasks in a nursery this manager owns); leaving the block, however, closes it.
-    The block's own exception leaves as itself, not inside an exception group."""
-    try:
+    The block's own exception (a cancellation too) leaves as itself, not inside an exception
+    group (``omp.groups``); cancelled on entry, it leaves nothing listening."""
+    with unwrap():
         async with trio.open_nursery() as nursery:
             fake: FakeOAuth = await nursery.start(functools.partial(serve_fake_oauth, **script))
             try:
                 yield fake
             finally:
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        inner = single_error(group)
-        if inner is None:
-            raise
-        raise inner from None
+                nursery.cancel_scope.cancel()  # the server's tasks run until cancelled

@@ -22,6 +22,7 @@ import attrs
 import trio
 from msgspec import UNSET
 
+from ..groups import unwrap
 from ..protocol.payloads import BashResult
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .shell import ShellResult, ShellRun, ShellSpawnError
@@ -109,18 +110,13 @@ class BashTool(SpecifiedTool):
                 await trio.sleep(UPDATE_INTERVAL)
 
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(stream_updates)
-                await run.run()
-                nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:  # one real error inside: raise it as itself
-            rest = group.split(trio.Cancelled)[1]
-            if rest is not None and len(rest.exceptions) == 1:
-                inner = rest.exceptions[0]
-                if isinstance(inner, ShellSpawnError):
-                    raise ToolError(str(inner)) from None
-                raise inner from None
-            raise
+            with unwrap():  # one real error inside the nursery's group leaves as itself
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stream_updates)
+                    await run.run()
+                    nursery.cancel_scope.cancel()
+        except ShellSpawnError as exc:
+            raise ToolError(str(exc)) from None  # its text says why (the OSError included)
         if run.total_bytes != sent_bytes and run.total_bytes:
             await send_update()  # the last state is always sent
 

@@ -50,6 +50,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from ..groups import only_cancelled, unwrap
 from ..process import KILL_GRACE, kill_process_group
 from ..subprocess_env import child_environment
 from .truncate import DEFAULT_MAX_BYTES, ELISION_HEAD_BYTES, Elision, MiddleElider
@@ -122,23 +123,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(trio.Cancelled)[1] is None
-    return False
-
-
-def _unwrap(exc: BaseExceptionGroup[BaseException]) -> BaseException:
-    """A nursery's group with one real error in it is that error (policy: STYLE.md)."""
-    rest = exc.split(trio.Cancelled)[1]
-    if rest is not None and len(rest.exceptions) == 1:
-        inner = rest.exceptions[0]
-        return _unwrap(inner) if isinstance(inner, BaseExceptionGroup) else inner
-    return exc
 
 
 @attrs.define
@@ -241,14 +225,12 @@ class ShellRun:
             self.pid = proc.pid
             timeout = self.timeout if self.timeout is not None and self.timeout > 0 else math.inf
             with trio.move_on_after(timeout) as timer:
-                try:
+                with unwrap():  # the supervising nursery's group: its one error as itself
                     await self._supervise(proc)
-                except BaseExceptionGroup as group:
-                    raise _unwrap(group) from None
             if timer.cancelled_caught and not self._shell_exited:
                 self._timed_out = True
         except BaseException as exc:
-            self._cancelled = _is_cancellation(exc)
+            self._cancelled = only_cancelled(exc)
             self._interrupted = True
             raise
         finally:
