@@ -339,6 +339,26 @@ async def test_stdin_closed_during_a_login_prompt(tmp_path: Path,
     assert not (isolated_agent_dir / "auth.json").exists()
 
 
+async def test_stdin_closed_during_the_pkce_paste_prompt(tmp_path: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    """The paste prompt fails when the host goes away: that ends the race and the login fails
+    with the disconnect, as the API-key prompt does (not with an exception group, which the
+    command would not take for a failed login)."""
+    with trio.fail_after(LIMIT):
+        async with open_fake_oauth() as oauth:
+            write_corp(isolated_agent_dir, "http://127.0.0.1:9", oauth.oauth_block("pkce"))
+            async with open_process_host(work(tmp_path), args=ARGS) as host:
+                await open_pkce(host)
+                await host.close_input()
+                rest = await host.rest()
+                code = await host.wait()
+    (response,) = [f for f in rest if f["type"] == "response"]
+    assert response["success"] is False
+    assert response["error"] == UI_DISCONNECTED
+    assert code == 0
+    assert not (isolated_agent_dir / "auth.json").exists()
+
+
 async def test_stdin_closed_while_a_device_login_polls(tmp_path: Path,
                                                        isolated_agent_dir: Path) -> None:
     with trio.fail_after(LIMIT):

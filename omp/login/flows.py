@@ -9,8 +9,11 @@ The PKCE flow races three things in one nursery it owns: the loopback server on 
 browser's redirect), a paste prompt that is asked again until it yields a code (for a browser
 that cannot reach this machine), and the ``CALLBACK_SECONDS`` deadline. The first outcome wins
 and the nursery is cancelled: the listener closes and a paste prompt still open is cancelled
-(its ``cancel`` frame goes to the host). Both sides hand their outcome over a channel, never by
-raising, so no exception group leaves the flow. A ``state`` that does not match ends the login.
+(its ``cancel`` frame goes to the host). Both sides hand the answer that decides the login (a
+code, or a ``LoginError``) over a channel; a failure of either side itself (the prompt's when
+the host is gone, a bug) ends the race and leaves the flow as itself, not in an exception group
+(``omp.groups``), as it would from the other flows. A ``state`` that does not match ends the
+login.
 
 Cancellation (``abort``, the host going away): every flow is cancellable at each await; the
 listener is closed on the way out and nothing is stored.
@@ -28,6 +31,7 @@ import attrs
 import msgspec
 import trio
 
+from ..groups import unwrap
 from ..protocol.events import ExtensionUiRequest
 from .config import OAuthConfig
 from .oauth import (
@@ -182,8 +186,9 @@ async def device_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget
 # --- authorization code + PKCE, loopback redirect (RFC 7636, RFC 8252) --------------------------
 
 
-Outcome = str | BaseException
-"""What one side of the PKCE race hands over: the authorization code, or why it failed."""
+Outcome = str | LoginError
+"""What one side of the PKCE race hands over: the authorization code, or why the
+authorization failed (an error answer, a ``state`` that does not match)."""
 
 
 async def pkce_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget,
@@ -207,23 +212,26 @@ async def pkce_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget,
         urllib.parse.urlencode(params, quote_via=urllib.parse.quote)
     send, receive = trio.open_memory_channel[Outcome](math.inf)
     outcome: Outcome | None = None
-    async with trio.open_nursery() as nursery:
-        loopback = _Loopback(state, auth_url, send)
-        nursery.start_soon(loopback.serve, listener)
-        ui.open_url(auth_url, launch_url=f"http://127.0.0.1:{port}/launch",
-                    instructions="Complete login in your browser. If the browser cannot reach "
-                                 "this machine, paste the final redirect URL or authorization "
-                                 "code when prompted.")
-        ui.notify("Waiting for browser authentication...")
-        nursery.start_soon(_paste_loop, ui, state, send)
-        with trio.move_on_after(wait_seconds):
-            outcome = await receive.receive()
-        loopback.done = True
-        nursery.cancel_scope.cancel()
+    # A side that fails (the paste prompt raises when the host is gone: UiDisconnected over
+    # RPC) cancels the race, and its error leaves as itself, as it does from the other flows.
+    with unwrap():
+        async with trio.open_nursery() as nursery:
+            loopback = _Loopback(state, auth_url, send)
+            nursery.start_soon(loopback.serve, listener)
+            ui.open_url(auth_url, launch_url=f"http://127.0.0.1:{port}/launch",
+                        instructions="Complete login in your browser. If the browser cannot "
+                                     "reach this machine, paste the final redirect URL or "
+                                     "authorization code when prompted.")
+            ui.notify("Waiting for browser authentication...")
+            nursery.start_soon(_paste_loop, ui, state, send)
+            with trio.move_on_after(wait_seconds):
+                outcome = await receive.receive()
+            loopback.done = True
+            nursery.cancel_scope.cancel()
     if outcome is None:
         raise LoginError(f"Login timed out: no authorization arrived within "
                          f"{wait_seconds:g} s; log in again")
-    if isinstance(outcome, BaseException):
+    if isinstance(outcome, LoginError):
         raise outcome
     ui.notify("Exchanging authorization code for tokens...")
     body = await post_form(http, target.id, config.tokenUrl, {
@@ -276,13 +284,10 @@ def parse_pasted(text: str, expected_state: str) -> Outcome | None:
 
 
 async def _paste_loop(ui: LoginUI, state: str, send: trio.MemorySendChannel[Outcome]) -> None:
-    """Ask for the redirect URL or code until an answer decides the login."""
+    """Ask for the redirect URL or code until an answer decides the login. What ``ui.input``
+    raises (the host is gone) propagates: the race ends with it."""
     while True:
-        try:
-            value = await ui.input(PASTE_TITLE, timeout=PROMPT_TIMEOUT_MS)
-        except Exception as exc:  # the host is gone: the login ends with that error
-            send.send_nowait(exc)
-            return
+        value = await ui.input(PASTE_TITLE, timeout=PROMPT_TIMEOUT_MS)
         if value is not None and (outcome := parse_pasted(value, state)) is not None:
             send.send_nowait(outcome)
             return
@@ -336,7 +341,7 @@ class _Loopback:
             return _response(503, "This login is over.")
         self.done = True
         self.send.send_nowait(outcome)
-        if isinstance(outcome, BaseException):
+        if isinstance(outcome, LoginError):
             return _response(400, str(outcome))
         return _response(200, "Login complete. You can close this window.")
 
