@@ -18,6 +18,8 @@ import omp
 from omp.protocol.frames import ok
 from omp.rpc import lifecycle as lifecycle_module
 from omp.rpc.output import (
+    SEND_BLOCK,
+    SEND_PIECE,
     ByteSpool,
     FrameQueue,
     OutputClosedError,
@@ -58,13 +60,24 @@ def test_spool_counts_the_block_being_sent_as_pending() -> None:
     assert spool.pending == 0
 
 
-async def read_lines(stream: trio.abc.ReceiveStream, n: int) -> list[bytes]:
-    data = b""
-    while data.count(b"\n") < n:
+async def read_lines(stream: trio.abc.ReceiveStream, n: int, pause: float = 0.0) -> list[bytes]:
+    """The first ``n`` lines of ``stream``, read as a host keeping up would: linear in the
+    output, whatever the size of a read (``pause``: seconds the host waits after each one).
+
+    Not ``data += chunk`` with a ``count`` of all of it per read: that is quadratic, and a host
+    reading 256 bytes at a time then spent ~0.15 s of CPU per 64 KiB by the end of a 1.5 MB
+    answer, so on a busy machine it was slow enough to be taken for one that stopped (the
+    ``reads_slowly`` flake)."""
+    chunks: list[bytes | bytearray] = []
+    seen = 0
+    while seen < n:
         chunk = await stream.receive_some(65536)
         assert chunk, "stream ended early"
-        data += chunk
-    return data.split(b"\n")[:n]
+        chunks.append(chunk)
+        seen += chunk.count(b"\n")
+        if pause:
+            await trio.sleep(pause)
+    return b"".join(chunks).split(b"\n")[:n]
 
 
 async def test_host_not_reading_spills_and_loses_nothing() -> None:
@@ -114,9 +127,11 @@ async def test_broken_stream_raises_and_closes_the_queue() -> None:
 
 async def serve_a_host_that_writes_without_reading(
         to_server: trio.abc.SendStream, server_in: trio.abc.ReceiveStream,
-        server_out: trio.abc.SendStream, from_server: trio.abc.ReceiveStream, n: int) -> None:
-    """The host writes ``n`` commands, and reads only once it has written them all: every
-    answer arrives, in order."""
+        server_out: trio.abc.SendStream, from_server: trio.abc.ReceiveStream, n: int,
+        read_pause: float = 0.0) -> list[bytes]:
+    """The host writes ``n`` commands, and reads only once it has written them all (pausing
+    ``read_pause`` seconds after each read): every answer arrives, in order. Returns the
+    lines."""
     options = ServeOptions(output_memory_bytes=16 * 1024)
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(omp.serve, options=options), server_in, server_out)
@@ -129,10 +144,11 @@ async def serve_a_host_that_writes_without_reading(
 
             nursery.start_soon(write)
             await trio.testing.wait_all_tasks_blocked()
-            lines = await read_lines(from_server, n + 2)
+            lines = await read_lines(from_server, n + 2, read_pause)
     frames = [json.loads(line) for line in lines]
     assert [f["type"] for f in frames[:2]] == ["ready", "available_commands_update"]
     assert [f["id"] for f in frames[2:]] == list(range(n))
+    return lines
 
 
 async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() -> None:
@@ -167,16 +183,23 @@ async def test_a_full_pipe_keeps_frames_in_order_through_the_spool() -> None:
 
 
 async def test_a_host_that_reads_slowly_is_not_taken_for_one_that_stopped(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # The same host (it reads 256 bytes at a time once it wrote everything), with a stall
-    # limit far shorter than a megabyte takes to cross that pipe: shutdown waits for the host
-    # as long as pieces keep going out, even when a block (here 1 MiB of the spill file) takes
-    # longer than the limit. Counted per block, the rest was dropped and the host hung.
-    monkeypatch.setattr(lifecycle_module, "DRAIN_STALL_SECONDS", 0.2)
+        autojump_clock: trio.abc.Clock) -> None:
+    # The same host, reading 256 bytes (the pipe's size) a millisecond once it wrote
+    # everything: a piece (SEND_PIECE, 64 KiB) crosses in 0.26 s, a block of the spill file
+    # (SEND_BLOCK, 1 MiB) in 4.2 s, against the real stall limit (DRAIN_STALL_SECONDS, 1 s).
+    # Shutdown waits for the host as long as pieces keep going out; counted per block, the
+    # rest was dropped and the host hung. On the virtual clock, so those times are exact
+    # whatever the machine's load: the clock moves only while the host pauses and the writer
+    # waits for it, not while either computes.
+    pipe_bytes, pause = 256, 0.001
+    piece, block = SEND_PIECE / pipe_bytes * pause, SEND_BLOCK / pipe_bytes * pause
+    assert piece < lifecycle_module.DRAIN_STALL_SECONDS < block  # what the test is about
     to_server, server_in = omp.memory_pipe()
-    server_out, from_server = omp.memory_pipe(max_buffer_bytes=256)
-    await serve_a_host_that_writes_without_reading(
-        to_server, server_in, server_out, from_server, 20_000)
+    server_out, from_server = omp.memory_pipe(max_buffer_bytes=pipe_bytes)
+    lines = await serve_a_host_that_writes_without_reading(
+        to_server, server_in, server_out, from_server, 20_000, read_pause=pause)
+    assert sum(len(line) + 1 for line in lines) > 16 * 1024 + SEND_BLOCK  # a block was sent
+    assert trio.current_time() > block
 
 
 async def test_a_pipe_whose_reader_closed_fails_the_queue() -> None:
