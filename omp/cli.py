@@ -140,6 +140,7 @@ def _main(argv: Sequence[str] | None) -> int:
     import trio
 
     from .config import ConfigError
+    from .groups import unwrapped
     from .rpc.output import OutputClosedError
     from .rpc.server import ServeOptions, serve
     from .session import SessionError
@@ -173,7 +174,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return trio.run(run_once, options, " ".join(args.message), mode,
                         args.message_updates or "snapshot")
     except BaseException as exc:
-        failure = _single(exc)
+        failure = unwrapped(exc)  # a Ctrl-C may come wrapped in a nursery's group
         if isinstance(failure, KeyboardInterrupt):
             print("omp: interrupted", file=sys.stderr)
             return INTERRUPTED
@@ -183,18 +184,6 @@ def _main(argv: Sequence[str] | None) -> int:
             _silence_stdout()
         print(f"omp: {failure}", file=sys.stderr)
         return 1
-
-
-def _single(exc: BaseException) -> BaseException:
-    """The one exception an exception group stands for (a KeyboardInterrupt that arrived before
-    our handler was in place may come wrapped in a nursery's group), else ``exc``."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    if isinstance(exc, BaseExceptionGroup):
-        interrupts, _ = exc.split(KeyboardInterrupt)
-        if interrupts is not None:  # Ctrl-C wins over what it caused in other tasks
-            return KeyboardInterrupt()
-    return exc
 
 
 def _silence_stdout() -> None:

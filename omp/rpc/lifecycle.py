@@ -32,6 +32,7 @@ import trio
 
 from ..config import agent_dir
 from ..extensions.discovery import discover
+from ..groups import unwrap
 from ..llm.stream import HttpClient
 from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import events as ev
@@ -170,18 +171,19 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
         written.set()
 
     try:
-        async with trio.open_nursery() as root:
-            if stdout is not None:
-                root.start_soon(writer, stdout)
-            if signals:
-                await root.start(watch_stop_signals, on_signal)
-            await root.start(runtime.session.serve)
-            await front.run(root, task_status)
-            await front.shutdown()
-            output.close()
-            if stdout is not None:
-                await _drain(output, written)
-            root.cancel_scope.cancel()  # the writer, if the consumer stopped reading
+        with unwrap():  # one failure leaves as itself, not in the root nursery's group
+            async with trio.open_nursery() as root:
+                if stdout is not None:
+                    root.start_soon(writer, stdout)
+                if signals:
+                    await root.start(watch_stop_signals, on_signal)
+                await root.start(runtime.session.serve)
+                await front.run(root, task_status)
+                await front.shutdown()
+                output.close()
+                if stdout is not None:
+                    await _drain(output, written)
+                root.cancel_scope.cancel()  # the writer, if the consumer stopped reading
     finally:
         # The HTTP client belongs to this serve(): its connections must not outlive it.
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
