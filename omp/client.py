@@ -243,6 +243,79 @@ class _Pending:
 
 
 @attrs.define(eq=False, repr=False)
+class _Requests:
+    """The requests waiting for their responses, by id.
+
+    Rules: an id is registered before its line is queued, so its response can never arrive
+    unclaimed. A response whose id is pending resolves that request and removes it; one whose
+    request was cancelled (abandoned) is discarded once; any other response is an event. When
+    the connection ends or fails, every pending request is woken without a response and raises;
+    later requests raise at once."""
+
+    encoder: msgspec.json.Encoder
+    _pending: dict[cmd.RequestId, _Pending] = attrs.field(factory=dict, init=False)
+    _abandoned: set[cmd.RequestId] = attrs.field(factory=set, init=False)
+    _next_id: int = attrs.field(default=0, init=False)
+
+    def encode(self, command: cmd.Command | Mapping[str, Any]
+               ) -> tuple[cmd.RequestId, str, bytes]:
+        """(id, command type, line) of a request; a new ``req_<n>`` id when it has none."""
+        if isinstance(command, Mapping):
+            body = dict(command)
+            request_id = body.get("id")
+            if request_id is None:
+                request_id = self._new_id()
+                body = {"id": request_id, **body}
+            elif not isinstance(request_id, str | int) or isinstance(request_id, bool):
+                raise TypeError(f"a request id must be a str or an int, not {request_id!r}")
+            kind = body.get("type")
+            return request_id, kind if isinstance(kind, str) else "command", self.encoder.encode(
+                body)
+        if command.id is None:
+            command = msgspec.structs.replace(command, id=self._new_id())
+        assert command.id is not None
+        tag = command.__struct_config__.tag
+        return command.id, tag if isinstance(tag, str) else "command", self.encoder.encode(
+            command)
+
+    def _new_id(self) -> str:
+        self._next_id += 1
+        return f"req_{self._next_id}"
+
+    def open(self, request_id: cmd.RequestId) -> _Pending:
+        if request_id in self._pending:
+            raise ValueError(f"a request with id {request_id!r} is already waiting")
+        pending = self._pending[request_id] = _Pending()
+        return pending
+
+    def withdraw(self, request_id: cmd.RequestId, *, sent: bool) -> None:
+        """The caller stopped waiting; a response that was ``sent`` for is discarded when it
+        comes."""
+        if self._pending.pop(request_id, None) is not None and sent:
+            self._abandoned.add(request_id)
+
+    def resolve(self, response: Response) -> bool:
+        """Hand ``response`` to its request; False when none claims it (it is an event)."""
+        request_id = response.id
+        if request_id is None:
+            return False
+        pending = self._pending.pop(request_id, None)
+        if pending is not None:
+            pending.response = response
+            pending.done.set()
+            return True
+        if request_id in self._abandoned:
+            self._abandoned.discard(request_id)
+            return True
+        return False
+
+    def wake_all(self) -> None:
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            waiter.done.set()
+
+
+@attrs.define(eq=False, repr=False)
 class RpcClient:
     """A connection to one RPC server. Get one from ``RpcClient.spawn`` or ``RpcClient.connect``.
 
@@ -267,15 +340,12 @@ class RpcClient:
     _events_send: trio.MemorySendChannel[Event] = attrs.field(init=False)
     _outgoing_send: trio.MemorySendChannel[bytes] = attrs.field(init=False)
     _outgoing_recv: trio.MemoryReceiveChannel[bytes] = attrs.field(init=False)
-    _uri_handlers: dict[str, HostUriHandler] = attrs.field(init=False)
+    _services: _HostServices = attrs.field(init=False)
     _encoder: msgspec.json.Encoder = attrs.field(factory=msgspec.json.Encoder, init=False)
     _assembler: ChunkAssembler = attrs.field(factory=ChunkAssembler, init=False)
     _ready: Ready | None = attrs.field(default=None, init=False)
     _protocol_version: int = attrs.field(default=PROTOCOL_VERSION, init=False)
-    _next_id: int = attrs.field(default=0, init=False)
-    _pending: dict[cmd.RequestId, _Pending] = attrs.field(factory=dict, init=False)
-    _abandoned: set[cmd.RequestId] = attrs.field(factory=set, init=False)
-    _tasks: dict[tuple[str, str], trio.CancelScope] = attrs.field(factory=dict, init=False)
+    _requests: _Requests = attrs.field(init=False)
     _started: trio.Event = attrs.field(factory=trio.Event, init=False)
     _reader_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _writer_done: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -293,8 +363,9 @@ class RpcClient:
         # Unbounded: the server reads its input without ever waiting on its own work, and a
         # sender must never block halfway through a line.
         self._outgoing_send, self._outgoing_recv = trio.open_memory_channel[bytes](math.inf)
-        self._uri_handlers = {k.lower(): v for k, v in self._options.uri_schemes.items()}
         self._assembler = ChunkAssembler()
+        self._requests = _Requests(self._encoder)
+        self._services = _HostServices(self._options, self._nursery, self._send_quietly)
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -424,22 +495,18 @@ class RpcClient:
         On cancellation the command is not withdrawn (it was sent, the server runs it) and its
         response is discarded when it comes.
         """
-        request_id, kind, line = self._encode_request(command)
-        if request_id in self._pending:
-            raise ValueError(f"a request with id {request_id!r} is already waiting")
-        self._raise_if_unusable(kind, request_id)
-        pending = _Pending()
-        self._pending[request_id] = pending
+        request_id, kind, line = self._requests.encode(command)
+        pending = self._requests.open(request_id)
         try:
+            self._raise_if_unusable(kind, request_id)
             self._enqueue(line)
         except BaseException:
-            self._pending.pop(request_id, None)
+            self._requests.withdraw(request_id, sent=False)
             raise
         try:
             await pending.done.wait()
         except BaseException:
-            if self._pending.pop(request_id, None) is not None:
-                self._abandoned.add(request_id)
+            self._requests.withdraw(request_id, sent=True)
             raise
         if pending.response is None:
             self._raise_if_unusable(kind, request_id)
@@ -500,57 +567,6 @@ class RpcClient:
                        for s in schemes]
         result = await self.call(cmd.SetHostUriSchemes(schemes=definitions), type=HostUriSchemes)
         return result.schemes
-
-    # -- pending requests -------------------------------------------------------------------------
-    #
-    # Rules: an id is registered in ``_pending`` before its line is queued, so its response can
-    # never arrive unclaimed. A response whose id is pending resolves that request and removes
-    # it; one whose request was cancelled (``_abandoned``) is discarded once; any other response
-    # is an event. When the connection ends or fails, every pending request is woken without a
-    # response and raises; later requests raise at once.
-
-    def _encode_request(self, command: cmd.Command | Mapping[str, Any]
-                        ) -> tuple[cmd.RequestId, str, bytes]:
-        if isinstance(command, Mapping):
-            body = dict(command)
-            request_id = body.get("id")
-            if request_id is None:
-                request_id = self._new_id()
-                body = {"id": request_id, **body}
-            elif not isinstance(request_id, str | int) or isinstance(request_id, bool):
-                raise TypeError(f"a request id must be a str or an int, not {request_id!r}")
-            kind = body.get("type")
-            return request_id, kind if isinstance(kind, str) else "command", self._encoder.encode(
-                body)
-        if command.id is None:
-            command = msgspec.structs.replace(command, id=self._new_id())
-        assert command.id is not None
-        tag = command.__struct_config__.tag
-        return command.id, tag if isinstance(tag, str) else "command", self._encoder.encode(
-            command)
-
-    def _new_id(self) -> str:
-        self._next_id += 1
-        return f"req_{self._next_id}"
-
-    def _resolve(self, response: Response) -> bool:
-        request_id = response.id
-        if request_id is None:
-            return False
-        pending = self._pending.pop(request_id, None)
-        if pending is not None:
-            pending.response = response
-            pending.done.set()
-            return True
-        if request_id in self._abandoned:
-            self._abandoned.discard(request_id)
-            return True
-        return False
-
-    def _wake_all_pending(self) -> None:
-        pending, self._pending = self._pending, {}
-        for waiter in pending.values():
-            waiter.done.set()
 
     def _raise_if_unusable(self, kind: str | None, request_id: cmd.RequestId | None) -> None:
         if self._failure is not None:
@@ -693,7 +709,7 @@ class RpcClient:
         finally:
             self._ended = True
             self._assembler.reset()
-            self._wake_all_pending()
+            self._requests.wake_all()
             self._events_send.close()
             self._reader_done.set()
             self._started.set()
@@ -702,7 +718,7 @@ class RpcClient:
     def _fail(self, error: RpcProtocolError) -> None:
         logger.debug("protocol error: %s", error)
         self._failure = error
-        self._wake_all_pending()
+        self._requests.wake_all()
         self._events_send.close()
         self._started.set()
 
@@ -767,7 +783,7 @@ class RpcClient:
             except msgspec.ValidationError:
                 event = _raw_decoder.decode(line)
             else:
-                if self._resolve(response):
+                if self._requests.resolve(response):
                     return
                 event = response
         else:
@@ -776,7 +792,8 @@ class RpcClient:
             except msgspec.ValidationError:
                 event = _raw_decoder.decode(line)
             else:
-                self._dispatch(event)
+                if not self._closing:
+                    self._services.dispatch(event)
         await self._deliver(event)
 
     async def _deliver(self, event: Event) -> None:
@@ -793,16 +810,27 @@ class RpcClient:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
-    # -- sub-protocols ----------------------------------------------------------------------------
-    #
-    # Each request the client serves runs as a task in the client's nursery inside its own cancel
-    # scope, registered in ``_tasks`` under (kind, request id) until it finishes; the server's
-    # cancel frame for that id cancels the scope. A cancelled task sends nothing: the server
-    # has already settled the request.
 
-    def _dispatch(self, frame: Any) -> None:
-        if self._closing:
-            return
+@attrs.define(eq=False, repr=False)
+class _HostServices:
+    """The sub-protocol requests a client serves: host tool calls, host URI requests, extension
+    UI dialogs, each answered through the client's own handlers.
+
+    Each request runs as a task in the client's nursery inside its own cancel scope, registered
+    in ``_tasks`` under (kind, request id) before the task starts and until it finishes; the
+    server's cancel frame for that id cancels the scope. A cancelled task sends nothing: the
+    server has already settled the request."""
+
+    _options: _Options
+    _nursery: trio.Nursery
+    _send_quietly: Callable[[msgspec.Struct], None]
+    _uri_handlers: dict[str, HostUriHandler] = attrs.field(init=False)
+    _tasks: dict[tuple[str, str], trio.CancelScope] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._uri_handlers = {k.lower(): v for k, v in self._options.uri_schemes.items()}
+
+    def dispatch(self, frame: Any) -> None:
         if isinstance(frame, HostToolCall):
             self._start_host_tool(frame)
         elif isinstance(frame, HostToolCancel):
