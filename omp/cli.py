@@ -86,6 +86,7 @@ _VALUE_FLAGS = {"--smol", "--slow", "--plan", "--prewalk-into", "--plan-yolo-int
 
 APPROVAL_MODES = ("always-ask", "write", "yolo")
 THINKING_CHOICES = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "auto")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)([smh]?)$")
 
 
@@ -357,6 +358,9 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
         return export_session(Path(args.export).expanduser(),
                               args.message[0] if args.message else None)
 
+    if args.continue_ and args.resume is None and args.message and _UUID.match(args.message[0]):
+        # ``-c <uuid>`` resumes that session, as the original does (A.4).
+        args.resume, args.continue_ = args.message.pop(0), False
     mode = args.mode or ("text" if args.print or args.message else None)
     rpc = mode in ("rpc", "rpc-ui")
     files = [a for a in args.message if a.startswith("@")]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,16 +74,23 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
     own = argparse.ArgumentParser(prog="omp models", allow_abbrev=False)
     own.add_argument("words", nargs="*", metavar="[ls|list|find|refresh|PROVIDER] [PATTERN]")
     own.add_argument("--json", action="store_true", help="one line of JSON: {\"models\": [...]}")
-    args, rest = own.parse_known_args(argv)
-    # Launch flags a runner puts in front of the subcommand are taken as the original takes
-    # them: those that choose where things are (--profile, --cwd) apply, the rest is accepted.
-    launch, unknown = parser.parse_known_args(rest)
-    if unknown:
-        return refuse(f"unrecognized arguments: {' '.join(unknown)}")
+    # Launch flags a runner puts around the subcommand are taken as the original takes them:
+    # those that choose where things are (--profile, --cwd) apply, the rest is accepted.
+    launch, rest = parser.parse_known_args(argv)
+    try:
+        args = own.parse_args([*rest, *launch.message])
+    except SystemExit as exc:  # argparse said why on stderr
+        return int(exc.code or 0)
     if problem := select_profile(launch.profile):
         print(f"omp: {problem}", file=sys.stderr)
         return 1
-    words = list(args.words) + list(launch.message)
+    if launch.cwd is not None:
+        try:
+            os.chdir(Path(launch.cwd).expanduser())
+        except OSError as exc:
+            print(f"omp: cannot work in {launch.cwd}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    words = list(args.words)
     action = words[0] if words and words[0] in ("ls", "list", "find", "refresh") else "ls"
     pattern = " ".join(words[1:] if words and words[0] == action else words) or None
     if action == "find" and pattern is None:
