@@ -12,6 +12,11 @@ aborted or settled, extensions told ``session_shutdown``), the output is drained
 the consumer keeps reading, and the HTTP client is closed. This is hypercorn's
 ``worker_serve(..., shutdown_trigger=...)`` shape: the front is the shutdown trigger.
 
+With ``ServeOptions.deadline`` (``--max-time``) a task of the root nursery aborts the run going
+when it passes (``Deadline exceeded``) and no later run starts (``RunCoordinator.expire``).
+Startup notices (a ``--config`` overlay's keys this runtime does not act on) are for the front
+to write once it writes anything (``startup_notices``).
+
 Signals (only when serving the process's own stdio): the first stop signal is the front's
 ``stop`` (rpc: the input ends as at EOF; one-shot: the run is aborted, its terminal events still
 written); a second one cancels everything at once; SIGINT ends in ``KeyboardInterrupt``.
