@@ -287,7 +287,9 @@ class Commands:
         agent = s.agent
         state = payloads.SessionState(
             model=models.model,
-            thinkingLevel=models.thinking_level if models.model.reasoning else msgspec.UNSET,
+            # Always there ("off" for a model without reasoning, the one level it offers): an
+            # ACP adapter refuses a state whose level is absent from the available ones.
+            thinkingLevel=models.thinking_level,
             isStreaming=s.is_streaming,
             isCompacting=s.is_compacting,
             steeringMode=agent.steering_mode,

@@ -84,10 +84,12 @@ class Runtime:
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
-                  sink: EventSink | None = None) -> Runtime:
+                  sink: EventSink | None = None, require_credentials: bool = False) -> Runtime:
     """Everything one ``serve()`` owns, the session last, its events going to ``sink`` (by
     default ``outbox``, where every other frame goes). Raises SessionError / ConfigError when
-    the session cannot start. ``ui`` False: dialogs return their defaults (no host)."""
+    the session cannot start. ``ui`` False: dialogs return their defaults (no host).
+    ``require_credentials``: a chosen model without credentials cannot start (one-shot: nobody
+    could log in); otherwise it starts and a prompt fails with the login hint."""
     output = outbox.output
     controls = ControlRegistry()
     aborts = AbortRegistry()
@@ -118,7 +120,8 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         persist=options.persist, session_dir=options.session_dir, session_path=options.session,
         resume=options.resume, resume_session=options.resume_session, models=options.models,
         config_files=options.config_files, skill_dirs=plugin_parts(options, "skills"),
-        skills=options.skills, sink=outbox if sink is None else sink, http=http,
+        skills=options.skills, require_credentials=require_credentials,
+        sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
     return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
                    session, found[0] if found else None)

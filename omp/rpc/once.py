@@ -252,7 +252,7 @@ async def run_once(options: ServeOptions, prompts: Sequence[Prompt],
     outbox = Outbox(new_output(options, encoder_limit=sys.maxsize),
                     EventView(message_updates=updates), message_ids=False, discard=text)
     sink = OnceSink(outbox, text)
-    runtime = build_runtime(options, outbox, ui=False, sink=sink)
+    runtime = build_runtime(options, outbox, ui=False, sink=sink, require_credentials=True)
     front = OnceFront(runtime, sink, prompts, header=not text,
                       stall_notice_seconds=_stall_notice_seconds())
     await run_on_stdio(runtime, lambda _stdin: front, write=not text)

@@ -38,7 +38,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                    resume_session: str | None = None, models: Sequence[str] | None = None,
                    config_files: Sequence[Path] = (), skill_dirs: Sequence[Path] = (),
                    skills: Sequence[str] | bool | None = None,
-                   announce_offline: bool = True, sink: EventSink | None = None,
+                   require_credentials: bool = True, announce_offline: bool = True,
+                   sink: EventSink | None = None,
                    http: HttpClient | None = None, aborts: AbortRegistry | None = None,
                    uris: UriHandler | None = None,
                    tools_from: Callable[[AgentSession], Sequence[Tool]] | None = None
@@ -55,6 +56,10 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     no credentials anywhere, the offline model is used and (``announce_offline``) said so once on
     stderr. ``thinking`` ``auto``: the model's default effort (``high`` clamped to it; ``off``
     for a model without reasoning).
+
+    ``require_credentials`` False: a chosen model whose provider has no credential yet is
+    taken all the same (rpc: the host can still ``login``; a prompt fails with the hint until
+    then).
 
     ``resume_session`` (``-r``): a path (as ``session_path``), or a session id or a unique prefix
     of one, looked up in this project's sessions, then in every project's; a session recorded
@@ -87,10 +92,14 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     if chosen is None:
         chosen = registry.default_model()
         if chosen.provider == OFFLINE_PROVIDER and announce_offline:
-            print("omp: no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
-                  "GEMINI_API_KEY, or add a provider to models.yml); using the offline model "
-                  f"{chosen.provider}/{chosen.id}", file=sys.stderr)
-    elif not registry.has_credentials(chosen.provider):
+            unset = registry.unset_key_variables()
+            why = "; ".join(f"models.yml provider {name}: its apiKey names {variable}, which "
+                            "is not set" for name, variable in unset.items()) or (
+                "no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+                "GEMINI_API_KEY, or add a provider to models.yml)")
+            print(f"omp: {why}; using the offline model {chosen.provider}/{chosen.id}",
+                  file=sys.stderr)
+    elif require_credentials and not registry.has_credentials(chosen.provider):
         raise SessionError(f"No API key for {chosen.provider}/{chosen.id}: "
                            f"{registry.missing_key_hint(chosen.provider)}")
     level: ThinkingLevel = "off"
