@@ -99,3 +99,19 @@ async def test_one_shot_still_refuses_a_model_without_credentials(
             capture_stdout=True, capture_stderr=subprocess.PIPE, cwd=tmp_path, check=False)
     assert result.returncode == 1
     assert result.stderr == b"omp: No API key for fake/fake-model: set FAKE_TEST_KEY\n"
+
+
+async def test_read_of_an_unserved_url_is_an_error_not_a_local_file(tmp_path: Path) -> None:
+    (tmp_path / "zz:").mkdir()
+    (tmp_path / "zz:" / "x").write_text("a local file that looks like the URL\n")
+    command = msgspec.json.encode({"path": "zz://x"}).decode()
+    with trio.fail_after(LIMIT):
+        result = await trio.run_process(
+            [sys.executable, "-m", "omp", "--model", "offline/echo", "--no-session", "--mode",
+             "json", f"[[tool read {command}]]"], stdin=b"", capture_stdout=True,
+            capture_stderr=True, cwd=tmp_path, check=False)
+    frames = [msgspec.json.decode(line) for line in result.stdout.splitlines()]
+    end = next(f for f in frames if f["type"] == "tool_execution_end")
+    assert end["isError"] is True
+    assert end["result"]["content"][0]["text"] == (
+        "Cannot read zz://x: no host serves zz:// URLs; read a file path.")
