@@ -301,10 +301,11 @@ class RunCoordinator:
         if self._run is not None:
             self._run.abort(reason)
 
-    def stop_run(self, reason: str) -> None:
-        """Cancel the run now without waiting for it (a subagent's terminal ``yield``)."""
+    def stop_run(self) -> None:
+        """End the run once the current turn's tool calls are done (a subagent's terminal
+        ``yield``): no further model call, nothing aborted (``Agent.stop_requested``)."""
         if self._run is not None:
-            self._run.abort(reason)
+            self.agent.stop_requested = True
 
     async def wait_for_idle(self) -> None:
         """Wait until no run is going. On cancellation, stops waiting."""
