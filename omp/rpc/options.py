@@ -65,8 +65,9 @@ class ServeOptions:
     announce_offline: bool = True
     """Say once on stderr when no key exists and the offline model is used."""
     commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
-    """Extra commands for embedding hosts: ``type`` → async handler of the raw command; its
-    return value becomes the response's ``data``, an exception its ``error``. They run in the
+    """Extra commands for embedding hosts: ``type`` → async handler of the command (a
+    ``CustomCommand``: ``type``, ``id``, ``params`` the whole JSON object as sent); its return
+    value becomes the response's ``data``, an exception its ``error``. They run in the
     serial lane like built-in commands. Built-in names cannot be replaced."""
     extensions: Sequence[Path] = ()
     """Extension modules, packages or folders to load (``--extension`` / ``-e``)."""

@@ -3,9 +3,10 @@
 Block 1 says who the agent is, which tools it has and how to use them; ``--system-prompt``
 replaces it whole. Block 2 is about this project and this moment: the context files (the global
 ``AGENTS.md`` of the agent directory, then one per directory from the filesystem root down to
-the cwd), the skills the model may read (``skill://<name>``, when it has the ``read`` tool), the
-``--append-system-prompt`` text, the date and the cwd. Block 1 changes only with
-the tool set, so a provider can cache it across sessions.
+the cwd; the settings' ``disabledProviders`` leaves sources out), the skills the model may read
+(``skill://<name>``, when it has the ``read`` tool), the ``--append-system-prompt`` text, the
+date and the cwd. Block 1 changes only with the tool set, so a provider can cache it across
+sessions.
 
 Everything here is pure except reading the context files. Those reads block; that is fine
 because this runs at startup and on session changes, and the files are small (and cut at
