@@ -4,7 +4,6 @@ here, ``read`` of an unserved URL, through the real ``omp --mode rpc``."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -96,7 +95,7 @@ async def test_one_shot_still_refuses_a_model_without_credentials(
     with trio.fail_after(LIMIT):
         result = await trio.run_process(
             [sys.executable, "-m", "omp", "--model", "fake/fake-model", "-p", "hi"], stdin=b"",
-            capture_stdout=True, capture_stderr=subprocess.PIPE, cwd=tmp_path, check=False)
+            capture_stdout=True, capture_stderr=True, cwd=tmp_path, check=False)
     assert result.returncode == 1
     assert result.stderr == b"omp: No API key for fake/fake-model: set FAKE_TEST_KEY\n"
 
