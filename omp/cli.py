@@ -1,14 +1,29 @@
-"""The ``omp`` command line.
+"""The ``omp`` command line: the original's, routed and parsed here.
 
 * ``omp --mode rpc``: serve the RPC protocol on stdio until stdin closes.
-* ``omp -p MESSAGE`` (or ``--mode text``): run one prompt, print the final answer.
-* ``omp --mode json MESSAGE``: run one prompt, write its events as JSON lines.
+* ``omp -p MESSAGE`` (or ``--mode text``): run the prompt once, print the final answer.
+* ``omp --mode json MESSAGE``: run it once, write the session header and its events as JSON
+  lines (the original's form: ``message_update`` without the snapshot, no ``prompt_result``).
+* ``omp models [--json]``: the models with credentials; ``omp acp`` and the original's other
+  subcommands are refused with a clear error (``omp.subcommands``), never sent as a prompt.
 
-Exit codes: 0 when the host closed stdin or sent SIGTERM / SIGHUP (rpc) or the run completed
-(one-shot), 1 when stdout broke (or the host fell a spill file's limit behind), the runtime
-could not start (bad models.yml, unknown model, missing key; nothing is written to stdout then)
-or the one-shot run ended in an error or was stopped by SIGTERM / SIGHUP, 2 for a usage error,
-130 for SIGINT (Ctrl-C). Each of these is said in one line on stderr, not a traceback.
+Routing, as the original's (omp-surface A.1, A.2): a subcommand name is looked for as the first
+argument after the leading launch flags, not after ``-p`` / ``--print`` or ``--``, so a one-word
+prompt is ``omp -p word`` or ``omp -- word``. Every launch flag of the original is accepted:
+with its meaning where it has one here, as a no-op where it has nothing to act on here
+(``NO_EFFECT``), and refused in one line (exit 2) where it cannot apply (``NOT_AVAILABLE``).
+Messages are the positional arguments, each its own prompt, in order; ``@path`` arguments are
+inlined into the first (``omp.rpc.file_args``); in the one-shot modes a piped stdin is read to
+its end and goes in front of it.
+
+Exit codes: 0 when the host closed stdin or sent SIGTERM / SIGHUP (rpc) or the last answer did
+not fail (one-shot; also when there was nothing to send or ``--max-time`` passed before a run
+started), 1 when stdout broke (or the host fell a spill file's limit behind), the runtime could
+not start (bad models.yml or ``--config``, unknown model or session, an ``@file`` that cannot
+be read; nothing is written to stdout then) or the one-shot run ended in an error, was aborted
+(``--max-time``: ``Deadline exceeded``) or was stopped by SIGTERM / SIGHUP, 2 for a usage error
+(an unknown flag, a bad value, a flag or subcommand that cannot apply here), 130 for SIGINT
+(Ctrl-C). Each of these is said in one line on stderr, not a traceback.
 
 Signals: in rpc mode SIGTERM and SIGHUP end the session as stdin EOF does (``omp.rpc.serve``);
 in the one-shot modes they abort the run, whose terminal events are still written. SIGINT does
@@ -25,79 +40,187 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .rpc.file_args import Prompt
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
 
+NO_EFFECT: dict[str, str] = {
+    "--no-title": "this runtime never names a session by itself",
+    "--no-lsp": "there is no LSP here",
+    "--no-pty": "bash never runs in a PTY here",
+    "--allow-home": "this runtime never moves out of the home directory",
+    "--hide-thinking": "a display setting; nothing is displayed here",
+    "--no-rules": "there are no rules (TTSR) here",
+    "--auto-approve": "every tool runs without asking (yolo) here",
+    "--yolo": "every tool runs without asking (yolo) here",
+}
+"""Flags of the original accepted with nothing to act on here, and why."""
+
+NOT_AVAILABLE: dict[str, str] = {
+    "--smol": "model roles", "--slow": "model roles", "--plan": "plan mode",
+    "--prewalk": "prewalk", "--no-prewalk": "prewalk", "--prewalk-into": "prewalk",
+    "--plan-yolo": "plan mode", "--plan-yolo-into": "plan mode",
+    "--alias": "profile aliases", "--add-dir": "additional workspace directories",
+    "--fork": "forking a session from the command line (use the RPC `branch` command)",
+    "--from-claude": "importing Claude Code transcripts",
+    "--from-codex": "importing Codex transcripts",
+    "--advisor": "the advisor", "--external-thinking": "external thinking",
+    "--service-tier": "choosing a service tier (RPC `set_fast_mode` asks for the fast one)",
+    "--provider-session-id": "provider session ids",
+    "--prompt-cache-key": "prompt-cache keys",
+}
+"""Flags of the original that cannot apply here: refused in one line, exit 2."""
+
+_VALUE_FLAGS = {"--smol", "--slow", "--plan", "--prewalk-into", "--plan-yolo-into", "--alias",
+                "--add-dir", "--fork", "--service-tier", "--provider-session-id",
+                "--prompt-cache-key"}
+
+APPROVAL_MODES = ("always-ask", "write", "yolo")
+THINKING_CHOICES = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "auto")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)([smh]?)$")
+
+
+class UsageError(Exception):
+    """A command-line mistake: one line on stderr, exit 2."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .llm.types import THINKING_LEVELS
+    from .llm.types import StreamOptions
 
+    request, stall = StreamOptions().first_event_timeout, StreamOptions().idle_timeout
     parser = argparse.ArgumentParser(
         prog="omp",
         description="A coding-agent runtime on trio. With --mode rpc it reads JSON commands, one "
-        "per line, on stdin and writes JSON frames, one per line, on stdout. With a message it "
-        "runs that one prompt and exits.",
+        "per line, on stdin and writes JSON frames, one per line, on stdout. With messages "
+        "(or a piped stdin) it runs them once, one prompt each, and exits. Subcommands: "
+        "omp models [--json]; the original's other subcommands are not available here.",
+        epilog=f"Timeouts: a model response that does not start within {request:g} s, or a "
+        f"stream that then sends nothing for {stall:g} s, fails and is retried; a one-shot run "
+        "says on stderr what it waits for while nothing happens. @FILE arguments are inlined "
+        "into the first message (text in <file name=\"...\"> tags, images attached).",
         allow_abbrev=False,
     )
-    parser.add_argument("message", nargs="*", help="a prompt to run once (not with --mode rpc)")
-    parser.add_argument("--mode", choices=["rpc", "rpc-ui", "text", "json"], default=None,
+    parser.add_argument("message", nargs="*",
+                        help="prompts to run once, one run each (not with --mode rpc); "
+                        "@FILE inlines a file")
+    parser.add_argument("--mode", choices=["rpc", "rpc-ui", "text", "json", "acp"], default=None,
                         help="rpc: newline-delimited JSON on stdio; rpc-ui: rpc, and the model "
                         "gets an ask tool whose questions go to the host; text: print the final "
-                        "answer of MESSAGE; json: write the events of MESSAGE's run as JSON lines")
+                        "answer; json: write the session header and the run's events as JSON "
+                        "lines; acp: not available in this version")
     parser.add_argument("-p", "--print", action="store_true",
-                        help="run MESSAGE once and print the final answer (same as --mode text)")
-    parser.add_argument("--provider", metavar="NAME",
+                        help="run the messages once and print the final answer (--mode text)")
+    models = parser.add_argument_group("model")
+    models.add_argument("--provider", metavar="NAME",
                         help="provider to start with (anthropic, openai, google, offline, or one "
                         "from models.yml); default: the first with an API key, else offline")
-    parser.add_argument("--model", metavar="[PROVIDER/]ID", help="model to start with")
-    parser.add_argument("--api-key", metavar="KEY",
+    models.add_argument("--model", metavar="[PROVIDER/]ID[:THINKING]",
+                        help="model to start with; a :LEVEL suffix sets the thinking level")
+    models.add_argument("--models", metavar="PATTERNS",
+                        help="comma-separated models; the first one found is the model to start "
+                        "with when --model is not given (cycling has no scope here)")
+    models.add_argument("--api-key", metavar="KEY",
                         help="API key for the chosen provider (prefer the environment variable)")
-    parser.add_argument("--thinking", choices=THINKING_LEVELS,
-                        help="thinking level to start with (clamped to the model; default off)")
-    parser.add_argument("--system-prompt", metavar="TEXT_OR_FILE",
+    models.add_argument("--thinking", type=_thinking, metavar="LEVEL",
+                        help=f"thinking level ({', '.join(THINKING_CHOICES)}, or a prefix of two "
+                        "letters or more); clamped to the model; auto: the model's default "
+                        "effort, none for a model without reasoning")
+    models.add_argument("--system-prompt", metavar="TEXT_OR_FILE",
                         help="replace the built-in instructions (text, or a file to read)")
-    parser.add_argument("--append-system-prompt", metavar="TEXT_OR_FILE",
+    models.add_argument("--append-system-prompt", metavar="TEXT_OR_FILE",
                         help="add to the system prompt (text, or a file to read)")
-    sessions = parser.add_mutually_exclusive_group()
-    sessions.add_argument("--session", metavar="FILE",
-                          help="continue the session in FILE (created when missing)")
-    sessions.add_argument("-c", "--continue", dest="resume", action="store_true",
+    sessions = parser.add_argument_group("sessions")
+    sessions.add_argument("-r", "--resume", "--session", dest="resume", nargs="?", const="",
+                          metavar="ID|PREFIX|PATH",
+                          help="resume a session: a path (created when missing), or an id or a "
+                          "unique prefix of one (this project's sessions first, then all)")
+    sessions.add_argument("-c", "--continue", dest="continue_", action="store_true",
                           help="continue the newest session of this directory")
     sessions.add_argument("--no-session", action="store_true",
                           help="keep the session in memory only (nothing written to disk)")
-    parser.add_argument("--session-dir", metavar="DIR",
-                        help="where session files go (default: $OMP_SESSION_DIR, else "
-                        "~/.omp/agent/sessions/<encoded cwd>)")
-    tools = parser.add_mutually_exclusive_group()
+    sessions.add_argument("--session-dir", metavar="DIR",
+                          help="where session files go (default: $OMP_SESSION_DIR, else "
+                          "<agent dir>/sessions/<encoded cwd>)")
+    sessions.add_argument("--export", metavar="SESSION_FILE",
+                          help="write SESSION_FILE as HTML (to the first message's path, else "
+                          "next to it) and exit")
+    setup = parser.add_argument_group("set-up")
+    setup.add_argument("--profile", metavar="NAME",
+                       help="use the agent directory ~/.omp/profiles/NAME/agent (credentials, "
+                       "settings, sessions); default: $OMP_PROFILE")
+    setup.add_argument("--cwd", metavar="DIR", help="work in DIR instead of the current directory")
+    setup.add_argument("--config", dest="config_files", action="append", default=[],
+                       metavar="FILE",
+                       help="a settings file merged over config.yml (repeatable; later wins)")
+    setup.add_argument("--max-time", type=_duration, metavar="DURATION",
+                       help="abort the run when this much time has passed since start (600, "
+                       "1.5, 10m, 1h); one-shot: exit 1 when a run was cut short")
+    setup.add_argument("--approval-mode", choices=APPROVAL_MODES, default=None,
+                       help="which tools run without asking; only yolo (every tool) is "
+                       "available in this version")
+    tools = parser.add_argument_group("tools and extensions")
     tools.add_argument("--tools", metavar="NAMES",
                        help="comma-separated built-in tools to offer the model (default: read, "
                        "bash, edit, write, grep, find, ls, todo)")
     tools.add_argument("--no-tools", action="store_true",
-                       help="offer no built-in tools (host tools can still be added)")
-    parser.add_argument("-e", "--extension", dest="extensions", action="append", default=[],
-                        metavar="PATH",
-                        help="load the extension at PATH (a .py module, a package, or a folder "
-                        "of them); repeatable, loads even with --no-extensions")
-    parser.add_argument("--no-extensions", action="store_true",
-                        help="do not discover extensions (user, project, installed packages)")
-    parser.add_argument("--trust-project", action="store_true",
-                        help="run code from the project in the cwd (its .omp/extensions); "
-                        "trustedProjects in ~/.omp/agent/config.yml does the same per project")
-    parser.add_argument("--no-ui", action="store_true",
-                        help="extension dialogs return their defaults at once; no "
-                        "extension_ui_request is written")
-    parser.add_argument("--max-line-bytes", type=_positive_int, default=None, metavar="N",
-                        help="longest accepted input line in bytes (default: 64 MiB)")
-    parser.add_argument("--message-updates", choices=["snapshot", "delta"], default=None,
-                        help="--mode json: message_update events carry the message so far "
-                        "(snapshot, the default) or only the new part (delta, as rpc's "
-                        "set_event_filter {\"messageUpdates\": \"delta\"})")
-    parser.add_argument("--version", action="version", version=f"omp {__version__}")
+                       help="offer no built-in tools (with --tools: exactly those)")
+    tools.add_argument("-e", "--extension", "--hook", dest="extensions", action="append",
+                       default=[], metavar="PATH",
+                       help="load the extension at PATH (a .py module, a package, or a folder "
+                       "of them); repeatable, loads even with --no-extensions")
+    tools.add_argument("--trusted-extension", dest="trusted_extensions", action="append",
+                       default=[], metavar="ABS_PATH",
+                       help="load exactly these extension modules (absolute paths) and discover "
+                       "none; not with -e")
+    tools.add_argument("--no-extensions", action="store_true",
+                       help="do not discover extensions (user, project, installed packages)")
+    tools.add_argument("--plugin-dir", dest="plugin_dirs", action="append", default=[],
+                       metavar="DIR",
+                       help="a plugin directory: its Python extensions (DIR/extensions) and "
+                       "skills (DIR/skills) load; TypeScript plugin code is skipped")
+    tools.add_argument("--no-skills", action="store_true", help="load no skills")
+    tools.add_argument("--skills", metavar="GLOBS",
+                       help="comma-separated glob patterns: only matching skills load")
+    tools.add_argument("--trust-project", action="store_true",
+                       help="run code from the project in the cwd (its .omp/extensions); "
+                       "trustedProjects in ~/.omp/agent/config.yml does the same per project")
+    rpc = parser.add_argument_group("rpc and output")
+    rpc.add_argument("--no-ui", action="store_true",
+                     help="extension dialogs return their defaults at once; no "
+                     "extension_ui_request is written")
+    rpc.add_argument("--max-line-bytes", type=_positive_int, default=None, metavar="N",
+                     help="longest accepted input line in bytes (default: 64 MiB)")
+    rpc.add_argument("--message-updates", choices=["delta", "full", "snapshot"], default=None,
+                     help="--mode json: message_update events carry only the stream event "
+                     "(delta, the default, as the original) or the message so far as well "
+                     "(full; snapshot is another name for it)")
+    rpc.add_argument("--print-thoughts", action="store_true",
+                     help="-p: print the thinking of the final answer too")
+    original = parser.add_argument_group(
+        "accepted for the original's sake", "These change nothing here: "
+        + "; ".join(f"{flag}: {why}" for flag, why in NO_EFFECT.items()) + ".")
+    original.add_argument("--no-title", "--no-lsp", "--no-pty", "--allow-home", "--hide-thinking",
+                          "--no-rules", "--auto-approve", "--yolo", dest="no_effect",
+                          action="store_true", help=argparse.SUPPRESS)
+    refused = parser.add_argument_group(
+        "refused", "Flags of the original that cannot apply here (exit 2): "
+        + ", ".join(NOT_AVAILABLE) + ".")
+    for flag in NOT_AVAILABLE:
+        refused.add_argument(flag, dest=f"refused_{flag[2:].replace('-', '_')}",
+                             action="store" if flag in _VALUE_FLAGS else "store_true",
+                             default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-v", "--version", action="version", version=f"omp {__version__}")
     return parser
 
 
@@ -111,6 +234,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> float:
+    """``--max-time``: seconds (``600``, ``1.5``) or ``<n>s|m|h`` (omp-surface A.4)."""
+    match = _DURATION.match(text.strip())
+    value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)] \
+        if match else 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f'Invalid --max-time value: "{text}". Expected a positive number of seconds or '
+            'duration like "5s", "10m", "1h".')
+    return value
+
+
+def _thinking(text: str) -> str:
+    """A level, or an unambiguous prefix of two letters or more (``med``, ``xh``)."""
+    value = text.strip().lower()
+    if value in THINKING_CHOICES:
+        return value
+    found = [level for level in THINKING_CHOICES if len(value) >= 2 and level.startswith(value)]
+    if len(found) != 1:
+        raise argparse.ArgumentTypeError(
+            f"expected one of {', '.join(THINKING_CHOICES)} (or a prefix of one), got {text!r}")
+    return found[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -120,22 +267,131 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if any(arg.startswith("@") for arg in argv):
-        print("omp: error: @file arguments are not supported", file=sys.stderr)
-        return USAGE_ERROR
+    started = time.monotonic()  # --max-time counts from here, start-up included (A.4)
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    name, rest = find_subcommand(parser, argv)
+    if name == "help":
+        parser.print_help()
+        return 0
+    if name == "launch":  # the default command, named
+        argv = rest
+    elif name is not None:
+        from .subcommands import run_subcommand
+
+        return run_subcommand(name, rest, parser)
+    try:
+        return _launch(parser, argv, started)
+    except UsageError as exc:
+        print(f"omp: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+def find_subcommand(parser: argparse.ArgumentParser, argv: list[str]
+                    ) -> tuple[str | None, list[str]]:
+    """(the subcommand named, the arguments without its name) or (None, ``argv``).
+
+    As the original's resolver: the first argument that is not a launch flag or a flag's
+    value is the candidate; ``--`` and ``-p`` / ``--print`` end the search (what follows is a
+    prompt), so is an unknown flag (argparse then says so). A reserved management word counts
+    only alone (``omp list``); with more words it is the start of a prompt.
+    """
+    from .subcommands import RESERVED_WORDS, is_subcommand
+
+    # argparse keeps its option table private; reading it keeps one list of flags.
+    actions = parser._option_string_actions
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--" or token in ("-p", "--print"):
+            return None, argv
+        if token.startswith("-") and token != "-":
+            flag, has_value, _ = token.partition("=")
+            action = actions.get(flag)
+            if action is None:
+                return None, argv
+            if not has_value and action.nargs != 0:
+                following = argv[index + 1] if index + 1 < len(argv) else None
+                if action.nargs != "?" or (following and not following.startswith("-")):
+                    index += 1
+            index += 1
+            continue
+        positional = [a for a in argv[index + 1:] if not a.startswith("-")]
+        if is_subcommand(token) or (token in RESERVED_WORDS and not positional):
+            return token, argv[:index] + argv[index + 1:]
+        return None, argv
+    return None, argv
+
+
+def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) -> int:
+    args = parser.parse_intermixed_args(argv)
+    for flag in NOT_AVAILABLE:
+        if getattr(args, f"refused_{flag[2:].replace('-', '_')}") not in (None, False):
+            raise UsageError(f"{flag} is not available in this version (not part of this "
+                             f"runtime: {NOT_AVAILABLE[flag]})")
+    if args.mode == "acp":
+        raise UsageError("ACP mode is not available in this version")
+    if args.approval_mode not in (None, "yolo"):
+        raise UsageError(f"--approval-mode {args.approval_mode} is not available in this "
+                         "version: every tool runs without asking (yolo); tool approval is not "
+                         "part of this runtime yet")
+    if args.trusted_extensions and args.extensions:
+        raise UsageError("--trusted-extension cannot be combined with -e/--extension/--hook")
+    for path in args.trusted_extensions:
+        if not os.path.isabs(path) or not os.path.isfile(path):
+            raise UsageError(f"--trusted-extension needs the absolute path of an existing "
+                             f"module file, got {path!r}")
+    from .config import select_profile
+
+    if problem := select_profile(args.profile):
+        print(f"omp: {problem}", file=sys.stderr)
+        return 1
+    if args.cwd is not None:
+        try:
+            os.chdir(Path(args.cwd).expanduser())
+        except OSError as exc:
+            print(f"omp: cannot work in {args.cwd}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    if args.export is not None:
+        from .subcommands import export_session
+
+        return export_session(Path(args.export).expanduser(),
+                              args.message[0] if args.message else None)
+
+    if args.continue_ and args.resume is None and args.message and _UUID.match(args.message[0]):
+        # ``-c <uuid>`` resumes that session, as the original does (A.4).
+        args.resume, args.continue_ = args.message.pop(0), False
     mode = args.mode or ("text" if args.print or args.message else None)
-    if mode is None:
-        parser.error("say how to run: --mode rpc, or a message to run once (-p MESSAGE)")
     rpc = mode in ("rpc", "rpc-ui")
-    if rpc and (args.message or args.print):
-        parser.error(f"--mode {mode} takes its prompts on stdin, not on the command line")
-    if not rpc and not args.message:
-        parser.error(f"--mode {mode} needs a message")
-    if args.message_updates is not None and mode != "json":
-        parser.error("--message-updates is for --mode json (rpc hosts use set_event_filter)")
+    files = [a for a in args.message if a.startswith("@")]
+    messages = [a for a in args.message if not a.startswith("@")]
+    if rpc and files:
+        print("omp: @file arguments are not supported in RPC mode", file=sys.stderr)
+        return 1
+    if rpc and (messages or args.print):
+        raise UsageError(f"--mode {mode} takes its prompts on stdin, not on the command line")
+    if args.message_updates is not None and mode not in ("json", None):
+        raise UsageError("--message-updates is for --mode json (rpc hosts use "
+                         "set_event_filter)")
+    if args.no_session and (args.resume is not None or args.continue_):
+        which = "--resume" if args.resume is not None else "--continue"
+        print(f"omp: {which} requires session persistence", file=sys.stderr)
+        return 1
+    if args.resume == "":
+        raise UsageError("-r/--resume needs a session id, an id prefix or a path (there is no "
+                         "session picker here)")
+    if args.resume is not None and args.continue_:
+        raise UsageError("-r/--resume and -c/--continue cannot be combined")
+
+    piped = None
+    if not rpc:
+        from .rpc.file_args import read_piped_stdin
+
+        piped = read_piped_stdin()
+        if mode is None and piped is not None:
+            mode = "text"  # piped input without -p or --mode: print mode, as the original
+    if mode is None:
+        raise UsageError("say how to run: --mode rpc, or a message to run once (-p MESSAGE)")
 
     import trio
 
@@ -145,21 +401,36 @@ def _main(argv: Sequence[str] | None) -> int:
     from .rpc.server import ServeOptions, serve
     from .session import SessionError
 
+    prompts: list[Prompt] = []
+    if not rpc:
+        from .rpc.file_args import FileArgError, first_prompt
+
+        try:
+            prompts = first_prompt(files, messages, piped, Path.cwd())
+        except FileArgError as exc:
+            print(f"omp: {exc}", file=sys.stderr)
+            return 1
+        if not prompts:
+            return 0  # -p with nothing to send (A.6)
+
     try:
         options = ServeOptions(
-            provider=args.provider, model=args.model, api_key=args.api_key,
-            thinking=args.thinking, system_prompt=_prompt_arg(args.system_prompt),
-            persist=not args.no_session,
-            session=Path(args.session).expanduser() if args.session else None,
-            resume=args.resume,
+            provider=args.provider, model=args.model, models=_names(args.models),
+            api_key=args.api_key, thinking=args.thinking,
+            system_prompt=_prompt_arg(args.system_prompt),
+            persist=not args.no_session, resume=args.continue_,
+            resume_session=args.resume,
             session_dir=Path(args.session_dir).expanduser() if args.session_dir else None,
-            tools=[] if args.no_tools else (
-                None if args.tools is None
-                else [n.strip() for n in args.tools.split(",") if n.strip()]),
+            tools=_tool_names(args),
             append_system_prompt=_prompt_arg(args.append_system_prompt),
-            extensions=[Path(path).expanduser() for path in args.extensions],
-            discover_extensions=not args.no_extensions, trust_project=args.trust_project,
-            ui=not args.no_ui, ask_tool=mode == "rpc-ui")
+            extensions=[Path(path).expanduser()
+                        for path in [*args.extensions, *args.trusted_extensions]],
+            discover_extensions=not (args.no_extensions or args.trusted_extensions),
+            trust_project=args.trust_project, ui=not args.no_ui, ask_tool=mode == "rpc-ui",
+            config_files=[Path(path).expanduser() for path in args.config_files],
+            plugin_dirs=[Path(path).expanduser() for path in args.plugin_dirs],
+            skills=False if args.no_skills else _names(args.skills),
+            deadline=None if args.max_time is None else started + args.max_time)
     except OSError as exc:
         print(f"omp: cannot read the system prompt file: {exc}", file=sys.stderr)
         return 1
@@ -169,10 +440,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if rpc:
             trio.run(lambda: serve(options=options))
             return 0
-        from .rpc.once import run_once
+        from .rpc.once import OnceOutput, run_once
 
-        return trio.run(run_once, options, " ".join(args.message), mode,
-                        args.message_updates or "snapshot")
+        output = OnceOutput(mode=mode, message_updates=args.message_updates or "delta",
+                            print_thoughts=args.print_thoughts)
+        return trio.run(run_once, options, prompts, output)
     except BaseException as exc:
         failure = unwrapped(exc)  # a Ctrl-C may come wrapped in a nursery's group
         if isinstance(failure, KeyboardInterrupt):
@@ -184,6 +456,17 @@ def _main(argv: Sequence[str] | None) -> int:
             _silence_stdout()
         print(f"omp: {failure}", file=sys.stderr)
         return 1
+
+
+def _names(value: str | None) -> list[str] | None:
+    return None if value is None else [n.strip() for n in value.split(",") if n.strip()]
+
+
+def _tool_names(args: argparse.Namespace) -> list[str] | None:
+    """``--tools`` (exactly those, also with ``--no-tools``), ``--no-tools`` alone: none."""
+    if args.tools is not None:
+        return _names(args.tools)
+    return [] if args.no_tools else None
 
 
 def _silence_stdout() -> None:

@@ -4,9 +4,10 @@ Owns the machinery that every configuration file goes through (``models.yml``, `
 ``auth.json`` errors); what each file means lives with its loader (``omp/llm/models_file.py``,
 ``omp/session/settings.py``, ``omp/llm/models.py``).
 
-* ``agent_dir()``: ``$OMP_AGENT_DIR``, else ``~/.omp/agent``. ``present()`` finds a file by its
-  names (anything by the name counts, so a directory there is reported, not skipped); ``warn()``
-  says on stderr what is ignored but does not stop startup.
+* ``agent_dir()``: ``$OMP_AGENT_DIR``, else ``~/.omp/agent``; ``select_profile()`` points it
+  at ``~/.omp/profiles/<name>/agent`` for ``--profile`` / ``$OMP_PROFILE``. ``present()``
+  finds a file by its names (anything by the name counts, so a directory there is reported, not
+  skipped); ``warn()`` says on stderr what is ignored but does not stop startup.
 * ``read_yaml_mapping()`` / ``read_json_mapping()``: one file's top-level mapping. The file must
   be a regular file (a directory, FIFO or device is refused before anything blocks on it), at most
   ``MAX_CONFIG_BYTES``, UTF-8, and valid YAML/JSON; every failure is a ``ConfigError`` naming the
@@ -57,6 +58,33 @@ def agent_dir(environ: Mapping[str, str] | None = None) -> Path:
     if value := env.get("OMP_AGENT_DIR"):
         return Path(value).expanduser()
     return Path(env.get("HOME") or Path.home()) / ".omp" / "agent"
+
+
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+"""A valid ``--profile`` name (the original's rule)."""
+_WINDOWS_DEVICE = re.compile(r"^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$")
+
+
+def select_profile(name: str | None) -> str | None:
+    """``--profile NAME`` (else ``$OMP_PROFILE`` when ``$OMP_AGENT_DIR`` is not set): its agent
+    directory becomes ``$OMP_AGENT_DIR`` for this process, the one place every part of the
+    runtime reads it from. Returns the error line for an invalid name."""
+    if name is None:
+        if os.environ.get("OMP_AGENT_DIR"):
+            return None
+        name = os.environ.get("OMP_PROFILE") or os.environ.get("PI_PROFILE")
+    name = (name or "").strip()
+    if not name or name == "default":
+        return None
+    if (not PROFILE_NAME.match(name) or name in (".", "..") or name.endswith(".")
+            or _WINDOWS_DEVICE.match(name)):
+        return (f'Invalid OMP profile "{name}". Profile names must match '
+                f"{PROFILE_NAME.pattern}, cannot be \".\" or \"..\", cannot end with \".\", and "
+                "cannot be a Windows reserved device name (CON, PRN, AUX, NUL, COM0-9, LPT0-9, "
+                "or any of those with an extension).")
+    home = Path(os.environ.get("HOME") or Path.home())
+    os.environ["OMP_AGENT_DIR"] = str(home / ".omp" / "profiles" / name / "agent")
+    return None
 
 
 def warn(message: str) -> None:

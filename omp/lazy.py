@@ -42,5 +42,7 @@ LAZY_MODULES: dict[str, str] = {
 
 LAZY_IMPORTERS: dict[str, str] = {
     "omp.cli": "the entry point: usage errors and --version answer before trio is imported",
+    "omp.subcommands": "each subcommand runs alone in its process and imports only what it "
+                       "needs (omp models: the model registry, not the session)",
 }
 """Modules allowed any function-local import, and why."""

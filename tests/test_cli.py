@@ -24,7 +24,7 @@ async def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[byt
 async def test_help_and_version() -> None:
     help_ = await run("--help")
     assert help_.returncode == 0
-    assert b"--mode {rpc,rpc-ui,text,json}" in help_.stdout
+    assert b"--mode {rpc,rpc-ui,text,json,acp}" in help_.stdout
     for flag in (b"--extension", b"--no-extensions", b"--trust-project", b"--no-ui"):
         assert flag in help_.stdout
     version = await run("--version")
@@ -46,8 +46,8 @@ async def test_missing_mode_and_bad_values_are_usage_errors() -> None:
     assert bad.returncode == 2
     assert b"expected a positive integer, got 0" in bad.stderr
     at_file = await run("--mode", "rpc", "@args.txt")
-    assert at_file.returncode == 2
-    assert b"@file arguments are not supported" in at_file.stderr
+    assert at_file.returncode == 1  # as the original
+    assert at_file.stderr == b"omp: @file arguments are not supported in RPC mode\n"
 
 
 async def test_eof_exits_zero_and_stdout_holds_only_frames() -> None:
@@ -126,14 +126,14 @@ ONE_SHOT = [*OMP, "--model", "offline/echo", "--no-session"]
 
 async def one_shot(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     with trio.fail_after(60):
-        return await trio.run_process([*ONE_SHOT, *args], capture_stdout=True,
+        return await trio.run_process([*ONE_SHOT, *args], stdin=b"", capture_stdout=True,
                                       capture_stderr=True, check=False, cwd=cwd)
 
 
-async def test_json_message_updates_can_be_deltas() -> None:
+async def test_json_message_updates_are_deltas_unless_full_is_asked() -> None:
     message = "word " * 2000  # the offline model echoes it, a delta per word
-    snapshot = await one_shot("--mode", "json", message)
-    delta = await one_shot("--mode", "json", "--message-updates", "delta", message)
+    snapshot = await one_shot("--mode", "json", "--message-updates", "full", message)
+    delta = await one_shot("--mode", "json", message)
     assert snapshot.returncode == delta.returncode == 0
     # The snapshot form repeats the answer so far in every update: quadratic in its length.
     assert len(snapshot.stdout) > 50 * len(delta.stdout)
@@ -170,7 +170,7 @@ async def test_print_mode_says_on_stderr_what_it_retries(tmp_path: Path,
     (isolated_agent_dir / "config.yml").write_text("retry: {maxRetries: 2, baseDelayMs: 10}\n")
     with trio.fail_after(60):
         result = await trio.run_process(
-            [*OMP, "--model", "fake/fake-model", "--no-session", "-p", "hello"],
+            [*OMP, "--model", "fake/fake-model", "--no-session", "-p", "hello"], stdin=b"",
             capture_stdout=True, capture_stderr=True, check=False, cwd=tmp_path)
     assert result.returncode == 1
     lines = result.stderr.decode().splitlines()
@@ -187,7 +187,7 @@ async def test_broken_stdout_during_a_json_run_is_one_line() -> None:
     command = json.dumps({"command": "for i in $(seq 200); do echo x; sleep 0.01; done"})
     with trio.fail_after(60):
         proc = await trio.lowlevel.open_process(
-            [*ONE_SHOT, "--mode", "json", f"[[tool bash {command}]]"],
+            [*ONE_SHOT, "--mode", "json", f"[[tool bash {command}]]"], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
             assert proc.stdout is not None
@@ -209,8 +209,8 @@ async def test_ctrl_c_in_print_mode_is_one_line() -> None:
     command = json.dumps({"command": "sleep 300"})
     with trio.fail_after(60):
         proc = await trio.lowlevel.open_process(
-            [*ONE_SHOT, "-p", f"[[tool bash {command}]]"], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True)
+            [*ONE_SHOT, "-p", f"[[tool bash {command}]]"], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
             assert proc.stderr is not None
             while not any(comm(pid) == "sleep" for pid in children_of(proc.pid)):  # noqa: ASYNC110

@@ -434,11 +434,25 @@ async def test_unknown_commands_reach_the_model_as_typed(cwd: Path, home: Path,
                                                          isolated_agent_dir: Path) -> None:
     with trio.fail_after(LIMIT):
         async with host_for(cwd, home) as host:
-            frames = await run(host, "/mcp list", "m")
-            settings = await run(host, "/settings", "s")
-    assert user_texts(frames) == ["/mcp list"]
-    assert user_texts(settings) == ["/settings"]
-    assert not outputs(frames + settings)
+            frames = await run(host, "/frobnicate now", "m")
+    assert user_texts(frames) == ["/frobnicate now"]
+    assert not outputs(frames)
+
+
+async def test_the_originals_other_built_ins_never_reach_the_model(
+        cwd: Path, home: Path, isolated_agent_dir: Path) -> None:
+    with trio.fail_after(LIMIT):
+        async with host_for(cwd, home) as host:
+            frames = []
+            for i, command in enumerate(("/usage", "/stats", "/mcp list", "/settings")):
+                await host.send({"id": f"c{i}", "type": "prompt", "message": command})
+                frames += await host.until_type("prompt_result", id=f"c{i}")
+    assert user_texts(frames) == []
+    assert not of_type(frames, "agent_start")
+    assert outputs(frames) == [f"/{name} is not available in this version."
+                               for name in ("usage", "stats", "mcp", "settings")]
+    responses = of_type(frames, "response")
+    assert all(r["data"] == {"agentInvoked": False} for r in responses)
 
 
 async def test_the_other_reporting_built_ins(cwd: Path, home: Path,

@@ -54,6 +54,10 @@ async def test_one_inline_child_returns_its_envelope(tmp_path: Path,
         assert entries[0]["type"] == "session"
         assert entries[0]["parentSession"] == str(session_file)
         assert any(e["type"] == "session_init" for e in entries)
+        # The child's run ends with its yield's result: no extra empty aborted message.
+        messages = [e["message"] for e in entries if e["type"] == "message"]
+        assert [m["role"] for m in messages] == ["user", "assistant", "toolResult"]
+        assert all(m.get("stopReason") != "aborted" for m in messages)
         ends = [f for f in of_type(frames, "agent_end")]
         assert ends[-1].get("isTerminal", True) is True
         assert (await agent.data("get_subagents"))["subagents"] == []

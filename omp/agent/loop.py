@@ -2,7 +2,8 @@
 
 Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
 
-* ``Agent.run`` is one attempt of a run: ``agent_start``, then turns until the agent stops. It
+* ``Agent.run`` is one attempt of a run: ``agent_start``, then turns until the agent stops (or
+  a tool set ``stop_requested``: a child's terminal ``yield`` ends it after that turn). It
   returns a ``RunResult`` (completed / error / overflow) and never writes ``agent_end``: the run
   saga (``omp.session.run``) owns the run's end, which may come after a retry or a compaction.
 * A turn is ``turn_start``, its input messages (the prompt, or dequeued steering / follow-ups),
@@ -292,6 +293,9 @@ class Agent:
     messages: list[m.AgentMessage] = attrs.field(factory=list)
     steering: deque[Input] = attrs.field(factory=deque)
     follow_ups: deque[Input] = attrs.field(factory=deque)
+    stop_requested: bool = attrs.field(default=False, init=False)
+    """A tool asked to end the attempt after its turn (a child's terminal ``yield``): the turn
+    ends as it is and no other starts; nothing is aborted."""
     steering_mode: QueueMode = "one-at-a-time"
     follow_up_mode: QueueMode = "one-at-a-time"
     interrupt_mode: Literal["immediate", "wait"] = "immediate"
@@ -338,13 +342,14 @@ class Agent:
         self._turn = None
         self._turn_index = 0
         self._system_prompt = None
+        self.stop_requested = False
         if self.hooks.active:
             await self.hooks.agent_start()
         self.sink.publish(ev.AgentStart())
         pending: list[Input] = [*prompts, *self._dequeue(self.steering, self.steering_mode)]
         while True:
             assistant, more = await self._run_turn(pending)
-            if assistant.stopReason == "error":
+            if assistant.stopReason == "error" or self.stop_requested:
                 break
             pending = self._dequeue(self.steering, self.steering_mode)
             if more or pending:

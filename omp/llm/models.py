@@ -267,6 +267,13 @@ class ModelRegistry:
             return "set " + " or ".join(names)
         return f"add a key for `{provider}` to models.yml or auth.json"
 
+    def unset_key_variables(self) -> dict[str, str]:
+        """Provider → the variable its models.yml ``apiKey`` names, for the providers left
+        without credentials because that variable is not set."""
+        return {name: auth.config_key for name, auth in self.providers.items()
+                if auth.config_key and _ENV_NAME.match(auth.config_key)
+                and not self.has_credentials(name)}
+
     def headers(self, model: Model) -> dict[str, str]:
         """Extra request headers for ``model`` (models.yml), values resolved like keys; the
         credentials its base URL had as the Basic ``authorization`` they stand for, replacing

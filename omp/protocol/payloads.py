@@ -115,7 +115,7 @@ class ModelsPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 class CycleModelResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     model: Model
     thinkingLevel: ThinkingLevel | UnsetType = UNSET
-    """Omitted for a model without reasoning, as in ``get_state``."""
+    """``off`` for a model without reasoning, as in ``get_state``."""
     isScoped: bool
 
 
@@ -154,9 +154,10 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     Only the counters and flags every session has are required; the rest default to UNSET (left
     out) so each can be filled in as the feature behind it lands (the original writes all of
     them). Keys the original omits in some
-    states (``model`` with no model, ``thinkingLevel`` for a model without reasoning,
-    ``sessionFile`` with ``--no-session``, ``sessionName`` when unnamed, ``contextUsage`` when
-    unknown) stay UNSET in those states.
+    states (``model`` with no model, ``sessionFile`` with ``--no-session``, ``sessionName`` when
+    unnamed, ``contextUsage`` when unknown) stay UNSET in those states. ``thinkingLevel`` is
+    always there: ``off`` for a model without reasoning (the one level it offers; the original
+    leaves it out when ``--model`` names such a model, which ACP adapters refuse).
     """
 
     isStreaming: bool

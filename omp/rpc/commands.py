@@ -41,7 +41,7 @@ from ..protocol import commands as cmd
 from ..protocol import messages as m
 from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
-from ..protocol.events import AvailableCommandsUpdate
+from ..protocol.events import AvailableCommandsUpdate, CommandOutput
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.aborts import ABORT, AbortRegistry, Family
@@ -287,7 +287,9 @@ class Commands:
         agent = s.agent
         state = payloads.SessionState(
             model=models.model,
-            thinkingLevel=models.thinking_level if models.model.reasoning else msgspec.UNSET,
+            # Always there ("off" for a model without reasoning, the one level it offers): an
+            # ACP adapter refuses a state whose level is absent from the available ones.
+            thinkingLevel=models.thinking_level,
             isStreaming=s.is_streaming,
             isCompacting=s.is_compacting,
             steeringMode=agent.steering_mode,
@@ -393,7 +395,12 @@ class Commands:
         SessionError."""
         if (command := self._extension_command(text)) is not None:
             return self._run_extension_command(frame.id, kind, *command)
-        self.session.prompt(self.slash.expand(text), images, streaming_behavior=behavior,
+        expanded = self.slash.expand(text)
+        if expanded is text and (absent := self.slash.absent_builtin(text)) is not None:
+            # One of the original's built-ins: said to the host, never sent to the model.
+            self.slash.emit(CommandOutput(text=absent))
+            return ok(kind, frame.id, payloads.PromptAck(agentInvoked=False))
+        self.session.prompt(expanded, images, streaming_behavior=behavior,
                             request_id=frame.id, scope=scope)
         return ok(kind, frame.id, payloads.PromptAck(agentInvoked=True))
 

@@ -12,6 +12,11 @@ aborted or settled, extensions told ``session_shutdown``), the output is drained
 the consumer keeps reading, and the HTTP client is closed. This is hypercorn's
 ``worker_serve(..., shutdown_trigger=...)`` shape: the front is the shutdown trigger.
 
+With ``ServeOptions.deadline`` (``--max-time``) a task of the root nursery aborts the run going
+when it passes (``Deadline exceeded``) and no later run starts (``RunCoordinator.expire``).
+Startup notices (a ``--config`` overlay's keys this runtime does not act on) are for the front
+to write once it writes anything (``startup_notices``).
+
 Signals (only when serving the process's own stdio): the first stop signal is the front's
 ``stop`` (rpc: the input ends as at EOF; one-shot: the run is aborted, its terminal events still
 written); a second one cancels everything at once; SIGINT ends in ``KeyboardInterrupt``.
@@ -23,6 +28,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -57,6 +63,8 @@ DRAIN_STALL_SECONDS = 1.0
 dropped (a consumer that stopped reading must not keep us alive)."""
 CLEANUP_SECONDS = 0.5
 """Deadline of the shielded close of the HTTP client."""
+DEADLINE_EXCEEDED = "Deadline exceeded"
+"""The aborted message's ``errorMessage`` when ``--max-time`` passes (the original's)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -76,10 +84,12 @@ class Runtime:
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
-                  sink: EventSink | None = None) -> Runtime:
+                  sink: EventSink | None = None, require_credentials: bool = False) -> Runtime:
     """Everything one ``serve()`` owns, the session last, its events going to ``sink`` (by
     default ``outbox``, where every other frame goes). Raises SessionError / ConfigError when
-    the session cannot start. ``ui`` False: dialogs return their defaults (no host)."""
+    the session cannot start. ``ui`` False: dialogs return their defaults (no host).
+    ``require_credentials``: a chosen model without credentials cannot start (one-shot: nobody
+    could log in); otherwise it starts and a prompt fails with the login hint."""
     output = outbox.output
     controls = ControlRegistry()
     aborts = AbortRegistry()
@@ -108,10 +118,54 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         system_prompt=options.system_prompt, append_system_prompt=options.append_system_prompt,
         cwd=options.cwd, tool_names=options.tools, announce_offline=options.announce_offline,
         persist=options.persist, session_dir=options.session_dir, session_path=options.session,
-        resume=options.resume, sink=outbox if sink is None else sink, http=http,
+        resume=options.resume, resume_session=options.resume_session, models=options.models,
+        config_files=options.config_files, skill_dirs=plugin_parts(options, "skills"),
+        skills=options.skills, require_credentials=require_credentials,
+        sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
     return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
                    session, found[0] if found else None)
+
+
+def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
+    """The ``part`` folders (``skills``, ``extensions``) of the ``--plugin-dir`` directories
+    that have one."""
+    return [path for d in options.plugin_dirs if (path := d / part).is_dir()]
+
+
+PLUGIN_CODE_SUFFIXES = (".ts", ".mts", ".js", ".mjs", ".cjs", ".tsx")
+
+
+def skipped_plugin_code(options: ServeOptions) -> list[str]:
+    """One line per ``--plugin-dir`` holding TypeScript / JavaScript code (hooks, tools,
+    extensions of the original), which this runtime does not run."""
+    lines = []
+    for directory in options.plugin_dirs:
+        try:
+            found = sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
+                           if p.suffix in PLUGIN_CODE_SUFFIXES and "node_modules" not in p.parts)
+        except OSError:
+            continue
+        if found:
+            shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5
+                                            else "")
+            lines.append(f"plugin {directory}: its TypeScript/JavaScript code is not run by this "
+                         f"runtime (skipped: {shown}); its Python extensions and skills load")
+    return lines
+
+
+def startup_notices(runtime: Runtime) -> list[ev.Notice]:
+    """What the start said that a host should hear once: settings a ``--config`` overlay sets
+    that this runtime does not act on."""
+    return [ev.Notice(level="warning", source="config", message=note)
+            for note in runtime.session.settings.notes]
+
+
+async def expire_at(runtime: Runtime, deadline: float) -> None:
+    """At ``deadline`` (``time.monotonic()``): abort the run going with ``Deadline exceeded``;
+    no later run starts. On cancellation nothing happens."""
+    await trio.sleep(max(0.0, deadline - time.monotonic()))
+    runtime.session.runs.expire(DEADLINE_EXCEEDED)
 
 
 def new_output(options: ServeOptions, encoder_limit: int | None = None) -> FrameQueue:
@@ -178,6 +232,8 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
                 if signals:
                     await root.start(watch_stop_signals, on_signal)
                 await root.start(runtime.session.serve)
+                if runtime.options.deadline is not None:
+                    root.start_soon(expire_at, runtime, runtime.options.deadline)
                 await front.run(root, task_status)
                 await front.shutdown()
                 output.close()
@@ -255,7 +311,8 @@ async def _drain(output: FrameQueue, written: trio.Event) -> None:
 
 def extensions_wanted(options: ServeOptions) -> bool:
     """Whether extensions are looked for at all (not with ``--no-extensions`` and none given)."""
-    return bool(options.discover_extensions or options.extensions or options.extension_objects)
+    return bool(options.discover_extensions or options.extensions or options.extension_objects
+                or options.plugin_dirs)
 
 
 def load_extensions(runtime: Runtime) -> LoadReport | None:
@@ -265,9 +322,12 @@ def load_extensions(runtime: Runtime) -> LoadReport | None:
     options, session = runtime.options, runtime.session
     if not extensions_wanted(options):
         return None
+    for line in skipped_plugin_code(options):
+        print(f"omp: {line}", file=sys.stderr)
     sources, skipped = discover(
         cwd=session.cwd, agent_dir=session.prompt_options.agent_directory or agent_dir(),
-        paths=list(options.extensions), objects=list(options.extension_objects),
+        paths=[*options.extensions, *plugin_parts(options, "extensions")],
+        objects=list(options.extension_objects),
         discovery=options.discover_extensions,
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
     if not sources and skipped is None:

@@ -1,20 +1,32 @@
-"""The one-shot front end: ``omp -p MESSAGE`` (text) and ``omp --mode json MESSAGE``.
+"""The one-shot front end: ``omp -p MESSAGE...`` (text) and ``omp --mode json MESSAGE...``.
 
 The same lifecycle as ``omp --mode rpc`` (``omp.rpc.lifecycle``), with a different front: no
 input is read; the extensions are loaded (no host to ask: their dialogs return defaults), the
-message is prompted once, and the run's settling is the shutdown trigger. In ``json`` mode the
-run's events are written to stdout as JSON lines through the same output queue (any size,
-``message_update`` as ``--message-updates`` says); in ``text`` mode nothing is written to
-stdout until the end, when the final answer is printed.
+prompts are sent one after the other, each once the session settled after the one before, and
+the last one's settling is the shutdown trigger. In ``json`` mode the session header is the
+first line, then the run's events as JSON lines through the same output queue (any size;
+``message_update`` with only the stream event unless ``--message-updates full``), as the
+original writes them (omp-surface A.7): no ``prompt_result`` or ``session_settled`` (the front
+still sees them: they say when a run ended). In ``text`` mode nothing is written to stdout
+until the end, when the final answer is printed.
 
-A first stop signal aborts the run (its terminal events are still written); one before the
-prompt or after the run settled, or a second one, stops at once.
+While a run waits for the model or a tool and nothing happens for ``STALL_NOTICE_SECONDS``
+(``$OMP_STALL_NOTICE_SECONDS``), a line on stderr says what it waits for, again each time as
+long again passes; the model call itself fails after its own timeouts (``omp.llm.types``).
+
+A first stop signal aborts the run (its terminal events are still written) and no further
+prompt is sent; one before the first prompt or after the last run settled, or a second one,
+stops at once. ``--max-time`` (``ServeOptions.deadline``) aborts the run in flight with
+``Deadline exceeded``; prompts not yet sent then are not sent.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import sys
+from collections.abc import Sequence
 
 import attrs
 import trio
@@ -24,12 +36,14 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..session.context import last_assistant_text
 from ..session.sink import Published, Update
+from .file_args import Prompt
 from .lifecycle import (
     Runtime,
     build_runtime,
     load_extensions,
     new_output,
     run_on_stdio,
+    startup_notices,
     untrusted_project_message,
     use_extensions,
 )
@@ -37,27 +51,61 @@ from .options import ServeOptions
 from .outbox import EventView, Outbox
 from .output import OutputClosedError
 
+STALL_NOTICE_SECONDS = 30.0
+"""How long a run may wait with nothing happening before stderr says what it waits for."""
+
+
+@attrs.define(frozen=True)
+class OnceOutput:
+    """What the one-shot run writes: ``mode`` ``text`` or ``json``, and how."""
+
+    mode: str
+    message_updates: str = "delta"
+    """``json``: ``delta`` (the original's form) or ``full`` / ``snapshot`` (the message so far
+    in every update, as rpc writes it by default)."""
+    print_thoughts: bool = False
+    """``text``: print the final answer's thinking too (``--print-thoughts``)."""
+
 
 @attrs.define(eq=False, repr=False)
 class OnceSink:
-    """The session's sink in the one-shot modes: it notes the run's end, says a retry on
-    stderr (``-p``), and passes the events to the outbox (which drops them in text mode)."""
+    """The session's sink in the one-shot modes: it notes the runs' ends and what a run waits
+    for, says a retry on stderr, and passes the events to the outbox (which drops them in text
+    mode); ``prompt_result`` and ``session_settled`` stop here (the original writes neither)."""
 
     outbox: Outbox
     text: bool
     results: list[ev.PromptResult] = attrs.field(factory=list)
     settled: trio.Event = attrs.field(factory=trio.Event)
+    """Set when the session settled after the current prompt (replaced for each prompt)."""
+    last_activity: float = attrs.field(factory=trio.current_time)
+    waiting_for: str | None = None
+    """What the run waits for now (``the model ...``, ``tool bash``); None between runs."""
+    model: str = ""
 
     def publish(self, event: Published) -> None:
+        self.last_activity = trio.current_time()
         if isinstance(event, ev.PromptResult):
             self.results.append(event)
-        elif isinstance(event, ev.SessionSettled):
+            return
+        if isinstance(event, ev.SessionSettled):
             self.settled.set()
-        elif isinstance(event, ev.AutoRetryStart) and self.text:
+            return
+        if isinstance(event, ev.AgentStart | ev.ToolExecutionEnd):
+            self.waiting_for = f"the model {self.model}"
+        elif isinstance(event, ev.ToolExecutionStart):
+            self.waiting_for = f"the tool {event.toolName}"
+        elif isinstance(event, ev.AgentEnd):
+            self.waiting_for = None
+        elif isinstance(event, ev.AutoRetryStart):
+            self.waiting_for = None  # the backoff is no stall; the next attempt says so
             print(retry_notice(event), file=sys.stderr, flush=True)
+        elif isinstance(event, ev.AutoRetryEnd | ev.TurnStart):
+            self.waiting_for = f"the model {self.model}"
         self.outbox.publish(event)
 
     def publish_update(self, event: Update) -> None:
+        self.last_activity = trio.current_time()
         self.outbox.publish_update(event)
 
     @property
@@ -69,35 +117,57 @@ class OnceSink:
 class OnceFront:
     runtime: Runtime
     sink: OnceSink
-    message: str
+    prompts: Sequence[Prompt]
+    header: bool = False
+    """Write the session header first (``--mode json``)."""
+    stall_notice_seconds: float = STALL_NOTICE_SECONDS
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _prompted: bool = attrs.field(default=False, init=False)
+    _in_flight: bool = attrs.field(default=False, init=False)
+    _stopping: bool = attrs.field(default=False, init=False)
+    sent: int = attrs.field(default=0, init=False)
+    """How many prompts were sent."""
     stopped_by: int | None = attrs.field(default=None, init=False)
     """The stop signal that ended the run, if one did."""
 
     async def run(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
-        """Load the extensions, start them, prompt once and wait until the session settled.
-        Raises SessionError when the model cannot take the prompt. On cancellation it stops
-        where it is."""
+        """Write the header (json), load the extensions, start them, then send each prompt and
+        wait until the session settled after it. Raises SessionError when the model cannot
+        take a prompt. On cancellation it stops where it is."""
         self._nursery = nursery
         runtime = self.runtime
+        session = runtime.session
+        self.sink.model = f"{session.model.provider}/{session.model.id}"
+        if self.header:
+            runtime.outbox.emit(session.store.header())
+        for notice in startup_notices(runtime):
+            runtime.outbox.emit(notice)
+            if self.sink.text:
+                print(f"omp: warning: {notice.message}", file=sys.stderr)
         loaded = load_extensions(runtime)
         if loaded is not None:
             if loaded.skipped_project is not None and self.sink.text:
                 print(f"omp: {untrusted_project_message(loaded.skipped_project)}",
                       file=sys.stderr)
             use_extensions(runtime, loaded)
-        if (extensions := runtime.session.extensions) is not None:
+        if (extensions := session.extensions) is not None:
             await extensions.session_start()
         task_status.started()
-        runtime.session.prompt(self.message)
-        self._prompted = True
-        await self.sink.settled.wait()
+        nursery.start_soon(self._tell_stalls)
+        for prompt in self.prompts:
+            if self._stopping or session.runs.expired is not None:
+                break  # stopped, or --max-time passed: what was not sent is not sent
+            self.sink.settled = trio.Event()
+            session.prompt(prompt.text, prompt.images)
+            self.sent += 1
+            self._in_flight = True
+            await self.sink.settled.wait()
+            self._in_flight = False
 
     def stop(self, signum: int) -> None:
         assert self._nursery is not None
         self.stopped_by = signum
-        if self._prompted and not self.sink.settled.is_set():
+        self._stopping = True
+        if self._in_flight and not self.sink.settled.is_set():
             self._nursery.start_soon(self.runtime.session.close)  # aborted: terminal events
         else:  # nothing to abort (yet, or any more): stop now
             self._nursery.cancel_scope.cancel()
@@ -107,36 +177,67 @@ class OnceFront:
         if (extensions := self.runtime.session.extensions) is not None:
             await extensions.session_shutdown()
 
-    @property
-    def completed(self) -> bool:
-        """Every prompt_result said ``completed``."""
-        results = self.sink.results
-        return bool(results) and all(r.status == "completed" for r in results)
+    async def _tell_stalls(self) -> None:
+        """Say on stderr what a run waits for while nothing happens. Runs until cancelled
+        (the front's nursery ends it)."""
+        sink = self.sink
+        quiet = self.stall_notice_seconds
+        told = -math.inf
+        while True:
+            since = max(sink.last_activity, told)
+            now = trio.current_time()
+            if now < since + quiet:
+                await trio.sleep_until(since + quiet)
+                continue
+            if sink.waiting_for is not None and self._in_flight:
+                print(f"omp: waiting for {sink.waiting_for}: nothing for "
+                      f"{now - sink.last_activity:.0f} s", file=sys.stderr, flush=True)
+            told = now
 
-    def final_answer(self) -> tuple[str | None, str | None]:
-        """(the last assistant text, the error line when the last message failed)."""
-        session = self.runtime.session
-        last = next((msg for msg in reversed(session.messages)
+    @property
+    def failed(self) -> bool:
+        """The last answer failed (``error`` or ``aborted``) or a prompt ended in an error."""
+        last = self._last_assistant()
+        if last is not None and last.stopReason in ("error", "aborted"):
+            return True
+        return any(r.status == "error" for r in self.sink.results)
+
+    def _last_assistant(self) -> m.AssistantMessage | None:
+        if self.sent == 0:
+            return None
+        return next((msg for msg in reversed(self.runtime.session.messages)
                      if isinstance(msg, m.AssistantMessage)), None)
+
+    def final_answer(self, thoughts: bool = False) -> tuple[str | None, str | None]:
+        """(the last assistant text, with its thinking first when ``thoughts``; the error line
+        when the last message failed)."""
+        last = self._last_assistant()
         error = None
         if last is not None and last.stopReason in ("error", "aborted"):
-            error = last.errorMessage or last.stopReason
-        return last_assistant_text(session.messages), error
+            error = last.errorMessage or f"Request {last.stopReason}"
+        if self.sent == 0:
+            return None, None
+        answer = last_assistant_text(self.runtime.session.messages)
+        if thoughts and last is not None:
+            thinking = [b.thinking.strip() for b in last.content
+                        if isinstance(b, m.ThinkingContent) and b.thinking.strip()]
+            answer = "\n".join([*thinking, *([answer] if answer else [])]) or None
+        return answer, error
 
 
 def retry_notice(event: ev.AutoRetryStart) -> str:
-    """The stderr line of ``-p`` for an ``auto_retry_start``: what failed, and how long it
-    waits before which retry."""
+    """The stderr line of a one-shot run for an ``auto_retry_start``: what failed, and how
+    long it waits before which retry."""
     return (f"omp: {event.errorMessage}; retrying in {event.delayMs / 1000:.1f} s "
             f"(retry {event.attempt}/{event.maxAttempts})")
 
 
-
-async def run_once(options: ServeOptions, message: str, mode: str,
-                   message_updates: str = "snapshot") -> int:
-    """Run ``message`` once (``mode`` ``"text"`` or ``"json"``) on the lifecycle of ``serve()``,
-    on the process's stdio; 0 when it completed, 1 when it ended in an error or was stopped by
-    SIGTERM / SIGHUP. In text mode the answer is printed at the end (and an error on stderr).
+async def run_once(options: ServeOptions, prompts: Sequence[Prompt],
+                   output: OnceOutput) -> int:
+    """Run ``prompts`` one after the other on the lifecycle of ``serve()``, on the process's
+    stdio; 0 when the last answer did not fail (or nothing was sent), 1 when it ended in an
+    error or was aborted, or the run was stopped by SIGTERM / SIGHUP. In text mode the answer
+    is printed at the end (and an error on stderr).
 
     A stop signal aborts the run (its terminal events are still written); SIGINT then raises
     ``KeyboardInterrupt``; a second signal, or one after the run settled, cancels at once.
@@ -144,26 +245,34 @@ async def run_once(options: ServeOptions, message: str, mode: str,
     ``OutputClosedError`` when stdout breaks, SessionError / ConfigError when the session
     cannot start. On cancellation the run is cancelled with its nursery.
     """
-    text = mode == "text"
+    text = output.mode == "text"
+    updates = "delta" if output.message_updates == "delta" else "snapshot"
     # json: events are JSON lines of any size (no rpc frame limit), queued in order and
     # written by the lifecycle's one writer; text: nothing is written until the answer.
     outbox = Outbox(new_output(options, encoder_limit=sys.maxsize),
-                    EventView(message_updates=message_updates), message_ids=False,
-                    discard=text)
+                    EventView(message_updates=updates), message_ids=False, discard=text)
     sink = OnceSink(outbox, text)
-    runtime = build_runtime(options, outbox, ui=False, sink=sink)
-    front = OnceFront(runtime, sink, message)
+    runtime = build_runtime(options, outbox, ui=False, sink=sink, require_credentials=True)
+    front = OnceFront(runtime, sink, prompts, header=not text,
+                      stall_notice_seconds=_stall_notice_seconds())
     await run_on_stdio(runtime, lambda _stdin: front, write=not text)
     if front.stopped_by is not None:
         print(f"omp: stopped by {signal.Signals(front.stopped_by).name}", file=sys.stderr)
         return 1
-    if text:
-        answer, error = front.final_answer()
-        if answer:
-            try:
-                print(answer, flush=True)
-            except BrokenPipeError as exc:
-                raise OutputClosedError(f"stdout closed: {exc}") from None
-        if error is not None:
-            print(f"omp: {error}", file=sys.stderr)
-    return 0 if front.completed else 1
+    answer, error = front.final_answer(thoughts=output.print_thoughts)
+    if text and answer:
+        try:
+            print(answer, flush=True)
+        except BrokenPipeError as exc:
+            raise OutputClosedError(f"stdout closed: {exc}") from None
+    if error is not None:
+        print(f"omp: {error}", file=sys.stderr)
+    return 1 if front.failed else 0
+
+
+def _stall_notice_seconds() -> float:
+    try:
+        value = float(os.environ.get("OMP_STALL_NOTICE_SECONDS", ""))
+    except ValueError:
+        return STALL_NOTICE_SECONDS
+    return value if value > 0 else STALL_NOTICE_SECONDS

@@ -32,11 +32,15 @@ class ServeOptions:
     provider: str | None = None
     """Provider to start with (``--provider``); default: the first one with a key."""
     model: str | None = None
-    """Model to start with, ``provider/id`` or ``id`` (``--model``)."""
+    """Model to start with, ``provider/id`` or ``id``, with an optional ``:<thinking level>``
+    (``--model``)."""
+    models: Sequence[str] | None = None
+    """``--models``: the first of these found is the model to start with when ``model`` is
+    not given."""
     api_key: str | None = None
     """Key for the chosen provider (``--api-key``); never written anywhere."""
     thinking: str | None = None
-    """Thinking level to start with (``--thinking``)."""
+    """Thinking level to start with (``--thinking``); ``auto``: the model's default effort."""
     agent_dir: Path | None = None
     """Where models.yml and auth.json live; default ``$OMP_AGENT_DIR`` or ``~/.omp/agent``."""
     system_prompt: str | None = None
@@ -49,6 +53,9 @@ class ServeOptions:
     """``--session FILE``: continue (or start) the session in that file."""
     resume: bool = False
     """``--continue``: continue the newest session of the cwd."""
+    resume_session: str | None = None
+    """``-r/--resume``: a session file path (created when missing), or a session id or a unique
+    prefix of one, looked up in this project's sessions, then in every project's."""
     session_dir: Path | None = None
     """``--session-dir``: where session files go."""
     tools: list[str] | None = None
@@ -58,8 +65,9 @@ class ServeOptions:
     announce_offline: bool = True
     """Say once on stderr when no key exists and the offline model is used."""
     commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
-    """Extra commands for embedding hosts: ``type`` → async handler of the raw command; its
-    return value becomes the response's ``data``, an exception its ``error``. They run in the
+    """Extra commands for embedding hosts: ``type`` → async handler of the command (a
+    ``CustomCommand``: ``type``, ``id``, ``params`` the whole JSON object as sent); its return
+    value becomes the response's ``data``, an exception its ``error``. They run in the
     serial lane like built-in commands. Built-in names cannot be replaced."""
     extensions: Sequence[Path] = ()
     """Extension modules, packages or folders to load (``--extension`` / ``-e``)."""
@@ -74,3 +82,14 @@ class ServeOptions:
     """Extension dialogs reach the host (``--no-ui``: False, dialogs return defaults)."""
     ask_tool: bool = False
     """Offer the model the ``ask`` tool, whose questions go to the host (``--mode rpc-ui``)."""
+    config_files: Sequence[Path] = ()
+    """Settings files merged over ``config.yml``, later ones winning (``--config``)."""
+    plugin_dirs: Sequence[Path] = ()
+    """Plugin directories (``--plugin-dir``): their ``extensions`` folder loads like ``-e``,
+    their ``skills`` folder is searched first for skills; TypeScript plugin code is skipped."""
+    skills: Sequence[str] | bool | None = None
+    """``--no-skills`` (False: none), ``--skills`` (glob patterns: only those), None: as the
+    settings say."""
+    deadline: float | None = None
+    """``--max-time``: the ``time.monotonic()`` at which the run going is aborted (``Deadline
+    exceeded``) and no other one starts."""

@@ -59,6 +59,7 @@ from .lifecycle import (
     new_output,
     run_lifecycle,
     run_on_stdio,
+    startup_notices,
     use_extensions,
 )
 from .options import ServeOptions as ServeOptions
@@ -158,6 +159,8 @@ class RpcServer:
         until EOF (or ``request_stop``)."""
         await nursery.start(self.run_commands)
         self.output.put_nowait(Ready())
+        for notice in startup_notices(self.runtime):
+            self.runtime.outbox.emit(notice)
         self.start_job(self._start_extensions)
         task_status.started()
         with self._reader_scope:

@@ -56,7 +56,7 @@ class SettingsCommands:
         if model is None:
             return ok("cycle_model", frame.id, None)
         return ok("cycle_model", frame.id, payloads.CycleModelResult(
-            model=model, thinkingLevel=s.thinking_level if model.reasoning else msgspec.UNSET,
+            model=model, thinkingLevel=s.thinking_level,
             isScoped=False))
 
     def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:

@@ -17,8 +17,10 @@ templates only.
 ``{agentInvoked: false}``, or ``true`` when they started a run (``/retry``), or has no data when
 they leave a prompt to run (``/force <tool> <text>``). ``/compact``, ``/handoff`` and ``/rename``
 without a title are background work: the response comes first, their output when done. Only the
-built-ins that fit this runtime exist; the original's others (MCP, marketplace, SSH, ...) fall
-through to the model as an unknown command does.
+built-ins that fit this runtime exist; the original's others (``ABSENT_BUILTINS``: MCP,
+marketplace, SSH, usage, stats, its terminal UI's commands ...) never reach the model: unless an
+extension, a file command or a template took the name, they answer ``{agentInvoked: false}``
+with one ``command_output`` saying that they are not available here.
 """
 
 from __future__ import annotations
@@ -259,6 +261,14 @@ class Slash:
             return self.expand_template(text)
         except TemplateError as exc:
             raise CommandFailed(f"/{name}: {exc}") from None
+
+    def absent_builtin(self, text: str) -> str | None:
+        """The ``command_output`` for ``/name ...`` when ``name`` is a built-in of the original
+        that this runtime does not have; None otherwise."""
+        parts = split_command(text) if text.startswith("/") else None
+        if parts is None or parts[0] not in ABSENT_BUILTINS:
+            return None
+        return f"/{parts[0]} is not available in this version."
 
     def expand_template(self, text: str) -> str:
         """``steer`` / ``follow_up``: prompt templates only."""
@@ -609,6 +619,20 @@ async def _reload(call: Call) -> Outcome:
     call.slash.emit(ev.AvailableCommandsUpdate(commands=call.slash.command_list()))
     return LOCAL
 
+
+ABSENT_BUILTINS = frozenset({
+    # The original's built-ins that answer over RPC (extensions spec §2.3) ...
+    "security", "skillful", "extended-context", "computer", "prewalk", "advisor", "trace",
+    "share", "browser", "usage", "stats", "mcp", "ssh", "fresh", "shake", "pin", "memory",
+    "move", "wt", "worktree", "add-dir", "remove-dir", "dirs", "marketplace", "plugins",
+    "plugin",
+    # ... and those of its terminal UI, which would reach its model as text over RPC.
+    "settings", "setup", "plan", "plan-review", "vibe", "goal", "guided-goal", "loop", "queue",
+    "collab", "join", "leave", "copy", "open", "hotkeys", "extensions", "agents", "git", "hub",
+    "branch", "fork", "tree", "login", "logout", "new", "clear", "delete", "resume", "btw",
+    "tan", "omfg", "cleanse", "debug", "exit", "restart", "live", "pause", "quit", "q"})
+"""Built-in commands of the original this runtime does not have: they answer that they are not
+available here instead of reaching the model."""
 
 _LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 

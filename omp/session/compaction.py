@@ -32,6 +32,7 @@ from ..llm.stream import HttpClient, ModelCall
 from ..llm.types import Context, LlmMessage, StreamOptions
 from ..protocol import messages as m
 from ..protocol.payloads import CompactionDetails, CompactionResult, Model
+from ..tools.base import Tool
 from .settings import CompactionSettings
 
 if TYPE_CHECKING:
@@ -101,13 +102,15 @@ def estimate_tokens(message: m.AgentMessage) -> int:
     return _tokens(size) + images * IMAGE_TOKENS
 
 
-def estimate_context_tokens(messages: Sequence[m.AgentMessage]) -> int:
+def estimate_context_tokens(messages: Sequence[m.AgentMessage], overhead: int = 0) -> int:
     """The context's size in tokens (§8.3): anchor + tail.
 
     The anchor is the newest assistant message that ended normally and has usage, newer than
     the latest compaction (an older one measured a context that no longer exists): its
     ``contextTokens``, else ``totalTokens``, else the sum of its counts (§6.1: the reply is part
-    of the next prompt). Every message after it is estimated; without an anchor, all are.
+    of the next prompt). Every message after it is estimated; without an anchor, all are, plus
+    ``overhead`` (the system prompt and the tool definitions, which a provider's count holds:
+    omp-surface F, the estimate of the request that would be sent now).
     """
     compacted_at = max((msg.timestamp for msg in messages
                         if isinstance(msg, m.CompactionSummaryMessage)), default=-1)
@@ -116,7 +119,17 @@ def estimate_context_tokens(messages: Sequence[m.AgentMessage]) -> int:
         if (isinstance(msg, m.AssistantMessage) and msg.stopReason not in ("error", "aborted")
                 and msg.timestamp >= compacted_at and (anchor := _usage_tokens(msg.usage))):
             return anchor + sum(estimate_tokens(after) for after in messages[i + 1:])
-    return sum(estimate_tokens(msg) for msg in messages)
+    return overhead + sum(estimate_tokens(msg) for msg in messages)
+
+
+def request_overhead_tokens(system_prompt: Sequence[str], tools: Sequence[Tool]) -> int:
+    """Estimated tokens of what every request sends besides the messages: the system prompt
+    and the tool definitions (name, description, parameter schema), ``ceil(utf8 bytes / 4)``."""
+    size = sum(_size(block) for block in system_prompt)
+    for tool in tools:
+        size += _size(tool.name) + _size(tool.description) + len(
+            msgspec.json.encode(tool.parameters))
+    return _tokens(size)
 
 
 def _usage_tokens(usage: m.Usage) -> int:

@@ -85,6 +85,8 @@ class RunCoordinator:
     _job_counter: int = attrs.field(default=0, init=False)
     _deferred: list[m.AgentMessage] = attrs.field(factory=list, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    expired: str | None = attrs.field(default=None, init=False)
+    """Why no run may go on any more (``--max-time``: ``Deadline exceeded``); None until then."""
 
     # -- state -------------------------------------------------------------------------------
 
@@ -240,6 +242,8 @@ class RunCoordinator:
         self._deferred.clear()
         run = Run(self.host, prompts, self.rng, aborts=self.aborts,
                   scope=scope if scope is not None else trio.CancelScope())
+        if self.expired is not None:
+            run.abort(self.expired)  # it never starts: its prompts end ``aborted``
         self.aborts.hold("run", run.scope, done=run.done)
         self.aborts.hold("run", run.tail)
         self._run = run
@@ -290,10 +294,18 @@ class RunCoordinator:
         if self._run is not None:
             self._run.abort(ABORT_REASON)
 
-    def stop_run(self, reason: str) -> None:
-        """Cancel the run now without waiting for it (a subagent's terminal ``yield``)."""
+    def expire(self, reason: str) -> None:
+        """No run may go on any more (``--max-time``): the one going is aborted with ``reason``
+        (without waiting), any later one ends before it starts."""
+        self.expired = reason
         if self._run is not None:
             self._run.abort(reason)
+
+    def stop_run(self) -> None:
+        """End the run once the current turn's tool calls are done (a subagent's terminal
+        ``yield``): no further model call, nothing aborted (``Agent.stop_requested``)."""
+        if self._run is not None:
+            self.agent.stop_requested = True
 
     async def wait_for_idle(self) -> None:
         """Wait until no run is going. On cancellation, stops waiting."""

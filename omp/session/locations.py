@@ -5,9 +5,12 @@ the way omp does (pi's form outside home and the temp dir), so both find each ot
 :func:`newest_session` picks what ``--continue`` and ``open_session`` resume: the most recently
 modified file there whose first record (after an optional omp title slot) is a session header.
 
-Nothing is created here. :func:`newest_session` reads each candidate file (its first records;
-with ``non_empty``, on until a message entry), blocking and synchronous (no trio); an unreadable
-file is skipped, never an error.
+:func:`find_sessions` finds sessions by an id or a prefix of one (``-r``): this project's first,
+then every project's.
+
+Nothing is created here. :func:`newest_session` and :func:`find_sessions` read each candidate
+file (its first records; with ``non_empty``, on until a message entry), blocking and synchronous
+(no trio); an unreadable file is skipped, never an error.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["encode_cwd", "newest_session", "sessions_dir"]
+__all__ = ["SessionMatch", "encode_cwd", "find_sessions", "looks_like_session_path",
+           "newest_session", "recent_sessions", "sessions_dir"]
 
 
 def _relative_within(root: str, target: str) -> str | None:
@@ -130,3 +134,81 @@ def newest_session(directory: str | os.PathLike[str], *, non_empty: bool = False
         if best is None or key[:2] > best[:2]:
             best = key
     return None if best is None else best[2]
+
+
+def looks_like_session_path(value: str) -> bool:
+    """``-r`` takes a value with ``/`` or ``\\`` in it, or ending in ``.jsonl``, as a path
+    (omp-surface A.4); anything else is a session id or a prefix of one."""
+    return "/" in value or "\\" in value or value.endswith(".jsonl")
+
+
+class SessionMatch(msgspec.Struct, frozen=True):
+    """A session file found by its id, and what its header says."""
+
+    path: Path
+    session_id: str
+    cwd: str
+
+
+def find_sessions(prefix: str, directories: list[Path]) -> list[SessionMatch]:
+    """The sessions whose id starts with ``prefix``, from the first of ``directories`` that has
+    any (this project's first, then every project's: ``<agent dir>/sessions/*``); an exact id
+    match alone when there is one. Newest first. Unreadable files are skipped."""
+    for directory in directories:
+        found: list[tuple[float, SessionMatch]] = []
+        for path in _session_files(directory):
+            header = _header(path)
+            if header is None or not header[0].startswith(prefix):
+                continue
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue
+            found.append((mtime, SessionMatch(path, header[0], header[1])))
+        if found:
+            found.sort(key=lambda item: item[0], reverse=True)
+            matches = [match for _, match in found]
+            exact = [match for match in matches if match.session_id == prefix]
+            return exact[:1] or matches
+    return []
+
+
+def recent_sessions(directory: Path, limit: int = 5) -> list[SessionMatch]:
+    """The ``limit`` most recently modified sessions in ``directory``."""
+    return find_sessions("", [directory])[:limit]
+
+
+def _session_files(directory: Path) -> list[Path]:
+    """``*.jsonl`` in ``directory``, or in each of its sub-directories when it is the root of
+    every project's sessions (its entries are directories)."""
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    files = [p for p in entries if p.name.endswith(".jsonl")]
+    if files:
+        return files
+    out: list[Path] = []
+    for sub in entries:
+        try:
+            out += [p for p in sub.iterdir() if p.name.endswith(".jsonl")]
+        except OSError:
+            continue
+    return out
+
+
+def _header(path: Path) -> tuple[str, str] | None:
+    """(id, cwd) of a session file's header; None for anything else."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        records = _first_records(path, limit=2)
+    except OSError:
+        return None
+    if records and records[0].get("type") == "title":
+        records = records[1:]
+    if not records or records[0].get("type") != "session":
+        return None
+    header = records[0]
+    sid, cwd = header.get("id"), header.get("cwd")
+    return (sid, cwd if isinstance(cwd, str) else "") if isinstance(sid, str) else None

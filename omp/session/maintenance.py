@@ -30,6 +30,7 @@ from .compaction import (
     estimate_context_tokens,
     find_cut_point,
     handoff,
+    request_overhead_tokens,
     should_compact,
 )
 from .coordinator import RunCoordinator
@@ -62,11 +63,15 @@ class Maintenance:
 
     def context_usage(self) -> tuple[int, int] | None:
         """(tokens, context window): the last prompt size the provider reported after the
-        latest compaction, plus an estimate of what came after it (agent-core §8.3)."""
+        latest compaction, plus an estimate of what came after it (agent-core §8.3); before
+        any report, the estimate of the whole request, system prompt and tools included
+        (omp-surface F)."""
         window = self.models.model.contextWindow
         if not window:
             return None
-        return estimate_context_tokens(self.agent.messages), window
+        setup = self.turn_setup()
+        overhead = request_overhead_tokens(setup.system_prompt, setup.tools)
+        return estimate_context_tokens(self.agent.messages, overhead), window
 
     def can_compact(self) -> bool:
         messages = self.agent.messages

@@ -18,8 +18,10 @@ Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; 
   ``auto_retry_end`` comes right before the run's ``agent_end`` (rpc-behavior §4.5).
 * An attempt that overflowed the model's window is compacted and run again, once
   (``auto_compaction_start {reason: "overflow"}``, a warning ``notice``, ``auto_compaction_end
-  {willRetry: true}``). After a successful run past the threshold the context is compacted
-  before ``agent_end`` (``reason: "threshold"``). Both compactions run inside the run's scope.
+  {willRetry: true}``); with nothing to compact the pair is still written (``skipped: true``,
+  ``Nothing to compact``) and the overflow ends the run. After a successful run past the
+  threshold the context is compacted before ``agent_end`` (``reason: "threshold"``). Both
+  compactions run inside the run's scope.
 * An abort before the run started writes nothing: the saga reports that it never ran.
 * A bug (an exception out of the loop) closes what is open like an abort and ends the run with
   an ``error`` outcome naming it; the session goes on.
@@ -52,6 +54,7 @@ from .sink import Published
 OVERFLOW_NOTICE = ("The conversation no longer fits the model's context window: compacting it "
                    "and running the turn again.")
 RETRY_CANCELLED = "Retry cancelled"
+NOTHING_TO_COMPACT = "Nothing to compact (session too small)"
 COMPACTION_CANCELLED = "Compaction cancelled"
 
 
@@ -172,6 +175,14 @@ class Run:
                 if await self._compact("overflow"):
                     continue
                 break  # not compacted: the saga ends with the overflow (retry closed below)
+            if result.outcome == "overflow" and not recovered and host.auto_compaction:
+                # Nothing to compact: the host still sees the recovery tried and skipped,
+                # one start/end pair, before the overflow error ends the run.
+                host.publish(ev.AutoCompactionStart(reason="overflow", action="context-full"))
+                host.publish(ev.AutoCompactionEnd(
+                    action="context-full", aborted=False, willRetry=False, skipped=True,
+                    errorMessage=NOTHING_TO_COMPACT))
+                break
             delay = self._retry_delay(result)
             if delay is None:
                 break

@@ -9,6 +9,18 @@ Files, lowest precedence first:
 2. ``<cwd>/.omp/settings.json`` (the original's legacy JSON form), then ``<cwd>/.omp/config.yml``:
    the project's files, as the original's own (``.omp``) discovery reads them. A key set there
    overrides the global value of that key; the other keys keep theirs.
+3. ``--config FILE`` overlays, in order (omp-surface A.4): the same shape as ``config.yml``,
+   chosen by the user as the global file is (so ``trustedProjects`` and the global-only keys
+   apply). A missing file or one that is no mapping is an error. Unlike the shared global file,
+   an overlay is written for this runtime's run by whoever launches it, so every key it sets
+   that this runtime does not act on is named in ``Settings.notes`` (one ``notice`` at
+   startup): nothing it asks for is dropped without a word. Beyond the sections below, an
+   overlay (and the global file) may set the original's ``disabledProviders`` (context files:
+   ``agents-md`` leaves out the ``AGENTS.md`` files, ``claude`` the ``CLAUDE.md`` files,
+   ``native`` the agent directory's own) and ``<tool>.enabled: false`` for a built-in tool
+   (``read``, ``bash``, ``edit``, ``write``, ``grep`` / ``search``, ``find``, ``ls``,
+   ``todo``): that tool is not offered. ``tools.approvalMode`` may only be ``yolo`` (what this
+   runtime does); another value is an error.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
@@ -70,7 +82,7 @@ Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original'
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +90,7 @@ import attrs
 
 from ..commands.skills import SkillSettings
 from ..config import (
+    ConfigError,
     agent_dir,
     present,
     problem,
@@ -177,6 +190,19 @@ class Settings:
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
     must not be able to declare itself trusted."""
     bash: BashSettings = attrs.field(factory=BashSettings)
+    disabled_providers: frozenset[str] = frozenset()
+    """The original's ``disabledProviders``: context-file sources left out (``agents-md``,
+    ``claude``, ``native``)."""
+    disabled_tools: frozenset[str] = frozenset()
+    """Built-in tools a ``<tool>.enabled: false`` turned off."""
+    notes: tuple[str, ...] = ()
+    """What the ``--config`` overlays set that this runtime does not act on, one line per
+    file (said once as a ``notice``)."""
+
+
+TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write",
+                 "grep": "grep", "search": "grep", "find": "find", "ls": "ls", "todo": "todo"}
+"""``<key>.enabled`` → the built-in tool it turns off (the original calls grep ``search``)."""
 
 
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
@@ -225,13 +251,16 @@ class _Layer:
     file: _File
     keys: dict[str, list[str]]
     """Per section, the keys this file sets (the others are its defaults, not its choice)."""
+    ignored: list[str] = attrs.field(factory=list)
+    """Keys of the modelled sections that this runtime does not use (``section.key``)."""
 
 
-def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) -> Settings:
+def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
+                  overlays: Sequence[Path] = ()) -> Settings:
     """The settings for a session in ``cwd``: the global file of the agent directory
     (``$OMP_AGENT_DIR`` or ``~/.omp/agent`` when None) with the project's files of ``cwd`` over
-    it (none read when ``cwd`` is None). ``bash.passProviderKeys`` is applied to the process
-    (``omp.subprocess_env.pass_provider_keys``).
+    it (none read when ``cwd`` is None), then the ``overlays`` (``--config``).
+    ``bash.passProviderKeys`` is applied to the process (``omp.subprocess_env``).
 
     No file: the defaults. A wrong one raises ConfigError naming it (nothing half-applied).
     """
@@ -242,8 +271,10 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) 
     if global_path is None and (global_path := present(directory, LEGACY_FILES)) is not None:
         warn(f"{global_path}: read because there is no {GLOBAL_FILES[0]}; rename it to "
              f"{GLOBAL_FILES[0]} (where the original omp keeps its settings)")
+    extras = _Extras()
     if global_path is not None:
         raw = read_yaml_mapping(global_path, _EXPECTED) or {}
+        extras.read(raw, global_path)
         layer = _layer(raw, global_path)
         trusted = _trusted(layer.file.trustedProjects or [], global_path)
         layers.append(layer)
@@ -268,7 +299,21 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) 
                     del chosen[key]
                     warn(f"{path}: $.{section}.{key}: ignored; only the global "
                          f"{directory / GLOBAL_FILES[0]} can set it")
+            extras.read(raw, path)
             layers.append(_layer(raw, path))
+    for given in overlays:
+        path = Path(os.path.abspath(given))
+        if not os.path.lexists(path):
+            raise ConfigError(f"Config overlay not found: {path}")
+        raw = read_yaml_mapping(path, _EXPECTED) or {}
+        unused = extras.read(raw, path)
+        layer = _layer(raw, path)
+        if unused or layer.ignored:
+            extras.notes.append(f"{path}: not used by this runtime: "
+                                f"{', '.join([*layer.ignored, *unused])}")
+        if layer.file.trustedProjects is not None:
+            trusted = _trusted(layer.file.trustedProjects, path)
+        layers.append(layer)
     merged: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
     for layer in layers:
         for section, keys in layer.keys.items():
@@ -279,15 +324,73 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None) 
                         bash=BashSettings(**merged["bash"]),
                         task=TaskSettings(**merged["task"]),
                         async_=AsyncSettings(**merged["async"]),
-                        skills=SkillSettings(**merged["skills"]))
+                        skills=SkillSettings(**merged["skills"]),
+                        disabled_providers=frozenset(extras.disabled_providers),
+                        disabled_tools=frozenset(extras.disabled_tools),
+                        notes=tuple(extras.notes))
     pass_provider_keys(settings.bash.passProviderKeys)
     return settings
+
+
+@attrs.define
+class _Extras:
+    """The top-level keys beyond the modelled sections, gathered over the files in order."""
+
+    disabled_providers: list[str] = attrs.field(factory=list)
+    disabled_tools: set[str] = attrs.field(factory=set)
+    notes: list[str] = attrs.field(factory=list)
+
+    def read(self, raw: dict[Any, Any], path: Path) -> list[str]:
+        """Take what ``raw`` (the file ``path``) says; returns the other keys outside the
+        modelled sections, as dotted paths."""
+        unused: list[str] = []
+        for key, value in raw.items():
+            name = str(key)
+            if name in _SECTIONS or name == "trustedProjects":
+                continue
+            if name == "disabledProviders":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise problem(path, "$.disabledProviders", "must be a list of names")
+                self.disabled_providers = list(value)
+                continue
+            for dotted, leaf in _leaves(name, value):
+                if not self._take(dotted, leaf, path):
+                    unused.append(dotted)
+        return unused
+
+    def _take(self, dotted: str, value: Any, path: Path) -> bool:
+        """Whether ``dotted`` = ``value`` is a key this runtime acts on (then it did)."""
+        head, _, tail = dotted.partition(".")
+        if tail == "enabled" and head in TOOL_SWITCHES and isinstance(value, bool):
+            tool = TOOL_SWITCHES[head]
+            if value:
+                self.disabled_tools.discard(tool)
+            else:
+                self.disabled_tools.add(tool)
+            return True
+        if dotted == "tools.approvalMode":
+            if value != "yolo":
+                raise problem(path, "$.tools.approvalMode", f"{value!r} is not available in "
+                              "this version: every tool runs without asking (yolo)")
+            return True
+        return False
+
+
+def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    """``a: {b: {c: 1}}`` as ``[("a.b.c", 1)]``; a dotted key counts as its parts."""
+    if isinstance(value, dict) and value:
+        out: list[tuple[str, Any]] = []
+        for key, inner in value.items():
+            out += _leaves(f"{prefix}.{key}", inner)
+        return out
+    return [(prefix, value)]
 
 
 def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
     """One file's values for the keys we model, type-checked; unknown sections dropped."""
     known: dict[str, Any] = {}
     keys: dict[str, list[str]] = {}
+    ignored: list[str] = []
     for section, cls in _SECTIONS.items():
         value = raw.get(section)
         if value is None:  # absent, or `retry:` with every key commented out
@@ -298,6 +401,7 @@ def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
             continue
         fields = attrs.fields_dict(cls)
         unknown = [str(k) for k in value if k not in fields and k not in _ORIGINAL_KEYS[section]]
+        ignored += [f"{section}.{k}" for k in value if k not in fields]
         if unknown:
             warn(f"{path}: $.{section}: unknown key(s) ignored: {', '.join(sorted(unknown))}")
         chosen = {k: v for k, v in value.items()
@@ -308,7 +412,7 @@ def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
         known["trustedProjects"] = raw["trustedProjects"]
     file = structure(known, _File, path)
     _validate(file, path)
-    return _Layer(file, keys)
+    return _Layer(file, keys, ignored)
 
 
 def _trusted(entries: list[str], path: Path) -> tuple[Path, ...]:

@@ -7,9 +7,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import attrs
+
 from ..config import agent_dir
 from ..llm.models import OFFLINE_PROVIDER, ModelRegistry
 from ..llm.stream import HttpClient
+from ..llm.thinking import clamp, efforts
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
 from ..tools import default_tools
@@ -17,8 +20,8 @@ from ..tools.base import Tool, ToolContext, UriHandler
 from ..tools.todo_state import TodoState
 from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
-from .locations import sessions_dir
-from .settings import load_settings
+from .locations import find_sessions, looks_like_session_path, recent_sessions, sessions_dir
+from .settings import Settings, load_settings
 from .sink import EventSink, NullSink
 from .system_prompt import PromptOptions
 
@@ -32,7 +35,11 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                    tool_names: Sequence[str] | None = None,
                    persist: bool = True, session_dir: Path | None = None,
                    session_path: Path | None = None, resume: bool = False,
-                   announce_offline: bool = True, sink: EventSink | None = None,
+                   resume_session: str | None = None, models: Sequence[str] | None = None,
+                   config_files: Sequence[Path] = (), skill_dirs: Sequence[Path] = (),
+                   skills: Sequence[str] | bool | None = None,
+                   require_credentials: bool = True, announce_offline: bool = True,
+                   sink: EventSink | None = None,
                    http: HttpClient | None = None, aborts: AbortRegistry | None = None,
                    uris: UriHandler | None = None,
                    tools_from: Callable[[AgentSession], Sequence[Tool]] | None = None
@@ -43,14 +50,36 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     of its model calls), ``aborts`` (the registry of its abortable work), ``uris`` (the host's
     URL schemes for ``read`` / ``write``), ``tools_from`` (tools that need the session itself).
 
-    ``model`` is ``provider/id`` or an id; ``provider`` alone picks that provider's first model.
-    ``api_key`` is for the chosen provider. With nothing chosen and no credentials anywhere, the
-    offline model is used and (``announce_offline``) said so once on stderr.
+    ``model`` is ``provider/id`` or an id, with an optional ``:<thinking level>``; ``provider``
+    alone picks that provider's first model; ``models`` (``--models``): the first of them found,
+    when ``model`` is not given. ``api_key`` is for the chosen provider. With nothing chosen and
+    no credentials anywhere, the offline model is used and (``announce_offline``) said so once on
+    stderr. ``thinking`` ``auto``: the model's default effort (``high`` clamped to it; ``off``
+    for a model without reasoning).
+
+    ``require_credentials`` False: a chosen model whose provider has no credential yet is
+    taken all the same (rpc: the host can still ``login``; a prompt fails with the hint until
+    then).
+
+    ``resume_session`` (``-r``): a path (as ``session_path``), or a session id or a unique prefix
+    of one, looked up in this project's sessions, then in every project's; a session recorded
+    for another directory that still exists continues there. ``config_files``: settings
+    overlays (``--config``); ``skill_dirs`` are searched for skills first (``--plugin-dir``);
+    ``skills`` False loads none, a list of glob patterns only those (``--no-skills``,
+    ``--skills``).
     """
-    if thinking is not None and thinking not in THINKING_LEVELS:
+    if thinking is not None and thinking not in (*THINKING_LEVELS, "auto"):
         raise SessionError(f"Unknown thinking level: {thinking} (expected one of "
-                           f"{', '.join(THINKING_LEVELS)})")
+                           f"{', '.join(THINKING_LEVELS)} or auto)")
     probe = ModelRegistry.load(agent_directory, environ=environ)
+    if model and ":" in model and probe_model(probe, provider, model) is None:
+        model, _, suffix = model.rpartition(":")
+        if suffix not in THINKING_LEVELS:
+            raise SessionError(f"Model not found: {model}:{suffix}")
+        thinking = thinking or suffix
+    if model is None and models:
+        model = next((pattern for pattern in models
+                      if probe_model(probe, provider, pattern) is not None), models[0])
     chosen = _choose(probe, provider, model) if (provider or model) else None
     if api_key is not None:
         if chosen is None:
@@ -63,17 +92,31 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     if chosen is None:
         chosen = registry.default_model()
         if chosen.provider == OFFLINE_PROVIDER and announce_offline:
-            print("omp: no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
-                  "GEMINI_API_KEY, or add a provider to models.yml); using the offline model "
-                  f"{chosen.provider}/{chosen.id}", file=sys.stderr)
-    elif not registry.has_credentials(chosen.provider):
+            unset = registry.unset_key_variables()
+            why = "; ".join(f"models.yml provider {name}: its apiKey names {variable}, which "
+                            "is not set" for name, variable in unset.items()) or (
+                "no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+                "GEMINI_API_KEY, or add a provider to models.yml)")
+            print(f"omp: {why}; using the offline model {chosen.provider}/{chosen.id}",
+                  file=sys.stderr)
+    elif require_credentials and not registry.has_credentials(chosen.provider):
         raise SessionError(f"No API key for {chosen.provider}/{chosen.id}: "
                            f"{registry.missing_key_hint(chosen.provider)}")
     level: ThinkingLevel = "off"
+    if thinking == "auto":
+        supported = efforts(chosen)
+        level = clamp(chosen, "high") if supported else "off"
     for known in THINKING_LEVELS:
         if thinking == known:
             level = known
     cwd = Path.cwd() if cwd is None else cwd
+    agent_directory = agent_dir(environ) if agent_directory is None else agent_directory
+    env = os.environ if environ is None else environ
+    if resume_session is not None:
+        session_path, cwd = _resume_target(resume_session, cwd, agent_directory, session_dir,
+                                           env)
+    settings = _with_skill_choices(
+        load_settings(agent_directory, cwd, config_files), skill_dirs, skills)
     todos = TodoState()
     context = ToolContext(cwd, uris=uris)
     active = list(default_tools(context, todos)) if tools is None else list(tools)
@@ -84,13 +127,11 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             raise SessionError(f"Unknown tool(s): {', '.join(unknown)} (built-in tools: "
                                f"{', '.join(by_name)})")
         active = [by_name[n] for n in dict.fromkeys(tool_names)]
-    prompt_options = PromptOptions(
-        cwd, agent_dir(environ) if agent_directory is None else agent_directory,
-        system_prompt, append_system_prompt)
-    settings = load_settings(prompt_options.agent_directory, cwd)
+    active = [t for t in active if t.name not in settings.disabled_tools]
+    prompt_options = PromptOptions(cwd, agent_directory, system_prompt, append_system_prompt,
+                                   disabled_context=settings.disabled_providers)
     directory = None
     if persist:
-        env = os.environ if environ is None else environ
         directory = session_dir or (Path(env["OMP_SESSION_DIR"]).expanduser()
                                     if env.get("OMP_SESSION_DIR") else None) or sessions_dir(
             prompt_options.agent_directory or agent_dir(environ), cwd)
@@ -105,6 +146,58 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     if directory is not None:
         session.open_startup_file(session_path=session_path, resume=resume)
     return session
+
+
+def _resume_target(value: str, cwd: Path, agent_directory: Path, session_dir: Path | None,
+                   env: Mapping[str, str]) -> tuple[Path, Path]:
+    """``-r VALUE``: (the session file, the directory to work in). Raises SessionError for an
+    id that matches no session or several (naming them)."""
+    if looks_like_session_path(value):
+        return cwd / Path(value).expanduser(), cwd
+    here = session_dir or (Path(env["OMP_SESSION_DIR"]).expanduser()
+                           if env.get("OMP_SESSION_DIR") else None) or sessions_dir(
+        agent_directory, cwd)
+    matches = find_sessions(value, [here, agent_directory / "sessions"])
+    if len(matches) > 1:
+        listed = "; ".join(f"{m.session_id} ({m.path})" for m in matches[:10])
+        more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+        raise SessionError(f'Session "{value}" is ambiguous: it starts {len(matches)} session '
+                           f"ids: {listed}{more}. Give more of the id.")
+    if not matches:
+        recent = recent_sessions(here)
+        listed = ("; recent sessions here: " + "; ".join(
+            f"{m.session_id} ({m.path.name})" for m in recent)) if recent else ""
+        raise SessionError(f'Session "{value}" not found{listed}. Run `omp -c` to continue the '
+                           "newest session, or omp without -r to start a new one.")
+    match = matches[0]
+    recorded = Path(match.cwd) if match.cwd else cwd
+    if recorded != cwd and not recorded.is_dir():
+        print(f"omp: Could not switch to resumed project {recorded}; staying in {cwd}.",
+              file=sys.stderr)
+        recorded = cwd
+    return match.path, recorded
+
+
+def _with_skill_choices(settings: Settings, skill_dirs: Sequence[Path],
+                        skills: Sequence[str] | bool | None) -> Settings:
+    """The settings with the command line's skill choices over them."""
+    chosen = settings.skills
+    if skill_dirs:
+        chosen = attrs.evolve(chosen, customDirectories=[
+            *map(str, skill_dirs), *chosen.customDirectories])
+    if skills is False:
+        chosen = attrs.evolve(chosen, enabled=False)
+    elif isinstance(skills, Sequence) and not isinstance(skills, str):
+        chosen = attrs.evolve(chosen, includeSkills=list(skills))
+    return attrs.evolve(settings, skills=chosen)
+
+
+def probe_model(registry: ModelRegistry, provider: str | None, model: str) -> Model | None:
+    """The model ``provider`` / ``model`` names, or None."""
+    try:
+        return _choose(registry, provider, model)
+    except SessionError:
+        return None
 
 
 def _choose(registry: ModelRegistry, provider: str | None, model: str | None) -> Model:

@@ -21,6 +21,7 @@ import functools
 import os
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..protocol import messages as m
 from ..protocol.events import Notice
 from .context import BranchSettings, branch_settings, build_context, entries_since, entry_tree
 from .context import user_messages as branch_user_messages
+from .entries import CURRENT_VERSION, SessionHeader, iso_timestamp
 from .errors import InvalidRequest, SessionError
 from .file import SessionFile, branch_file
 from .locations import newest_session
@@ -62,6 +64,8 @@ class SessionStore:
     persistence_failure: str | None = None
     """Why the session file stopped being written, once it did."""
     _session_id: str = attrs.field(factory=lambda: str(uuid.uuid4()), init=False)
+    _started: str = attrs.field(factory=lambda: iso_timestamp(datetime.now(UTC)), init=False)
+    """When the in-memory session began (its header's ``timestamp``)."""
     _name: str | None = attrs.field(default=None, init=False)
 
     # -- identity ----------------------------------------------------------------------------
@@ -69,6 +73,14 @@ class SessionStore:
     @property
     def session_id(self) -> str:
         return self.file.session_id if self.file is not None else self._session_id
+
+    def header(self) -> SessionHeader:
+        """The session's header entry: the file's as stored, or, in memory (``--no-session``),
+        the one its file would have (``--mode json`` writes it first, omp-surface A.7)."""
+        if self.file is not None:
+            return self.file.header
+        return SessionHeader(version=CURRENT_VERSION, id=self._session_id,
+                             timestamp=self._started, cwd=str(self.cwd))
 
     @property
     def session_file(self) -> str | None:
@@ -125,6 +137,7 @@ class SessionStore:
         self._name = None
         if file is None:
             self._session_id = str(uuid.uuid4())
+            self._started = iso_timestamp(datetime.now(UTC))
             return Adopted([], None, fresh=False)
         return Adopted(build_context(file), branch_settings(file), fresh=not file.entries)
 

@@ -3,9 +3,10 @@
 Block 1 says who the agent is, which tools it has and how to use them; ``--system-prompt``
 replaces it whole. Block 2 is about this project and this moment: the context files (the global
 ``AGENTS.md`` of the agent directory, then one per directory from the filesystem root down to
-the cwd), the skills the model may read (``skill://<name>``, when it has the ``read`` tool), the
-``--append-system-prompt`` text, the date and the cwd. Block 1 changes only with
-the tool set, so a provider can cache it across sessions.
+the cwd; the settings' ``disabledProviders`` leaves sources out), the skills the model may read
+(``skill://<name>``, when it has the ``read`` tool), the ``--append-system-prompt`` text, the
+date and the cwd. Block 1 changes only with the tool set, so a provider can cache it across
+sessions.
 
 Everything here is pure except reading the context files. Those reads block; that is fine
 because this runs at startup and on session changes, and the files are small (and cut at
@@ -42,20 +43,23 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
                         custom: str | None = None, append: str | None = None,
                         today: datetime.date | None = None,
                         model_name: str | None = None,
-                        skills: Sequence[Skill] = ()) -> list[str]:
+                        skills: Sequence[Skill] = (),
+                        disabled_context: frozenset[str] = frozenset()) -> list[str]:
     """The system prompt blocks for a session in ``cwd`` with ``tools`` active.
 
     ``custom`` (``--system-prompt``) replaces the first block; ``append``
     (``--append-system-prompt``) goes after the project context. ``today`` defaults to the
     local date; ``model_name``, when given, is named after the working directory. Context files
-    that cannot be read are left out; nothing here raises for a file's sake.
+    that cannot be read are left out, and so are the sources named in ``disabled_context``
+    (the original's ``disabledProviders``: ``agents-md``, ``claude``, ``native``); nothing here
+    raises for a file's sake.
     """
     main = custom if custom is not None else _main_block(tools)
     # Skills are read on demand through ``read``'s skill:// URIs: without it, no listing.
     listing = skills_prompt(skills) if any(t.name == "read" for t in tools) else ""
     return [main, _project_block(cwd=cwd, agent_directory=agent_directory, append=append,
                                  today=today or datetime.date.today(), model_name=model_name,
-                                 skills=listing)]
+                                 skills=listing, disabled=disabled_context)]
 
 
 PROMPT_FILE_SUFFIXES = (".md", ".markdown", ".txt", ".prompt")
@@ -169,9 +173,11 @@ def _tools_word(words: list[str]) -> str:
 
 
 def _project_block(*, cwd: Path, agent_directory: Path, append: str | None,
-                   today: datetime.date, model_name: str | None, skills: str = "") -> str:
+                   today: datetime.date, model_name: str | None, skills: str = "",
+                   disabled: frozenset[str] = frozenset()) -> str:
     parts: list[str] = []
-    context = [f"## {path}\n\n{text}" for path, text in _context_files(cwd, agent_directory)]
+    context = [f"## {path}\n\n{text}"
+               for path, text in _context_files(cwd, agent_directory, disabled)]
     if context:
         parts += ["# Project Context", "Project-specific instructions and guidelines:", *context]
     if skills:
@@ -185,12 +191,22 @@ def _project_block(*, cwd: Path, agent_directory: Path, append: str | None,
     return "\n\n".join(parts)
 
 
-def _context_files(cwd: Path, agent_directory: Path) -> Iterator[tuple[Path, str]]:
-    """(path, text) per context file: the global one first, then root → cwd, each file once."""
+CONTEXT_SOURCES = {"AGENTS.md": "agents-md", "CLAUDE.md": "claude"}
+"""The original's discovery provider of each context file name (``disabledProviders``)."""
+
+
+def _context_files(cwd: Path, agent_directory: Path, disabled: frozenset[str] = frozenset()
+                   ) -> Iterator[tuple[Path, str]]:
+    """(path, text) per context file: the global one first (source ``native``), then root →
+    cwd, each file once; the sources in ``disabled`` left out."""
     seen: set[Path] = set()
     absolute = Path(os.path.abspath(cwd))
-    for directory in [agent_directory, *reversed(absolute.parents), absolute]:
-        found = _first_readable(directory)
+    names = tuple(n for n in CONTEXT_FILE_NAMES if CONTEXT_SOURCES[n] not in disabled)
+    directories = [*reversed(absolute.parents), absolute]
+    if "native" not in disabled:
+        directories.insert(0, agent_directory)
+    for directory in directories:
+        found = _first_readable(directory, names)
         if found is None:
             continue
         path, text = found
@@ -202,8 +218,8 @@ def _context_files(cwd: Path, agent_directory: Path) -> Iterator[tuple[Path, str
             yield path, text
 
 
-def _first_readable(directory: Path) -> tuple[Path, str] | None:
-    for name in CONTEXT_FILE_NAMES:
+def _first_readable(directory: Path, names: Sequence[str]) -> tuple[Path, str] | None:
+    for name in names:
         path = directory / name
         text = _read_context_file(path)
         if text is not None:
@@ -251,9 +267,11 @@ class PromptOptions:
     custom: str | None = None
     append: str | None = None
     skills: Sequence[Skill] = ()
+    disabled_context: frozenset[str] = frozenset()
+    """Context-file sources left out (``disabledProviders``)."""
 
     def build(self, tools: Sequence[Tool]) -> list[str]:
         return build_system_prompt(
             tools=tools, cwd=self.cwd,
             agent_directory=self.agent_directory or agent_dir(), custom=self.custom,
-            append=self.append, skills=self.skills)
+            append=self.append, skills=self.skills, disabled_context=self.disabled_context)

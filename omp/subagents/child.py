@@ -61,10 +61,6 @@ class Child:
     session_file: str | None = None
     outcome: ChildOutcome | None = None
 
-YIELD_STOP = "terminate"
-"""The aborted message's reason when a child's terminal ``yield`` ends its run."""
-
-
 async def build_child(host: Host, child: Child, context: str | None,
                       state: YieldState, sink: EventSink) -> AgentSession:
     """The child's session, its file created (in a thread) with its ``session_init``."""
@@ -93,7 +89,7 @@ async def build_child(host: Host, child: Child, context: str | None,
         spawn children of its own."""
         tools: list[Tool] = [YieldTool(
             state, last_text=functools.partial(last_text, session),
-            on_terminal=functools.partial(session.runs.stop_run, YIELD_STOP))]
+            on_terminal=session.runs.stop_run)]
         if nested_spawns:
             tools.append(host.nested_tool(session, f"{child.id}.", spawns))
         return tools

@@ -15,6 +15,7 @@ propagate and clean up on the way out (subprocesses killed and waited for).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -125,6 +126,10 @@ class UriHandler(Protocol):
     async def write(self, url: str, content: str) -> None:
         """As ``read``."""
         ...
+
+
+URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+"""A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
 
 
 @attrs.define(eq=False, repr=False)

@@ -23,7 +23,7 @@ import trio
 from ..commands.skills import SKILL_URI_SCHEME, SkillUriError, resolve_skill_uri
 from ..files import UnusableFile, open_regular
 from ..protocol.messages import ImageContent, TextContent
-from .base import OnUpdate, ToolContext, ToolError, ToolResult, UriResource
+from .base import URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult, UriResource
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
 from .truncate import (
@@ -293,6 +293,10 @@ class ReadTool(SpecifiedTool):
                 path = resolve_skill_uri(self._ctx.skills, shown_path)
             except SkillUriError as exc:
                 raise ToolError(f"Cannot read {shown_path}: {exc}") from None
+        elif URL_LIKE.match(shown_path):
+            # Never the local file "./zz:/y": a URL nobody serves is a mistake to report.
+            raise ToolError(f"Cannot read {shown_path}: no host serves "
+                            f"{shown_path.partition('://')[0]}:// URLs; read a file path.")
         else:
             path = resolve_path(self._ctx, shown_path)
         offset = None if args.get("offset") is None else int(args["offset"])

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from ..files import UnusableFile, open_regular
-from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .base import URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
 
@@ -45,7 +44,6 @@ def _write(path: Path, content: str) -> None:
         os.close(fd)
 
 
-_URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class WriteTool(SpecifiedTool):
@@ -72,7 +70,7 @@ class WriteTool(SpecifiedTool):
                                 "register this scheme as writable.")
             await self._ctx.uris.write(url, content)
             return ToolResult.text(f"Successfully wrote {len(content)} bytes to {url}")
-        if _URL_LIKE.match(shown_path):
+        if URL_LIKE.match(shown_path):
             # Never a local file named "zz:/y": a URL nobody serves is a mistake to report.
             raise ToolError(f"Unknown URI-like write target '{shown_path}'. No host serves "
                             f"{shown_path.partition('://')[0]}:// URLs; write to a file path.")

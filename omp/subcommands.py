@@ -1,0 +1,195 @@
+"""The original's subcommands: ``omp models`` runs here, the others are refused in one line.
+
+``omp models [ls|list|find|refresh|<provider>] [PATTERN] [--json]`` lists the models whose
+provider has credentials (omp-surface A.8): ``--json`` writes one line ``{"models": [...]}``
+sorted by provider then id, each entry ``provider``, ``id``, ``selector``, ``name``,
+``contextWindow``, ``maxTokens``, ``reasoning``, ``thinking`` (the efforts, or null),
+``input``, ``cost``; without it a table per provider. The launch flags a runner puts in front
+(``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are accepted.
+
+``omp acp`` exits 2 with "ACP mode is not available in this version"; every other subcommand
+name of the original exits 2 naming it, with the way to send that word as a prompt instead
+(``omp -p WORD`` or ``omp -- WORD``). ``omp help`` is ``--help``; ``omp launch ...`` is
+``omp ...``. A reserved management word alone (``omp list``) is refused as the original
+refuses it (exit 1); with more words it is a prompt.
+
+``--export SESSION_FILE [OUT]`` (a launch flag) writes a session file as HTML and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .config import select_profile
+
+USAGE_ERROR = 2
+
+SUBCOMMANDS = frozenset({
+    "launch", "acp", "agents", "auth-broker", "auth-gateway", "bench", "if-bench",
+    "browser-relay", "cleanse", "collab", "commit", "completions", "compress", "config",
+    "dry-balance", "gallery", "render", "gc", "git", "grep", "grievances", "images", "img",
+    "install", "join", "models", "plugin", "plugins", "ps", "read", "say", "search", "q",
+    "setup", "share", "shell", "ssh", "stats", "usage", "tiny-models", "token", "ttsr",
+    "update", "worktree", "wt", "__complete", "help"})
+"""The original's subcommands and their aliases (omp-surface A.8), and ``help``."""
+
+RESERVED_WORDS = frozenset({"extensions", "list", "remove", "uninstall", "marketplace",
+                            "discover", "upgrade", "enable", "disable"})
+"""Management words the original refuses alone as the first argument (A.1)."""
+
+
+def is_subcommand(word: str) -> bool:
+    return word in SUBCOMMANDS
+
+
+def refuse(message: str) -> int:
+    """A usage error: one line on stderr, exit 2."""
+    print(f"omp: error: {message}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def run_subcommand(name: str, argv: list[str], parser: argparse.ArgumentParser) -> int:
+    """Run subcommand ``name`` (not ``launch`` or ``help``: the command line's own) with the
+    other arguments ``argv``, the launch flags of ``parser`` accepted; its exit code."""
+    if name == "acp":
+        return refuse("ACP mode is not available in this version")
+    if name in RESERVED_WORDS:
+        print(f"omp: error: `omp {name}` is not a top-level command. Use `omp -p {name}` (or "
+              f"`omp -- {name}`) if you meant to send \"{name}\" as a prompt.", file=sys.stderr)
+        return 1
+    if name == "models":
+        return models_command(argv, parser)
+    return refuse(f"`omp {name}` is not available in this version; to send \"{name}\" to the "
+                  f"model as a prompt, use `omp -p {name} ...` or `omp -- {name} ...`")
+
+
+# -- omp models --------------------------------------------------------------------------------
+
+
+def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
+    own = argparse.ArgumentParser(prog="omp models", allow_abbrev=False)
+    own.add_argument("words", nargs="*", metavar="[ls|list|find|refresh|PROVIDER] [PATTERN]")
+    own.add_argument("--json", action="store_true", help="one line of JSON: {\"models\": [...]}")
+    # Launch flags a runner puts around the subcommand are taken as the original takes them:
+    # those that choose where things are (--profile, --cwd) apply, the rest is accepted.
+    launch, rest = parser.parse_known_args(argv)
+    try:
+        args = own.parse_args([*rest, *launch.message])
+    except SystemExit as exc:  # argparse said why on stderr
+        return int(exc.code or 0)
+    if problem := select_profile(launch.profile):
+        print(f"omp: {problem}", file=sys.stderr)
+        return 1
+    if launch.cwd is not None:
+        try:
+            os.chdir(Path(launch.cwd).expanduser())
+        except OSError as exc:
+            print(f"omp: cannot work in {launch.cwd}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    words = list(args.words)
+    action = words[0] if words and words[0] in ("ls", "list", "find", "refresh") else "ls"
+    pattern = " ".join(words[1:] if words and words[0] == action else words) or None
+    if action == "find" and pattern is None:
+        print("omp: `omp models find` requires a search substring, e.g. "
+              "`omp models find minimax`", file=sys.stderr)
+        return 1
+
+    from .config import ConfigError
+    from .llm.models import ModelRegistry
+    from .llm.thinking import efforts
+
+    try:
+        registry = ModelRegistry.load()
+    except ConfigError as exc:
+        print(f"omp: {exc}", file=sys.stderr)
+        return 1
+    models = registry.available()
+    if pattern is not None:
+        needle = pattern.lower()
+        providers = {m.provider.lower() for m in models}
+        if action != "find" and needle in providers:
+            models = [m for m in models if m.provider.lower() == needle]
+        else:
+            models = [m for m in models if any(needle in text.lower() for text in (
+                m.id, m.provider, f"{m.provider}/{m.id}", m.name))]
+    models.sort(key=lambda m: (m.provider.lower(), m.id.lower()))
+    if args.json:
+        entries = [{
+            "provider": m.provider, "id": m.id, "selector": f"{m.provider}/{m.id}",
+            "name": m.name, "contextWindow": m.contextWindow, "maxTokens": m.maxTokens,
+            "reasoning": m.reasoning, "thinking": list(efforts(m)) if m.reasoning else None,
+            "input": list(m.input),
+            "cost": {"input": m.cost.input, "output": m.cost.output,
+                     "cacheRead": m.cost.cacheRead, "cacheWrite": m.cost.cacheWrite},
+        } for m in models]
+        print(json.dumps({"models": entries}, separators=(",", ":")))
+        return 0
+    if not models:
+        print(f'No models matching "{pattern}"' if pattern is not None else
+              "No models available. Set API keys in environment variables.")
+        return 0
+    by_provider: dict[str, list[list[str]]] = {}
+    for m in models:
+        levels = efforts(m)
+        by_provider.setdefault(m.provider, []).append([
+            m.id, _short(m.contextWindow), _short(m.maxTokens),
+            ", ".join(levels) if levels else ("yes" if m.reasoning else "-"),
+            "yes" if "image" in m.input else "no"])
+    for provider, rows in by_provider.items():
+        print(f"{provider} ({len(rows)})")
+        print(_table(["model", "context", "max-out", "thinking", "images"], rows))
+    return 0
+
+
+def _short(value: int | None) -> str:
+    """``128K``, ``4.1K``, ``1M``, ``-`` for unknown."""
+    if value is None:
+        return "-"
+    for suffix, scale in (("M", 1_000_000), ("K", 1_000)):
+        if value >= scale:
+            return f"{value / scale:.1f}".removesuffix(".0") + suffix
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(left: str, fill: str, middle: str, right: str) -> str:
+        return left + middle.join(fill * (w + 2) for w in widths) + right
+
+    def cells(row: list[str]) -> str:
+        return "│" + "│".join(f" {cell.ljust(w)} " for cell, w in zip(row, widths, strict=True)) \
+            + "│"
+
+    return "\n".join([line("┌", "─", "┬", "┐"), cells(header), line("├", "─", "┼", "┤"),
+                      *map(cells, rows), line("└", "─", "┴", "┘")])
+
+
+# -- --export ----------------------------------------------------------------------------------
+
+
+def export_session(path: Path, output: str | None) -> int:
+    """``--export SESSION_FILE [OUT]``: the session as one HTML page (``OUT``, else
+    ``omp-session-<name>.html`` in the current directory); ``Exported to: <path>``, exit 0;
+    a file that cannot be read or written: one line, exit 1."""
+    from .files import UnusableFile
+    from .session.context import build_context
+    from .session.export_html import default_export_name, render_html, write_html
+    from .session.file import SessionFile
+
+    try:
+        file = SessionFile.open(path)
+        target = Path(output or default_export_name(file.path)).expanduser()
+        write_html(target, render_html(
+            title=file.name or file.path.name, session_id=file.session_id,
+            messages=build_context(file), entries=[file.entry_json(e) for e in file.entries]))
+    except (OSError, UnusableFile, ValueError, RecursionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"omp: Error: {reason}", file=sys.stderr)
+        return 1
+    print(f"Exported to: {target}")
+    return 0
