@@ -167,7 +167,7 @@ class Commands:
             cmd.NewSession: Route(self.change_session, "serial", after=announce),
             cmd.SwitchSession: Route(self.change_session, "serial", after=announce),
             cmd.OpenSession: Route(self.change_session, "serial", after=announce),
-            cmd.Branch: serial(self.branch, after=announce),
+            cmd.Branch: Route(self.branch, "serial", after=announce),
             cmd.NegotiateProtocol: serial(self.negotiate_protocol,
                                           after=self.switch_after_success),
             cmd.GetState: serial(self.get_state),
@@ -190,7 +190,7 @@ class Commands:
             cmd.Login: Route(self.login, "task"),
             cmd.SetSubagentSubscription: serial(self.set_subagent_subscription),
             cmd.GetSubagents: serial(self.get_subagents),
-            cmd.GetSubagentMessages: serial(self.get_subagent_messages),
+            cmd.GetSubagentMessages: Route(self.get_subagent_messages, "serial"),
             cmd.GetBranchMessages: serial(self.get_branch_messages),
             cmd.GetEntries: serial(self.get_entries),
             cmd.GetTree: serial(self.get_tree),
@@ -647,7 +647,7 @@ class Commands:
         return ok("get_subagents", frame.id,
                   payloads.SubagentsPayload(subagents=registry.snapshots()))
 
-    def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
+    async def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
         registry = self._subagent_registry()
         if registry is None:
             return fail("get_subagent_messages", frame.id, NO_SUBAGENT_BUS)
@@ -655,15 +655,18 @@ class Commands:
             return fail("get_subagent_messages", frame.id,
                         "get_subagent_messages requires subagentId or sessionFile",
                         INVALID_PARAMS)
+        start = frame.fromByte if isinstance(frame.fromByte, int) else 0
         try:
             path = registry.resolve(
                 frame.subagentId if isinstance(frame.subagentId, str) else None,
                 frame.sessionFile if isinstance(frame.sessionFile, str) else None)
+            # One read of a child's transcript, in the serial lane like the other views, in a
+            # worker thread (it may be large, the disk slow).
+            result = await trio.to_thread.run_sync(read_messages, path, start,
+                                                   abandon_on_cancel=True)
         except UnknownSubagent as exc:
             return fail("get_subagent_messages", frame.id, str(exc))
-        start = frame.fromByte if isinstance(frame.fromByte, int) else 0
-        # One read of a child's transcript, in the serial lane like the other views.
-        return ok("get_subagent_messages", frame.id, read_messages(path, start))
+        return ok("get_subagent_messages", frame.id, result)
 
     def set_session_name(self, frame: cmd.SetSessionName) -> Response:
         try:
@@ -673,9 +676,9 @@ class Commands:
                         INVALID_PARAMS if isinstance(exc, InvalidRequest) else UNSET)
         return ok("set_session_name", frame.id)
 
-    def branch(self, frame: cmd.Branch) -> Response:
+    async def branch(self, frame: cmd.Branch) -> Response:
         try:
-            text = self.session.branch(frame.entryId)
+            text = await self.session.branch(frame.entryId)
         except SessionError as exc:
             return fail("branch", frame.id, str(exc))
         return ok("branch", frame.id, payloads.BranchResult(text=text, cancelled=False))

@@ -296,6 +296,8 @@ async def _serve(stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream,
             await root.start(session.serve)
             await root.start(server.run_commands)
             server.output.put_nowait(Ready())
+            for notice in session.prompt_options.take_notices():  # context files left out
+                server.emit(notice)
             server.start_job(start_extensions)
             task_status.started()
             await server.read(stdin)

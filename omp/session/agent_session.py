@@ -77,13 +77,21 @@ from .compaction import (
     handoff,
     should_compact,
 )
-from .context import branch_settings, build_context, entries_since, entry_tree, user_messages
+from .context import (
+    BranchSettings,
+    branch_settings,
+    build_context,
+    entries_since,
+    entry_tree,
+    user_messages,
+)
 from .errors import InvalidRequest, SessionError
 from .file import SessionFile, branch_file
 from .locations import newest_session
 from .run import Run, RunReport
 from .settings import Settings
 from .system_prompt import PromptOptions
+from .writer import on_loop
 
 if TYPE_CHECKING:
     # Annotations only: the extension machinery loads with the first extension (omp.lazy).
@@ -166,7 +174,7 @@ class AgentSession:
     settings: Settings = attrs.field(factory=Settings)
     file: SessionFile | None = None
     """The session on disk (None with ``--no-session``): every finished message, model and
-    thinking-level change is appended and flushed as it happens."""
+    thinking-level change is appended as it happens (written by the file's writer thread)."""
     persistence_failure: str | None = None
     """Why the session file stopped being written, once it did (the process then exits 1)."""
     sessions_directory: Path | None = None
@@ -336,13 +344,28 @@ class AgentSession:
         try:
             write(self.file)
         except OSError as exc:
-            path = self.file.path
+            self._file_failed(self.file, exc)
+
+    async def _file_written(self) -> None:
+        """Wait until the session file's writer thread has written every line appended so far.
+        On cancellation it stops waiting (the thread goes on writing)."""
+        if (file := self.file) is not None and file.pending:
+            try:
+                await trio.to_thread.run_sync(file.flush, abandon_on_cancel=True)
+            except OSError as exc:
+                self._file_failed(file, exc)
+
+    def _file_failed(self, file: SessionFile, exc: OSError) -> None:
+        """``file`` could not be written (an append, or its writer thread; once per file)."""
+        if file is self.file:  # in memory from now on, under the same id and name
             self.file = None
-            self.persistence_failure = f"the session file {path} could not be written: " + (
-                f"{exc.strerror or exc}")
-            self.sink.publish(Notice(level="error", source="session-persistence",
-                                     message=f"Could not write the session file {path.name}: "
-                                             f"{exc.strerror or exc}; continuing in memory"))
+            self._session_id, self._name = file.session_id, file.name
+        path = file.path
+        self.persistence_failure = f"the session file {path} could not be written: " + (
+            f"{exc.strerror or exc}")
+        self.sink.publish(Notice(level="error", source="session-persistence",
+                                 message=f"Could not write the session file {path.name}: "
+                                         f"{exc.strerror or exc}; continuing in memory"))
 
     # -- the session's identity and file -----------------------------------------------------
 
@@ -398,16 +421,19 @@ class AgentSession:
                                            status="aborted", sessionSettled=True))
         self._tickets.clear()
 
-    def _adopt(self, file: SessionFile | None) -> None:
-        """Make ``file`` the session: its current branch becomes the live context, and the
-        model it last used (when known and available) the current model."""
+    def _adopt(self, file: SessionFile | None,
+               built: tuple[list[m.AgentMessage], BranchSettings] | None = None) -> None:
+        """Make ``file`` the session: its current branch becomes the live context (``built``:
+        as already built from it, off the loop), and the model it last used (when known and
+        available) the current model. Its appends are written behind the loop from now on."""
         self.file = file
         self._name = None
         if file is None:
             self._session_id = str(uuid.uuid4())
             return
-        self.agent.messages[:] = build_context(file)
-        settings = branch_settings(file)
+        file.write_behind(on_loop(functools.partial(self._file_failed, file)))
+        messages, settings = built or (build_context(file), branch_settings(file))
+        self.agent.messages[:] = messages
         ref = settings.models.get("default") if isinstance(settings.models, dict) else None
         if isinstance(ref, str) and "/" in ref:
             provider, _, model_id = ref.partition("/")
@@ -527,19 +553,22 @@ class AgentSession:
             self.start_file()
         return False, newest is not None
 
-    def branch(self, entry_id: str) -> str:
+    async def branch(self, entry_id: str) -> str:
         """A new file with the conversation before user message ``entry_id``; returns its text.
 
-        The run in progress (if any) is not interrupted.
+        The run in progress (if any) is not interrupted. The file is written and read, and its
+        context built, in a worker thread (a long session must not stop the loop). On
+        cancellation the thread is abandoned (the new file may still appear) and nothing changed.
         """
         if self.file is None:
             raise SessionError("branch requires session persistence (omit --no-session)")
         try:
-            file, text = branch_file(self.file, entry_id)
+            file, text, built = await trio.to_thread.run_sync(
+                _branch_and_build, self.file, entry_id, abandon_on_cancel=True)
         except ValueError:
             raise SessionError("Invalid entry ID for branching") from None
         self.cancel_jobs()  # they worked for the old transcript
-        self._adopt(file)
+        self._adopt(file, built)
         self._settle_if_idle()
         return text
 
@@ -759,10 +788,13 @@ class AgentSession:
     async def _drive(self, run: Run) -> None:
         """The run's task: the saga, then its terminal frames (none when it never started)."""
         report = await run.execute()
-        if report is not None and self.extensions is not None and self.extensions.listens(
-                "agent_end"):
-            # Extensions hear of the run's end before the host does (extensions.md §1.7).
-            with run.tail:
+        with run.tail:
+            # A host that sees the run end finds the whole run in the file (waiting for the
+            # writer thread, not blocking the loop; ``abort`` does not wait for the disk).
+            await self._file_written()
+            if report is not None and self.extensions is not None and self.extensions.listens(
+                    "agent_end"):
+                # Extensions hear of the run's end before the host does (extensions.md §1.7).
                 await self.extensions.agent_end(report.messages)
         self._run = None
         self._last_report = report
@@ -1129,8 +1161,10 @@ class AgentSession:
     async def close(self) -> None:
         """Abort the run (its terminal events are still published) and stop ``serve``.
 
-        Queued messages and tickets that never ran are reported aborted. On cancellation the
-        nursery is torn down without waiting.
+        Queued messages and tickets that never ran are reported aborted, and the lines still on
+        their way to the session file are waited for (a failed one is the persistence failure).
+        On cancellation the nursery is torn down without waiting (the file's writer thread still
+        writes what it holds).
         """
         self._closing = True
         self.cancel_jobs()
@@ -1139,6 +1173,7 @@ class AgentSession:
         if self._unsettled:
             self._unsettled = False
             self.sink.publish(SessionSettled())
+        await self._file_written()  # its last lines, before the exit status is known
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -1212,6 +1247,14 @@ def _outcome(report: RunReport | None
         provider=last.provider if last is not None else msgspec.UNSET,
         model=last.model if last is not None else msgspec.UNSET,
         httpStatus=problem.http_status if problem and problem.http_status else msgspec.UNSET)
+
+
+def _branch_and_build(file: SessionFile, entry_id: str
+                      ) -> tuple[SessionFile, str, tuple[list[m.AgentMessage], BranchSettings]]:
+    """``branch_file`` and the new file's context and settings (blocking, for a worker thread:
+    the new file is nobody else's yet)."""
+    new, text = branch_file(file, entry_id)
+    return new, text, (build_context(new), branch_settings(new))
 
 
 def _open_file(path: Path) -> SessionFile:

@@ -15,6 +15,7 @@ from ..tools import default_tools
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from .agent_session import AgentSession, SessionError
+from .file import make_private_dirs
 from .locations import sessions_dir
 from .settings import load_settings
 from .system_prompt import PromptOptions
@@ -92,8 +93,22 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                         todos=todos)
     session.load_skills()
     if directory is not None:
+        if session_path is None:
+            _make_sessions_dir(directory)
         session.open_startup_file(session_path=session_path, resume=resume)
     return session
+
+
+def _make_sessions_dir(directory: Path) -> None:
+    """The directory new sessions go in, created (0700) when missing: the default one under the
+    agent directory is the runtime's own, and ``--session-dir`` / ``$OMP_SESSION_DIR`` name a
+    directory for the runtime to keep sessions in. (A ``--session`` file's directory, and one
+    ``open_session`` names, must exist: nothing is created for them.)"""
+    try:
+        make_private_dirs(directory)
+    except OSError as exc:
+        raise SessionError(f"Cannot create the session directory {directory}: "
+                           f"{exc.strerror or exc}") from None
 
 
 def _choose(registry: ModelRegistry, provider: str | None, model: str | None) -> Model:

@@ -51,7 +51,7 @@ from ..protocol.payloads import Model
 from ..session.agent_session import AgentSession
 from ..session.entries import RawEntry
 from ..session.errors import SessionError
-from ..session.file import SessionFile
+from ..session.file import SessionFile, make_private_dirs
 from ..session.settings import load_settings
 from ..session.system_prompt import PromptOptions
 from ..tools import default_tools
@@ -607,7 +607,10 @@ class SubagentHost:
         session = AgentSession(
             registry=parent.registry, model=model, configured_thinking=thinking,
             cwd=parent.cwd, builtin_tools=tools, tool_context=tool_context,
-            prompt_options=PromptOptions(parent.cwd, self.agent_directory),
+            # The parent's context files (same cwd, same agent directory), as already read: no
+            # file is read again on the event loop for a child.
+            prompt_options=PromptOptions(parent.cwd, self.agent_directory,
+                                         context=parent.prompt_options.context),
             settings=parent.settings, auto_retry=parent.auto_retry,
             auto_compaction=parent.auto_compaction, http=parent.http, task_depth=depth)
         session.builtin_tools.append(YieldTool(
@@ -628,7 +631,7 @@ class SubagentHost:
             path = directory / f"{child.id}.jsonl"
             parent_file = parent.session_file
             file = await trio.to_thread.run_sync(functools.partial(
-                SessionFile.create_at, path, cwd=str(parent.cwd), parent_session=parent_file))
+                _create_transcript, path, cwd=str(parent.cwd), parent_session=parent_file))
             child.session_file = str(file.path)
             session.file = file
             session.start_file()
@@ -736,3 +739,13 @@ def jobs_report(session: AgentSession) -> str:
         lines.append(f"- {job.id} [task] {job.status}, agent {job.agent}, "
                      f"{now - job.started:.1f}s")
     return "\n".join(lines)
+
+
+def _create_transcript(path: Path, *, cwd: str, parent_session: str | None) -> SessionFile:
+    """A child's session file, in the artifacts directory next to its parent's (the runtime's
+    own: created here when missing). Its lines are written behind the loop; a failed write is
+    raised by the child's next append (the child's session reports it as its own). Blocking."""
+    make_private_dirs(path.parent)
+    file = SessionFile.create_at(path, cwd=cwd, parent_session=parent_session)
+    file.write_behind()
+    return file
