@@ -9,9 +9,9 @@ Owns the machinery that every configuration file goes through (``models.yml``, `
   finds a file by its names (anything by the name counts, so a directory there is reported, not
   skipped); ``warn()`` says on stderr what is ignored but does not stop startup.
 * ``read_yaml_mapping()`` / ``read_json_mapping()``: one file's top-level mapping. The file must
-  be a regular file (a directory, FIFO or device is refused before anything blocks on it), at most
-  ``MAX_CONFIG_BYTES``, UTF-8, and valid YAML/JSON; every failure is a ``ConfigError`` naming the
-  file and, where there is one, the line and column.
+  be a regular file (read through ``omp.files``: a directory, FIFO or device is refused before
+  anything blocks on it), at most ``MAX_CONFIG_BYTES``, UTF-8, and valid YAML/JSON; every
+  failure is a ``ConfigError`` naming the file and, where there is one, the line and column.
 * ``structure()``: a parsed mapping into attrs classes with ONE strict converter: an ``int`` field
   takes only an integer (not ``99.7``, not ``"3"``), a ``bool`` only ``true``/``false`` (not
   ``"false"``), a ``str`` only a string (not ``[a, b]``), a list only a list, a mapping only a
@@ -19,7 +19,8 @@ Owns the machinery that every configuration file goes through (``models.yml``, `
   in the file is reported at once, as ``<file>: $.key.path: what is wrong``; ``problem()``
   words the loaders' own checks (ranges, fields that depend on each other) the same way.
 
-Importing this module costs only the standard library: PyYAML and cattrs are imported inside the
+Importing this module costs only the standard library (and ``omp.files``, which is built on it
+alone): PyYAML and cattrs are imported inside the
 functions that need them, so a start without configuration files never pays for them (measured
 by ``bench/bench_rpc.py``).
 """
@@ -37,6 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
+
+from .files import FileTooLarge, UnusableFile, read_regular
 
 if TYPE_CHECKING:
     import cattrs
@@ -110,26 +113,17 @@ def read_text(path: Path) -> str:
     """A configuration file's text. Raises ConfigError when it is not a readable regular UTF-8
     file of at most ``MAX_CONFIG_BYTES``."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise ConfigError(f"{path}: is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"{path}: is not a regular file ({_kind(mode)})")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
+        # The regular-file gate: a FIFO, a device or a directory is refused before it blocks.
+        data = read_regular(path, MAX_CONFIG_BYTES)
+    except FileTooLarge:
         raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; not a "
-                          "configuration file")
+                          "configuration file") from None
+    except UnusableFile as exc:
+        if stat.S_ISDIR(exc.mode):
+            raise ConfigError(f"{path}: is a directory, not a file") from None
+        raise ConfigError(f"{path}: is not a regular file ({_kind(exc.mode)})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     data = data.removeprefix(b"\xef\xbb\xbf")  # a byte order mark (some editors write one)
     try:
         return data.decode("utf-8")

@@ -1,21 +1,28 @@
 """Regular files only: opened without ever blocking on anything else, read with a size bound.
 
-A path a host or a model names may be anything: a FIFO (opening one for reading waits for a
-writer, for writing waits for a reader), a device (``/dev/zero`` never ends), a directory, a
-socket. Session files, the file tools' targets and the HTML export are regular files, and
-anything else is refused with :class:`UnusableFile` before it can block or flood memory:
+This module is the one gate for reading a path a user, a host or a model controls. A path may be
+anything: a FIFO (opening one for reading waits for a writer, for writing waits for a reader), a
+device (``/dev/zero`` never ends), a directory, a socket. Context files, configuration and
+markdown files (commands, skills, templates, agents), prompt files, extension sources, session
+files and subagent transcripts, the file tools' targets and the HTML export are regular files,
+and anything else is refused with :class:`UnusableFile` before it can block or flood memory:
 
 * ``os.stat`` first (symlinks followed): the usual refusal, without opening anything;
 * then ``open`` with ``O_NONBLOCK | O_NOCTTY`` and ``fstat`` of the descriptor, so a FIFO swapped
   in after the check opens at once (or fails, for writing) and is still refused: what is used is
   what was checked. The descriptor is then made blocking again (regular files ignore the flag).
 
+:func:`open_regular` is that gate; :func:`read_part` is the one reader on top of it (a bounded
+read from an offset, refusing a larger part or cutting it), and :func:`read_regular` its common
+case (a whole file). A caller words the refusal its own way from :attr:`UnusableFile.mode`.
+
 ``replace_file`` is the one way files are replaced whole (credentials, exports, edited files): a
 temporary file in the same directory, given its mode (0600 unless told) and owner, synced, then
 ``os.replace``, so a reader sees the old file or the new one, never half of one.
 
-Everything here blocks (on a slow disk, a network filesystem): callers on the event loop run it
-in a worker thread.
+Everything here blocks on a slow disk or a network filesystem, but never on a FIFO or a device:
+a few small files (configuration, context files at startup) may be read on the event loop; a
+caller that reads while serving, or reads much, runs it in a worker thread.
 """
 
 from __future__ import annotations
@@ -28,13 +35,18 @@ from pathlib import Path
 from typing import Final
 
 __all__ = ["FileTooLarge", "UnusableFile", "describe_kind", "format_bytes", "open_regular",
-           "read_regular", "replace_file"]
+           "read_part", "read_regular", "replace_file"]
 
 _OPEN_FLAGS: Final = os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class UnusableFile(ValueError):
     """A path that is not a regular file, or a file over a size limit; the message says which."""
+
+    def __init__(self, message: str, *, mode: int) -> None:
+        super().__init__(message)
+        self.mode = mode
+        """``st_mode`` of what was found (``stat.S_ISDIR(mode)``...), for a caller's own words."""
 
 
 class FileTooLarge(UnusableFile):
@@ -66,7 +78,8 @@ def format_bytes(size: int) -> str:
 
 def _refuse_special(path: Path | str, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        raise UnusableFile(f"Not a regular file: {os.fsdecode(path)} ({describe_kind(mode)})")
+        raise UnusableFile(f"Not a regular file: {os.fsdecode(path)} ({describe_kind(mode)})",
+                           mode=mode)
 
 
 def _refuse_large(path: Path | str, size: int, limit: int | None) -> None:
@@ -74,7 +87,8 @@ def _refuse_large(path: Path | str, size: int, limit: int | None) -> None:
         shown, bound = format_bytes(size), format_bytes(limit)
         if shown == bound:  # just over: rounding would make them look equal
             shown, bound = f"{size:,} bytes", f"{limit:,} bytes"
-        raise FileTooLarge(f"{os.fsdecode(path)} is too large ({shown}; the limit is {bound})")
+        raise FileTooLarge(f"{os.fsdecode(path)} is too large ({shown}; the limit is {bound})",
+                           mode=stat.S_IFREG)
 
 
 def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o666, *,
@@ -107,26 +121,51 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o666, 
     return fd
 
 
+def read_part(path: Path | str, limit: int, *, start: int = 0,
+              cut: bool = False) -> tuple[bytes, int]:
+    """The bytes of the regular file ``path`` from byte ``start`` to its end, and its size.
+
+    The size is the file's when it was opened; the bytes are read to the end of the file (a
+    file written meanwhile may give more). At most ``limit`` bytes: a longer part raises
+    :class:`FileTooLarge` (when the file is opened, or when it grows past the limit while it is
+    read), or with ``cut`` the read stops there. A ``start`` at or past the end reads nothing.
+    Raises :class:`UnusableFile` for anything but a regular file; ``OSError`` as ``open`` does.
+    """
+    if start < 0 or limit < 0:
+        raise ValueError("read_part: start and limit must not be negative")
+    # A whole file over the limit is refused by its size before it is opened.
+    fd = open_regular(path, limit=limit if start == 0 and not cut else None)
+    try:
+        size = os.fstat(fd).st_size
+        if not cut:
+            _refuse_large(path, size - start, limit)
+        if start:
+            os.lseek(fd, start, os.SEEK_SET)
+        # One byte more than allowed tells a file that grew past the limit from one that ends
+        # exactly there.
+        wanted = limit if cut else limit + 1
+        chunks: list[bytes] = []
+        got = 0
+        while got < wanted:
+            chunk = os.read(fd, min(1 << 24, wanted - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    finally:
+        os.close(fd)
+    if not cut:
+        _refuse_large(path, got, limit)
+    return b"".join(chunks), size
+
+
 def read_regular(path: Path | str, limit: int) -> bytes:
     """The whole content of the regular file ``path``, at most ``limit`` bytes.
 
     Raises :class:`UnusableFile` for anything but a regular file, or one over ``limit`` bytes
     (also when it grows past the limit while it is read); ``OSError`` as ``open`` does.
     """
-    fd = open_regular(path, limit=limit)
-    try:
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 24, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    _refuse_large(path, size, limit)
-    return b"".join(chunks)
+    return read_part(path, limit)[0]
 
 
 def replace_file(path: Path | str, data: bytes, *, mode: int = 0o600,

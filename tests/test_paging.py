@@ -216,6 +216,7 @@ def test_depth_grows_with_branch_points_not_length(tmp_path: Path) -> None:
     """Each branch point past the nested levels costs two node levels; the chains between
     them, however long, none."""
     for turns, forks in ((2000, 5), (4000, 10)):
+        (tmp_path / str(turns)).mkdir()
         file = branchy(tmp_path / str(turns), turns, 400)
         roots = tree(file)
         assert shape(roots) == original_shape(file)
@@ -228,6 +229,7 @@ def test_random_trees_keep_the_originals_structure(tmp_path: Path) -> None:
     the same parents and order; the label stays on its node."""
     rng = random.Random(15)
     for case in range(40):
+        (tmp_path / str(case)).mkdir()
         file = SessionFile.create(tmp_path / str(case), cwd="/p")
         for n in range(rng.randrange(1, 150)):
             if file.entries and rng.random() < 0.1:

@@ -32,7 +32,7 @@ from omp.protocol.messages import (
 )
 from omp.session.context import branch_settings, build_context, user_messages
 from omp.session.entries import CompactionEntry, LabelEntry, MessageEntry, RawEntry, entry_type
-from omp.session.file import SessionFile, SessionFormatError, branch_file
+from omp.session.file import SessionFile, SessionFormatError, branch_file, make_private_dirs
 
 # Keys only the original writes (omp's per-message context accounting).
 ORIGINAL_ONLY_KEYS = frozenset({"contextSnapshot"})
@@ -155,11 +155,15 @@ def test_compaction_entry_has_the_spec_keys(tmp_path: Path) -> None:
     assert record["id"] == entry.id
 
 
-def test_set_name_keeps_an_omp_title_slot_in_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("behind", [False, True], ids=["in-place", "write-behind"])
+def test_set_name_keeps_an_omp_title_slot_in_step(tmp_path: Path, behind: bool) -> None:
     path = tmp_path / SAMPLE_1.name
     shutil.copyfile(SAMPLE_1, path)
     file = SessionFile.open(path)
+    if behind:
+        file.write_behind()  # the slot is rewritten by the writer thread, in order
     file.set_name("Renamed ü")
+    file.flush()
     first = path.read_bytes().split(b"\n", 1)[0]
     assert len(first) + 1 == 256
     slot = json.loads(first)
@@ -171,6 +175,7 @@ def test_set_name_keeps_an_omp_title_slot_in_step(tmp_path: Path) -> None:
     assert reopened.entries == file.entries
     # A name too long for the slot leaves it alone; the entry still names the session.
     file.set_name("x" * 300)
+    file.flush()
     assert path.read_bytes().split(b"\n", 1)[0] == first
     assert SessionFile.open(path).name == "x" * 300
 
@@ -179,7 +184,7 @@ def test_set_name_keeps_an_omp_title_slot_in_step(tmp_path: Path) -> None:
 
 
 def test_round_trip(tmp_path: Path) -> None:
-    file = SessionFile.create(tmp_path / "sessions", cwd="/work/project",
+    file = SessionFile.create(tmp_path, cwd="/work/project",
                               parent_session="/old/file.jsonl")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z_[0-9a-f-]{36}\.jsonl",
                         file.path.name)
@@ -358,7 +363,12 @@ def test_version_1_files_are_migrated(tmp_path: Path) -> None:
 
 
 def test_files_are_0600_in_0700_directories(tmp_path: Path) -> None:
-    directory = tmp_path / "agent" / "sessions" / "-proj"
+    directory = tmp_path / "home" / "sessions" / "-proj"
+    # SessionFile creates no directory; the runtime creates its own with make_private_dirs.
+    with pytest.raises(FileNotFoundError, match=f"No such directory: {directory}"):
+        SessionFile.create(directory, cwd="/p")
+    assert not (tmp_path / "home").exists()
+    make_private_dirs(directory)
     file = SessionFile.create(directory, cwd="/p")
     assert stat.S_IMODE(os.stat(file.path).st_mode) == 0o600
     for created in (directory, directory.parent):

@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..config import MAX_CONFIG_BYTES
+from ..files import UnusableFile, read_regular
+
 if TYPE_CHECKING:
     import importlib.metadata
     import types
@@ -140,9 +143,11 @@ def _group_may_be_declared(search_path: Sequence[str]) -> bool:
                 if not item.name.endswith((".dist-info", ".egg-info")):
                     continue
                 try:
-                    with open(os.path.join(item.path, "entry_points.txt"), "rb") as file:
-                        if _GROUP_HEADER.search(file.read()):
-                            return True
-                except OSError:
+                    # Through the regular-file gate: a FIFO by that name is passed over.
+                    text = read_regular(os.path.join(item.path, "entry_points.txt"),
+                                        MAX_CONFIG_BYTES)
+                except (OSError, UnusableFile):
                     continue
+                if _GROUP_HEADER.search(text):
+                    return True
     return False

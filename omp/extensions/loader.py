@@ -3,13 +3,17 @@ and run its ``setup``.
 
 Each module must define ``setup(omp)``. A module that fails to import, has no ``setup``, or
 whose ``setup`` raises is a load error: reported (one stderr line and an ``extension_error`` with
-``event: "load"``), its registrations dropped, the others still load. Importing runs the module's
+``event: "load"``), its registrations dropped, the others still load. The module file (a
+package's ``__init__.py``) is read through the regular-file gate (``omp.files``): a FIFO or a
+device by that name is a load error, never waited on. (What it imports in turn is read by
+Python's own import system.) Importing runs the module's
 code, in the server's thread: at startup the serial lane's first job (right after ``ready``,
 before any command is handled), and again at ``/reload-plugins``.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -18,9 +22,13 @@ from pathlib import Path
 
 import attrs
 
+from ..files import UnusableFile, read_regular
 from .api import Extension, ExtensionAPI
 from .discovery import Setup, Source
 from .runtime import Emit, Extensions
+
+MAX_SOURCE_BYTES = 16 * 1024 * 1024
+"""The largest extension module file imported (anything larger is not a module someone wrote)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -76,12 +84,15 @@ def _import(source: Source, index: int) -> types.ModuleType:
     location = source.location
     module_name = f"omp_extension_{index}_{_identifier(source.name)}"
     if location.is_dir():
+        init = location / "__init__.py"
         spec = importlib.util.spec_from_file_location(
-            module_name, location / "__init__.py", submodule_search_locations=[str(location)])
+            module_name, init, loader=_RegularSourceLoader(module_name, str(init)),
+            submodule_search_locations=[str(location)])
     else:
         if not location.exists():
             raise FileNotFoundError(f"Extension path not found: {location}")
-        spec = importlib.util.spec_from_file_location(module_name, location)
+        spec = importlib.util.spec_from_file_location(
+            module_name, location, loader=_RegularSourceLoader(module_name, str(location)))
     if spec is None or spec.loader is None:
         raise ImportError(f"Cannot import {location}")
     module = importlib.util.module_from_spec(spec)
@@ -92,6 +103,18 @@ def _import(source: Source, index: int) -> types.ModuleType:
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+class _RegularSourceLoader(importlib.machinery.SourceFileLoader):
+    """The standard source loader, reading the module (and its cached bytecode) through the
+    regular-file gate: ``open`` on a FIFO would wait for a writer, with the server's loop."""
+
+    def get_data(self, path: str) -> bytes:
+        try:
+            return read_regular(path, MAX_SOURCE_BYTES)
+        except UnusableFile as exc:
+            # An OSError, as open's would be: for the cached bytecode it means "no cache".
+            raise OSError(str(exc)) from None
 
 
 def _identifier(name: str) -> str:

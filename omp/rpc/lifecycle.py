@@ -156,9 +156,11 @@ def skipped_plugin_code(options: ServeOptions) -> list[str]:
 
 def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     """What the start said that a host should hear once: settings a ``--config`` overlay sets
-    that this runtime does not act on."""
-    return [ev.Notice(level="warning", source="config", message=note)
-            for note in runtime.session.settings.notes]
+    that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``)."""
+    session = runtime.session
+    return [*(ev.Notice(level="warning", source="config", message=note)
+              for note in session.settings.notes),
+            *session.prompt_options.take_notices()]
 
 
 async def expire_at(runtime: Runtime, deadline: float) -> None:

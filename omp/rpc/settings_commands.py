@@ -160,7 +160,10 @@ class SettingsCommands:
         return ok("get_subagents", frame.id,
                   payloads.SubagentsPayload(subagents=registry.snapshots()))
 
-    def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
+    async def get_subagent_messages(self, frame: cmd.GetSubagentMessages) -> Response:
+        """A page of a child's transcript, read in a worker thread through the regular-file
+        gate (a transcript replaced by a FIFO is refused, never waited on). On cancellation
+        the read is abandoned."""
         registry = self._subagent_registry()
         if registry is None:
             return fail("get_subagent_messages", frame.id, NO_SUBAGENT_BUS)
@@ -175,8 +178,12 @@ class SettingsCommands:
         except UnknownSubagent as exc:
             return fail("get_subagent_messages", frame.id, str(exc))
         start = frame.fromByte if isinstance(frame.fromByte, int) else 0
-        # One read of a child's transcript, in the serial lane like the other views.
-        return ok("get_subagent_messages", frame.id, read_messages(path, start))
+        try:
+            page = await trio.to_thread.run_sync(read_messages, path, start,
+                                                 abandon_on_cancel=True)
+        except UnknownSubagent as exc:  # the transcript is not a readable regular file
+            return fail("get_subagent_messages", frame.id, str(exc))
+        return ok("get_subagent_messages", frame.id, page)
 
     def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
         self.session.auto_retry = frame.enabled

@@ -55,6 +55,7 @@ from ..protocol import payloads
 from ..session import SessionError
 from ..session.compaction import estimate_context_tokens, estimate_tokens
 from ..session.settings import load_settings
+from ..session.system_prompt import read_context_files
 from ..subagents import SubagentHost, jobs_report
 
 if TYPE_CHECKING:
@@ -610,7 +611,15 @@ def _force(call: Call) -> Outcome:
 
 
 async def _reload(call: Call) -> Outcome:
+    # The context files are read again too, in a worker thread (the prompt built below uses
+    # them); one left out is said as a notice, as at startup.
+    options = call.session.prompt_options
+    found = await trio.to_thread.run_sync(read_context_files, options.cwd, options.directory,
+                                          options.disabled_context)
+    options.use_context(*found)
     call.slash.reload()
+    for notice in options.take_notices():
+        call.slash.emit(notice)
     if call.slash.reload_extensions is not None:
         await call.slash.reload_extensions()
         call.output("Reloaded extensions, skills, prompt templates and file commands.")

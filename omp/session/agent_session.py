@@ -117,7 +117,8 @@ class AgentSession:
                                    self.store.persist, self.http, self._start_thinking)
         self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup)
         self.runs = RunCoordinator(self.agent, self, self.publish, self.aborts,
-                                   self._record, self._agent_end_hook, random.Random())
+                                   self._record, self._agent_end_hook, self.store.written,
+                                   random.Random())
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
         self.own_tools = list(self.builtin_tools)
@@ -272,9 +273,9 @@ class AgentSession:
         """A new file with the conversation before user message ``entry_id``; returns its
         text. The run in progress (if any) is not interrupted. Written in a worker thread; on
         cancellation nothing changed."""
-        file, text = await self.store.branch(entry_id)
+        file, text, built = await self.store.branch(entry_id)
         self.runs.cancel_jobs()  # they worked for the old transcript
-        self._adopt(self.store.adopt(file))
+        self._adopt(self.store.adopt(file, built))
         self.runs.settle()
         return text
 

@@ -73,6 +73,8 @@ class RunCoordinator:
     """Adds a message to the live context and the session file (idle only)."""
     agent_end_hook: Callable[[], AgentEndHook | None]
     """The extensions' ``agent_end`` handler when one listens (looked up per run)."""
+    written: Callable[[], Awaitable[None]]
+    """Waits until the session file has every line appended so far (``SessionStore``)."""
     rng: random.Random = attrs.field(factory=random.Random)
     settlement: Settlement = attrs.field(factory=Settlement)
     job_epoch: int = attrs.field(default=0, init=False)
@@ -121,11 +123,13 @@ class RunCoordinator:
 
     async def close(self) -> None:
         """Abort the run (its terminal events are still published), answer every open ticket,
-        and stop ``serve``. On cancellation the nursery is torn down without waiting."""
+        wait for the session file's last lines, and stop ``serve``. On cancellation the nursery
+        is torn down without waiting (the file's writer thread still writes what it holds)."""
         self._closing = True
         self.cancel_jobs()
         await self.abort(SHUTDOWN_REASON)
         self._publish_all(self.settlement.abort_all(self.activity, closing=True))
+        await self.written()  # its last lines, before the exit status is known
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -258,9 +262,13 @@ class RunCoordinator:
         try:
             report = await run.execute()
             hook = self.agent_end_hook()
-            if report is not None and hook is not None:
-                # Extensions hear of the run's end before the host does (extensions.md §1.7).
-                with run.tail:
+            with run.tail:
+                # A host that sees the run end finds the whole run in the file (waiting for
+                # the writer thread, not blocking the loop; ``abort`` does not wait for it).
+                await self.written()
+                if report is not None and hook is not None:
+                    # Extensions hear of the run's end before the host does (extensions.md
+                    # §1.7).
                     await hook(report.messages)
         finally:
             self.aborts.release(run.scope)

@@ -430,7 +430,7 @@ def write_html(path: Path, html: str) -> None:
     else:
         if not stat.S_ISREG(mode):
             raise UnusableFile(f"{os.fsdecode(path)} is {describe_kind(mode)}; only a regular "
-                               "file is replaced by the export")
+                               "file is replaced by the export", mode=mode)
     replace_file(target, html.encode("utf-8", "replace"))
 
 

@@ -12,8 +12,13 @@ file the original wrote opens here:
 * an append is one ``os.write`` of the whole line to an ``O_APPEND`` descriptor (``fsync`` on
   request), so the only possible damage is a torn last line, which loading skips silently; any
   other unreadable line is reported in ``problems`` with its line number and skipped;
-* files are created ``0600`` with ``O_EXCL`` in ``0700`` directories; version 1 and 2 files are
-  migrated on load and rewritten whole (temp file, then ``os.replace``);
+* with :meth:`SessionFile.write_behind` (what a serving session does) the write happens in a
+  writer thread, in order, and an append only queues its line: ``omp.session.writer`` says what
+  that keeps and what it costs; without it, the append writes before it returns;
+* files are created ``0600`` with ``O_EXCL``; a directory is never created here: the one a file
+  goes in must exist (:func:`make_private_dirs` creates the runtime's own, ``0700``), so a path
+  a host names never leaves directories behind. Version 1 and 2 files are migrated on load and
+  rewritten whole (temp file, then ``os.replace``);
 * a session file is a regular file of at most ``MAX_SESSION_FILE_BYTES``: anything else (a FIFO,
   a device, a huge sparse file) is refused before it is read (``omp.files``), and appends never
   wait on a FIFO swapped in for the file;
@@ -21,16 +26,19 @@ file the original wrote opens here:
   (``contextSnapshot``, ...) survive ``entry_json`` and branching (:func:`branch_file`,
   rpc-behavior §11.3).
 
-Everything here is blocking and synchronous and never touches trio: :meth:`SessionFile.open` does
+Everything here is blocking and synchronous and never calls trio: :meth:`SessionFile.open` does
 the whole load (read, decode, migrate) in one call, so a caller may run it, or
 :func:`branch_file`, in a worker thread. A :class:`SessionFile` is not thread-safe: use it from
-one thread at a time.
+one thread at a time; the one exception is :func:`branch_file`, which only reads the entries
+that exist when it starts and may run in a worker thread while the owner appends.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -39,7 +47,7 @@ import attrs
 import msgspec
 from msgspec import UNSET
 
-from omp.files import UnusableFile, open_regular, read_regular
+from omp.files import read_regular
 from omp.protocol.messages import (
     AgentMessage,
     BranchSummaryMessage,
@@ -74,9 +82,10 @@ from .entries import (
     now_iso,
     uuid7,
 )
+from .writer import LineWriter, flush_pending, open_for_write, write_all
 
 __all__ = ["MAX_SESSION_FILE_BYTES", "LoadProblem", "SessionFile", "SessionFormatError",
-           "branch_file"]
+           "branch_file", "make_private_dirs"]
 
 MAX_SESSION_FILE_BYTES: Final = 1 << 30
 """The largest session file loaded (1 GiB). Loading holds it in memory a few times over; a
@@ -103,8 +112,12 @@ class SessionFormatError(ValueError):
 # --- writing bytes ---------------------------------------------------------------------------
 
 
-def _make_dirs(directory: Path) -> None:
-    """Create ``directory`` and any missing parents with mode 0700 (the umask cannot widen it)."""
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and any missing parents with mode 0700 (the umask cannot widen it).
+
+    Only for directories the runtime owns (the default session directory, a subagent's
+    artifacts); a directory a host names is used as it is, never created.
+    """
     missing: list[Path] = []
     current = directory
     while not current.exists():
@@ -121,33 +134,22 @@ def _make_dirs(directory: Path) -> None:
 
 
 def _write_new_file(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Create ``path`` (must not exist) 0600 and write ``data`` in full."""
-    _make_dirs(path.parent)
+    """Create ``path`` (must not exist; its directory must) 0600 and write ``data`` in full."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, FILE_MODE)
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except FileNotFoundError:
+        if not os.path.isdir(path.parent):
+            raise FileNotFoundError(errno.ENOENT, f"No such directory: {path.parent}",
+                                    str(path)) from None
+        raise
     try:
         os.fchmod(fd, FILE_MODE)
-        _write_all(fd, data)
+        write_all(fd, data)
         if fsync:
             os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _open_for_write(path: Path, flags: int) -> int:
-    """The session file, opened for writing; something other than a regular file put in its
-    place (a FIFO would block the append) is an ``OSError`` like any failed write."""
-    try:
-        return open_regular(path, flags)
-    except UnusableFile as exc:
-        raise OSError(f"{exc}; the session file was replaced") from None
 
 
 def _replace_file(path: Path, data: bytes) -> None:
@@ -197,7 +199,10 @@ class SessionFile:
     problems: list[LoadProblem] = attrs.field(factory=list)
     """Lines skipped on load (never the torn last line, which is skipped silently)."""
     fsync: bool = False
-    """``fsync`` after every append (the write itself is never buffered)."""
+    """``fsync`` after every write: each append, or each batch of the writer thread (the bytes
+    themselves are never buffered in this process beyond the writer's queue)."""
+    _writer: LineWriter | None = attrs.field(default=None, init=False)
+    """The writer thread appends go to (``write_behind``); None: they are written in place."""
 
     # -- construction --------------------------------------------------------------------------
 
@@ -205,7 +210,10 @@ class SessionFile:
     def create(cls, directory: str | os.PathLike[str], *, cwd: str,
                parent_session: str | None = None, session_id: str | None = None,
                fsync: bool = False) -> SessionFile:
-        """A new session in ``directory`` named ``<ISO time, : and . as ->_<sessionId>.jsonl``."""
+        """A new session in ``directory`` named ``<ISO time, : and . as ->_<sessionId>.jsonl``.
+
+        ``directory`` must exist (``FileNotFoundError`` saying "No such directory" otherwise).
+        """
         now = datetime.now(UTC)
         timestamp = iso_timestamp(now)
         sid = session_id or uuid7(int(now.timestamp() * 1000))
@@ -217,7 +225,8 @@ class SessionFile:
     def create_at(cls, path: str | os.PathLike[str], *, cwd: str,
                   parent_session: str | None = None, session_id: str | None = None,
                   fsync: bool = False) -> SessionFile:
-        """A new session at exactly ``path`` (``--session <path>`` / ``switch_session``)."""
+        """A new session at exactly ``path`` (``--session <path>`` / ``switch_session``); its
+        directory must exist (``FileNotFoundError`` saying "No such directory" otherwise)."""
         now = datetime.now(UTC)
         sid = session_id or uuid7(int(now.timestamp() * 1000))
         return cls._create(Path(path), cwd=cwd, parent_session=parent_session, session_id=sid,
@@ -238,15 +247,16 @@ class SessionFile:
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> SessionFile:
         """Load a session file (any version; v1/v2 files are migrated and rewritten).
 
-        The whole load (read, decode, migration) happens in this one blocking call.
+        The whole load (read, decode, migration) happens in this one blocking call (after the
+        lines a writer thread of this process still holds for that file are written).
         Raises ``FileNotFoundError`` when it does not exist, :class:`~omp.files.UnusableFile`
         when it is not a regular file or is over ``MAX_SESSION_FILE_BYTES``, and
         :class:`SessionFormatError` when its first record is not a session header.
         """
         path = Path(os.path.abspath(path))
+        flush_pending(path)  # lines this process still has on their way to that file
         data = read_regular(path, MAX_SESSION_FILE_BYTES)
-        fast = _load_current(path, data, fsync=fsync)
-        return fast if fast is not None else _load_generic(path, data, fsync=fsync)
+        return _loaded(path, data, fsync=fsync)
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -308,6 +318,11 @@ class SessionFile:
 
     def entry_json(self, entry: Entry) -> dict[str, Any]:
         """The entry as a JSON object: verbatim as loaded (unknown keys kept), else encoded."""
+        return self._entry_json(entry, keep=True)
+
+    def _entry_json(self, entry: Entry, *, keep: bool) -> dict[str, Any]:
+        """``entry_json``; with ``keep`` a loaded line decoded here replaces its bytes (without,
+        nothing changes: what ``branch_file`` uses from a worker thread)."""
         if isinstance(entry, RawEntry):
             return entry.data
         raw = self._raw.get(entry.id)
@@ -315,10 +330,17 @@ class SessionFile:
             if isinstance(raw, bytes):
                 # Loaded lines stay bytes until someone asks for them as JSON.
                 decoded: dict[str, Any] = msgspec.json.decode(raw)
-                self._raw[entry.id] = raw = decoded
+                if keep:
+                    self._raw[entry.id] = decoded
+                return decoded
             return raw
         result: dict[str, Any] = msgspec.to_builtins(entry)
         return result
+
+    def _loaded_line(self, entry: Entry) -> bytes | None:
+        """The line ``entry`` was loaded from, while it is still undecoded bytes."""
+        raw = None if isinstance(entry, RawEntry) else self._raw.get(entry.id)
+        return raw if isinstance(raw, bytes) and self._by_id.get(entry.id) is entry else None
 
     def message_flag(self, entry: MessageEntry, key: str) -> bool:
         """Whether the entry's message, as loaded, has a truthy ``key`` this port does not model
@@ -391,14 +413,38 @@ class SessionFile:
         if self._needs_newline:
             # The file ended in a torn line: start ours on a line of its own.
             line = b"\n" + line
-        fd = _open_for_write(self._path, os.O_WRONLY | os.O_APPEND)
-        try:
-            _write_all(fd, line)
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self._writer is not None:
+            self._writer.append(line)
+        else:
+            fd = open_for_write(self._path, os.O_WRONLY | os.O_APPEND)
+            try:
+                write_all(fd, line)
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         self._needs_newline = False
+
+    def write_behind(self, on_failure: Callable[[OSError], None] | None = None) -> None:
+        """From now on an append hands its line to a writer thread and returns without waiting
+        for the disk (``omp.session.writer``): order is kept, and a failed write stops the
+        writer. ``on_failure`` is then called once, from the writer thread; without it the
+        failure is raised (``OSError``) by the next append or :meth:`flush`. Idempotent."""
+        if self._writer is None:
+            self._writer = LineWriter(self._path, fsync=self.fsync, on_failure=on_failure)
+
+    def flush(self) -> None:
+        """Block until every line handed to the writer thread is written (nothing to do without
+        ``write_behind``). Raises the ``OSError`` that stopped the writer when there was no
+        ``on_failure`` to take it and no append raised it yet."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    @property
+    def pending(self) -> bool:
+        """Lines handed to the writer thread are not all written yet (or a failure is still
+        to be raised by ``flush``)."""
+        return self._writer is not None and self._writer.pending
 
     def append_message(self, message: AgentMessage) -> MessageEntry | CustomMessageEntry:
         """A ``message`` entry; a ``custom`` message becomes a ``custom_message`` entry.
@@ -487,13 +533,16 @@ class SessionFile:
             return  # does not fit: the title_change entry alone records the name
         record["pad"] = " " * (TITLE_SLOT_BYTES - 1 - size)
         data = msgspec.json.encode(record) + b"\n"
-        fd = _open_for_write(self._path, os.O_WRONLY)
-        try:
-            os.pwrite(fd, data, 0)
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self._writer is not None:
+            self._writer.overwrite(0, data)  # in order with the appends, off the caller's thread
+        else:
+            fd = open_for_write(self._path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         self._slot_title = title
 
 
@@ -505,12 +554,35 @@ def _leaf_of(entries: list[Entry]) -> str | None:
     return entries[-1].id if entries else None
 
 
-def _load_current(path: Path, data: bytes, *, fsync: bool) -> SessionFile | None:
+def _loaded(path: Path, data: bytes, *, fsync: bool,
+            lines: list[bytes] | None = None) -> SessionFile:
+    """The file ``path`` whose content is ``data`` (``lines``: ``data`` split at ``\n``)."""
+    if lines is None:
+        lines = _split_lines(data)
+    fast = _load_current(path, data, lines, fsync=fsync)
+    return fast if fast is not None else _load_generic(path, data, lines, fsync=fsync)
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """``data.split(b"\n")``, a line at a time. One ``split`` of a large file holds the GIL for
+    as long as it takes (10 ms for 13 MB), and in a worker thread that stops the event loop
+    just as well; between two lines the loop gets its turn."""
+    lines: list[bytes] = []
+    find = data.find
+    start = 0
+    while (end := find(b"\n", start)) >= 0:
+        lines.append(data[start:end])
+        start = end + 1
+    lines.append(data[start:])
+    return lines
+
+
+def _load_current(path: Path, data: bytes, lines: list[bytes], *,
+                  fsync: bool) -> SessionFile | None:
     """The common case, fast: a current-version file whose lines decode straight into typed
     entries (one pass per line, no intermediate dicts; the lines are kept as bytes for
     ``entry_json``). None when anything needs the careful path: an old version, a title slot,
     an unknown or malformed line, a duplicate id."""
-    lines = data.split(b"\n")
     if not lines or not lines[0].startswith(b'{"type":"session"'):
         return None
     try:
@@ -541,8 +613,8 @@ def _load_current(path: Path, data: bytes, *, fsync: bool) -> SessionFile | None
                        needs_newline=data != b"" and not data.endswith(b"\n"), fsync=fsync)
 
 
-def _load_generic(path: Path, data: bytes, *, fsync: bool) -> SessionFile:
-    lines = data.split(b"\n")
+def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
+                  fsync: bool) -> SessionFile:
     torn_tail = not data.endswith(b"\n") and data != b""
     # Index of the last non-blank line: bad JSON there is a torn write, skipped silently.
     last_index = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
@@ -662,8 +734,11 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
 
     The new file holds the branch path up to (not including) that message, entries copied
     verbatim (label entries left out, then re-created for the kept entries at the end), its
-    header names ``file`` as ``parentSession`` and keeps the session name. ``file`` is untouched.
-    Returns the new file (loaded back from disk) and the selected message's text. Blocking.
+    header names ``file`` as ``parentSession`` and keeps the session name. ``file`` is untouched:
+    it is only read, and only the entries it has when this starts, so this may run in a worker
+    thread while the owner goes on appending to ``file`` (appends only add entries). Returns the
+    new file (built from what was written, not read back) and the selected message's text.
+    Blocking.
     """
     entry = file.get(entry_id)
     if not isinstance(entry, MessageEntry) or not isinstance(entry.message, UserMessage):
@@ -672,13 +747,17 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
 
     path = file.branch_path(entry.parentId) if entry.parentId is not None else []
     kept = [e for e in path if not isinstance(e, LabelEntry)]
-    lines: list[bytes] = []
+    lines: list[bytes] = []  # the new file's entry lines, without their b"\n"
     previous: str | None = None
     for item in kept:
-        raw = dict(file.entry_json(item))
-        if raw.get("parentId") != previous:  # a left-out label was its parent
-            raw["parentId"] = previous
-        lines.append(msgspec.json.encode(raw) + b"\n")
+        line = file._loaded_line(item)
+        if line is not None and item.parentId == previous:
+            lines.append(line)  # as loaded: nothing to decode or encode again
+        else:
+            raw = dict(file._entry_json(item, keep=False))
+            if raw.get("parentId") != previous:  # a left-out label was its parent
+                raw["parentId"] = previous
+            lines.append(msgspec.json.encode(raw))
         previous = item.id
     kept_ids = {e.id for e in kept}
     taken = set(kept_ids)
@@ -688,7 +767,7 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
         label_entry = LabelEntry(id=new_entry_id(taken), parentId=previous, timestamp=now_iso(),
                                  targetId=target, label=label)
         taken.add(label_entry.id)
-        lines.append(encode_line(label_entry))
+        lines.append(msgspec.json.encode(label_entry))
         previous = label_entry.id
 
     now = datetime.now(UTC)
@@ -702,5 +781,8 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
         parentSession=str(file.path),
     )
     new_path = file.path.parent / _file_name(timestamp, session_id)
-    _write_new_file(new_path, encode_line(header) + b"".join(lines), fsync=file.fsync)
-    return SessionFile.open(new_path, fsync=file.fsync), text
+    lines.insert(0, msgspec.json.encode(header))
+    lines.append(b"")  # the file ends with a newline
+    data = b"\n".join(lines)
+    _write_new_file(new_path, data, fsync=file.fsync)
+    return _loaded(new_path, data, fsync=file.fsync, lines=lines), text

@@ -10,7 +10,8 @@ then every project's.
 
 Nothing is created here. :func:`newest_session` and :func:`find_sessions` read each candidate
 file (its first records; with ``non_empty``, on until a message entry), blocking and synchronous
-(no trio); an unreadable file is skipped, never an error.
+(no trio), through the regular-file gate (``omp.files``); an unreadable file is skipped, never
+an error.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import re
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
+
+from omp.files import UnusableFile, open_regular
 
 __all__ = ["SessionMatch", "encode_cwd", "find_sessions", "looks_like_session_path",
            "newest_session", "recent_sessions", "sessions_dir"]
@@ -72,9 +75,15 @@ def sessions_dir(agent_directory: str | os.PathLike[str], cwd: str | os.PathLike
     return Path(agent_directory) / "sessions" / encode_cwd(cwd, home=home, tmp=tmp)
 
 
+def _open(path: Path) -> BinaryIO:
+    """``path`` for reading through the regular-file gate: a FIFO or a device named ``*.jsonl``
+    is refused (``UnusableFile``), never waited on or read without end."""
+    return os.fdopen(open_regular(path), "rb")
+
+
 def _first_records(path: Path, limit: int = 2) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
-    with path.open("rb") as handle:
+    with _open(path) as handle:
         for line in iter(lambda: handle.readline(1 << 20), b""):  # a huge "line" is no header
             if not line.strip():
                 continue
@@ -93,7 +102,7 @@ def _first_records(path: Path, limit: int = 2) -> list[dict[str, Any]]:
 def _is_session_file(path: Path, *, non_empty: bool) -> bool:
     try:
         records = _first_records(path, limit=3)
-    except OSError:
+    except (OSError, UnusableFile):
         return False
     if records and records[0].get("type") == "title":
         records = records[1:]
@@ -105,10 +114,10 @@ def _is_session_file(path: Path, *, non_empty: bool) -> bool:
     if not non_empty:
         return True
     try:
-        with path.open("rb") as handle:
+        with _open(path) as handle:
             lines = iter(lambda: handle.readline(1 << 20), b"")  # bounded, as in _first_records
             return any(b'"type":"message"' in line for line in lines)
-    except OSError:
+    except (OSError, UnusableFile):
         return False
 
 

@@ -20,6 +20,7 @@ from ..tools.base import Tool, ToolContext, UriHandler
 from ..tools.todo_state import TodoState
 from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
+from .file import make_private_dirs
 from .locations import find_sessions, looks_like_session_path, recent_sessions, sessions_dir
 from .settings import Settings, load_settings
 from .sink import EventSink, NullSink
@@ -144,6 +145,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                            aborts=aborts or AbortRegistry(), tools_from=tools_from)
     session.load_skills()
     if directory is not None:
+        if session_path is None:
+            _make_sessions_dir(directory)
         session.open_startup_file(session_path=session_path, resume=resume)
     return session
 
@@ -198,6 +201,18 @@ def probe_model(registry: ModelRegistry, provider: str | None, model: str) -> Mo
         return _choose(registry, provider, model)
     except SessionError:
         return None
+
+
+def _make_sessions_dir(directory: Path) -> None:
+    """The directory new sessions go in, created (0700) when missing: the default one under the
+    agent directory is the runtime's own, and ``--session-dir`` / ``$OMP_SESSION_DIR`` name a
+    directory for the runtime to keep sessions in. (A ``--session`` file's directory, and one
+    ``open_session`` names, must exist: nothing is created for them.)"""
+    try:
+        make_private_dirs(directory)
+    except OSError as exc:
+        raise SessionError(f"Cannot create the session directory {directory}: "
+                           f"{exc.strerror or exc}") from None
 
 
 def _choose(registry: ModelRegistry, provider: str | None, model: str | None) -> Model:

@@ -5,11 +5,13 @@ session (its id, its name). Every finished message, model and thinking-level cha
 through ``persist``; a write that fails is reported once (a ``notice``) and the session goes on
 in memory, the reason kept in ``persistence_failure`` (the process then exits 1).
 
-Loading or creating another file (``new_session``, ``switch_session``, ``open_session``,
-``branch``) happens in a worker thread *before* anything changes: a file that cannot be read
-or created changes nothing, and neither does a cancellation before it is loaded. Adopting a
-loaded file is synchronous: ``adopt`` makes it the session and returns what the rest of the
-session takes from it (the live context, the model and thinking level it last used).
+Appends are written behind the loop by the file's writer thread (``omp.session.writer``), in
+order; ``written`` waits for them (the end of a run, the close). Loading or creating another
+file (``new_session``, ``switch_session``, ``open_session``, ``branch``) happens in a worker
+thread *before* anything changes: a file that cannot be read or created changes nothing, and
+neither does a cancellation before it is loaded. Adopting a loaded file is synchronous:
+``adopt`` makes it the session and returns what the rest of the session takes from it (the live
+context, the model and thinking level it last used).
 
 The store never touches the agent, the model or the runs; the ``AgentSession`` façade applies
 what ``adopt`` returns.
@@ -39,8 +41,11 @@ from .errors import InvalidRequest, SessionError
 from .file import SessionFile, branch_file
 from .locations import newest_session
 from .sink import Published
+from .writer import on_loop
 
 MAX_SESSION_NAME_CHARS = 1000
+Built = tuple[list[m.AgentMessage], BranchSettings]
+"""A file's live context and branch settings, built from it."""
 
 
 class Adopted(msgspec.Struct, frozen=True):
@@ -111,35 +116,56 @@ class SessionStore:
     # -- writing -----------------------------------------------------------------------------
 
     def persist(self, write: Callable[[SessionFile], object]) -> None:
-        """Append to the session file. A write failure is reported once as a notice and the
-        session goes on in memory: the run is not lost because the disk is."""
+        """Append to the session file (its writer thread writes the line behind the loop). A
+        write failure is reported once as a notice and the session goes on in memory: the run
+        is not lost because the disk is."""
         if self.file is None:
             return
         try:
             write(self.file)
         except OSError as exc:
-            path = self.file.path
+            self._file_failed(self.file, exc)
+
+    async def written(self) -> None:
+        """Wait until the session file's writer thread has written every line appended so far
+        (a failure is the usual persistence failure). On cancellation it stops waiting (the
+        thread goes on writing)."""
+        if (file := self.file) is not None and file.pending:
+            try:
+                await trio.to_thread.run_sync(file.flush, abandon_on_cancel=True)
+            except OSError as exc:
+                self._file_failed(file, exc)
+
+    def _file_failed(self, file: SessionFile, exc: OSError) -> None:
+        """``file`` could not be written (an append, or its writer thread; once per file)."""
+        if file is self.file:  # in memory from now on, under the same id and name
             self.file = None
-            self.persistence_failure = f"the session file {path} could not be written: " + (
-                f"{exc.strerror or exc}")
-            self.publish(Notice(level="error", source="session-persistence",
-                                message=f"Could not write the session file {path.name}: "
-                                        f"{exc.strerror or exc}; continuing in memory"))
+            self._session_id, self._name = file.session_id, file.name
+        path = file.path
+        self.persistence_failure = f"the session file {path} could not be written: " + (
+            f"{exc.strerror or exc}")
+        self.publish(Notice(level="error", source="session-persistence",
+                            message=f"Could not write the session file {path.name}: "
+                                    f"{exc.strerror or exc}; continuing in memory"))
 
     def append_message(self, message: m.AgentMessage) -> None:
         self.persist(lambda f: f.append_message(message))
 
     # -- which file ----------------------------------------------------------------------------
 
-    def adopt(self, file: SessionFile | None) -> Adopted:
-        """Make ``file`` the session (None: a fresh in-memory one)."""
+    def adopt(self, file: SessionFile | None, built: Built | None = None) -> Adopted:
+        """Make ``file`` the session (None: a fresh in-memory one); ``built``: its context and
+        settings as already built from it (off the loop). Its appends are written behind the
+        loop from now on."""
         self.file = file
         self._name = None
         if file is None:
             self._session_id = str(uuid.uuid4())
             self._started = iso_timestamp(datetime.now(UTC))
             return Adopted([], None, fresh=False)
-        return Adopted(build_context(file), branch_settings(file), fresh=not file.entries)
+        file.write_behind(on_loop(functools.partial(self._file_failed, file)))
+        messages, settings = built or (build_context(file), branch_settings(file))
+        return Adopted(messages, settings, fresh=not file.entries)
 
     def open_startup(self, *, session_path: Path | None, resume: bool) -> Adopted:
         """The file a process starts with: ``--session FILE`` (opened, or created there),
@@ -208,16 +234,16 @@ class SessionStore:
         self.directory = directory
         return file, False
 
-    async def branch(self, entry_id: str) -> tuple[SessionFile, str]:
-        """A new file with the conversation before user message ``entry_id`` and that
-        message's text, written in a worker thread (a long session never blocks the loop).
-        Raises SessionError; on cancellation the thread is abandoned and nothing changed
-        here (its new file may still appear)."""
+    async def branch(self, entry_id: str) -> tuple[SessionFile, str, Built]:
+        """A new file with the conversation before user message ``entry_id``, that message's
+        text, and the new file's context and settings: written, read and built in a worker
+        thread (a long session never blocks the loop). Raises SessionError; on cancellation
+        the thread is abandoned and nothing changed here (its new file may still appear)."""
         file = self.file
         if file is None:
             raise SessionError("branch requires session persistence (omit --no-session)")
         try:
-            return await trio.to_thread.run_sync(branch_file, file, entry_id,
+            return await trio.to_thread.run_sync(_branch_and_build, file, entry_id,
                                                  abandon_on_cancel=True)
         except ValueError:
             raise SessionError("Invalid entry ID for branching") from None
@@ -282,6 +308,13 @@ class SessionStore:
         except OSError as exc:
             raise SessionError(f"Cannot write {shown}: {exc.strerror or exc}") from None
         return shown
+
+
+def _branch_and_build(file: SessionFile, entry_id: str) -> tuple[SessionFile, str, Built]:
+    """``branch_file`` and the new file's context and settings (blocking, for a worker thread:
+    the new file is nobody else's yet)."""
+    new, text = branch_file(file, entry_id)
+    return new, text, (build_context(new), branch_settings(new))
 
 
 async def _load_file(path: Path) -> SessionFile:

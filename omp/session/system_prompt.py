@@ -8,9 +8,14 @@ the cwd; the settings' ``disabledProviders`` leaves sources out), the skills the
 date and the cwd. Block 1 changes only with the tool set, so a provider can cache it across
 sessions.
 
-Everything here is pure except reading the context files. Those reads block; that is fine
-because this runs at startup and on session changes, and the files are small (and cut at
-``CONTEXT_FILE_MAX_BYTES``).
+Everything here is pure except reading files: the context files and prompt files, each through
+the regular-file gate (``omp.files``), so a FIFO or a device under a context file's name is
+skipped, never waited on; the files are small and cut at ``CONTEXT_FILE_MAX_BYTES``. A session's
+:class:`PromptOptions` reads its context files once (at startup, where reads on the event loop
+are fine; ``/reload-plugins`` reads them again in a worker thread) and every later prompt
+(a tool change) is built from what was read, without touching the disk. A context file that is
+there but cannot be used is left out and said once: on stderr, and as a ``notice`` the server
+sends after ``ready`` (:meth:`PromptOptions.take_notices`).
 """
 
 from __future__ import annotations
@@ -19,18 +24,27 @@ import codecs
 import datetime
 import errno
 import os
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
 from ..commands.skills import Skill, skills_prompt
 from ..config import agent_dir
+from ..files import UnusableFile, describe_kind, read_part, read_regular
+from ..protocol.events import Notice
 from ..tools.base import Tool
 
 CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
 """Per directory, the first of these that can be read is that directory's context file."""
 CONTEXT_FILE_MAX_BYTES = 64 * 1024
+PROMPT_FILE_MAX_BYTES = 4 * 1024 * 1024
+"""The largest ``--system-prompt`` / ``--append-system-prompt`` file read (a mistaken path to a
+log or an image must not fill memory)."""
+
+ContextFiles = list[tuple[Path, str]]
+"""(path, text) per context file, in prompt order."""
 
 _IDENTITY = (
     "You are omp, an expert coding agent. A host program drives you over RPC and shows the "
@@ -44,22 +58,25 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
                         today: datetime.date | None = None,
                         model_name: str | None = None,
                         skills: Sequence[Skill] = (),
+                        context: ContextFiles | None = None,
                         disabled_context: frozenset[str] = frozenset()) -> list[str]:
     """The system prompt blocks for a session in ``cwd`` with ``tools`` active.
 
     ``custom`` (``--system-prompt``) replaces the first block; ``append``
     (``--append-system-prompt``) goes after the project context. ``today`` defaults to the
-    local date; ``model_name``, when given, is named after the working directory. Context files
-    that cannot be read are left out, and so are the sources named in ``disabled_context``
-    (the original's ``disabledProviders``: ``agents-md``, ``claude``, ``native``); nothing here
-    raises for a file's sake.
+    local date; ``model_name``, when given, is named after the working directory. ``context``
+    is the context files as read by :func:`read_context_files`; without it they are read now
+    (blocking), and those that cannot be read are left out: nothing here raises for a file's
+    sake.
     """
     main = custom if custom is not None else _main_block(tools)
     # Skills are read on demand through ``read``'s skill:// URIs: without it, no listing.
     listing = skills_prompt(skills) if any(t.name == "read" for t in tools) else ""
-    return [main, _project_block(cwd=cwd, agent_directory=agent_directory, append=append,
+    if context is None:
+        context, _ = read_context_files(cwd, agent_directory, disabled_context)
+    return [main, _project_block(context=context, cwd=cwd, append=append,
                                  today=today or datetime.date.today(), model_name=model_name,
-                                 skills=listing, disabled=disabled_context)]
+                                 skills=listing)]
 
 
 PROMPT_FILE_SUFFIXES = (".md", ".markdown", ".txt", ".prompt")
@@ -73,8 +90,8 @@ def load_prompt_arg(value: str, cwd: Path) -> str:
     A value is text when no such file exists and it does not look like a path (see
     ``looks_like_a_path``). One that looks like a path but names no regular file raises
     ``OSError`` naming the path (``FileNotFoundError`` when nothing is there), and so does a
-    file that exists but cannot be read: taking a mistyped path for the prompt text would hide
-    the mistake from the user.
+    file that exists but cannot be read (or is over ``PROMPT_FILE_MAX_BYTES``): taking a
+    mistyped path for the prompt text would hide the mistake from the user.
     """
     meant_as_path = looks_like_a_path(value)
     try:
@@ -96,7 +113,12 @@ def load_prompt_arg(value: str, cwd: Path) -> str:
         if path.exists():  # a FIFO, a socket, a device
             raise OSError(errno.EINVAL, "Not a regular file", str(path))
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
-    return path.read_bytes().decode("utf-8", errors="replace")
+    try:
+        # Through the gate: a FIFO swapped in since the check is refused, not waited on.
+        data = read_regular(path, PROMPT_FILE_MAX_BYTES)
+    except UnusableFile as exc:
+        raise OSError(errno.EINVAL, str(exc), str(path)) from None
+    return data.decode("utf-8", errors="replace")
 
 
 def looks_like_a_path(value: str) -> bool:
@@ -172,14 +194,12 @@ def _tools_word(words: list[str]) -> str:
 # --- block 2 ----------------------------------------------------------------------------------
 
 
-def _project_block(*, cwd: Path, agent_directory: Path, append: str | None,
-                   today: datetime.date, model_name: str | None, skills: str = "",
-                   disabled: frozenset[str] = frozenset()) -> str:
+def _project_block(*, context: ContextFiles, cwd: Path, append: str | None,
+                   today: datetime.date, model_name: str | None, skills: str = "") -> str:
     parts: list[str] = []
-    context = [f"## {path}\n\n{text}"
-               for path, text in _context_files(cwd, agent_directory, disabled)]
-    if context:
-        parts += ["# Project Context", "Project-specific instructions and guidelines:", *context]
+    blocks = [f"## {path}\n\n{text}" for path, text in context]
+    if blocks:
+        parts += ["# Project Context", "Project-specific instructions and guidelines:", *blocks]
     if skills:
         parts.append(skills)
     if append and append.strip():
@@ -195,46 +215,67 @@ CONTEXT_SOURCES = {"AGENTS.md": "agents-md", "CLAUDE.md": "claude"}
 """The original's discovery provider of each context file name (``disabledProviders``)."""
 
 
-def _context_files(cwd: Path, agent_directory: Path, disabled: frozenset[str] = frozenset()
-                   ) -> Iterator[tuple[Path, str]]:
-    """(path, text) per context file: the global one first (source ``native``), then root →
-    cwd, each file once; the sources in ``disabled`` left out."""
+def read_context_files(cwd: Path, agent_directory: Path,
+                       disabled: frozenset[str] = frozenset()
+                       ) -> tuple[ContextFiles, list[str]]:
+    """The context files for ``cwd`` and why any that is there was left out; the sources in
+    ``disabled`` (the original's ``disabledProviders``: ``agents-md``, ``claude``, ``native``
+    for the global one) are not looked at.
+
+    The global one (in ``agent_directory``) first, then one per directory from the root down to
+    ``cwd``, each file once; per directory the first of ``CONTEXT_FILE_NAMES`` that can be read.
+    A name with nothing behind it (or a dangling link) is passed over in silence; one that is
+    there but unusable (a FIFO, a device, a directory, no permission) is passed over with a
+    problem text naming it. Blocking, but never on a FIFO or a device: each file goes through
+    the regular-file gate and is read to at most ``CONTEXT_FILE_MAX_BYTES`` (+1).
+    """
+    files: ContextFiles = []
+    problems: list[str] = []
     seen: set[Path] = set()
+    reported: set[Path] = set()
     absolute = Path(os.path.abspath(cwd))
     names = tuple(n for n in CONTEXT_FILE_NAMES if CONTEXT_SOURCES[n] not in disabled)
     directories = [*reversed(absolute.parents), absolute]
     if "native" not in disabled:
         directories.insert(0, agent_directory)
     for directory in directories:
-        found = _first_readable(directory, names)
-        if found is None:
-            continue
-        path, text = found
-        key = _resolved(path)
-        if key in seen:
-            continue
-        seen.add(key)
-        if text.strip():
-            yield path, text
+        for name in names:
+            path = directory / name
+            try:
+                text = _read_context_file(path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except (OSError, UnusableFile) as exc:
+                key = _resolved(path)
+                if key not in reported:  # the agent directory may also be a parent of cwd
+                    reported.add(key)
+                    problems.append(_skipped(path, exc))
+                continue
+            key = _resolved(path)
+            if key not in seen:
+                seen.add(key)
+                if text.strip():
+                    files.append((path, text))
+            break
+    return files, problems
 
 
-def _first_readable(directory: Path, names: Sequence[str]) -> tuple[Path, str] | None:
-    for name in names:
-        path = directory / name
-        text = _read_context_file(path)
-        if text is not None:
-            return path, text
-    return None
+def _skipped(path: Path, exc: OSError | UnusableFile) -> str:
+    if isinstance(exc, UnusableFile):
+        return f"Context file {path} was skipped: it is {describe_kind(exc.mode)}, not a " \
+               "regular file"
+    return f"Context file {path} was skipped: {exc.strerror or exc}"
 
 
-def _read_context_file(path: Path) -> str | None:
-    """The file's text, cut to ``CONTEXT_FILE_MAX_BYTES`` with a note; None if unreadable."""
+def _read_context_file(path: Path) -> str:
+    """The file's text, cut to ``CONTEXT_FILE_MAX_BYTES`` with a note. Raises ``OSError`` or
+    :class:`~omp.files.UnusableFile` when it cannot be read."""
     try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            data = f.read(CONTEXT_FILE_MAX_BYTES + 1)
-    except (OSError, ValueError):  # missing, a directory, no permission, a bad name
-        return None
+        data, size = read_part(path, CONTEXT_FILE_MAX_BYTES + 1, cut=True)
+    except UnusableFile:
+        raise
+    except ValueError as exc:  # a name the system refuses (a NUL byte in the cwd)
+        raise OSError(errno.EINVAL, str(exc)) from None
     if len(data) <= CONTEXT_FILE_MAX_BYTES:
         return data.decode("utf-8", errors="replace").strip("\n").rstrip()
     cut = data[:CONTEXT_FILE_MAX_BYTES]
@@ -269,9 +310,35 @@ class PromptOptions:
     skills: Sequence[Skill] = ()
     disabled_context: frozenset[str] = frozenset()
     """Context-file sources left out (``disabledProviders``)."""
+    context: ContextFiles | None = None
+    """The context files as read (None: not yet; the first ``build`` reads them, blocking)."""
+    problems: list[str] = attrs.field(factory=list)
+    """Context files left out since the last ``take_notices``, and why."""
 
     def build(self, tools: Sequence[Tool]) -> list[str]:
+        if self.context is None:
+            self.use_context(*read_context_files(self.cwd, self.directory,
+                                                 self.disabled_context))
         return build_system_prompt(
-            tools=tools, cwd=self.cwd,
-            agent_directory=self.agent_directory or agent_dir(), custom=self.custom,
-            append=self.append, skills=self.skills, disabled_context=self.disabled_context)
+            tools=tools, cwd=self.cwd, agent_directory=self.directory, custom=self.custom,
+            append=self.append, skills=self.skills, context=self.context)
+
+    @property
+    def directory(self) -> Path:
+        """The agent directory the global context file is read from."""
+        return self.agent_directory or agent_dir()
+
+    def use_context(self, context: ContextFiles, problems: Sequence[str]) -> None:
+        """Build from ``context`` (what :func:`read_context_files` returned) from now on; its
+        ``problems`` are said on stderr now and wait for ``take_notices``."""
+        self.context = context
+        for problem in problems:
+            print(f"omp: warning: {problem}", file=sys.stderr)
+        self.problems += problems
+
+    def take_notices(self) -> list[Notice]:
+        """A ``notice`` per context file left out since the last call (the server sends them
+        after ``ready``, and after ``/reload-plugins``)."""
+        problems, self.problems = self.problems, []
+        return [Notice(level="warning", source="context-files", message=problem)
+                for problem in problems]

@@ -18,6 +18,8 @@ from typing import Any, Literal
 import msgspec
 
 from ..commands.frontmatter import parse_frontmatter
+from ..config import MAX_CONFIG_BYTES
+from ..files import UnusableFile, read_regular
 
 AgentSource = Literal["bundled", "user", "project"]
 READ_ONLY_TOOLS = frozenset({"read", "grep", "glob", "web_search", "ast_grep", "yield", "ask",
@@ -120,8 +122,9 @@ def _load_dir(directory: Path, source: AgentSource) -> list[AgentDef]:
     agents = []
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            # The regular-file gate: a FIFO named *.md is refused, never waited on.
+            text = read_regular(path, MAX_CONFIG_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError, UnusableFile) as exc:
             print(f"omp: agent file {path} skipped: {exc}", file=sys.stderr)
             continue
         agent, problem = parse_agent(text, path, source)

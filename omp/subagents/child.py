@@ -21,7 +21,7 @@ from ..protocol import messages as m
 from ..protocol.payloads import Model
 from ..session.agent_session import AgentSession
 from ..session.entries import RawEntry
-from ..session.file import SessionFile
+from ..session.file import SessionFile, make_private_dirs
 from ..session.sink import EventSink
 from ..session.system_prompt import PromptOptions
 from ..tools import default_tools
@@ -98,13 +98,16 @@ async def build_child(host: Host, child: Child, context: str | None,
     file = None
     if directory is not None:
         file = await trio.to_thread.run_sync(functools.partial(
-            SessionFile.create_at, directory / f"{child.id}.jsonl", cwd=str(parent.cwd),
+            _create_transcript, directory / f"{child.id}.jsonl", cwd=str(parent.cwd),
             parent_session=parent.session_file))
         child.session_file = str(file.path)
     session = AgentSession(
         registry=parent.registry, model=model, configured_thinking=thinking,
         cwd=parent.cwd, builtin_tools=tools, tool_context=tool_context,
-        prompt_options=PromptOptions(parent.cwd, host.agent_directory),
+        # The parent's context files (same cwd, same agent directory), as already read: no
+        # file is read again on the event loop for a child.
+        prompt_options=PromptOptions(parent.cwd, host.agent_directory,
+                                     context=parent.prompt_options.context),
         prompt_extra=_subagent_block(agent, context), settings=parent.settings,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink)
@@ -157,3 +160,10 @@ def last_text(session: AgentSession) -> str | None:
             if text:
                 return text
     return None
+
+
+def _create_transcript(path: Path, *, cwd: str, parent_session: str | None) -> SessionFile:
+    """A child's session file, in the artifacts directory next to its parent's (the runtime's
+    own: created here when missing). Blocking."""
+    make_private_dirs(path.parent)
+    return SessionFile.create_at(path, cwd=cwd, parent_session=parent_session)

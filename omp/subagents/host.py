@@ -619,3 +619,4 @@ def jobs_report(host: SubagentHost | None) -> str:
         lines.append(f"- {job.id} [task] {job.status}, agent {job.agent}, "
                      f"{now - job.started:.1f}s")
     return "\n".join(lines)
+

@@ -13,7 +13,6 @@ cancelled): the first call after a change forgets everything and marks the known
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 import attrs
 import msgspec
 
+from ..files import UnusableFile, read_part
 from ..protocol.commands import SubagentLevel
 from ..protocol.events import (
     SubagentEvent,
@@ -32,12 +32,14 @@ from ..protocol.events import (
     SubagentProgressPayload,
 )
 from ..protocol.payloads import SubagentMessagesResult, SubagentSnapshot
+from ..session.file import MAX_SESSION_FILE_BYTES
 
 REMEMBERED_FILES = 256
 
 
 class UnknownSubagent(LookupError):
-    """``get_subagent_messages`` could not resolve its target; the message says why."""
+    """``get_subagent_messages`` could not resolve its target, or read its transcript; the
+    message says why."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -141,19 +143,25 @@ def _same_owner(known: SubagentSnapshot,
 
 def read_messages(path: str, from_byte: int) -> SubagentMessagesResult:
     """Complete lines of ``path`` from byte ``from_byte`` on (§9.3 step 3); a partial last line
-    is left for the next call. Blocking (one file read)."""
+    is left for the next call. Blocking (one file read, through the regular-file gate: callers on
+    the event loop run it in a worker thread). Raises UnknownSubagent when the transcript is
+    not a regular file (a FIFO put in its place), is larger than a session file may be, or
+    cannot be read."""
     start = max(0, int(from_byte))
     try:
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            reset = start > size
-            if reset:
-                start = 0
-            file.seek(start)
-            data = file.read(max(0, size - start))
+        data, size = read_part(path, MAX_SESSION_FILE_BYTES, start=start)
+        reset = start > size
+        if reset:  # the file was replaced by a shorter one: start over
+            start = 0
+            data, size = read_part(path, MAX_SESSION_FILE_BYTES)
     except FileNotFoundError:
         return SubagentMessagesResult(sessionFile=path, fromByte=start, nextByte=start,
                                       reset=False, entries=[], messages=[])
+    except UnusableFile as exc:
+        raise UnknownSubagent(f"Session file unavailable: {exc}") from None
+    except OSError as exc:
+        raise UnknownSubagent(f"Session file unavailable: {path}: {exc.strerror or exc}"
+                              ) from None
     complete = data[:data.rfind(b"\n") + 1]
     entries: list[dict[str, Any]] = []
     messages: list[Any] = []

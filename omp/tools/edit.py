@@ -18,7 +18,14 @@ from typing import Any
 import attrs
 import trio
 
-from ..files import FileTooLarge, UnusableFile, describe_kind, read_regular, replace_file
+from ..files import (
+    FileTooLarge,
+    UnusableFile,
+    describe_kind,
+    open_regular,
+    read_regular,
+    replace_file,
+)
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .edit_match import Edit, EditedFile, EditError, edit_text
 from .specs import SPECS, SpecifiedTool
@@ -82,7 +89,10 @@ def _encode(text: str) -> bytes:
 
 
 def _write_in_place(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
+    # Through the regular-file gate: a FIFO swapped in since the check fails at once.
+    fd = open_regular(path, os.O_WRONLY)
+    with os.fdopen(fd, "wb") as f:
+        f.truncate(0)
         f.write(data)
 
 
@@ -95,7 +105,8 @@ def write_atomic(target: Path, data: bytes) -> None:
     real = Path(os.path.realpath(target))
     st = os.stat(real)
     if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO or a device since it was read
-        raise UnusableFile(f"Not a regular file: {real} ({describe_kind(st.st_mode)})")
+        raise UnusableFile(f"Not a regular file: {real} ({describe_kind(st.st_mode)})",
+                           mode=st.st_mode)
     if st.st_nlink > 1:
         _write_in_place(real, data)
         return
