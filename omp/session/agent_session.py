@@ -150,8 +150,9 @@ class AgentSession:
         """The system prompt blocks, built once per change of what they are built from (the
         tools, the skills, the options): context files are not read again per model call."""
         tools = self.tools
+        options = self.prompt_options
         key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
-               self.prompt_options.custom, self.prompt_options.append)
+               options.custom, options.append, id(options.context))
         if self._prompt is None or self._prompt[0] != key:
             blocks = self.prompt_options.build(tools)
             if self.prompt_extra is not None:

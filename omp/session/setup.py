@@ -24,7 +24,7 @@ from .file import make_private_dirs
 from .locations import find_sessions, looks_like_session_path, recent_sessions, sessions_dir
 from .settings import Settings, load_settings
 from .sink import EventSink, NullSink
-from .system_prompt import PromptOptions
+from .system_prompt import PromptOptions, read_context_files
 
 
 def create_session(*, provider: str | None = None, model: str | None = None,
@@ -131,6 +131,10 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     active = [t for t in active if t.name not in settings.disabled_tools]
     prompt_options = PromptOptions(cwd, agent_directory, system_prompt, append_system_prompt,
                                    disabled_context=settings.disabled_providers)
+    # Read now, before ``ready`` (a FIFO is refused, never waited on): the server says which
+    # were left out right after ``ready``, and no model call reads them again.
+    prompt_options.use_context(*read_context_files(cwd, prompt_options.directory,
+                                                   prompt_options.disabled_context))
     directory = None
     if persist:
         directory = session_dir or (Path(env["OMP_SESSION_DIR"]).expanduser()
