@@ -44,7 +44,7 @@ import trio
 from msgspec import UNSET, UnsetType
 
 from .groups import unwrap
-from .process import REAP_TIMEOUT, kill_process_group, signal_group
+from .process import REAP_TIMEOUT, kill_process_group, open_process_group, signal_group
 from .protocol import commands as cmd
 from .protocol.codec import ChunkAssembler, ChunkError
 from .protocol.events import (
@@ -417,9 +417,9 @@ class RpcClient:
 
         async def open_streams() -> tuple[trio.abc.ReceiveStream, trio.abc.SendStream,
                                           trio.Process | None]:
-            process = await trio.lowlevel.open_process(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                start_new_session=True, env=env, cwd=cwd)
+            process = await open_process_group(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env,
+                cwd=cwd)
             assert process.stdout is not None
             assert process.stdin is not None
             return process.stdout, process.stdin, process

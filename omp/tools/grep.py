@@ -22,7 +22,7 @@ import attrs
 import msgspec
 import trio
 
-from ..process import KILL_GRACE, kill_process_group
+from ..process import KILL_GRACE, kill_process_group, open_process_group
 from ..subprocess_env import child_environment
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import resolve_path
@@ -84,9 +84,9 @@ async def run_ripgrep(args: Sequence[str], *, cwd: Path,
     """
     argv = [ripgrep_path(), *args]
     try:
-        process = await trio.lowlevel.open_process(
+        process = await open_process_group(
             argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
+            stderr=subprocess.PIPE,
             env=child_environment())  # no provider keys (omp.subprocess_env)
     except OSError as exc:
         raise ToolError(f"Failed to run ripgrep: {exc}") from exc
