@@ -44,7 +44,7 @@ import trio
 from msgspec import UNSET, UnsetType
 
 from .groups import unwrap
-from .process import REAP_TIMEOUT, kill_process_group, signal_group
+from .process import REAP_TIMEOUT, kill_process_group, open_process_group, signal_group
 from .protocol import commands as cmd
 from .protocol.codec import ChunkAssembler, ChunkError
 from .protocol.events import (
@@ -388,13 +388,15 @@ class RpcClient:
         terminate_grace: float = DEFAULT_TERMINATE_GRACE,
         max_buffered_events: int | float = DEFAULT_MAX_BUFFERED_EVENTS,
     ) -> AbstractAsyncContextManager[RpcClient]:
-        """Run ``sys.executable -m omp *args`` as a subprocess and connect to it.
+        """Run ``sys.executable -P -m omp *args`` as a subprocess and connect to it.
 
-        The process gets pipes for stdin and stdout and its own session (so its own process
-        group); ``stderr`` is inherited unless given (anything ``subprocess`` accepts, e.g.
-        ``subprocess.DEVNULL``). ``env`` replaces the environment, as in ``subprocess``.
-        ``command`` replaces the whole argv (``args`` is then ignored), e.g. to run an installed
-        ``omp`` or a wrapper.
+        ``-P``: the working directory is not put on the import path (``python -m`` would put
+        it first), so ``cwd`` may be a repository nobody trusts: its ``trio.py`` or ``omp/``
+        is never imported in place of ours. The process gets pipes for stdin and stdout and its
+        own session (so its own process group); ``stderr`` is inherited unless given (anything
+        ``subprocess`` accepts, e.g. ``subprocess.DEVNULL``). ``env`` replaces the environment,
+        as in ``subprocess``. ``command`` replaces the whole argv (``args`` is then ignored),
+        e.g. to run an installed ``omp`` or a wrapper.
 
         Handlers: ``host_tools`` by tool name, ``uri_schemes`` by scheme (case-insensitive),
         ``ui`` for extension UI requests. With ``answer_unhandled`` (the default) a request no
@@ -411,15 +413,16 @@ class RpcClient:
         SIGKILL and one more if something the server started still holds its stdout (then the
         rest of its process group is killed too), also when the body was cancelled.
         """
-        argv = list(command) if command is not None else [sys.executable, "-m", "omp", *args]
+        argv = (list(command) if command is not None
+                else [sys.executable, "-P", "-m", "omp", *args])
         options = _make_options(host_tools, uri_schemes, ui, answer_unhandled, protocol_version,
                                 ready_timeout, close_timeout, terminate_grace, max_buffered_events)
 
         async def open_streams() -> tuple[trio.abc.ReceiveStream, trio.abc.SendStream,
                                           trio.Process | None]:
-            process = await trio.lowlevel.open_process(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                start_new_session=True, env=env, cwd=cwd)
+            process = await open_process_group(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env,
+                cwd=cwd)
             assert process.stdout is not None
             assert process.stdin is not None
             return process.stdout, process.stdin, process

@@ -12,8 +12,18 @@ then the leader is waited for (reaped), and so are members that were re-parented
 ``adopt_orphans`` is for a process that serves its own stdio (``omp --mode rpc``, ``omp -p``):
 for its duration the process is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), so a
 descendant whose parent exits — a shell's background job, or a process that left its group with
-``setsid`` — is re-parented to us instead of to init. At the end of the block every such process
-still running is ended and reaped. Elsewhere (no ``prctl``) it does nothing.
+``setsid`` — is re-parented to us instead of to init. The block owns a nursery with one task,
+the reaper: woken by SIGCHLD (in the main thread; elsewhere a poll every ``REAP_POLL`` seconds),
+it reaps every adopted orphan that has exited, so exited orphans do not fill the process table.
+It never reaps a process trio waits on: ours are the children this process holds a pidfd of
+(trio waits on a pidfd for every ``trio.Process`` until it has the exit status), and while one
+of our own children is being started (``open_process_group``: forked, no pidfd yet) the reaper
+waits. At the end of the block every adopted orphan still running is ended and reaped.
+Elsewhere (no ``prctl``) it does nothing; without pidfds (an old kernel) orphans are reaped
+only at the end.
+
+``open_process_group`` is how we start a subprocess: in a new session, so it leads its own
+process group, and known to the reaper while it starts.
 
 ``watch_stop_signals`` turns SIGTERM, SIGHUP and SIGINT into calls of a function (the server
 ends its input as at EOF); it is only for a process that serves its own stdio, never for a
@@ -24,7 +34,8 @@ blocks and for cleanup after a cancellation: they run shielded from the caller's
 under a deadline of their own (``grace + REAP_TIMEOUT``), so an abort cannot cut them short and
 they cannot hang a shutdown. When that deadline passes before the leader could be reaped (a
 process stuck in the kernel ignores even SIGKILL for a while), ``kill_process_group`` returns
-anyway; trio reaps the leader whenever it exits.
+anyway; trio reaps the leader whenever it exits. The reaper stops when the block ends (its
+nursery is cancelled), before the orphans still running are ended.
 """
 
 from __future__ import annotations
@@ -34,10 +45,13 @@ import ctypes
 import os
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import NamedTuple
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any, NamedTuple
 
 import trio
+
+from .groups import unwrap
 
 KILL_GRACE = 2.0
 """Default seconds between SIGTERM and SIGKILL to a process group."""
@@ -45,6 +59,8 @@ REAP_TIMEOUT = 1.0
 """Seconds, after SIGKILL, to wait for the leader to be reaped."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 """What ``watch_stop_signals`` handles."""
+REAP_POLL = 0.25
+"""Seconds between two looks for exited orphans when no SIGCHLD can wake the reaper."""
 _POLL_INTERVAL = 0.02
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -61,6 +77,7 @@ class _Stat(NamedTuple):
     state: bytes
     ppid: int
     pgrp: int
+    session: int
 
     @property
     def dead(self) -> bool:
@@ -88,8 +105,8 @@ def _stats(names: list[str]) -> Iterator[_Stat]:
             continue
         # "pid (comm) state ppid pgrp ...": comm may hold anything, so split after its ")"
         fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2:
-            yield _Stat(int(name), fields[0], int(fields[1]), int(fields[2]))
+        if len(fields) > 3:
+            yield _Stat(int(name), fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
 
 
 def _has_live_member(pgid: int) -> bool:
@@ -225,24 +242,159 @@ async def end_orphans(exclude: frozenset[int] = frozenset(), grace: float = KILL
             await trio.sleep(_POLL_INTERVAL)
 
 
+class _Orphanage:
+    """What the reaper of one ``adopt_orphans`` block knows besides /proc: the children it
+    leaves alone (those we had before the block) and how many of our own are being started."""
+
+    __slots__ = ("before", "starting")
+
+    def __init__(self, before: frozenset[int]) -> None:
+        self.before = before
+        self.starting = 0
+
+
+_ORPHANAGE: ContextVar[_Orphanage | None] = ContextVar("omp_orphanage", default=None)
+"""The reaper of the ``adopt_orphans`` block the current task runs in (a task inherits it from
+the task that started it), if any."""
+
+
+async def open_process_group(argv: Sequence[str], **options: Any) -> trio.Process:
+    """``trio.lowlevel.open_process(argv, **options)`` in a new session, so the child leads its
+    own process group (``kill_process_group`` ends it with whatever it started). Inside
+    ``adopt_orphans`` the reaper reaps nothing while the child is being started, so a child
+    that exits at once still has its exit status for its ``trio.Process``. Raises ``OSError``
+    as ``open_process`` does.
+
+    On cancellation, as ``open_process``: either nothing was started and ``Cancelled``
+    propagates, or the start is not interrupted (the fork runs in a worker thread) and the
+    process is returned.
+    """
+    orphanage = _ORPHANAGE.get()
+    if orphanage is None:
+        return await trio.lowlevel.open_process(argv, start_new_session=True, **options)
+    # From the fork until trio holds the child's pidfd (when open_process returns), nothing
+    # tells the reaper that this child is ours.
+    orphanage.starting += 1
+    try:
+        return await trio.lowlevel.open_process(argv, start_new_session=True, **options)
+    finally:
+        orphanage.starting -= 1
+
+
+def _pidfd_pids() -> set[int] | None:
+    """The processes this process holds a pidfd of: trio holds one for every ``trio.Process``
+    until it has read its exit status. None when ``/proc/self/fd`` cannot be read."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    pids: set[int] = set()
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:[pidfd]":
+                continue
+            with open(f"/proc/self/fdinfo/{name}", "rb") as f:
+                info = f.read()
+        except OSError:  # closed meanwhile
+            continue
+        for line in info.splitlines():
+            if line.startswith(b"Pid:"):
+                pids.add(int(line.split()[1]))
+    return pids
+
+
+def _pidfds_work() -> bool:
+    """Whether trio waits on pidfds here (Linux 5.3 and later) and /proc shows them: only then
+    can the reaper tell trio's children from orphans."""
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError):
+        return False
+    try:
+        return os.getpid() in (_pidfd_pids() or ())
+    finally:
+        os.close(fd)
+
+
+def _exited_child() -> bool:
+    """Whether a child of ours has exited and waits to be reaped (peeked at, not reaped)."""
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # no child at all
+        return False
+
+
+def _reap_exited_orphans(orphanage: _Orphanage) -> bool:
+    """Reap every adopted orphan that has exited. False when they were left for later because
+    one of our own children is being started."""
+    if not _exited_child():
+        return True
+    if orphanage.starting:
+        return False
+    ours = _pidfd_pids()
+    if ours is None:
+        return True
+    me, session = os.getpid(), os.getsid(0)
+    for p in _processes() or ():
+        # A child in our own session was not started by us (ours lead sessions of their own)
+        # nor descends from one of ours: other code in this process started it (say,
+        # subprocess.run in a thread) and may wait for it without a pidfd. Left to the end.
+        if (p.ppid == me and p.dead and p.pid not in ours and p.session != session
+                and p.pid not in orphanage.before):
+            _reap(p.pid)
+    return True
+
+
+async def _reap_orphans(orphanage: _Orphanage, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Reap exited orphans until cancelled: at every SIGCHLD (main thread only: signal
+    handlers live there) and at least every ``REAP_POLL`` seconds."""
+    with contextlib.ExitStack() as stack:
+        signals = (stack.enter_context(trio.open_signal_receiver(signal.SIGCHLD))
+                   if can_watch_signals() else None)
+        task_status.started()
+        while True:
+            done = _reap_exited_orphans(orphanage)
+            with trio.move_on_after(REAP_POLL if done else _POLL_INTERVAL):
+                if signals is None:
+                    await trio.sleep_forever()
+                else:
+                    await anext(signals)
+
+
 @contextlib.asynccontextmanager
 async def adopt_orphans() -> AsyncIterator[None]:
-    """Be a child subreaper while the block runs; at its end, end the orphans that came to us.
+    """Be a child subreaper while the block runs, reaping the orphans that come to us as they
+    exit; at its end, end and reap those still running.
 
     Children we already had when it began are left alone. Without ``PR_SET_CHILD_SUBREAPER``
-    (not Linux) it does nothing and says nothing. The end is shielded and bounded (see
-    ``end_orphans``), so it also runs when the block is cancelled.
+    (not Linux) it does nothing and says nothing. The reaper is a task of a nursery the block
+    owns; the block's own exception leaves as itself (``omp.groups``). The end is shielded and
+    bounded (see ``end_orphans``), so it also runs when the block is cancelled.
     """
     previous = _set_subreaper(True)
     if previous is None:
         yield
         return
-    before = frozenset(p.pid for p in _children(frozenset()))
+    orphanage = _Orphanage(frozenset(p.pid for p in _children(frozenset())))
     try:
-        yield
+        if not _pidfds_work():  # no way to tell trio's children from orphans: only the end
+            yield
+            return
+        token = _ORPHANAGE.set(orphanage)
+        try:
+            with unwrap():
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(_reap_orphans, orphanage)
+                    try:
+                        yield
+                    finally:
+                        nursery.cancel_scope.cancel()  # the reaper runs until cancelled
+        finally:
+            _ORPHANAGE.reset(token)
     finally:
         try:
-            await end_orphans(before)
+            await end_orphans(orphanage.before)
         finally:
             _set_subreaper(previous)
 

@@ -1,6 +1,7 @@
 """Login over RPC (issue 14): OAuth device code and PKCE with a loopback redirect against the
 fake OAuth server, API-key login, refresh, and what a host sees of it, through the real
-``omp --mode rpc``; plus auth.json and the models.yml ``oauth`` block on their own."""
+``omp --mode rpc``; the device flow's timing and hostile servers (issue 28) also in this program
+on virtual time; plus auth.json and the models.yml ``oauth`` block on their own."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import msgspec
 import pytest
 import trio
+import trio.testing
 from agent_helpers import text_reply
 from extension_helpers import ProcessHost, open_process_host, ui_requests
 from login_helpers import (
@@ -32,8 +35,9 @@ from omp.config import ConfigError
 from omp.llm.errors import ProviderError
 from omp.llm.models import ModelRegistry, load_auth_file
 from omp.llm.models_file import load_models_file
-from omp.login.flows import STATE_MISMATCH, parse_pasted
-from omp.login.oauth import LoginError
+from omp.login.config import OAuthConfig
+from omp.login.flows import STATE_MISMATCH, LoginTarget, device_login, parse_pasted
+from omp.login.oauth import MAX_TOKEN_SECONDS, LoginError, post_form, tokens_from
 from omp.login.store import ApiKey, Credentials, OAuthTokens, read_auth_file
 from omp.rpc.bridges import UI_DISCONNECTED
 from omp.testing.fake_llm import open_fake_llm
@@ -62,7 +66,7 @@ async def prompt_reply(host: ProcessHost) -> None:
 async def test_device_login_then_the_model_request_carries_the_bearer_token(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     with trio.fail_after(LIMIT):
-        async with open_fake_oauth(device_polls=["pending", "pending", "ok"]) as oauth, \
+        async with open_fake_oauth(device_polls=["ok"]) as oauth, \
                 open_fake_llm([text_reply("hi there")]) as llm:
             write_corp(isolated_agent_dir, llm.base_url, oauth.oauth_block("device"))
             async with open_process_host(work(tmp_path), args=ARGS) as host:
@@ -88,8 +92,9 @@ async def test_device_login_then_the_model_request_carries_the_bearer_token(
     assert oauth.user_code in requests[1]["instructions"]
     assert "launchUrl" not in requests[1]
     assert requests[2]["message"] == "Waiting for device authorization..."
-    # Polled at the server's interval, never sooner, until approved.
-    assert oauth.polls == 3
+    # One poll, 5 s after the code (RFC 8628's least interval; the fake asks for 0.05 s): the
+    # polling itself is timed in virtual time below (test_device_polling_*).
+    assert oauth.polls == 1
     assert oauth.early_polls == 0
     # Stored 0600; the model request carried the access token as a Bearer header.
     stored = auth_file(isolated_agent_dir)["corp"]
@@ -102,9 +107,8 @@ async def test_device_login_then_the_model_request_carries_the_bearer_token(
 
 
 @pytest.mark.parametrize(("script", "error"), [
-    ({"device_polls": ["pending", "denied"]}, "corp device authorization was denied"),
-    ({"device_polls": ["expired"]}, "corp device code expired; restart the login"),
-    # The code expires before the user acts: the client stops polling at expires_in.
+    ({"device_polls": ["denied"]}, "corp device authorization was denied"),
+    # The code expires before the first poll (5 s): the client stops polling at expires_in.
     ({"device_polls": [], "device_expires_in": 0.3},
      "corp device code expired; restart the login"),
 ])
@@ -122,20 +126,6 @@ async def test_device_login_fails_clearly(tmp_path: Path, isolated_agent_dir: Pa
     assert providers["corp"]["authenticated"] is False
     assert not (isolated_agent_dir / "auth.json").exists()
     assert oauth.early_polls == 0
-
-
-async def test_device_login_honours_slow_down(tmp_path: Path, isolated_agent_dir: Path) -> None:
-    """``slow_down`` with a new ``interval``: the client waits that long from then on."""
-    with trio.fail_after(LIMIT):
-        async with open_fake_oauth(device_polls=["pending", "slow_down", "pending", "ok"],
-                                   slow_down_interval=0.3) as oauth:
-            write_corp(isolated_agent_dir, "http://127.0.0.1:9", oauth.oauth_block("device"))
-            async with open_process_host(work(tmp_path), args=ARGS) as host:
-                await start_login(host, "corp")
-                response = await login_response(host)
-    assert response["success"] is True, response
-    assert oauth.polls == 4
-    assert oauth.early_polls == 0  # the fake counts every poll sooner than 0.3 s after slow_down
 
 
 # --- PKCE with a loopback redirect ---------------------------------------------------------------
@@ -309,16 +299,15 @@ async def test_abort_cancels_a_login_and_a_second_login_is_refused(
                 state = await call(host, "get_state")  # the lanes stay free meanwhile
                 aborted = await call(host, "abort")
                 response = await login_response(host)
-                polls = oauth.polls
                 again = await call(host, "get_login_providers")
-                await trio.sleep(0.3)  # six poll intervals: none may come after the abort
+    # That no poll comes after a cancellation is timed in virtual time below
+    # (test_a_cancelled_device_login_polls_no_more).
     assert second["success"] is False
     assert second["error"] == "A login is already in progress (abort cancels it)"
     assert state["success"] is True
     assert aborted["success"] is True
     assert response["success"] is False
     assert response["error"] == "Login cancelled"
-    assert oauth.polls == polls
     assert providers_of(again)["corp"]["authenticated"] is False
     assert not (isolated_agent_dir / "auth.json").exists()
 
@@ -454,6 +443,205 @@ async def test_a_token_far_from_expiry_is_not_refreshed(isolated_agent_dir: Path
         async with httpx.AsyncClient() as http:
             await registry.refresh_if_due("corp", http)
     assert oauth.refreshes == 0
+
+
+# --- the device flow's timing, and hostile authorization servers ---------------------------------
+#
+# In this program, on virtual time: the real fake server over loopback HTTP and a real httpx
+# client, with ``device_login`` itself (the RPC path is tested above). The clock jumps only after
+# every task has waited ``JUMP_AFTER`` of real time, not at once: an HTTP exchange is real I/O,
+# and a jump in its midst would run into the request's 30 s deadline.
+
+JUMP_AFTER = 0.005
+CORP = LoginTarget(id="corp", name="corp")
+EXPIRED = "corp device code expired; restart the login"
+
+
+@pytest.fixture
+def virtual_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=JUMP_AFTER)
+
+
+@attrs.define
+class SilentUI:
+    """The user of a device login: reads the page and the code, is asked nothing."""
+
+    opened: list[str] = attrs.field(factory=list)
+    notices: list[str] = attrs.field(factory=list)
+
+    def open_url(self, url: str, *, launch_url: str | None = None,
+                 instructions: str | None = None) -> None:
+        self.opened.append(url)
+
+    def notify(self, message: str) -> None:
+        self.notices.append(message)
+
+    async def input(self, title: str, *, placeholder: str | None = None,
+                    timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        raise AssertionError("a device login asks nothing")
+
+
+async def device_poll_times(**script: Any) -> tuple[list[float], OAuthTokens | LoginError]:
+    """A device login against a fake scripted so: when it polled (seconds after it began) and
+    what it ended in."""
+    start = trio.current_time()
+    async with open_fake_oauth(**script) as oauth, httpx.AsyncClient(trust_env=False) as http:
+        config = OAuthConfig(**oauth.oauth_block("device"))
+        try:
+            outcome: OAuthTokens | LoginError = await device_login(
+                SilentUI(), http, CORP, config)
+        except LoginError as exc:
+            outcome = exc
+    return [round(t - start, 3) for t in oauth.poll_times], outcome
+
+
+async def test_device_polling_takes_the_servers_interval_but_at_least_5_s(
+        virtual_clock: trio.testing.MockClock) -> None:
+    """``interval: 0.0001`` polled 109 times in 5 s; RFC 8628's 5 s is the least."""
+    times, outcome = await device_poll_times(interval=0.0001,
+                                             device_polls=["pending", "pending", "ok"])
+    assert times == [5.0, 10.0, 15.0]
+    assert isinstance(outcome, OAuthTokens)
+    times, outcome = await device_poll_times(interval=7.5, device_polls=["pending", "ok"])
+    assert times == [7.5, 15.0]
+
+
+async def test_device_polling_slows_down_by_5_s(virtual_clock: trio.testing.MockClock) -> None:
+    times, outcome = await device_poll_times(
+        interval=5, device_polls=["pending", "slow_down", "pending", "slow_down", "ok"])
+    assert times == [5.0, 10.0, 20.0, 30.0, 45.0]
+    assert isinstance(outcome, OAuthTokens)
+    # A server that names a longer interval gets it; a hostile one gets a minute.
+    times, _ = await device_poll_times(interval=5, slow_down_interval=30,
+                                       device_polls=["slow_down", "ok"])
+    assert times == [5.0, 35.0]
+    times, _ = await device_poll_times(interval=5, slow_down_interval=1e308,
+                                       device_polls=["slow_down", "pending", "ok"])
+    assert times == [5.0, 65.0, 125.0]
+
+
+async def test_device_polling_ends_at_the_servers_answer(
+        virtual_clock: trio.testing.MockClock) -> None:
+    times, outcome = await device_poll_times(interval=5, device_polls=["pending", "expired"])
+    assert (times, str(outcome)) == ([5.0, 10.0], EXPIRED)
+    times, outcome = await device_poll_times(interval=5, device_polls=["denied"])
+    assert (times, str(outcome)) == ([5.0], "corp device authorization was denied")
+
+
+async def test_a_huge_interval_and_lifetime_end_in_expiry_within_half_an_hour(
+        virtual_clock: trio.testing.MockClock) -> None:
+    """``interval`` or ``expires_in`` of 1e308 never finished: the interval is at most a
+    minute, the code lives at most 30 minutes."""
+    times, outcome = await device_poll_times(interval=1e308, device_expires_in=1e308,
+                                             device_polls=[])
+    assert isinstance(outcome, LoginError)
+    assert str(outcome) == EXPIRED
+    assert times == [60.0 * n for n in range(1, 31)]
+    # The interval alone: a login the user approves still succeeds, a minute per poll.
+    times, outcome = await device_poll_times(interval=1e308, device_polls=["pending", "ok"])
+    assert (times, isinstance(outcome, OAuthTokens)) == ([60.0, 120.0], True)
+
+
+async def test_a_cancelled_device_login_polls_no_more(
+        virtual_clock: trio.testing.MockClock) -> None:
+    async with open_fake_oauth(interval=5, device_polls=[]) as oauth, \
+            httpx.AsyncClient(trust_env=False) as http:
+        config = OAuthConfig(**oauth.oauth_block("device"))
+        with trio.move_on_after(12):
+            await device_login(SilentUI(), http, CORP, config)
+        polls = oauth.polls
+        await trio.sleep(600)
+        left = oauth.polls
+    assert (polls, left) == (2, 2)
+
+
+@pytest.mark.parametrize("expires_in", [1e308, 10**400], ids=["1e308", "400 digits"])
+def test_a_huge_token_lifetime_is_read_as_a_year(expires_in: float) -> None:
+    """``expires_in: 1e308`` failed the login with ``OverflowError``."""
+    tokens = tokens_from({"access_token": "at", "expires_in": expires_in}, "corp", now_ms=0)
+    assert tokens.expires == MAX_TOKEN_SECONDS * 1000 - 5 * 60 * 1000
+    assert MAX_TOKEN_SECONDS == 365 * 24 * 3600
+    # Nothing sane, or already over: expired now (renewed at the next call).
+    for nothing in (-5, 0, float("nan")):
+        assert tokens_from({"access_token": "at", "expires_in": nothing}, "corp",
+                           now_ms=0).expires == -5 * 60 * 1000
+
+
+async def test_a_huge_or_compressed_reply_is_refused() -> None:
+    form = {"grant_type": "refresh_token", "refresh_token": "rt", "client_id": "omp-test-client"}
+
+    async def refused(**script: Any) -> str:
+        async with open_fake_oauth(**script) as oauth, \
+                httpx.AsyncClient(trust_env=False) as http:
+            with pytest.raises(LoginError) as caught:
+                await post_form(http, "corp", oauth.token_url, form)
+        return str(caught.value).replace(oauth.token_url, "<url>")
+
+    assert await refused(response_padding=300 << 20) == (
+        "corp request to <url> was answered with more than 1 MiB; an OAuth reply is a few KB")
+    assert await refused(content_encoding="gzip") == (
+        "corp request to <url> was answered with a gzip-encoded body; only uncompressed "
+        "replies are accepted")
+    # Within the bound the padding is read: the answer is the server's own (an OAuth error).
+    assert await refused(response_padding=512 << 10) == (
+        "corp authorization server said invalid_grant: unknown refresh token")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def reset_peak_rss(pid: int) -> float:
+    """Start ``VmHWM`` afresh at the current resident size (``clear_refs`` 5); that size, MiB."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return peak_rss_mb(pid)
+
+
+async def test_a_300_mb_token_reply_fails_the_login_and_costs_no_memory(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """Through the process: the 300 MB reply took its RSS to 655 MB."""
+    with trio.fail_after(LIMIT):
+        async with open_fake_oauth(response_padding=300 << 20) as oauth:
+            write_corp(isolated_agent_dir, "http://127.0.0.1:9", oauth.oauth_block("pkce"))
+            async with open_process_host(work(tmp_path), args=ARGS) as host:
+                assert host.process is not None
+                before = reset_peak_rss(host.process.pid)
+                opened, paste = await open_pkce(host)
+                _, redirect = await browse(opened["url"])
+                assert redirect is not None
+                await host.answer(paste, value=redirect)
+                response = await login_response(host)
+                growth = peak_rss_mb(host.process.pid) - before
+    print(f"a 300 MB token reply: peak RSS +{growth:.1f} MiB")
+    assert response["success"] is False
+    assert response["error"] == (f"corp request to {oauth.token_url} was answered with more "
+                                 "than 1 MiB; an OAuth reply is a few KB")
+    assert growth < 20
+    assert not (isolated_agent_dir / "auth.json").exists()
+
+
+async def test_a_token_of_endless_lifetime_logs_in_for_a_year(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """Through the process: ``expires_in: 1e308`` failed the login with ``OverflowError``."""
+    with trio.fail_after(LIMIT):
+        async with open_fake_oauth(token_expires_in=1e308) as oauth:
+            write_corp(isolated_agent_dir, "http://127.0.0.1:9", oauth.oauth_block("pkce"))
+            async with open_process_host(work(tmp_path), args=ARGS) as host:
+                opened, paste = await open_pkce(host)
+                _, redirect = await browse(opened["url"])
+                assert redirect is not None
+                started = time.time() * 1000
+                await host.answer(paste, value=redirect)
+                response = await login_response(host)
+                ended = time.time() * 1000
+    assert response["success"] is True, response
+    expires = auth_file(isolated_agent_dir)["corp"]["expires"]
+    year = MAX_TOKEN_SECONDS * 1000 - 5 * 60 * 1000
+    assert started + year - 1000 <= expires <= ended + year
 
 
 # --- auth.json and models.yml --------------------------------------------------------------------

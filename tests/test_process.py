@@ -249,6 +249,22 @@ async def test_env_and_cwd_reach_the_process(tmp_path: Path) -> None:
     assert client.returncode == 0
 
 
+async def test_spawn_in_a_repository_imports_none_of_its_code(tmp_path: Path) -> None:
+    """``python -m omp`` puts the cwd first on the import path: a repository's ``trio.py`` (or
+    ``omp/``) ran in place of ours, untrusted. The spawned server must import neither."""
+    repo = tmp_path / "repo"
+    (repo / "omp").mkdir(parents=True)
+    for module in ("trio.py", "msgspec.py", "omp/__init__.py"):
+        (repo / module).write_text(
+            f"open({str(tmp_path / 'ran')!r}, 'a').write({module!r} + '\\n')\n")
+    with trio.fail_after(LIMIT):
+        async with RpcClient.spawn(args=["--mode", "rpc", "--no-session"], cwd=repo) as client:
+            state = await client.call(cmd.GetState(), SessionState)
+    assert not (tmp_path / "ran").exists(), (tmp_path / "ran").read_text()
+    assert state.isStreaming is False
+    assert client.returncode == 0
+
+
 async def test_a_server_that_dies_fails_the_waiting_request() -> None:
     with trio.fail_after(LIMIT):
         async with RpcClient.spawn() as client:

@@ -405,3 +405,64 @@ async def test_abort_bash_does_not_wait_for_an_escaped_child(tmp_path: Path) -> 
     assert answers[1]["data"]["cancelled"] is True
     assert elapsed < 2  # before: the cleanup's own deadline (5 s)
     assert ended
+
+
+# --- orphans are reaped as they exit -------------------------------------------------------------
+
+
+def zombie_children(pid: int) -> list[int]:
+    """The zombies whose parent is ``pid``: exited, never reaped (each holds a process slot)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat_fields(int(name))) is not None \
+                and int(fields[1]) == pid and fields[0] == b"Z":
+            found.append(int(name))
+    return found
+
+
+async def zombies_left(pid: int, seconds: float) -> list[int]:
+    """``pid``'s zombie children once there are none, or when ``seconds`` have passed."""
+    with trio.move_on_after(seconds):
+        # The reaper's work has no event a host can wait on: look at /proc until it is done.
+        while zombie_children(pid):  # noqa: ASYNC110
+            await trio.sleep(0.02)
+    return zombie_children(pid)
+
+
+async def test_orphans_are_reaped_as_they_exit(tmp_path: Path) -> None:
+    """300 processes leave the command's session (``setsid -f``) and exit: re-parented to the
+    server (a subreaper), each used to stay a zombie until the server exited (about a hundred
+    such commands filled the process table)."""
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            assert client.pid is not None
+            result = await client.call(cmd.Bash(
+                command="for i in $(seq 300); do setsid -f true; done; echo started"))
+            answered = trio.current_time()
+            left = await zombies_left(client.pid, 5)
+            took = trio.current_time() - answered
+    print(f"300 orphans: no zombie left {took * 1000:.0f} ms after the answer")
+    assert result["output"] == "started\n"
+    assert left == []
+
+
+async def test_reaping_orphans_keeps_every_commands_exit_status(tmp_path: Path) -> None:
+    """Orphans exit while commands that exit at once are being started: the reaper takes only
+    orphans, never a shell trio waits on (its exit status would be lost: ``exitCode`` 0)."""
+    codes: dict[int, int] = {}
+
+    async def command(client: RpcClient, index: int) -> None:
+        result = await client.call(cmd.Bash(
+            command=f"setsid -f true; setsid -f true; exit {index % 5 + 3}"))
+        codes[index] = result["exitCode"]
+
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            assert client.pid is not None
+            for batch in range(10):
+                async with trio.open_nursery() as nursery:
+                    for index in range(batch * 30, batch * 30 + 30):
+                        nursery.start_soon(command, client, index)
+            left = await zombies_left(client.pid, 5)
+    assert codes == {index: index % 5 + 3 for index in range(300)}
+    assert left == []

@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import msgspec
 import pytest
 import trio
 
-from omp.process import REAP_TIMEOUT, kill_process_group
+from omp.process import REAP_POLL, REAP_TIMEOUT, adopt_orphans, kill_process_group
 from omp.protocol.messages import TextContent
 from omp.tools.base import ToolContext, ToolError, ToolResult
 from omp.tools.bash import BashTool, bash_result
@@ -308,6 +309,53 @@ async def test_kill_process_group_is_gentle_first_and_quick_when_empty(work: Pat
         start = time.monotonic()
         await kill_process_group(proc)  # the group is empty: nothing to signal or wait for
         assert time.monotonic() - start < 0.1
+
+
+def zombie_children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            stat_line = Path(f"/proc/{name}/stat").read_text() if name.isdigit() else ""
+        except OSError:
+            continue
+        fields = stat_line.rpartition(")")[2].split()
+        if fields and fields[0] == "Z" and int(fields[1]) == pid:
+            found.append(int(name))
+    return found
+
+
+def test_adopt_orphans_reaps_by_polling_off_the_main_thread(work: Path) -> None:
+    """Signal handlers live in the main thread: elsewhere the reaper looks every ``REAP_POLL``
+    seconds. Orphans that exited are reaped while the block runs; one still running is ended
+    when it ends, also when the block is cancelled; our own shell keeps its exit status."""
+
+    async def main() -> tuple[int | None, list[int], list[int], int]:
+        with trio.CancelScope() as scope:
+            async with adopt_orphans():
+                result = await run_shell(
+                    "for i in 1 2 3 4 5; do setsid -f true; done; "
+                    "setsid -f sh -c 'echo $$ > orphan.pid; exec sleep 300'; "
+                    "while [ ! -s orphan.pid ]; do sleep 0.01; done; exit 4", cwd=work)
+                with trio.move_on_after(10 * REAP_POLL):
+                    # Nothing tells the test that the reaper ran: look at /proc.
+                    while zombie_children(os.getpid()):  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+                left = zombie_children(os.getpid())
+                orphan = int((work / "orphan.pid").read_text())
+                scope.cancel()
+                await trio.sleep_forever()
+        return result.exit_code, left, zombie_children(os.getpid()), orphan
+
+    found: list[tuple[int | None, list[int], list[int], int]] = []
+    thread = threading.Thread(target=lambda: found.append(trio.run(main)))
+    thread.start()
+    thread.join(LIMIT)
+    assert found, "the block did not end"
+    exit_code, left, after, orphan = found[0]
+    assert exit_code == 4
+    assert left == []
+    assert after == []
+    assert not alive(orphan)
 
 
 async def test_cancellation_kills_the_group_and_keeps_the_partial_result(work: Path) -> None:

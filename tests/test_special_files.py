@@ -341,3 +341,63 @@ async def test_stdin_eof_during_a_long_read_ends_the_process(tmp_path: Path,
         took = time.monotonic() - started
     assert agent.client.returncode == 0
     assert took < 5
+
+
+# --- grep through the process ----------------------------------------------------------------
+
+
+def reset_peak_rss(pid: int) -> float:
+    """Start ``VmHWM`` afresh at the current resident size (``clear_refs`` 5); that size, MiB."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return peak_rss_mb(pid)
+
+
+async def test_grep_refuses_a_fifo_and_a_device(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """Before: rg waited for a FIFO's writer, or read ``/dev/zero``, until the run was aborted."""
+    os.mkfifo(tmp_path / "pipe")
+    zero_device(tmp_path / "zero")
+    calls = [tool_call("g_pipe", "grep", {"pattern": "x", "path": "pipe"}),
+             tool_call("g_zero", "grep", {"pattern": "x", "path": "zero"})]
+    with trio.fail_after(LIMIT):
+        async with open_agent(tmp_path, isolated_agent_dir,
+                              [tools_reply(*calls), text_reply("done")]) as agent:
+            started = time.monotonic()
+            await agent.send("prompt", message="search the odd files")
+            frames = await agent.until_settled()
+            took = time.monotonic() - started
+    results = results_by_id(frames)
+    kinds = {"g_pipe": ("pipe", "a FIFO"), "g_zero": ("zero", "a character device")}
+    assert {k: (r["isError"], tool_result_text(r)) for k, r in results.items()} == {
+        k: (True, f"Not a regular file: {tmp_path / name} ({kind}); grep searches regular "
+                  "files and directories") for k, (name, kind) in kinds.items()}
+    assert took < 10
+
+
+async def test_grep_over_a_10_mib_single_line(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """One line of 10 MiB of ``a`` searched for ``a``: before, rg's JSON of it (~540 MB, one
+    object per match) was read whole (measured here: 19 s, peak RSS +1.1 GB). Now rg cuts the
+    line and the server reads a few KB (0.03 s, no growth)."""
+    (tmp_path / "small.txt").write_text("a\n")
+    (tmp_path / "one-line.txt").write_bytes(b"a" * (10 << 20) + b"\n")
+    script = [tools_reply(tool_call("warm", "grep", {"pattern": "a", "path": "small.txt"})),
+              text_reply("warmed up"),
+              tools_reply(tool_call("big", "grep", {"pattern": "a", "path": "one-line.txt"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            # The first grep loads the tool and what it imports; the second is measured.
+            await agent.send("prompt", message="warm up")
+            await agent.until_settled()
+            before = reset_peak_rss(agent.pid)
+            await agent.send("prompt", message="search the long line")
+            await agent.until(lambda f: f["type"] == "tool_execution_start")
+            started = time.monotonic()
+            end = (await agent.until(lambda f: f["type"] == "tool_execution_end"))[-1]
+            took = time.monotonic() - started
+            await agent.until_settled()
+            growth = peak_rss_mb(agent.pid) - before
+    print(f"grep over a 10 MiB line: {took:.2f} s, peak RSS +{growth:.1f} MiB")
+    text = tool_result_text(end["result"])
+    assert text.startswith("one-line.txt:1: " + "a" * 500 + "... [truncated]\n\n")
+    assert growth < 20
+    assert took < 5  # measured ~0.05 s; generous for a loaded CI machine

@@ -712,6 +712,53 @@ async def test_grep_errors(ctx: ToolContext) -> None:
     assert "regex parse error" in message
 
 
+async def test_grep_refuses_what_is_not_a_regular_file(ctx: ToolContext) -> None:
+    os.mkfifo(ctx.cwd / "pipe")
+    (ctx.cwd / "zero").symlink_to("/dev/zero")
+    with trio.fail_after(LIMIT):  # before: rg waited for a writer (or read zeros) until abort
+        assert await error_of(GrepTool(ctx), pattern="x", path="pipe") == (
+            f"Not a regular file: {ctx.cwd / 'pipe'} (a FIFO); grep searches regular files and "
+            "directories")
+        assert await error_of(GrepTool(ctx), pattern="x", path="zero") == (
+            f"Not a regular file: {ctx.cwd / 'zero'} (a character device); grep searches "
+            "regular files and directories")
+        # In a directory rg skips them itself.
+        write_files(ctx.cwd, {"f.txt": "x\n"})
+        assert await text_of(GrepTool(ctx), pattern="x") == "f.txt:1: x"
+
+
+async def test_grep_paths_and_binary_files(ctx: ToolContext) -> None:
+    write_files(ctx.cwd, {"we:ird\nname-1:x.txt": "a\nneedle\r\n"})
+    (ctx.cwd / "bin.dat").write_bytes(b"needle\0bin\n")
+    (ctx.cwd / "latin.txt").write_bytes(b"caf\xe9 needle\n")
+    with trio.fail_after(LIMIT):
+        # A newline in a path belongs to the path (rg prints paths as they are).
+        assert await text_of(GrepTool(ctx), pattern="needle", glob="*name-1*", context=1) == \
+            "we:ird\nname-1:x.txt-1- a\nwe:ird\nname-1:x.txt:2: needle"
+        assert await text_of(GrepTool(ctx), pattern="needle", path="latin.txt") == \
+            "latin.txt:1: caf\ufffd needle"
+        # In a directory rg skips a binary file; named on its own, rg's notice is its match.
+        assert await text_of(GrepTool(ctx), pattern="needle", glob="*.dat") == "No matches found"
+        assert await text_of(GrepTool(ctx), pattern="needle", path="bin.dat") == \
+            'bin.dat: binary file matches (found "\\0" byte around offset 6)'
+
+
+async def test_grep_over_a_huge_single_line_reads_only_its_start(ctx: ToolContext) -> None:
+    (ctx.cwd / "one-line.txt").write_bytes(b"a" * (10 << 20) + b"\n")
+    tracemalloc.start()
+    try:
+        with trio.fail_after(LIMIT):
+            result = await run(GrepTool(ctx), pattern="a")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result == ToolResult.text(
+        "one-line.txt:1: " + "a" * 500 + "... [truncated]\n\n"
+        "[Some lines truncated to 500 chars. Use read tool to see full lines]",
+        {"linesTruncated": True})
+    assert peak < 1 << 20  # before: rg's JSON of the line, ~500 MB, read into one buffer
+
+
 async def test_missing_ripgrep_says_how_to_install(ctx: ToolContext, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "executable", str(tmp_path / "nowhere" / "python"))
@@ -841,11 +888,13 @@ def token() -> Iterator[str]:
 
 
 async def test_cancelled_grep_leaves_no_rg(ctx: ToolContext, token: str) -> None:
-    # rg blocks opening a FIFO nobody writes: the call can only end by cancellation.
-    os.mkfifo(ctx.cwd / "pipe")
+    # A sparse terabyte of zeros: rg reads it for many minutes, so the call can only end by
+    # cancellation (a FIFO, which would block rg, is refused before it starts).
+    write_files(ctx.cwd, {"huge": ""})
+    os.truncate(ctx.cwd / "huge", 1 << 40)
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(run, GrepTool(ctx), pattern=token, path="pipe"))
+            nursery.start_soon(partial(run, GrepTool(ctx), pattern=token, path="huge"))
             while not processes_with(token):  # noqa: ASYNC110
                 await trio.sleep(0.01)
             pids = processes_with(token)

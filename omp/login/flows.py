@@ -35,8 +35,11 @@ from ..groups import unwrap
 from ..protocol.events import ExtensionUiRequest
 from .config import OAuthConfig
 from .oauth import (
+    MAX_INTERVAL,
+    SLOW_DOWN_SECONDS,
     LoginError,
     OAuthError,
+    clamp_seconds,
     new_state,
     pkce_pair,
     post_form,
@@ -147,8 +150,10 @@ async def api_key_login(ui: LoginUI, name: str) -> str:
 async def device_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget,
                        config: OAuthConfig) -> OAuthTokens:
     """Show the user code, then poll the token endpoint every ``interval`` seconds (as the
-    server says, fractions included; ``slow_down`` adds 5 s or takes the server's new
-    ``interval``) until the user approved, denied, or the code expired."""
+    server says, within ``MIN_INTERVAL`` and ``MAX_INTERVAL`` of ``omp.login.oauth``;
+    ``slow_down`` adds 5 s, or takes the server's new ``interval`` when that is longer) until
+    the user approved, denied, or the code expired (``expires_in``, at most
+    ``MAX_DEVICE_SECONDS``)."""
     ui.notify("Requesting device authorization...")
     device = await request_device_code(http, target.id, config)
     ui.open_url(device.verification_uri_complete or device.verification_uri,
@@ -170,10 +175,8 @@ async def device_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget
             if exc.code == "authorization_pending":
                 continue
             if exc.code == "slow_down":
-                given = exc.reply.get("interval")
-                interval = (max(float(given), interval)
-                            if isinstance(given, int | float) and not isinstance(given, bool)
-                            and given > 0 else interval + 5)
+                named = clamp_seconds(exc.reply.get("interval"), 0.0, high=MAX_INTERVAL)
+                interval = min(max(interval + SLOW_DOWN_SECONDS, named), MAX_INTERVAL)
                 continue
             if exc.code == "access_denied":
                 raise LoginError(f"{target.name} device authorization was denied") from None

@@ -9,6 +9,14 @@ flow can tell ``authorization_pending`` from ``access_denied``. Tokens are never
 error text: a body that does not parse is quoted only up to ``BODY_CHARS`` characters and only
 from a failed reply, which carries no token.
 
+A server is not trusted to be sane. A reply is read as it arrives, uncompressed (we ask for no
+content coding and refuse one we did not ask for), up to ``MAX_BODY_BYTES``: an OAuth answer is
+a few KB, a larger one is refused unread. The numbers it sends are clamped (``clamp_seconds``):
+a device code lives at most ``MAX_DEVICE_SECONDS``, the polling interval is at least
+``MIN_INTERVAL`` (RFC 8628's default) and at most ``MAX_INTERVAL``, and a token's lifetime is
+read up to ``MAX_TOKEN_SECONDS``, so no value makes a login fail on arithmetic, wait forever or
+poll in a loop.
+
 Cancellation: each function is cancellable at any await; nothing is left behind (httpx closes
 the response on the way out).
 """
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import secrets
 import time
 from collections.abc import Mapping
@@ -33,7 +42,22 @@ if TYPE_CHECKING:
     import httpx
 
 REQUEST_SECONDS = 30.0
+"""Bound of one exchange, the whole reply read."""
 BODY_CHARS = 500
+MAX_BODY_BYTES = 1 << 20
+"""The largest reply read (tokens, even JWTs, are a few KB)."""
+MIN_INTERVAL = 5.0
+"""Seconds between two device-flow polls at least (RFC 8628 §3.2's default)."""
+MAX_INTERVAL = 60.0
+"""Seconds between two device-flow polls at most, whatever the server asks."""
+SLOW_DOWN_SECONDS = 5.0
+"""Added to the interval at every ``slow_down`` (RFC 8628 §3.5)."""
+DEFAULT_DEVICE_SECONDS = 600.0
+"""A device code's lifetime when the server does not say."""
+MAX_DEVICE_SECONDS = 1800.0
+"""A device code's lifetime at most: how long a device login may wait for the user."""
+MAX_TOKEN_SECONDS = 365 * 24 * 3600.0
+"""A token's lifetime at most (a longer one is renewed after a year, which costs nothing)."""
 EXPIRY_MARGIN_MS = 5 * 60 * 1000
 """Subtracted from ``expires_in`` when a token is stored, so it is renewed before the server
 would refuse it (the original's skew)."""
@@ -89,21 +113,23 @@ async def post_form(http: httpx.AsyncClient, provider: str, url: str,
     """POST ``form`` to ``url`` and return the JSON object of a 2xx reply.
 
     Raises ``OAuthError`` for a reply that names an OAuth error, ``LoginError`` for anything
-    else (no answer, a timeout, a reply that is not a JSON object).
+    else (no answer, a timeout, a reply over ``MAX_BODY_BYTES`` or compressed, a reply that is
+    not a JSON object).
     """
     import httpx
 
     try:
         with trio.fail_after(REQUEST_SECONDS):
-            response = await http.post(url, data=dict(form),
-                                       headers={"accept": "application/json"})
+            async with http.stream("POST", url, data=dict(form), headers={
+                    "accept": "application/json", "accept-encoding": "identity"}) as response:
+                content = await _read_body(response, provider, url)
     except trio.TooSlowError:
         raise LoginError(f"{provider} request to {url} timed out after "
                          f"{REQUEST_SECONDS:g} s") from None
     except httpx.HTTPError as exc:
         raise LoginError(f"{provider} request to {url} failed: {exc}") from None
     try:
-        body = msgspec.json.decode(response.content)
+        body = msgspec.json.decode(content)
     except msgspec.DecodeError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
@@ -114,11 +140,27 @@ async def post_form(http: httpx.AsyncClient, provider: str, url: str,
         raise OAuthError(f"{provider} authorization server said {text}", code, description,
                          body)
     if not response.is_success:
-        snippet = response.text[:BODY_CHARS]
+        snippet = content[:BODY_CHARS * 4].decode("utf-8", "replace")[:BODY_CHARS]
         raise LoginError(f"{provider} request to {url} failed: {response.status_code} {snippet}")
     if not isinstance(body, dict):
         raise LoginError(f"{provider} request to {url} did not answer with a JSON object")
     return body
+
+
+async def _read_body(response: httpx.Response, provider: str, url: str) -> bytes:
+    """The reply's bytes as they arrive; refused (the rest unread) past ``MAX_BODY_BYTES``, or
+    with a content coding (a few KB of gzip can unpack to gigabytes)."""
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    if coding != "identity":
+        raise LoginError(f"{provider} request to {url} was answered with a {coding}-encoded "
+                         "body; only uncompressed replies are accepted")
+    content = bytearray()
+    async for chunk in response.aiter_raw():
+        content += chunk
+        if len(content) > MAX_BODY_BYTES:
+            raise LoginError(f"{provider} request to {url} was answered with more than "
+                             f"{MAX_BODY_BYTES >> 20} MiB; an OAuth reply is a few KB")
+    return bytes(content)
 
 
 async def request_device_code(http: httpx.AsyncClient, provider: str,
@@ -139,22 +181,27 @@ async def request_device_code(http: httpx.AsyncClient, provider: str,
         device_code=body["device_code"], user_code=body["user_code"],
         verification_uri=body["verification_uri"],
         verification_uri_complete=complete if isinstance(complete, str) and complete else None,
-        expires_in=_seconds(body.get("expires_in"), 600.0),
-        interval=_seconds(body.get("interval"), 5.0))
+        expires_in=clamp_seconds(body.get("expires_in"), DEFAULT_DEVICE_SECONDS,
+                                 high=MAX_DEVICE_SECONDS),
+        interval=clamp_seconds(body.get("interval"), MIN_INTERVAL, low=MIN_INTERVAL,
+                               high=MAX_INTERVAL))
 
 
-def _seconds(value: Any, default: float) -> float:
-    """A positive number of seconds from a server (fractions allowed), else ``default``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+def clamp_seconds(value: Any, default: float, *, low: float = 0.0, high: float) -> float:
+    """Seconds a server sent (fractions allowed) brought into ``[low, high]``; ``default`` for
+    anything but a positive number (infinity is ``high``)."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or (isinstance(value, float) and math.isnan(value)) or value <= 0):
         return default
-    return float(value)
+    # Compared before the conversion: float() of a 400-digit integer would overflow.
+    return float(min(max(value, low), high))
 
 
 def tokens_from(body: Mapping[str, Any], provider: str, *, previous_refresh: str | None = None,
                 now_ms: int | None = None) -> OAuthTokens:
     """The credential a token response (RFC 6749 §5.1) stands for: ``expires`` = now +
-    ``expires_in`` - 5 min (never, without ``expires_in``); a reply without a new refresh
-    token keeps ``previous_refresh`` (RFC 6749 §6)."""
+    ``expires_in`` (at most ``MAX_TOKEN_SECONDS``) - 5 min (never, without ``expires_in``); a
+    reply without a new refresh token keeps ``previous_refresh`` (RFC 6749 §6)."""
     access = body.get("access_token")
     if not isinstance(access, str) or not access:
         raise LoginError(f"{provider} token answer lacks access_token")
@@ -168,7 +215,9 @@ def tokens_from(body: Mapping[str, Any], provider: str, *, previous_refresh: str
     if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
         expires = NEVER_EXPIRES_MS
     else:
-        expires = now + int(expires_in * 1000) - EXPIRY_MARGIN_MS
+        # 0 or less (or NaN): expired already, renewed at the next call.
+        seconds = clamp_seconds(expires_in, 0.0, high=MAX_TOKEN_SECONDS)
+        expires = now + int(seconds * 1000) - EXPIRY_MARGIN_MS
     return OAuthTokens(access=access,
                        refresh=refresh if isinstance(refresh, str) and refresh
                        else previous_refresh, expires=expires)

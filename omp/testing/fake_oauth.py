@@ -4,7 +4,8 @@
 
 * ``POST /device/code`` — RFC 8628 §3.1/3.2: a device code, the user code ``user_code``, the
   ``/device`` verification URI (and its ``?user_code=`` complete form), ``expires_in`` =
-  ``device_expires_in`` and ``interval`` (seconds; fractions allowed, so tests are fast);
+  ``device_expires_in`` and ``interval`` (seconds; any number, a hostile one included: omp
+  waits 5 to 60 s between two polls, whatever it says);
 * ``GET /authorize`` — RFC 6749 §4.1.1 with PKCE (RFC 7636): checks ``client_id``,
   ``response_type=code``, a loopback ``redirect_uri``, ``code_challenge_method=S256`` and a
   ``state``, then redirects (302) to ``redirect_uri?code=...&state=...`` (or ``?error=...`` with
@@ -18,7 +19,14 @@ device code — ``"pending"`` (``authorization_pending``), ``"slow_down"`` (with
 ``slow_down_interval`` when set, else RFC 8628's +5 s), ``"denied"`` (``access_denied``),
 ``"expired"`` (``expired_token``), ``"ok"`` (tokens); after the list, ``"pending"`` forever.
 A poll sooner than the device's current interval after the previous one (or after the code was
-issued) is counted in ``early_polls``, so a test sees a client that does not wait.
+issued) is counted in ``early_polls``, so a test sees a client that does not wait; every poll's
+``trio.current_time()`` is in ``poll_times`` (virtual on a ``MockClock``).
+
+Playing a hostile server: any number may be huge or tiny (``device_expires_in``, ``interval``,
+``slow_down_interval``, ``token_expires_in``); ``response_padding`` streams that many spaces after
+every JSON answer (still valid JSON, never held in memory, and with no ``content-length``: a
+body whose size the client learns only by reading it), and ``content_encoding="gzip"``
+compresses every answer and says so.
 
 Tokens are random (``at-``/``rt-`` + hex); every issued one is in ``issued``; ``access_tokens``
 holds those still valid. Every request is recorded in ``requests``. ``wait_until`` lets a test
@@ -30,9 +38,9 @@ from __future__ import annotations
 
 import base64
 import functools
+import gzip
 import hashlib
 import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -67,7 +75,7 @@ class _Device:
     interval: float
     answers: list[str]
     last: float
-    """``time.monotonic()`` of the previous poll (or of the code's issue)."""
+    """``trio.current_time()`` of the previous poll (or of the code's issue)."""
 
 
 @attrs.define
@@ -88,18 +96,23 @@ class FakeOAuth:
     device_expires_in: float = 600.0
     device_polls: list[str] = attrs.field(factory=lambda: ["pending", "ok"])
     slow_down_interval: float | None = None
-    token_expires_in: int = 3600
+    token_expires_in: float = 3600
     refresh_delay: float = 0.0
     """Seconds a refresh takes (so concurrent refreshes would overlap)."""
     refresh_error: str | None = None
     """An OAuth error code every refresh fails with (e.g. ``invalid_grant``)."""
     authorize_error: str | None = None
     """An OAuth error code ``/authorize`` redirects with instead of a code (``access_denied``)."""
+    response_padding: int = 0
+    """Spaces streamed after every JSON answer (a megabyte at a time)."""
+    content_encoding: str | None = None
+    """``"gzip"``: every answer is compressed, with its ``content-encoding``."""
     requests: list[OAuthRequest] = attrs.field(factory=list)
     issued: list[str] = attrs.field(factory=list)
     access_tokens: set[str] = attrs.field(factory=set)
     polls: int = 0
     early_polls: int = 0
+    poll_times: list[float] = attrs.field(factory=list)
     refreshes: int = 0
     _devices: dict[str, _Device] = attrs.field(factory=dict)
     _codes: dict[str, _Grant] = attrs.field(factory=dict)
@@ -177,7 +190,7 @@ class FakeOAuth:
             return _error("invalid_client", "unknown client_id", 401)
         code = "dc-" + secrets.token_hex(16)
         self._devices[code] = _Device(self.user_code, self.interval, list(self.device_polls),
-                                      time.monotonic())
+                                      trio.current_time())
         return 200, {}, {
             "device_code": code, "user_code": self.user_code,
             "verification_uri": f"{self.base_url}/device",
@@ -188,8 +201,9 @@ class FakeOAuth:
         device = self._devices.get(params.get("device_code", ""))
         if device is None or params.get("client_id") != self.client_id:
             return _error("invalid_grant", "unknown device_code")
-        now = time.monotonic()
+        now = trio.current_time()
         self.polls += 1
+        self.poll_times.append(now)
         # A little slack for timer resolution; a client that does not wait is far below it.
         if now - device.last < device.interval * 0.9:
             self.early_polls += 1
@@ -271,7 +285,8 @@ class FakeOAuth:
                 self.requests.append(request)
                 self._notify()
                 status, headers, body = await self._answer(request)
-                await _send(conn, stream, status, headers, body)
+                await _send(conn, stream, status, headers, body, padding=self.response_padding,
+                            encoding=self.content_encoding)
                 self._notify()
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
@@ -314,16 +329,29 @@ async def _receive(conn: h11.Connection, stream: trio.SocketStream) -> OAuthRequ
             return None
 
 
+_PAD = b" " * (1 << 20)
+
+
 async def _send(conn: h11.Connection, stream: trio.SocketStream, status: int,
-                headers: dict[str, str], body: Any) -> None:
+                headers: dict[str, str], body: Any, *, padding: int = 0,
+                encoding: str | None = None) -> None:
     if isinstance(body, str):
         data, kind = body.encode(), "text/plain; charset=utf-8"
     else:
         data, kind = _encode(body), "application/json"
-    wire = [*headers.items(), ("content-type", kind), ("content-length", str(len(data))),
-            ("cache-control", "no-store")]
+    wire = [*headers.items(), ("content-type", kind), ("cache-control", "no-store")]
+    if encoding == "gzip":
+        data = gzip.compress(data)
+        wire.append(("content-encoding", "gzip"))
+    if not padding:  # else chunked: the client cannot tell the size up front
+        wire.append(("content-length", str(len(data))))
     await stream.send_all(conn.send(h11.Response(status_code=status, headers=wire))
-                          + conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage()))
+                          + conn.send(h11.Data(data=data)))
+    while padding > 0:  # the client may stop reading: then sending fails and the connection ends
+        piece = _PAD[:padding]
+        padding -= len(piece)
+        await stream.send_all(conn.send(h11.Data(data=piece)))
+    await stream.send_all(conn.send(h11.EndOfMessage()))
 
 
 async def serve_fake_oauth(*, host: str = "127.0.0.1", port: int = 0,

@@ -5,13 +5,23 @@ from PATH. Every run starts ``rg`` in a new session (process group) with stdin c
 ends the run — EOF, our own early stop at a match limit, or cancellation — the group is killed
 (``omp.process.kill_process_group``, the one helper for that) and reaped before we return, so no
 ``rg`` outlives a call.
+
+What rg prints is streamed: each line is handed on as it arrives, and a line longer than
+``MAX_LINE_BYTES`` is cut there (the rest is read and dropped), so memory does not grow with a
+file's lines. grep asks rg for its standard output (``path NUL number : text``), each line cut
+by rg itself to ``GREP_MAX_COLUMNS`` bytes (``--max-columns`` with a preview), not for ``--json``:
+rg's JSON carries every line whole plus one object per match in it, so a 10 MiB line of ``a``
+searched for ``a`` was half a gigabyte of JSON. A path that is neither a directory nor a regular
+file is refused before rg starts (a FIFO would block it, ``/dev/zero`` never ends; in a
+directory rg skips such files itself).
 """
 
 from __future__ import annotations
 
-import base64
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -19,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import msgspec
 import trio
 
-from ..process import KILL_GRACE, kill_process_group
+from ..files import describe_kind
+from ..process import KILL_GRACE, kill_process_group, open_process_group
 from ..subprocess_env import child_environment
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import resolve_path
@@ -37,6 +47,11 @@ from .truncate import (
 )
 
 DEFAULT_GREP_LIMIT = 100
+MAX_LINE_BYTES = 64 * 1024
+"""Where a line of rg's output is cut: grep's lines are cut by rg far sooner, find's are paths."""
+GREP_MAX_COLUMNS = 4 * GREP_MAX_LINE_LENGTH
+"""rg's ``--max-columns`` for grep, in bytes: ``GREP_MAX_LINE_LENGTH`` characters of any UTF-8
+text fit, so the cut to that many characters (``truncate_line``) stays ours."""
 _CLEANUP_TIMEOUT = KILL_GRACE + 3.0  # kill the group, reap rg, close the pipes
 _STDERR_CAP = 64 * 1024
 
@@ -84,9 +99,9 @@ async def run_ripgrep(args: Sequence[str], *, cwd: Path,
     """
     argv = [ripgrep_path(), *args]
     try:
-        process = await trio.lowlevel.open_process(
+        process = await open_process_group(
             argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
+            stderr=subprocess.PIPE,
             env=child_environment())  # no provider keys (omp.subprocess_env)
     except OSError as exc:
         raise ToolError(f"Failed to run ripgrep: {exc}") from exc
@@ -114,17 +129,18 @@ async def run_ripgrep(args: Sequence[str], *, cwd: Path,
 
 async def _deliver_lines(stream: trio.abc.ReceiveStream,
                          on_line: Callable[[bytes], bool]) -> bool:
-    """Feed ``on_line`` until EOF (returns False) or until it returns False (returns True)."""
+    """Feed ``on_line`` until EOF (returns False) or until it returns False (returns True).
+    A line is cut at ``MAX_LINE_BYTES``; the rest of it is read and dropped."""
     pending = bytearray()
     while chunk := await stream.receive_some(1 << 16):
-        pending += chunk
-        if b"\n" not in chunk:  # a long line in pieces: split it once, when it is whole
-            continue
-        *lines, rest = pending.split(b"\n")
-        pending = rest
-        for line in lines:
-            if not on_line(bytes(line)):
+        *ends, rest = chunk.split(b"\n")
+        for end in ends:
+            pending += end[:MAX_LINE_BYTES - len(pending)]
+            line = bytes(pending)
+            pending.clear()
+            if not on_line(line):
                 return True
+        pending += rest[:MAX_LINE_BYTES - len(pending)]
     return bool(pending) and not on_line(bytes(pending))
 
 
@@ -135,39 +151,23 @@ async def _drain(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
             into += chunk[: _STDERR_CAP - len(into)]
 
 
-# -- ripgrep's --json events ----------------------------------------------------------------
+# -- rg's output ---------------------------------------------------------------------------
 
-
-class _RgText(msgspec.Struct):
-    text: str | None = None
-    bytes: str | None = None  # base64, when the data is not valid UTF-8
-
-    def decode(self) -> str:
-        if self.text is not None:
-            return self.text
-        if self.bytes is not None:
-            return base64.b64decode(self.bytes).decode("utf-8", "replace")
-        return ""
-
-
-class _RgData(msgspec.Struct):
-    path: _RgText | None = None
-    lines: _RgText | None = None
-    line_number: int | None = None
-
-
-class _RgEvent(msgspec.Struct):
-    type: str
-    data: _RgData | None = None
-
-
-_decode_event = msgspec.json.Decoder(_RgEvent).decode
+_NUMBERED = re.compile(rb"(\d+)([:-])")
+"""After the path's NUL: the line number, then ``:`` for a match, ``-`` for context."""
+_NOTICE = re.compile(rb": (binary file matches|WARNING: stopped searching binary file after "
+                     rb"match) \(.*\)\Z")
+"""The lines rg prints instead of a match in a binary file, or when it stops reading one."""
 
 
 @attrs.define
 class _GrepCollector:
-    """Turns rg's event stream into output lines; stops rg once ``limit`` matches (with their
-    trailing context) are in and one more match shows there are more."""
+    """Turns rg's output lines into ours; stops rg once ``limit`` matches (with their trailing
+    context) are in and one more match shows there are more.
+
+    rg prints each line as ``path NUL number (':' | '-') text``. A path may hold a newline: then
+    the lines before the one with the NUL are its head (``_path_head``). A match in a binary
+    file is rg's notice ``path: binary file matches (...)``; shown, it counts as a match."""
 
     limit: int
     context: int
@@ -178,35 +178,45 @@ class _GrepCollector:
     lines_truncated: bool = False
     _last_path: str = ""
     _last_line: int = 0
+    _path_head: bytes = b""
 
     def on_line(self, raw: bytes) -> bool:
-        if not raw.strip():
+        nul = raw.find(b"\0")
+        if nul == -1:
+            notice = _NOTICE.search(raw)
+            if notice is None:
+                self._path_head = (self._path_head + raw + b"\n")[:MAX_LINE_BYTES]
+                return True
+            path = self._display_path(self._path_head + raw[:notice.start()])
+            self._path_head = b""
+            if not notice.group(1).startswith(b"binary file matches"):
+                return True  # it stopped reading after what it printed: nothing more to say
+            if not self._under_limit():
+                return False
+            self.matches += 1
+            self._last_path, self._last_line = path, 0
+            self.lines.append(f"{path}{raw[notice.start():].decode('utf-8', 'replace')}")
             return True
-        try:
-            event = _decode_event(raw)
-        except msgspec.DecodeError:
+        path = self._display_path(self._path_head + raw[:nul])
+        self._path_head = b""
+        numbered = _NUMBERED.match(raw, nul + 1)
+        if numbered is None:
             return True
-        data = event.data
-        if event.type == "begin":
-            # A file with more matches starts after the limit: there are more.
-            return self._under_limit()
-        if event.type not in ("match", "context") or data is None or data.path is None:
-            return True
-        path = self._display_path(data.path.decode())
-        number = data.line_number or 0
-        if event.type == "match":
+        number = int(numbered.group(1))
+        text = raw[numbered.end():]
+        if numbered.group(2) == b":":
             if not self._under_limit():
                 return False
             self.matches += 1
             self._last_path, self._last_line = path, number
-            self._add(path, number, data, ":")
+            self._add(path, number, text, ":")
             return True
         if self.matches >= self.limit and not (
                 path == self._last_path and number <= self._last_line + self.context):
             # Leading context of a match past the limit.
             self.limit_reached = True
             return False
-        self._add(path, number, data, "-")
+        self._add(path, number, text, "-")
         return True
 
     def _under_limit(self) -> bool:
@@ -215,24 +225,32 @@ class _GrepCollector:
             return False
         return True
 
-    def _display_path(self, path: str) -> str:
+    def _display_path(self, path: bytes) -> str:
         if self.file_name is not None:
             return self.file_name
-        return path.removeprefix("./")
+        return path.decode("utf-8", "replace").removeprefix("./")
 
-    def _add(self, path: str, number: int, data: _RgData, mark: str) -> None:
-        text = data.lines.decode() if data.lines is not None else ""
-        text = text.removesuffix("\n").replace("\r", "")
+    def _add(self, path: str, number: int, raw: bytes, mark: str) -> None:
+        text = raw.decode("utf-8", "replace").replace("\r", "")
         text, cut = truncate_line(text, GREP_MAX_LINE_LENGTH)
         self.lines_truncated |= cut
         self.lines.append(f"{path}{mark}{number}{mark} {text}")
 
 
 def _path_kind(path: Path) -> bool:
-    """Whether ``path`` is a directory; ToolError when it does not exist."""
-    if not os.path.exists(path):
-        raise ToolError(f"Path not found: {path}")
-    return os.path.isdir(path)
+    """Whether ``path`` is a directory (else it is a regular file); ToolError when it does not
+    exist or is anything else: rg would block on a FIFO until aborted and never finish
+    ``/dev/zero``. (Checked before rg starts; a FIFO swapped in later blocks until abort.)"""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise ToolError(f"Path not found: {path}") from None
+    if stat.S_ISDIR(mode):
+        return True
+    if not stat.S_ISREG(mode):
+        raise ToolError(f"Not a regular file: {path} ({describe_kind(mode)}); grep searches "
+                        "regular files and directories")
+    return False
 
 
 class GrepTool(SpecifiedTool):
@@ -255,7 +273,11 @@ class GrepTool(SpecifiedTool):
         limit_arg = args.get("limit")
         limit = max(1, DEFAULT_GREP_LIMIT if limit_arg is None else int(limit_arg))
 
-        rg_args = ["--json", "--line-number", "--color=never", "--hidden"]
+        # The output format is ours to parse: no user config (RIPGREP_CONFIG_PATH) may change
+        # it. Every line is cut by rg (a preview), so a huge line costs nothing here.
+        rg_args = ["--no-config", "--with-filename", "--null", "--line-number", "--no-heading",
+                   "--no-context-separator", "--color=never", "--hidden",
+                   f"--max-columns={GREP_MAX_COLUMNS}", "--max-columns-preview"]
         if args.get("ignoreCase"):
             rg_args.append("--ignore-case")
         if args.get("literal"):

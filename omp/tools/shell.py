@@ -51,7 +51,7 @@ import attrs
 import trio
 
 from ..groups import only_cancelled, unwrap
-from ..process import KILL_GRACE, kill_process_group
+from ..process import KILL_GRACE, kill_process_group, open_process_group
 from ..subprocess_env import child_environment
 from .truncate import DEFAULT_MAX_BYTES, ELISION_HEAD_BYTES, Elision, MiddleElider
 
@@ -214,12 +214,11 @@ class ShellRun:
         proc: trio.Process | None = None
         try:
             try:
-                proc = await trio.lowlevel.open_process(
+                proc = await open_process_group(
                     [shell_program(), "-c", self.command], cwd=self.cwd,
                     # so `pwd` names the directory as given, not its symlink-resolved path
                     env=shell_environment(self.cwd),
-                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    start_new_session=True)
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             except OSError as exc:
                 raise ShellSpawnError(f"Could not start the shell: {exc}") from exc
             self.pid = proc.pid
