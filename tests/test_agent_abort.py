@@ -500,8 +500,9 @@ def test_abort_at_any_moment_in_process(tmp_path: Path, isolated_agent_dir: Path
 
 
 async def in_process_example(cwd: Path, agent_dir: Path, pause: float) -> list[Frame]:
+    # In memory: the session file's writer thread is real time, which autojump would race.
     options = ServeOptions(model="offline/echo", cwd=cwd, agent_dir=agent_dir,
-                           announce_offline=False)
+                           announce_offline=False, persist=False)
     to_server, server_input = trio.testing.memory_stream_one_way_pair()
     server_output, from_server = trio.testing.memory_stream_one_way_pair()
     frames: list[Frame] = []
