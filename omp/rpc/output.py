@@ -1,43 +1,47 @@
 """The stdout side of the server: one ordered frame queue, a spool, and the writer.
 
 Every producer puts frames into one ``FrameQueue``, which encodes them at once with one
-``FrameEncoder`` into a ``ByteSpool``; the writer sends the spool to the stream. So frames are
-never interleaved, reordered or dropped, and there is one task switch per batch of output, not
-per frame. On an ``omp.memory_pipe`` (an embedding host) there is none while the host keeps up:
-a frame queued while nothing is pending goes straight into the pipe (``FrameQueue.direct``),
-and only what has to wait goes through the spool and the writer.
+``FrameEncoder`` into a ``ByteSpool``; the writer task sends the spool to the stream. So frames
+are never interleaved, reordered or dropped, and there is one task switch per batch of output,
+not per frame.
 
-Two ways in, because the two kinds of producer need different things (DESIGN.md §2):
+One way in, and a pace beside it (DESIGN.md §2):
 
-* ``put_nowait`` never blocks. The reader and the command lanes use it for responses and for
-  frames a host's own input causes: a host that writes commands while not reading our output
-  must not deadlock us. What it cannot take yet waits in the spool, in memory up to a limit and
-  then in a private temp file (0600, already unlinked: nothing is left in TMPDIR, whatever way
-  the process ends), as the original does. The file has a size bound (``file_limit``); a host
-  so far behind that it is reached is treated like a host whose stdout broke: the queue fails
-  with ``SpillLimitError`` (an ``OutputClosedError``), and the server ends with exit status 1 and
+* ``put_nowait`` never blocks. Every producer uses it: the reader and the command lanes for
+  responses and for frames a host's own input causes (a host that writes commands while not
+  reading our output must not deadlock us), the streaming producers for their events. What the
+  stream cannot take yet waits in the spool, in memory up to a limit and then in a private temp
+  file (0600, already unlinked: nothing is left in TMPDIR, whatever way the process ends), as
+  the original does. The file has a size bound (``file_limit``); a host so far behind that it
+  is reached is treated like a host whose stdout broke: the queue fails with
+  ``SpillLimitError`` (an ``OutputClosedError``), and the server ends with exit status 1 and
   one line on stderr. Dropping frames instead would break the promise that every command is
   answered; waiting is impossible for ``put_nowait``.
-* ``await ready`` waits while the unsent backlog is above the high-water mark (``behind``): the
-  queue is the streaming producers' ``Pace`` (``omp.llm.builder``). They (the provider stream,
-  bash output) queue with ``put_nowait`` and wait until it is ready before they read more
-  input, so a host that stops reading slows them down instead of growing the spool.
+* ``behind()`` and ``await ready()``: the queue is the streaming producers' ``Pace``
+  (``omp.llm.builder``). ``behind`` says whether the unsent backlog is above the high-water
+  mark, ``ready`` waits while it is. The producers (the provider stream, bash output) await it
+  before they read more input, so a host that stops reading slows them down instead of growing
+  the spool.
 
-A trio memory channel offers one or the other per channel, not both on one ordered queue; hence
-this small queue on the spool and parking lots.
+A trio memory channel does not fit: a bounded one makes a put wait when it is full, which the
+reader must never do, and an unbounded one has no backpressure; this queue has both on one
+order.
+
+The writer is the only way out, also to an ``omp.memory_pipe``. (A second path that wrote a
+frame straight into the pipe while nothing was pending, to save the writer's task switch, was
+dropped: ``bench/bench_many.py`` run with and without it showed no difference in CPU per delta
+or latency beyond its run-to-run noise.)
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from typing import IO
 
 import attrs
 import msgspec
 import trio
 
-from ..pipe import PipeSendStream
 from ..protocol.codec import FrameEncoder
 
 SEND_BLOCK = 1024 * 1024
@@ -154,7 +158,7 @@ class FrameQueue:
     """Frames for the host, encoded as they are queued, in queue order, into the spool."""
 
     high_water_bytes: int = 1024 * 1024
-    """Unsent bytes above which ``put`` waits."""
+    """Unsent bytes from which on the host is ``behind`` (and ``ready`` waits)."""
     spool: ByteSpool = attrs.field(factory=ByteSpool)
     encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
     _buffer: bytearray = attrs.field(factory=bytearray, init=False)
@@ -167,12 +171,8 @@ class FrameQueue:
     """Around the writer's loop: ``fail`` cancels it, even mid-send (the host may never read
     again)."""
     delivered: int = attrs.field(default=0, init=False)
-    """Pieces delivered so far (a frame sent straight into a pipe, or up to ``SEND_PIECE``
-    bytes of a block): whether a host is still reading, for shutdown."""
-    direct: Callable[[bytes | bytearray], bool] | None = attrs.field(default=None, init=False)
-    """While the writer serves an ``omp.memory_pipe``: the pipe's ``send_nowait``. A frame
-    queued while nothing is pending goes straight into the pipe, so the host can read it
-    without the writer task's switch (one scheduler round less latency per batch)."""
+    """Pieces delivered so far (up to ``SEND_PIECE`` bytes each): whether a host is still
+    reading, for shutdown."""
 
     def put_nowait(self, item: Item) -> None:
         """Encode ``item`` into the spool now (a ``SwitchProtocol`` changes the framing of the
@@ -188,16 +188,6 @@ class FrameQueue:
         buffer = self._buffer
         self.encoder.encode_into(item, buffer)
         try:
-            # Only when nothing is pending (queued, or taken by the writer and not yet sent):
-            # the frame then follows everything before it, as through the spool.
-            if self.direct is not None and not self.spool.pending:
-                try:
-                    if self.direct(buffer):
-                        self.delivered += 1
-                        return
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    self.fail(OutputClosedError(f"stdout closed: {exc}"))
-                    return
             self.spool.append(buffer)
         except SpillLimitError as exc:
             self.fail(exc)
@@ -214,11 +204,15 @@ class FrameQueue:
     async def ready(self) -> None:
         """Wait while the host is far behind (the unsent backlog above the high-water mark).
 
-        A cancellation point that yields only when it waits: a streaming producer already
-        checkpoints on its own input (the provider's socket), and a yield per batch would cost
-        a task switch. On cancellation it stops waiting.
+        A checkpoint, as every trio async call is: it yields also when the host keeps up. A
+        producer awaits it once per read of its input (a provider's network read, a tool's
+        update), not per token; a yield costs about 3 µs of CPU, and bench_many showed no
+        difference beyond its noise against a ``ready`` that yielded only when it waited. On
+        cancellation it stops waiting.
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
+        if not self.behind():
+            await trio.lowlevel.checkpoint()
+            return
         while self.behind():
             await self._writable.park()
 
@@ -286,12 +280,7 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
     never waits for a slow host. Raises ``OutputClosedError`` when the stream is broken, or the
     queue's failure (``SpillLimitError``) when the queue failed. On cancellation, unsent frames
     are abandoned (the stream is gone or the server is being torn down).
-
-    On an ``omp.memory_pipe`` the queue also writes frames straight into the pipe while nothing
-    is pending (``FrameQueue.direct``); the writer then only sends what had to wait.
     """
-    if isinstance(stream, PipeSendStream):
-        queue.direct = stream.send_nowait
     try:
         # One scope for the writer's whole life, not one per send (a send per batch of output):
         # ``fail`` cancels it, which stops a send in progress or the wait for more output.
@@ -313,5 +302,4 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
         if queue.failure is not None:
             raise queue.failure
     finally:
-        queue.direct = None
         queue.spool.close()

@@ -57,12 +57,10 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
     delay = float(slow.group(1)) if slow else 0.0
 
     async def pace() -> None:
-        # A checkpoint per delta, so cancellation (abort) lands between deltas; and the
-        # consumer's backpressure, as a provider waits for it before each network read.
+        # The consumer's backpressure, as a provider waits for it before each network read;
+        # ``ready`` is a checkpoint, so cancellation (abort) lands between deltas.
         if delay:
             await trio.sleep(delay)
-        else:
-            await trio.lowlevel.checkpoint()
         await out.pace.ready()
 
     out.start()
