@@ -4,7 +4,8 @@ verify from the frames it received and the frames it wrote, and what is left run
 Every ``check_*`` function takes the frames in arrival order (plain JSON objects, as
 ``agent_helpers.to_frame`` makes them) and raises ``AssertionError`` naming the broken rule, with
 the frames around the problem (``around``). They hold for any interleaving: none of them knows
-when a disruption landed.
+when a disruption landed (``check_run_outcomes`` knows when the host sent its ``abort`` and
+closed its input, as it saw the frames then, not what the server was doing).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import attrs
 import msgspec
 import trio
 from agent_helpers import Frame
@@ -413,6 +415,151 @@ def check_idle_after_runs(frames: Sequence[Frame], prompt_ids: Iterable[str],
             raise fail_at(frames, r, f"isStreaming is true after terminal agent_end #{k + 1} "
                                      f"(index {ends[k] if k < len(ends) else '?'}) with "
                                      "nothing left to run")
+
+
+RETRY_CANCELLED = "Retry cancelled"
+"""``auto_retry_end.finalError`` when a backoff was cut short (by ``abort_retry``, or by an abort
+or a shutdown of the run)."""
+RUN_ABORTED_AFTER = frozenset({
+    "message_start", "message_update", "message_end", "turn_start", "tool_execution_start",
+    "tool_execution_update", "tool_execution_end", "auto_retry_start",
+    "auto_compaction_start", "host_tool_call", "host_uri_request"})
+"""What a run writes to go on: never after its aborted assistant message."""
+
+
+@attrs.frozen
+class Stops:
+    """What the host did that may end a run early, as indexes into the frames it received.
+
+    ``abort``: (how many frames had arrived when the host sent ``abort``, the index of its
+    response); ``abort_retry``: how many had arrived when it sent ``abort_retry``; ``eof``: how
+    many had arrived when it closed its input. None: it never did."""
+
+    abort: tuple[int, int] | None = None
+    abort_retry: int | None = None
+    eof: int | None = None
+
+
+def check_run_outcomes(frames: Sequence[Frame], stops: Stops, *, abort_reason: str,
+                       shutdown_reason: str) -> None:
+    """How each run ended, as the host sees it, agrees with what the host did.
+
+    A run is everything from an ``agent_start`` while none is open to its ``agent_end``
+    (attempts included); the ``prompt_result`` frames right behind that ``agent_end`` are those
+    of the prompts it served (``_report`` writes them with no checkpoint in between, and the
+    output is one ordered queue). A run was cut short when its last assistant message is
+    ``aborted`` (a turn was open), when it aborted a compaction, or when its retry backoff was
+    cancelled by anything but ``abort_retry``. Then:
+
+    * someone ended it: the ``abort`` command (the run's ``agent_end`` between the command and
+      its response: abort answers once the terminal frames are out), whose reason is
+      ``abort_reason``, or stdin EOF (``agent_end`` after the host closed its input), whose
+      reason is ``shutdown_reason``; the aborted assistant message's ``errorMessage`` is that
+      reason, and nothing of the run follows it but ``turn_end`` and the ``auto_*_end`` frames;
+    * its ``prompt_result`` status is ``aborted``.
+
+    Otherwise the run's last assistant message is ``error`` (status ``error``, whose message is
+    that message's ``errorMessage``) or a final answer (``stop``; status ``completed``): never
+    a message with tool calls whose turn nothing followed (an abort during tools must end the
+    run with an aborted assistant message, rpc-behavior §4.3). ``agent_end.messages`` ends with
+    the same last assistant message. A ``prompt_result`` not right behind an ``agent_end`` (a
+    prompt whose run never started, a queued one dropped at shutdown) is ``aborted``, and only
+    after the host aborted or closed its input.
+    """
+    abort, eof = stops.abort, stops.eof
+    earliest_stop = min([i for i in (abort[0] if abort else None, eof) if i is not None],
+                        default=len(frames))
+    run_start: int | None = None
+    last: tuple[int, Frame] | None = None
+    aborted_at: int | None = None
+    compaction_aborted = retry_cancelled = False
+    owned: set[int] = set()
+    for i, f in enumerate(frames):
+        t = f["type"]
+        if t == "agent_start" and run_start is None:
+            run_start, last, aborted_at = i, None, None
+            compaction_aborted = retry_cancelled = False
+        if run_start is None:
+            continue
+        if aborted_at is not None and t in RUN_ABORTED_AFTER:
+            raise fail_at(frames, i, f"{t} after the run's aborted assistant message at "
+                                     f"{aborted_at}")
+        if t == "message_end" and f["message"]["role"] == "assistant":
+            last = (i, f["message"])
+            if f["message"]["stopReason"] == "aborted":
+                aborted_at = i
+        elif t == "auto_compaction_end" and f.get("aborted"):
+            compaction_aborted = True
+        elif t == "auto_retry_end" and f.get("finalError") == RETRY_CANCELLED:
+            retry_cancelled = True
+        elif t == "agent_end":
+            results = []
+            for j in range(i + 1, len(frames)):
+                if frames[j]["type"] != "prompt_result":
+                    break
+                results.append(j)
+            owned.update(results)
+            _check_run_end(frames, run_start, i, last, results, stops,
+                           cut=aborted_at is not None or compaction_aborted or (
+                               retry_cancelled and not (stops.abort_retry is not None
+                                                        and i >= stops.abort_retry)),
+                           abort_reason=abort_reason, shutdown_reason=shutdown_reason)
+            run_start = None
+    for i, f in enumerate(frames):
+        if f["type"] == "prompt_result" and i not in owned:
+            if f.get("status") != "aborted":
+                raise fail_at(frames, i, "a prompt_result that follows no run says "
+                                         f"{f.get('status')!r}, not 'aborted'")
+            if i < earliest_stop:
+                raise fail_at(frames, i, "a prompt was aborted before the host aborted "
+                                         "anything or closed its input")
+
+
+def _check_run_end(frames: Sequence[Frame], start: int, end: int,
+                   last: tuple[int, Frame] | None, results: list[int], stops: Stops, *,
+                   cut: bool, abort_reason: str, shutdown_reason: str) -> None:
+    """One run of ``check_run_outcomes``: frames ``start`` to its ``agent_end`` at ``end``."""
+    if last is None:
+        raise fail_at(frames, end, f"the run that started at {start} wrote no assistant message")
+    at, message = last
+    stop_reason = message["stopReason"]
+    if cut:
+        reason = None
+        if stops.abort is not None and stops.abort[0] <= end <= stops.abort[1]:
+            reason = abort_reason
+        elif stops.eof is not None and end >= stops.eof:
+            reason = shutdown_reason
+        if reason is None:
+            raise fail_at(frames, end, f"the run that started at {start} was cut short, but "
+                                       "the host had neither aborted it nor closed its input")
+        if stop_reason == "aborted" and message.get("errorMessage") != reason:
+            raise fail_at(frames, at, f"the aborted assistant message says "
+                                      f"{message.get('errorMessage')!r}, not {reason!r}")
+        expected = "aborted"
+    elif stop_reason == "error":
+        expected = "error"
+    elif stop_reason in ("stop", "length"):
+        expected = "completed"
+    else:
+        raise fail_at(frames, at, f"the run that started at {start} ended on a {stop_reason!r} "
+                                  "assistant message (after an abort during tools the run must "
+                                  "end with an aborted assistant message)")
+    ended = [x for x in frames[end].get("messages", []) if x.get("role") == "assistant"]
+    if not ended or any(ended[-1].get(k) != message.get(k)
+                        for k in ("stopReason", "errorMessage", "timestamp")):
+        raise fail_at(frames, end, "agent_end.messages does not end with the run's last "
+                                   f"assistant message (at {at})")
+    for j in results:
+        result = frames[j]
+        if result.get("status") != expected:
+            raise fail_at(frames, j, f"prompt_result says {result.get('status')!r}; the run "
+                                     f"that started at {start} ended {expected!r}")
+        error = result.get("error")
+        if (expected == "error") != (error is not None):
+            raise fail_at(frames, j, f"prompt_result {expected!r} with error {error!r}")
+        if error is not None and error.get("message") != message.get("errorMessage"):
+            raise fail_at(frames, j, f"prompt_result's error {error.get('message')!r} is not "
+                                     f"the failed message's {message.get('errorMessage')!r}")
 
 
 SUBAGENT_ENDS = frozenset({"completed", "failed", "aborted"})

@@ -24,15 +24,24 @@ scenario's ``background``; the child's model call may fail once, then it streams
 and calls ``yield``). Before any call the model may fail: 503 with ``retry-after`` or a dropped
 stream (auto-retry with backoff), or a context overflow (compaction, then the turn again); the
 final answer may report a context over the threshold (compaction after the run). The host may send
-an RPC ``bash`` and a second prompt (``steer`` / ``followUp``) at drawn virtual times. Then one
-disruption at a drawn time: ``abort``, ``abort_bash``, ``abort_retry``, stdin EOF, ``abort`` with
-EOF right behind it, outside cancellation of ``serve()``, or none. "The host does not answer" a
-host tool or URI (before the disruption; after it, at once) is only drawn with a disruption that
-ends the run.
+an RPC ``bash`` and a second prompt (``steer`` / ``followUp``) at drawn virtual times. The bash
+tool's command and the RPC ``bash``'s are each drawn (``SHELL_COMMANDS``): a quick one, one that
+outlives SIGTERM (``trap '' TERM``, then a sleep: only SIGKILL ends it, after the grace; it has a
+short timeout of its own, so undisrupted it takes the kill ladder too), or one that double-forks
+(a sleep whose parent is gone at once: only a signal to the whole group reaches it). Then one
+disruption: ``abort``, ``abort_bash``, ``abort_retry``, stdin EOF, ``abort`` with EOF right
+behind it, outside cancellation of ``serve()``, or none. Three in four are aimed at a phase of the
+run the host observes (``Trigger``: a message streaming, a tool call, the bash command started or
+printing, a host request, a retry backoff, a compaction, a child agent, the RPC ``bash``), at once
+or a drawn while after the frame that shows it, choosing among the phases the scenario should
+reach (``expected_phases``); the rest land at a drawn virtual time, which also reaches the moments
+between phases (and after the run). "The host does not answer" a host tool or URI (before the
+disruption; after it, at once) is only drawn with a disruption that ends the run.
 
 What every example checks is listed in ``check_example``. Which combinations ran is reported by
 hypothesis' statistics (``pytest --hypothesis-show-statistics``): the disruption with what the
-session was doing as the host last saw it, and the features the frames show were exercised.
+session was doing as the host last saw it, whether an aimed one found its phase, the shell
+commands, and the features the frames show were exercised.
 
 Profiles: ``OMP_CANCELLATION_EXAMPLES`` sets the number of examples (default 1000, what CI
 runs). The examples are derandomized: CI runs the same 1000 scenarios every time, so a red run
@@ -72,11 +81,13 @@ from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from property_helpers import (
     RecordingSendStream,
+    Stops,
     check_host_requests,
     check_idle_after_runs,
     check_pauses,
     check_prompt_results,
     check_responses,
+    check_run_outcomes,
     check_runs,
     check_sagas,
     check_subagents,
@@ -90,6 +101,7 @@ from property_helpers import (
 
 import omp
 from omp.client import HostToolUpdater, RpcClient, RpcConnectionClosed, ToolResult
+from omp.process import KILL_GRACE
 from omp.protocol.commands import HostToolDefinition
 from omp.protocol.events import HostToolCall, HostUriRequest
 from omp.rpc import lifecycle
@@ -124,7 +136,24 @@ TICK = 0.02
 TICK_WAIT = 0.001
 """Real seconds trio waits, all tasks blocked, before it takes such a step (the clock's
 ``autojump_threshold`` meanwhile): the loop sleeps instead of spinning through steps."""
-SLOW_COMMAND = "sleep 0.05; echo hi"
+Shell = Literal["quick", "stubborn", "double_fork"]
+SHELL_COMMANDS: dict[Shell, str] = {
+    "quick": "sleep 0.05; echo hi",
+    # Outlives SIGTERM (the shell and the sleep it starts ignore it): the group kill must go on
+    # to SIGKILL. The trailing echo keeps bash from exec'ing the sleep, so the sleep is a
+    # member other than the leader; "armed" (output the host sees) says the trap is set.
+    "stubborn": "trap '' TERM; echo armed; sleep 30; echo woke",
+    # The sleep's parent exits at once: it is no child of the shell's, only a member of its
+    # process group (which only a group kill reaches), and it holds the output pipe open.
+    "double_fork": "(sleep 30 &); echo forked; sleep 0.05; echo hi",
+}
+STUBBORN_TIMEOUT = 0.5
+"""The stubborn command's own timeout (virtual seconds): undisrupted, it would run 30 real
+seconds; so it also takes the kill ladder when nothing disrupts it."""
+SHELL_LENGTH: dict[Shell, float] = {"quick": 1.0, "stubborn": STUBBORN_TIMEOUT + KILL_GRACE,
+                                    "double_fork": 1.0}
+"""About how many virtual seconds each command takes (``TICK`` makes about a virtual second of
+50 ms of real time)."""
 BASH_TOOL_PIDS = "bash-tool.pids"
 RPC_BASH_PIDS = "rpc-bash.pids"
 TOOLS_MATCH = {"bodyContains": '"tools":['}
@@ -143,6 +172,10 @@ OVERFLOW_BODY = {"error": {
     "message": "This model's maximum context length is 128000 tokens. However, your messages "
                "resulted in 131072 tokens.",
     "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
+ABORT_REASON = "Interrupted by user"
+"""The aborted assistant message's ``errorMessage`` after the host's ``abort``."""
+SHUTDOWN_REASON = "Request was aborted"
+"""... after stdin EOF (the session closes). Spelled out, not imported: hosts show these."""
 BIG_USAGE = {"input": 120_000, "output": 20}
 """Over the default threshold (128000 window - 19200 reserve): compaction after the run."""
 
@@ -153,6 +186,47 @@ Disruption = Literal["none", "abort", "abort_bash", "abort_retry", "eof", "abort
 ENDS_RUNS: frozenset[Disruption] = frozenset({"abort", "eof", "abort_eof", "cancel"})
 """Disruptions that end a run that waits for the host: only with these may the host never
 answer."""
+Aim = Literal["streaming", "tool", "bash", "bash_output", "host", "retry", "compaction", "child",
+              "rpc_bash"]
+
+
+@attrs.frozen
+class Trigger:
+    """A phase of ``p1``'s run to aim the disruption at, as the host observes it: ``delay``
+    virtual seconds after the ``nth`` frame (since ``p1``) that shows it.
+
+    ``streaming``: the first ``message_update`` of an assistant message; ``tool`` / ``bash``:
+    a ``tool_execution_start`` (of any tool / of bash); ``bash_output``: the bash tool's output
+    (the stubborn command's trap is set, the double-forked sleep exists); ``host``: a
+    ``host_tool_call`` or ``host_uri_request``; ``retry``: ``auto_retry_start`` (the backoff);
+    ``compaction``: ``auto_compaction_start``; ``child``: a child agent started; ``rpc_bash``:
+    the host sent its RPC ``bash`` (``nth`` does not apply)."""
+
+    aim: Aim
+    nth: int = 1
+    delay: float = 0.0
+
+    def shown_by(self, frame: Frame, previous: Frame | None) -> bool:
+        """Whether ``frame`` (after ``previous``) shows the phase."""
+        t: str = frame["type"]
+        aim = self.aim
+        if aim == "streaming":
+            return t == "message_update" and (
+                previous is None or previous["type"] != "message_update"
+                or previous.get("messageId") != frame.get("messageId"))
+        if aim in ("tool", "bash"):
+            return t == "tool_execution_start" and (aim == "tool" or frame["toolName"] == "bash")
+        if aim == "bash_output":
+            return t == "tool_execution_update" and frame["toolName"] == "bash"
+        if aim == "host":
+            return t in ("host_tool_call", "host_uri_request")
+        if aim == "retry":
+            return t == "auto_retry_start"
+        if aim == "compaction":
+            return t == "auto_compaction_start"
+        if aim == "child":
+            return t == "subagent_lifecycle" and frame["payload"]["status"] == "started"
+        return False
 
 
 # --- scenarios -----------------------------------------------------------------------------------
@@ -196,6 +270,14 @@ class Scenario:
     """How long each child streams before it yields."""
     child_fails: bool = False
     """The first child's first model call fails with a 503 (the child retries)."""
+    bash_shell: Shell = "quick"
+    """The bash tool call's command."""
+    rpc_shell: Shell = "quick"
+    """The RPC ``bash`` command's command."""
+    disrupt_on: Trigger | None = None
+    """The phase the disruption is aimed at; None: at ``disrupt_at``. Aimed, ``disrupt_at`` is
+    a fallback (after the run, or while it waits for a host that never answers) for a phase
+    that never came."""
 
     def spawns(self) -> bool:
         return any("task" in step.calls for step in self.steps)
@@ -210,10 +292,13 @@ FAILURES = st.sampled_from([
 WORDS = st.tuples(PAUSES, st.sampled_from(["Looking", " at", " it."]))
 CALLS = st.lists(st.sampled_from(["read", "ls", "grep", "uri", "uri", "host", "host", "task"]),
                  min_size=1, max_size=3).map(tuple)
-BASH_AT = st.one_of(st.none(), st.none(), st.none(), st.none(),
-                    st.tuples(st.integers(0, 2), st.integers(0, 3)))
-"""Where the one bash tool call goes (step, position), if any: each call costs 50 ms of real
-time, the most expensive thing an example does."""
+BASH_AT = st.one_of(st.none(), st.none(), st.tuples(st.integers(0, 2), st.integers(0, 3)))
+"""Where the one bash tool call goes (step, position), if any: each call costs 50 ms or more
+of real time, the most expensive thing an example does."""
+SHELL_KINDS: list[Shell] = ["quick", "double_fork", "quick", "double_fork", "stubborn"]
+SHELLS = st.sampled_from(SHELL_KINDS)
+"""One in five commands is the stubborn one, the costly one: its kill ladder polls the group
+through the grace period, each poll a step of the clock (about half a second of real time)."""
 TOOL_STEPS = st.lists(st.builds(
     Step, failures=FAILURES, thinking=BOOLS, pieces=st.lists(WORDS, max_size=2).map(tuple),
     calls=CALLS), max_size=3).map(tuple)
@@ -239,7 +324,7 @@ RARELY_FRACTION = st.one_of(st.none(), st.none(), st.none(), FRACTION)
 
 
 def nominal_length(steps: tuple[Step, ...], retry_after: str, host_delay: float | None,
-                   uri_delay: float | None, child_delay: float) -> float:
+                   uri_delay: float | None, child_delay: float, bash_shell: Shell) -> float:
     """Roughly how many virtual seconds ``p1``'s run takes undisturbed."""
     total = 0.5  # a threshold or overflow summary call streams 0.5 s
     for step in steps:
@@ -248,11 +333,68 @@ def nominal_length(steps: tuple[Step, ...], retry_after: str, host_delay: float 
         total += (host_delay or 1.0) * ("host" in step.calls)
         total += (uri_delay or 1.0) * ("uri" in step.calls)
         total += child_delay * ("task" in step.calls)  # inline; a background one overlaps
-        total += 1.0 * step.calls.count("bash")  # about what TICK makes of 50 ms real
+        total += SHELL_LENGTH[bash_shell] * step.calls.count("bash")
     return total
 
 
 CHILD_DELAYS = st.sampled_from([0.3, 0.0, 1.0, 2.5])
+AIM_INDEXES = st.integers(0, 63)
+TIMED = st.integers(0, 3).map(lambda n: n == 3)
+"""One in four disruptions at a drawn time rather than aimed (hypothesis favours 0: aimed)."""
+AIM_DELAYS = st.sampled_from([0.0, 0.0, 0.01, 0.1, 0.3])
+"""After the frame that shows the phase: at once (the server may be a step further than the
+host saw) or a little into it (the stubborn command's trap is set; a host answer is due)."""
+
+
+def expected_phases(steps: tuple[Step, ...], *, warm_up: bool, summary_fails: bool,
+                    host_delay: float | None, uri_delay: float | None) -> list[Aim]:
+    """The phases ``p1``'s run should show undisturbed, in order, one entry per occurrence
+    (a streamed message, a tool call ...), as far as the run should get: an overflow it cannot
+    compact away (nothing before the prompt to compact, the summary call fails, or the run
+    already compacted once) ends it, and a host that never answers stops it there. An
+    estimate: a phase it misses only makes the disruption fall back to ``disrupt_at``."""
+    found: list[Aim] = []
+    compacted = False
+    for index, step in enumerate(steps):
+        for failure in step.failures:
+            if failure == "overflow":
+                found.append("compaction")
+                if compacted or summary_fails or not (warm_up or index > 0):
+                    return found
+                compacted = True
+            else:
+                found += ["retry", "streaming"] if failure == "dropped" else ["retry"]
+        found.append("streaming")
+        for call in step.calls:
+            found.append("tool")
+            if call == "bash":
+                found += ["bash", "bash_output"]
+            elif call == "task":
+                found.append("child")
+            elif call in ("host", "uri"):
+                found.append("host")
+                if (host_delay if call == "host" else uri_delay) is None:
+                    return found
+    if steps[-1].big_usage:
+        found.append("compaction")  # at the threshold, after the final answer
+    return found
+
+
+def aims(disruption: Disruption, phases: list[Aim], rpc_bash: bool) -> list[Aim]:
+    """What to aim ``disruption`` at, given the phases expected: those the disruption is about
+    when there are any (``abort_retry``: a backoff; ``abort_bash``: an RPC bash), else any of
+    them (an RPC bash only for the disruptions that end one: ``abort`` leaves it alone)."""
+    if disruption == "abort_retry" and "retry" in phases:
+        return ["retry"]
+    if disruption == "abort_bash" and rpc_bash:
+        return ["rpc_bash"]
+    found = list(dict.fromkeys(phases))
+    if "bash" in found:
+        # A shell command cut short is what the kill ladder is for: aimed at twice as often.
+        found[:0] = ["bash_output", "bash"]
+    if rpc_bash and disruption in ("eof", "abort_eof", "cancel"):
+        found.append("rpc_bash")
+    return found
 
 
 @st.composite
@@ -269,23 +411,52 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     steps = (*tool_steps, draw(FINAL_STEP))
     retry_after, host_delay, uri_delay = draw(RETRY_AFTER), draw(answers), draw(answers)
     child_delay = draw(CHILD_DELAYS)
-    length = nominal_length(steps, retry_after, host_delay, uri_delay, child_delay)
-    rpc_bash_at, steer_at = draw(RARELY_FRACTION), draw(SOMETIMES_FRACTION)
+    bash_shell, rpc_shell = draw(SHELLS), draw(SHELLS)
+    length = nominal_length(steps, retry_after, host_delay, uri_delay, child_delay, bash_shell)
+    # abort_bash disrupts nothing without an RPC bash: draw one more often.
+    rpc_bash_at = draw(SOMETIMES_FRACTION if disruption == "abort_bash" else RARELY_FRACTION)
+    steer_at = draw(SOMETIMES_FRACTION)
+    disrupt_at = draw(FRACTION) * length
+    trigger = None
+    warm_up, summary_fails = draw(BOOLS), draw(ONE_IN_FOUR)
+    # Three in four disruptions are aimed at a phase the host observes (at drawn times alone,
+    # about half of the examples disrupted nothing: they landed after the run); the rest keep
+    # the drawn time, which also reaches the moments between phases.
+    if disruption != "none" and not draw(TIMED):
+        phases = expected_phases(steps, warm_up=warm_up, summary_fails=summary_fails,
+                                 host_delay=host_delay, uri_delay=uri_delay)
+        found = aims(disruption, phases, rpc_bash_at is not None)
+        aim = found[draw(AIM_INDEXES) % len(found)]
+        # The how-manieth of its occurrences (``rpc_bash`` has one): a later message, tool
+        # call, retry ... as far as the run should get.
+        nth = 1 + draw(AIM_INDEXES) % max(1, phases.count(aim))
+        trigger = Trigger(aim, nth, draw(AIM_DELAYS))
+        disrupt_at = 1.5 * length + 1.0
     return Scenario(
-        warm_up=draw(BOOLS), steps=steps, retry_after=retry_after,
-        summary_fails=draw(ONE_IN_FOUR), host_delay=host_delay, host_fails=draw(ONE_IN_FOUR),
+        warm_up=warm_up, steps=steps, retry_after=retry_after,
+        summary_fails=summary_fails, host_delay=host_delay, host_fails=draw(ONE_IN_FOUR),
         host_updates=draw(BOOLS), uri_delay=uri_delay,
         rpc_bash_at=None if rpc_bash_at is None else rpc_bash_at * length,
         steer_at=None if steer_at is None else steer_at * length,
         steer_mode=draw(st.sampled_from(STEER_MODES)), disruption=disruption,
-        disrupt_at=draw(FRACTION) * length, background=draw(BOOLS), child_delay=child_delay,
-        child_fails=draw(ONE_IN_FOUR))
+        disrupt_at=disrupt_at, background=draw(BOOLS), child_delay=child_delay,
+        child_fails=draw(ONE_IN_FOUR), bash_shell=bash_shell, rpc_shell=rpc_shell,
+        disrupt_on=trigger)
 
 
 # --- the fake model's script ---------------------------------------------------------------------
 
 
-def tool_call_chunk(call_id: str, kind: ToolKind) -> dict[str, Any]:
+def shell_arguments(pids: str, shell: Shell) -> dict[str, Any]:
+    """A bash tool call's or RPC ``bash``'s arguments: the command, which first appends its
+    shell's pid (its process group) to ``pids`` for the leftover check, and its timeout."""
+    arguments: dict[str, Any] = {"command": f"echo $$ >> {pids}; {SHELL_COMMANDS[shell]}"}
+    if shell == "stubborn":
+        arguments["timeout"] = STUBBORN_TIMEOUT
+    return arguments
+
+
+def tool_call_chunk(call_id: str, kind: ToolKind, bash_shell: Shell) -> dict[str, Any]:
     if kind == "read":
         return tool_call(call_id, "read", {"path": "notes.txt"})
     if kind == "ls":
@@ -300,7 +471,7 @@ def tool_call_chunk(call_id: str, kind: ToolKind) -> dict[str, Any]:
         # Names are job ids: unique per call, so background jobs never collide.
         return tool_call(call_id, "task", {"context": "Look around", "tasks": [
             {"name": f"Kid_{call_id}", "task": f"{CHILD_ASSIGNMENT} for {call_id}"}]})
-    return tool_call(call_id, "bash", {"command": f"echo $$ >> {BASH_TOOL_PIDS}; {SLOW_COMMAND}"})
+    return tool_call(call_id, "bash", shell_arguments(BASH_TOOL_PIDS, bash_shell))
 
 
 def failure_reply(failure: Failure, retry_after: str) -> dict[str, Any]:
@@ -313,7 +484,7 @@ def failure_reply(failure: Failure, retry_after: str) -> dict[str, Any]:
     return {"status": 400, "body": OVERFLOW_BODY}
 
 
-def step_reply(index: int, step: Step) -> dict[str, Any]:
+def step_reply(index: int, step: Step, bash_shell: Shell) -> dict[str, Any]:
     chunks: list[dict[str, Any]] = []
     if step.thinking:
         chunks.append({"thinking": "Let me think."})
@@ -321,7 +492,8 @@ def step_reply(index: int, step: Step) -> dict[str, Any]:
         if pause:
             chunks.append({"delay": pause})
         chunks.append({"text": text})
-    chunks += [tool_call_chunk(f"call_{index}_{n}", kind) for n, kind in enumerate(step.calls)]
+    chunks += [tool_call_chunk(f"call_{index}_{n}", kind, bash_shell)
+               for n, kind in enumerate(step.calls)]
     reply: dict[str, Any] = {"chunks": chunks}
     if step.big_usage:
         reply["usage"] = BIG_USAGE
@@ -336,7 +508,7 @@ def build_script(scenario: Scenario) -> list[dict[str, Any]]:
         turns.append({"chunks": [{"text": "Warm."}]})
     for index, step in enumerate(scenario.steps):
         turns += [failure_reply(f, scenario.retry_after) for f in step.failures]
-        turns.append(step_reply(index, step))
+        turns.append(step_reply(index, step, scenario.bash_shell))
     child: list[dict[str, Any]] = []
     if scenario.child_fails:
         child.append({"match": CHILD_MATCH, **failure_reply("unavailable", "0")})
@@ -370,13 +542,25 @@ class Record:
     state_ids: list[str] = attrs.field(factory=list)
     """The ``get_state`` sent on each terminal ``agent_end`` (not on a pause while background
     children work)."""
+    sent_at: dict[str, int] = attrs.field(factory=dict)
+    """For each command sent, how many frames had arrived when the host sent it."""
     disrupted_during: str | None = None
+    aim_hit: bool | None = None
+    """Whether an aimed disruption found its phase (False: it fell back to ``disrupt_at``)."""
     eof_at: float | None = None
     eof_frames: int | None = None
     """How many frames had arrived when the host closed its input."""
     cancelled_at: float | None = None
     returned_at: float | None = None
     leftover: list[str] = attrs.field(factory=list)
+
+
+@attrs.define
+class Seen:
+    """How far the host has looked for an aimed phase, and how often it saw it."""
+
+    upto: int
+    hits: int = 0
 
 
 @attrs.define(eq=False)
@@ -461,6 +645,10 @@ class Host:
         an RPC ``bash``'s own 300 s timeout: the command would always time out. With these
         steps a 50 ms command takes about a virtual second, during which the other timers
         (stream pauses, the host's actions) fire in order. Cancelled, it puts the clock back.
+
+        A step goes no further than the next timer due within ``TICK``: each step costs
+        ``TICK_WAIT`` of real time, and a step of its own between another task's timers (a
+        kill ladder polls every 20 ms through its grace period) would double the cost.
         """
         clock = trio.lowlevel.current_clock()
         assert isinstance(clock, trio.testing.MockClock)
@@ -470,8 +658,9 @@ class Host:
             try:
                 # A clock to step, not a state to wait for: nothing signals a subprocess's
                 # progress.
-                while self.real_work():  # noqa: ASYNC110
-                    await trio.sleep(TICK)
+                while self.real_work():
+                    due = trio.lowlevel.current_statistics().seconds_to_next_deadline
+                    await trio.sleep(due if 0 < due < TICK else TICK)
             finally:
                 clock.autojump_threshold = 0
 
@@ -486,6 +675,8 @@ class Host:
         """Send a command (its response arrives among the frames); False when the connection
         is closed."""
         assert self.client is not None
+        # Whatever the command causes arrives after the frames received so far.
+        self.record.sent_at[fields["id"]] = len(self.record.frames)
         try:
             await self.client.send({"type": kind, **fields})
         except RpcConnectionClosed:
@@ -522,32 +713,77 @@ class Host:
             actions.append((scenario.rpc_bash_at, "bash"))
         if scenario.steer_at is not None:
             actions.append((scenario.steer_at, "steer"))
-        if scenario.disruption != "none":
+        aimed = scenario.disrupt_on
+        if scenario.disruption != "none" and aimed is None:
             actions.append((scenario.disrupt_at, scenario.disruption))
-        for at, action in sorted(actions, key=lambda a: a[0]):
+        actions.sort(key=lambda a: a[0])
+        pending = aimed is not None and scenario.disruption != "none"
+        seen = Seen(since)
+        for at, action in [*actions, (math.inf, "")]:
+            if pending:
+                assert aimed is not None
+                # Whichever comes first: the aimed phase, the next timed action, the fallback.
+                with trio.move_on_at(start + min(at, scenario.disrupt_at)):
+                    await self.until(functools.partial(self.shows, aimed, seen))
+                hit = self.shows(aimed, seen)
+                if hit or trio.current_time() >= start + scenario.disrupt_at:
+                    pending = False
+                    self.record.aim_hit = hit
+                    # A drawn instant into the phase, not a wait for something: the disruption
+                    # lands at once or a while after the host saw the phase begin.
+                    await trio.sleep(aimed.delay)
+                    await self.disrupt(scenario.disruption, since, serve_scope)
+                    if self.gone:
+                        return  # closing the input, or serve() is gone: nothing more is sent
+            if not action:
+                break
             await trio.sleep_until(start + at)
             if action == "bash":
                 await self.command("bash", id="b1",
-                                   command=f"echo $$ >> {RPC_BASH_PIDS}; {SLOW_COMMAND}")
+                                   **shell_arguments(RPC_BASH_PIDS, scenario.rpc_shell))
             elif action == "steer":
                 await self.command("prompt", id="p2", message="Also check this",
                                    streamingBehavior=scenario.steer_mode)
             else:
-                self.record.disrupted_during = phase(self.record.frames, since)
-                if action in ("eof", "abort_eof"):
-                    if action == "abort_eof":
-                        await self.command("abort", id="d1")
-                    self.gone = True
-                elif action == "cancel":
-                    self.gone = True
-                    self.record.cancelled_at = trio.current_time()
-                    serve_scope.cancel()
-                else:
-                    await self.command(action, id="d1")
-                self.disrupted.set()
+                await self.disrupt(scenario.disruption, since, serve_scope)
                 if self.gone:
-                    return  # closing the input, or serve() is gone: nothing more is sent
+                    return
         await self.settle()
+
+    def shows(self, aimed: Trigger, seen: Seen) -> bool:
+        """Whether the frames received so far show the aimed phase (``seen`` keeps count, so
+        each frame is looked at once however often the host checks)."""
+        if aimed.aim == "rpc_bash":
+            return ("b1", "bash") in self.record.commands
+        frames = self.record.frames
+        while seen.upto < len(frames):
+            previous = frames[seen.upto - 1] if seen.upto else None
+            seen.hits += aimed.shown_by(frames[seen.upto], previous)
+            seen.upto += 1
+        return seen.hits >= aimed.nth
+
+    async def disrupt(self, action: str, since: int, serve_scope: trio.CancelScope) -> None:
+        frames = self.record.frames
+        during = phase(frames, since)
+        bash_calls = [f["toolCallId"] for f in frames
+                      if f["type"] == "tool_execution_start" and f["toolName"] == "bash"]
+        if bash_calls and not any(f["type"] == "tool_execution_end"
+                                  and f["toolCallId"] == bash_calls[-1] for f in frames):
+            during += ", bash tool running"
+        if ("b1", "bash") in self.record.commands and self.answered("b1") is None:
+            during += ", rpc bash running"
+        self.record.disrupted_during = during
+        if action in ("eof", "abort_eof"):
+            if action == "abort_eof":
+                await self.command("abort", id="d1")
+            self.gone = True
+        elif action == "cancel":
+            self.gone = True
+            self.record.cancelled_at = trio.current_time()
+            serve_scope.cancel()
+        else:
+            await self.command(action, id="d1")
+        self.disrupted.set()
 
     async def settle(self) -> None:
         """Wait until every command is answered and the session is idle.
@@ -725,6 +961,14 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     answered or cancelled (``check_host_requests``); each command got one response and each
     accepted prompt one ``prompt_result``; ``get_state`` after a terminal ``agent_end`` says
     ``isStreaming: false`` (``check_idle_after_runs``); ``abort`` answers after the run ended.
+    And each run ended the way the host's actions explain (``check_run_outcomes``): a run cut
+    short (aborted while a turn, a compaction or a retry backoff was open) was cut by the
+    host's ``abort`` (its ``agent_end`` before the abort's response; reason "Interrupted by
+    user") or by stdin EOF (after it; "Request was aborted"), ends with an aborted assistant
+    message carrying that reason when a turn was open (also after an abort during tools), and
+    its prompts' ``prompt_result`` says ``aborted``; any other run ends with its final answer
+    (``completed``) or a failed message (``error``, with that message's error); no run ends
+    on a tool-use message.
     """
     frames = record.frames
     assert record.leftover == [], record.leftover
@@ -754,6 +998,13 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     check_responses(frames, record.commands, exact=True)
     check_prompt_results(frames, record.prompt_ids, exact=True)
     check_idle_after_runs(frames, record.prompt_ids, record.state_ids)
+    disruption, d1_sent = scenario.disruption, record.sent_at.get("d1")
+    abort_window = None
+    if disruption in ("abort", "abort_eof") and d1_sent is not None:
+        abort_window = (d1_sent, responses_by_id(frames)["d1"][0])
+    check_run_outcomes(frames, Stops(
+        abort=abort_window, abort_retry=d1_sent if disruption == "abort_retry" else None,
+        eof=record.eof_frames), abort_reason=ABORT_REASON, shutdown_reason=SHUTDOWN_REASON)
     if (scenario.disruption in ("abort", "abort_eof") and "p2" not in record.prompt_ids
             and not pauses):
         # abort answers once the run's terminal frames are out (no queued steer, no background
@@ -778,6 +1029,13 @@ def report_coverage(scenario: Scenario, record: Record) -> None:
         event("disruption: none")
     else:
         event(f"disruption: {scenario.disruption} during {record.disrupted_during}")
+    if scenario.disrupt_on is not None and record.aim_hit is not None:
+        event(f"aimed at {scenario.disrupt_on.aim}: "
+              f"{'found it' if record.aim_hit else 'fell back to the time'}")
+    if any("bash" in step.calls for step in scenario.steps):
+        event(f"bash tool command: {scenario.bash_shell}")
+    if ("b1", "bash") in record.commands:
+        event(f"rpc bash command: {scenario.rpc_shell}")
     types = {f["type"] for f in frames}
     for kind in ("auto_retry_start", "host_tool_cancel", "host_uri_cancel",
                  "tool_execution_update"):
@@ -822,7 +1080,8 @@ RETRY_THEN_FAILED_OVERFLOW_COMPACTION = Scenario(
     disruption="none", disrupt_at=0.0)
 
 
-# 1,000 examples take about a minute; a failure's shrinking runs many more.
+# 1,000 examples take about a minute and a half to two and a half (2 shared cores; the costly ones
+# are the shell commands, the stubborn one above all); a failure's shrinking runs many more.
 @pytest.mark.timeout(600)
 @settings(PROFILE)
 @given(scenario=scenarios())
