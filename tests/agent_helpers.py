@@ -344,7 +344,8 @@ class open_agent:
     def __init__(self, cwd: Path, agent_dir: Path, script: Sequence[dict[str, Any]], *,
                  api: str = "openai-completions", args: Sequence[str] = FAKE_ARGS,
                  base_url: str | None = None,
-                 model_fields: dict[str, Any] | None = None) -> None:
+                 model_fields: dict[str, Any] | None = None,
+                 answer_unhandled: bool = True) -> None:
         self._cwd = cwd
         self._agent_dir = agent_dir
         self._script = list(script)
@@ -353,6 +354,8 @@ class open_agent:
         self._base_url = base_url
         """Where the ``fake`` provider points instead of the fake server."""
         self._model_fields = model_fields
+        self._answer_unhandled = answer_unhandled
+        """False: sub-protocol requests reach the test's frames unanswered."""
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> AgentHarness:
@@ -361,7 +364,8 @@ class open_agent:
             write_models_yml(self._agent_dir, self._base_url or fake.base_url, self._api,
                              self._model_fields)
             client = await stack.enter_async_context(RpcClient.spawn(
-                args=self._args, cwd=self._cwd, max_buffered_events=math.inf))
+                args=self._args, cwd=self._cwd, max_buffered_events=math.inf,
+                answer_unhandled=self._answer_unhandled))
             harness = AgentHarness(client=client, fake=fake, cwd=self._cwd)
             first = await harness.next_frame()
             assert first["type"] == "available_commands_update", first

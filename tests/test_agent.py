@@ -8,7 +8,6 @@ Aborts are in ``test_agent_abort.py``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from agent_helpers import (
     tool_call,
     tool_result_text,
     tools_reply,
-    write_fifo,
 )
 
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
@@ -193,28 +191,30 @@ async def test_two_tool_calls_are_paired_and_answered_in_a_second_turn(
 
 async def test_read_only_calls_end_in_completion_order_but_enter_context_in_call_order(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
-    # grep on a FIFO blocks (rg waits for a writer) until the test writes to it, so the test
-    # decides which of two concurrent read-only calls finishes first.
-    os.mkfifo(tmp_path / "first.fifo")
-    os.mkfifo(tmp_path / "second.fifo")
+    # ``read`` of a host URL waits for the host's answer, so the test decides which of two
+    # concurrent read-only calls finishes first (the host answers the second one first).
     script = [
-        tools_reply(tool_call("call_1", "grep", {"pattern": "needle", "path": "first.fifo"}),
-                    tool_call("call_2", "grep", {"pattern": "needle", "path": "second.fifo"})),
+        tools_reply(tool_call("call_1", "read", {"path": "db://first"}),
+                    tool_call("call_2", "read", {"path": "db://second"})),
         text_reply("Found them."),
     ]
     with trio.fail_after(TEST_TIMEOUT):
-        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+        async with open_agent(tmp_path, isolated_agent_dir, script,
+                              answer_unhandled=False) as agent:
+            await agent.data("set_host_uri_schemes", schemes=[{"scheme": "db"}])
             await agent.send("prompt", message="Search", id="p1")
-            started: set[str] = set()
-            while len(started) < 2:  # both run at once: neither waits for the other
+            requests: dict[str, str] = {}
+            while len(requests) < 2:  # both run at once: neither waits for the other
                 frame = await agent.next_frame()
-                if frame["type"] == "tool_execution_start":
-                    started.add(frame["toolCallId"])
+                if frame["type"] == "host_uri_request":
+                    requests[frame["url"]] = frame["id"]
                 assert frame["type"] != "tool_execution_end"
-            await write_fifo(tmp_path / "second.fifo", b"needle two\n")
+            await agent.client.send({"type": "host_uri_result", "id": requests["db://second"],
+                                     "content": "needle two\n"})
             await agent.until(lambda f: f["type"] == "message_end"
                               and f["message"]["role"] == "toolResult")
-            await write_fifo(tmp_path / "first.fifo", b"needle one\n")
+            await agent.client.send({"type": "host_uri_result", "id": requests["db://first"],
+                                     "content": "needle one\n"})
             await agent.until_settled()
             frames = agent.frames
             second_request = request_messages(agent.fake, 1)

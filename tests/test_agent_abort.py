@@ -253,12 +253,14 @@ async def test_abort_while_a_tool_runs(tmp_path: Path, isolated_agent_dir: Path)
 
 async def test_abort_while_two_read_only_tools_run(tmp_path: Path,
                                                    isolated_agent_dir: Path) -> None:
-    # grep on a FIFO nobody writes to blocks in ripgrep's open(): a read-only call that takes
-    # as long as the test wants, with a real subprocess to kill.
-    os.mkfifo(tmp_path / "one.fifo")
-    os.mkfifo(tmp_path / "two.fifo")
-    script = [tools_reply(tool_call("call_1", "grep", {"pattern": "x", "path": "one.fifo"}),
-                          tool_call("call_2", "grep", {"pattern": "x", "path": "two.fifo"}))]
+    # grep over a sparse terabyte of zeros: ripgrep reads it for many minutes, a read-only call
+    # that takes as long as the test wants, with a real subprocess to kill. (A FIFO, which
+    # would block ripgrep, is refused before it starts.)
+    for name in ("one.bin", "two.bin"):
+        (tmp_path / name).write_bytes(b"")
+        os.truncate(tmp_path / name, 1 << 40)
+    script = [tools_reply(tool_call("call_1", "grep", {"pattern": "x", "path": "one.bin"}),
+                          tool_call("call_2", "grep", {"pattern": "x", "path": "two.bin"}))]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Search", id="p1")
