@@ -434,6 +434,9 @@ class SubagentHost:
 
     async def _run_started(self, child: Child, context: str | None,
                            report: Callable[[], Awaitable[None]] | None) -> None:
+        # A job cancelled before its first step (shutdown's cancel_jobs) must not register its
+        # child afterwards: nothing would wait for it, and it would write to a closed output.
+        await trio.lowlevel.checkpoint_if_cancelled()
         parent = self.session
         tracker = child.tracker
         state = YieldState()
