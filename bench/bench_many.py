@@ -58,6 +58,12 @@ ours over a few ms and the fake's writes steady; one such stall would decide the
 1-minute load average is printed before and after: the figures only hold on an otherwise
 quiet machine. A benchmark, not a test: it exits 0 whether or not the targets are met.
 
+`--no-direct` turns off the output queue's direct path (`omp.rpc.output.DIRECT_INTO_PIPE`: a
+frame queued while nothing is pending goes straight into the host's pipe, without the writer
+task): run with and without it, the difference is what that path buys (CPU a delta, latency).
+Compare runs that were interleaved on a quiet machine only: on this virtual machine the speed of
+the same run varies by a third from one minute to the next (the floor's CPU a delta shows it).
+
 The fake's process runs with the garbage collector off (see ``fake_server_main``): it is the
 load, and its pauses would bunch every stream's bursts into one clump.
 """
@@ -83,6 +89,7 @@ import msgspec
 import trio
 
 import omp
+import omp.rpc.output
 from omp.llm.sse import iter_sse
 from omp.testing.fake_llm import open_fake_llm
 from omp.testing.script import load_script
@@ -563,6 +570,8 @@ def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResul
     # The figures are only as good as the machine is quiet: say how busy it was.
     print("load average (1 min) before / after: "
           f"{args.load_before:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print("output path: " + ("through the writer task only (--no-direct)" if args.no_direct
+                             else "straight into the pipe while nothing is pending"))
     idle_ok = idle.kib_per_session <= IDLE_TARGET_KIB
     print(f"idle: {idle.count} sessions started in {idle.start_seconds:.2f} s "
           f"({idle.count / idle.start_seconds:,.0f}/s), after {args.warm} warm ones")
@@ -673,12 +682,17 @@ def main() -> None:
                              "at the same instants (default: prompts spread over one period)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds allowed for each run and for shutdown (120)")
+    parser.add_argument("--no-direct", action="store_true",
+                        help="frames go through the output queue's writer task only, not "
+                             "straight into the pipe while nothing is pending (to measure what "
+                             "that direct path buys)")
     parser.add_argument("--fake-server", metavar="SCRIPT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake_server:
         trio.run(fake_server_main, args.fake_server)
         return
 
+    omp.rpc.output.DIRECT_INTO_PIPE = not args.no_direct
     args.load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-many-") as tmp:
         directory = Path(tmp)

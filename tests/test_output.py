@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 import omp
-from omp.llm.builder import NO_PACE
+from omp.llm.builder import NO_PACE, Pace
 from omp.protocol.frames import ok
 from omp.rpc import lifecycle as lifecycle_module
 from omp.rpc.output import (
@@ -107,12 +107,12 @@ async def test_streaming_producers_wait_for_a_slow_host(autojump_clock: trio.abc
             queue.put_nowait(ok("get_state", f"r{i}"))
         await trio.testing.wait_all_tasks_blocked()
         with trio.move_on_after(10) as waited:
-            await queue.ready()
+            await queue.wait_if_behind()
         assert waited.cancelled_caught  # the host is not reading: the producer waits
         # A host that reads lets it go on.
         nursery.start_soon(read_lines, recv, 10_000)
         with trio.fail_after(10):
-            await queue.ready()
+            await queue.wait_if_behind()
         nursery.cancel_scope.cancel()
 
 
@@ -159,18 +159,47 @@ async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() ->
         to_server, server_in, server_out, from_server, 30_000)
 
 
-async def test_ready_is_a_checkpoint_also_when_the_host_keeps_up() -> None:
-    # trio's rule for every async call: a producer awaiting its pace once per read yields once
-    # per read, whether or not it had to wait (a cancel check alone is not a schedule point).
-    with trio.testing.assert_checkpoints():
-        await FrameQueue().ready()
-    with trio.testing.assert_checkpoints():
-        await NO_PACE.ready()
+async def test_frames_go_straight_into_a_pipe_while_nothing_is_pending() -> None:
+    send, recv = omp.memory_pipe()
+    queue = FrameQueue()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write_frames, queue, send)
+        await trio.testing.wait_all_tasks_blocked()  # the writer waits for output
+        queue.put_nowait(ok("get_state", "a"))
+        # In the pipe at once, without the writer running: nothing is left for it to send.
+        assert (queue.spool.pending, queue.delivered) == (0, 1)
+        data = await recv.receive_some()
+        assert data.endswith(b"\n")
+        assert json.loads(data)["id"] == "a"
+        queue.close()
+
+
+async def test_wait_if_behind_yields_only_when_it_waits() -> None:
+    # Not a checkpoint, as its name says (a producer's own read yields right after it), but a
+    # cancellation point.
+    ran = False
+
+    async def other() -> None:
+        nonlocal ran
+        ran = True
+
+    paces: list[Pace] = [FrameQueue(), NO_PACE]
+    for pace in paces:
+        ran = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            await pace.wait_if_behind()
+            assert not ran  # the new task did not get to run: no yield
+        assert ran
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await pace.wait_if_behind()
+        assert scope.cancelled_caught
 
 
 async def test_a_full_pipe_keeps_frames_in_order_through_the_spool() -> None:
     # The output pipe (256 bytes) fills, frames wait in the spool (and its file), and the
-    # writer delivers them in order.
+    # writer delivers them after the direct ones.
     to_server, server_in = omp.memory_pipe()
     server_out, from_server = omp.memory_pipe(max_buffer_bytes=256)
     await serve_a_host_that_writes_without_reading(

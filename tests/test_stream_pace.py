@@ -42,7 +42,7 @@ class GatedSink:
     def behind(self) -> bool:
         return self.says_behind and not self.open.is_set()
 
-    async def ready(self) -> None:
+    async def wait_if_behind(self) -> None:
         self.waiting += 1
         await self.open.wait()
 

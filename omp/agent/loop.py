@@ -643,7 +643,7 @@ class Agent:
                 partialResult=ev.ToolExecutionResult(
                     content=list(partial.content),
                     details={} if partial.details is None else partial.details)))
-            await self.sink.pace.ready()
+            await self.sink.pace.wait_if_behind()
 
         is_error = False
         try:

@@ -81,8 +81,8 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
                    pace: Pace = NO_PACE) -> AsyncGenerator[SseEvent, None]:
     """The response's events; a stall past the watchdog limits is a retryable ProviderError.
 
-    ``pace`` is the consumer's backpressure (``MessageBuilder.pace``): ``pace.ready()`` is
-    awaited before each read after the first, and after an event only while ``pace.behind()``;
+    ``pace`` is the consumer's backpressure (``MessageBuilder.pace``): ``pace.wait_if_behind()``
+    is awaited before each read after the first, and after an event only while ``pace.behind()``;
     so a slow consumer stops the reading, a token costs no wait, and the time spent waiting does
     not count as a stall.
 
@@ -101,7 +101,7 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
     first = True
     while True:
         if not first:
-            await pace.ready()
+            await pace.wait_if_behind()
         try:
             if first or not httpx_bounds_idle:
                 with trio.move_on_after(timeout) as waited:
@@ -121,7 +121,7 @@ async def iter_sse(response: httpx.Response, *, first_timeout: float, idle_timeo
         for event in decoder.feed(chunk):
             yield event
             if behind():
-                await pace.ready()
+                await pace.wait_if_behind()
 
 
 async def _next(chunks: AsyncIterator[bytes]) -> bytes | None:

@@ -57,11 +57,13 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
     delay = float(slow.group(1)) if slow else 0.0
 
     async def pace() -> None:
-        # The consumer's backpressure, as a provider waits for it before each network read;
-        # ``ready`` is a checkpoint, so cancellation (abort) lands between deltas.
+        # A checkpoint per delta, so cancellation (abort) lands between deltas; and the
+        # consumer's backpressure, as a provider waits for it before each network read.
         if delay:
             await trio.sleep(delay)
-        await out.pace.ready()
+        else:
+            await trio.lowlevel.checkpoint()
+        await out.pace.wait_if_behind()
 
     out.start()
     level = clamp(call.model, call.options.thinking)
