@@ -82,7 +82,7 @@ from .entries import (
     now_iso,
     uuid7,
 )
-from .writer import LineWriter, flush_pending, open_for_write, write_all
+from .writer import LineWriter, open_for_write, write_all
 
 __all__ = ["MAX_SESSION_FILE_BYTES", "LoadProblem", "SessionFile", "SessionFormatError",
            "branch_file", "make_private_dirs"]
@@ -262,14 +262,14 @@ class SessionFile:
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> SessionFile:
         """Load a session file (any version; v1/v2 files are migrated and rewritten).
 
-        The whole load (read, decode, migration) happens in this one blocking call (after the
-        lines a writer thread of this process still holds for that file are written).
+        The whole load (read, decode, migration) happens in this one blocking call. Lines
+        still queued in another ``SessionFile``'s writer thread are not waited for: whoever
+        owns that one flushes it first (``SessionStore`` does before it loads another file).
         Raises ``FileNotFoundError`` when it does not exist, :class:`~omp.files.UnusableFile`
         when it is not a regular file or is over ``MAX_SESSION_FILE_BYTES``, and
         :class:`SessionFormatError` when its first record is not a session header.
         """
         path = Path(os.path.abspath(path))
-        flush_pending(path)  # lines this process still has on their way to that file
         data = read_regular(path, MAX_SESSION_FILE_BYTES)
         return _loaded(path, _split_lines(data), fsync=fsync)
 
