@@ -293,6 +293,10 @@ class ReadTool(SpecifiedTool):
                 path = resolve_skill_uri(self._ctx.skills, shown_path)
             except SkillUriError as exc:
                 raise ToolError(f"Cannot read {shown_path}: {exc}") from None
+        elif shown_path.lower().startswith(("http://", "https://")):
+            from .web_fetch import read_url
+
+            return await read_url(self._ctx, shown_path)
         elif URL_LIKE.match(shown_path):
             # Never the local file "./zz:/y": a URL nobody serves is a mistake to report.
             raise ToolError(f"Cannot read {shown_path}: no host serves "
