@@ -7,6 +7,7 @@ formats. The abort of a download mid-body goes through the real ``omp --mode rpc
 from __future__ import annotations
 
 import json
+import socket
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,7 +28,9 @@ from agent_helpers import (
 from omp.config import ConfigError
 from omp.llm.stream import HttpClient
 from omp.protocol.messages import TextContent
+from omp.session.agent_session import SessionError
 from omp.session.settings import load_settings
+from omp.session.setup import create_session
 from omp.testing.fake_web import FakeWeb, SearchHit, WebPage, open_fake_web, redirect
 from omp.tools import default_tools
 from omp.tools.base import ToolContext, ToolError, ToolResult
@@ -212,6 +215,25 @@ async def test_no_credential_or_cookie_is_sent(tmp_path: Path, web: FakeWeb,
     assert not list(http.get().cookies.jar)
 
 
+def has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_cookies_of_an_ipv6_site_are_dropped_too(tmp_path: Path, http: HttpClient) -> None:
+    async with open_fake_web(host="::1") as web:
+        web.pages["/set"] = WebPage("set", content_type="text/plain",
+                                    headers={"set-cookie": "session=abc; Path=/"})
+        ctx = context(tmp_path, http, allowNetworks=["::1/128"])
+        assert text_of(await fetch(ctx, web.url("/set"))).endswith("\n\nset")
+        assert not list(http.get().cookies.jar)
+
+
 async def test_a_body_over_the_limit_is_refused(tmp_path: Path, web: FakeWeb,
                                                 http: HttpClient) -> None:
     ctx = context(tmp_path, http, maxBytes=1000)
@@ -318,6 +340,25 @@ def test_web_tools_are_offered_only_when_turned_on(tmp_path: Path) -> None:
     assert [t.name for t in default_tools(disabled)] == off
     on = [t.name for t in default_tools(context(tmp_path, http))]
     assert on == [*off, "web_fetch", "web_search"]
+
+
+def test_choosing_web_tools_by_name(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    with pytest.raises(SessionError, match=r"^web_fetch: web tools are off; set `web: "
+                                           r"\{enabled: true\}` in config.yml"):
+        create_session(tool_names=["read", "web_fetch"], agent_directory=isolated_agent_dir,
+                       cwd=tmp_path, persist=False, environ={}, announce_offline=False)
+    (isolated_agent_dir / "config.yml").write_text("web: {enabled: true}\nfetch:\n  enabled: "
+                                                    "false\n")
+    session = create_session(tool_names=["read", "web_search"], cwd=tmp_path, persist=False,
+                             agent_directory=isolated_agent_dir, environ={},
+                             announce_offline=False)
+    assert [t.name for t in session.tools] == ["read", "web_search"]
+    # The original's fetch.enabled: false turns web_fetch off again.
+    session = create_session(agent_directory=isolated_agent_dir, cwd=tmp_path, persist=False,
+                             environ={}, announce_offline=False)
+    names = [t.name for t in session.tools]
+    assert "web_search" in names
+    assert "web_fetch" not in names
 
 
 def test_web_settings(tmp_path: Path, isolated_agent_dir: Path,

@@ -215,9 +215,14 @@ async def _fetch(access: WebAccess, raw_url: str) -> Page:
 
 def _forget_cookies(client: httpx.AsyncClient, address: str) -> None:
     # httpx keeps every Set-Cookie in the client's jar; the fetched site's cookies must not
-    # ride along with anything else this client sends (model calls included).
-    with contextlib.suppress(KeyError):
-        client.cookies.jar.clear(domain=address)
+    # ride along with anything else this client sends (model calls included). The jar files
+    # them under the request's host, the address: "[::1].local" for an IPv6 one.
+    shown = f"[{address}]" if ":" in address else address
+    domains = {shown, f".{shown}", f"{shown}.local"}
+    jar = client.cookies.jar
+    for cookie in [c for c in jar if c.domain in domains]:
+        with contextlib.suppress(KeyError):
+            jar.clear(cookie.domain, cookie.path, cookie.name)
 
 
 async def _page(url: httpx.URL, status: int, media_type: str, body: bytes,
