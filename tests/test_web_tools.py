@@ -7,8 +7,11 @@ formats. The abort of a download mid-body goes through the real ``omp --mode rpc
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import ssl
 import stat
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -232,6 +235,53 @@ async def test_cookies_of_an_ipv6_site_are_dropped_too(tmp_path: Path, http: Htt
         ctx = context(tmp_path, http, allowNetworks=["::1/128"])
         assert text_of(await fetch(ctx, web.url("/set"))).endswith("\n\nset")
         assert not list(http.get().cookies.jar)
+
+
+def make_certificate(directory: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for the DNS name ``name`` and its key (openssl)."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                    f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_https_connects_to_the_checked_address_and_verifies_the_name(
+        tmp_path: Path) -> None:
+    import httpx
+
+    good, good_key = make_certificate(tmp_path, "localhost")
+    other, other_key = make_certificate(tmp_path, "other.example")
+    names: list[str | None] = []
+    trusting = ssl.create_default_context(cafile=str(good))
+    trusting.load_verify_locations(cafile=str(other))
+    http = HttpClient(client=httpx.AsyncClient(verify=trusting, trust_env=False))
+    try:
+        for cert, key in ((good, good_key), (other, other_key)):
+            server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            server.load_cert_chain(cert, key)
+            server.sni_callback = lambda _s, name, _c: names.append(name)
+            async with open_fake_web(tls=server) as web:
+                web.pages["/p"] = WebPage("secure", content_type="text/plain")
+                url = f"https://localhost:{web.port}/p"
+                ctx = context(tmp_path, http)
+                if cert == good:
+                    # Connected to 127.0.0.1 (checked), the name in SNI, the certificate
+                    # verified for the name.
+                    assert text_of(await fetch(ctx, url)).endswith("\n\nsecure")
+                    assert web.requests[-1].headers["host"] == f"localhost:{web.port}"
+                else:
+                    # A certificate for another name is refused although the address is
+                    # the one checked: verification is against the URL's name.
+                    with pytest.raises(ToolError, match=r"Cannot fetch .*: ConnectError: "
+                                                        r".*(certificate|hostname)"):
+                        await fetch(ctx, url)
+                    assert web.requests == []
+    finally:
+        await http.aclose()
+    assert names == ["localhost", "localhost"]
 
 
 async def test_a_body_over_the_limit_is_refused(tmp_path: Path, web: FakeWeb,

@@ -14,6 +14,8 @@ connection):
   provider's JSON, or ``fake.search_status`` with an error body; a request without the key
   ``fake.search_key`` in the provider's header gets 401.
 
+``tls=`` (a server ``ssl.SSLContext``) serves the same over HTTPS.
+
 Every request is recorded (``requests``); ``disconnects`` counts responses cut off because the
 client went away, ``hanging`` the responses holding a connection open right now; a test waits
 for either with ``wait_until`` instead of sleeping. Nothing in the client's path is mocked.
@@ -22,9 +24,11 @@ for either with ``wait_until`` instead of sleeping. Nothing in the client's path
 from __future__ import annotations
 
 import functools
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import attrs
 import h11
@@ -33,7 +37,6 @@ import trio
 
 from ..groups import unwrap
 from .fake_llm import RecordedRequest
-from .fake_llm import _receive_request as receive_request
 
 __all__ = ["FakeWeb", "SearchHit", "WebPage", "open_fake_web", "redirect", "serve_fake_web"]
 
@@ -106,11 +109,13 @@ class FakeWeb:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, raw: trio.SocketStream, tls: ssl.SSLContext | None) -> None:
         self._serial += 1
         conn = h11.Connection(h11.SERVER)
+        stream: trio.abc.Stream = raw if tls is None else trio.SSLStream(
+            raw, tls, server_side=True)
         try:
-            request = await receive_request(conn, stream, self._serial)
+            request = await _receive_request(conn, stream, self._serial)
             if request is None:
                 return
             self.requests.append(request)
@@ -132,12 +137,12 @@ class FakeWeb:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.disconnects += 1
             self._notify()
-        except h11.RemoteProtocolError:
-            pass
+        except (h11.RemoteProtocolError, ssl.SSLError):
+            pass  # a TLS handshake the client refused (a certificate it did not trust)
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _send(self, conn: h11.Connection, stream: trio.SocketStream, status: int,
+    async def _send(self, conn: h11.Connection, stream: trio.abc.Stream, status: int,
                     content_type: str | None, headers: dict[str, str], data: bytes) -> None:
         wire = [(k, v) for k, v in headers.items()]
         if content_type is not None:
@@ -146,7 +151,7 @@ class FakeWeb:
         await stream.send_all(conn.send(h11.Response(status_code=status, headers=wire))
                               + conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage()))
 
-    async def _hang(self, conn: h11.Connection, stream: trio.SocketStream, page: WebPage) -> None:
+    async def _hang(self, conn: h11.Connection, stream: trio.abc.Stream, page: WebPage) -> None:
         wire = [(k, v) for k, v in page.headers.items()]
         if page.content_type is not None:
             wire.append(("content-type", page.content_type))
@@ -193,6 +198,30 @@ class FakeWeb:
         return 200, json, {}, msgspec.json.encode(body)
 
 
+async def _receive_request(conn: h11.Connection, stream: trio.abc.Stream,
+                           serial: int) -> RecordedRequest | None:
+    head: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some(65536)))
+        elif isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage) and head is not None:
+            target = head.target.decode("latin-1")
+            parts = urlsplit(target)
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers}
+            return RecordedRequest(
+                method=head.method.decode("latin-1"), target=target, path=parts.path,
+                query=dict(parse_qsl(parts.query, keep_blank_values=True)),
+                headers=headers, body=bytes(body), connection=serial)
+        else:
+            return None
+
+
 def _key_of(provider: str, request: RecordedRequest) -> str | None:
     headers = {k.lower(): v for k, v in request.headers.items()}
     if provider == "brave":
@@ -205,10 +234,12 @@ def _key_of(provider: str, request: RecordedRequest) -> str | None:
 
 
 async def serve_fake_web(*, host: str = "127.0.0.1", port: int = 0,
+                         tls: ssl.SSLContext | None = None,
                          task_status: trio.TaskStatus[FakeWeb] = trio.TASK_STATUS_IGNORED
                          ) -> None:
-    """Serve until cancelled; ``nursery.start`` returns the running ``FakeWeb``. On
-    cancellation the listener closes and every connection is dropped."""
+    """Serve until cancelled; ``nursery.start`` returns the running ``FakeWeb``. With ``tls``
+    (a server context) it speaks HTTPS. On cancellation the listener closes and every
+    connection is dropped."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     try:
         for extra in listeners[1:]:
@@ -216,26 +247,28 @@ async def serve_fake_web(*, host: str = "127.0.0.1", port: int = 0,
         listener = listeners[0]
         address, bound_port = listener.socket.getsockname()[:2]
         shown = f"[{address}]" if ":" in address else address
-        fake = FakeWeb(base_url=f"http://{shown}:{bound_port}")
+        scheme = "http" if tls is None else "https"
+        fake = FakeWeb(base_url=f"{scheme}://{shown}:{bound_port}")
         task_status.started(fake)
         async with trio.open_nursery() as nursery:
             while True:
                 stream = await listener.accept()
-                nursery.start_soon(fake._handle, stream)
+                nursery.start_soon(fake._handle, stream, tls)
     finally:
         for each in listeners:
             await trio.aclose_forcefully(each)
 
 
 @asynccontextmanager
-async def open_fake_web(*, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[FakeWeb]:
+async def open_fake_web(*, host: str = "127.0.0.1", port: int = 0,
+                        tls: ssl.SSLContext | None = None) -> AsyncIterator[FakeWeb]:
     """``async with open_fake_web() as fake``: the running ``FakeWeb``, its tasks in a nursery
     the manager owns; leaving the block closes the listener and drops every connection. The
     block's own exception propagates unchanged (``omp.groups``)."""
     with unwrap():
         async with trio.open_nursery() as nursery:
             fake: FakeWeb = await nursery.start(functools.partial(
-                serve_fake_web, host=host, port=port))
+                serve_fake_web, host=host, port=port, tls=tls))
             try:
                 yield fake
             finally:

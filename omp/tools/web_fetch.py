@@ -182,7 +182,7 @@ async def _fetch(access: WebAccess, raw_url: str) -> Page:
         try:
             response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise ToolError(f"Cannot fetch {url}: {type(exc).__name__}: {exc}") from None
+            raise ToolError(f"Cannot fetch {url}: {describe_error(exc)}") from None
         try:
             _forget_cookies(client, address)
             if response.status_code in _REDIRECTS and "location" in response.headers:
@@ -204,13 +204,24 @@ async def _fetch(access: WebAccess, raw_url: str) -> Page:
             try:
                 body = await _read_body(response, url, access.settings.maxBytes)
             except httpx.HTTPError as exc:
-                raise ToolError(f"Cannot fetch {url}: {type(exc).__name__}: {exc}") from None
+                raise ToolError(f"Cannot fetch {url}: {describe_error(exc)}") from None
             encoding = response.charset_encoding
         finally:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + 1):
                 await response.aclose()
         return await _page(url, response.status_code, media_type, body, encoding,
                            tuple(redirects))
+
+
+def describe_error(exc: BaseException) -> str:
+    """``exc``'s type and the first non-empty message along its chain: httpx's error for a
+    refused certificate says nothing itself; the ``SSLError`` it came from does."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if text := str(cause):
+            return f"{type(exc).__name__}: {text}"
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
 
 
 def _forget_cookies(client: httpx.AsyncClient, address: str) -> None:

@@ -13,12 +13,13 @@ cloud metadata address 169.254.169.254), shared (100.64/10), multicast, unspecif
 reserved addresses, i.e. whatever ``ipaddress`` does not call global, IPv4-mapped IPv6
 addresses judged as the IPv4 address they carry.
 
-Importing this module costs attrs (and ``omp.llm.models``, loaded at startup anyway);
-``ipaddress`` is imported when an address is first checked or a network is allowed.
+Importing this module costs nothing new at startup: attrs, ``ipaddress`` and
+``omp.llm.models`` are loaded by then anyway.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,8 +28,6 @@ import attrs
 from ..llm.models import resolve_config_value
 
 if TYPE_CHECKING:
-    import ipaddress
-
     from ..llm.stream import HttpClient
 
 SearchProviderName = Literal["auto", "brave", "exa", "tavily", "kagi"]
@@ -79,10 +78,6 @@ class AddressPolicy:
     @classmethod
     def from_settings(cls, networks: list[str]) -> AddressPolicy:
         """Raises ValueError naming a network that does not parse."""
-        if not networks:
-            return cls()
-        import ipaddress
-
         parsed = []
         for entry in networks:
             try:
@@ -95,8 +90,6 @@ class AddressPolicy:
     def check(self, host: str, address: str) -> None:
         """Raises AddressRefused when ``address`` (what ``host`` resolved to) is not public
         and no allowed network contains it."""
-        import ipaddress
-
         ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(
             address.partition("%")[0])  # a scope id (fe80::1%eth0) is link-local anyway
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:

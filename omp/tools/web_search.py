@@ -29,6 +29,7 @@ import trio
 
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .specs import WEB_SPECS, SpecifiedTool
+from .web_fetch import describe_error
 from .web_policy import WebAccess
 
 MAX_RESPONSE_BYTES = 2 * 1024 * 1024
@@ -263,7 +264,7 @@ async def _send(access: WebAccess, spec: RequestSpec) -> tuple[int, bytes]:
     try:
         response = await client.send(request, stream=True)
     except httpx.HTTPError as exc:
-        raise _TransportError(f"{type(exc).__name__}: {exc}") from None
+        raise _TransportError(describe_error(exc)) from None
     try:
         body = bytearray()
         async for piece in response.aiter_bytes():
@@ -272,7 +273,7 @@ async def _send(access: WebAccess, spec: RequestSpec) -> tuple[int, bytes]:
                 raise _TransportError("the answer is larger than 2 MiB")
         return response.status_code, bytes(body)
     except httpx.HTTPError as exc:
-        raise _TransportError(f"{type(exc).__name__}: {exc}") from None
+        raise _TransportError(describe_error(exc)) from None
     finally:
         with trio.CancelScope(shield=True, deadline=trio.current_time() + 1):
             await response.aclose()
