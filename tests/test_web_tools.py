@@ -272,6 +272,8 @@ async def test_https_connects_to_the_checked_address_and_verifies_the_name(
                     # verified for the name.
                     assert text_of(await fetch(ctx, url)).endswith("\n\nsecure")
                     assert web.requests[-1].headers["host"] == f"localhost:{web.port}"
+                    # Never kept for a request to another name on the same address.
+                    assert web.requests[-1].headers["connection"] == "close"
                 else:
                     # A certificate for another name is refused although the address is
                     # the one checked: verification is against the URL's name.

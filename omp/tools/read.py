@@ -1,4 +1,6 @@
-"""read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls).
+"""read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls);
+an ``http(s)://`` URL is fetched as ``web_fetch`` does (``omp.tools.web_fetch``) when the
+session's network policy allows it, else refused naming the setting.
 
 Only regular files are read (``omp.files``: a FIFO or a device is refused before it can block);
 an image is sent whole, up to ``MAX_IMAGE_BYTES``. A text file is streamed, never loaded whole:

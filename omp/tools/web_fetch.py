@@ -103,7 +103,7 @@ def _parse(raw: str, base: httpx.URL | None = None) -> httpx.URL:
 
 async def _resolve(access: WebAccess, url: httpx.URL) -> str:
     """The checked address to connect to for ``url``. Raises ToolError."""
-    host = url.host
+    host = url.raw_host.decode("ascii")  # IDNA-encoded: what DNS and TLS are given
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -172,13 +172,16 @@ async def _fetch(access: WebAccess, raw_url: str) -> Page:
         # Connect to the address just checked; the name goes in Host and TLS SNI (so the
         # certificate is verified against it), never to a second DNS lookup.
         target = url.copy_with(host=address)
+        # "connection: close": the pool keys connections by address, so a kept TLS
+        # connection, verified for one name, could otherwise carry the next request for
+        # another name served from the same address.
         headers = {"host": url.netloc.decode("ascii"), "user-agent": USER_AGENT,
                    "accept": "text/html, text/markdown, text/plain, application/json;q=0.9, "
                              "*/*;q=0.5",
-                   "accept-encoding": "gzip, deflate"}
+                   "accept-encoding": "gzip, deflate", "connection": "close"}
         # A bare Request: the client's cookies and default headers are not merged into it.
         request = httpx.Request("GET", target, headers=headers,
-                                extensions={"sni_hostname": url.host})
+                                extensions={"sni_hostname": url.raw_host.decode("ascii")})
         try:
             response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
