@@ -413,6 +413,24 @@ def test_choosing_web_tools_by_name(tmp_path: Path, isolated_agent_dir: Path) ->
     assert "web_fetch" not in names
 
 
+def test_search_keys_of_a_session(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text(
+        "web:\n  enabled: true\n  searchApiKeys: {kagi: MY_KAGI}\n")
+    (isolated_agent_dir / "auth.json").write_text(json.dumps(
+        {"tavily": {"type": "api_key", "key": "tv-stored"}, "exa": "exa-stored"}))
+    (isolated_agent_dir / "auth.json").chmod(0o600)
+    session = create_session(agent_directory=isolated_agent_dir, cwd=tmp_path, persist=False,
+                             announce_offline=False,
+                             environ={"TAVILY_API_KEY": "tv-env", "BRAVE_API_KEY": "br-env",
+                                      "MY_KAGI": "kg-env"})
+    web = session.tool_context.web
+    assert web is not None
+    assert web.search_key("tavily", ("TAVILY_API_KEY",)) == "tv-stored"  # auth.json first
+    assert web.search_key("exa", ("EXA_API_KEY",)) == "exa-stored"
+    assert web.search_key("brave", ("BRAVE_API_KEY",)) == "br-env"
+    assert web.search_key("kagi", ("KAGI_API_KEY",)) == "kg-env"  # the settings' variable
+
+
 def test_web_settings(tmp_path: Path, isolated_agent_dir: Path,
                       capsys: pytest.CaptureFixture[str]) -> None:
     assert load_settings(isolated_agent_dir, tmp_path).web == WebSettings()
