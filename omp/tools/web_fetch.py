@@ -298,7 +298,10 @@ def _spill(text: str) -> Path | None:
 
 async def page_result(page: Page) -> ToolResult:
     """``page`` as the tool result the model reads: a header line, then the text,
-    head-truncated, with the temp file of the whole text named when it was cut."""
+    head-truncated, with the temp file of the whole text named when it was cut.
+
+    On cancellation the temp file is still written whole (a quick local write in a thread,
+    not abandoned half-way), then ``Cancelled`` propagates."""
     header = f"URL: {page.url}"
     if page.redirects:
         header += f" (redirected from {page.redirects[0]})"
