@@ -25,6 +25,13 @@ only at the end.
 ``open_process_group`` is how we start a subprocess: in a new session, so it leads its own
 process group, and known to the reaper while it starts.
 
+``private_memory`` is also for a process that serves its own stdio: while it runs the process is
+not dumpable (Linux ``PR_SET_DUMPABLE`` 0), so ``/proc/<pid>/environ`` and ``/proc/<pid>/mem`` of
+the server are no longer readable by its children, which run as the same user: a command cannot
+read the provider keys that its own environment was made without (``omp.subprocess_env``). A
+process holding ``CAP_SYS_PTRACE`` (root, usually) still can; nothing short of another user
+stops that. It also means no core dump and no debugger attaching without that capability.
+
 ``watch_stop_signals`` turns SIGTERM, SIGHUP and SIGINT into calls of a function (the server
 ends its input as at EOF); it is only for a process that serves its own stdio, never for a
 server embedded in a host's program.
@@ -62,6 +69,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 REAP_POLL = 0.25
 """Seconds between two looks for exited orphans when no SIGCHLD can wake the reaper."""
 _POLL_INTERVAL = 0.02
+_PR_GET_DUMPABLE = 3
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -202,6 +211,21 @@ def _set_subreaper(on: bool) -> bool | None:
     if prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         return None
     return bool(previous.value)
+
+
+@contextlib.contextmanager
+def private_memory() -> Iterator[None]:
+    """Not dumpable while the block runs (see the module docstring); the previous setting is
+    restored afterwards. Elsewhere than Linux nothing happens."""
+    prctl = _prctl()
+    previous = prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) if prctl is not None else -1
+    if prctl is None or previous < 0 or prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)
 
 
 def _children(exclude: frozenset[int]) -> list[_Stat]:

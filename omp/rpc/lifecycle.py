@@ -40,7 +40,7 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
-from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
+from ..process import adopt_orphans, can_watch_signals, private_memory, watch_stop_signals
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
 from ..session import AgentSession, SessionError, create_session
@@ -263,9 +263,10 @@ async def run_on_stdio(runtime: Runtime, front: Callable[[trio.abc.ReceiveStream
     """``run_lifecycle`` on the process's own stdio (``omp``'s modes): the front gets stdin,
     the writer stdout (``write`` False: nothing is written, ``omp -p``), and meanwhile anything
     else written to fd 1 goes to stderr; the stop signals are handled (in the main thread) and
-    descendants re-parented to the process are ended on return (``omp.process``). Raises as
-    ``run_lifecycle``; on cancellation as ``run_lifecycle`` too."""
-    with stdio_streams() as (stdin, stdout):
+    descendants re-parented to the process are ended on return; meanwhile the process's memory
+    and environment are not readable by its children (``omp.process.private_memory``). Raises
+    as ``run_lifecycle``; on cancellation as ``run_lifecycle`` too."""
+    with stdio_streams() as (stdin, stdout), private_memory():
         async with adopt_orphans():
             await run_lifecycle(runtime, stdout if write else None, front(stdin), task_status,
                                 signals=can_watch_signals())

@@ -119,7 +119,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     settings = _with_skill_choices(
         load_settings(agent_directory, cwd, config_files), skill_dirs, skills)
     todos = TodoState()
-    context = ToolContext(cwd, uris=uris)
+    context = ToolContext(cwd, uris=uris,
+                          environment=settings.environment_policy(registry.key_variables()))
     active = list(default_tools(context, todos)) if tools is None else list(tools)
     if tool_names is not None:
         by_name = {t.name: t for t in active}

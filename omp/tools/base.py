@@ -24,6 +24,7 @@ import attrs
 import msgspec
 
 from ..protocol.messages import ImageContent, TextContent
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 
 if TYPE_CHECKING:
     from ..commands.skills import Skill
@@ -140,6 +141,8 @@ class ToolContext:
     uris: UriHandler | None = None
     skills: Sequence[Skill] = ()
     """The session's skills: ``read`` serves their ``skill://`` URIs."""
+    environment: EnvironmentPolicy = DEFAULT_POLICY
+    """What the subprocesses of the tools inherit (``Settings.environment_policy``)."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""
