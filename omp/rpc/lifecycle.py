@@ -156,11 +156,14 @@ def skipped_plugin_code(options: ServeOptions) -> list[str]:
 
 def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     """What the start said that a host should hear once: settings a ``--config`` overlay sets
-    that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``)."""
+    that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``),
+    session files ``--continue`` passed over."""
     session = runtime.session
+    skipped, session.store.startup_notes = session.store.startup_notes, []
     return [*(ev.Notice(level="warning", source="config", message=note)
               for note in session.settings.notes),
-            *session.prompt_options.take_notices()]
+            *session.prompt_options.take_notices(),
+            *(ev.Notice(level="warning", source="session", message=note) for note in skipped)]
 
 
 async def expire_at(runtime: Runtime, deadline: float) -> None:
