@@ -40,7 +40,13 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
-from ..process import adopt_orphans, can_watch_signals, private_memory, watch_stop_signals
+from ..process import (
+    adopt_orphans,
+    can_watch_signals,
+    end_orphans_soon,
+    private_memory,
+    watch_stop_signals,
+)
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
 from ..session import AgentSession, SessionError, create_session
@@ -240,6 +246,8 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
                 if runtime.options.deadline is not None:
                     root.start_soon(expire_at, runtime, runtime.options.deadline)
                 await front.run(root, task_status)
+                # The commands' grace and the escaped orphans' run at once (omp.process).
+                end_orphans_soon()
                 await front.shutdown()
                 output.close()
                 if stdout is not None:
