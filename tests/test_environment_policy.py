@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,14 @@ from agent_helpers import (
 
 from omp.client import RpcClient
 from omp.config import ConfigError
+from omp.files import OwnProcessFile, read_regular
 from omp.session.settings import ShellEnvironmentSettings, load_settings
 from omp.subprocess_env import CORE_VARIABLES, EnvironmentPolicy, child_environment
 from omp.testing.fake_llm import open_fake_llm
+from omp.tools.base import ToolContext, ToolError
+from omp.tools.edit import EditTool
 from omp.tools.shell import run_shell
+from omp.tools.write import WriteTool
 
 LIMIT = 60.0
 
@@ -112,6 +117,58 @@ async def test_a_shell_command_sees_the_policy(tmp_path: Path,
     # bash adds a few of its own (SHLVL, _, PWD we set): nothing else of ours
     assert names - {"SHLVL", "_", "PWD"} <= CORE_VARIABLES | {"CI"}
     assert "CI=1" in core.output.splitlines()
+
+
+# --- the server's own /proc files ----------------------------------------------------------------
+
+
+def test_every_name_of_our_own_proc_files_is_refused(tmp_path: Path) -> None:
+    ready, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def worker() -> None:
+        tids.append(threading.get_native_id())
+        ready.set()
+        done.wait(10)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ready.wait(10)
+    (tmp_path / "link").symlink_to("/proc/self")
+    names = ["/proc/self/environ", f"/proc/{os.getpid()}/environ", "/proc/thread-self/environ",
+             f"/proc/{tids[0]}/environ", str(tmp_path / "link" / "environ"),
+             f"/proc/self/task/{tids[0]}/environ", "/proc/self/mem"]
+    try:
+        for name in names:
+            with pytest.raises(OwnProcessFile, match="a file of this server's own process"):
+                read_regular(name, 1 << 20)
+    finally:
+        done.set()
+        thread.join()
+    assert read_regular("/proc/1/status", 1 << 20)  # another process's: not ours to refuse
+
+
+async def test_write_and_edit_refuse_our_own_proc_files(tmp_path: Path) -> None:
+    ctx = ToolContext(cwd=tmp_path)
+    comm = read_around_the_gate("comm")
+    with pytest.raises(ToolError, match="a file of this server's own process"):
+        await WriteTool(ctx).execute("w", {"path": "/proc/self/comm", "content": "renamed"},
+                                     on_update=_ignore)
+    with pytest.raises(ToolError, match="a file of this server's own process"):
+        await EditTool(ctx).execute("e", {"path": "/proc/self/oom_score_adj", "edits": [
+            {"oldText": "0", "newText": "1000"}]}, on_update=_ignore)
+    assert read_around_the_gate("comm") == comm  # not renamed
+
+
+async def _ignore(_: object) -> None:
+    pass
+
+
+def read_around_the_gate(name: str) -> bytes:
+    """``/proc/self/<name>`` read without ``omp.files`` (to check what the tools left as it
+    was)."""
+    with open(f"/proc/self/{name}", "rb") as file:
+        return file.read()
 
 
 # --- config.yml ---------------------------------------------------------------------------------
