@@ -307,3 +307,18 @@ async def test_the_configured_policy_reaches_rpc_bash(
     assert "OMP_TEST_SET=from-config" in output.splitlines()
     assert "OMP_TEST_DROPPED" not in output
     assert "OMP_AGENT_DIR" not in output  # not a core variable
+
+
+def test_web_search_keys_join_the_provider_variables_when_web_is_on(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    from omp.session.setup import create_session
+
+    def variables() -> frozenset[str]:
+        session = create_session(agent_directory=isolated_agent_dir, cwd=tmp_path,
+                                 persist=False, announce_offline=False)
+        return session.tool_context.environment.provider_variables
+
+    assert "ANTHROPIC_API_KEY" in variables()
+    assert "TAVILY_API_KEY" not in variables()
+    (isolated_agent_dir / "config.yml").write_text("web: {enabled: true}\n")
+    assert {"ANTHROPIC_API_KEY", "TAVILY_API_KEY", "BRAVE_API_KEY"} <= variables()
