@@ -37,6 +37,7 @@ import attrs
 import msgspec
 import trio
 
+from ..llm.local import LocalDiscovery
 from ..protocol import commands as cmd
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -126,6 +127,8 @@ class Commands:
     The lane that answered waits for it before the next line, so what the command does at
     once (``ctx.shutdown()``) applies to every later line, as if it had run in the lane."""
     custom: Mapping[str, CustomHandler] = attrs.field(factory=dict)
+    discovery: LocalDiscovery | None = None
+    """The local model servers asked after ``ready`` (``omp.llm.local``)."""
     files: SessionCommands = attrs.field(init=False)
     """The session's file and context (``omp.rpc.session_commands``)."""
     settings: SettingsCommands = attrs.field(init=False)
@@ -140,7 +143,8 @@ class Commands:
             raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
         self.custom_names = frozenset(self.custom)
         self.files = SessionCommands(self.session)
-        self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents)
+        self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents,
+                                         self.discovery)
         self.routes = self._route_table()
         self.slash = Slash(self.session, self.emit, self.spawn, self.subagents)
 
@@ -190,9 +194,10 @@ class Commands:
             cmd.SetTodos: serial(settings.set_todos),
             cmd.SetEventFilter: serial(self.set_event_filter),
             cmd.GetAvailableCommands: serial(self.get_available_commands),
-            cmd.SetModel: serial(settings.set_model),
+            # Both may wait for the local servers being asked (at most their timeout).
+            cmd.SetModel: Route(settings.set_model, "serial"),
             cmd.CycleModel: serial(settings.cycle_model),
-            cmd.GetAvailableModels: serial(settings.get_available_models),
+            cmd.GetAvailableModels: Route(settings.get_available_models, "serial"),
             cmd.SetThinkingLevel: serial(settings.set_thinking_level),
             cmd.CycleThinkingLevel: serial(settings.cycle_thinking_level),
             cmd.GetAvailableThinkingLevels: serial(settings.get_available_thinking_levels),

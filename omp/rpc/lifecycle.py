@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -39,6 +39,7 @@ import trio
 from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
+from ..llm.local import LocalDiscovery, turned_off
 from ..llm.stream import HttpClient
 from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import events as ev
@@ -81,6 +82,8 @@ class Runtime:
     host_uris: HostUris
     session: AgentSession
     subagents: SubagentHost | None
+    discovery: LocalDiscovery | None = None
+    """The local model servers to ask after ``ready`` (None: off, or none to ask)."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -124,7 +127,21 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
     return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
-                   session, found[0] if found else None)
+                   session, found[0] if found else None, local_discovery(session, http))
+
+
+def local_discovery(session: AgentSession, http: HttpClient,
+                    environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
+    """The discovery of the local model servers for ``session`` (``localModels`` in
+    ``config.yml``); None when it is off (there, or ``OMP_LOCAL_MODELS=0``)."""
+    chosen = session.settings.local_models
+    env = os.environ if environ is None else environ
+    if not chosen.enabled or turned_off(env):
+        return None
+    servers = session.registry.local_servers(chosen.servers)
+    if not servers:
+        return None
+    return LocalDiscovery(session.registry, http, servers, timeout=chosen.timeoutMs / 1000)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

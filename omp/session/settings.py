@@ -60,6 +60,11 @@ task:
 async:
   enabled: true           # background children (false: every child runs inline)
   maxJobs: 100
+localModels:              # local model servers, asked after `ready` (omp.llm.local)
+  enabled: true           # false (or OMP_LOCAL_MODELS=0): none is asked
+  timeoutMs: 1000         # per server: connect and list its models
+  servers: {}             # global file only; provider -> its OpenAI-compatible root, e.g.
+                          # {ollama: "http://gpu-box:11434/v1"}; default loopback ports
 skills:                   # omp.commands.skills: where skills are found, which load
   enabled: true
   enableSkillCommands: true   # skill:<name> commands and /skill:<name>
@@ -82,6 +87,7 @@ Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original'
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -147,6 +153,18 @@ class BashSettings:
 
 
 @attrs.define(kw_only=True)
+class LocalModelsSettings:
+    """Local model servers (Ollama, llama.cpp, LM Studio, vLLM) asked for their models."""
+
+    enabled: bool = True
+    timeoutMs: int = 1000
+    """How long one server may take to accept and list its models."""
+    servers: dict[str, str] = attrs.field(factory=dict)
+    """Provider → the server's OpenAI-compatible root (global file only: a repository must
+    not be able to send our prompts to an address of its choosing)."""
+
+
+@attrs.define(kw_only=True)
 class TaskSettings:
     """The ``task`` tool and its subagents (subagents-login.md A.2)."""
 
@@ -190,6 +208,8 @@ class Settings:
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
     must not be able to declare itself trusted."""
     bash: BashSettings = attrs.field(factory=BashSettings)
+    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
+    """The ``localModels`` section."""
     disabled_providers: frozenset[str] = frozenset()
     """The original's ``disabledProviders``: context-file sources left out (``agents-md``,
     ``claude``, ``native``)."""
@@ -207,10 +227,11 @@ TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write
 
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
-                                   "async": AsyncSettings, "skills": SkillSettings}
-_ATTRIBUTE = {"async": "async_"}
+                                   "async": AsyncSettings, "skills": SkillSettings,
+                                   "localModels": LocalModelsSettings}
+_ATTRIBUTE = {"async": "async_", "localModels": "local_models"}
 """Sections whose attribute name differs from their key (a Python keyword)."""
-_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"})}
+_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"}), "localModels": frozenset({"servers"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets)."""
 
 # Keys of these sections that the original omp defines (its settings schema, across recent
@@ -230,6 +251,7 @@ _ORIGINAL_KEYS = {
         "agentServiceTierOverrides", "agentPrewalk", "agentAdvisor", "prewalk", "isolation"}),
     "async": frozenset(),
     "skills": frozenset(),
+    "localModels": frozenset(),
 }
 
 
@@ -243,6 +265,7 @@ class _File:
     task: TaskSettings = attrs.field(factory=TaskSettings)
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     skills: SkillSettings = attrs.field(factory=SkillSettings)
+    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -325,6 +348,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         task=TaskSettings(**merged["task"]),
                         async_=AsyncSettings(**merged["async"]),
                         skills=SkillSettings(**merged["skills"]),
+                        local_models=LocalModelsSettings(**merged["localModels"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes))
@@ -453,7 +477,13 @@ def _validate(file: _File, path: Path) -> None:
             raise problem(path, f"$.task.agentModelOverrides.{name}",
                           "must be a model pattern or a list of them")
     checks += (("task.maxRuntimeMs", file.task.maxRuntimeMs),
-               ("task.softRequestBudget", file.task.softRequestBudget))
+               ("task.softRequestBudget", file.task.softRequestBudget),
+               ("localModels.timeoutMs", file.local_models.timeoutMs))
+    for name, url in file.local_models.servers.items():
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise problem(path, f"$.localModels.servers.{name}",
+                          f"must be an http(s) URL such as http://127.0.0.1:11434/v1, got {url!r}")
     for where, value in checks:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
