@@ -63,9 +63,9 @@ def _facts(provider: str, item: dict[str, Any]) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     if provider == "openrouter":
         _int_into(facts, "contextWindow", item.get("context_length"))
-        top = item.get("top_provider") if isinstance(item.get("top_provider"), dict) else {}
+        top = _object(item.get("top_provider"))
         _int_into(facts, "maxTokens", top.get("max_completion_tokens"))
-        pricing = item.get("pricing") if isinstance(item.get("pricing"), dict) else {}
+        pricing = _object(item.get("pricing"))
         cost = {}
         for ours, theirs in (("input", "prompt"), ("output", "completion"),
                              ("cacheRead", "input_cache_read"),
@@ -75,7 +75,7 @@ def _facts(provider: str, item: dict[str, Any]) -> dict[str, Any]:
                 cost[ours] = round(per_token * 1_000_000, 6)
         if cost:
             facts["cost"] = cost
-        arch = item.get("architecture") if isinstance(item.get("architecture"), dict) else {}
+        arch = _object(item.get("architecture"))
         modalities = arch.get("input_modalities")
         if isinstance(modalities, list):
             facts["images"] = "image" in modalities
@@ -107,6 +107,10 @@ def _facts(provider: str, item: dict[str, Any]) -> dict[str, Any]:
             if cost:
                 facts["cost"] = cost
     return facts
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _int_into(facts: dict[str, Any], field: str, value: Any) -> bool:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-def _catalog_keys() -> tuple[str, ...]:
-    from omp.llm.models import read_catalog
+from omp.llm.models import read_catalog
 
+
+def _catalog_keys() -> tuple[str, ...]:
     return tuple(sorted({name for p in read_catalog().providers.values() for name in p.env}))
 
 

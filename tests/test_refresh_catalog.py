@@ -21,7 +21,8 @@ DATA = Path(__file__).resolve().parent / "data" / "catalog"
 def load_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("refresh_catalog",
                                                   ROOT / "scripts" / "refresh_catalog.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["refresh_catalog"] = module
     spec.loader.exec_module(module)

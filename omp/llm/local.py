@@ -14,7 +14,8 @@ Every server is asked at once, each bounded by ``timeout`` seconds, in two steps
 2. only when something accepted, ``GET`` of its list through the serve's HTTP client: Ollama's
    ``/api/tags``, the others' OpenAI-style ``/v1/models``. The body is read up to
    ``BODY_LIMIT``; an answer that is not such a list (another program on that port) counts as
-   no server. Embedding models (an id with ``embed`` in it) are left out: they cannot chat. A key is sent when the provider's key variable is set (``vllm --api-key``).
+   no server. Embedding models (an id with ``embed`` in it) are left out: they cannot chat.
+   A key is sent when the provider's key variable is set (``vllm --api-key``).
 
 The servers are the catalog providers with ``discovery`` (``ModelRegistry.local_servers``),
 at the addresses of ``localModels.servers`` in the global ``config.yml``, else a models.yml
