@@ -99,11 +99,11 @@ def _facts(provider: str, item: dict[str, Any]) -> dict[str, Any]:
         for name in ("context_length", "context_window", "max_model_len"):
             if _int_into(facts, "contextWindow", item.get(name)):
                 break
-        pricing = item.get("pricing")
-        if provider == "together" and isinstance(pricing, dict):
+        together = _object(item.get("pricing")) if provider == "together" else {}
+        if together:
             cost = {ours: float(value) for ours, theirs in (("input", "input"),
                                                             ("output", "output"))
-                    if (value := _number(pricing.get(theirs))) is not None}
+                    if (value := _number(together.get(theirs))) is not None}
             if cost:
                 facts["cost"] = cost
     return facts

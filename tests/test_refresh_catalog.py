@@ -37,7 +37,8 @@ def recorded(name: str) -> Any:
 
 
 def catalog() -> dict[str, Any]:
-    return json.loads(script.CATALOG.read_text())
+    data: dict[str, Any] = json.loads(script.CATALOG.read_text())
+    return data
 
 
 def test_openrouter_list_gives_limits_prices_images_and_reasoning() -> None:
