@@ -328,6 +328,8 @@ class _Blocks:
     tool_id: str = ""
     count: int = 0
     tool_calls: int = 0
+    tool_args: list[str] = attrs.field(factory=list)
+    """The open call's arguments so far, in pieces (joined only in the rare case below)."""
 
     def switch(self, kind: str) -> tuple[str, int]:
         self.end()
@@ -344,6 +346,7 @@ class _Blocks:
             self.out.set_tool(self.key, tool_id=f"call_{uuid.uuid4().hex[:24]}")
         self.out.close(self.key)
         self.key, self.kind, self.tool_index, self.tool_id = None, "", None, ""
+        self.tool_args = []
 
     def text(self, kind: str, delta: str, signature: str | None = None) -> None:
         if self.kind != kind:
@@ -356,9 +359,11 @@ class _Blocks:
         call_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
         fn = _obj(delta.get("function"))
         name = fn.get("name") if isinstance(fn.get("name"), str) else ""
-        # A new call: another index, or (servers that reuse index 0) another id.
+        # A new call: another index, or (servers that reuse index 0) another id, or (servers
+        # that send each call whole, without ids) a name after complete arguments.
         if (self.kind != "toolCall" or index != self.tool_index
-                or (call_id and self.tool_id and call_id != self.tool_id)):
+                or (call_id and self.tool_id and call_id != self.tool_id)
+                or (name and not call_id and _complete_json("".join(self.tool_args)))):
             self.out.open(self.switch("toolCall"), "toolCall",
                           tool_id=call_id or "", tool_name=name or "")
             self.tool_index = index
@@ -370,7 +375,18 @@ class _Blocks:
         if isinstance(args, dict):  # Ollama: the arguments as an object, not JSON text
             args = msgspec.json.encode(args).decode()
         if isinstance(args, str) and args:
+            self.tool_args.append(args)
             self.out.append(self.key, args)
+
+
+def _complete_json(text: str) -> bool:
+    """``text`` is a whole JSON object already (so more arguments cannot belong to it)."""
+    if not text.rstrip().endswith("}"):
+        return False
+    try:
+        return isinstance(msgspec.json.decode(text), dict)
+    except msgspec.DecodeError:
+        return False
 
 
 async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
