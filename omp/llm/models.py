@@ -1,7 +1,11 @@
 """The model registry: the built-in catalog, ``models.yml`` custom providers, and credentials.
 
-Sources, lowest precedence first: the catalog (``catalog.json`` beside this file, data not code),
-then ``<agent dir>/models.yml`` (providers added or overridden in the original's format). Keys
+Sources, lowest precedence first: the catalog (``catalog.json`` beside this file, data not code:
+every provider's API kind, base URL, key variables, quirk flags and models), then
+``<agent dir>/models.yml`` (providers added or overridden in the original's format), then the
+models the local servers list (``omp.llm.local`` calls ``set_local_models``; a models.yml model
+of the same id wins). A catalog provider is available as soon as one of its key variables is set
+or a key is stored for it. Keys
 for a provider come from, highest first: ``--api-key`` (for the provider chosen on the command
 line), ``<agent dir>/auth.json`` (``omp.login.store``), the provider's environment variables,
 the ``apiKey`` of ``models.yml``. The agent directory is ``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
