@@ -25,12 +25,13 @@ Files, lowest precedence first:
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
 ``retry``, ``bash``, ``task``, ``async``, ``skills``; ``localModels`` is ours) the original has
-more keys than we use, and adds some between versions, so an unmodelled key is never an
-error: a key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most
-likely a typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we model with a value of the wrong
-type or range IS an error naming the file and the key (the strict converter of ``omp/config.py``),
-and nothing is applied. ``null`` for a key means "not set" (its default), except ``reserveTokens``,
-where null is a value (the automatic reserve). A missing file or an empty one means the defaults.
+more keys than we use, and adds some between versions, so an unmodelled key is never an error: a
+key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a
+typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we model
+with a value of the wrong type or range IS an error naming the file and the key (the strict
+converter of ``omp/config.py``), and nothing is applied. ``null`` for a key means "not set" (its
+default), except ``reserveTokens``, where null is a value (the automatic reserve). A missing file
+or an empty one means the defaults.
 
 ```yaml
 compaction:
