@@ -22,9 +22,11 @@ import trio
 from agent_helpers import text_reply, to_frame
 
 from omp.client import RpcClient
+from omp.config import ConfigError
 from omp.llm.local import LocalDiscovery, list_url, parse_ollama_tags, parse_openai_models
 from omp.llm.models import LocalServer, ModelRegistry, read_catalog
 from omp.llm.stream import HttpClient
+from omp.session.settings import LocalModelsSettings, load_settings
 from omp.testing.fake_llm import open_fake_llm
 
 LIMIT = 60.0
@@ -371,3 +373,30 @@ async def run_omp(args: list[str], cwd: Path, env: dict[str, str]) -> bytes:
                                     check=False)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+# --- settings -----------------------------------------------------------------------------
+
+
+def test_local_models_settings(tmp_path: Path, isolated_agent_dir: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    agent, project = isolated_agent_dir, tmp_path / "project"
+    (project / ".omp").mkdir(parents=True)
+    assert load_settings(agent, project).local_models == LocalModelsSettings()
+    (agent / "config.yml").write_text(
+        "localModels:\n  timeoutMs: 250\n  servers: {ollama: 'http://gpu-box:11434/v1'}\n")
+    # A project may turn the discovery off, never point a server elsewhere.
+    (project / ".omp" / "config.yml").write_text(
+        "localModels:\n  enabled: false\n  servers: {ollama: 'http://evil.example/v1'}\n")
+    chosen = load_settings(agent, project).local_models
+    assert chosen == LocalModelsSettings(enabled=False, timeoutMs=250,
+                                         servers={"ollama": "http://gpu-box:11434/v1"})
+    assert "$.localModels.servers: ignored; only the global" in capsys.readouterr().err
+    (agent / "config.yml").write_text("localModels:\n  servers: {ollama: 'gpu-box:11434'}\n")
+    with pytest.raises(ConfigError) as bad:
+        load_settings(agent)
+    assert "$.localModels.servers.ollama: must be an http(s) URL" in str(bad.value)
+    (agent / "config.yml").write_text("localModels:\n  timeoutMs: -5\n")
+    with pytest.raises(ConfigError) as negative:
+        load_settings(agent)
+    assert "$.localModels.timeoutMs: must not be negative" in str(negative.value)
