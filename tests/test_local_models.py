@@ -400,3 +400,22 @@ def test_local_models_settings(tmp_path: Path, isolated_agent_dir: Path,
     with pytest.raises(ConfigError) as negative:
         load_settings(agent)
     assert "$.localModels.timeoutMs: must not be negative" in str(negative.value)
+
+
+async def test_a_local_model_named_before_its_server_was_asked(tmp_path: Path,
+                                                               isolated_agent_dir: Path) -> None:
+    """``omp -p --model ollama/<tag>``: one-shot modes ask no server; the model is taken on
+    trust, at the server ``localModels.servers`` names, with ``--api-key`` sent as given."""
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([text_reply("Hi from the tag"),
+                                  text_reply("Hi with a key")]) as ollama:
+            write_config(isolated_agent_dir, {"ollama": ollama.base_url + "/v1"})
+            plain = await run_omp(["-p", "--no-session", "--model", "ollama/qwen3:8b", "hello"],
+                                  tmp_path, process_env())
+            keyed = await run_omp(["-p", "--no-session", "--model", "ollama/qwen3:8b",
+                                   "--api-key", "ollama-key", "hello"], tmp_path, process_env())
+    assert plain.strip() == b"Hi from the tag"
+    assert keyed.strip() == b"Hi with a key"
+    assert [r.json()["model"] for r in ollama.requests] == ["qwen3:8b", "qwen3:8b"]
+    assert "authorization" not in ollama.requests[0].headers
+    assert ollama.requests[1].headers["authorization"] == "Bearer ollama-key"

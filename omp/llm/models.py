@@ -150,6 +150,8 @@ class ModelRegistry:
     """A models.yml ``baseUrl`` given for a built-in provider (a local server elsewhere)."""
     discovered: set[tuple[str, str]] = attrs.field(factory=set)
     """(provider, id) of the models a local server listed (``set_local_models``)."""
+    server_urls: dict[str, str] = attrs.field(factory=dict)
+    """``localModels.servers``: where the local servers are (``use_local_servers``)."""
 
     def __attrs_post_init__(self) -> None:
         self._hide_url_credentials()
@@ -383,15 +385,25 @@ class ModelRegistry:
 
     # -- local servers -----------------------------------------------------------------------
 
+    def use_local_servers(self, urls: Mapping[str, str]) -> None:
+        """Where the local servers are (``localModels.servers``): from now on, and for the
+        local models already known (one named on the command line)."""
+        self.server_urls = dict(urls)
+        moved = {s.provider: s.base_url for s in self.local_servers()}
+        self.models = [msgspec.structs.replace(m, baseUrl=moved[m.provider])
+                       if m.provider in moved and (m.provider, m.id) in self.discovered else m
+                       for m in self.models]
+
     def local_servers(self, overrides: Mapping[str, str] | None = None) -> list[LocalServer]:
         """The local servers to look for models on: every catalog provider with
-        ``discovery``, at ``overrides[provider]`` (``localModels.servers``), else its
-        models.yml ``baseUrl``, else the catalog's."""
+        ``discovery``, at ``overrides[provider]`` (default: ``use_local_servers``'), else
+        its models.yml ``baseUrl``, else the catalog's."""
+        chosen = self.server_urls if overrides is None else overrides
         out = []
         for name, entry in self.catalog_providers.items():
             if entry.discovery is None:
                 continue
-            url = (overrides or {}).get(name) or self.base_urls.get(name) or entry.baseUrl
+            url = chosen.get(name) or self.base_urls.get(name) or entry.baseUrl
             out.append(LocalServer(name, entry.discovery, url.rstrip("/")))
         return out
 

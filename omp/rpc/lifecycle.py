@@ -138,7 +138,7 @@ def local_discovery(session: AgentSession, http: HttpClient,
     env = os.environ if environ is None else environ
     if not chosen.enabled or turned_off(env):
         return None
-    servers = session.registry.local_servers(chosen.servers)
+    servers = session.registry.local_servers()
     if not servers:
         return None
     return LocalDiscovery(session.registry, http, servers, timeout=chosen.timeoutMs / 1000)

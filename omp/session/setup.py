@@ -88,6 +88,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                                "it is for")
         cli_keys = {chosen.provider: api_key}
         registry = ModelRegistry.load(agent_directory, environ=environ, cli_keys=cli_keys)
+        if (chosen.provider, chosen.id) in probe.discovered:
+            registry.local_model(chosen.provider, chosen.id)
     else:
         registry = probe
     if chosen is None:
@@ -118,6 +120,10 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                                            env)
     settings = _with_skill_choices(
         load_settings(agent_directory, cwd, config_files), skill_dirs, skills)
+    registry.use_local_servers(settings.local_models.servers)
+    if (chosen.provider, chosen.id) in registry.discovered:
+        # A local model named before its server was asked: at the server the settings name.
+        chosen = registry.find(chosen.provider, chosen.id) or chosen
     todos = TodoState()
     context = ToolContext(cwd, uris=uris)
     active = list(default_tools(context, todos)) if tools is None else list(tools)
