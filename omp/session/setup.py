@@ -98,8 +98,9 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             unset = registry.unset_key_variables()
             why = "; ".join(f"models.yml provider {name}: its apiKey names {variable}, which "
                             "is not set" for name, variable in unset.items()) or (
-                "no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
-                "GEMINI_API_KEY, or add a provider to models.yml)")
+                "no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY, "
+                "GEMINI_API_KEY or another provider's key: `omp models --all` lists them; or "
+                "add a provider to models.yml)")
             print(f"omp: {why}; using the offline model {chosen.provider}/{chosen.id}",
                   file=sys.stderr)
     elif require_credentials and not registry.has_credentials(chosen.provider):
