@@ -199,6 +199,33 @@ async def test_discovery_finds_what_answers_and_skips_the_rest(tmp_path: Path) -
     assert not any(x.provider == "ollama" for x in reg.models)
 
 
+async def test_strange_answers_count_as_no_server(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    reg = ModelRegistry.load(tmp_path, environ={})
+    huge = {"models": [{"name": f"model-{i:07d}"} for i in range(60_000)]}  # > 1 MiB
+    nested = "[" * 100_000 + "]" * 100_000
+    async with open_fake_llm([tags_reply(huge)]) as ollama, \
+            open_fake_llm([{"match": {"path": "/v1/models"}, "repeat": True,
+                            "body": nested}]) as vllm, \
+            open_fake_llm([{"match": {"path": "/v1/models"}, "repeat": True, "status": 500,
+                            "body": {"data": [{"id": "x"}]}}]) as lmstudio, \
+            open_fake_llm([models_reply({"data": [{"id": "x" * 300}, {"id": 5}]})]) as llama:
+        servers = reg.local_servers({"ollama": ollama.base_url + "/v1",
+                                     "vllm": vllm.base_url + "/v1",
+                                     "lm-studio": lmstudio.base_url + "/v1",
+                                     "llama.cpp": llama.base_url + "/v1"})
+        http = HttpClient()
+        discovery = LocalDiscovery(reg, http, servers, timeout=20)
+        with trio.fail_after(LIMIT):
+            await discovery.run()
+        await http.aclose()
+    assert discovery.found == {"llama.cpp": 0}  # a list, but of nothing usable
+    assert capsys.readouterr().err == ""  # each one an expected answer, none a failure
+    assert ollama.requests[0].headers["accept-encoding"] == "identity"
+    assert not any(x.provider in ("ollama", "vllm", "lm-studio", "llama.cpp")
+                   for x in reg.models)
+
+
 async def test_a_key_is_sent_when_its_variable_is_set(tmp_path: Path) -> None:
     reg = ModelRegistry.load(tmp_path, environ={"VLLM_API_KEY": "vllm-secret"})
     async with open_fake_llm([models_reply(recorded("vllm_models"))]) as vllm:

@@ -27,6 +27,7 @@ Cancellation: the probes stop where they are; what was found before stays in the
 
 from __future__ import annotations
 
+import sys
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -93,7 +94,12 @@ class LocalDiscovery:
 
     async def _probe(self, server: LocalServer) -> None:
         with trio.move_on_after(self.timeout):
-            models = await probe(server, self.registry, self.http)
+            try:
+                models = await probe(server, self.registry, self.http)
+            except Exception as exc:  # whatever a server does, it must not end the serve()
+                print(f"omp: asking {server.provider} at {server.base_url} for its models "
+                      f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return
             if models is not None:
                 self.registry.set_local_models(server.provider, models)
                 self.found[server.provider] = len(models)
@@ -107,14 +113,17 @@ async def probe(server: LocalServer, registry: ModelRegistry,
         return None
     url = list_url(server)
     key = registry.api_key(server.provider)
-    headers = {"authorization": f"Bearer {key}"} if key else {}
+    # Uncompressed, so that BODY_LIMIT bounds what is held, not what was sent.
+    headers = {"accept-encoding": "identity"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
     body = await _get(http, url, headers)
     if body is None:
         return None
     entry = registry.catalog_providers[server.provider]
     try:
         payload = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # not JSON, or nested beyond reason
         return None
     if server.discovery == "ollama":
         return parse_ollama_tags(payload, server, entry)
