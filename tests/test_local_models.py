@@ -446,3 +446,26 @@ async def test_a_local_model_named_before_its_server_was_asked(tmp_path: Path,
     assert [r.json()["model"] for r in ollama.requests] == ["qwen3:8b", "qwen3:8b"]
     assert "authorization" not in ollama.requests[0].headers
     assert ollama.requests[1].headers["authorization"] == "Bearer ollama-key"
+
+
+async def test_a_session_continued_on_a_local_model_keeps_it(tmp_path: Path,
+                                                              isolated_agent_dir: Path) -> None:
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([tags_reply(recorded("ollama_tags")),
+                                  text_reply("first"), text_reply("second")]) as ollama:
+            write_config(isolated_agent_dir, {"ollama": ollama.base_url + "/v1"})
+            async with RpcClient.spawn(args=["--mode", "rpc"], cwd=tmp_path, env=process_env(),
+                                       max_buffered_events=math.inf) as client:
+                await call(client, "set_model", provider="ollama", modelId="llava:7b")
+                await prompt(client, "one")
+            # Continued before the server is asked (here: never): the model is kept.
+            env = {**process_env(), "OMP_LOCAL_MODELS": "0"}
+            async with RpcClient.spawn(args=["--mode", "rpc", "-c"], cwd=tmp_path, env=env,
+                                       max_buffered_events=math.inf) as client:
+                state = await call(client, "get_state")
+                second = await prompt(client, "two")
+    assert (state["data"]["model"]["provider"], state["data"]["model"]["id"]) == (
+        "ollama", "llava:7b")
+    assert reply_text(second) == "second"
+    assert [r.json()["model"] for r in ollama.requests if r.method == "POST"] == [
+        "llava:7b", "llava:7b"]
