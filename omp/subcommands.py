@@ -156,8 +156,11 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
             ", ".join(levels) if levels else ("yes" if m.reasoning else "-"),
             "yes" if "image" in m.input else "no"])
     for provider, rows in by_provider.items():
-        missing = "" if registry.has_credentials(provider) else (
-            f" - no key: {registry.missing_key_hint(provider)}")
+        missing = ""
+        if not registry.has_credentials(provider):
+            entry = registry.catalog_providers.get(provider)
+            where = f" (get one at {entry.keyUrl})" if entry and entry.keyUrl else ""
+            missing = f" - no key: {registry.missing_key_hint(provider)}{where}"
         print(f"{provider} ({len(rows)}){missing}")
         print(_table(["model", "context", "max-out", "thinking", "images"], rows))
     return 0

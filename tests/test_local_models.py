@@ -390,7 +390,8 @@ async def test_omp_models_lists_local_and_catalog_models(tmp_path: Path,
     assert groq
     assert {x["credential"] for x in groq} == {"missing"}
     assert b"sk-deep-SECRET" not in listed + everything + table
-    assert b"groq (7) - no key: set GROQ_API_KEY" in table
+    assert (b"groq (7) - no key: set GROQ_API_KEY (get one at https://console.groq.com/keys)"
+            in table)
     assert b"ollama (3)\n" in table
 
 

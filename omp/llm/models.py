@@ -5,10 +5,10 @@ every provider's API kind, base URL, key variables, quirk flags and models), the
 ``<agent dir>/models.yml`` (providers added or overridden in the original's format), then the
 models the local servers list (``omp.llm.local`` calls ``set_local_models``; a models.yml model
 of the same id wins). A catalog provider is available as soon as one of its key variables is set
-or a key is stored for it. Keys
-for a provider come from, highest first: ``--api-key`` (for the provider chosen on the command
-line), ``<agent dir>/auth.json`` (``omp.login.store``), the provider's environment variables,
-the ``apiKey`` of ``models.yml``. The agent directory is ``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
+or a key is stored for it. Keys for a provider come from, highest first: ``--api-key`` (for the
+provider chosen on the command line), ``<agent dir>/auth.json`` (``omp.login.store``), the
+provider's environment variables, the ``apiKey`` of ``models.yml``. The agent directory is
+``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
 
 An OAuth login stored in ``auth.json`` (a provider with an ``oauth`` block, ``login``) is sent as
 ``authorization: Bearer <access token>`` (``headers``), not as the provider's key header.
