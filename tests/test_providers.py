@@ -185,6 +185,8 @@ async def test_groq_key_in_the_environment_end_to_end(tmp_path: Path,
             async with RpcClient.spawn(args=["--mode", "rpc", "--no-session"], env=env,
                                        cwd=tmp_path, max_buffered_events=math.inf) as client:
                 models = to_frame(await client.request({"type": "get_available_models"}))
+                every = to_frame(await client.request({"type": "get_available_models",
+                                                       "all": True}))
                 state = to_frame(await client.request({"type": "get_state"}))
                 prompt = to_frame(await client.request({"type": "prompt", "message": "hi"}))
                 frames += [models, state, prompt]
@@ -193,6 +195,13 @@ async def test_groq_key_in_the_environment_end_to_end(tmp_path: Path,
     listed = models["data"]["models"]
     assert {x["provider"] for x in listed} == {"groq"}
     assert {x["credential"] for x in listed} == {"env"}
+    # ``all``: the same first, then what other keys would unlock, said to be missing.
+    everything = every["data"]["models"]
+    assert everything[:len(listed)] == listed
+    rest = everything[len(listed):]
+    assert {x["credential"] for x in rest} == {"missing"}
+    assert {"deepseek", "mistral", "anthropic"} <= {x["provider"] for x in rest}
+    assert "offline" not in {x["provider"] for x in rest}
     assert state["data"]["model"]["provider"] == "groq"
     assert prompt["success"] is True
     request = llm.requests[0]

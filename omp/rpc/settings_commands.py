@@ -13,6 +13,7 @@ import trio
 from ..config import ConfigError
 from ..extensions.ui import UiDisconnected
 from ..llm.local import LocalDiscovery
+from ..llm.models import OFFLINE_PROVIDER
 from ..login import FrameLoginUI, LoginError, run_login
 from ..protocol import commands as cmd
 from ..protocol import payloads
@@ -68,13 +69,18 @@ class SettingsCommands:
 
     async def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
         """The models with credentials (or none needed: local servers), each with where its
-        credential comes from (``credential``, never the credential)."""
+        credential comes from (``credential``, never the credential); with ``all``, the
+        catalog's others after them (``missing``)."""
         if self.discovery is not None:
             await self.discovery.wait()
         registry = self.session.registry
+        chosen = registry.available()
+        if frame.all:
+            chosen += [m for m in registry.models
+                       if m not in chosen and m.provider != OFFLINE_PROVIDER]
         models = [payloads.AvailableModel(**msgspec.structs.asdict(m),
                                           credential=registry.credential(m.provider))
-                  for m in registry.available()]
+                  for m in chosen]
         return ok("get_available_models", frame.id, payloads.AvailableModels(models=models))
 
     def set_thinking_level(self, frame: cmd.SetThinkingLevel) -> Response:
