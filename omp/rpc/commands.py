@@ -37,7 +37,6 @@ import attrs
 import msgspec
 import trio
 
-from ..llm.local import LocalDiscovery
 from ..protocol import commands as cmd
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -127,8 +126,6 @@ class Commands:
     The lane that answered waits for it before the next line, so what the command does at
     once (``ctx.shutdown()``) applies to every later line, as if it had run in the lane."""
     custom: Mapping[str, CustomHandler] = attrs.field(factory=dict)
-    discovery: LocalDiscovery | None = None
-    """The local model servers asked after ``ready`` (``omp.llm.local``)."""
     files: SessionCommands = attrs.field(init=False)
     """The session's file and context (``omp.rpc.session_commands``)."""
     settings: SettingsCommands = attrs.field(init=False)
@@ -143,8 +140,7 @@ class Commands:
             raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
         self.custom_names = frozenset(self.custom)
         self.files = SessionCommands(self.session)
-        self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents,
-                                         self.discovery)
+        self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents)
         self.routes = self._route_table()
         self.slash = Slash(self.session, self.emit, self.spawn, self.subagents)
 

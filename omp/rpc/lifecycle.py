@@ -39,7 +39,6 @@ import trio
 from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
-from ..llm.local import LocalDiscovery, turned_off
 from ..llm.stream import HttpClient
 from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import events as ev
@@ -58,6 +57,7 @@ from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
+    from ..llm.local import LocalDiscovery
 
 DRAIN_STALL_SECONDS = 1.0
 """After the front ended, how long the output may make no progress before unsent frames are
@@ -83,7 +83,8 @@ class Runtime:
     session: AgentSession
     subagents: SubagentHost | None
     discovery: LocalDiscovery | None = None
-    """The local model servers to ask after ``ready`` (None: off, or none to ask)."""
+    """The local model servers being asked, from right after ``ready``
+    (``start_local_discovery``; None before, or when that is off)."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -127,21 +128,27 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
     return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
-                   session, found[0] if found else None, local_discovery(session, http))
+                   session, found[0] if found else None)
 
 
-def local_discovery(session: AgentSession, http: HttpClient,
-                    environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
-    """The discovery of the local model servers for ``session`` (``localModels`` in
-    ``config.yml``); None when it is off (there, or ``OMP_LOCAL_MODELS=0``)."""
+def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
+                          environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
+    """Start asking the local model servers for their models (``localModels`` in
+    ``config.yml``) as a task of ``nursery``; None when it is off (there, or
+    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is queued: its module is imported then."""
+    from ..llm.local import LocalDiscovery, turned_off  # lazy: omp.lazy says why
+
+    session = runtime.session
     chosen = session.settings.local_models
-    env = os.environ if environ is None else environ
-    if not chosen.enabled or turned_off(env):
+    if not chosen.enabled or turned_off(os.environ if environ is None else environ):
         return None
     servers = session.registry.local_servers()
     if not servers:
         return None
-    return LocalDiscovery(session.registry, http, servers, timeout=chosen.timeoutMs / 1000)
+    runtime.discovery = LocalDiscovery(session.registry, runtime.http, servers,
+                                       timeout=chosen.timeoutMs / 1000)
+    runtime.discovery.start(nursery)
+    return runtime.discovery
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

@@ -59,6 +59,7 @@ from .lifecycle import (
     new_output,
     run_lifecycle,
     run_on_stdio,
+    start_local_discovery,
     startup_notices,
     use_extensions,
 )
@@ -140,8 +141,7 @@ class RpcServer:
         runtime = self.runtime
         self.commands = Commands(runtime.session, runtime.outbox, self.spawn, runtime.controls,
                                  runtime.host_uris, runtime.aborts, runtime.ui,
-                                 runtime.subagents, custom=runtime.options.commands,
-                                 discovery=runtime.discovery)
+                                 runtime.subagents, custom=runtime.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
         runtime.session.on_shutdown_request = self.request_stop
 
@@ -160,9 +160,9 @@ class RpcServer:
         until EOF (or ``request_stop``)."""
         await nursery.start(self.run_commands)
         self.output.put_nowait(Ready())
-        if self.runtime.discovery is not None:
-            # After ``ready``, never before it: the local servers are asked meanwhile.
-            self.runtime.discovery.start(nursery)
+        # After ``ready``, never before it: the local servers are asked meanwhile, and the
+        # model commands wait for them.
+        self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
         self.start_job(self._start_extensions)

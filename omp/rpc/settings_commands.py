@@ -6,13 +6,14 @@ route is ``scoped``, the cancel scope the reader registered for it) and returns 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import msgspec
 import trio
 
 from ..config import ConfigError
 from ..extensions.ui import UiDisconnected
-from ..llm.local import LocalDiscovery
 from ..llm.models import OFFLINE_PROVIDER
 from ..login import FrameLoginUI, LoginError, run_login
 from ..protocol import commands as cmd
@@ -24,6 +25,9 @@ from ..session.context import last_assistant_text
 from ..subagents import SubagentHost, SubagentRegistry, UnknownSubagent, read_messages
 from .bridges import INPUT_CLOSED, ControlRegistry, Emit, HostUI
 
+if TYPE_CHECKING:
+    from ..llm.local import LocalDiscovery
+
 NO_SUBAGENT_BUS = "Subagent event bus is unavailable"
 
 
@@ -34,8 +38,9 @@ class SettingsCommands:
     emit: Emit
     subagents: SubagentHost | None = None
     discovery: LocalDiscovery | None = None
-    """The local model servers being asked after ``ready``: the model commands wait for
-    it (at most its timeout) so that what they see includes them."""
+    """The local model servers being asked, set right after ``ready`` by the server
+    (``start_local_discovery``): the model commands wait for it (at most its timeout) so that
+    what they see includes them."""
     subagent_level: str = attrs.field(default="off", init=False)
     _login_running: bool = attrs.field(default=False, init=False)
 
