@@ -42,6 +42,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -256,6 +257,25 @@ def _thinking(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected one of {', '.join(THINKING_CHOICES)} (or a prefix of one), got {text!r}")
     return found[0]
+
+
+def entry() -> int:
+    """The ``omp`` command (and ``python -m omp``): :func:`main`, then the exit. Threads that
+    extension code started and left running (``threading.Thread`` is non-daemon by default)
+    would keep the interpreter waiting for them after the server is done, so when any is still
+    alive the process ends at once with ``main``'s status (stdout and stderr flushed first),
+    saying so on stderr."""
+    code = main()
+    lingering = [t.name for t in threading.enumerate()
+                 if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if lingering:
+        print(f"omp: not waiting for {len(lingering)} thread(s) left running "
+              f"({', '.join(lingering[:5])})", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

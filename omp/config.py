@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from .files import FileTooLarge, UnusableFile, read_regular
+from .files import FileTooLarge, OwnProcessFile, UnusableFile, read_regular
 
 if TYPE_CHECKING:
     import cattrs
@@ -131,6 +131,8 @@ def read_text(path: Path) -> str:
     except FileTooLarge:
         raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; not a "
                           "configuration file") from None
+    except OwnProcessFile as exc:
+        raise ConfigError(str(exc)) from None
     except UnusableFile as exc:
         if stat.S_ISDIR(exc.mode):
             raise ConfigError(f"{path}: is a directory, not a file") from None

@@ -10,8 +10,12 @@ file the original wrote opens here:
 * then one entry per line; entries form a tree by ``parentId``, the leaf is the last entry in file
   order and every append becomes a child of the leaf and moves it;
 * an append is one ``os.write`` of the whole line to an ``O_APPEND`` descriptor (``fsync`` on
-  request), so the only possible damage is a torn last line, which loading skips silently; any
-  other unreadable line is reported in ``problems`` with its line number and skipped;
+  request), so the only possible damage is a torn last line (a crash mid-write). Opening the
+  file repairs it: the fragment is appended to ``<file>.torn`` (``0600``, next to it) and cut
+  off the file, so the next append does not leave it in the middle and the file stays valid
+  JSON Lines (when the file cannot be written, the fragment is skipped and the next append
+  starts a line of its own). Any other unreadable line is reported in ``problems`` with its
+  line number and skipped;
 * with :meth:`SessionFile.write_behind` (what a serving session does) the write happens in a
   writer thread, in order, and an append only queues its line: ``omp.session.writer`` says what
   that keeps and what it costs; without it, the append writes before it returns;
@@ -212,7 +216,7 @@ class SessionFile:
     _needs_newline: bool = False
     """The file ends in a torn line: the next append starts a line of its own."""
     problems: list[LoadProblem] = attrs.field(factory=list)
-    """Lines skipped on load (never the torn last line, which is skipped silently)."""
+    """Lines skipped on load (never the torn last line, which is set aside silently)."""
     fsync: bool = False
     """``fsync`` after every write: each append, or each batch of the writer thread (the bytes
     themselves are never buffered in this process beyond the writer's queue)."""
@@ -631,12 +635,39 @@ def _load_current(path: Path, lines: list[bytes], *,
                        needs_newline=_torn_tail(lines), fsync=fsync)
 
 
+def _set_torn_line_aside(path: Path, lines: list[bytes], index: int) -> bool:
+    """Move line ``index`` (the last one with content, which did not decode: a torn write) from
+    the file ``lines`` came from to ``<file>.torn``: appended there, then cut off here. False
+    when the file is not as it was read, or cannot be written (it is then left as it is)."""
+    start = sum(len(line) + 1 for line in lines[:index])
+    size = sum(len(line) + 1 for line in lines) - 1
+    try:
+        fd = open_for_write(path, os.O_WRONLY)
+        try:
+            if os.fstat(fd).st_size != size:
+                return False  # written meanwhile (by another process): not ours to cut
+            aside = os.open(f"{path}.torn", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                            | os.O_NOFOLLOW, 0o600)
+            try:
+                write_all(aside, b"\n".join(lines[index:]).rstrip(b"\n") + b"\n")
+                os.fsync(aside)
+            finally:
+                os.close(aside)
+            os.ftruncate(fd, start)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
 def _load_generic(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile:
     torn_tail = _torn_tail(lines)
-    # Index of the last non-blank line: bad JSON there is a torn write, skipped silently.
+    # Index of the last non-blank line: bad JSON there is a torn write, set aside silently.
     last_index = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     problems: list[LoadProblem] = []
     records: list[tuple[int, dict[str, Any]]] = []
+    torn_index: int | None = None
     for index, line in enumerate(lines):
         if not line.strip():
             continue
@@ -645,10 +676,14 @@ def _load_generic(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             if index != last_index:
                 problems.append(LoadProblem(index + 1, f"invalid JSON: {exc}"))
+            else:
+                torn_index = index
             continue
         if not isinstance(value, dict):
             if index != last_index:
                 problems.append(LoadProblem(index + 1, "not a JSON object"))
+            else:
+                torn_index = index
             continue
         records.append((index + 1, value))
 
@@ -704,6 +739,9 @@ def _load_generic(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile
         by_id[entry_id] = entry
         raw_by_id[entry_id] = raw
 
+    if torn_index is not None and records and not migrated and _set_torn_line_aside(
+            path, lines, torn_index):
+        torn_tail = False  # the file now ends after the last good line
     if migrated:
         # Each kept entry's JSON is its (migrated) record, which ``entry_json`` would return.
         out = [] if slot_line is None else [slot_line + b"\n"]

@@ -1,4 +1,4 @@
-"""Session settings (auto-compaction, auto-retry, trusted projects, provider keys for
+"""Session settings (auto-compaction, auto-retry, trusted projects, the environment of
 subprocesses), read from the original's ``config.yml``.
 
 Files, lowest precedence first:
@@ -51,6 +51,12 @@ trustedProjects:          # global file only
   - ~/src/my-project
 bash:
   passProviderKeys: false # global file only; true: commands and ripgrep get the provider keys
+shellEnvironmentPolicy:   # global file only; what every subprocess inherits (omp.subprocess_env)
+  inherit: all            # all | core (HOME, PATH, USER...) | none
+  ignoreDefaultExcludes: false  # true: names with KEY, SECRET, TOKEN, PASSWORD, CREDENTIAL stay
+  exclude: []             # wildcard patterns (any case) of names to leave out
+  set: {}                 # NAME: value, added or replaced
+  includeOnly: []         # not empty: only the names matching one of these stay
 task:
   maxConcurrency: 32      # children of one session running at once (<= 0: unlimited)
   maxRecursionDepth: 2    # -1: unlimited; 0: the main agent cannot spawn
@@ -85,11 +91,12 @@ web:                      # omp.tools.web_policy: web_fetch, web_search, read of
   searchApiKeys: {}       # global only; provider -> key or the variable holding it
 ```
 
-``bash.passProviderKeys``: subprocesses (the ``bash`` tool, RPC ``bash``, ripgrep) are started
-without the environment variables provider keys are read from (``omp.subprocess_env``), so a
-command such as ``env`` cannot copy them into results, frames and session files; ``true`` lets
-them through. Like ``trustedProjects`` it is read from the global file only (a repository's own
-file must not be able to ask for the keys), and loading the settings applies it to the process.
+``shellEnvironmentPolicy`` and ``bash.passProviderKeys``: what subprocesses (the ``bash`` tool,
+RPC ``bash``, ripgrep, MCP servers) inherit, so that a command such as ``env`` cannot copy
+secrets into results, frames and session files (``omp.subprocess_env`` has the steps;
+``Settings.environment_policy`` makes the policy). Like ``trustedProjects`` they are read from
+the global file and the overlays only: a repository's own file must not be able to ask for
+secrets (nor set ``BASH_ENV`` for every command).
 
 Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original's.
 """
@@ -100,7 +107,7 @@ import os
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -115,7 +122,7 @@ from ..config import (
     structure,
     warn,
 )
-from ..subprocess_env import pass_provider_keys
+from ..subprocess_env import EnvironmentPolicy
 from ..tools.web_policy import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
 from ..tools.web_policy import WebSettings
 from ..tools.web_policy import validate as _validate_web
@@ -163,6 +170,18 @@ class RetrySettings:
 class BashSettings:
     passProviderKeys: bool = False
     """Subprocesses get the provider key variables too (global file only)."""
+
+
+@attrs.define(kw_only=True)
+class ShellEnvironmentSettings:
+    """The ``shellEnvironmentPolicy`` section (Codex's ``shell_environment_policy``, in this
+    file's camelCase); ``omp.subprocess_env`` applies it."""
+
+    inherit: Literal["all", "core", "none"] = "all"
+    ignoreDefaultExcludes: bool = False
+    exclude: list[str] = attrs.field(factory=list)
+    includeOnly: list[str] = attrs.field(factory=list)
+    set: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.define(kw_only=True)
@@ -223,6 +242,8 @@ class Settings:
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
     must not be able to declare itself trusted."""
     bash: BashSettings = attrs.field(factory=BashSettings)
+    environment: ShellEnvironmentSettings = attrs.field(factory=ShellEnvironmentSettings)
+    """The ``shellEnvironmentPolicy`` section (global file and overlays only)."""
     local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
     """The ``localModels`` section."""
     disabled_providers: frozenset[str] = frozenset()
@@ -233,6 +254,17 @@ class Settings:
     notes: tuple[str, ...] = ()
     """What the ``--config`` overlays set that this runtime does not act on, one line per
     file (said once as a ``notice``)."""
+
+    def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
+        """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
+        and ``bash.passProviderKeys``, keeping ``provider_variables`` (the model registry's
+        ``key_variables()``) out unless that lets them through."""
+        e = self.environment
+        return EnvironmentPolicy(
+            inherit=e.inherit, ignore_default_excludes=e.ignoreDefaultExcludes,
+            exclude=tuple(e.exclude), include_only=tuple(e.includeOnly),
+            set=tuple(e.set.items()), provider_variables=provider_variables,
+            pass_provider_keys=self.bash.passProviderKeys)
 
 
 TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write",
@@ -245,10 +277,13 @@ and its URL reading ``fetch``). ``true`` never turns a web tool on: ``web.enable
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
                                    "async": AsyncSettings, "skills": SkillSettings,
-                                   "web": WebSettings, "localModels": LocalModelsSettings}
+                                   "web": WebSettings,
+                                   "shellEnvironmentPolicy": ShellEnvironmentSettings,
+                                   "localModels": LocalModelsSettings}
 _ATTRIBUTE = {"async": "async_", "localModels": "local_models"}
 """Sections whose attribute name differs from their key (a Python keyword, or two words)."""
 _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"}), "web": _WEB_GLOBAL_ONLY,
+                "shellEnvironmentPolicy": frozenset(attrs.fields_dict(ShellEnvironmentSettings)),
                 "localModels": frozenset({"servers"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets, send a
 search key elsewhere, point the model at the user's private network, or send our prompts to a
@@ -272,6 +307,7 @@ _ORIGINAL_KEYS = {
     "async": frozenset(),
     "skills": frozenset(),
     "web": frozenset(),
+    "shellEnvironmentPolicy": frozenset(),
     "localModels": frozenset(),
 }
 
@@ -287,6 +323,8 @@ class _File:
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     skills: SkillSettings = attrs.field(factory=SkillSettings)
     web: WebSettings = attrs.field(factory=WebSettings)
+    shellEnvironmentPolicy: ShellEnvironmentSettings = attrs.field(
+        factory=ShellEnvironmentSettings)
     local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
     trustedProjects: list[str] | None = None
 
@@ -305,7 +343,6 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
     """The settings for a session in ``cwd``: the global file of the agent directory
     (``$OMP_AGENT_DIR`` or ``~/.omp/agent`` when None) with the project's files of ``cwd`` over
     it (none read when ``cwd`` is None), then the ``overlays`` (``--config``).
-    ``bash.passProviderKeys`` is applied to the process (``omp.subprocess_env``).
 
     No file: the defaults. A wrong one raises ConfigError naming it (nothing half-applied).
     """
@@ -371,11 +408,12 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         async_=AsyncSettings(**merged["async"]),
                         skills=SkillSettings(**merged["skills"]),
                         web=WebSettings(**merged["web"]),
+                        environment=ShellEnvironmentSettings(
+                            **merged["shellEnvironmentPolicy"]),
                         local_models=LocalModelsSettings(**merged["localModels"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes))
-    pass_provider_keys(settings.bash.passProviderKeys)
     return settings
 
 
@@ -512,4 +550,21 @@ def _validate(file: _File, path: Path) -> None:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
     for where, what in _validate_web(file.web):
         raise problem(path, where, what)
+    _validate_environment(file.shellEnvironmentPolicy, path)
+
+
+def _validate_environment(policy: ShellEnvironmentSettings, path: Path) -> None:
+    # What exec would refuse at every start (or take apart) is refused here, once, by name.
+    for key in ("exclude", "includeOnly"):
+        for i, pattern in enumerate(getattr(policy, key)):
+            if not pattern or "\0" in pattern:
+                raise problem(path, f"$.shellEnvironmentPolicy.{key}[{i}]",
+                              f"must be a non-empty name pattern (got {pattern!r})")
+    for name, value in policy.set.items():
+        if not name or "=" in name or "\0" in name:
+            raise problem(path, f"$.shellEnvironmentPolicy.set.{name}",
+                          "a variable name must be non-empty, without '=' or NUL")
+        if "\0" in value:
+            raise problem(path, f"$.shellEnvironmentPolicy.set.{name}",
+                          "a value must not contain NUL")
 

@@ -15,7 +15,6 @@ from ..llm.stream import HttpClient
 from ..llm.thinking import clamp, efforts
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
-from ..subprocess_env import hide_from_subprocesses
 from ..tools import default_tools
 from ..tools.base import Tool, ToolContext, UriHandler
 from ..tools.specs import WEB_SPECS
@@ -130,7 +129,14 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         chosen = registry.find(chosen.provider, chosen.id) or chosen
     todos = TodoState()
     http = http or HttpClient()
-    context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env))
+    secret_variables = registry.key_variables()
+    if settings.web.enabled:
+        from ..tools.web_search import KEY_VARIABLES
+
+        # The search keys' variables are kept from subprocesses like the model providers'.
+        secret_variables |= frozenset(KEY_VARIABLES)
+    context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
+                          environment=settings.environment_policy(secret_variables))
     active = list(default_tools(context, todos)) if tools is None else list(tools)
     if tool_names is not None:
         by_name = {t.name: t for t in active}
@@ -173,12 +179,6 @@ def create_session(*, provider: str | None = None, model: str | None = None,
 def web_access(settings: Settings, http: HttpClient, registry: ModelRegistry,
                environ: Mapping[str, str]) -> WebAccess:
     """The web tools' access for a session with ``settings`` (off unless ``web.enabled``)."""
-    if settings.web.enabled:
-        from ..tools.web_search import KEY_VARIABLES
-
-        # The search keys' variables are kept from subprocesses like the model providers'.
-        hide_from_subprocesses(KEY_VARIABLES)
-
     def stored_key(provider: str) -> str | None:
         entry = registry.credentials.entries.get(provider)
         key = getattr(entry, "key", None)

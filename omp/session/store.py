@@ -69,6 +69,9 @@ class SessionStore:
     file: SessionFile | None = None
     persistence_failure: str | None = None
     """Why the session file stopped being written, once it did."""
+    startup_notes: list[str] = attrs.field(factory=list)
+    """What the start passed over that a host should hear once (``--continue`` skipping an
+    unusable newer file); ``omp.rpc.lifecycle.startup_notices`` takes them."""
     _session_id: str = attrs.field(factory=lambda: str(uuid.uuid4()), init=False)
     _started: str = attrs.field(factory=lambda: iso_timestamp(datetime.now(UTC)), init=False)
     """When the in-memory session began (its header's ``timestamp``)."""
@@ -188,14 +191,19 @@ class SessionStore:
         ``--continue`` (the newest session of this cwd), else a new one. Raises SessionError
         naming the file when it cannot be read or created."""
         assert self.directory is not None
+        skipped: list[str] = []
+        newest = None
         try:
             if session_path is not None:
                 file = (SessionFile.open(session_path) if session_path.exists()
                         else SessionFile.create_at(session_path, cwd=str(self.cwd)))
-            elif resume and (newest := newest_session(self.directory)) is not None:
+            elif resume and (newest := newest_session(self.directory,
+                                                      skipped=skipped)) is not None:
                 file = SessionFile.open(newest)
             else:
                 file = SessionFile.create(self.directory, cwd=str(self.cwd))
+            then = f"continuing {newest.name}" if newest else "starting a new session"
+            self.startup_notes += [f"--continue skipped {line}; {then}" for line in skipped]
         except (OSError, ValueError, RecursionError) as exc:
             raise SessionError(f"Cannot open the session file: {_reason(exc)}") from None
         return self.adopt(file)

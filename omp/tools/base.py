@@ -24,6 +24,7 @@ import attrs
 import msgspec
 
 from ..protocol.messages import ImageContent, TextContent
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 
 if TYPE_CHECKING:
     from ..commands.skills import Skill
@@ -142,6 +143,8 @@ class ToolContext:
     uris: UriHandler | None = None
     skills: Sequence[Skill] = ()
     """The session's skills: ``read`` serves their ``skill://`` URIs."""
+    environment: EnvironmentPolicy = DEFAULT_POLICY
+    """What the subprocesses of the tools inherit (``Settings.environment_policy``)."""
     web: WebAccess | None = None
     """The network policy and HTTP client of the web tools; None or disabled: no web tools,
     and ``read`` refuses ``http(s)://`` URLs naming the setting."""
