@@ -247,7 +247,8 @@ async def test_models_json_lists_what_has_credentials(tmp_path: Path,
         "provider": "fake", "id": "fake-model", "selector": "fake/fake-model",
         "name": "fake-model", "contextWindow": 128000, "maxTokens": 4096, "reasoning": True,
         "thinking": ["minimal", "low", "medium", "high"], "input": ["text"],
-        "cost": {"input": 0.0, "output": 0.0, "cacheRead": 0.0, "cacheWrite": 0.0}}]}
+        "cost": {"input": 0.0, "output": 0.0, "cacheRead": 0.0, "cacheWrite": 0.0},
+        "credential": "notNeeded"}]}
     table = await omp("models", cwd=tmp_path)
     assert table.stdout.startswith(b"fake (1)\n")
     none = await omp("models", "nothing-like-this", "--json", cwd=tmp_path)

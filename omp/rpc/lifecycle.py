@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -63,6 +63,7 @@ from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
+    from ..llm.local import LocalDiscovery
 
 DRAIN_STALL_SECONDS = 1.0
 """After the front ended, how long the output may make no progress before unsent frames are
@@ -87,6 +88,9 @@ class Runtime:
     host_uris: HostUris
     session: AgentSession
     subagents: SubagentHost | None
+    discovery: LocalDiscovery | None = None
+    """The local model servers being asked, from right after ``ready``
+    (``start_local_discovery``; None before, or when that is off)."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -131,6 +135,26 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
     return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
                    session, found[0] if found else None)
+
+
+def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
+                          environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
+    """Start asking the local model servers for their models (``localModels`` in
+    ``config.yml``) as a task of ``nursery``; None when it is off (there, or
+    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is queued: its module is imported then."""
+    from ..llm.local import LocalDiscovery, turned_off  # lazy: omp.lazy says why
+
+    session = runtime.session
+    chosen = session.settings.local_models
+    if not chosen.enabled or turned_off(os.environ if environ is None else environ):
+        return None
+    servers = session.registry.local_servers()
+    if not servers:
+        return None
+    runtime.discovery = LocalDiscovery(session.registry, runtime.http, servers,
+                                       timeout=chosen.timeoutMs / 1000)
+    runtime.discovery.start(nursery)
+    return runtime.discovery
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

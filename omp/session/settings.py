@@ -24,13 +24,14 @@ Files, lowest precedence first:
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
-``retry``, ``bash``, ``task``, ``async``, ``skills``) the original has more keys than we use, and
-adds some between versions, so an unmodelled key is never an error: a key the original defines
-(``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a typo) is ignored with a
-warning on stderr naming the file and ``$.section.key``. A key we model with a value of the wrong
-type or range IS an error naming the file and the key (the strict converter of ``omp/config.py``),
-and nothing is applied. ``null`` for a key means "not set" (its default), except ``reserveTokens``,
-where null is a value (the automatic reserve). A missing file or an empty one means the defaults.
+``retry``, ``bash``, ``task``, ``async``, ``skills``; ``localModels`` is ours) the original has
+more keys than we use, and adds some between versions, so an unmodelled key is never an error: a
+key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a
+typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we model
+with a value of the wrong type or range IS an error naming the file and the key (the strict
+converter of ``omp/config.py``), and nothing is applied. ``null`` for a key means "not set" (its
+default), except ``reserveTokens``, where null is a value (the automatic reserve). A missing file
+or an empty one means the defaults.
 
 ```yaml
 compaction:
@@ -66,6 +67,11 @@ task:
 async:
   enabled: true           # background children (false: every child runs inline)
   maxJobs: 100
+localModels:              # local model servers, asked after `ready` (omp.llm.local)
+  enabled: true           # false (or OMP_LOCAL_MODELS=0): none is asked
+  timeoutMs: 1000         # per server: connect and list its models
+  servers: {}             # global file only; provider -> its OpenAI-compatible root, e.g.
+                          # {ollama: "http://gpu-box:11434/v1"}; default loopback ports
 skills:                   # omp.commands.skills: where skills are found, which load
   enabled: true
   enableSkillCommands: true   # skill:<name> commands and /skill:<name>
@@ -98,6 +104,7 @@ Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original'
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -178,6 +185,18 @@ class ShellEnvironmentSettings:
 
 
 @attrs.define(kw_only=True)
+class LocalModelsSettings:
+    """Local model servers (Ollama, llama.cpp, LM Studio, vLLM) asked for their models."""
+
+    enabled: bool = True
+    timeoutMs: int = 1000
+    """How long one server may take to accept and list its models."""
+    servers: dict[str, str] = attrs.field(factory=dict)
+    """Provider → the server's OpenAI-compatible root (global file only: a repository must
+    not be able to send our prompts to an address of its choosing)."""
+
+
+@attrs.define(kw_only=True)
 class TaskSettings:
     """The ``task`` tool and its subagents (subagents-login.md A.2)."""
 
@@ -225,6 +244,8 @@ class Settings:
     bash: BashSettings = attrs.field(factory=BashSettings)
     environment: ShellEnvironmentSettings = attrs.field(factory=ShellEnvironmentSettings)
     """The ``shellEnvironmentPolicy`` section (global file and overlays only)."""
+    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
+    """The ``localModels`` section."""
     disabled_providers: frozenset[str] = frozenset()
     """The original's ``disabledProviders``: context-file sources left out (``agents-md``,
     ``claude``, ``native``)."""
@@ -257,13 +278,16 @@ _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": Re
                                    "bash": BashSettings, "task": TaskSettings,
                                    "async": AsyncSettings, "skills": SkillSettings,
                                    "web": WebSettings,
-                                   "shellEnvironmentPolicy": ShellEnvironmentSettings}
-_ATTRIBUTE = {"async": "async_"}
-"""Sections whose attribute name differs from their key (a Python keyword)."""
+                                   "shellEnvironmentPolicy": ShellEnvironmentSettings,
+                                   "localModels": LocalModelsSettings}
+_ATTRIBUTE = {"async": "async_", "localModels": "local_models"}
+"""Sections whose attribute name differs from their key (a Python keyword, or two words)."""
 _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"}), "web": _WEB_GLOBAL_ONLY,
-                "shellEnvironmentPolicy": frozenset(attrs.fields_dict(ShellEnvironmentSettings))}
+                "shellEnvironmentPolicy": frozenset(attrs.fields_dict(ShellEnvironmentSettings)),
+                "localModels": frozenset({"servers"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets, send a
-search key elsewhere, or point the model at the user's private network)."""
+search key elsewhere, point the model at the user's private network, or send our prompts to a
+server of its choosing)."""
 
 # Keys of these sections that the original omp defines (its settings schema, across recent
 # versions) and we do not model: a user's file may hold them, so they are no mistake.
@@ -284,6 +308,7 @@ _ORIGINAL_KEYS = {
     "skills": frozenset(),
     "web": frozenset(),
     "shellEnvironmentPolicy": frozenset(),
+    "localModels": frozenset(),
 }
 
 
@@ -300,6 +325,7 @@ class _File:
     web: WebSettings = attrs.field(factory=WebSettings)
     shellEnvironmentPolicy: ShellEnvironmentSettings = attrs.field(
         factory=ShellEnvironmentSettings)
+    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -384,6 +410,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         web=WebSettings(**merged["web"]),
                         environment=ShellEnvironmentSettings(
                             **merged["shellEnvironmentPolicy"]),
+                        local_models=LocalModelsSettings(**merged["localModels"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes))
@@ -511,7 +538,13 @@ def _validate(file: _File, path: Path) -> None:
             raise problem(path, f"$.task.agentModelOverrides.{name}",
                           "must be a model pattern or a list of them")
     checks += (("task.maxRuntimeMs", file.task.maxRuntimeMs),
-               ("task.softRequestBudget", file.task.softRequestBudget))
+               ("task.softRequestBudget", file.task.softRequestBudget),
+               ("localModels.timeoutMs", file.local_models.timeoutMs))
+    for name, url in file.local_models.servers.items():
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise problem(path, f"$.localModels.servers.{name}",
+                          f"must be an http(s) URL such as http://127.0.0.1:11434/v1, got {url!r}")
     for where, value in checks:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
