@@ -11,7 +11,9 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
 * Steering is dequeued at every turn boundary; follow-ups only when the agent would stop. Both
   feed more turns of the same attempt. ``one-at-a-time`` dequeues one message, ``all`` the queue.
   A turn whose model call failed ends the attempt (the saga decides what follows).
-* Tool calls: arguments are validated against the tool's schema first; read-only calls that
+* Tool calls: a call the approval ``gate`` denies by policy is refused before the extensions'
+  ``tool_call`` hooks; arguments are validated against the tool's schema, then the gate decides
+  (it may ask the user) before the call is announced; read-only calls that
   follow each other run concurrently, any other call runs alone, in call order. Frames of a call
   (``tool_execution_end``, its toolResult ``message_start``/``message_end``) are written as it
   completes; results enter the context in call order. With ``interruptMode: immediate``, once
@@ -129,6 +131,20 @@ class AgentHooks(Protocol):
 
     async def tool_result(self, call_id: str, tool_name: str, arguments: dict[str, Any],
                           result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]: ...
+
+
+class ToolGate(Protocol):
+    """Tool approval (``omp.session.approval``): asked about every call before it runs."""
+
+    def precheck(self, tool: Tool, args: dict[str, Any]) -> str | None:
+        """The error text of a call denied without asking (before the ``tool_call`` hooks);
+        None otherwise."""
+        ...
+
+    async def check(self, call_id: str, tool: Tool, args: dict[str, Any]) -> str | None:
+        """None: the call runs; else its error text. May ask the user (a dialog awaited in
+        the run's task: an abort cancels it, and the call counts as not started)."""
+        ...
 
 
 class NoHooks:
@@ -301,6 +317,8 @@ class Agent:
     interrupt_mode: Literal["immediate", "wait"] = "immediate"
     last_call: ModelCall | None = None
     """The latest model call (its ``error`` explains an ``error`` outcome)."""
+    gate: ToolGate | None = None
+    """Tool approval; None: every call runs."""
     _added: list[m.AgentMessage] = attrs.field(factory=list)
     """What the current (or last) attempt added: ``agent_end.messages``."""
     _turn: _Turn | None = None
@@ -602,6 +620,12 @@ class Agent:
                 args = tool.prepare_arguments(dict(call.arguments))
             except Exception:
                 args = call.arguments  # validation below reports what is wrong
+        gate = self.gate if tool is not None else None
+        if gate is not None and tool is not None and (
+                denied := gate.precheck(tool, dict(args))) is not None:
+            # Denied by policy: the extensions never hear of the call (extensions.md §1.6).
+            await self._refuse(turn, call, args, ToolResult.text(denied, {}))
+            return
         if tool is not None and hooks.active:
             # Extensions decide before the call is announced (and before a host tool's
             # request is written): block it, or change its arguments.
@@ -609,12 +633,8 @@ class Agent:
             decision = await hooks.tool_call(call.id, call.name, dict(args))
             turn.gating.discard(call.id)
             if decision.block is not None:
-                self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id,
-                                                        toolName=call.name, args=args))
-                turn.started[call.id] = None
-                turn.results[call.id] = await self._finish_notified(
-                    call, ToolResult.text(decision.block or BLOCKED_BY_EXTENSION,
-                                          {"blocked": True}), True)
+                await self._refuse(turn, call, args, ToolResult.text(
+                    decision.block or BLOCKED_BY_EXTENSION, {"blocked": True}))
                 return
             if decision.arguments is not None:
                 args = decision.arguments
@@ -626,6 +646,10 @@ class Agent:
             # texts) is not held to its schema here.
             if not tool.lenient_arguments:
                 problem = validate_arguments(tool, args)
+            if problem is None and gate is not None and (
+                    denied := await gate.check(call.id, tool, dict(args))) is not None:
+                await self._refuse(turn, call, args, ToolResult.text(denied, {}))
+                return
             # A tool run by the host writes its request before the call is announced.
             if problem is None:
                 tool.open_call(call.id, args)
@@ -659,6 +683,15 @@ class Agent:
         if not result.content and is_error:
             result = ToolResult.text("Tool failed with no output.", result.details)
         turn.results[call.id] = await self._finish_notified(call, result, is_error)
+
+
+    async def _refuse(self, turn: _Turn, call: m.ToolCall, args: dict[str, Any],
+                      result: ToolResult) -> None:
+        """A call that does not run (denied, blocked): announced, then its error result."""
+        self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
+                                                args=args))
+        turn.started[call.id] = None
+        turn.results[call.id] = await self._finish_notified(call, result, True)
 
 
 def _result_message(call: m.ToolCall, result: ToolResult, is_error: bool

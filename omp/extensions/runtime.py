@@ -33,7 +33,7 @@ import trio
 from ..agent.loop import CallDecision
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..tools.base import OnUpdate, Tool, ToolError, ToolResult
+from ..tools.base import OnUpdate, Tier, Tool, ToolError, ToolResult
 from .api import (
     Extension,
     ExtensionAPI,
@@ -329,6 +329,9 @@ class ExtensionTool(Tool):
     @property
     def parameters(self) -> dict[str, Any]:
         return self.registered.parameters
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        return self.registered.approval
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -45,6 +45,7 @@ from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
 from ..session import AgentSession, SessionError, create_session
 from ..session.aborts import AbortRegistry
+from ..session.approval import ApprovalGate
 from ..session.sink import EventSink
 from ..subagents import SubagentHost
 from ..subagents import install as install_subagents
@@ -123,8 +124,20 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         skills=options.skills, require_credentials=require_credentials,
         sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
+    session.use_approval(approval_gate(options, session, host_ui))
     return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
                    session, found[0] if found else None)
+
+
+def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> ApprovalGate:
+    """The settings' tool approval with the command line's over it (omp-surface C.1)."""
+    settings = session.settings.approval
+    if options.approval_mode is not None:
+        settings = attrs.evolve(settings, mode=options.approval_mode)
+    if options.auto_approve:
+        settings = attrs.evolve(settings, auto_approve=True)
+    session.settings.approval = settings
+    return ApprovalGate(settings, ui, options.approve)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

@@ -26,7 +26,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, Input, NoHooks, TurnSetup, user_message
+from ..agent.loop import Agent, Input, NoHooks, ToolGate, TurnSetup, user_message
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..llm.builder import Pace
@@ -94,6 +94,9 @@ class AgentSession:
     """``set_auto_compaction``: whether compaction may start on its own."""
     task_depth: int = 0
     """How deep this session is in a tree of subagents (the main session: 0)."""
+    approval: ToolGate | None = None
+    """Tool approval (``omp.session.approval``); a subagent gets its parent's, so it asks
+    through the parent's host. None: every call runs."""
     extensions: Extensions | None = attrs.field(default=None, init=False)
     skills: list[Skill] = attrs.field(factory=list, init=False)
     reported: ReportOnce = attrs.field(factory=ReportOnce, init=False)
@@ -115,7 +118,8 @@ class AgentSession:
         self.store = SessionStore(self.cwd, self.publish, self._sessions_directory)
         self.models = ModelControl(self.registry, self._start_model, self.publish,
                                    self.store.persist, self.http, self._start_thinking)
-        self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup)
+        self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup,
+                           gate=self.approval)
         self.runs = RunCoordinator(self.agent, self, self.publish, self.aborts,
                                    self._record, self._agent_end_hook, self.store.written,
                                    random.Random())
@@ -159,6 +163,10 @@ class AgentSession:
                 blocks = [*blocks[:-1], self.prompt_extra, *blocks[-1:]]
             self._prompt = (key, blocks)
         return self._prompt[1]
+
+    def use_approval(self, gate: ToolGate | None) -> None:
+        """Every later tool call passes ``gate`` (None: none)."""
+        self.approval = self.agent.gate = gate
 
     def set_host_tools(self, tools: Sequence[Tool]) -> None:
         """Replace the host's tools; the next model call (and system prompt) has them."""

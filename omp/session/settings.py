@@ -19,8 +19,12 @@ Files, lowest precedence first:
    ``agents-md`` leaves out the ``AGENTS.md`` files, ``claude`` the ``CLAUDE.md`` files,
    ``native`` the agent directory's own) and ``<tool>.enabled: false`` for a built-in tool
    (``read``, ``bash``, ``edit``, ``write``, ``grep`` / ``search``, ``find``, ``ls``,
-   ``todo``): that tool is not offered. ``tools.approvalMode`` may only be ``yolo`` (what this
-   runtime does); another value is an error.
+   ``todo``): that tool is not offered. Tool approval (omp-surface C.1):
+   ``tools.approvalMode`` (``always-ask``, ``write``, ``yolo``; another value is an error) and
+   ``tools.approval.<tool>: allow | deny | prompt`` (another value is ignored with a warning,
+   as the original ignores it); a project's own file cannot set either (a repository must not
+   wave its own tool calls through). Todo reminders (D.7): ``todo.reminders`` (bool) and
+   ``todo.remindersMax`` (a whole number).
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
@@ -84,7 +88,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -177,6 +181,32 @@ class AsyncSettings:
     """Background jobs running at once (clamped to 1..100)."""
 
 
+ApprovalMode = Literal["always-ask", "write", "yolo"]
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("always-ask", "write", "yolo")
+ApprovalPolicy = Literal["allow", "deny", "prompt"]
+APPROVAL_POLICIES: tuple[ApprovalPolicy, ...] = ("allow", "deny", "prompt")
+
+
+@attrs.define(kw_only=True)
+class ApprovalSettings:
+    """Tool approval (omp-surface C.1): ``tools.approvalMode`` and ``tools.approval``."""
+
+    mode: ApprovalMode = "yolo"
+    """Which tiers run without asking (``--approval-mode`` overrides it)."""
+    policies: dict[str, ApprovalPolicy] = attrs.field(factory=dict)
+    """``tools.approval``: tool name → allow / deny / prompt, honoured in every mode."""
+    auto_approve: bool = False
+    """``--auto-approve`` / ``--yolo``: every mode acts as ``yolo``."""
+
+
+@attrs.define(kw_only=True)
+class TodoReminderSettings:
+    """``todo.reminders`` / ``todo.remindersMax`` (omp-surface D.7)."""
+
+    enabled: bool = True
+    max: int = 3
+
+
 @attrs.define(kw_only=True)
 class Settings:
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
@@ -198,6 +228,9 @@ class Settings:
     notes: tuple[str, ...] = ()
     """What the ``--config`` overlays set that this runtime does not act on, one line per
     file (said once as a ``notice``)."""
+    approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
+    """``tools.approvalMode`` / ``tools.approval`` (global file and overlays only)."""
+    todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
 
 
 TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write",
@@ -299,7 +332,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                     del chosen[key]
                     warn(f"{path}: $.{section}.{key}: ignored; only the global "
                          f"{directory / GLOBAL_FILES[0]} can set it")
-            extras.read(raw, path)
+            extras.read(raw, path, project=True)
             layers.append(_layer(raw, path))
     for given in overlays:
         path = Path(os.path.abspath(given))
@@ -327,7 +360,8 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         skills=SkillSettings(**merged["skills"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
-                        notes=tuple(extras.notes))
+                        notes=tuple(extras.notes), approval=extras.approval,
+                        todo_reminders=extras.todo_reminders)
     pass_provider_keys(settings.bash.passProviderKeys)
     return settings
 
@@ -339,10 +373,12 @@ class _Extras:
     disabled_providers: list[str] = attrs.field(factory=list)
     disabled_tools: set[str] = attrs.field(factory=set)
     notes: list[str] = attrs.field(factory=list)
+    approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
+    todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
 
-    def read(self, raw: dict[Any, Any], path: Path) -> list[str]:
-        """Take what ``raw`` (the file ``path``) says; returns the other keys outside the
-        modelled sections, as dotted paths."""
+    def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
+        """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
+        returns the other keys outside the modelled sections, as dotted paths."""
         unused: list[str] = []
         for key, value in raw.items():
             name = str(key)
@@ -354,6 +390,11 @@ class _Extras:
                 self.disabled_providers = list(value)
                 continue
             for dotted, leaf in _leaves(name, value):
+                if project and dotted.startswith(("tools.approval", "tools.approvalMode")):
+                    # A repository must not be able to wave its own tool calls through.
+                    warn(f"{path}: $.{dotted}: ignored; tool approval is set in the global "
+                         "config.yml or a --config file only")
+                    continue
                 if not self._take(dotted, leaf, path):
                     unused.append(dotted)
         return unused
@@ -361,6 +402,29 @@ class _Extras:
     def _take(self, dotted: str, value: Any, path: Path) -> bool:
         """Whether ``dotted`` = ``value`` is a key this runtime acts on (then it did)."""
         head, _, tail = dotted.partition(".")
+        if dotted == "tools.approval" and value in ({}, None):
+            return True
+        if head == "tools" and tail.startswith("approval."):
+            tool = tail.removeprefix("approval.")
+            policy = value.strip().lower() if isinstance(value, str) else None
+            if policy not in APPROVAL_POLICIES:
+                # The original ignores such a value; we say so.
+                warn(f"{path}: $.tools.approval.{tool}: ignored; expected allow, deny or "
+                     f"prompt (got {value!r})")
+                return True
+            self.approval.policies[tool] = policy
+            return True
+        if dotted == "todo.reminders":
+            if not isinstance(value, bool):
+                raise problem(path, "$.todo.reminders", f"expected true or false (got {value!r})")
+            self.todo_reminders.enabled = value
+            return True
+        if dotted == "todo.remindersMax":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise problem(path, "$.todo.remindersMax",
+                              f"expected a whole number of 0 or more (got {value!r})")
+            self.todo_reminders.max = value
+            return True
         if tail == "enabled" and head in TOOL_SWITCHES and isinstance(value, bool):
             tool = TOOL_SWITCHES[head]
             if value:
@@ -369,9 +433,10 @@ class _Extras:
                 self.disabled_tools.add(tool)
             return True
         if dotted == "tools.approvalMode":
-            if value != "yolo":
-                raise problem(path, "$.tools.approvalMode", f"{value!r} is not available in "
-                              "this version: every tool runs without asking (yolo)")
+            if value not in APPROVAL_MODES:
+                raise problem(path, "$.tools.approvalMode", "must be one of always-ask, write, "
+                              f"yolo (got {value!r})")
+            self.approval.mode = value
             return True
         return False
 
