@@ -45,6 +45,7 @@ from .errors import SessionError
 from .file import SessionFile
 from .maintenance import Maintenance
 from .model_control import ModelControl
+from .reminders import TodoReminders
 from .settings import Settings
 from .sink import EventSink, NullSink, Published, Update
 from .store import Adopted, SessionStore
@@ -109,6 +110,7 @@ class AgentSession:
     agent: Agent = attrs.field(init=False)
     runs: RunCoordinator = attrs.field(init=False)
     maintenance: Maintenance = attrs.field(init=False)
+    reminders: TodoReminders = attrs.field(init=False)
     own_tools: list[Tool] = attrs.field(factory=list, init=False)
     """The built-in tools and those that need the session (``tools_from``)."""
     _active_tools: set[str] | None = attrs.field(default=None, init=False)
@@ -125,6 +127,9 @@ class AgentSession:
                                    random.Random())
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
+        self.reminders = TodoReminders(
+            self.todos, self.settings.todo_reminders,
+            enabled="todo" not in self.settings.disabled_tools)
         self.own_tools = list(self.builtin_tools)
         if self.tools_from is not None:
             self.own_tools += self.tools_from(self)
@@ -435,6 +440,17 @@ class AgentSession:
         if any(msg is failed for msg in messages):
             index = max(i for i, msg in enumerate(messages) if msg is failed)
             del messages[index:]  # its synthetic "not executed" tool results go with it
+
+    def remind_todos(self, last: m.AssistantMessage | None) -> bool:
+        if self.agent.stop_requested:
+            return False
+        due = self.reminders.due(last)
+        if due is None:
+            return False
+        event, message = due
+        self.publish(event)
+        self._record(message)  # hidden: in the context and the file, no message frames
+        return True
 
     def can_compact(self) -> bool:
         return self.maintenance.can_compact()

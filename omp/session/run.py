@@ -22,6 +22,8 @@ Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; 
   ``Nothing to compact``) and the overflow ends the run. After a successful run past the
   threshold the context is compacted before ``agent_end`` (``reason: "threshold"``). Both
   compactions run inside the run's scope.
+* An attempt that completed while todos are unfinished may be followed by another one, after
+  a ``todo_reminder`` (``omp.session.reminders``), inside the same scope.
 * An abort before the run started writes nothing: the saga reports that it never ran.
 * A bug (an exception out of the loop) closes what is open like an abort and ends the run with
   an ``error`` outcome naming it; the session goes on.
@@ -73,6 +75,11 @@ class RunHost(Protocol):
     def can_compact(self) -> bool: ...
 
     def needs_compaction(self) -> bool: ...
+
+    def remind_todos(self, last: m.AssistantMessage | None) -> bool:
+        """After a completed attempt: whether a todo reminder was written (its event
+        published, its hidden message in the context), so that another attempt follows."""
+        ...
 
     async def summarize(self) -> CompactionResult | None:
         """Compact the live context now; None when there is nothing to compact. Raises
@@ -185,6 +192,10 @@ class Run:
                 break
             delay = self._retry_delay(result)
             if delay is None:
+                if result.outcome == "completed" and host.remind_todos(result.last):
+                    if self._retry_open:
+                        self._end_retry(True, None)
+                    continue  # unfinished todos: the agent goes on (omp.session.reminders)
                 break
             self._retries += 1
             self._retry_open = True
