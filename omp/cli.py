@@ -59,7 +59,6 @@ NO_EFFECT: dict[str, str] = {
     "--no-pty": "bash never runs in a PTY here",
     "--allow-home": "this runtime never moves out of the home directory",
     "--hide-thinking": "a display setting; nothing is displayed here",
-    "--no-rules": "there are no rules (TTSR) here",
 }
 """Flags of the original accepted with nothing to act on here, and why."""
 
@@ -192,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a plugin directory: its Python extensions (DIR/extensions) and "
                        "skills (DIR/skills) load; TypeScript plugin code is skipped")
     tools.add_argument("--no-skills", action="store_true", help="load no skills")
+    tools.add_argument("--no-rules", action="store_true",
+                       help="load no TTSR rules (<agent dir>/rules, the project's .omp/rules)")
     tools.add_argument("--skills", metavar="GLOBS",
                        help="comma-separated glob patterns: only matching skills load")
     tools.add_argument("--trust-project", action="store_true",
@@ -213,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         "accepted for the original's sake", "These change nothing here: "
         + "; ".join(f"{flag}: {why}" for flag, why in NO_EFFECT.items()) + ".")
     original.add_argument("--no-title", "--no-lsp", "--no-pty", "--allow-home", "--hide-thinking",
-                          "--no-rules", dest="no_effect",
+                          dest="no_effect",
                           action="store_true", help=argparse.SUPPRESS)
     refused = parser.add_argument_group(
         "refused", "Flags of the original that cannot apply here (exit 2): "
@@ -429,6 +430,7 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
             plugin_dirs=[Path(path).expanduser() for path in args.plugin_dirs],
             skills=False if args.no_skills else _names(args.skills),
             approval_mode=args.approval_mode, auto_approve=args.auto_approve,
+            rules=not args.no_rules,
             deadline=None if args.max_time is None else started + args.max_time)
     except OSError as exc:
         print(f"omp: cannot read the system prompt file: {exc}", file=sys.stderr)

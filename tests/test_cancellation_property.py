@@ -1037,7 +1037,7 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     check_message_ids(frames)
     assert_tool_calls_paired(frames)
     check_host_requests(frames, record.sent)
-    check_dialogs(frames, record.sent)
+    check_dialogs(frames, record.sent, record.eof_frames)
     check_responses(frames, record.commands, exact=True)
     check_prompt_results(frames, record.prompt_ids, exact=True)
     check_idle_after_runs(frames, record.prompt_ids, record.state_ids)

@@ -18,6 +18,9 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
   (``tool_execution_end``, its toolResult ``message_start``/``message_end``) are written as it
   completes; results enter the context in call order. With ``interruptMode: immediate``, once
   steering is queued the calls not started yet are skipped.
+* A ``watch`` (TTSR rules) sees every streamed event as it is published; when it says so the
+  model call is cut (a cancel scope of its own): the message ends ``aborted`` without its tool
+  calls, its turn ends, the attempt ends, and the result's ``cut`` tells the run saga why.
 * Output: every frame is published at once; nothing publishing waits. The streaming producers
   (the model call, a tool's updates) wait on ``AgentSink.pace`` while the host is far behind
   (the model call before each network read, and between events only while behind; a tool
@@ -147,6 +150,29 @@ class ToolGate(Protocol):
         ...
 
 
+class StreamCut(Protocol):
+    """What a ``StreamWatch`` found that stops the stream."""
+
+    @property
+    def reason(self) -> str:
+        """The cut message's ``errorMessage``."""
+        ...
+
+
+class StreamWatch(Protocol):
+    """Watches the model's stream as it arrives (``omp.session.rules``: TTSR)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def begin(self) -> None:
+        """A model call starts."""
+
+    def observe(self, event: StreamEvent) -> StreamCut | None:
+        """One event (after it was published); a cut when the stream must stop here."""
+        ...
+
+
 class NoHooks:
     """No extension: every hook is skipped (``active`` is False)."""
 
@@ -213,6 +239,9 @@ class RunResult:
     """The attempt's last assistant message."""
     error: ProviderError | None = None
     """The failed model call's error (outcome ``error`` / ``overflow``)."""
+    cut: StreamCut | None = None
+    """The stream watch stopped the last model call (``last`` ended ``aborted`` with its
+    reason): the attempt ended after that turn."""
 
 
 def now_ms() -> int:
@@ -319,6 +348,9 @@ class Agent:
     """The latest model call (its ``error`` explains an ``error`` outcome)."""
     gate: ToolGate | None = None
     """Tool approval; None: every call runs."""
+    watch: StreamWatch | None = None
+    """Watches each model call's stream and may cut it (TTSR); None: nothing watches."""
+    _cut: StreamCut | None = None
     _added: list[m.AgentMessage] = attrs.field(factory=list)
     """What the current (or last) attempt added: ``agent_end.messages``."""
     _turn: _Turn | None = None
@@ -361,13 +393,14 @@ class Agent:
         self._turn_index = 0
         self._system_prompt = None
         self.stop_requested = False
+        self._cut = None
         if self.hooks.active:
             await self.hooks.agent_start()
         self.sink.publish(ev.AgentStart())
         pending: list[Input] = [*prompts, *self._dequeue(self.steering, self.steering_mode)]
         while True:
             assistant, more = await self._run_turn(pending)
-            if assistant.stopReason == "error" or self.stop_requested:
+            if assistant.stopReason == "error" or self.stop_requested or self._cut is not None:
                 break
             pending = self._dequeue(self.steering, self.steering_mode)
             if more or pending:
@@ -388,7 +421,7 @@ class Agent:
                 error = call.error if call is not None else None
                 overflow = error is not None and error.kind == "context_overflow"
                 outcome = "overflow" if overflow else "error"
-        return RunResult(outcome, list(self._added), last, error)
+        return RunResult(outcome, list(self._added), last, error, self._cut)
 
     def close_open(self, reason: str) -> RunResult:
         """Close whatever the cancelled attempt left open, in protocol order; never waits.
@@ -531,8 +564,14 @@ class Agent:
         call = self.last_call = turn.call = ModelCall(setup.model, context, setup.options)
 
         publish_update = self.sink.publish_update
+        watch = self.watch if self.watch is not None and self.watch.active else None
+        if watch is not None:
+            watch.begin()
+        cut = trio.CancelScope()
 
         def on_event(event: StreamEvent) -> None:
+            if cut.cancel_called:
+                return  # cut: nothing after the event that matched reaches the host
             if event.type == "start":
                 self.sink.publish(ev.MessageStart(message=event.partial))
                 turn.message_started = True
@@ -542,8 +581,21 @@ class Agent:
                 if event.type == "toolcall_end":
                     turn.ended_tool_calls.add(event.content_index)
                 publish_update(AssistantUpdate(event))
+                if watch is not None and (found := watch.observe(event)) is not None:
+                    self._cut = found
+                    cut.cancel()
 
-        final = await call.run(on_event, pace=self.sink.pace, http=setup.http)
+        with cut:
+            await call.run(on_event, pace=self.sink.pace, http=setup.http)
+        final = call.final
+        assert final is not None
+        if self._cut is not None:
+            # Cut by the watch (the HTTP stream is closed; or the stream ended before the cut
+            # took effect): the message so far ends aborted, without its tool calls (none of
+            # them runs; the turn is run again).
+            final = msgspec.structs.replace(
+                final, stopReason="aborted", errorMessage=self._cut.reason,
+                content=[b for b in final.content if not isinstance(b, m.ToolCall)])
         if self.hooks.active:
             await self.hooks.message_end(final)
         self._end_assistant(turn, final)

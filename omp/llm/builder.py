@@ -103,6 +103,12 @@ class StreamEvent:
         """Take the snapshot now (call before the builder moves on if it will be needed)."""
         _ = self.partial
 
+    @property
+    def tool_name(self) -> str:
+        """The name of the tool call this ``toolcall_*`` event belongs to, as known so far
+        (no snapshot taken)."""
+        return self._builder.tool_name(self.content_index)
+
     def to_wire(self) -> m.AssistantMessageEvent:
         """The protocol's ``AssistantMessageEvent`` (with its ``partial`` snapshot)."""
         i, p = self.content_index, self.partial
@@ -214,6 +220,10 @@ class MessageBuilder:
 
     def index_of(self, key: Any) -> int | None:
         return self._keys.get(key)
+
+    def tool_name(self, index: int) -> str:
+        """The tool name of the block at ``index`` (empty when unknown or not a tool call)."""
+        return self._blocks[index].tool_name if 0 <= index < len(self._blocks) else ""
 
     def is_open(self, key: Any) -> bool:
         i = self._keys.get(key)

@@ -82,6 +82,8 @@ class Runtime:
     host_uris: HostUris
     session: AgentSession
     subagents: SubagentHost | None
+    notices: list[ev.Notice] = attrs.field(factory=list)
+    """Said once at startup (``startup_notices``), beside the settings' own."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -125,8 +127,36 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
     session.use_approval(approval_gate(options, session, host_ui))
-    return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
-                   session, found[0] if found else None)
+    runtime = Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
+                      session, found[0] if found else None)
+    if options.rules:
+        use_rules(runtime)
+    return runtime
+
+
+def use_rules(runtime: Runtime) -> None:
+    """Load the TTSR rules and give them to the session; a project's rules only when the
+    project is trusted (otherwise a notice says they were left out). The rules machinery is
+    imported only when a rules folder exists."""
+    options, session = runtime.options, runtime.session
+    directory = session.prompt_options.agent_directory or agent_dir()
+    if not ((directory / "rules").is_dir() or (session.cwd / ".omp" / "rules").is_dir()):
+        return
+    from ..session.rules import RuleWatch, load_rules
+
+    rules, problems, skipped = load_rules(
+        directory, session.cwd, settings=session.settings.ttsr,
+        trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
+    session.report_problems(problems)
+    if skipped is not None:
+        runtime.notices.append(ev.Notice(
+            level="warning", source="rules",
+            message=f"Project rules in {skipped} were not loaded: the project is not trusted "
+                    "(start with --trust-project, or list it under trustedProjects in "
+                    "~/.omp/agent/config.yml)"))
+    if rules:
+        session.use_rules(RuleWatch(rules, session.settings.ttsr, session.publish,
+                                    lambda: session.messages, session.cwd))
 
 
 def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> ApprovalGate:
@@ -173,7 +203,7 @@ def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     session = runtime.session
     return [*(ev.Notice(level="warning", source="config", message=note)
               for note in session.settings.notes),
-            *session.prompt_options.take_notices()]
+            *session.prompt_options.take_notices(), *runtime.notices]
 
 
 async def expire_at(runtime: Runtime, deadline: float) -> None:

@@ -92,6 +92,9 @@ class ServeOptions:
     skills: Sequence[str] | bool | None = None
     """``--no-skills`` (False: none), ``--skills`` (glob patterns: only those), None: as the
     settings say."""
+    rules: bool = True
+    """TTSR rules (``<agent dir>/rules``, a trusted project's ``.omp/rules``) watch the model's
+    stream (``--no-rules``: False)."""
     approval_mode: ApprovalMode | None = None
     """``--approval-mode``: over ``tools.approvalMode`` for this process (omp-surface C.1)."""
     auto_approve: bool = False

@@ -26,7 +26,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, Input, NoHooks, ToolGate, TurnSetup, user_message
+from ..agent.loop import Agent, Input, NoHooks, RunResult, ToolGate, TurnSetup, user_message
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..llm.builder import Pace
@@ -52,10 +52,12 @@ from .store import Adopted, SessionStore
 from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
-    # Annotations only: the extension machinery loads with the first extension (omp.lazy).
+    # Annotations only: the extension machinery loads with the first extension (omp.lazy),
+    # the rules machinery with the first rules folder.
     from ..extensions.api import DeliverAs
     from ..extensions.runtime import Extensions
     from ..extensions.ui import ExtensionUI
+    from .rules import RuleWatch
 
 __all__ = ["BUSY", "AgentSession", "EventSink", "SessionError"]
 
@@ -111,6 +113,8 @@ class AgentSession:
     runs: RunCoordinator = attrs.field(init=False)
     maintenance: Maintenance = attrs.field(init=False)
     reminders: TodoReminders = attrs.field(init=False)
+    rules: RuleWatch | None = attrs.field(default=None, init=False)
+    """TTSR rules (``use_rules``); None: none."""
     own_tools: list[Tool] = attrs.field(factory=list, init=False)
     """The built-in tools and those that need the session (``tools_from``)."""
     _active_tools: set[str] | None = attrs.field(default=None, init=False)
@@ -440,6 +444,29 @@ class AgentSession:
         if any(msg is failed for msg in messages):
             index = max(i for i, msg in enumerate(messages) if msg is failed)
             del messages[index:]  # its synthetic "not executed" tool results go with it
+
+    def use_rules(self, watch: RuleWatch | None) -> None:
+        """TTSR rules watch every later model call (None: none)."""
+        self.rules = self.agent.watch = watch
+
+    def inject_rules(self, result: RunResult) -> bool:
+        watch = self.rules
+        if watch is None:
+            return False
+        from .rules import Interrupt  # loaded already: ``watch`` is one of its objects
+
+        interrupt = result.cut
+        if interrupt is not None:
+            assert isinstance(interrupt, Interrupt)
+            cut = result.last
+            if watch.settings.contextMode == "discard" and cut is not None:
+                self.drop_failed_turn(cut)  # the cut message leaves the context
+        else:
+            interrupt = watch.take_pending()
+            if interrupt is None or result.outcome != "completed":
+                return False
+        self._record(watch.injection(interrupt))  # hidden: no message frames
+        return True
 
     def remind_todos(self, last: m.AssistantMessage | None) -> bool:
         if self.agent.stop_requested:

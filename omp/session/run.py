@@ -22,6 +22,8 @@ Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; 
   ``Nothing to compact``) and the overflow ends the run. After a successful run past the
   threshold the context is compacted before ``agent_end`` (``reason: "threshold"``). Both
   compactions run inside the run's scope.
+* An attempt cut by a TTSR rule (``omp.session.rules``) is followed by another one with the
+  rule injected, inside the same scope (no ``agent_end`` in between).
 * An attempt that completed while todos are unfinished may be followed by another one, after
   a ``todo_reminder`` (``omp.session.reminders``), inside the same scope.
 * An abort before the run started writes nothing: the saga reports that it never ran.
@@ -75,6 +77,12 @@ class RunHost(Protocol):
     def can_compact(self) -> bool: ...
 
     def needs_compaction(self) -> bool: ...
+
+    def inject_rules(self, result: RunResult) -> bool:
+        """After an attempt: whether TTSR rules were injected (the attempt was cut by one, or
+        one matched without cutting and the attempt completed), so that another attempt
+        follows."""
+        ...
 
     def remind_todos(self, last: m.AssistantMessage | None) -> bool:
         """After a completed attempt: whether a todo reminder was written (its event
@@ -173,6 +181,11 @@ class Run:
             result = await host.agent.run(prompts)
             taken += result.messages
             prompts = []
+            if host.inject_rules(result):
+                # A rule cut the stream (or matched): the turn runs again with the rule.
+                if self._retry_open:
+                    self._end_retry(True, None)
+                continue
             if (result.outcome == "overflow" and not recovered and host.auto_compaction
                     and host.can_compact()):
                 # The prompt did not fit: compact, then run the turn again (§6.2), once.

@@ -24,7 +24,9 @@ Files, lowest precedence first:
    ``tools.approval.<tool>: allow | deny | prompt`` (another value is ignored with a warning,
    as the original ignores it); a project's own file cannot set either (a repository must not
    wave its own tool calls through). Todo reminders (D.7): ``todo.reminders`` (bool) and
-   ``todo.remindersMax`` (a whole number).
+   ``todo.remindersMax`` (a whole number). TTSR rules (D.2): ``ttsr.enabled``,
+   ``ttsr.contextMode``, ``ttsr.interruptMode``, ``ttsr.repeatMode``, ``ttsr.repeatGap``,
+   ``ttsr.builtinRules``, ``ttsr.disabledRules``; a wrong value is an error naming the key.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
@@ -208,6 +210,26 @@ class TodoReminderSettings:
 
 
 @attrs.define(kw_only=True)
+class TtsrSettings:
+    """``ttsr.*`` (omp-surface D.2), the original's names and defaults."""
+
+    enabled: bool = True
+    contextMode: Literal["discard", "keep"] = "discard"
+    interruptMode: Literal["always", "prose-only", "tool-only", "never"] = "always"
+    repeatMode: Literal["once", "after-gap"] = "once"
+    repeatGap: int = 10
+    builtinRules: bool = True
+    """Accepted; this runtime bundles no rules."""
+    disabledRules: list[str] = attrs.field(factory=list)
+
+
+_TTSR_CHOICES: dict[str, tuple[str, ...]] = {
+    "contextMode": ("discard", "keep"),
+    "interruptMode": ("always", "prose-only", "tool-only", "never"),
+    "repeatMode": ("once", "after-gap")}
+
+
+@attrs.define(kw_only=True)
 class Settings:
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
     retry: RetrySettings = attrs.field(factory=RetrySettings)
@@ -231,6 +253,7 @@ class Settings:
     approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
     """``tools.approvalMode`` / ``tools.approval`` (global file and overlays only)."""
     todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
+    ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
 
 
 TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write",
@@ -361,7 +384,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes), approval=extras.approval,
-                        todo_reminders=extras.todo_reminders)
+                        todo_reminders=extras.todo_reminders, ttsr=extras.ttsr)
     pass_provider_keys(settings.bash.passProviderKeys)
     return settings
 
@@ -375,6 +398,7 @@ class _Extras:
     notes: list[str] = attrs.field(factory=list)
     approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
     todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
+    ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
 
     def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
         """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
@@ -414,6 +438,11 @@ class _Extras:
                 return True
             self.approval.policies[tool] = policy
             return True
+        if head == "ttsr" and tail in attrs.fields_dict(TtsrSettings):
+            self._ttsr(tail, value, path)
+            return True
+        if dotted == "ttsr.disabledRules" and value == {}:
+            return True
         if dotted == "todo.reminders":
             if not isinstance(value, bool):
                 raise problem(path, "$.todo.reminders", f"expected true or false (got {value!r})")
@@ -439,6 +468,23 @@ class _Extras:
             self.approval.mode = value
             return True
         return False
+
+
+    def _ttsr(self, key: str, value: Any, path: Path) -> None:
+        where = f"$.ttsr.{key}"
+        if key in ("enabled", "builtinRules"):
+            if not isinstance(value, bool):
+                raise problem(path, where, f"expected true or false (got {value!r})")
+        elif key == "repeatGap":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise problem(path, where, f"expected a whole number of 1 or more (got {value!r})")
+        elif key == "disabledRules":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise problem(path, where, "must be a list of rule names")
+        elif value not in _TTSR_CHOICES[key]:
+            raise problem(path, where, f"must be one of {', '.join(_TTSR_CHOICES[key])} "
+                          f"(got {value!r})")
+        setattr(self.ttsr, key, value)
 
 
 def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
