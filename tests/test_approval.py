@@ -368,3 +368,31 @@ async def test_one_shot_mode_has_no_ui_to_ask(cwd: Path) -> None:
     assert result_text(end).startswith(
         'Tool "bash" requires approval but no interactive UI available.\n')
     assert not (cwd / "json.txt").exists()
+
+
+async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text(
+        "async:\n  enabled: false\n"
+        "tools:\n  approvalMode: always-ask\n  approval:\n    task: allow\n")
+    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
+    script = [
+        {"match": child, **tools_reply(touch_call("k1", "kid.txt"))},
+        {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
+        {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
+        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
+            {"name": "Kid", "task": "Alpha: touch the file"}]})),
+    ]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args()) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                assert not (cwd / "kid.txt").exists()
+                await host.answer(request, value="Approve")
+                frames = await host.until_type("prompt_result", id="p")
+    assert request["title"] == "Allow tool: bash\nCommand: touch kid.txt"
+    assert len(ui_requests(host.frames, "select")) == 1  # task itself: allowed by policy
+    assert (cwd / "kid.txt").exists()
+    assert frames[-1]["status"] == "completed"

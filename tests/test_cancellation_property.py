@@ -419,6 +419,9 @@ def aims(disruption: Disruption, phases: list[Aim], rpc_bash: bool) -> list[Aim]
     if "bash" in found:
         # A shell command cut short is what the kill ladder is for: aimed at twice as often.
         found[:0] = ["bash_output", "bash"]
+    if "approval" in found:
+        # A dialog pending is what an abort must cancel (not wait for): aimed at more often.
+        found[:0] = ["approval", "approval"]
     if rpc_bash and disruption in ("eof", "abort_eof", "cancel"):
         found.append("rpc_bash")
     return found
@@ -1129,12 +1132,25 @@ RETRY_THEN_FAILED_OVERFLOW_COMPACTION = Scenario(
     disruption="none", disrupt_at=0.0)
 
 
+# Pinned too: an abort while a tool approval dialog waits for a host that does not answer
+# ends the run at once, with the dialog's cancel (the original holds the abort instead).
+ABORT_WHILE_APPROVAL_PENDS = Scenario(
+    warm_up=False,
+    steps=(Step(failures=(), thinking=False, pieces=((0.0, "Checking"),), calls=("host",)),
+           Step(failures=(), thinking=False, pieces=((0.0, "Done."),), calls=())),
+    retry_after="0", summary_fails=False, host_delay=0.0, host_fails=False,
+    host_updates=False, uri_delay=0.0, rpc_bash_at=None, steer_at=None, steer_mode="steer",
+    disruption="abort", disrupt_at=10.0, approval=True, approval_delay=None,
+    disrupt_on=Trigger("approval", 1, 0.1))
+
+
 # 1,000 examples take about a minute and a half to two and a half (2 shared cores; the costly ones
 # are the shell commands, the stubborn one above all); a failure's shrinking runs many more.
 @pytest.mark.timeout(600)
 @settings(PROFILE)
 @given(scenario=scenarios())
 @example(scenario=RETRY_THEN_FAILED_OVERFLOW_COMPACTION)
+@example(scenario=ABORT_WHILE_APPROVAL_PENDS)
 def test_cancellation_keeps_the_protocol(scenario: Scenario, tmp_path: Path) -> None:
     cwd, agent_dir = make_dirs(tmp_path, scenario)
     children = set(child_pids(os.getpid()))  # an earlier test's are not this example's

@@ -568,6 +568,7 @@ class Agent:
         if watch is not None:
             watch.begin()
         cut = trio.CancelScope()
+        cut_at: list[m.AssistantMessage] = []
 
         def on_event(event: StreamEvent) -> None:
             if cut.cancel_called:
@@ -583,11 +584,14 @@ class Agent:
                 publish_update(AssistantUpdate(event))
                 if watch is not None and (found := watch.observe(event)) is not None:
                     self._cut = found
+                    # The message as the host saw it last: events the same network read
+                    # still brings are neither published nor kept.
+                    cut_at.append(event.partial)
                     cut.cancel()
 
         with cut:
             await call.run(on_event, pace=self.sink.pace, http=setup.http)
-        final = call.final
+        final = cut_at[0] if cut_at else call.final
         assert final is not None
         if self._cut is not None:
             # Cut by the watch (the HTTP stream is closed; or the stream ended before the cut
