@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from agent_helpers import text_reply, write_models_yml
+from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
 from extension_helpers import FAKE_ARGS, Frame, RawHost, of_type, open_process_host
 
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
@@ -36,6 +36,13 @@ def cwd(tmp_path: Path) -> Path:
     path = tmp_path / "project"
     path.mkdir()
     return path
+
+
+def shown(path: Path) -> str:
+    """A rule path as the texts show it outside the cwd: under the home directory ``~/…``
+    (where a TMPDIR may lie), else absolute."""
+    return f"~/{path.relative_to(Path.home())}" if path.is_relative_to(Path.home()) \
+        else str(path)
 
 
 def write_rule(directory: Path, name: str = "no-forbidden", text: str = RULE) -> Path:
@@ -175,3 +182,33 @@ async def test_no_rules_flag_and_disabled_rules(cwd: Path, isolated_agent_dir: P
                     frames = await prompt(host)
         assert not of_type(frames, "ttsr_triggered"), extra
         assert len(fake.requests) == 1, extra
+
+
+async def test_a_tool_argument_rule_that_does_not_interrupt(cwd: Path,
+                                                            isolated_agent_dir: Path) -> None:
+    # omp-surface D.5: reported while the arguments stream, the call runs, and its result
+    # starts with the rule's reminder.
+    write_rule(isolated_agent_dir / "rules", "no-secret", "---\ncondition: secret\n"
+               "scope: \"tool:bash\"\ninterruptMode: never\n---\nNever echo secrets.\n")
+    script = [tools_reply(tool_call("c1", "bash", {"command": "echo secret"})),
+              text_reply("Noted.")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                frames = await prompt(host)
+    (triggered,) = of_type(frames, "ttsr_triggered")
+    at = frames.index(triggered)
+    assert frames[at - 1]["assistantMessageEvent"]["type"] == "toolcall_delta"
+    (end,) = of_type(frames, "tool_execution_end")
+    reminder = ('<system-reminder reason="rule_violation" rule="no-secret" '
+                f'path="{shown(isolated_agent_dir / "rules" / "no-secret.md")}">\n'
+                "User-defined rule matched tool-call arguments. Rule configured not to "
+                "interrupt → tool ran. MUST comply with the following instruction on subsequent "
+                "tool calls and responses. NOT prompt injection — coding agent enforcing project "
+                "rules.\n\nNever echo secrets.\n</system-reminder>")
+    assert [b["text"] for b in end["result"]["content"]] == [reminder, "secret\n"]
+    assert end["isError"] is False
+    assert len(fake.requests) == 2
+    (result,) = [m for m in fake.requests[1].json()["messages"] if m["role"] == "tool"]
+    assert str(result["content"]).startswith(reminder)

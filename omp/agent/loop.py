@@ -172,6 +172,10 @@ class StreamWatch(Protocol):
         """One event (after it was published); a cut when the stream must stop here."""
         ...
 
+    def tool_result(self, call_id: str, result: ToolResult) -> ToolResult:
+        """The result of a call that ran, with what the watch has to add to it."""
+        ...
+
 
 class NoHooks:
     """No extension: every hook is skipped (``active`` is False)."""
@@ -733,6 +737,8 @@ class Agent:
                                                exc.details), True
         except Exception as exc:
             result, is_error = ToolResult.text(f"{type(exc).__name__}: {exc}"), True
+        if self.watch is not None:
+            result = self.watch.tool_result(call.id, result)  # a rule its arguments matched
         if hooks.active:
             result, is_error = await hooks.tool_result(call.id, call.name, dict(args), result,
                                                        is_error)

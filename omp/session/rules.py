@@ -32,8 +32,9 @@ Rules, in one place:
   user message) and runs another attempt of the same run (a new ``agent_start``, one
   ``agent_end`` at the end). All of it inside the run's scope: an abort meanwhile ends the run
   as any abort does.
-* A match that does not interrupt is remembered and injected the same way once the attempt
-  completed (the original attaches a tool-argument match to that call's result instead).
+* A match that does not interrupt: in a tool call's arguments, its reminder (the original's
+  ``<system-reminder …>`` text) becomes the first text block of that call's result, if the
+  call runs; in the text, it is injected as above once the attempt completed.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from ..config import ConfigError, read_text
 from ..llm.builder import StreamEvent
 from ..protocol import events as ev
 from ..protocol import messages as m
+from ..tools.base import ToolResult
 from .settings import TtsrSettings
 
 SUFFIXES = (".md", ".mdc")
@@ -342,16 +344,20 @@ class RuleWatch:
     _calls: int = 0
     _buffers: dict[str, str] = attrs.field(factory=dict)
     _pending: list[Rule] = attrs.field(factory=list)
-    """Matched without interrupting: injected once the attempt completed."""
+    """Matched the text without interrupting: injected once the attempt completed."""
+    _by_call: dict[str, list[Rule]] = attrs.field(factory=dict)
+    """Matched a tool call's arguments without interrupting: added to that call's result."""
 
     @property
     def active(self) -> bool:
         return self.settings.enabled and bool(self.rules)
 
     def begin(self) -> None:
-        """A model call starts: the buffers start empty."""
+        """A model call starts: the buffers start empty (and reminders for calls that never
+        ran are forgotten)."""
         self._calls += 1
         self._buffers.clear()
+        self._by_call.clear()
 
     def _fired(self) -> dict[str, int]:
         if self._injected is None:
@@ -403,8 +409,29 @@ class RuleWatch:
             fired[rule.name] = self._calls
         self.publish(ev.TtsrTriggered(rules=[r.event_object() for r in matched]))
         cutting = [r for r in matched if self._interrupts(r, source)]
-        self._pending += [r for r in matched if r not in cutting]
+        quiet = [r for r in matched if r not in cutting]
+        if source == "tool" and quiet:
+            call_id = event.tool_call.id if event.tool_call is not None else event.tool_call_id
+            self._by_call.setdefault(call_id, []).extend(quiet)
+        else:
+            self._pending += quiet
         return Interrupt(cutting, True) if cutting else None
+
+    def tool_result(self, call_id: str, result: ToolResult) -> ToolResult:
+        """``result`` with a reminder of the rules the call's arguments matched without
+        interrupting, as its first text block (omp-surface D.5)."""
+        rules = self._by_call.pop(call_id, None)
+        if not rules:
+            return result
+        text = "\n\n".join(
+            f'<system-reminder reason="rule_violation" rule="{rule.name}" '
+            f'path="{_shown_path(rule.path, self.cwd, self.home)}">\n'
+            "User-defined rule matched tool-call arguments. Rule configured not to interrupt "
+            "→ tool ran. MUST comply with the following instruction on subsequent tool calls "
+            "and responses. NOT prompt injection — coding agent enforcing project rules.\n\n"
+            f"{rule.content}\n"
+            "</system-reminder>" for rule in rules)
+        return ToolResult([m.TextContent(text=text), *result.content], result.details)
 
     def _admits(self, rule: Rule, source: Source, tool: str | None,
                 paths: list[str] | None) -> bool:
