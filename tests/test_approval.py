@@ -396,3 +396,55 @@ async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
     assert len(ui_requests(host.frames, "select")) == 1  # task itself: allowed by policy
     assert (cwd / "kid.txt").exists()
     assert frames[-1]["status"] == "completed"
+
+
+async def test_bash_patterns(cwd: Path, isolated_agent_dir: Path) -> None:
+    # In the default mode (yolo) only explicit policies act: a deny pattern refuses (also one
+    # segment of a compound command), a prompt pattern asks with its reason; under always-ask an
+    # allow pattern runs its command unasked. A project cannot add patterns.
+    (isolated_agent_dir / "config.yml").write_text(
+        "bash:\n  patterns:\n"
+        "    - {match: 'rm *', approval: deny}\n"
+        "    - {match: 'touch asked*', approval: prompt}\n"
+        "    - {match: 'touch ok*', approval: allow}\n")
+    (cwd / ".omp").mkdir()
+    (cwd / ".omp" / "config.yml").write_text(
+        "bash:\n  patterns:\n    - {match: '*', approval: allow}\n")
+    (cwd / "keep.txt").write_text("x")
+    script = [tools_reply(tool_call("d", "bash", {"command": "echo hi && rm keep.txt"}),
+                          touch_call("a", "asked.txt"), touch_call("o", "ok.txt")),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args()) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                await host.answer(request, value="Approve")
+                await host.until_type("prompt_result", id="p")
+                stderr = host.stderr
+    assert request["title"] == ("Allow tool: bash\nReason: Prompt required by bash pattern: "
+                                "touch asked*\nCommand: touch asked.txt")
+    ends = {e["toolCallId"]: e for e in of_type(host.frames, "tool_execution_end")}
+    assert result_text(ends["d"]) == ('Tool "bash" is blocked by tool policy.\n'
+                                      "Reason: Blocked by bash pattern: rm *")
+    assert (cwd / "keep.txt").exists()
+    assert (cwd / "asked.txt").exists()
+    assert (cwd / "ok.txt").exists()
+    assert len(ui_requests(host.frames, "select")) == 1
+    assert "$.bash.patterns: ignored" in stderr
+    # always-ask: the allow pattern runs its command unasked, anything else asks.
+    script = [tools_reply(touch_call("o", "ok2.txt"), touch_call("x", "other.txt")),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--approval-mode", "always-ask")
+                                         ) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                await host.answer(request, value="Deny")
+                await host.until_type("prompt_result", id="p")
+    assert request["title"] == "Allow tool: bash\nCommand: touch other.txt"
+    assert (cwd / "ok2.txt").exists()
+    assert not (cwd / "other.txt").exists()

@@ -167,7 +167,7 @@ def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> A
     if options.auto_approve:
         settings = attrs.evolve(settings, auto_approve=True)
     session.settings.approval = settings
-    return ApprovalGate(settings, ui, options.approve)
+    return ApprovalGate(settings, ui, options.approve, session.settings.bash)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

@@ -3,11 +3,13 @@
 Rules, in one place:
 
 * Inputs: the call's tier (``Tool.approval_tier``: ``read`` < ``write`` < ``exec``; undeclared
-  tools, host tools and ``task`` are ``exec``), the mode (``tools.approvalMode`` or
+  tools, host tools and ``task`` are ``exec``) and, for ``bash``, what ``bash.patterns`` say
+  about the command (``bash_decision``); the mode (``tools.approvalMode`` or
   ``--approval-mode``; ``--auto-approve`` acts as ``yolo``) and the user's policy
-  ``tools.approval.<tool>``. Resolution (C.3): a user ``deny`` denies; in ``yolo`` the user's
-  policy if any, else allow; else the user's ``allow`` / ``prompt``; else the tier within the
-  mode's maximum allows and anything above it prompts.
+  ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the user's ``deny`` denies; in
+  ``yolo`` the pattern's policy, else the user's, else allow; a ``prompt`` pattern asks; else
+  the pattern's, then the user's ``allow`` / ``prompt``; else the tier within the mode's
+  maximum allows and anything above it prompts.
 * A ``deny`` is known before anything else runs: the loop asks ``precheck`` before the
   extensions' ``tool_call`` handlers (extensions.md: a denied call never reaches them), and
   ``check`` again on the arguments they may have rewritten, right before the call is
@@ -32,6 +34,7 @@ Subagents share their parent's gate, so they ask through the parent's host.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -39,7 +42,7 @@ import attrs
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
 from ..tools.base import Tier, Tool
-from .settings import ApprovalPolicy, ApprovalSettings
+from .settings import ApprovalPolicy, ApprovalSettings, BashSettings
 
 APPROVE = "Approve"
 DENY = "Deny"
@@ -70,16 +73,75 @@ ApprovePolicy = Callable[[ApprovalRequest], Awaitable[bool]]
 """``async def approve(request) -> bool`` in place of the host's dialog; cancelled with the run."""
 
 
-def resolve(tier: Tier, user: ApprovalPolicy | None, settings: ApprovalSettings
+@attrs.define(frozen=True)
+class ToolDecision:
+    """What a tool says about one call (C.2): its tier, and a policy of its own."""
+
+    tier: Tier
+    policy: ApprovalPolicy | None = None
+    override: bool = False
+    """Ask even where the user's policy would allow (a bash ``prompt`` pattern)."""
+    reason: str | None = None
+
+
+def resolve(decision: ToolDecision, user: ApprovalPolicy | None, settings: ApprovalSettings
             ) -> Decision:
-    """The gate's decision for a call (C.3, without tool-declared policies)."""
-    if user == "deny":
+    """The gate's decision for a call (C.3)."""
+    if decision.policy == "deny" or user == "deny":
         return "deny"
     if settings.auto_approve or settings.mode == "yolo":
-        return user or "allow"
+        return decision.policy or user or "allow"
+    if decision.override:
+        return "allow" if decision.policy == "allow" else "prompt"
+    if decision.policy is not None:
+        return decision.policy
     if user is not None:
         return user
-    return "allow" if _ORDER[tier] <= _MAXIMUM[settings.mode] else "prompt"
+    return "allow" if _ORDER[decision.tier] <= _MAXIMUM[settings.mode] else "prompt"
+
+
+_CONTROL = re.compile(r"&&|\|\||[;|&\n`]|\$\(")
+"""Shell control syntax: a command with any of it is never allowed by an ``allow`` pattern
+as a whole."""
+_SEGMENTS = re.compile(r"&&|\|\||[;|\n]")
+
+
+def _normal(command: str) -> str:
+    return " ".join(command.split())
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(p) for p in _normal(pattern).split("*")) + r"\Z",
+                      re.DOTALL)
+
+
+def bash_decision(command: str, bash: BashSettings) -> ToolDecision:
+    """``bash.patterns`` on one command (C.2): the first ``deny`` (the whole command or one
+    segment of a compound one) denies; an ``allow`` matching the whole command (never one
+    with control syntax, unless ``allowCompoundCommands`` and every ``&&`` segment is
+    allowed) allows at the ``write`` tier; a ``prompt`` (whole or segment) asks."""
+    whole = _normal(command)
+    segments = [_normal(s) for s in _SEGMENTS.split(command) if s.strip()]
+    def matches(pattern: str, candidates: list[str]) -> bool:
+        compiled = _glob(pattern)
+        return any(compiled.match(c) for c in candidates)
+
+    for rule in bash.patterns:
+        if rule.approval == "deny" and matches(rule.match, [whole, *segments]):
+            return ToolDecision("exec", "deny", reason=f"Blocked by bash pattern: {rule.match}")
+    allows = [r.match for r in bash.patterns if r.approval == "allow"]
+    if not _CONTROL.search(command) and any(matches(a, [whole]) for a in allows):
+        return ToolDecision("write", "allow")
+    chain = [_normal(s) for s in command.split("&&")]
+    if (bash.allowCompoundCommands and len(chain) > 1
+            and not any(_CONTROL.search(s) for s in chain)
+            and all(any(matches(a, [s]) for a in allows) for s in chain)):
+        return ToolDecision("write", "allow")
+    for rule in bash.patterns:
+        if rule.approval == "prompt" and matches(rule.match, [whole, *segments]):
+            return ToolDecision("exec", "prompt", override=True,
+                                reason=f"Prompt required by bash pattern: {rule.match}")
+    return ToolDecision("exec")
 
 
 def user_denied_text(key: str) -> str:
@@ -89,6 +151,11 @@ def user_denied_text(key: str) -> str:
 
 def denied_by_user_text(tool: str) -> str:
     return f"Tool call denied by user: {tool}"
+
+
+def tool_denied_text(tool: str, reason: str | None) -> str:
+    return f'Tool "{tool}" is blocked by tool policy.' + (f"\nReason: {reason}" if reason
+                                                          else "")
 
 
 def no_ui_text(tool: str) -> str:
@@ -139,14 +206,28 @@ class ApprovalGate:
     settings: ApprovalSettings
     ui: ExtensionUI
     policy: ApprovePolicy | None = None
+    bash: BashSettings = attrs.field(factory=BashSettings)
+    """``bash.patterns`` / ``bash.allowCompoundCommands``."""
 
     def _user(self, name: str) -> ApprovalPolicy | None:
         return self.settings.policies.get(name)
 
+    def _decision(self, tool: Tool, args: dict[str, Any]) -> ToolDecision:
+        command = args.get("command")
+        if tool.name == "bash" and isinstance(command, str) and self.bash.patterns:
+            return bash_decision(command, self.bash)
+        return ToolDecision(tool.approval_tier(args))
+
+    def _denial(self, tool: Tool, decision: ToolDecision) -> str:
+        if decision.policy == "deny":
+            return tool_denied_text(tool.name, decision.reason)
+        return user_denied_text(tool.name)
+
     def precheck(self, tool: Tool, args: dict[str, Any]) -> str | None:
         """The denial text when the call is denied without asking; None otherwise."""
-        if self._user(tool.name) == "deny":
-            return user_denied_text(tool.name)
+        decision = self._decision(tool, args)
+        if decision.policy == "deny" or self._user(tool.name) == "deny":
+            return self._denial(tool, decision)
         return None
 
     async def check(self, call_id: str, tool: Tool, args: dict[str, Any]) -> str | None:
@@ -156,17 +237,17 @@ class ApprovalGate:
         On cancellation (abort) the host's dialog gets its ``cancel`` and ``Cancelled``
         propagates; the call did not run.
         """
-        tier = tool.approval_tier(args)
-        decision = resolve(tier, self._user(tool.name), self.settings)
-        if decision == "allow":
+        decided = self._decision(tool, args)
+        outcome = resolve(decided, self._user(tool.name), self.settings)
+        if outcome == "allow":
             return None
-        if decision == "deny":
-            return user_denied_text(tool.name)
-        shown = title(tool.name, args)
+        if outcome == "deny":
+            return self._denial(tool, decided)
+        shown = title(tool.name, args, decided.reason)
         if self.policy is not None:
             approved = await self.policy(ApprovalRequest(
-                tool_call_id=call_id, tool_name=tool.name, arguments=dict(args), tier=tier,
-                title=shown))
+                tool_call_id=call_id, tool_name=tool.name, arguments=dict(args),
+                tier=decided.tier, title=shown, reason=decided.reason))
             return None if approved is True else denied_by_user_text(tool.name)
         if not self.ui.has_ui:
             return no_ui_text(tool.name)

@@ -147,9 +147,22 @@ class RetrySettings:
 
 
 @attrs.define(kw_only=True)
+class BashPattern:
+    """One ``bash.patterns`` rule (omp-surface C.2)."""
+
+    match: str
+    """A whole-command glob where only ``*`` is special (whitespace normalised)."""
+    approval: Literal["allow", "deny", "prompt"]
+
+
+@attrs.define(kw_only=True)
 class BashSettings:
     passProviderKeys: bool = False
     """Subprocesses get the provider key variables too (global file only)."""
+    patterns: list[BashPattern] = attrs.field(factory=list)
+    """Tool approval's bash rules, in order (global file and overlays only)."""
+    allowCompoundCommands: bool = False
+    """``a && b``: allowed when every segment matches an ``allow`` pattern."""
 
 
 @attrs.define(kw_only=True)
@@ -266,7 +279,7 @@ _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": Re
                                    "async": AsyncSettings, "skills": SkillSettings}
 _ATTRIBUTE = {"async": "async_"}
 """Sections whose attribute name differs from their key (a Python keyword)."""
-_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"})}
+_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoundCommands"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets)."""
 
 # Keys of these sections that the original omp defines (its settings schema, across recent
