@@ -340,17 +340,11 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
         if not os.path.isabs(path) or not os.path.isfile(path):
             raise UsageError(f"--trusted-extension needs the absolute path of an existing "
                              f"module file, got {path!r}")
-    from .config import select_profile
+    from .config import enter_place
 
-    if problem := select_profile(args.profile):
+    if problem := enter_place(args.profile, args.cwd):
         print(f"omp: {problem}", file=sys.stderr)
         return 1
-    if args.cwd is not None:
-        try:
-            os.chdir(Path(args.cwd).expanduser())
-        except OSError as exc:
-            print(f"omp: cannot work in {args.cwd}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
     if args.export is not None:
         from .subcommands import export_session
 

@@ -90,6 +90,19 @@ def select_profile(name: str | None) -> str | None:
     return None
 
 
+def enter_place(profile: str | None, cwd: str | None) -> str | None:
+    """The command line's ``--profile`` (``select_profile``) and ``--cwd`` (this process moves
+    there), for a launch and for a subcommand alike. Returns the error line, or None."""
+    if problem := select_profile(profile):
+        return problem
+    if cwd is not None:
+        try:
+            os.chdir(Path(cwd).expanduser())
+        except OSError as exc:
+            return f"cannot work in {cwd}: {exc.strerror or exc}"
+    return None
+
+
 def warn(message: str) -> None:
     """A configuration problem that does not stop startup, said once on stderr."""
     print(f"omp: warning: {message}", file=sys.stderr)

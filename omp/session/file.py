@@ -38,7 +38,7 @@ from __future__ import annotations
 import errno
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -82,7 +82,7 @@ from .entries import (
     now_iso,
     uuid7,
 )
-from .writer import LineWriter, flush_pending, open_for_write, write_all
+from .writer import LineWriter, open_for_write, write_all
 
 __all__ = ["MAX_SESSION_FILE_BYTES", "LoadProblem", "SessionFile", "SessionFormatError",
            "branch_file", "make_private_dirs"]
@@ -133,8 +133,9 @@ def make_private_dirs(directory: Path) -> None:
         os.chmod(path, DIR_MODE)
 
 
-def _write_new_file(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Create ``path`` (must not exist; its directory must) 0600 and write ``data`` in full."""
+def _write_new_file(path: Path, data: bytes | list[bytes], *, fsync: bool) -> None:
+    """Create ``path`` (must not exist; its directory must) 0600 and write ``data`` in full:
+    bytes, or lines to join with ``\n`` (written a piece at a time: see ``_joined``)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, FILE_MODE)
@@ -145,11 +146,25 @@ def _write_new_file(path: Path, data: bytes, *, fsync: bool) -> None:
         raise
     try:
         os.fchmod(fd, FILE_MODE)
-        write_all(fd, data)
+        for piece in [data] if isinstance(data, bytes) else _joined(data):
+            write_all(fd, piece)
         if fsync:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _joined(lines: list[bytes], piece_bytes: int = 256 * 1024) -> Iterator[bytes]:
+    """``b"\n".join(lines)`` in pieces of about ``piece_bytes``. One join of a 13 MB session
+    holds the GIL 10-16 ms (a copy into fresh pages), and in a worker thread (``branch``) that
+    stops the event loop just as well; a piece holds it a fraction of a millisecond."""
+    start = size = 0
+    for index, line in enumerate(lines):
+        size += len(line) + 1
+        if size >= piece_bytes or index == len(lines) - 1:
+            last = index == len(lines) - 1
+            yield b"\n".join(lines[start:index + 1]) + (b"" if last else b"\n")
+            start, size = index + 1, 0
 
 
 def _replace_file(path: Path, data: bytes) -> None:
@@ -247,16 +262,16 @@ class SessionFile:
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> SessionFile:
         """Load a session file (any version; v1/v2 files are migrated and rewritten).
 
-        The whole load (read, decode, migration) happens in this one blocking call (after the
-        lines a writer thread of this process still holds for that file are written).
+        The whole load (read, decode, migration) happens in this one blocking call. Lines
+        still queued in another ``SessionFile``'s writer thread are not waited for: whoever
+        owns that one flushes it first (``SessionStore`` does before it loads another file).
         Raises ``FileNotFoundError`` when it does not exist, :class:`~omp.files.UnusableFile`
         when it is not a regular file or is over ``MAX_SESSION_FILE_BYTES``, and
         :class:`SessionFormatError` when its first record is not a session header.
         """
         path = Path(os.path.abspath(path))
-        flush_pending(path)  # lines this process still has on their way to that file
         data = read_regular(path, MAX_SESSION_FILE_BYTES)
-        return _loaded(path, data, fsync=fsync)
+        return _loaded(path, _split_lines(data), fsync=fsync)
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -554,13 +569,16 @@ def _leaf_of(entries: list[Entry]) -> str | None:
     return entries[-1].id if entries else None
 
 
-def _loaded(path: Path, data: bytes, *, fsync: bool,
-            lines: list[bytes] | None = None) -> SessionFile:
-    """The file ``path`` whose content is ``data`` (``lines``: ``data`` split at ``\n``)."""
-    if lines is None:
-        lines = _split_lines(data)
-    fast = _load_current(path, data, lines, fsync=fsync)
-    return fast if fast is not None else _load_generic(path, data, lines, fsync=fsync)
+def _loaded(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile:
+    """The file ``path`` whose content split at ``\n`` is ``lines`` (so ``lines[-1]`` is empty
+    when the file ends with a newline, and ``[b""]`` is an empty file)."""
+    fast = _load_current(path, lines, fsync=fsync)
+    return fast if fast is not None else _load_generic(path, lines, fsync=fsync)
+
+
+def _torn_tail(lines: list[bytes]) -> bool:
+    """Whether the file ``lines`` came from does not end with a newline (an empty one does)."""
+    return lines[-1] != b""
 
 
 def _split_lines(data: bytes) -> list[bytes]:
@@ -577,7 +595,7 @@ def _split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def _load_current(path: Path, data: bytes, lines: list[bytes], *,
+def _load_current(path: Path, lines: list[bytes], *,
                   fsync: bool) -> SessionFile | None:
     """The common case, fast: a current-version file whose lines decode straight into typed
     entries (one pass per line, no intermediate dicts; the lines are kept as bytes for
@@ -610,12 +628,11 @@ def _load_current(path: Path, data: bytes, lines: list[bytes], *,
         raw[entry_id] = line
     return SessionFile(path, header, entries=entries, by_id=by_id, raw=raw,
                        leaf_id=_leaf_of(entries),
-                       needs_newline=data != b"" and not data.endswith(b"\n"), fsync=fsync)
+                       needs_newline=_torn_tail(lines), fsync=fsync)
 
 
-def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
-                  fsync: bool) -> SessionFile:
-    torn_tail = not data.endswith(b"\n") and data != b""
+def _load_generic(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile:
+    torn_tail = _torn_tail(lines)
     # Index of the last non-blank line: bad JSON there is a torn write, skipped silently.
     last_index = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     problems: list[LoadProblem] = []
@@ -641,7 +658,9 @@ def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
     )
     slot_line: bytes | None = None
     slot_title: str | None = None
+    slot_is_first = False  # the title slot is the file's first line
     if records and records[0][1].get("type") == "title":
+        slot_is_first = records[0][0] == 1
         slot_line = lines[records[0][0] - 1]
         title = records[0][1].get("title")
         slot_title = title if isinstance(title, str) and title else None
@@ -663,7 +682,7 @@ def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
         migrated = _migrate(header_raw, body, version if isinstance(version, int) else 1)
         header = msgspec.convert(header_raw, SessionHeader)
 
-    has_slot = (slot_line is not None and data.startswith(slot_line + b"\n")
+    has_slot = (slot_line is not None and slot_is_first
                 and len(slot_line) + 1 == TITLE_SLOT_BYTES)
     entries: list[Entry] = []
     by_id: dict[str, Entry] = {}
@@ -783,6 +802,5 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
     new_path = file.path.parent / _file_name(timestamp, session_id)
     lines.insert(0, msgspec.json.encode(header))
     lines.append(b"")  # the file ends with a newline
-    data = b"\n".join(lines)
-    _write_new_file(new_path, data, fsync=file.fsync)
-    return _loaded(new_path, data, fsync=file.fsync, lines=lines), text
+    _write_new_file(new_path, lines, fsync=file.fsync)
+    return _loaded(new_path, lines, fsync=file.fsync), text

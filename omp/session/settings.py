@@ -74,6 +74,15 @@ skills:                   # omp.commands.skills: where skills are found, which l
   customDirectories: []       # scanned first: their skills win
   includeSkills: []           # glob patterns on the name (empty: all)
   ignoredSkills: []
+web:                      # omp.tools.web_policy: web_fetch, web_search, read of http(s) URLs
+  enabled: false          # no network policy set: no web tools
+  allowNetworks: []       # global only; CIDR networks reachable although not public
+  maxBytes: 5242880       # the largest body read (after decompression)
+  timeoutSeconds: 30      # one whole fetch (redirects included) or search
+  maxRedirects: 5
+  searchProvider: auto    # auto, brave, exa, tavily, kagi
+  searchBaseUrls: {}      # global only; provider -> API root (a proxy, a test server)
+  searchApiKeys: {}       # global only; provider -> key or the variable holding it
 ```
 
 ``bash.passProviderKeys``: subprocesses (the ``bash`` tool, RPC ``bash``, ripgrep) are started
@@ -106,6 +115,9 @@ from ..config import (
     warn,
 )
 from ..subprocess_env import pass_provider_keys
+from ..tools.web_policy import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
+from ..tools.web_policy import WebSettings
+from ..tools.web_policy import validate as _validate_web
 
 GLOBAL_FILES = ("config.yml", "config.yaml")
 LEGACY_FILES = ("settings.yml", "settings.yaml")
@@ -250,6 +262,8 @@ class Settings:
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     """The ``async`` section (a Python keyword, hence the underscore)."""
     skills: SkillSettings = attrs.field(factory=SkillSettings)
+    web: WebSettings = attrs.field(factory=WebSettings)
+    """The network policy of the web tools (``omp.tools.web_policy``); off by default."""
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
@@ -270,17 +284,23 @@ class Settings:
 
 
 TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write",
-                 "grep": "grep", "search": "grep", "find": "find", "ls": "ls", "todo": "todo"}
-"""``<key>.enabled`` → the built-in tool it turns off (the original calls grep ``search``)."""
+                 "grep": "grep", "search": "grep", "find": "find", "ls": "ls", "todo": "todo",
+                 "fetch": "web_fetch", "web_search": "web_search"}
+"""``<key>.enabled`` → the built-in tool it turns off (the original calls grep ``search``
+and its URL reading ``fetch``). ``true`` never turns a web tool on: ``web.enabled`` does."""
 
 
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
-                                   "async": AsyncSettings, "skills": SkillSettings}
+                                   "async": AsyncSettings, "skills": SkillSettings,
+                                   "web": WebSettings}
 _ATTRIBUTE = {"async": "async_"}
 """Sections whose attribute name differs from their key (a Python keyword)."""
-_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoundCommands"})}
-"""Keys a project's own file may not set (they would let a repository ask for secrets)."""
+_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoundCommands"}),
+                "web": _WEB_GLOBAL_ONLY}
+"""Keys a project's own file may not set (they would let a repository ask for secrets, send a
+search key elsewhere, point the model at the user's private network, or approve its own
+commands)."""
 
 # Keys of these sections that the original omp defines (its settings schema, across recent
 # versions) and we do not model: a user's file may hold them, so they are no mistake.
@@ -299,6 +319,7 @@ _ORIGINAL_KEYS = {
         "agentServiceTierOverrides", "agentPrewalk", "agentAdvisor", "prewalk", "isolation"}),
     "async": frozenset(),
     "skills": frozenset(),
+    "web": frozenset(),
 }
 
 
@@ -312,6 +333,7 @@ class _File:
     task: TaskSettings = attrs.field(factory=TaskSettings)
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     skills: SkillSettings = attrs.field(factory=SkillSettings)
+    web: WebSettings = attrs.field(factory=WebSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -394,6 +416,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         task=TaskSettings(**merged["task"]),
                         async_=AsyncSettings(**merged["async"]),
                         skills=SkillSettings(**merged["skills"]),
+                        web=WebSettings(**merged["web"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes), approval=extras.approval,
@@ -581,4 +604,6 @@ def _validate(file: _File, path: Path) -> None:
     for where, value in checks:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
+    for where, what in _validate_web(file.web):
+        raise problem(path, where, what)
 

@@ -19,6 +19,7 @@ what ``adopt`` returns.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
@@ -72,6 +73,9 @@ class SessionStore:
     _started: str = attrs.field(factory=lambda: iso_timestamp(datetime.now(UTC)), init=False)
     """When the in-memory session began (its header's ``timestamp``)."""
     _name: str | None = attrs.field(default=None, init=False)
+    _left: list[SessionFile] = attrs.field(factory=list, init=False)
+    """Files this session left (``adopt``) while their writer threads still had lines queued:
+    they are written before any file is read again (``_written_all``), since it may be one."""
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -136,6 +140,16 @@ class SessionStore:
             except OSError as exc:
                 self._file_failed(file, exc)
 
+    async def _written_all(self) -> None:
+        """``written``, and the files this session left written too: before a file is read,
+        which may be one of them. On cancellation it stops waiting."""
+        for file in self._left:
+            # A failure was reported through that file's own callback when it happened.
+            with contextlib.suppress(OSError):
+                await trio.to_thread.run_sync(file.flush, abandon_on_cancel=True)
+        self._left.clear()
+        await self.written()
+
     def _file_failed(self, file: SessionFile, exc: OSError) -> None:
         """``file`` could not be written (an append, or its writer thread; once per file)."""
         if file is self.file:  # in memory from now on, under the same id and name
@@ -157,6 +171,8 @@ class SessionStore:
         """Make ``file`` the session (None: a fresh in-memory one); ``built``: its context and
         settings as already built from it (off the loop). Its appends are written behind the
         loop from now on."""
+        if self.file is not None and self.file is not file and self.file.pending:
+            self._left.append(self.file)
         self.file = file
         self._name = None
         if file is None:
@@ -204,6 +220,7 @@ class SessionStore:
         if not await trio.Path(path.parent).is_dir():
             raise SessionError(f"File not found: {path}")
         create = functools.partial(SessionFile.create_at, path, cwd=str(self.cwd))
+        await self._written_all()  # it may be this very file, or one left before
         try:
             return (await _load_file(path) if await trio.Path(path).exists() else
                     await trio.to_thread.run_sync(create))
@@ -225,6 +242,7 @@ class SessionStore:
         if newest is None and self.file.path.parent == directory and empty:
             return None, False  # already the empty session of that directory
         create = functools.partial(SessionFile.create, directory, cwd=str(self.cwd))
+        await self._written_all()  # the newest may be a file this session wrote
         try:
             if newest is not None:
                 return await _load_file(newest), True
