@@ -14,14 +14,16 @@ Rules, in one place:
   glob (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``, ``tool:write(<glob>)``
   (and the condition ``.*`` when no regex is left). Other rules (``alwaysApply``,
   ``description`` only, ``astCondition`` only) are not loaded.
-* Matching (``RuleWatch.observe``): per streamed message, one growing buffer per source — the
-  text, the thinking, each tool call's argument JSON — reset at every assistant message; a
+* Matching (``RuleWatch.observe``): per streamed message, one buffer per source — the text, the
+  thinking, each tool call's argument JSON — reset at every assistant message; a
   rule matches when TTSR is on, it may fire (``ttsr.repeatMode: once``: once per session, the
   injected names kept in the session as ``ttsr-injection`` messages so a resumed session
   remembers; ``after-gap``: again after ``ttsr.repeatGap`` model calls), its scope admits the
   source (default: text and any tool, not thinking), its ``globs`` (and a scope's path glob)
   match a path of the call's arguments (then it is checked on the call's final arguments, at
-  ``toolcall_end``), and a condition regex is found in the buffer.
+  ``toolcall_end``), and a condition regex is found in the buffer (the new delta and the
+  ``LOOKBACK`` characters before it: linear time over a long answer; the original searches
+  the whole text every time).
 * A match writes ``ttsr_triggered {rules}`` at once (the rule objects as the original writes
   them). When the rule's ``interruptMode`` (else ``ttsr.interruptMode``) says so for that
   source, the loop cuts the stream (its own cancel scope around the model call; the HTTP
@@ -61,6 +63,9 @@ from ..tools.base import ToolResult
 from .settings import TtsrSettings
 
 SUFFIXES = (".md", ".mdc")
+LOOKBACK = 2048
+"""Characters before a delta searched again with it: a match longer than this that spans
+deltas is not seen until the call's arguments end (a tool call) or not at all (text)."""
 INJECTION_TYPE = "ttsr-injection"
 Level = Literal["user", "project"]
 Source = Literal["text", "thinking", "tool"]
@@ -343,6 +348,8 @@ class RuleWatch:
     """Rule name → the model call it fired at."""
     _calls: int = 0
     _buffers: dict[str, str] = attrs.field(factory=dict)
+    """Per source, the end of what it streamed (``LOOKBACK``)."""
+    _shortened: set[str] = attrs.field(factory=set)
     _pending: list[Rule] = attrs.field(factory=list)
     """Matched the text without interrupting: injected once the attempt completed."""
     _by_call: dict[str, list[Rule]] = attrs.field(factory=dict)
@@ -357,6 +364,7 @@ class RuleWatch:
         ran are forgotten)."""
         self._calls += 1
         self._buffers.clear()
+        self._shortened.clear()
         self._by_call.clear()
 
     def _fired(self) -> dict[str, int]:
@@ -391,17 +399,29 @@ class RuleWatch:
         else:
             return None
         paths: list[str] | None = None
+        start = 0
         if kind == "toolcall_end" and event.tool_call is not None:
             arguments = event.tool_call.arguments
             # The final arguments, whole: matched as the model meant them.
-            self._buffers[key] = json.dumps(arguments, ensure_ascii=False)
+            buffer = json.dumps(arguments, ensure_ascii=False)
             paths = _candidate_paths(arguments, self.cwd)
         else:
-            self._buffers[key] = self._buffers.get(key, "") + event.delta
-        buffer = self._buffers[key]
+            # Only the last ``LOOKBACK`` characters before the delta are kept and searched
+            # again with it: a new match ends in the new delta, and copying or searching the
+            # whole text at every delta would cost quadratic time over a long answer. A
+            # shortened buffer keeps one more character and is searched from 1, so that
+            # ``^`` (without MULTILINE) does not match where the shortening began.
+            tail = self._buffers.get(key, "")
+            buffer = tail + event.delta
+            start = 1 if key in self._shortened else 0
+            if len(buffer) > LOOKBACK + 1:
+                self._buffers[key] = buffer[-(LOOKBACK + 1):]
+                self._shortened.add(key)
+            else:
+                self._buffers[key] = buffer
         matched = [r for r in self.rules if self._may_fire(r)
                    and self._admits(r, source, tool, paths)
-                   and any(p.search(buffer) for p in r.conditions)]
+                   and any(p.search(buffer, start) for p in r.conditions)]
         if not matched:
             return None
         fired = self._fired()
