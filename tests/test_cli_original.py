@@ -216,6 +216,19 @@ async def test_at_files_are_inlined_as_the_original_does(
     assert images[0]["image_url"]["url"].startswith("data:image/png;base64,")
 
 
+def test_a_document_or_binary_at_file_gets_the_originals_cannot_read_line(tmp_path: Path) -> None:
+    from omp.rpc.file_args import inline_file
+
+    (tmp_path / "report.pdf").write_bytes(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n")
+    (tmp_path / "blob").write_bytes(b"ELF\0\0\0binary")
+    assert inline_file("@report.pdf", tmp_path) == (
+        f'<file name="{tmp_path / "report.pdf"}">[Cannot read pdf file: documents and binary '
+        "files are not converted by this runtime]</file>\n", None)
+    text, image = inline_file("@blob", tmp_path)
+    assert text.startswith(f'<file name="{tmp_path / "blob"}">[Cannot read binary file: ')
+    assert image is None
+
+
 async def test_an_unusable_at_file_stops_before_any_model_call(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
