@@ -40,6 +40,8 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
+from ..mcp.config import load_servers, parse_entry
+from ..mcp.manager import McpManager
 from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
@@ -81,6 +83,10 @@ class Runtime:
     host_uris: HostUris
     session: AgentSession
     subagents: SubagentHost | None
+    mcp: McpManager | None = None
+    """The MCP servers (None: none configured; nothing of the SDK is imported then)."""
+    mcp_notices: list[ev.Notice] = attrs.field(factory=list)
+    """What loading the MCP configuration has to say (skipped files, an untrusted project)."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -123,8 +129,36 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         skills=options.skills, require_credentials=require_credentials,
         sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
-    return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
-                   session, found[0] if found else None)
+    runtime = Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
+                      session, found[0] if found else None)
+    _load_mcp(runtime)
+    return runtime
+
+
+def _load_mcp(runtime: Runtime) -> None:
+    """The MCP servers of the files and of ``options.mcp_servers``; project servers only in
+    a trusted project (otherwise one notice names them)."""
+    options, session = runtime.options, runtime.session
+    notices = runtime.mcp_notices
+    given = []
+    for name, entry in options.mcp_servers.items():
+        try:
+            given.append(parse_entry(name, dict(entry)))
+        except ValueError as exc:
+            notices.append(ev.Notice(level="warning", source="mcp",
+                                     message=f"MCP server skipped: {exc}"))
+    loaded = load_servers(
+        session.cwd, session.prompt_options.agent_directory or agent_dir(),
+        trusted=project_trusted(options, session.cwd, session.settings.trusted_projects),
+        extra=given)
+    notices += [ev.Notice(level="warning", source="mcp", message=p) for p in loaded.problems]
+    if loaded.untrusted:
+        notices.append(ev.Notice(level="warning", source="mcp", message=(
+            f"Project MCP servers not started ({', '.join(loaded.untrusted)}): the project "
+            f"{session.cwd} is not trusted (start with --trust-project, or list it under "
+            "trustedProjects in ~/.omp/agent/config.yml)")))
+    if loaded.servers:
+        runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
@@ -160,7 +194,7 @@ def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     session = runtime.session
     return [*(ev.Notice(level="warning", source="config", message=note)
               for note in session.settings.notes),
-            *session.prompt_options.take_notices()]
+            *session.prompt_options.take_notices(), *runtime.mcp_notices]
 
 
 async def expire_at(runtime: Runtime, deadline: float) -> None:
@@ -238,6 +272,8 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
                     root.start_soon(expire_at, runtime, runtime.options.deadline)
                 await front.run(root, task_status)
                 await front.shutdown()
+                if runtime.mcp is not None:
+                    runtime.mcp.close()  # every server ends, in parallel with the drain
                 output.close()
                 if stdout is not None:
                     await _drain(output, written)

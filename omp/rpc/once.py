@@ -151,6 +151,11 @@ class OnceFront:
             use_extensions(runtime, loaded)
         if (extensions := session.extensions) is not None:
             await extensions.session_start()
+        if (mcp := runtime.mcp) is not None:
+            # One prompt, no host to wait for a notice: the servers' first attempts (each
+            # bounded by its timeout) are over before it is sent, so their tools are there.
+            nursery.start_soon(mcp.run)
+            await mcp.wait_settled()
         task_status.started()
         nursery.start_soon(self._tell_stalls)
         for prompt in self.prompts:

@@ -90,6 +90,9 @@ class ServeOptions:
     skills: Sequence[str] | bool | None = None
     """``--no-skills`` (False: none), ``--skills`` (glob patterns: only those), None: as the
     settings say."""
+    mcp_servers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    """MCP servers given by an embedding host, ``name`` → an entry as in ``mcp.json``
+    (``{"command": ..., "args": [...]}`` or ``{"url": ...}``); they win over the files'."""
     deadline: float | None = None
     """``--max-time``: the ``time.monotonic()`` at which the run going is aborted (``Deadline
     exceeded``) and no other one starts."""

@@ -161,6 +161,11 @@ class RpcServer:
         self.output.put_nowait(Ready())
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
+        if (mcp := self.runtime.mcp) is not None:
+            # After ``ready``: the servers connect in the background, never delaying it.
+            mcp.on_commands = self._announce_commands
+            self.commands.slash.mcp = mcp
+            nursery.start_soon(mcp.run)
         self.start_job(self._start_extensions)
         task_status.started()
         with self._reader_scope:
@@ -189,6 +194,10 @@ class RpcServer:
                 use_extensions(self.runtime, loaded)
         if (extensions := self.session.extensions) is not None:
             await extensions.session_start()
+        self.output.put_nowait(self.commands.available_commands_update())
+
+    def _announce_commands(self) -> None:
+        """The command list changed outside a command (MCP prompts came or went)."""
         self.output.put_nowait(self.commands.available_commands_update())
 
     async def _reload_extensions(self) -> None:

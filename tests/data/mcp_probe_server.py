@@ -1,0 +1,99 @@
+"""A real MCP server (the SDK's FastMCP) for the MCP tests: stdio by default, streamable HTTP
+with ``--http PORT`` (prints ``listening`` once it accepts connections).
+
+Tools: ``echo``, ``Add-Numbers2`` (structured result), ``fail`` (an ``isError`` result),
+``crash`` (the process exits mid-call), ``hang`` (never answers), ``env`` (reads a variable),
+``pid`` (its process id), ``spawn_child`` (starts a grandchild that ignores SIGTERM and
+prints its pid); a prompt ``greet``; a resource ``probe://doc/1``. ``MCP_PROBE_NAME`` renames
+the server; ``MCP_PROBE_MARK`` is a file that gets one line per start (reconnect tests).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from mcp.server.fastmcp import FastMCP
+
+mcp = FastMCP(os.environ.get("MCP_PROBE_NAME", "probe"), instructions="Probe server.",
+              log_level="WARNING")
+
+if mark := os.environ.get("MCP_PROBE_MARK"):
+    with open(mark, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@mcp.tool(name="Add-Numbers2")
+def add_numbers(a: int, b: int) -> dict[str, int]:
+    """Add two numbers."""
+    return {"sum": a + b}
+
+
+@mcp.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ValueError("it broke")
+
+
+@mcp.tool()
+def crash() -> str:
+    """The server process exits while answering."""
+    os._exit(3)
+
+
+@mcp.tool()
+async def hang() -> str:
+    """Never answers."""
+    import anyio
+
+    await anyio.sleep_forever()
+    return "unreachable"
+
+
+@mcp.tool()
+def env(name: str) -> str:
+    """The value of an environment variable of the server process."""
+    return os.environ.get(name, "<unset>")
+
+
+@mcp.tool()
+def pid() -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
+@mcp.tool()
+def spawn_child() -> int:
+    """Start a grandchild that ignores SIGTERM; its pid."""
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return child.pid
+
+
+@mcp.prompt()
+def greet(who: str) -> str:
+    """Greet someone."""
+    return f"Please greet {who}"
+
+
+@mcp.resource("probe://doc/1", description="A document")
+def doc() -> str:
+    return "resource body"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--http":
+        mcp.settings.port = int(sys.argv[2])
+        mcp.settings.host = "127.0.0.1"
+        mcp.run(transport="streamable-http")
+    else:
+        mcp.run()
