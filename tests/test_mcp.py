@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import attrs
 import trio
 
 from omp.client import RpcClient
+from omp.process import kill_process_group
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 from tests.agent_helpers import (
     FAKE_ARGS,
@@ -165,3 +165,217 @@ async def test_model_calls_stdio_server_tools(tmp_path: Path, isolated_agent_dir
     assert by_name["mcp__probe_echo"]["description"] == "Echo the text back."
     assert state.success
     assert frames[-1]["status"] == "completed"
+
+
+async def test_stdin_closed_ends_three_servers_and_their_children(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    names = ("one", "two", "three")
+    write_mcp(isolated_agent_dir / "mcp.json", {n: stdio_entry() for n in names})
+    # Each server starts a grandchild that ignores SIGTERM; the model learns the pids.
+    script = [tools_reply(*(tool_call(f"s{n}", f"mcp__{n}_spawn_child", {}) for n in names),
+                          *(tool_call(f"p{n}", f"mcp__{n}_pid", {}) for n in names)),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted(*(f"mcp__{n}_pid" for n in names))
+            frames = await host.prompt("start children")
+            pids = [int(result_text(f).split("\n")[0]) for f in
+                    of_type(frames, "tool_execution_end")]
+            assert len(pids) == 6
+            assert all(alive(p) for p in pids)
+            started = trio.current_time()  # leaving the block closes its stdin
+        took = trio.current_time() - started
+    assert host.client.returncode == 0
+    assert not [p for p in pids if alive(p)]
+    assert took < 5.0
+
+
+async def test_untrusted_project_servers_are_not_started(tmp_path: Path,
+                                                         isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    mark = tmp_path / "starts"
+    write_mcp(cwd / ".omp" / "mcp.json",
+              {"proj": stdio_entry(env={"MCP_PROBE_MARK": str(mark)})})
+    write_mcp(cwd / ".mcp.json", {"claude": stdio_entry(env={"MCP_PROBE_MARK": str(mark)})})
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir) as host:
+            notice = (await host.until(lambda f: f["type"] == "notice"))[-1]
+            listed = await host.command_output("/mcp list")
+            tools = await host.client.request({"type": "get_state"})
+    assert notice["level"] == "warning"
+    assert "--trust-project" in notice["message"]
+    assert "proj, claude" in notice["message"]
+    assert listed == "No MCP servers configured."
+    assert not mark.exists()
+    assert tools.success
+
+
+async def test_trusted_project_servers_start_and_project_beats_user(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    write_mcp(cwd / ".omp" / "mcp.json", {"a": stdio_entry(env={"MCP_PROBE_NAME": "proj"})})
+    write_mcp(isolated_agent_dir / "mcp.json",
+              {"a": {"command": "/nonexistent/bin"},
+               "off": stdio_entry(enabled=False)})
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, args=["--trust-project"]) as host:
+            await host.mounted("mcp__a_echo")
+            listed = await host.command_output("/mcp list")
+    assert listed.splitlines() == [
+        f"off | stdio | disabled | {sys.executable} [user] | disabled",
+        f"a | stdio | enabled | {sys.executable} [project] | connected"]
+
+
+async def test_a_server_that_crashes_mid_call_reconnects(tmp_path: Path,
+                                                         isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    mark = tmp_path / "starts"
+    write_mcp(isolated_agent_dir / "mcp.json",
+              {"probe": stdio_entry(env={"MCP_PROBE_MARK": str(mark)})})
+    script = [tools_reply(tool_call("c1", "mcp__probe_crash", {})),
+              tools_reply(tool_call("c2", "mcp__probe_echo", {"text": "back"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_crash")
+            frames = await host.prompt("crash it")
+    ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
+    assert ends["c1"]["isError"] is True
+    text = result_text(ends["c1"])
+    assert text.startswith("MCP failure\nserver: probe\ntool: crash\ntransport: stdio\n")
+    assert "failure: eof\nretryable: yes\n" in text
+    assert "message: MCP subprocess closed stdout before responding" in text
+    assert ends["c2"]["isError"] is False
+    assert result_text(ends["c2"]).startswith("back")
+    assert len(mark.read_text().split()) == 2  # started again
+    assert frames[-1]["status"] == "completed"
+    notices = [f for f in host.frames if f["type"] == "notice" and f.get("source") == "mcp"
+               and f["level"] == "warning"]
+    assert len(notices) == 1
+    assert notices[0]["message"].startswith('MCP server "probe": ')
+
+
+async def test_a_call_that_never_answers_times_out(tmp_path: Path,
+                                                   isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    # The timeout is also the connect timeout: long enough for a loaded machine to start
+    # Python and the SDK.
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry(timeout=4000)})
+    script = [tools_reply(tool_call("c1", "mcp__probe_hang", {})), text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_hang")
+            frames = await host.prompt("hang")
+    (end,) = of_type(frames, "tool_execution_end")
+    assert end["isError"] is True
+    text = result_text(end)
+    assert "stage: receive\nfailure: timeout\nretryable: no\n" in text
+    assert "message: Request timeout after 4000ms" in text
+    assert frames[-1]["status"] == "completed"
+
+
+async def test_abort_during_a_call(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    script = [tools_reply(tool_call("c1", "mcp__probe_hang", {})),
+              tools_reply(tool_call("c2", "mcp__probe_echo", {"text": "still here"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_hang")
+            await host.client.send({"id": "p1", "type": "prompt", "message": "hang"})
+            await host.until(lambda f: f["type"] == "tool_execution_start")
+            await host.client.send({"id": "a", "type": "abort"})
+            frames = await host.until(lambda f: f["type"] == "prompt_result")
+            after = await host.prompt("again")
+    assert frames[-1]["status"] == "aborted"
+    (end,) = of_type(frames, "tool_execution_end")
+    assert end["isError"] is True
+    # The server is still there for the next call.
+    (again,) = of_type(after, "tool_execution_end")
+    assert result_text(again).startswith("still here")
+
+
+async def test_a_prompt_is_a_slash_command(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, [text_reply("hello Bob")]) as host:
+            update = (await host.until(
+                lambda f: f["type"] == "available_commands_update" and any(
+                    c["source"] == "mcp_prompt" for c in f["commands"])))[-1]
+            frames = await host.prompt("/probe:greet who=Bob")
+            prompts = await host.command_output("/mcp prompts")
+            resources = await host.command_output("/mcp resources")
+    assert [c for c in update["commands"] if c["source"] == "mcp_prompt"] == [
+        {"name": "probe:greet", "source": "mcp_prompt", "description": "Greet someone.",
+         "input": {"hint": "arguments"}}]
+    (user,) = [f["message"] for f in of_type(frames, "message_end")
+               if f["message"]["role"] == "user"]
+    assert user["content"] in ("Please greet Bob", [{"type": "text", "text": "Please greet Bob"}])
+    assert prompts == "probe/greet — Greet someone."
+    assert resources == "probe/probe://doc/1"
+
+
+async def test_mcp_help_and_unknown(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir) as host:
+            help_text = await host.command_output("/mcp")
+            unknown = await host.command_output("/mcp frob")
+            listed = await host.command_output("/mcp list")
+    assert help_text.splitlines()[0] == "MCP server management"
+    assert unknown == "Unknown /mcp subcommand: frob. Use /mcp help for available subcommands."
+    assert listed == "No MCP servers configured."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_streamable_http_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    port = free_port()
+    write_mcp(isolated_agent_dir / "mcp.json", {
+        "web": {"url": "http://127.0.0.1:${MCP_TEST_PORT}/mcp",
+                "headers": {"X-Probe": "MCP_TEST_TOKEN"}}})
+    script = [tools_reply(tool_call("c1", "mcp__web_echo", {"text": "over http"})),
+              text_reply("done")]
+    env = {**os.environ, "MCP_TEST_PORT": str(port), "MCP_TEST_TOKEN": "s3cret-value"}
+    server = await trio.lowlevel.open_process(
+        [sys.executable, str(PROBE), "--http", str(port)], stdin=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with trio.fail_after(LIMIT):
+            while True:  # until the server accepts connections
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", port)
+                except OSError:
+                    await trio.sleep(0.05)
+                    continue
+                await stream.aclose()
+                break
+            async with open_host(cwd, isolated_agent_dir, script, env=env) as host:
+                await host.mounted("mcp__web_echo")
+                frames = await host.prompt("call over http")
+                listed = await host.command_output("/mcp list")
+    finally:
+        await kill_process_group(server)
+    (end,) = of_type(frames, "tool_execution_end")
+    assert end["isError"] is False
+    assert result_text(end).startswith("over http")
+    assert listed == f"web | http | enabled | http://127.0.0.1:{port}/mcp [user] | connected"
+    # The header's value came from the environment and is written nowhere.
+    assert not [f for f in host.frames if "s3cret-value" in json.dumps(f)]
