@@ -8,7 +8,9 @@ and the throughput of small frames through one process over pipes: N `set_steeri
 commands written as fast as the pipe takes them, timed until the N-th response is read.
 
 Targets (issue 2): ready and first response within 60 ms of the floor, idle RSS <= 45 MiB,
->= 200,000 small frames/s. The processes run the offline model with `--no-session`, in the
+>= 200,000 small frames/s. ``--mcp N`` configures N stdio MCP servers (the tests' FastMCP probe
+server) in the agent directory: they connect after ``ready`` and must change neither startup
+figure (the SDK is imported in a worker thread; the RSS then includes it). The processes run the offline model with `--no-session`, in the
 environment of `isolation.isolated_env` (a temp agent directory, HOME and TMPDIR, removed at the
 end). This is a benchmark, not a test: it prints figures, it asserts nothing.
 """
@@ -16,6 +18,7 @@ end). This is a benchmark, not a test: it prints figures, it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -110,11 +113,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--frames", type=int, default=200_000)
+    parser.add_argument("--mcp", type=int, default=0, metavar="N",
+                        help="configure N stdio MCP servers")
     args = parser.parse_args()
     precompile()
 
     with tempfile.TemporaryDirectory(prefix="omp-bench-rpc-") as tmp:
         env = isolated_env(Path(tmp))
+        if args.mcp:
+            probe = Path(__file__).resolve().parents[1] / "tests" / "data" / "mcp_probe_server.py"
+            servers = {f"s{i}": {"command": sys.executable, "args": [str(probe)]}
+                       for i in range(args.mcp)}
+            (Path(env["OMP_AGENT_DIR"]) / "mcp.json").write_text(
+                json.dumps({"mcpServers": servers}))
         # Floor and server alternate, and each server start is compared with the floor run
         # just before it: the machine's speed drifts by more than the margin being measured.
         floors, runs = [], []
@@ -125,6 +136,8 @@ def main() -> None:
     floor = statistics.median(floors)
     rss = statistics.median(r[2] for r in runs)
 
+    if args.mcp:
+        print(f"with {args.mcp} stdio MCP servers configured")
     print(f"floor  python -c 'import trio'   {floor * 1000:8.1f} ms")
     for name, index in (("spawn -> ready", 0), ("spawn -> first response", 1)):
         value = statistics.median(r[index] for r in runs)

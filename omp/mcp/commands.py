@@ -143,19 +143,3 @@ def prompt_arguments(text: str) -> dict[str, str]:
         if eq and key:
             found[key] = value
     return found
-
-
-def prompt_text(result: Any) -> str:
-    """The user prompt an MCP prompt's messages make: their texts (and embedded resource
-    texts) joined by a blank line."""
-    from mcp import types
-
-    parts = []
-    for message in result.messages:
-        content = message.content
-        if isinstance(content, types.TextContent):
-            parts.append(content.text)
-        elif isinstance(content, types.EmbeddedResource) and isinstance(
-                content.resource, types.TextResourceContents):
-            parts.append(content.resource.text)
-    return "\n\n".join(parts)

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import attrs
 import trio
 from mcp import ClientSession, McpError, types
-from pydantic import FileUrl
+from pydantic import AnyUrl, FileUrl
 
 from ..protocol import events as ev
 from ..protocol.messages import ImageContent, TextContent
@@ -275,15 +275,25 @@ class Connection:
                             {"serverName": self.name, "mcpToolName": tool,
                              "isError": True}) from None
 
-    async def get_prompt(self, prompt: str, arguments: dict[str, str]) -> types.GetPromptResult:
+    async def prompt_text(self, prompt: str, arguments: dict[str, str]) -> str:
+        """The user prompt ``prompts/get`` makes: the texts (and embedded resource texts) of
+        its messages joined by a blank line. Raises McpError, TooSlowError; on cancellation
+        the request is abandoned."""
         timeout = self.timeout
         with trio.fail_after(math.inf if timeout is None else timeout):
             session = await self._connected()
-            return await session.get_prompt(prompt, arguments or None)
+            result = await session.get_prompt(prompt, arguments or None)
+        parts = []
+        for message in result.messages:
+            content = message.content
+            if isinstance(content, types.TextContent):
+                parts.append(content.text)
+            elif isinstance(content, types.EmbeddedResource) and isinstance(
+                    content.resource, types.TextResourceContents):
+                parts.append(content.resource.text)
+        return "\n\n".join(parts)
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
-        from pydantic import AnyUrl
-
         timeout = self.timeout
         with trio.fail_after(math.inf if timeout is None else timeout):
             session = await self._connected()

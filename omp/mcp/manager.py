@@ -2,12 +2,14 @@
 
 ``McpManager`` is built with the server (``omp.rpc.lifecycle.build_runtime``) from the loaded
 configuration; building it imports nothing of the SDK. ``run`` is a task of ``serve()``'s root
-nursery, started right after ``ready`` (so servers never delay ``ready``; the original waits
-up to 250 ms for them before its ``ready``, which only shifts the race: a host that needs a
-server's tools waits for the ``notice`` that mounts them). It imports the SDK, then opens the
-manager's nursery with one ``Connection.run`` per enabled server; ``close`` (the server's
-shutdown) cancels that nursery: every connection closes and every stdio server's process group
-is ended (``omp.mcp.transport``), within ``KILL_GRACE`` plus a second.
+nursery, started right after ``ready`` (RPC; the one-shot modes wait for the first attempts
+before their prompt). It imports the SDK in a worker thread (a second or two of pydantic
+models: commands that arrive meanwhile are answered), then opens the manager's nursery with
+one ``Connection.run`` per enabled server. So servers never delay ``ready`` or the first
+response. (The original waits up to 250 ms for them before its ``ready``, which only narrows
+the race: here a host that needs a server's tools waits for the ``notice`` that mounts them.)
+``close`` (the server's shutdown) cancels the nursery: every connection closes and every stdio
+server's process group is ended (``omp.mcp.transport``), within ``KILL_GRACE`` plus a second.
 
 Whenever a connection's lists change, the session's ``mcp_tools`` are replaced (the next model
 call has them), one ``notice`` says which tools were mounted / unmounted (``source: "mcp"``),
@@ -16,6 +18,7 @@ and when prompts changed ``on_commands`` re-announces the command list.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,7 +60,11 @@ class McpManager:
         cancellation every connection is closed and every stdio server ended."""
         task_status.started()
         with self._scope:
-            from .connection import Connection  # the SDK: only now, after ``ready``
+            # The SDK (pydantic models: a second or two) is imported in a worker thread, so
+            # the commands that arrive meanwhile are answered (the GIL is shared, not held).
+            await trio.to_thread.run_sync(importlib.import_module, f"{__package__}.connection",
+                                          abandon_on_cancel=True)
+            from .connection import Connection
 
             env = dict(os.environ)
             for config in self.enabled:

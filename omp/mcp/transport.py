@@ -22,9 +22,12 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import anyio
+import httpx
 import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import types
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from ..process import kill_process_group, open_process_group
@@ -116,15 +119,10 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str]
 
 @contextlib.asynccontextmanager
 async def _http(config: ServerConfig, environ: Mapping[str, str]) -> AsyncIterator[Streams]:
-    import httpx
-    from mcp.client.streamable_http import streamable_http_client
-
     assert config.url is not None
     headers = {k: v for k, raw in config.headers.items() if (v := resolve_value(raw, environ))}
     timeout = config.timeout_seconds(environ)
     if config.transport == "sse":
-        from mcp.client.sse import sse_client
-
         async with sse_client(config.url, headers=headers, timeout=timeout or 30.0) as (
                 read, write):
             yield read, write, trio.Event()

@@ -37,6 +37,7 @@ import attrs
 import msgspec
 import trio
 
+from ..mcp.commands import prompt_arguments
 from ..protocol import commands as cmd
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -377,22 +378,20 @@ class Commands:
     async def prompt_mcp(self, frame: cmd.Prompt) -> Response:
         """``/<server>:<prompt> k=v ...``: the server's prompt (``prompts/get``) is sent as the
         user's prompt; the response has no data (the original's custom-command path)."""
-        from ..mcp.commands import prompt_arguments, prompt_text
-
         found = self.slash.mcp_prompt_for(frame.message)
         if found is None:  # the server went away since the command was read
             return self._prompt_text(frame, "prompt", frame.message, frame.images or [], None,
                                      None)
         connection, prompt, args = found
         try:
-            result = await connection.get_prompt(prompt, prompt_arguments(args))
+            text = await connection.prompt_text(prompt, prompt_arguments(args))
         except Exception as exc:  # the server's failure is the host's answer, not our crash
             reason = str(exc) or type(exc).__name__
             return fail("prompt", frame.id,
                         f'MCP prompt "{connection.name}:{prompt}" failed: {reason}')
         images = frame.images if isinstance(frame.images, list) else []
         try:
-            self.session.prompt(prompt_text(result), images, request_id=frame.id)
+            self.session.prompt(text, images, request_id=frame.id)
         except SessionError as exc:
             return fail("prompt", frame.id, str(exc))
         return ok("prompt", frame.id)

@@ -49,6 +49,7 @@ from ..commands import (
     split_command,
 )
 from ..config import ConfigError, agent_dir
+from ..mcp.commands import mcp_command
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -503,8 +504,6 @@ def _changelog(call: Call) -> Outcome:
 
 
 def _mcp(call: Call) -> Outcome:
-    from ..mcp.commands import mcp_command
-
     call.output(mcp_command(call.args, call.slash.mcp, call.session.cwd,
                             call.slash.agent_directory))
     return LOCAL
