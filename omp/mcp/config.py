@@ -180,7 +180,7 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
             if not entries:
                 continue
             if scope == "project" and not trusted:
-                untrusted += [e.name for e in entries if e.name not in taken]
+                untrusted += [e.name for e in entries]
             else:
                 take(entries)
             break  # alternatives: the first non-empty file counts
@@ -188,7 +188,9 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     for server in taken.values():
         enabled = (server.enabled or server.name in forced) and server.name not in disabled
         servers.append(attrs.evolve(server, enabled=enabled))
-    return LoadedServers(tuple(servers), tuple(dict.fromkeys(untrusted)), tuple(problems))
+    # A project server that a user server of its name replaces anyway is not news.
+    left_out = tuple(dict.fromkeys(n for n in untrusted if n not in taken))
+    return LoadedServers(tuple(servers), left_out, tuple(problems))
 
 
 def _read(path: Path, problems: list[str]) -> dict[Any, Any] | None:

@@ -28,6 +28,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,7 +43,7 @@ from ..protocol import events as ev
 from ..protocol.messages import ImageContent, TextContent
 from ..tools.base import OnUpdate, ResultContent, ToolError, ToolResult
 from ..tools.truncate import elide_middle
-from .config import ServerConfig
+from .config import ServerConfig, resolve_value
 from .naming import mint_name
 from .transport import open_transport
 
@@ -57,6 +58,7 @@ CANCEL_NOTICE_SECONDS = 0.5
 """Deadline of telling the server that a call was cancelled."""
 INSTRUCTIONS_MAX = 4000
 
+_CREDENTIAL = re.compile(r"(?i)(bearer\s+|(?:token|api[_-]?key|secret|password)=)[^\s&\"']+")
 State = Literal["connecting", "connected", "failed", "suspended", "disabled"]
 
 
@@ -81,12 +83,16 @@ class Connection:
     """Set while connected."""
     _settled: trio.Event = attrs.field(factory=trio.Event)
     """Set once the first attempt is over (connected or not)."""
+    _attempted: trio.Event = attrs.field(factory=trio.Event)
+    """Set (and replaced) each time an attempt to connect is over."""
     _wake: trio.Event = attrs.field(factory=trio.Event)
     """Set to ask for a connection now (a call, ``/mcp reconnect``)."""
     _drop: trio.Event = attrs.field(factory=trio.Event)
     """Set to end the current connection (reconnect, server gone)."""
     _refresh: trio.Event = attrs.field(factory=trio.Event)
     _reported: bool = False
+    _asked: bool = False
+    """The current connection is being dropped because ``reconnect`` asked (not news)."""
     _connected_at: deque[float] = attrs.field(factory=deque)
 
     @property
@@ -111,8 +117,11 @@ class Connection:
             except Exception as exc:
                 failures += 1
                 self._down(describe_failure(exc, self), first=failures == 1)
+                self._attempted.set()
+                self._attempted = trio.Event()
             else:
-                self._down("the server closed the connection", first=True)
+                asked, self._asked = self._asked, False
+                self._down("the server closed the connection", first=not asked)
             self._settled.set()
             now = trio.current_time()
             while self._connected_at and now - self._connected_at[0] > STORM_SECONDS:
@@ -141,6 +150,7 @@ class Connection:
     def reconnect(self) -> None:
         """Drop the connection (if any) and connect again now; resets a suspended server."""
         self._connected_at.clear()
+        self._asked = self._session is not None
         self._drop.set()
         self._wake.set()
 
@@ -165,6 +175,8 @@ class Connection:
                 self._connected_at.append(trio.current_time())
                 self._up.set()
                 self._settled.set()
+                self._attempted.set()
+                self._attempted = trio.Event()
                 self.on_change(self)
                 nursery.start_soon(self._refresher, session, init.capabilities)
                 drop = self._drop
@@ -186,8 +198,8 @@ class Connection:
         self.state, self.error = "connecting", error
         if first and not self._reported:
             self._reported = True
-            self.emit(ev.Notice(level="warning", source="mcp",
-                                message=f'MCP server "{self.name}": {error}'))
+            self.emit(ev.Notice(level="warning", source="mcp", message=self.redact(
+                f'MCP server "{self.name}": {error}')))
         if was_up:
             self.on_change(self)
 
@@ -237,14 +249,30 @@ class Connection:
         root = types.Root(uri=FileUrl(self.cwd.resolve().as_uri()), name=self.cwd.name)
         return types.ListRootsResult(roots=[root])
 
+    def redact(self, text: str) -> str:
+        """``text`` without the values of this server's ``env`` and ``headers`` (they may
+        be tokens), nor ``Bearer``/``token=`` credentials: messages from the transport or the
+        server can quote them."""
+        secrets = {resolve_value(v, self.environ) for v in (*self.config.env.values(),
+                                                             *self.config.headers.values())}
+        for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+            text = text.replace(secret, "[redacted]")
+        return _CREDENTIAL.sub(lambda m: m.group(1) + "[redacted]", text)
+
     # -- calls ---------------------------------------------------------------------------
 
     async def _connected(self) -> ClientSession:
-        """The live session, waiting (and asking) for one when there is none."""
+        """The live session, waiting (and asking) for one when there is none. Raises
+        ServerDown when the server was down and the next attempt failed too."""
         while self._session is None:
             if self.state != "connecting":
                 self._wake.set()
-            await self._up.wait()
+            if self.error is None:  # the first attempt, or up again: wait for it
+                await self._up.wait()
+                continue
+            await self._attempted.wait()
+            if self._session is None:
+                raise ServerDown(self.error)
         return self._session
 
     async def wait_settled(self) -> None:
@@ -270,8 +298,8 @@ class Connection:
                             types.CancelledNotification(params=types.CancelledNotificationParams(
                                 requestId=request_id, reason="aborted"))))
                     raise
-        except (trio.TooSlowError, McpError, OSError) as exc:
-            raise ToolError(failure_text(self, tool, stage, exc),
+        except (trio.TooSlowError, McpError, OSError, ServerDown) as exc:
+            raise ToolError(self.redact(failure_text(self, tool, stage, exc)),
                             {"serverName": self.name, "mcpToolName": tool,
                              "isError": True}) from None
 
@@ -301,6 +329,10 @@ class Connection:
 
 
 # -- failures ------------------------------------------------------------------------------
+
+
+class ServerDown(Exception):
+    """The server is not connected and could not be connected again (the attempt's error)."""
 
 
 def describe_failure(exc: BaseException, conn: Connection) -> str:
@@ -340,6 +372,10 @@ def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException) ->
         failure, retryable, code = "json_rpc", "no", exc.error.code
         message = f"MCP error {exc.error.code}: {exc.error.message}"
         advice = "Check the tool arguments against its schema, then retry."
+    elif isinstance(exc, ServerDown):
+        failure, retryable = "connect", "yes"
+        message = f'MCP server "{conn.name}" is not connected: {exc}'
+        advice = "Check that the MCP server can start (/mcp list shows its state), then retry."
     else:
         failure, retryable = "connect", "yes"
         message = f"{type(exc).__name__}: {exc}"

@@ -1,11 +1,13 @@
 """A real MCP server (the SDK's FastMCP) for the MCP tests: stdio by default, streamable HTTP
-with ``--http PORT`` (prints ``listening`` once it accepts connections).
+on 127.0.0.1 with ``--http PORT``.
 
 Tools: ``echo``, ``Add-Numbers2`` (structured result), ``fail`` (an ``isError`` result),
-``crash`` (the process exits mid-call), ``hang`` (never answers), ``env`` (reads a variable),
-``pid`` (its process id), ``spawn_child`` (starts a grandchild that ignores SIGTERM and
-prints its pid); a prompt ``greet``; a resource ``probe://doc/1``. ``MCP_PROBE_NAME`` renames
-the server; ``MCP_PROBE_MARK`` is a file that gets one line per start (reconnect tests).
+``crash`` (the process exits mid-call), ``hang`` (never answers), ``was_cancelled`` (whether a
+``hang`` call was cancelled by the client), ``add_late`` (adds a tool ``late`` and sends
+``tools/list_changed``), ``env`` (reads a variable), ``pid`` (its process id), ``spawn_child``
+(starts a grandchild that ignores SIGTERM; its pid); a prompt ``greet``; a resource
+``probe://doc/1``. ``MCP_PROBE_NAME`` renames the server; ``MCP_PROBE_MARK`` names a file that
+gets one line per start (reconnect tests).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import os
 import subprocess
 import sys
 
-from mcp.server.fastmcp import FastMCP
+import anyio
+from mcp.server.fastmcp import Context, FastMCP
 
 mcp = FastMCP(os.environ.get("MCP_PROBE_NAME", "probe"), instructions="Probe server.",
               log_level="WARNING")
@@ -48,13 +51,34 @@ def crash() -> str:
     os._exit(3)
 
 
+_hang_cancelled = anyio.Event()
+
+
 @mcp.tool()
 async def hang() -> str:
-    """Never answers."""
-    import anyio
-
-    await anyio.sleep_forever()
+    """Never answers (a cancellation from the client ends it)."""
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        _hang_cancelled.set()
+        raise
     return "unreachable"
+
+
+@mcp.tool()
+async def was_cancelled() -> str:
+    """Whether a ``hang`` call was cancelled by the client (waits up to 20 s for it)."""
+    with anyio.move_on_after(20):
+        await _hang_cancelled.wait()
+    return "yes" if _hang_cancelled.is_set() else "no"
+
+
+@mcp.tool()
+async def add_late(ctx: Context) -> str:  # type: ignore[type-arg]
+    """Adds the tool ``late`` and tells the client that the tool list changed."""
+    mcp.add_tool(lambda: "late answer", name="late", description="Added later.")
+    await ctx.session.send_tool_list_changed()
+    return "added"
 
 
 @mcp.tool()
