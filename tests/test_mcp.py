@@ -141,7 +141,9 @@ async def test_model_calls_stdio_server_tools(tmp_path: Path, isolated_agent_dir
     write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
     script = [tools_reply(tool_call("c1", "mcp__probe_echo", {"text": "hi there"}),
                           tool_call("c2", "mcp__probe_add_numbers2", {"a": 2, "b": 3}),
-                          tool_call("c3", "mcp__probe_fail", {})),
+                          tool_call("c3", "mcp__probe_fail", {}),
+                          tool_call("r1", "read", {"path": "mcp://probe://doc/1"}),
+                          tool_call("r2", "read", {"path": "mcp://probe://nope"})),
               text_reply("done")]
     with trio.fail_after(LIMIT):
         async with open_host(cwd, isolated_agent_dir, script) as host:
@@ -158,6 +160,11 @@ async def test_model_calls_stdio_server_tools(tmp_path: Path, isolated_agent_dir
     assert json.loads(result_text(ends["c2"])) == {"sum": 5}
     assert ends["c3"]["isError"] is True
     assert result_text(ends["c3"]) == "Error: Error executing tool fail: it broke"
+    # A resource, read as mcp://<uri>.
+    assert result_text(ends["r1"]) == "resource body"
+    assert ends["r2"]["isError"] is True
+    assert result_text(ends["r2"]) == (
+        'No MCP server has resource "probe://nope". Resources: mcp://probe://doc/1')
     # The tools reached the model as function tools with the servers' schemas.
     sent = json.loads(host.fake.requests[0].body)["tools"]
     by_name = {t["function"]["name"]: t["function"] for t in sent}

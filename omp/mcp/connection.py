@@ -322,10 +322,24 @@ class Connection:
         return "\n\n".join(parts)
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """``resources/read``. Raises McpError, TooSlowError, ServerDown."""
         timeout = self.timeout
         with trio.fail_after(math.inf if timeout is None else timeout):
             session = await self._connected()
             return await session.read_resource(AnyUrl(uri))
+
+    async def resource_text(self, uri: str) -> tuple[str, str]:
+        """``(text, content type)`` of a resource: its text contents joined by a blank line;
+        a binary one as a line saying so."""
+        result = await self.read_resource(uri)
+        parts, mime = [], "text/plain"
+        for item in result.contents:
+            mime = item.mimeType or mime
+            if isinstance(item, types.TextResourceContents):
+                parts.append(item.text)
+            else:
+                parts.append(f"[binary resource {item.uri}, {item.mimeType or 'unknown type'}]")
+        return "\n\n".join(parts), mime
 
 
 # -- failures ------------------------------------------------------------------------------

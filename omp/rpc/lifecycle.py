@@ -42,6 +42,7 @@ from ..groups import unwrap
 from ..llm.stream import HttpClient
 from ..mcp.config import load_servers, parse_entry
 from ..mcp.manager import McpManager
+from ..mcp.resources import McpUris
 from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
@@ -159,6 +160,9 @@ def _load_mcp(runtime: Runtime) -> None:
             "trustedProjects in ~/.omp/agent/config.yml)")))
     if loaded.servers:
         runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit)
+        # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
+        context = session.tool_context
+        context.uris = McpUris(context.uris, runtime.mcp)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
