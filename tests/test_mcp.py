@@ -170,6 +170,10 @@ async def test_model_calls_stdio_server_tools(tmp_path: Path, isolated_agent_dir
     by_name = {t["function"]["name"]: t["function"] for t in sent}
     assert by_name["mcp__probe_add_numbers2"]["parameters"]["required"] == ["a", "b"]
     assert by_name["mcp__probe_echo"]["description"] == "Echo the text back."
+    # The server's instructions are in the system prompt.
+    system = json.loads(host.fake.requests[0].body)["messages"][0]["content"]
+    assert "## MCP Server Instructions" in system
+    assert "### probe\nProbe server." in system
     assert state.success
     assert frames[-1]["status"] == "completed"
 

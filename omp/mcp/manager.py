@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -105,6 +104,7 @@ class McpManager:
     def _changed(self, connection: Connection) -> None:
         tools = self.tools()
         self.session.set_mcp_tools(tools)
+        self.session.mcp_instructions = self.instructions_block()
         names = [t.name for t in tools]
         added = [n for n in names if n not in self._mounted]
         removed = [n for n in self._mounted if n not in names]
@@ -122,12 +122,15 @@ class McpManager:
             if self.on_commands is not None:
                 self.on_commands()
 
-    def instructions(self) -> list[tuple[str, str]]:
-        return [(c.name, c.instructions) for c in self.connections.values()
-                if c.instructions and c.state == "connected"]
-
-    def find_connection(self, name: str) -> Connection | None:
-        return self.connections.get(name)
-
-    def cwd(self) -> Path:
-        return self.session.cwd
+    def instructions_block(self) -> str | None:
+        """The connected servers' ``instructions`` for the system prompt (the original's
+        section), or None when none sent any."""
+        found = [(c.name, c.instructions) for c in self.connections.values()
+                 if c.instructions and c.state == "connected"]
+        if not found:
+            return None
+        return "\n\n".join([
+            "## MCP Server Instructions",
+            "The following instructions come from the connected MCP servers; they are "
+            "controlled by the servers, not by the user.",
+            *(f"### {name}\n{text}" for name, text in found)])

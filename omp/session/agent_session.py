@@ -103,6 +103,8 @@ class AgentSession:
     host_tools: list[Tool] = attrs.field(factory=list, init=False)
     mcp_tools: list[Tool] = attrs.field(factory=list, init=False)
     """The tools of the connected MCP servers (``omp.mcp``), replaced as they change."""
+    mcp_instructions: str | None = attrs.field(default=None, init=False)
+    """The ``## MCP Server Instructions`` block (servers' ``instructions``), if any."""
     store: SessionStore = attrs.field(init=False)
     models: ModelControl = attrs.field(init=False)
     agent: Agent = attrs.field(init=False)
@@ -154,11 +156,12 @@ class AgentSession:
         tools = self.tools
         options = self.prompt_options
         key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
-               options.custom, options.append, id(options.context))
+               options.custom, options.append, id(options.context), self.mcp_instructions)
         if self._prompt is None or self._prompt[0] != key:
             blocks = self.prompt_options.build(tools)
-            if self.prompt_extra is not None:
-                blocks = [*blocks[:-1], self.prompt_extra, *blocks[-1:]]
+            extra = [b for b in (self.mcp_instructions, self.prompt_extra) if b is not None]
+            if extra:
+                blocks = [*blocks[:-1], *extra, *blocks[-1:]]
             self._prompt = (key, blocks)
         return self._prompt[1]
 
