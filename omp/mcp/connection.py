@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import attrs
 import trio
 from mcp import ClientSession, McpError, types
@@ -79,8 +80,6 @@ class Connection:
     resources: list[types.Resource] = attrs.field(factory=list)
     instructions: str | None = None
     _session: ClientSession | None = None
-    _up: trio.Event = attrs.field(factory=trio.Event)
-    """Set while connected."""
     _settled: trio.Event = attrs.field(factory=trio.Event)
     """Set once the first attempt is over (connected or not)."""
     _attempted: trio.Event = attrs.field(factory=trio.Event)
@@ -173,7 +172,6 @@ class Connection:
                 self._session = session
                 self.state, self.error, self._reported = "connected", None, False
                 self._connected_at.append(trio.current_time())
-                self._up.set()
                 self._settled.set()
                 self._attempted.set()
                 self._attempted = trio.Event()
@@ -194,7 +192,6 @@ class Connection:
     def _down(self, error: str, *, first: bool) -> None:
         was_up = self._session is not None
         self._session = None
-        self._up = trio.Event()
         self.state, self.error = "connecting", error
         if first and not self._reported:
             self._reported = True
@@ -264,16 +261,16 @@ class Connection:
     async def _connected(self) -> ClientSession:
         """The live session, waiting (and asking) for one when there is none. Raises
         ServerDown when the server was down and the next attempt failed too."""
-        while self._session is None:
-            if self.state != "connecting":
+        while True:
+            session = self._session
+            if session is not None and not self._drop.is_set():
+                return session
+            if self.state in ("failed", "suspended"):
                 self._wake.set()
-            if self.error is None:  # the first attempt, or up again: wait for it
-                await self._up.wait()
-                continue
+            # Connecting, or down (or going down): the next attempt decides.
             await self._attempted.wait()
             if self._session is None:
-                raise ServerDown(self.error)
-        return self._session
+                raise ServerDown(self.error or "disconnected")
 
     async def wait_settled(self) -> None:
         """Until the first connection attempt is over."""
@@ -298,6 +295,13 @@ class Connection:
                             types.CancelledNotification(params=types.CancelledNotificationParams(
                                 requestId=request_id, reason="aborted"))))
                     raise
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            # The session's streams closed under the call: the server went away.
+            closed = McpError(types.ErrorData(code=types.CONNECTION_CLOSED,
+                                              message=f"Connection closed ({type(exc).__name__})"))
+            raise ToolError(self.redact(failure_text(self, tool, stage, closed)),
+                            {"serverName": self.name, "mcpToolName": tool,
+                             "isError": True}) from None
         except (trio.TooSlowError, McpError, OSError, ServerDown) as exc:
             raise ToolError(self.redact(failure_text(self, tool, stage, exc)),
                             {"serverName": self.name, "mcpToolName": tool,
