@@ -390,3 +390,19 @@ async def test_streamable_http_server(tmp_path: Path, isolated_agent_dir: Path) 
     assert listed == f"web | http | enabled | http://127.0.0.1:{port}/mcp [user] | connected"
     # The header's value came from the environment and is written nowhere.
     assert not [f for f in host.frames if "s3cret-value" in json.dumps(f)]
+
+
+async def test_one_shot_mode_waits_for_the_servers(tmp_path: Path,
+                                                   isolated_agent_dir: Path) -> None:
+    """``omp -p``: no host waits for a notice, so the prompt goes once the first attempts are
+    over, and the offline model's tool call finds the server's tool."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    with trio.fail_after(LIMIT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "omp", "-p", "--no-session", "--model", "offline/echo",
+             'go [[tool mcp__probe_echo {"text": "one shot"}]]'],
+            cwd=cwd, capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "- mcp__probe_echo (ok): one shot" in done.stdout.decode()

@@ -129,7 +129,10 @@ async def _http(config: ServerConfig, environ: Mapping[str, str]) -> AsyncIterat
         return
     # One client per connection: it carries this server's headers (which may hold a token)
     # and nothing else's; closed with the connection.
-    async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout or None),
+    # No read timeout: a tool call may stream nothing for long, and the server's event stream
+    # is idle by nature; each request has the server's timeout (``Connection``) instead.
+    limits = httpx.Timeout(connect=timeout, read=None, write=timeout, pool=timeout)
+    async with httpx.AsyncClient(headers=headers, timeout=limits,
                                  follow_redirects=True) as client, streamable_http_client(
             config.url, http_client=client) as (read, write, _):
         yield read, write, trio.Event()
