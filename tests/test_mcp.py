@@ -406,3 +406,22 @@ async def test_one_shot_mode_waits_for_the_servers(tmp_path: Path,
             cwd=cwd, capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "- mcp__probe_echo (ok): one shot" in done.stdout.decode()
+
+
+async def test_mcp_reconnect_restarts_a_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    mark = tmp_path / "starts"
+    write_mcp(isolated_agent_dir / "mcp.json",
+              {"probe": stdio_entry(env={"MCP_PROBE_MARK": str(mark)})})
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir) as host:
+            await host.mounted("mcp__probe_echo")
+            said = await host.command_output("/mcp reconnect probe")
+            await host.mounted("mcp__probe_echo")  # unmounted, then mounted again
+            unknown = await host.command_output("/mcp reconnect nope")
+    assert said == 'Reconnecting "probe".'
+    assert unknown == 'Server "nope" is not running. Run /mcp list to see configured servers.'
+    assert len(mark.read_text().split()) == 2
+    # A reconnect that was asked for is not a warning.
+    assert not [f for f in host.frames if f["type"] == "notice" and f["level"] == "warning"]

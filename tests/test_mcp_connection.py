@@ -220,3 +220,28 @@ async def test_serve_takes_mcp_servers(tmp_path: Path, isolated_agent_dir: Path)
     assert len(ends) == 1
     assert ends[0].toolName == "mcp__probe_echo"
     assert ends[0].isError is False
+
+
+def test_mcp_enable_and_disable_edit_the_native_files(tmp_path: Path) -> None:
+    from omp.mcp.commands import mcp_command
+
+    cwd, agent = tmp_path / "p", tmp_path / "agent"
+    write(cwd / ".omp" / "mcp.json", {"proj": {"command": "x"}})
+    write(agent / "mcp.json", {"mine": {"command": "y", "enabled": False}})
+    assert mcp_command("disable proj", None, cwd, agent) == (
+        'Server "proj" disabled (project config).')
+    assert json.loads((cwd / ".omp" / "mcp.json").read_text())["mcpServers"]["proj"] == {
+        "command": "x", "enabled": False}
+    assert mcp_command("enable mine", None, cwd, agent) == 'Server "mine" enabled (user config).'
+    assert mcp_command("disable other", None, cwd, agent) == 'Server "other" disabled.'
+    user = json.loads((agent / "mcp.json").read_text())
+    assert user["mcpServers"]["mine"]["enabled"] is True
+    assert user["disabledServers"] == ["other"]
+    assert mcp_command("enable other", None, cwd, agent) == 'Server "other" enabled.'
+    assert mcp_command("enable nobody", None, cwd, agent) == (
+        'Server "nobody" not found in user or project config.')
+    assert mcp_command("enable", None, cwd, agent) == (
+        "Server name required. Usage: /mcp enable <name>")
+    # The next session sees it.
+    loaded = load_servers(cwd, agent, trusted=True, environ={})
+    assert {s.name: s.enabled for s in loaded.servers} == {"proj": False, "mine": True}

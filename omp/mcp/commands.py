@@ -77,7 +77,7 @@ def _list(manager: McpManager | None) -> str:
                       else "connecting")
         if connection is not None and connection.error and state != "connected":
             state += f" ({connection.error})"
-        where = "project" if server.scope == "project" else "user"
+        where = server.scope  # user, project, or host (given to serve())
         lines.append(f"{server.name} | {server.transport} | "
                      f"{'enabled' if server.enabled else 'disabled'} | {server.location()} "
                      f"[{where}] | {state}")
