@@ -355,6 +355,58 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+async def start_http_probe(port: int) -> trio.Process:
+    """The probe server on streamable HTTP at ``port``, once it accepts connections."""
+    server = await trio.lowlevel.open_process(
+        [sys.executable, str(PROBE), "--http", str(port)], stdin=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    while True:  # until the server accepts connections (it says nothing when it does)
+        try:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+        except OSError:
+            await trio.sleep(0.05)
+            continue
+        await stream.aclose()
+        return server
+
+
+async def test_an_http_server_that_goes_away(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    port = free_port()
+    write_mcp(isolated_agent_dir / "mcp.json", {"web": {"url": f"http://127.0.0.1:{port}/mcp"}})
+    script = [tools_reply(tool_call("c1", "mcp__web_echo", {"text": "first"})),
+              text_reply("ok"),
+              tools_reply(tool_call("c2", "mcp__web_echo", {"text": "lost"})),
+              text_reply("ok"),
+              tools_reply(tool_call("c3", "mcp__web_echo", {"text": "back"})),
+              text_reply("done")]
+    server = await start_http_probe(port)
+    try:
+        with trio.fail_after(LIMIT):
+            async with open_host(cwd, isolated_agent_dir, script) as host:
+                await host.mounted("mcp__web_echo")
+                first = await host.prompt("one")
+                await kill_process_group(server)
+                started = trio.current_time()
+                lost = await host.prompt("two")
+                took = trio.current_time() - started
+                server = await start_http_probe(port)
+                assert await host.command_output("/mcp reconnect web") == 'Reconnecting "web".'
+                await host.mounted("mcp__web_echo")
+                back = await host.prompt("three")
+    finally:
+        await kill_process_group(server)
+    assert result_text(of_type(first, "tool_execution_end")[0]).startswith("first")
+    (end,) = of_type(lost, "tool_execution_end")
+    assert end["isError"] is True
+    text = result_text(end)
+    assert "transport: http\n" in text
+    assert "failure: eof\nretryable: yes\nmessage: MCP connection lost: " in text
+    assert took < 20.0  # not the 30 s timeout: the transport's failure ends the call
+    assert result_text(of_type(back, "tool_execution_end")[0]).startswith("back")
+
+
 async def test_streamable_http_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
     cwd = tmp_path / "project"
     cwd.mkdir()
@@ -365,19 +417,9 @@ async def test_streamable_http_server(tmp_path: Path, isolated_agent_dir: Path) 
     script = [tools_reply(tool_call("c1", "mcp__web_echo", {"text": "over http"})),
               text_reply("done")]
     env = {**os.environ, "MCP_TEST_PORT": str(port), "MCP_TEST_TOKEN": "s3cret-value"}
-    server = await trio.lowlevel.open_process(
-        [sys.executable, str(PROBE), "--http", str(port)], stdin=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
+    server = await start_http_probe(port)
     try:
         with trio.fail_after(LIMIT):
-            while True:  # until the server accepts connections
-                try:
-                    stream = await trio.open_tcp_stream("127.0.0.1", port)
-                except OSError:
-                    await trio.sleep(0.05)
-                    continue
-                await stream.aclose()
-                break
             async with open_host(cwd, isolated_agent_dir, script, env=env) as host:
                 await host.mounted("mcp__web_echo")
                 frames = await host.prompt("call over http")

@@ -30,9 +30,9 @@ import math
 import os
 import re
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 import attrs
@@ -40,6 +40,7 @@ import trio
 from mcp import ClientSession, McpError, types
 from pydantic import AnyUrl, FileUrl
 
+from ..groups import unwrap, unwrapped
 from ..protocol import events as ev
 from ..protocol.messages import ImageContent, TextContent
 from ..tools.base import OnUpdate, ResultContent, ToolError, ToolResult
@@ -60,6 +61,7 @@ CANCEL_NOTICE_SECONDS = 0.5
 INSTRUCTIONS_MAX = 4000
 
 _CREDENTIAL = re.compile(r"(?i)(bearer\s+|(?:token|api[_-]?key|secret|password)=)[^\s&\"']+")
+T = TypeVar("T")
 State = Literal["connecting", "connected", "failed", "suspended", "disabled"]
 
 
@@ -115,12 +117,12 @@ class Connection:
                 failures = 0
             except Exception as exc:
                 failures += 1
-                self._down(describe_failure(exc, self), first=failures == 1)
+                self._down(describe_failure(unwrapped(exc), self), first=failures == 1)
                 self._attempted.set()
                 self._attempted = trio.Event()
             else:
                 asked, self._asked = self._asked, False
-                self._down("the server closed the connection", first=not asked)
+                self._down(self.error or "the server closed the connection", first=not asked)
             self._settled.set()
             now = trio.current_time()
             while self._connected_at and now - self._connected_at[0] > STORM_SECONDS:
@@ -192,6 +194,7 @@ class Connection:
     def _down(self, error: str, *, first: bool) -> None:
         was_up = self._session is not None
         self._session = None
+        self._drop.set()  # calls still waiting on the ended connection's session fail now
         self.state, self.error = "connecting", error
         if first and not self._reported:
             self._reported = True
@@ -237,6 +240,12 @@ class Connection:
                     self.on_change(self)
 
     async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception) and self.config.transport != "stdio":
+            # The HTTP transport's failure of a request (the server gone, HTTP 404 for an
+            # expired session, ...): its answer never comes; connect again.
+            self.error = f"{type(message).__name__}: {message}"[:1000]
+            self._drop.set()
+            return
         if isinstance(message, types.ServerNotification) and isinstance(
                 message.root, types.ToolListChangedNotification
                 | types.PromptListChangedNotification | types.ResourceListChangedNotification):
@@ -276,25 +285,54 @@ class Connection:
         """Until the first connection attempt is over."""
         await self._settled.wait()
 
+    async def _on_session(self, call: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """``call`` on the live session (waiting for one). Raises McpError with
+        ``CONNECTION_CLOSED`` when the connection goes away meanwhile: a request the server
+        will never answer fails now, not at its timeout."""
+        session = await self._connected()
+        drop = self._drop
+        done: list[T] = []
+        with unwrap():
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    await drop.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                done.append(await call(session))
+                nursery.cancel_scope.cancel()
+        if not done:
+            raise McpError(types.ErrorData(code=types.CONNECTION_CLOSED,
+                                           message=self.error or "Connection closed"))
+        return done[0]
+
     async def call_tool(self, tool: str, args: dict[str, Any]) -> types.CallToolResult:
         """``tools/call``. Raises ToolError (the failure text) when the server cannot be
         reached in time, goes away or answers an error. On cancellation the server is told
         (``notifications/cancelled``) and ``Cancelled`` propagates."""
         timeout = self.timeout
         stage = "connect"
-        try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
-                session = await self._connected()
-                stage = "receive"
-                request_id = session._request_id  # the id call_tool is about to use (SDK v1)
-                try:
-                    return await session.call_tool(tool, args)
-                except trio.Cancelled:
-                    with trio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True):
+
+        async def call(session: ClientSession) -> types.CallToolResult:
+            nonlocal stage
+            stage = "receive"
+            drop = self._drop
+            request_id = session._request_id  # the id call_tool is about to use (SDK v1)
+            try:
+                return await session.call_tool(tool, args)
+            except trio.Cancelled:
+                if not drop.is_set():  # an abort, not a lost connection: tell the server
+                    with trio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True), \
+                            contextlib.suppress(Exception):
                         await session.send_notification(types.ClientNotification(
                             types.CancelledNotification(params=types.CancelledNotificationParams(
                                 requestId=request_id, reason="aborted"))))
-                    raise
+                raise
+
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                return await self._on_session(call)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             # The session's streams closed under the call: the server went away.
             closed = McpError(types.ErrorData(code=types.CONNECTION_CLOSED,
@@ -313,8 +351,8 @@ class Connection:
         the request is abandoned."""
         timeout = self.timeout
         with trio.fail_after(math.inf if timeout is None else timeout):
-            session = await self._connected()
-            result = await session.get_prompt(prompt, arguments or None)
+            result = await self._on_session(
+                lambda session: session.get_prompt(prompt, arguments or None))
         parts = []
         for message in result.messages:
             content = message.content
@@ -329,8 +367,7 @@ class Connection:
         """``resources/read``. Raises McpError, TooSlowError, ServerDown."""
         timeout = self.timeout
         with trio.fail_after(math.inf if timeout is None else timeout):
-            session = await self._connected()
-            return await session.read_resource(AnyUrl(uri))
+            return await self._on_session(lambda session: session.read_resource(AnyUrl(uri)))
 
     async def resource_text(self, uri: str) -> tuple[str, str]:
         """``(text, content type)`` of a resource: its text contents joined by a blank line;
@@ -363,10 +400,6 @@ def describe_failure(exc: BaseException, conn: Connection) -> str:
         return f"cannot start {conn.config.command}: {exc.strerror or exc}"
     if isinstance(exc, McpError):
         return f"MCP error {exc.error.code}: {exc.error.message}"
-    if isinstance(exc, BaseExceptionGroup):
-        inner = exc.exceptions[0] if len(exc.exceptions) == 1 else exc
-        if inner is not exc:
-            return describe_failure(inner, conn)
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
@@ -384,8 +417,11 @@ def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException) ->
     elif isinstance(exc, McpError) and exc.error.code == types.CONNECTION_CLOSED:
         failure, retryable = "eof", "yes"
         message = ("MCP subprocess closed stdout before responding"
-                   if conn.config.transport == "stdio" else "MCP connection closed")
-        advice = "Inspect the MCP subprocess logs, restart the server, then retry."
+                   if conn.config.transport == "stdio"
+                   else f"MCP connection lost: {exc.error.message}")
+        advice = ("Inspect the MCP subprocess logs, restart the server, then retry."
+                  if conn.config.transport == "stdio"
+                  else "Check that the MCP server is reachable, then retry.")
     elif isinstance(exc, McpError):
         failure, retryable, code = "json_rpc", "no", exc.error.code
         message = f"MCP error {exc.error.code}: {exc.error.message}"
