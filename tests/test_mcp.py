@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -467,3 +468,25 @@ async def test_mcp_reconnect_restarts_a_server(tmp_path: Path, isolated_agent_di
     assert len(mark.read_text().split()) == 2
     # A reconnect that was asked for is not a warning.
     assert not [f for f in host.frames if f["type"] == "notice" and f["level"] == "warning"]
+
+
+async def test_sigterm_ends_the_servers(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    script = [tools_reply(tool_call("s", "mcp__probe_spawn_child", {}),
+                          tool_call("p", "mcp__probe_pid", {})),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_pid")
+            frames = await host.prompt("start a child")
+            pids = [int(result_text(f).split("\n")[0])
+                    for f in of_type(frames, "tool_execution_end")]
+            assert all(alive(p) for p in pids)
+            assert host.client.pid is not None
+            os.kill(host.client.pid, signal.SIGTERM)
+            async for _ in host.client.events:  # until the server's output ends
+                pass
+    assert host.client.returncode == 0
+    assert not [p for p in pids if alive(p)]
