@@ -356,10 +356,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def start_http_probe(port: int) -> trio.Process:
-    """The probe server on streamable HTTP at ``port``, once it accepts connections."""
+async def start_http_probe(port: int, transport: str = "http") -> trio.Process:
+    """The probe server on streamable HTTP (or ``sse``) at ``port``, once it accepts
+    connections."""
     server = await trio.lowlevel.open_process(
-        [sys.executable, str(PROBE), "--http", str(port)], stdin=subprocess.DEVNULL,
+        [sys.executable, str(PROBE), f"--{transport}", str(port)], stdin=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
     while True:  # until the server accepts connections (it says nothing when it does)
         try:
@@ -490,3 +491,24 @@ async def test_sigterm_ends_the_servers(tmp_path: Path, isolated_agent_dir: Path
                 pass
     assert host.client.returncode == 0
     assert not [p for p in pids if alive(p)]
+
+
+async def test_legacy_sse_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    port = free_port()
+    write_mcp(isolated_agent_dir / "mcp.json",
+              {"old": {"type": "sse", "url": f"http://127.0.0.1:{port}/sse"}})
+    script = [tools_reply(tool_call("c1", "mcp__old_echo", {"text": "over sse"})),
+              text_reply("done")]
+    server = await start_http_probe(port, "sse")
+    try:
+        with trio.fail_after(LIMIT):
+            async with open_host(cwd, isolated_agent_dir, script) as host:
+                await host.mounted("mcp__old_echo")
+                frames = await host.prompt("call over sse")
+    finally:
+        await kill_process_group(server)
+    (end,) = of_type(frames, "tool_execution_end")
+    assert end["isError"] is False
+    assert result_text(end).startswith("over sse")

@@ -245,3 +245,19 @@ def test_mcp_enable_and_disable_edit_the_native_files(tmp_path: Path) -> None:
     # The next session sees it.
     loaded = load_servers(cwd, agent, trusted=True, environ={})
     assert {s.name: s.enabled for s in loaded.servers} == {"proj": False, "mine": True}
+
+
+def test_secrets_are_redacted(tmp_path: Path) -> None:
+    from omp.mcp.connection import Connection
+
+    config = parse_entry("s", {"url": "http://x/mcp", "headers": {
+        "Authorization": "Bearer literal-token-1", "X-Key": "MY_SECRET_VAR"}}, {})
+    connection = Connection(config, tmp_path, lambda _: None, lambda _: None,
+                            {"MY_SECRET_VAR": "from-the-env-2"})
+    text = connection.redact("sent Bearer literal-token-1 and from-the-env-2; "
+                             "https://h/?token=abc123&x=1 password=hunter2")
+    assert "literal-token-1" not in text
+    assert "from-the-env-2" not in text
+    assert "abc123" not in text
+    assert "hunter2" not in text
+    assert "[redacted]" in text

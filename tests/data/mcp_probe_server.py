@@ -1,5 +1,5 @@
 """A real MCP server (the SDK's FastMCP) for the MCP tests: stdio by default, streamable HTTP
-on 127.0.0.1 with ``--http PORT``.
+on 127.0.0.1 with ``--http PORT``, the legacy SSE transport with ``--sse PORT``.
 
 Tools: ``echo``, ``Add-Numbers2`` (structured result), ``fail`` (an ``isError`` result),
 ``crash`` (the process exits mid-call), ``hang`` (never answers), ``was_cancelled`` (whether a
@@ -115,9 +115,9 @@ def doc() -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--http":
+    if len(sys.argv) > 2 and sys.argv[1] in ("--http", "--sse"):
         mcp.settings.port = int(sys.argv[2])
         mcp.settings.host = "127.0.0.1"
-        mcp.run(transport="streamable-http")
+        mcp.run(transport="streamable-http" if sys.argv[1] == "--http" else "sse")
     else:
         mcp.run()
