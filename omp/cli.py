@@ -42,6 +42,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -258,6 +259,25 @@ def _thinking(text: str) -> str:
     return found[0]
 
 
+def entry() -> int:
+    """The ``omp`` command (and ``python -m omp``): :func:`main`, then the exit. Threads that
+    extension code started and left running (``threading.Thread`` is non-daemon by default)
+    would keep the interpreter waiting for them after the server is done, so when any is still
+    alive the process ends at once with ``main``'s status (stdout and stderr flushed first),
+    saying so on stderr."""
+    code = main()
+    lingering = [t.name for t in threading.enumerate()
+                 if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if lingering:
+        print(f"omp: not waiting for {len(lingering)} thread(s) left running "
+              f"({', '.join(lingering[:5])})", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -341,17 +361,11 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
         if not os.path.isabs(path) or not os.path.isfile(path):
             raise UsageError(f"--trusted-extension needs the absolute path of an existing "
                              f"module file, got {path!r}")
-    from .config import select_profile
+    from .config import enter_place
 
-    if problem := select_profile(args.profile):
+    if problem := enter_place(args.profile, args.cwd):
         print(f"omp: {problem}", file=sys.stderr)
         return 1
-    if args.cwd is not None:
-        try:
-            os.chdir(Path(args.cwd).expanduser())
-        except OSError as exc:
-            print(f"omp: cannot work in {args.cwd}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
     if args.export is not None:
         from .subcommands import export_session
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from .files import FileTooLarge, UnusableFile, read_regular
+from .files import FileTooLarge, OwnProcessFile, UnusableFile, read_regular
 
 if TYPE_CHECKING:
     import cattrs
@@ -90,6 +90,19 @@ def select_profile(name: str | None) -> str | None:
     return None
 
 
+def enter_place(profile: str | None, cwd: str | None) -> str | None:
+    """The command line's ``--profile`` (``select_profile``) and ``--cwd`` (this process moves
+    there), for a launch and for a subcommand alike. Returns the error line, or None."""
+    if problem := select_profile(profile):
+        return problem
+    if cwd is not None:
+        try:
+            os.chdir(Path(cwd).expanduser())
+        except OSError as exc:
+            return f"cannot work in {cwd}: {exc.strerror or exc}"
+    return None
+
+
 def warn(message: str) -> None:
     """A configuration problem that does not stop startup, said once on stderr."""
     print(f"omp: warning: {message}", file=sys.stderr)
@@ -118,6 +131,8 @@ def read_text(path: Path) -> str:
     except FileTooLarge:
         raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; not a "
                           "configuration file") from None
+    except OwnProcessFile as exc:
+        raise ConfigError(str(exc)) from None
     except UnusableFile as exc:
         if stat.S_ISDIR(exc.mode):
             raise ConfigError(f"{path}: is a directory, not a file") from None

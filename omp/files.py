@@ -12,6 +12,12 @@ and anything else is refused with :class:`UnusableFile` before it can block or f
   in after the check opens at once (or fails, for writing) and is still refused: what is used is
   what was checked. The descriptor is then made blocking again (regular files ignore the flag).
 
+The gate also refuses this process's own ``/proc/<pid>/`` files (:class:`OwnProcessFile`), by
+the path the kernel gives the opened descriptor, so no link or ``/proc/self`` spelling gets
+around it: ``/proc/self/environ`` holds the provider keys that subprocesses are started without,
+and ``mem``, ``oom_score_adj`` and their kind are the server itself. :func:`refuse_own_process`
+is the same check by path, for a tool that hands the path to a subprocess (``grep``).
+
 :func:`open_regular` is that gate; :func:`read_part` is the one reader on top of it (a bounded
 read from an offset, refusing a larger part or cutting it), and :func:`read_regular` its common
 case (a whole file). A caller words the refusal its own way from :attr:`UnusableFile.mode`.
@@ -29,13 +35,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
 from typing import Final
 
-__all__ = ["FileTooLarge", "UnusableFile", "describe_kind", "format_bytes", "open_regular",
-           "read_part", "read_regular", "replace_file"]
+__all__ = ["FileTooLarge", "OwnProcessFile", "UnusableFile", "describe_kind", "format_bytes",
+           "open_regular", "read_part", "read_regular", "refuse_own_process", "replace_file"]
 
 _OPEN_FLAGS: Final = os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -51,6 +58,33 @@ class UnusableFile(ValueError):
 
 class FileTooLarge(UnusableFile):
     """A regular file over the size limit of what reads it."""
+
+
+class OwnProcessFile(UnusableFile):
+    """A file of this process's own ``/proc/<pid>/`` directory."""
+
+
+_PROC_ENTRY = re.compile(r"^/proc/(\d+)(?:/|$)")
+
+
+def _ours(pid: int) -> bool:
+    # A thread's id names the whole process in /proc too (/proc/<tid>/environ), though unlisted.
+    return pid == os.getpid() or os.path.exists(f"/proc/self/task/{pid}")
+
+
+def _refuse_proc_path(shown: Path | str, real: str) -> None:
+    match = _PROC_ENTRY.match(real)
+    if match is not None and _ours(int(match[1])):
+        name = os.fsdecode(shown)
+        what = real if name == real else f"{name} is {real},"
+        raise OwnProcessFile(f"Refused: {what} a file of this server's own process (its "
+                             "environment and memory are not for tools)", mode=stat.S_IFREG)
+
+
+def refuse_own_process(path: Path | str) -> None:
+    """Raise :class:`OwnProcessFile` when ``path`` resolves into this process's ``/proc/<pid>/``
+    (a thread's included)."""
+    _refuse_proc_path(path, os.path.realpath(path))
 
 
 def describe_kind(mode: int) -> str:
@@ -97,7 +131,8 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o666, 
 
     With ``O_CREAT`` a missing file is created (``mode``); ``O_TRUNC`` is refused: truncate
     after this returns, once the file is known to be regular. Raises :class:`UnusableFile` for
-    anything but a regular file, or one over ``limit`` bytes; ``OSError`` as ``open`` does.
+    anything but a regular file, or one over ``limit`` bytes, and :class:`OwnProcessFile`;
+    ``OSError`` as ``open`` does.
     """
     if flags & os.O_TRUNC:
         raise ValueError("open_regular: truncate after the check, not with O_TRUNC")
@@ -111,6 +146,8 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o666, 
         _refuse_large(path, before.st_size, limit)
     fd = os.open(path, flags | _OPEN_FLAGS, mode)
     try:
+        with contextlib.suppress(OSError):  # no /proc (not Linux): nothing of ours to refuse
+            _refuse_proc_path(path, os.readlink(f"/proc/self/fd/{fd}"))
         after = os.fstat(fd)
         _refuse_special(path, after.st_mode)
         _refuse_large(path, after.st_size, limit)

@@ -24,6 +24,7 @@ LAZY_MODULES: dict[str, str] = {
     "yaml": "~12 ms: only when a models.yml or config.yml exists",
     "cattrs": "~10 ms: only when a config file exists",
     "email.utils": "~3 ms: only a retry-after header given as an HTTP date needs it",
+    "html_to_markdown": "~100 ms cold (a Rust extension): only web_fetch of an HTML page",
     # Ours, because of what they import or build at import time.
     "omp.llm.providers": "~45 ms each with httpx: loaded with the first call to their API",
     "omp.llm.models_file": "~4 ms plus cattrs and yaml: only with a models.yml",

@@ -25,6 +25,13 @@ only at the end.
 ``open_process_group`` is how we start a subprocess: in a new session, so it leads its own
 process group, and known to the reaper while it starts.
 
+``private_memory`` is also for a process that serves its own stdio: while it runs the process is
+not dumpable (Linux ``PR_SET_DUMPABLE`` 0), so ``/proc/<pid>/environ`` and ``/proc/<pid>/mem`` of
+the server are no longer readable by its children, which run as the same user: a command cannot
+read the provider keys that its own environment was made without (``omp.subprocess_env``). A
+process holding ``CAP_SYS_PTRACE`` (root, usually) still can; nothing short of another user
+stops that. It also means no core dump and no debugger attaching without that capability.
+
 ``watch_stop_signals`` turns SIGTERM, SIGHUP and SIGINT into calls of a function (the server
 ends its input as at EOF); it is only for a process that serves its own stdio, never for a
 server embedded in a host's program.
@@ -62,6 +69,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 REAP_POLL = 0.25
 """Seconds between two looks for exited orphans when no SIGCHLD can wake the reaper."""
 _POLL_INTERVAL = 0.02
+_PR_GET_DUMPABLE = 3
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -204,6 +213,21 @@ def _set_subreaper(on: bool) -> bool | None:
     return bool(previous.value)
 
 
+@contextlib.contextmanager
+def private_memory() -> Iterator[None]:
+    """Not dumpable while the block runs (see the module docstring); the previous setting is
+    restored afterwards. Elsewhere than Linux nothing happens."""
+    prctl = _prctl()
+    previous = prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) if prctl is not None else -1
+    if prctl is None or previous < 0 or prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)
+
+
 def _children(exclude: frozenset[int]) -> list[_Stat]:
     me = os.getpid()
     return [p for p in _processes() or () if p.ppid == me and p.pid not in exclude]
@@ -218,17 +242,19 @@ def _signal_orphan(p: _Stat, sig: int) -> None:
             os.kill(p.pid, sig)
 
 
-async def end_orphans(exclude: frozenset[int] = frozenset(), grace: float = KILL_GRACE) -> None:
+async def end_orphans(exclude: frozenset[int] = frozenset(), grace: float = KILL_GRACE, *,
+                      since: float | None = None, signalled: set[int] | None = None) -> None:
     """End and reap every child of ours (other than those in ``exclude``): SIGTERM (and
     SIGCONT), up to ``grace`` seconds, then SIGKILL. Children of a dying orphan come back to us
-    (subreaper) and are ended the same way.
+    (subreaper) and are ended the same way. ``since``: the grace began then (trio time) for
+    the pids in ``signalled``, which were sent SIGTERM already (``end_orphans_soon``).
 
     Only for the end of ``adopt_orphans``: by then every process we started ourselves has been
     waited for. Shielded from the caller's cancellation, bounded by ``grace + REAP_TIMEOUT``.
     """
     with trio.move_on_after(grace + REAP_TIMEOUT, shield=True):
-        kill_at = trio.current_time() + grace
-        signalled: set[int] = set()
+        kill_at = (trio.current_time() if since is None else since) + grace
+        signalled = set() if signalled is None else signalled
         while children := _children(exclude):
             for p in children:
                 if p.dead:
@@ -242,15 +268,41 @@ async def end_orphans(exclude: frozenset[int] = frozenset(), grace: float = KILL
             await trio.sleep(_POLL_INTERVAL)
 
 
+def end_orphans_soon() -> None:
+    """The server is shutting down: SIGTERM (and SIGCONT) the orphans running now, so that their
+    grace period runs alongside the one of the commands being cancelled, not after it (a
+    command and an escaped child that both ignore SIGTERM: one grace, about two seconds, not
+    two). The end of the ``adopt_orphans`` block then SIGKILLs what is left once that grace has
+    passed. Outside such a block, or without pidfds, it does nothing. Our own children (trio's,
+    ended by their own scopes) and processes of our own session are left alone."""
+    orphanage = _ORPHANAGE.get()
+    if orphanage is None or orphanage.term_at is not None:
+        return
+    ours = _pidfd_pids()
+    if ours is None:
+        return
+    orphanage.term_at = trio.current_time()
+    session = os.getsid(0)
+    for p in _children(orphanage.before):
+        if p.pid in ours or p.dead or p.session == session:
+            continue
+        orphanage.signalled.add(p.pid)
+        _signal_orphan(p, signal.SIGTERM)
+        _signal_orphan(p, signal.SIGCONT)
+
+
 class _Orphanage:
     """What the reaper of one ``adopt_orphans`` block knows besides /proc: the children it
     leaves alone (those we had before the block) and how many of our own are being started."""
 
-    __slots__ = ("before", "starting")
+    __slots__ = ("before", "signalled", "starting", "term_at")
 
     def __init__(self, before: frozenset[int]) -> None:
         self.before = before
         self.starting = 0
+        self.term_at: float | None = None
+        """When ``end_orphans_soon`` sent SIGTERM (trio time), if it did."""
+        self.signalled: set[int] = set()
 
 
 _ORPHANAGE: ContextVar[_Orphanage | None] = ContextVar("omp_orphanage", default=None)
@@ -394,7 +446,8 @@ async def adopt_orphans() -> AsyncIterator[None]:
             _ORPHANAGE.reset(token)
     finally:
         try:
-            await end_orphans(orphanage.before)
+            await end_orphans(orphanage.before, since=orphanage.term_at,
+                              signalled=orphanage.signalled)
         finally:
             _set_subreaper(previous)
 

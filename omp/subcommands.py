@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from .config import select_profile
+from .config import enter_place
 
 USAGE_ERROR = 2
 
@@ -81,15 +80,9 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
         args = own.parse_args([*rest, *launch.message])
     except SystemExit as exc:  # argparse said why on stderr
         return int(exc.code or 0)
-    if problem := select_profile(launch.profile):
+    if problem := enter_place(launch.profile, launch.cwd):
         print(f"omp: {problem}", file=sys.stderr)
         return 1
-    if launch.cwd is not None:
-        try:
-            os.chdir(Path(launch.cwd).expanduser())
-        except OSError as exc:
-            print(f"omp: cannot work in {launch.cwd}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
     words = list(args.words)
     action = words[0] if words and words[0] in ("ls", "list", "find", "refresh") else "ls"
     pattern = " ".join(words[1:] if words and words[0] == action else words) or None

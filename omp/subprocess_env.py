@@ -1,55 +1,113 @@
-"""What the processes omp starts inherit: our environment, without the provider keys.
+"""What the processes omp starts inherit: one environment policy for every subprocess.
 
-Shell commands (the ``bash`` tool, RPC ``bash``) and ripgrep run whatever a model or a host asks
-for; with the keys in their environment, one ``env`` would copy every API key into a tool
-result, the frames, the session file and its HTML export. So every child gets ``os.environ``
-minus the variables this runtime reads provider keys from. Who names them:
+Shell commands (the ``bash`` tool, RPC ``bash``), ripgrep (``grep``, ``find``) and, later, MCP
+stdio servers run whatever a model, a host or a configuration asks for. Whatever their
+environment holds, one ``env`` copies into a tool result, the frames, the session file and its
+HTML export. So no subprocess gets ``os.environ`` as it is: each gets
+``child_environment(policy)``, a plain function of an :class:`EnvironmentPolicy` (built once per
+session from ``config.yml``'s ``shellEnvironmentPolicy`` section and the model registry, and
+handed to the tools in their ``ToolContext``). The steps, in order (the shape of OpenAI's Codex
+CLI ``shell_environment_policy``, with two more default excludes and the provider keys):
 
-* each ``ModelRegistry.load`` (``omp.llm.models``) hides the variables that registry reads keys
-  from: the built-in providers' (``ANTHROPIC_API_KEY``...) and every ``apiKey`` or header value
-  of ``models.yml`` that names a variable (``auth.json`` and ``--api-key`` keys never come from
-  the environment);
-* ``bash.passProviderKeys: true`` in the global ``config.yml`` (``omp.session.settings``; never
-  a project's own file, which must not be able to ask for the keys) lets them through.
+1. ``inherit``: ``all`` (the whole environment), ``core`` (only ``CORE_VARIABLES``: ``HOME``,
+   ``PATH``, ``USER``...), ``none`` (nothing);
+2. the provider key variables go (the variables the model registry reads keys from: the
+   built-in providers' ``ANTHROPIC_API_KEY``... and every ``models.yml`` ``apiKey`` or header
+   value that names a variable), unless ``bash.passProviderKeys`` lets them through;
+3. unless ``ignoreDefaultExcludes``, every name matching ``DEFAULT_EXCLUDES`` goes (containing
+   ``KEY``, ``SECRET``, ``TOKEN``, ``PASSWORD`` or ``CREDENTIAL``, in any case); provider key
+   variables let through by ``passProviderKeys`` are exempt, as that setting asks for them;
+4. every name matching an ``exclude`` pattern goes;
+5. ``set`` adds or replaces variables;
+6. with ``includeOnly`` not empty, only the names matching one of its patterns stay;
+7. the caller's own ``overrides`` (the shell's ``PWD``; an MCP server's configured ``env``).
 
-The record is process-wide, like the environment it filters: names only accumulate (a registry
-loaded for one session never un-hides another's), and the last global settings loaded decide
-whether keys pass.
+Patterns are shell wildcards (``*``, ``?``, ``[...]``) matched against the whole name without
+regard to case, as Codex does.
+
+No state lives here: the policy is a value, and the environment is computed at each start, so
+two sessions (or two embedded servers) with different settings never affect each other.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
-__all__ = ["child_environment", "hidden_variables", "hide_from_subprocesses",
-           "pass_provider_keys"]
+import attrs
 
-_hidden: set[str] = set()
-_passed = False
+__all__ = ["CORE_VARIABLES", "DEFAULT_EXCLUDES", "DEFAULT_POLICY", "EnvironmentPolicy",
+           "Inherit", "child_environment"]
 
+Inherit = Literal["all", "core", "none"]
 
-def hide_from_subprocesses(names: Iterable[str]) -> None:
-    """Keep the variables ``names`` out of every subprocess started from now on."""
-    _hidden.update(names)
+CORE_VARIABLES = frozenset({"HOME", "LOGNAME", "PATH", "SHELL", "USER", "USERNAME", "TMPDIR",
+                            "TEMP", "TMP"})
+"""What ``inherit: core`` keeps (Codex's list)."""
 
-
-def pass_provider_keys(enabled: bool) -> None:
-    """Whether the hidden variables go to subprocesses after all (``bash.passProviderKeys``)."""
-    global _passed
-    _passed = enabled
-
-
-def hidden_variables() -> frozenset[str]:
-    """The variables subprocesses do not get now (empty when keys are passed)."""
-    return frozenset() if _passed else frozenset(_hidden)
+DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*CREDENTIAL*")
+"""Names that go unless ``ignoreDefaultExcludes`` (Codex has the first three): ``GITHUB_TOKEN``,
+``AWS_SECRET_ACCESS_KEY``, ``NPM_TOKEN``, ``HF_TOKEN``, ``PGPASSWORD``,
+``GOOGLE_APPLICATION_CREDENTIALS``..."""
 
 
-def child_environment(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a subprocess: ``os.environ`` without :func:`hidden_variables`, then
-    ``overrides`` (which may set anything, a hidden name included)."""
-    hidden = hidden_variables()
-    env = {name: value for name, value in os.environ.items() if name not in hidden}
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+
+
+@attrs.frozen(kw_only=True)
+class EnvironmentPolicy:
+    """How a subprocess's environment is made from ours (see the module docstring)."""
+
+    inherit: Inherit = "all"
+    ignore_default_excludes: bool = False
+    exclude: tuple[str, ...] = ()
+    include_only: tuple[str, ...] = ()
+    set: tuple[tuple[str, str], ...] = ()
+    """Variables to add or replace, in order."""
+    provider_variables: frozenset[str] = frozenset()
+    """The variables provider keys are read from."""
+    pass_provider_keys: bool = False
+    """``bash.passProviderKeys``: the provider variables go through (default excludes too)."""
+
+    def with_provider_variables(self, names: Iterable[str]) -> EnvironmentPolicy:
+        """This policy, also keeping ``names`` (more provider key variables) out."""
+        return attrs.evolve(self, provider_variables=self.provider_variables | frozenset(names))
+
+
+def _left_out(name: str, policy: EnvironmentPolicy) -> bool:
+    """Steps 2 to 4: whether an inherited variable is left out."""
+    if name in policy.provider_variables:
+        if not policy.pass_provider_keys:
+            return True
+    elif not policy.ignore_default_excludes and _matches(name, DEFAULT_EXCLUDES):
+        return True
+    return bool(policy.exclude) and _matches(name, policy.exclude)
+
+
+DEFAULT_POLICY = EnvironmentPolicy()
+"""Everything inherited but what the default excludes name (no provider variables known)."""
+
+
+def child_environment(policy: EnvironmentPolicy, overrides: Mapping[str, str] | None = None, *,
+                      environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a subprocess: ``environ`` (``os.environ`` when None) through
+    ``policy``, then ``overrides`` (set whatever the policy says)."""
+    source = os.environ if environ is None else environ
+    if policy.inherit == "all":
+        env = dict(source)
+    elif policy.inherit == "core":
+        env = {name: value for name, value in source.items() if name in CORE_VARIABLES}
+    else:
+        env = {}
+    env = {name: value for name, value in env.items() if not _left_out(name, policy)}
+    env.update(policy.set)
+    if policy.include_only:
+        env = {name: value for name, value in env.items()
+               if _matches(name, policy.include_only)}
     if overrides:
         env.update(overrides)
     return env

@@ -381,3 +381,34 @@ async def test_a_stalled_stream_is_said_on_stderr(tmp_path: Path,
     help_ = await omp("--help", cwd=tmp_path)
     assert b"100 s" in help_.stdout
     assert b"120 s" in help_.stdout
+
+
+# --- slash commands in the one-shot modes ------------------------------------------------------
+
+
+async def test_one_shot_prompts_go_through_the_slash_commands(tmp_path: Path,
+                                                              isolated_agent_dir: Path) -> None:
+    """``-p`` takes each message as an rpc ``prompt`` does: ``/usage`` (a built-in of the
+    original that is not here) and ``/model`` (one that is) never reach the model and say what
+    they say before the answer; a project file command is expanded before it is sent."""
+    commands = tmp_path / ".omp" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "greet.md").write_text("Say hello to $ARGUMENTS.\n")
+    async with open_fake_llm([text_reply("hello bob")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        result = await omp("--model", "fake/fake-model", "--no-session", "-p", "/usage",
+                           "/model", "/greet bob", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode().splitlines() == [
+            "/usage is not available in this version.", "Current model: fake/fake-model",
+            "hello bob"]
+        assert len(fake.requests) == 1  # the file command only
+        assert user_text(fake) == "Say hello to bob."
+
+
+async def test_json_mode_writes_a_slash_commands_output_as_a_line(tmp_path: Path) -> None:
+    result = await omp(*OFFLINE, "--no-session", "--mode", "json", "/stats", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    frames = lines(result.stdout)
+    assert [f["type"] for f in frames] == ["session", "command_output"]
+    assert frames[1]["text"] == "/stats is not available in this version."

@@ -668,6 +668,22 @@ def test_auth_json_reads_every_form(tmp_path: Path) -> None:
         read_auth_file(path)
 
 
+@pytest.mark.parametrize("expires", ["1e308", "-1e308", "1e300", "-5", "8640000000000001",
+                                     "1" + "0" * 400])
+def test_an_out_of_range_expiry_is_an_expired_token(tmp_path: Path, expires: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``expires: 1e308`` is no date: the token is treated as expired (renewed before it is
+    used, or "log in again"), with a warning naming the entry; never an OverflowError."""
+    path = tmp_path / "auth.json"
+    path.write_text(f'{{"d": {{"type": "oauth", "access": "AT", "expires": {expires}}}}}')
+    path.chmod(0o600)
+    assert read_auth_file(path)["d"] == OAuthTokens("AT", None, 0)
+    assert f"{path}: $.d.expires: " in capsys.readouterr().err
+    path.write_text('{"d": {"type": "oauth", "access": "AT", "expires": 1e999}}')
+    with pytest.raises(ConfigError, match="not valid JSON: Number out of range"):
+        read_auth_file(path)
+
+
 async def test_a_login_keeps_the_other_entries(tmp_path: Path) -> None:
     path = tmp_path / "agent" / "auth.json"
     path.write_text('{"openai": "sk-o", "other": {"key": "x", "note": "kept"}}')

@@ -261,3 +261,30 @@ def test_secrets_are_redacted(tmp_path: Path) -> None:
     assert "abc123" not in text
     assert "hunter2" not in text
     assert "[redacted]" in text
+
+
+async def test_a_stdio_server_gets_the_session_environment_policy(tmp_path: Path) -> None:
+    import os
+
+    from omp.mcp.connection import Connection, McpTool
+
+    config = parse_entry("probe", probe(env={"PASSED": "MCP_TEST_TOKEN", "PLAIN": "literal"}))
+    environ = {**os.environ, "MCP_TEST_TOKEN": "abc123", "MCP_TEST_OTHER": "other"}
+
+    async def no_update(_: object) -> None:
+        return None
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            connection = Connection(config, tmp_path, lambda _: None, lambda _: None, environ)
+            nursery.start_soon(connection.run)
+            await connection.wait_settled()
+            env = McpTool.of(connection, next(t for t in connection.tools if t.name == "env"))
+            seen = {}
+            for name in ("MCP_TEST_TOKEN", "MCP_TEST_OTHER", "PASSED", "PLAIN"):
+                result = await env.execute("c", {"name": name}, on_update=no_update)
+                seen[name] = result.content[0].text.split("\n")[0]  # type: ignore[union-attr]
+            nursery.cancel_scope.cancel()
+    # *TOKEN* is kept out by the default policy; the entry names it to pass it.
+    assert seen == {"MCP_TEST_TOKEN": "<unset>", "MCP_TEST_OTHER": "other", "PASSED": "abc123",
+                    "PLAIN": "literal"}

@@ -21,7 +21,7 @@ import trio
 from agent_helpers import Frame, text_reply, to_frame, tool_call, tool_result_text, tools_reply
 
 from omp.client import RpcClient
-from omp.subprocess_env import child_environment, hidden_variables, hide_from_subprocesses
+from omp.subprocess_env import EnvironmentPolicy, child_environment
 from omp.testing.fake_llm import open_fake_llm
 from omp.tools.grep import run_ripgrep
 
@@ -89,13 +89,13 @@ async def test_no_frame_file_or_export_holds_a_key(tmp_path: Path, isolated_agen
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     monkeypatch.setenv("MY_PROXY_KEY", PROXY_KEY)
-    monkeypatch.setenv("OMP_TEST_NOT_A_KEY", "still-visible")
+    monkeypatch.setenv("OMP_TEST_PLAIN", "still-visible")
     with trio.fail_after(LIMIT):
         frames, tool_output, rpc_bash, request = await run_env_everywhere(
             tmp_path, isolated_agent_dir)
     # The commands ran with the rest of the environment...
-    assert "OMP_TEST_NOT_A_KEY=still-visible" in tool_output
-    assert "OMP_TEST_NOT_A_KEY=still-visible" in rpc_bash["output"]
+    assert "OMP_TEST_PLAIN=still-visible" in tool_output
+    assert "OMP_TEST_PLAIN=still-visible" in rpc_bash["output"]
     # ...but no key reached them, nor any frame, the session file or the export.
     assert secrets_in(tool_output) == []
     assert secrets_in(rpc_bash["output"]) == []
@@ -132,10 +132,10 @@ async def test_ripgrep_runs_without_the_keys(tmp_path: Path,
     """rg's ``--pre`` preprocessor runs with rg's environment: it prints it, and rg searches
     that output, so the lines show what rg was given."""
     monkeypatch.setenv("OMP_TEST_HIDDEN_KEY", "hidden-value")
+    monkeypatch.setenv("OMP_TEST_HIDDEN_PROVIDER", "hidden-value")
     monkeypatch.setenv("OMP_TEST_SHOWN", "shown-value")
-    hide_from_subprocesses(["OMP_TEST_HIDDEN_KEY"])
-    assert "OMP_TEST_HIDDEN_KEY" not in child_environment()
-    assert "OMP_TEST_HIDDEN_KEY" in hidden_variables()
+    policy = EnvironmentPolicy(provider_variables=frozenset({"OMP_TEST_HIDDEN_PROVIDER"}))
+    assert "OMP_TEST_HIDDEN_PROVIDER" not in child_environment(policy)
     pre = tmp_path / "pre.sh"
     pre.write_text("#!/bin/sh\nenv\n")
     pre.chmod(0o755)
@@ -148,6 +148,6 @@ async def test_ripgrep_runs_without_the_keys(tmp_path: Path,
 
     with trio.fail_after(LIMIT):
         await run_ripgrep(["--pre", str(pre), "--no-filename", "OMP_TEST", "file.txt"],
-                          cwd=tmp_path, on_line=collect)
+                          cwd=tmp_path, on_line=collect, environment=policy)
     assert sorted(lines) == [b"OMP_TEST_SHOWN=shown-value"]
     assert os.environ["OMP_TEST_HIDDEN_KEY"] == "hidden-value"  # ours is untouched

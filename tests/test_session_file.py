@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from session_helpers import (
     SAMPLE_1,
@@ -252,12 +253,17 @@ def test_torn_last_line_is_skipped_silently(tmp_path: Path) -> None:
     assert torn.entries == file.entries
     assert texts(build_context(torn))[-1] == ("assistant", "a2")
 
-    # Appending after a torn line starts a fresh line; the fragment is then a bad middle line.
+    # Opening set the fragment aside, so the next append leaves the file valid JSON Lines.
+    fragment = b'{"type":"message","id":"deadbeef","parentId":"x","message":{"ro'
+    assert Path(f"{file.path}.torn").read_bytes() == fragment + b"\n"
+    assert stat.S_IMODE(Path(f"{file.path}.torn").stat().st_mode) == 0o600
     torn.append_message(user("q3"))
     reopened = SessionFile.open(file.path)
     assert texts(build_context(reopened))[-1] == ("user", "q3")
-    fragment_line = len(file.path.read_text().splitlines()) - 1
-    assert [p.line for p in reopened.problems] == [fragment_line]
+    assert reopened.problems == []
+    for line in file.path.read_bytes().splitlines():
+        assert isinstance(msgspec.json.decode(line), dict)
+
 
 
 def test_a_last_line_without_its_newline_is_kept_and_the_next_append_starts_a_line(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from omp.session.settings import (
     Settings,
     load_settings,
 )
-from omp.subprocess_env import hidden_variables, hide_from_subprocesses, pass_provider_keys
+from omp.subprocess_env import child_environment
 
 TEST_TIMEOUT = 60
 
@@ -249,36 +249,34 @@ def test_a_project_cannot_trust_itself(tmp_path: Path,
 # --- provider keys for subprocesses ------------------------------------------------------------
 
 
-@pytest.fixture
-def keys_hidden_afterwards() -> Iterator[None]:
-    """Loading settings applies ``bash.passProviderKeys`` to the process: put it back."""
-    yield
-    pass_provider_keys(False)
+PROVIDER_VARIABLES = frozenset({"OMP_TEST_PROVIDER_KEY"})
+ENVIRON = {"OMP_TEST_PROVIDER_KEY": "sk-1", "PATH": "/bin"}
 
 
 def test_pass_provider_keys_comes_from_the_global_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], keys_hidden_afterwards: None) -> None:
-    hide_from_subprocesses(["OMP_TEST_PROVIDER_KEY"])
-    assert load_settings(tmp_path).bash == BashSettings(passProviderKeys=False)
-    assert "OMP_TEST_PROVIDER_KEY" in hidden_variables()
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = load_settings(tmp_path)
+    assert settings.bash == BashSettings(passProviderKeys=False)
+    policy = settings.environment_policy(PROVIDER_VARIABLES)
+    assert child_environment(policy, environ=ENVIRON) == {"PATH": "/bin"}
     write(tmp_path, "config.yml", "bash:\n  passProviderKeys: true\n  autoBackground: {}\n")
-    assert load_settings(tmp_path).bash == BashSettings(passProviderKeys=True)
-    assert hidden_variables() == frozenset()
+    settings = load_settings(tmp_path)
+    assert settings.bash == BashSettings(passProviderKeys=True)
+    policy = settings.environment_policy(PROVIDER_VARIABLES)
+    assert child_environment(policy, environ=ENVIRON) == ENVIRON
     assert capsys.readouterr().err == ""
-    write(tmp_path, "config.yml", "bash:\n  passProviderKeys: false\n")
-    load_settings(tmp_path)
-    assert "OMP_TEST_PROVIDER_KEY" in hidden_variables()
 
 
 def test_a_project_cannot_ask_for_the_provider_keys(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], keys_hidden_afterwards: None) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     agent, project = tmp_path / "agent", tmp_path / "project"
-    hide_from_subprocesses(["OMP_TEST_PROVIDER_KEY"])
     for name, text in ((".omp/config.yml", "bash: {passProviderKeys: true}\n"),
                        (".omp/settings.json", '{"bash": {"passProviderKeys": true}}')):
         path = write(project, name, text)
-        assert load_settings(agent, project).bash.passProviderKeys is False
-        assert "OMP_TEST_PROVIDER_KEY" in hidden_variables()
+        settings = load_settings(agent, project)
+        assert settings.bash.passProviderKeys is False
+        policy = settings.environment_policy(PROVIDER_VARIABLES)
+        assert "OMP_TEST_PROVIDER_KEY" not in child_environment(policy, environ=ENVIRON)
         assert capsys.readouterr().err == (
             f"omp: warning: {path}: $.bash.passProviderKeys: ignored; only the global "
             f"{agent}/config.yml can set it\n")

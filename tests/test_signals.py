@@ -28,6 +28,7 @@ import trio
 from offline_rpc import LIMIT, OFFLINE, drain, spawn, tmpdir
 
 from omp.client import RpcClient
+from omp.process import KILL_GRACE
 from omp.protocol import commands as cmd
 
 SHUTDOWN_SECONDS = 2.0
@@ -243,6 +244,28 @@ async def test_a_process_that_left_its_group_is_ended_with_the_server(
                     assert await wait_gone(client.pid, LIMIT)
             assert client.returncode == 0
             assert await wait_gone(escaped, 1), "the setsid process outlived the server"
+
+
+async def test_commands_that_ignore_sigterm_cost_one_grace_not_two(tmp_path: Path) -> None:
+    """A command and the process it let escape both ignore SIGTERM (``trap ''`` is inherited):
+    at EOF both get SIGTERM at once and SIGKILL after one grace (about two seconds), not the
+    command's grace and then the orphan's (4.6 s before)."""
+    command = ("trap '' TERM; setsid sleep 300 & echo $! > escaped.pid; "
+               "echo $$ > shell.pid; sleep 300")
+    with trio.fail_after(LIMIT):
+        async with watched(tmp_path) as found:
+            async with spawn(tmp_path) as client:
+                await client.send(cmd.Bash(id="b", command=command))
+                escaped = await read_pid(tmp_path / "escaped.pid")
+                shell = await read_pid(tmp_path / "shell.pid")
+                found += [escaped, shell]
+                while not leads_a_session(escaped):  # noqa: ASYNC110 (setsid is on its way)
+                    await trio.sleep(0.01)
+                closed = trio.current_time()
+            took = trio.current_time() - closed
+            assert client.returncode == 0
+            assert_all_gone(found)
+    assert took < KILL_GRACE + 1.5, took
 
 
 async def test_one_shot_ends_what_its_tools_left_behind(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ import attrs
 from ..files import UnusableFile, read_regular
 from .api import Extension, ExtensionAPI
 from .discovery import Setup, Source
-from .runtime import Emit, Extensions
+from .runtime import Emit, Extensions, contained
 
 MAX_SOURCE_BYTES = 16 * 1024 * 1024
 """The largest extension module file imported (anything larger is not a module someone wrote)."""
@@ -55,8 +55,8 @@ def load(sources: Iterable[Source], emit: Emit = None) -> LoadReport:
         except SystemExit as exc:  # an extension cannot end the process either
             errors.append((source.path, f"setup called sys.exit({exc.code!r})"))
             continue
-        except Exception as exc:
-            errors.append((source.path, str(exc) or type(exc).__name__))
+        except BaseException as exc:  # KeyboardInterrupt, a stray Cancelled: its failure
+            errors.append((source.path, contained(exc)))
             continue
         loaded.append(extension)
         apis.append(api)

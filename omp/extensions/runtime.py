@@ -14,6 +14,15 @@ Rules, in one place:
   dialog then tells the host ``cancel``); its timeout cancels it the same way.
 * Extension commands run without a timeout; one that raises writes ``extension_error`` with
   ``extensionPath: "command:<name>"`` and ``event: "command"``.
+* What an extension cannot do to the server (``contained``): whatever a handler, command or tool
+  raises is its failure, ``SystemExit``, ``KeyboardInterrupt`` and a stray ``trio.Cancelled``
+  (one it kept from a scope of its own and raised where nothing is being cancelled) included;
+  only trio's own cancellation of the task (an abort, a timeout, shutdown) goes through. A
+  handler, command or tool that holds the event loop for ``SLOW_STEP`` seconds or more in one
+  go (``time.sleep`` in an ``async def``: every command waits meanwhile) is named in a
+  ``notice`` once it returns (``_LoopWatch``, a trio instrument present only while extension
+  code runs). Threads an extension leaves running do not keep the process alive
+  (``omp.cli.entry``).
 
 ``Extensions`` is the agent's ``AgentHooks``: the loop calls it at each point, and skips all of
 it when no extension listens (``active``), so a session without extensions pays nothing.
@@ -21,9 +30,11 @@ it when no extension listens (``active``), so a session without extensions pays 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -31,6 +42,7 @@ import msgspec
 import trio
 
 from ..agent.loop import CallDecision
+from ..groups import only_cancelled
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..tools.base import OnUpdate, Tool, ToolError, ToolResult
@@ -62,6 +74,8 @@ from .ui import HANDLER_SCOPE, ExtensionUI, HeadlessUI
 
 HANDLER_TIMEOUT = 30.0
 SHUTDOWN_TIMEOUT = 2.0
+SLOW_STEP = 1.0
+"""Seconds of extension code between two checkpoints that earn it a ``notice``."""
 LOOP_EVENTS = frozenset({"agent_start", "before_agent_start", "context", "turn_start",
                          "turn_end", "message_end", "tool_call", "tool_result"})
 """Events fired inside a run (the loop's hooks)."""
@@ -77,6 +91,50 @@ class _Outcome:
     error: str = ""
 
 
+def contained(exc: BaseException) -> str:
+    """What extension code raised, as its failure's text; re-raises ``exc`` when it is trio's
+    own cancellation of this task (which must reach its scope). A ``Cancelled`` raised where
+    nothing cancels the task is the extension's doing, like ``SystemExit`` or
+    ``KeyboardInterrupt``: reported, never let through (it would end the process, or leave a
+    scope waiting for a cancellation that never came)."""
+    if only_cancelled(exc) and _cancelling():
+        raise exc
+    if isinstance(exc, Exception):
+        return _message(exc)
+    if isinstance(exc, trio.Cancelled):
+        return "raised trio.Cancelled while nothing was cancelling it"
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r}); an extension cannot end the server"
+    detail = str(exc)
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def _cancelling() -> bool:
+    """Whether trio is cancelling the current task (False outside a trio run)."""
+    try:
+        return trio.current_effective_deadline() == -math.inf
+    except RuntimeError:
+        return False
+
+
+class _LoopWatch(trio.abc.Instrument):
+    """Times the steps of the tasks running extension code (``watching``); the rest of the
+    time it is not installed, so a session pays nothing between handlers."""
+
+    def __init__(self) -> None:
+        self.longest: dict[trio.lowlevel.Task, float] = {}
+        self.step_start = 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.step_start = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task in self.longest:
+            took = time.perf_counter() - self.step_start
+            if took > self.longest[task]:
+                self.longest[task] = took
+
+
 @attrs.define(eq=False, repr=False)
 class Extensions:
     """The loaded extensions of one session."""
@@ -90,6 +148,7 @@ class Extensions:
     ctx: ExtensionContext | None = None
     _handlers: dict[str, list[tuple[Extension, Handler]]] = attrs.field(factory=dict,
                                                                       init=False)
+    _watch: _LoopWatch = attrs.field(factory=_LoopWatch, init=False)
 
     def __attrs_post_init__(self) -> None:
         for extension in self.extensions:
@@ -131,13 +190,41 @@ class Extensions:
         No timeout. On cancellation (the session closing) the handler is cancelled."""
         command = self.commands()[name]
         try:
-            result = command.handler(args, self._ctx())
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:
-            self._report(f"command:{name}", "command", _message(exc))
+            with self.watching(f"command:{name}", "command"):
+                result = command.handler(args, self._ctx())
+                if inspect.isawaitable(result):
+                    await result
+        except BaseException as exc:
+            self._report(f"command:{name}", "command", contained(exc))
             return False
         return True
+
+    @contextlib.contextmanager
+    def watching(self, path: str, event: str) -> Iterator[None]:
+        """Extension code runs in this task meanwhile: a step of it that holds the event loop
+        for ``SLOW_STEP`` seconds or more is named in a ``notice`` when it ends."""
+        task = trio.lowlevel.current_task()
+        watch = self._watch
+        if task in watch.longest:  # extension code calling back into extension code
+            yield
+            return
+        if not watch.longest:
+            trio.lowlevel.add_instrument(watch)
+        watch.longest[task] = 0.0
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            # The step running now (the last one) is not over: count it up to here.
+            current = time.perf_counter() - max(started, watch.step_start)
+            longest = max(watch.longest.pop(task), current)
+            if not watch.longest:
+                trio.lowlevel.remove_instrument(watch)
+            if longest >= SLOW_STEP and self.emit is not None:
+                self.emit(ev.Notice(level="warning", source="extension", message=(
+                    f"Extension {path} held the event loop for {longest:.1f} s in one go "
+                    f"(its {event} handler; every command waited meanwhile): blocking work "
+                    "belongs in trio.to_thread.run_sync, waiting in await trio.sleep")))
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -155,12 +242,13 @@ class Extensions:
         with trio.move_on_after(limit) as scope:
             token = HANDLER_SCOPE.set(scope) if dialogs_paused else None
             try:
-                value = handler(event, self._ctx())
-                if inspect.isawaitable(value):
-                    value = await value
+                with self.watching(extension.path, event.type):
+                    value = handler(event, self._ctx())
+                    if inspect.isawaitable(value):
+                        value = await value
                 return _Outcome("ok", value)
-            except Exception as exc:
-                message = _message(exc)
+            except BaseException as exc:
+                message = contained(exc)  # trio's own cancellation goes on to its scope
                 self._report(extension.path, event.type, message)
                 return _Outcome("error", error=message)
             finally:
@@ -335,12 +423,13 @@ class ExtensionTool(Tool):
         """Run the extension's ``execute``; its exception is the error result. On cancellation
         the extension's code is cancelled with it."""
         try:
-            value = await self.registered.execute(call_id, args, self.extensions._ctx(),
-                                                  on_update)
+            with self.extensions.watching(f"tool:{self.name}", "execute"):
+                value = await self.registered.execute(call_id, args, self.extensions._ctx(),
+                                                      on_update)
         except ToolError:
             raise
-        except Exception as exc:
-            raise ToolError(_message(exc)) from exc
+        except BaseException as exc:
+            raise ToolError(contained(exc)) from exc
         result, is_error = tool_result(value)
         if is_error:
             raise ToolError("\n".join(b.text for b in result.content

@@ -16,7 +16,8 @@ Keys are resolved when a call needs them and never stored in a ``Model``: models
 hosts as they are, keys never are. That includes a ``baseUrl`` with credentials in it
 (``https://user:secret@proxy/v1``): the registry keeps the URL without them in its models and
 sends them as the HTTP Basic ``authorization`` header that URL stands for (``headers``). The
-variables keys are read from are kept from every subprocess (``omp.subprocess_env``).
+variables keys are read from (``key_variables``) are kept from every subprocess
+(``Settings.environment_policy``, ``omp.subprocess_env``).
 
 The offline models (provider ``offline``, no network) are what a machine without any key gets;
 once a real provider is usable they are no longer offered (``available``), but stay selectable
@@ -44,7 +45,6 @@ from ..login.flows import LoginTarget
 from ..login.oauth import LoginError, refresh_tokens
 from ..login.store import ApiKey, Credentials, OAuthTokens, read_auth_file
 from ..protocol.payloads import Model, ModelCost, ModelThinking
-from ..subprocess_env import hide_from_subprocesses
 from .errors import ProviderError
 from .types import Api as Api
 
@@ -140,7 +140,6 @@ class ModelRegistry:
 
             registry.apply(load_models_file(path))
         registry.credentials = Credentials.load(directory / "auth.json")
-        hide_from_subprocesses(registry.key_variables())
         return registry
 
     def _load_catalog(self) -> None:

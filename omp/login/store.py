@@ -113,6 +113,13 @@ def _credential(path: Path, provider: str, entry: Any) -> Credential:
                 raise ConfigError(f"{where}.refresh: expected a string")
             if isinstance(expires, bool) or not isinstance(expires, int | float):
                 raise ConfigError(f"{where}.expires: expected epoch milliseconds (a number)")
+            if not 0 <= expires <= NEVER_EXPIRES_MS:  # NaN fails this too
+                # 1e308 is no date (int() of it is 309 digits; inf would not convert at all):
+                # a token of unknown lifetime is treated as expired, so it is refreshed (or the
+                # user told to log in again) instead of being trusted forever.
+                warn(f"{where}.expires: {expires!r} is not a time between 1970 and the year "
+                     "275760 (epoch milliseconds); the token is treated as expired")
+                expires = 0
             return OAuthTokens(access=entry["access"], refresh=refresh, expires=int(expires))
     raise ConfigError(f"{where}: expected a key string or an object with `key` (an API key) "
                       "or `access` (an OAuth login)")

@@ -43,6 +43,7 @@ from pydantic import AnyUrl, FileUrl
 from ..groups import unwrap, unwrapped
 from ..protocol import events as ev
 from ..protocol.messages import ImageContent, TextContent
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 from ..tools.base import OnUpdate, ResultContent, ToolError, ToolResult
 from ..tools.truncate import elide_middle
 from .config import ServerConfig, resolve_value
@@ -75,6 +76,8 @@ class Connection:
     """Called when the tools, prompts or resources changed (also when the connection went)."""
     emit: Callable[[ev.Notice], None]
     environ: Mapping[str, str] = attrs.field(factory=lambda: dict(os.environ))
+    policy: EnvironmentPolicy = DEFAULT_POLICY
+    """The session's environment policy (what a stdio server inherits)."""
     state: State = "connecting"
     error: str | None = None
     tools: list[types.Tool] = attrs.field(factory=list)
@@ -163,7 +166,7 @@ class Connection:
         # open inside it): its deadline is the connect timeout, lifted once connected.
         with trio.CancelScope(deadline=math.inf if timeout is None
                               else trio.current_time() + timeout) as deadline:
-            async with open_transport(self.config, self.cwd, self.environ) as (
+            async with open_transport(self.config, self.cwd, self.environ, self.policy) as (
                     read, write, closed), ClientSession(
                     read, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                     list_roots_callback=self._roots) as session, trio.open_nursery() as nursery:

@@ -68,7 +68,8 @@ class McpManager:
             env = dict(os.environ)
             for config in self.enabled:
                 self.connections[config.name] = Connection(
-                    config, self.session.cwd, self._changed, self.emit, env)
+                    config, self.session.cwd, self._changed, self.emit, env,
+                    self.session.tool_context.environment)
             self._started.set()
             async with trio.open_nursery() as nursery:
                 for connection in self.connections.values():

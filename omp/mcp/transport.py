@@ -2,7 +2,8 @@
 HTTP endpoint through the SDK's client transport.
 
 A stdio server is started with ``omp.process.open_process_group`` (its own process group, the
-environment every tool child gets plus the entry's ``env``), and ended with the same ladder as
+environment every tool child gets (the session's ``EnvironmentPolicy``) plus the entry's
+``env``), and ended with the same ladder as
 ``bash``: its stdin is closed (the MCP way to ask a stdio server to exit), then
 ``kill_process_group`` (SIGTERM to the group, ``KILL_GRACE`` seconds, SIGKILL), shielded with its
 own deadline, so no server or grandchild outlives the connection, whatever cancelled it. Lines
@@ -31,7 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from ..process import kill_process_group, open_process_group
-from ..subprocess_env import child_environment
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy, child_environment
 from .config import ServerConfig, resolve_value
 
 KILL_GRACE = 1.0
@@ -43,12 +44,14 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
 
 
 @contextlib.asynccontextmanager
-async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, str]
-                         ) -> AsyncIterator[Streams]:
-    """The streams of one connection to ``config``. Raises OSError when a stdio server cannot
-    be started. On exit (cancellation included) everything it started is ended."""
+async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
+                         policy: EnvironmentPolicy = DEFAULT_POLICY) -> AsyncIterator[Streams]:
+    """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
+    through the session's ``policy``, then the entry's ``env``). Raises OSError when a stdio
+    server cannot be started. On exit (cancellation included) everything it started is
+    ended."""
     if config.transport == "stdio":
-        async with _stdio(config, cwd, environ) as streams:
+        async with _stdio(config, cwd, environ, policy) as streams:
             yield streams
     else:
         async with _http(config, environ) as streams:
@@ -56,11 +59,11 @@ async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, 
 
 
 @contextlib.asynccontextmanager
-async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str]
-                 ) -> AsyncIterator[Streams]:
+async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
+                 policy: EnvironmentPolicy) -> AsyncIterator[Streams]:
     assert config.command is not None
-    env = child_environment({k: v for k, raw in config.env.items()
-                             if (v := resolve_value(raw, environ))})
+    env = child_environment(policy, {k: v for k, raw in config.env.items()
+                                     if (v := resolve_value(raw, environ))}, environ=environ)
     where = cwd / config.cwd if config.cwd else cwd
     proc = await open_process_group([config.command, *config.args], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, cwd=str(where), env=env)

@@ -43,7 +43,13 @@ from ..llm.stream import HttpClient
 from ..mcp.config import load_servers, parse_entry
 from ..mcp.manager import McpManager
 from ..mcp.resources import McpUris
-from ..process import adopt_orphans, can_watch_signals, watch_stop_signals
+from ..process import (
+    adopt_orphans,
+    can_watch_signals,
+    end_orphans_soon,
+    private_memory,
+    watch_stop_signals,
+)
 from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
 from ..session import AgentSession, SessionError, create_session
@@ -194,11 +200,15 @@ def skipped_plugin_code(options: ServeOptions) -> list[str]:
 
 def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     """What the start said that a host should hear once: settings a ``--config`` overlay sets
-    that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``)."""
+    that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``),
+    session files ``--continue`` passed over."""
     session = runtime.session
+    skipped, session.store.startup_notes = session.store.startup_notes, []
     return [*(ev.Notice(level="warning", source="config", message=note)
               for note in session.settings.notes),
-            *session.prompt_options.take_notices(), *runtime.mcp_notices]
+            *session.prompt_options.take_notices(),
+            *(ev.Notice(level="warning", source="session", message=note) for note in skipped),
+            *runtime.mcp_notices]
 
 
 async def expire_at(runtime: Runtime, deadline: float) -> None:
@@ -275,6 +285,8 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
                 if runtime.options.deadline is not None:
                     root.start_soon(expire_at, runtime, runtime.options.deadline)
                 await front.run(root, task_status)
+                # The commands' grace and the escaped orphans' run at once (omp.process).
+                end_orphans_soon()
                 await front.shutdown()
                 if runtime.mcp is not None:
                     runtime.mcp.close()  # every server ends, in parallel with the drain
@@ -303,9 +315,10 @@ async def run_on_stdio(runtime: Runtime, front: Callable[[trio.abc.ReceiveStream
     """``run_lifecycle`` on the process's own stdio (``omp``'s modes): the front gets stdin,
     the writer stdout (``write`` False: nothing is written, ``omp -p``), and meanwhile anything
     else written to fd 1 goes to stderr; the stop signals are handled (in the main thread) and
-    descendants re-parented to the process are ended on return (``omp.process``). Raises as
-    ``run_lifecycle``; on cancellation as ``run_lifecycle`` too."""
-    with stdio_streams() as (stdin, stdout):
+    descendants re-parented to the process are ended on return; meanwhile the process's memory
+    and environment are not readable by its children (``omp.process.private_memory``). Raises
+    as ``run_lifecycle``; on cancellation as ``run_lifecycle`` too."""
+    with stdio_streams() as (stdin, stdout), private_memory():
         async with adopt_orphans():
             await run_lifecycle(runtime, stdout if write else None, front(stdin), task_status,
                                 signals=can_watch_signals())

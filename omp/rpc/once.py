@@ -10,6 +10,12 @@ original writes them (omp-surface A.7): no ``prompt_result`` or ``session_settle
 still sees them: they say when a run ended). In ``text`` mode nothing is written to stdout
 until the end, when the final answer is printed.
 
+Each prompt goes through the rpc ``prompt`` dispatch (``omp.rpc.slash``): a skill, a built-in
+(what it says, ``command_output``, is printed before the answer in text mode), an extension
+command, a file command or template, else the model; a built-in of the original that this
+runtime does not have (``/usage``) never reaches the model. A refused prompt (a skill that
+cannot be read) is said on stderr, the prompts after it are not sent, and the exit status is 1.
+
 While a run waits for the model or a tool and nothing happens for ``STALL_NOTICE_SECONDS``
 (``$OMP_STALL_NOTICE_SECONDS``), a line on stderr says what it waits for, again each time as
 long again passes; the model call itself fails after its own timeouts (``omp.llm.types``).
@@ -29,13 +35,17 @@ import sys
 from collections.abc import Sequence
 
 import attrs
+import msgspec
 import trio
 
 from ..llm.builder import NO_PACE, Pace
+from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol import messages as m
+from ..protocol.frames import Response
 from ..session.context import last_assistant_text
 from ..session.sink import Published, Update
+from .commands import Commands
 from .file_args import Prompt
 from .lifecycle import (
     Runtime,
@@ -82,11 +92,21 @@ class OnceSink:
     waiting_for: str | None = None
     """What the run waits for now (``the model ...``, ``tool bash``); None between runs."""
     model: str = ""
+    command_output: list[str] = attrs.field(factory=list)
+    """Text mode: what slash commands said (``command_output``), printed before the answer."""
+
+    def note_command_output(self, frame: msgspec.Struct) -> None:
+        if isinstance(frame, ev.CommandOutput):
+            self.command_output.append(frame.text)
 
     def publish(self, event: Published) -> None:
         self.last_activity = trio.current_time()
         if isinstance(event, ev.PromptResult):
             self.results.append(event)
+            if event.sessionSettled is True:
+                # A prompt handled without a run (a built-in) ends with this alone: no
+                # ``session_settled`` follows, as no stretch of activity began.
+                self.settled.set()
             return
         if isinstance(event, ev.SessionSettled):
             self.settled.set()
@@ -128,6 +148,8 @@ class OnceFront:
     """How many prompts were sent."""
     stopped_by: int | None = attrs.field(default=None, init=False)
     """The stop signal that ended the run, if one did."""
+    refused: str | None = attrs.field(default=None, init=False)
+    """Why the last prompt sent was refused (a skill that cannot be read ...), if it was."""
 
     async def run(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
         """Write the header (json), load the extensions, start them, then send each prompt and
@@ -156,17 +178,49 @@ class OnceFront:
             # bounded by its timeout) are over before it is sent, so their tools are there.
             nursery.start_soon(mcp.run)
             await mcp.wait_settled()
+        commands = Commands(session, runtime.outbox, nursery.start_soon, runtime.controls,
+                            runtime.host_uris, runtime.aborts, runtime.ui, runtime.subagents,
+                            custom=runtime.options.commands)
+        commands.slash.mcp = runtime.mcp  # /mcp, and the servers' prompts as commands
         task_status.started()
         nursery.start_soon(self._tell_stalls)
         for prompt in self.prompts:
             if self._stopping or session.runs.expired is not None:
                 break  # stopped, or --max-time passed: what was not sent is not sent
             self.sink.settled = trio.Event()
-            session.prompt(prompt.text, prompt.images)
             self.sent += 1
             self._in_flight = True
+            if not await self._send(commands, prompt):
+                self._in_flight = False
+                break  # refused: the prompts after it are not sent
             await self.sink.settled.wait()
             self._in_flight = False
+
+    async def _send(self, commands: Commands, prompt: Prompt) -> bool:
+        """One prompt through the same dispatch as an rpc ``prompt`` (a skill, a built-in, an
+        extension command, a file command or template, else the model), its scope held in
+        the abort registry as the rpc reader holds it. False when it was refused (said on
+        stderr). On cancellation it stops where it is."""
+        frame = cmd.Prompt(message=prompt.text, images=list(prompt.images) or msgspec.UNSET,
+                           id=f"once-{self.sent}")
+        route = commands.route(frame)
+        aborts = self.runtime.aborts
+        scope = None if route.family is None else aborts.hold(route.family)
+        try:
+            answer = route.handler(frame, scope) if route.scoped else route.handler(frame)
+            response = answer if isinstance(answer, Response) else await answer
+        finally:
+            if scope is not None:
+                aborts.release(scope)
+        if route.after is not None:
+            route.after(response)
+        if (entered := commands.command_entered) is not None:
+            commands.command_entered = None
+            await entered.wait()
+        if not response.success:
+            self.refused = response.error or "the prompt was refused"
+            print(f"omp: {self.refused}", file=sys.stderr, flush=True)
+        return response.success
 
     def stop(self, signum: int) -> None:
         assert self._nursery is not None
@@ -201,7 +255,10 @@ class OnceFront:
 
     @property
     def failed(self) -> bool:
-        """The last answer failed (``error`` or ``aborted``) or a prompt ended in an error."""
+        """The last answer failed (``error`` or ``aborted``) or a prompt ended in an error
+        or was refused."""
+        if self.refused is not None:
+            return True
         last = self._last_assistant()
         if last is not None and last.stopReason in ("error", "aborted"):
             return True
@@ -255,8 +312,11 @@ async def run_once(options: ServeOptions, prompts: Sequence[Prompt],
     # json: events are JSON lines of any size (no rpc frame limit), queued in order and
     # written by the lifecycle's one writer; text: nothing is written until the answer.
     outbox = Outbox(new_output(options, encoder_limit=sys.maxsize),
-                    EventView(message_updates=updates), message_ids=False, discard=text)
+                    EventView(message_updates=updates), message_ids=False, discard=text,
+                    aside=None)
     sink = OnceSink(outbox, text)
+    if text:  # printed at the end with the answer: stdout is the protocol's until then
+        outbox.aside = sink.note_command_output
     runtime = build_runtime(options, outbox, ui=False, sink=sink, require_credentials=True)
     front = OnceFront(runtime, sink, prompts, header=not text,
                       stall_notice_seconds=_stall_notice_seconds())
@@ -265,9 +325,10 @@ async def run_once(options: ServeOptions, prompts: Sequence[Prompt],
         print(f"omp: stopped by {signal.Signals(front.stopped_by).name}", file=sys.stderr)
         return 1
     answer, error = front.final_answer(thoughts=output.print_thoughts)
-    if text and answer:
+    said = [*sink.command_output, *([answer] if text and answer else [])]
+    if said:
         try:
-            print(answer, flush=True)
+            print("\n".join(said), flush=True)
         except BrokenPipeError as exc:
             raise OutputClosedError(f"stdout closed: {exc}") from None
     if error is not None:

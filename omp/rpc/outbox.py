@@ -10,6 +10,7 @@ Frames that end something never wait.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -40,6 +41,9 @@ class Outbox:
     """Stamp ``messageId`` on message frames (rpc; ``--mode json`` writes them as the original)."""
     discard: bool = False
     """Nobody reads the frames (``omp -p``): drop them instead of queueing them."""
+    aside: Callable[[msgspec.Struct], None] | None = None
+    """Sees every frame emitted here, also when they are discarded (``omp -p`` prints the
+    ``command_output`` of a slash command this way)."""
     _open_ids: list[str] = attrs.field(factory=list, init=False)
     _counter: int = attrs.field(default=0, init=False)
 
@@ -48,6 +52,8 @@ class Outbox:
 
         Session events go through the host's ``set_event_filter``; other frames never do.
         """
+        if self.aside is not None:
+            self.aside(frame)
         if not self.discard and (out := self._frame(frame)) is not None:
             self.output.put_nowait(out)
 

@@ -155,7 +155,8 @@ class SessionCommands:
 
         session = self.session
         timeout = frame.timeout if isinstance(frame.timeout, int | float) else 300.0
-        run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout)
+        run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout,
+                       environment=session.tool_context.environment)
         try:
             with scope:
                 await run.run()

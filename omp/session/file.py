@@ -10,8 +10,12 @@ file the original wrote opens here:
 * then one entry per line; entries form a tree by ``parentId``, the leaf is the last entry in file
   order and every append becomes a child of the leaf and moves it;
 * an append is one ``os.write`` of the whole line to an ``O_APPEND`` descriptor (``fsync`` on
-  request), so the only possible damage is a torn last line, which loading skips silently; any
-  other unreadable line is reported in ``problems`` with its line number and skipped;
+  request), so the only possible damage is a torn last line (a crash mid-write). Opening the
+  file repairs it: the fragment is appended to ``<file>.torn`` (``0600``, next to it) and cut
+  off the file, so the next append does not leave it in the middle and the file stays valid
+  JSON Lines (when the file cannot be written, the fragment is skipped and the next append
+  starts a line of its own). Any other unreadable line is reported in ``problems`` with its
+  line number and skipped;
 * with :meth:`SessionFile.write_behind` (what a serving session does) the write happens in a
   writer thread, in order, and an append only queues its line: ``omp.session.writer`` says what
   that keeps and what it costs; without it, the append writes before it returns;
@@ -38,7 +42,7 @@ from __future__ import annotations
 import errno
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -82,7 +86,7 @@ from .entries import (
     now_iso,
     uuid7,
 )
-from .writer import LineWriter, flush_pending, open_for_write, write_all
+from .writer import LineWriter, open_for_write, write_all
 
 __all__ = ["MAX_SESSION_FILE_BYTES", "LoadProblem", "SessionFile", "SessionFormatError",
            "branch_file", "make_private_dirs"]
@@ -133,8 +137,9 @@ def make_private_dirs(directory: Path) -> None:
         os.chmod(path, DIR_MODE)
 
 
-def _write_new_file(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Create ``path`` (must not exist; its directory must) 0600 and write ``data`` in full."""
+def _write_new_file(path: Path, data: bytes | list[bytes], *, fsync: bool) -> None:
+    """Create ``path`` (must not exist; its directory must) 0600 and write ``data`` in full:
+    bytes, or lines to join with ``\n`` (written a piece at a time: see ``_joined``)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, FILE_MODE)
@@ -145,11 +150,25 @@ def _write_new_file(path: Path, data: bytes, *, fsync: bool) -> None:
         raise
     try:
         os.fchmod(fd, FILE_MODE)
-        write_all(fd, data)
+        for piece in [data] if isinstance(data, bytes) else _joined(data):
+            write_all(fd, piece)
         if fsync:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _joined(lines: list[bytes], piece_bytes: int = 256 * 1024) -> Iterator[bytes]:
+    """``b"\n".join(lines)`` in pieces of about ``piece_bytes``. One join of a 13 MB session
+    holds the GIL 10-16 ms (a copy into fresh pages), and in a worker thread (``branch``) that
+    stops the event loop just as well; a piece holds it a fraction of a millisecond."""
+    start = size = 0
+    for index, line in enumerate(lines):
+        size += len(line) + 1
+        if size >= piece_bytes or index == len(lines) - 1:
+            last = index == len(lines) - 1
+            yield b"\n".join(lines[start:index + 1]) + (b"" if last else b"\n")
+            start, size = index + 1, 0
 
 
 def _replace_file(path: Path, data: bytes) -> None:
@@ -197,7 +216,7 @@ class SessionFile:
     _needs_newline: bool = False
     """The file ends in a torn line: the next append starts a line of its own."""
     problems: list[LoadProblem] = attrs.field(factory=list)
-    """Lines skipped on load (never the torn last line, which is skipped silently)."""
+    """Lines skipped on load (never the torn last line, which is set aside silently)."""
     fsync: bool = False
     """``fsync`` after every write: each append, or each batch of the writer thread (the bytes
     themselves are never buffered in this process beyond the writer's queue)."""
@@ -247,16 +266,16 @@ class SessionFile:
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> SessionFile:
         """Load a session file (any version; v1/v2 files are migrated and rewritten).
 
-        The whole load (read, decode, migration) happens in this one blocking call (after the
-        lines a writer thread of this process still holds for that file are written).
+        The whole load (read, decode, migration) happens in this one blocking call. Lines
+        still queued in another ``SessionFile``'s writer thread are not waited for: whoever
+        owns that one flushes it first (``SessionStore`` does before it loads another file).
         Raises ``FileNotFoundError`` when it does not exist, :class:`~omp.files.UnusableFile`
         when it is not a regular file or is over ``MAX_SESSION_FILE_BYTES``, and
         :class:`SessionFormatError` when its first record is not a session header.
         """
         path = Path(os.path.abspath(path))
-        flush_pending(path)  # lines this process still has on their way to that file
         data = read_regular(path, MAX_SESSION_FILE_BYTES)
-        return _loaded(path, data, fsync=fsync)
+        return _loaded(path, _split_lines(data), fsync=fsync)
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -554,13 +573,16 @@ def _leaf_of(entries: list[Entry]) -> str | None:
     return entries[-1].id if entries else None
 
 
-def _loaded(path: Path, data: bytes, *, fsync: bool,
-            lines: list[bytes] | None = None) -> SessionFile:
-    """The file ``path`` whose content is ``data`` (``lines``: ``data`` split at ``\n``)."""
-    if lines is None:
-        lines = _split_lines(data)
-    fast = _load_current(path, data, lines, fsync=fsync)
-    return fast if fast is not None else _load_generic(path, data, lines, fsync=fsync)
+def _loaded(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile:
+    """The file ``path`` whose content split at ``\n`` is ``lines`` (so ``lines[-1]`` is empty
+    when the file ends with a newline, and ``[b""]`` is an empty file)."""
+    fast = _load_current(path, lines, fsync=fsync)
+    return fast if fast is not None else _load_generic(path, lines, fsync=fsync)
+
+
+def _torn_tail(lines: list[bytes]) -> bool:
+    """Whether the file ``lines`` came from does not end with a newline (an empty one does)."""
+    return lines[-1] != b""
 
 
 def _split_lines(data: bytes) -> list[bytes]:
@@ -577,7 +599,7 @@ def _split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def _load_current(path: Path, data: bytes, lines: list[bytes], *,
+def _load_current(path: Path, lines: list[bytes], *,
                   fsync: bool) -> SessionFile | None:
     """The common case, fast: a current-version file whose lines decode straight into typed
     entries (one pass per line, no intermediate dicts; the lines are kept as bytes for
@@ -610,16 +632,42 @@ def _load_current(path: Path, data: bytes, lines: list[bytes], *,
         raw[entry_id] = line
     return SessionFile(path, header, entries=entries, by_id=by_id, raw=raw,
                        leaf_id=_leaf_of(entries),
-                       needs_newline=data != b"" and not data.endswith(b"\n"), fsync=fsync)
+                       needs_newline=_torn_tail(lines), fsync=fsync)
 
 
-def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
-                  fsync: bool) -> SessionFile:
-    torn_tail = not data.endswith(b"\n") and data != b""
-    # Index of the last non-blank line: bad JSON there is a torn write, skipped silently.
+def _set_torn_line_aside(path: Path, lines: list[bytes], index: int) -> bool:
+    """Move line ``index`` (the last one with content, which did not decode: a torn write) from
+    the file ``lines`` came from to ``<file>.torn``: appended there, then cut off here. False
+    when the file is not as it was read, or cannot be written (it is then left as it is)."""
+    start = sum(len(line) + 1 for line in lines[:index])
+    size = sum(len(line) + 1 for line in lines) - 1
+    try:
+        fd = open_for_write(path, os.O_WRONLY)
+        try:
+            if os.fstat(fd).st_size != size:
+                return False  # written meanwhile (by another process): not ours to cut
+            aside = os.open(f"{path}.torn", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                            | os.O_NOFOLLOW, 0o600)
+            try:
+                write_all(aside, b"\n".join(lines[index:]).rstrip(b"\n") + b"\n")
+                os.fsync(aside)
+            finally:
+                os.close(aside)
+            os.ftruncate(fd, start)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _load_generic(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile:
+    torn_tail = _torn_tail(lines)
+    # Index of the last non-blank line: bad JSON there is a torn write, set aside silently.
     last_index = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     problems: list[LoadProblem] = []
     records: list[tuple[int, dict[str, Any]]] = []
+    torn_index: int | None = None
     for index, line in enumerate(lines):
         if not line.strip():
             continue
@@ -628,10 +676,14 @@ def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             if index != last_index:
                 problems.append(LoadProblem(index + 1, f"invalid JSON: {exc}"))
+            else:
+                torn_index = index
             continue
         if not isinstance(value, dict):
             if index != last_index:
                 problems.append(LoadProblem(index + 1, "not a JSON object"))
+            else:
+                torn_index = index
             continue
         records.append((index + 1, value))
 
@@ -641,7 +693,9 @@ def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
     )
     slot_line: bytes | None = None
     slot_title: str | None = None
+    slot_is_first = False  # the title slot is the file's first line
     if records and records[0][1].get("type") == "title":
+        slot_is_first = records[0][0] == 1
         slot_line = lines[records[0][0] - 1]
         title = records[0][1].get("title")
         slot_title = title if isinstance(title, str) and title else None
@@ -663,7 +717,7 @@ def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
         migrated = _migrate(header_raw, body, version if isinstance(version, int) else 1)
         header = msgspec.convert(header_raw, SessionHeader)
 
-    has_slot = (slot_line is not None and data.startswith(slot_line + b"\n")
+    has_slot = (slot_line is not None and slot_is_first
                 and len(slot_line) + 1 == TITLE_SLOT_BYTES)
     entries: list[Entry] = []
     by_id: dict[str, Entry] = {}
@@ -685,6 +739,9 @@ def _load_generic(path: Path, data: bytes, lines: list[bytes], *,
         by_id[entry_id] = entry
         raw_by_id[entry_id] = raw
 
+    if torn_index is not None and records and not migrated and _set_torn_line_aside(
+            path, lines, torn_index):
+        torn_tail = False  # the file now ends after the last good line
     if migrated:
         # Each kept entry's JSON is its (migrated) record, which ``entry_json`` would return.
         out = [] if slot_line is None else [slot_line + b"\n"]
@@ -783,6 +840,5 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
     new_path = file.path.parent / _file_name(timestamp, session_id)
     lines.insert(0, msgspec.json.encode(header))
     lines.append(b"")  # the file ends with a newline
-    data = b"\n".join(lines)
-    _write_new_file(new_path, data, fsync=file.fsync)
-    return _loaded(new_path, data, fsync=file.fsync, lines=lines), text
+    _write_new_file(new_path, lines, fsync=file.fsync)
+    return _loaded(new_path, lines, fsync=file.fsync), text

@@ -99,32 +99,36 @@ def _first_records(path: Path, limit: int = 2) -> list[dict[str, Any]]:
     return records
 
 
-def _is_session_file(path: Path, *, non_empty: bool) -> bool:
+def _not_a_session(path: Path, *, non_empty: bool) -> str | None:
+    """Why ``path`` is no session file to continue (None: it is one)."""
     try:
         records = _first_records(path, limit=3)
-    except (OSError, UnusableFile):
-        return False
+    except UnusableFile as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
     if records and records[0].get("type") == "title":
         records = records[1:]
-    if not records:
-        return False
-    header = records[0]
+    header = records[0] if records else {}
     if header.get("type") != "session" or not isinstance(header.get("id"), str):
-        return False
+        return "its first line is not a session header"
     if not non_empty:
-        return True
+        return None
     try:
         with _open(path) as handle:
             lines = iter(lambda: handle.readline(1 << 20), b"")  # bounded, as in _first_records
-            return any(b'"type":"message"' in line for line in lines)
+            return None if any(b'"type":"message"' in line for line in lines) else "no messages"
     except (OSError, UnusableFile):
-        return False
+        return "cannot be read"
 
 
-def newest_session(directory: str | os.PathLike[str], *, non_empty: bool = False) -> Path | None:
+def newest_session(directory: str | os.PathLike[str], *, non_empty: bool = False,
+                   skipped: list[str] | None = None) -> Path | None:
     """The most recently modified valid session file in ``directory`` (``--continue``).
 
-    ``non_empty`` also requires at least one message entry (``open_session``).
+    ``non_empty`` also requires at least one message entry (``open_session``). ``skipped``
+    receives a line for each ``*.jsonl`` newer than the one returned (or than none) that could
+    not be used, naming it and why (``--continue`` says so in a ``notice``).
     """
     root = Path(directory)
     try:
@@ -132,16 +136,22 @@ def newest_session(directory: str | os.PathLike[str], *, non_empty: bool = False
     except OSError:
         return None
     best: tuple[float, str, Path] | None = None
+    unusable: list[tuple[float, str, str]] = []
     for candidate in candidates:
         try:
             info = candidate.stat()
         except OSError:
             continue
-        if not stat.S_ISREG(info.st_mode) or not _is_session_file(candidate, non_empty=non_empty):
+        why = _not_a_session(candidate, non_empty=non_empty)
+        if why is not None:
+            unusable.append((info.st_mtime, candidate.name, f"{candidate}: {why}"))
             continue
         key = (info.st_mtime, candidate.name, candidate)
         if best is None or key[:2] > best[:2]:
             best = key
+    if skipped is not None:
+        skipped += [line for *key, line in sorted(unusable, reverse=True)
+                    if best is None or tuple(key) > best[:2]]
     return None if best is None else best[2]
 
 

@@ -1,4 +1,4 @@
-"""Session settings (auto-compaction, auto-retry, trusted projects, provider keys for
+"""Session settings (auto-compaction, auto-retry, trusted projects, the environment of
 subprocesses), read from the original's ``config.yml``.
 
 Files, lowest precedence first:
@@ -50,6 +50,12 @@ trustedProjects:          # global file only
   - ~/src/my-project
 bash:
   passProviderKeys: false # global file only; true: commands and ripgrep get the provider keys
+shellEnvironmentPolicy:   # global file only; what every subprocess inherits (omp.subprocess_env)
+  inherit: all            # all | core (HOME, PATH, USER...) | none
+  ignoreDefaultExcludes: false  # true: names with KEY, SECRET, TOKEN, PASSWORD, CREDENTIAL stay
+  exclude: []             # wildcard patterns (any case) of names to leave out
+  set: {}                 # NAME: value, added or replaced
+  includeOnly: []         # not empty: only the names matching one of these stay
 task:
   maxConcurrency: 32      # children of one session running at once (<= 0: unlimited)
   maxRecursionDepth: 2    # -1: unlimited; 0: the main agent cannot spawn
@@ -68,13 +74,23 @@ skills:                   # omp.commands.skills: where skills are found, which l
   customDirectories: []       # scanned first: their skills win
   includeSkills: []           # glob patterns on the name (empty: all)
   ignoredSkills: []
+web:                      # omp.tools.web_policy: web_fetch, web_search, read of http(s) URLs
+  enabled: false          # no network policy set: no web tools
+  allowNetworks: []       # global only; CIDR networks reachable although not public
+  maxBytes: 5242880       # the largest body read (after decompression)
+  timeoutSeconds: 30      # one whole fetch (redirects included) or search
+  maxRedirects: 5
+  searchProvider: auto    # auto, brave, exa, tavily, kagi
+  searchBaseUrls: {}      # global only; provider -> API root (a proxy, a test server)
+  searchApiKeys: {}       # global only; provider -> key or the variable holding it
 ```
 
-``bash.passProviderKeys``: subprocesses (the ``bash`` tool, RPC ``bash``, ripgrep) are started
-without the environment variables provider keys are read from (``omp.subprocess_env``), so a
-command such as ``env`` cannot copy them into results, frames and session files; ``true`` lets
-them through. Like ``trustedProjects`` it is read from the global file only (a repository's own
-file must not be able to ask for the keys), and loading the settings applies it to the process.
+``shellEnvironmentPolicy`` and ``bash.passProviderKeys``: what subprocesses (the ``bash`` tool,
+RPC ``bash``, ripgrep, MCP servers) inherit, so that a command such as ``env`` cannot copy
+secrets into results, frames and session files (``omp.subprocess_env`` has the steps;
+``Settings.environment_policy`` makes the policy). Like ``trustedProjects`` they are read from
+the global file and the overlays only: a repository's own file must not be able to ask for
+secrets (nor set ``BASH_ENV`` for every command).
 
 Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original's.
 """
@@ -84,7 +100,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -99,7 +115,10 @@ from ..config import (
     structure,
     warn,
 )
-from ..subprocess_env import pass_provider_keys
+from ..subprocess_env import EnvironmentPolicy
+from ..tools.web_policy import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
+from ..tools.web_policy import WebSettings
+from ..tools.web_policy import validate as _validate_web
 
 GLOBAL_FILES = ("config.yml", "config.yaml")
 LEGACY_FILES = ("settings.yml", "settings.yaml")
@@ -147,6 +166,18 @@ class BashSettings:
 
 
 @attrs.define(kw_only=True)
+class ShellEnvironmentSettings:
+    """The ``shellEnvironmentPolicy`` section (Codex's ``shell_environment_policy``, in this
+    file's camelCase); ``omp.subprocess_env`` applies it."""
+
+    inherit: Literal["all", "core", "none"] = "all"
+    ignoreDefaultExcludes: bool = False
+    exclude: list[str] = attrs.field(factory=list)
+    includeOnly: list[str] = attrs.field(factory=list)
+    set: dict[str, str] = attrs.field(factory=dict)
+
+
+@attrs.define(kw_only=True)
 class TaskSettings:
     """The ``task`` tool and its subagents (subagents-login.md A.2)."""
 
@@ -185,11 +216,15 @@ class Settings:
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     """The ``async`` section (a Python keyword, hence the underscore)."""
     skills: SkillSettings = attrs.field(factory=SkillSettings)
+    web: WebSettings = attrs.field(factory=WebSettings)
+    """The network policy of the web tools (``omp.tools.web_policy``); off by default."""
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
     must not be able to declare itself trusted."""
     bash: BashSettings = attrs.field(factory=BashSettings)
+    environment: ShellEnvironmentSettings = attrs.field(factory=ShellEnvironmentSettings)
+    """The ``shellEnvironmentPolicy`` section (global file and overlays only)."""
     disabled_providers: frozenset[str] = frozenset()
     """The original's ``disabledProviders``: context-file sources left out (``agents-md``,
     ``claude``, ``native``)."""
@@ -199,19 +234,36 @@ class Settings:
     """What the ``--config`` overlays set that this runtime does not act on, one line per
     file (said once as a ``notice``)."""
 
+    def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
+        """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
+        and ``bash.passProviderKeys``, keeping ``provider_variables`` (the model registry's
+        ``key_variables()``) out unless that lets them through."""
+        e = self.environment
+        return EnvironmentPolicy(
+            inherit=e.inherit, ignore_default_excludes=e.ignoreDefaultExcludes,
+            exclude=tuple(e.exclude), include_only=tuple(e.includeOnly),
+            set=tuple(e.set.items()), provider_variables=provider_variables,
+            pass_provider_keys=self.bash.passProviderKeys)
+
 
 TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write",
-                 "grep": "grep", "search": "grep", "find": "find", "ls": "ls", "todo": "todo"}
-"""``<key>.enabled`` → the built-in tool it turns off (the original calls grep ``search``)."""
+                 "grep": "grep", "search": "grep", "find": "find", "ls": "ls", "todo": "todo",
+                 "fetch": "web_fetch", "web_search": "web_search"}
+"""``<key>.enabled`` → the built-in tool it turns off (the original calls grep ``search``
+and its URL reading ``fetch``). ``true`` never turns a web tool on: ``web.enabled`` does."""
 
 
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
-                                   "async": AsyncSettings, "skills": SkillSettings}
+                                   "async": AsyncSettings, "skills": SkillSettings,
+                                   "web": WebSettings,
+                                   "shellEnvironmentPolicy": ShellEnvironmentSettings}
 _ATTRIBUTE = {"async": "async_"}
 """Sections whose attribute name differs from their key (a Python keyword)."""
-_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"})}
-"""Keys a project's own file may not set (they would let a repository ask for secrets)."""
+_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"}), "web": _WEB_GLOBAL_ONLY,
+                "shellEnvironmentPolicy": frozenset(attrs.fields_dict(ShellEnvironmentSettings))}
+"""Keys a project's own file may not set (they would let a repository ask for secrets, send a
+search key elsewhere, or point the model at the user's private network)."""
 
 # Keys of these sections that the original omp defines (its settings schema, across recent
 # versions) and we do not model: a user's file may hold them, so they are no mistake.
@@ -230,6 +282,8 @@ _ORIGINAL_KEYS = {
         "agentServiceTierOverrides", "agentPrewalk", "agentAdvisor", "prewalk", "isolation"}),
     "async": frozenset(),
     "skills": frozenset(),
+    "web": frozenset(),
+    "shellEnvironmentPolicy": frozenset(),
 }
 
 
@@ -243,6 +297,9 @@ class _File:
     task: TaskSettings = attrs.field(factory=TaskSettings)
     async_: AsyncSettings = attrs.field(factory=AsyncSettings)
     skills: SkillSettings = attrs.field(factory=SkillSettings)
+    web: WebSettings = attrs.field(factory=WebSettings)
+    shellEnvironmentPolicy: ShellEnvironmentSettings = attrs.field(
+        factory=ShellEnvironmentSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -260,7 +317,6 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
     """The settings for a session in ``cwd``: the global file of the agent directory
     (``$OMP_AGENT_DIR`` or ``~/.omp/agent`` when None) with the project's files of ``cwd`` over
     it (none read when ``cwd`` is None), then the ``overlays`` (``--config``).
-    ``bash.passProviderKeys`` is applied to the process (``omp.subprocess_env``).
 
     No file: the defaults. A wrong one raises ConfigError naming it (nothing half-applied).
     """
@@ -325,10 +381,12 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         task=TaskSettings(**merged["task"]),
                         async_=AsyncSettings(**merged["async"]),
                         skills=SkillSettings(**merged["skills"]),
+                        web=WebSettings(**merged["web"]),
+                        environment=ShellEnvironmentSettings(
+                            **merged["shellEnvironmentPolicy"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes))
-    pass_provider_keys(settings.bash.passProviderKeys)
     return settings
 
 
@@ -457,4 +515,23 @@ def _validate(file: _File, path: Path) -> None:
     for where, value in checks:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
+    for where, what in _validate_web(file.web):
+        raise problem(path, where, what)
+    _validate_environment(file.shellEnvironmentPolicy, path)
+
+
+def _validate_environment(policy: ShellEnvironmentSettings, path: Path) -> None:
+    # What exec would refuse at every start (or take apart) is refused here, once, by name.
+    for key in ("exclude", "includeOnly"):
+        for i, pattern in enumerate(getattr(policy, key)):
+            if not pattern or "\0" in pattern:
+                raise problem(path, f"$.shellEnvironmentPolicy.{key}[{i}]",
+                              f"must be a non-empty name pattern (got {pattern!r})")
+    for name, value in policy.set.items():
+        if not name or "=" in name or "\0" in name:
+            raise problem(path, f"$.shellEnvironmentPolicy.set.{name}",
+                          "a variable name must be non-empty, without '=' or NUL")
+        if "\0" in value:
+            raise problem(path, f"$.shellEnvironmentPolicy.set.{name}",
+                          "a value must not contain NUL")
 

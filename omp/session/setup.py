@@ -17,7 +17,9 @@ from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
 from ..tools import default_tools
 from ..tools.base import Tool, ToolContext, UriHandler
+from ..tools.specs import WEB_SPECS
 from ..tools.todo_state import TodoState
+from ..tools.web_policy import AddressPolicy, WebAccess
 from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
 from .file import make_private_dirs
@@ -119,11 +121,23 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     settings = _with_skill_choices(
         load_settings(agent_directory, cwd, config_files), skill_dirs, skills)
     todos = TodoState()
-    context = ToolContext(cwd, uris=uris)
+    http = http or HttpClient()
+    secret_variables = registry.key_variables()
+    if settings.web.enabled:
+        from ..tools.web_search import KEY_VARIABLES
+
+        # The search keys' variables are kept from subprocesses like the model providers'.
+        secret_variables |= frozenset(KEY_VARIABLES)
+    context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
+                          environment=settings.environment_policy(secret_variables))
     active = list(default_tools(context, todos)) if tools is None else list(tools)
     if tool_names is not None:
         by_name = {t.name: t for t in active}
         unknown = [n for n in tool_names if n not in by_name]
+        web_off = [n for n in unknown if n in WEB_SPECS]
+        if web_off:
+            raise SessionError(f"{', '.join(web_off)}: web tools are off; set `web: "
+                               "{enabled: true}` in config.yml to offer them")
         if unknown:
             raise SessionError(f"Unknown tool(s): {', '.join(unknown)} (built-in tools: "
                                f"{', '.join(by_name)})")
@@ -145,7 +159,7 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                            auto_compaction=settings.compaction.enabled,
                            sessions_directory=directory, builtin_tools=active,
                            tool_context=context, prompt_options=prompt_options, todos=todos,
-                           sink=sink or NullSink(), http=http or HttpClient(),
+                           sink=sink or NullSink(), http=http,
                            aborts=aborts or AbortRegistry(), tools_from=tools_from)
     session.load_skills()
     if directory is not None:
@@ -153,6 +167,19 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             _make_sessions_dir(directory)
         session.open_startup_file(session_path=session_path, resume=resume)
     return session
+
+
+def web_access(settings: Settings, http: HttpClient, registry: ModelRegistry,
+               environ: Mapping[str, str]) -> WebAccess:
+    """The web tools' access for a session with ``settings`` (off unless ``web.enabled``)."""
+    def stored_key(provider: str) -> str | None:
+        entry = registry.credentials.entries.get(provider)
+        key = getattr(entry, "key", None)
+        return key if isinstance(key, str) and key else None
+
+    return WebAccess(settings.web, http,
+                     policy=AddressPolicy.from_settings(settings.web.allowNetworks),
+                     environ=environ, stored_key=stored_key)
 
 
 def _resume_target(value: str, cwd: Path, agent_directory: Path, session_dir: Path | None,

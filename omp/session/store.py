@@ -19,6 +19,7 @@ what ``adopt`` returns.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
@@ -68,10 +69,16 @@ class SessionStore:
     file: SessionFile | None = None
     persistence_failure: str | None = None
     """Why the session file stopped being written, once it did."""
+    startup_notes: list[str] = attrs.field(factory=list)
+    """What the start passed over that a host should hear once (``--continue`` skipping an
+    unusable newer file); ``omp.rpc.lifecycle.startup_notices`` takes them."""
     _session_id: str = attrs.field(factory=lambda: str(uuid.uuid4()), init=False)
     _started: str = attrs.field(factory=lambda: iso_timestamp(datetime.now(UTC)), init=False)
     """When the in-memory session began (its header's ``timestamp``)."""
     _name: str | None = attrs.field(default=None, init=False)
+    _left: list[SessionFile] = attrs.field(factory=list, init=False)
+    """Files this session left (``adopt``) while their writer threads still had lines queued:
+    they are written before any file is read again (``_written_all``), since it may be one."""
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -136,6 +143,16 @@ class SessionStore:
             except OSError as exc:
                 self._file_failed(file, exc)
 
+    async def _written_all(self) -> None:
+        """``written``, and the files this session left written too: before a file is read,
+        which may be one of them. On cancellation it stops waiting."""
+        for file in self._left:
+            # A failure was reported through that file's own callback when it happened.
+            with contextlib.suppress(OSError):
+                await trio.to_thread.run_sync(file.flush, abandon_on_cancel=True)
+        self._left.clear()
+        await self.written()
+
     def _file_failed(self, file: SessionFile, exc: OSError) -> None:
         """``file`` could not be written (an append, or its writer thread; once per file)."""
         if file is self.file:  # in memory from now on, under the same id and name
@@ -157,6 +174,8 @@ class SessionStore:
         """Make ``file`` the session (None: a fresh in-memory one); ``built``: its context and
         settings as already built from it (off the loop). Its appends are written behind the
         loop from now on."""
+        if self.file is not None and self.file is not file and self.file.pending:
+            self._left.append(self.file)
         self.file = file
         self._name = None
         if file is None:
@@ -172,14 +191,19 @@ class SessionStore:
         ``--continue`` (the newest session of this cwd), else a new one. Raises SessionError
         naming the file when it cannot be read or created."""
         assert self.directory is not None
+        skipped: list[str] = []
+        newest = None
         try:
             if session_path is not None:
                 file = (SessionFile.open(session_path) if session_path.exists()
                         else SessionFile.create_at(session_path, cwd=str(self.cwd)))
-            elif resume and (newest := newest_session(self.directory)) is not None:
+            elif resume and (newest := newest_session(self.directory,
+                                                      skipped=skipped)) is not None:
                 file = SessionFile.open(newest)
             else:
                 file = SessionFile.create(self.directory, cwd=str(self.cwd))
+            then = f"continuing {newest.name}" if newest else "starting a new session"
+            self.startup_notes += [f"--continue skipped {line}; {then}" for line in skipped]
         except (OSError, ValueError, RecursionError) as exc:
             raise SessionError(f"Cannot open the session file: {_reason(exc)}") from None
         return self.adopt(file)
@@ -204,6 +228,7 @@ class SessionStore:
         if not await trio.Path(path.parent).is_dir():
             raise SessionError(f"File not found: {path}")
         create = functools.partial(SessionFile.create_at, path, cwd=str(self.cwd))
+        await self._written_all()  # it may be this very file, or one left before
         try:
             return (await _load_file(path) if await trio.Path(path).exists() else
                     await trio.to_thread.run_sync(create))
@@ -225,6 +250,7 @@ class SessionStore:
         if newest is None and self.file.path.parent == directory and empty:
             return None, False  # already the empty session of that directory
         create = functools.partial(SessionFile.create, directory, cwd=str(self.cwd))
+        await self._written_all()  # the newest may be a file this session wrote
         try:
             if newest is not None:
                 return await _load_file(newest), True

@@ -52,7 +52,6 @@ import os
 import sys
 import threading
 import traceback
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -61,14 +60,10 @@ import trio
 
 from omp.files import UnusableFile, open_regular
 
-__all__ = ["LineWriter", "flush_pending", "on_loop", "open_for_write", "write_all"]
+__all__ = ["LineWriter", "on_loop", "open_for_write", "write_all"]
 
 _APPEND: Final = -1
 """The offset of a queued append (anything else is a ``pwrite`` at that offset)."""
-
-_LIVE: weakref.WeakSet[LineWriter] = weakref.WeakSet()
-"""Every writer with work queued or in progress (:func:`flush_pending`)."""
-_LIVE_LOCK = threading.Lock()
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -127,8 +122,6 @@ class LineWriter:
             if self._running:
                 return
             self._running = True
-            with _LIVE_LOCK:
-                _LIVE.add(self)
         try:
             threading.Thread(target=self._drain, name=f"omp-session-writer {self.path.name}",
                              daemon=False).start()
@@ -174,8 +167,6 @@ class LineWriter:
         """(With the lock held.) The thread ends: ``flush`` may return."""
         self._running = False
         self._idle.notify_all()
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
 
     def _fail(self, exc: OSError) -> None:
         with self._lock:
@@ -221,17 +212,6 @@ class LineWriter:
                 os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def flush_pending(path: Path) -> None:
-    """Wait until every writer of ``path`` has written what it was given (before the file is
-    read again: a session reopened must see its last lines). Blocking; errors are left to
-    their writers."""
-    with _LIVE_LOCK:
-        writers = [w for w in _LIVE if w.path == path]
-    for writer in writers:
-        with contextlib.suppress(OSError):
-            writer.flush()
 
 
 def on_loop(report: Callable[[OSError], None]) -> Callable[[OSError], None] | None:

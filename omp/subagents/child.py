@@ -72,7 +72,9 @@ async def build_child(host: Host, child: Child, context: str | None,
         if agent.thinking == level:
             thinking = level
     depth = parent.task_depth + 1
-    tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris)
+    tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris,
+                               web=parent.tool_context.web,
+                               environment=parent.tool_context.environment)
     available = {t.name: t for t in default_tools(tool_context, TodoState())
                  if t.name != "todo"}
     if agent.tools is None:

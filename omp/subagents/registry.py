@@ -8,6 +8,10 @@ survives session changes. The registry is updated whatever the level.
 
 Session changes are seen through the root session's ``job_epoch`` (bumped whenever its jobs are
 cancelled): the first call after a change forgets everything and marks the known ids stale.
+One difference from the original, which then drops the terminal lifecycle of a child that was
+live at the change (its id is unknown by then): here that child's own ``aborted`` (or
+``completed``/``failed``) frame still goes out once, so a host that saw it start sees it end;
+its late progress and events are dropped as §9.3 says, and it is not listed or remembered.
 """
 
 from __future__ import annotations
@@ -53,12 +57,15 @@ class SubagentRegistry:
     _live: dict[str, SubagentSnapshot] = attrs.field(factory=dict)
     _files: OrderedDict[str, str] = attrs.field(factory=OrderedDict)
     _stale: set[str] = attrs.field(factory=set)
+    _ending: dict[str, SubagentSnapshot] = attrs.field(factory=dict)
+    """Children live at the last session change: their terminal lifecycle is still written."""
 
     def _sync(self) -> None:
         epoch = self.epoch()
         if epoch != self._seen_epoch:
             self._seen_epoch = epoch
             self._stale |= set(self._live) | set(self._files)
+            self._ending |= self._live
             self._live.clear()
             self._files.clear()
 
@@ -69,14 +76,20 @@ class SubagentRegistry:
             if known is not None and not _same_owner(known, payload):
                 return
             self._stale.discard(payload.id)
+            self._ending.pop(payload.id, None)
             self._live[payload.id] = SubagentSnapshot(
                 id=payload.id, index=payload.index, agent=payload.agent,
                 agentSource=payload.agentSource, status="started",
                 lastUpdate=int(time.time() * 1000), description=payload.description,
                 sessionFile=payload.sessionFile, parentToolCallId=payload.parentToolCallId)
-        else:
-            if known is None or not _same_owner(known, payload):
+        elif known is None:
+            ending = self._ending.get(payload.id)
+            if ending is None or not _same_owner(ending, payload):
                 return  # unknown (or stale) id: dropped entirely, no frame (§9.3)
+            del self._ending[payload.id]  # cut off by a session change: its end, not kept
+        else:
+            if not _same_owner(known, payload):
+                return
             del self._live[payload.id]
             if isinstance(payload.sessionFile, str):
                 self._remember(payload.id, payload.sessionFile)

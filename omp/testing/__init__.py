@@ -4,7 +4,9 @@
   ``python -m omp.testing.fake_llm --script FILE``);
 * ``omp.testing.script``: its provider-neutral script format;
 * ``omp.testing.fake_oauth``: a fake OAuth 2.0 server (device code, PKCE, refresh, scripted
-  denials, expiry and ``slow_down``) for login tests.
+  denials, expiry and ``slow_down``) for login tests;
+* ``omp.testing.fake_web``: pages (redirects, hanging downloads) and the Brave, Exa, Tavily and
+  Kagi search APIs, for the web tools' tests.
 
 Nothing is imported here, so that ``python -m omp.testing.fake_llm`` runs the module once.
 """

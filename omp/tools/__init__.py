@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .base import OnUpdate, Tool, ToolContext, ToolResult
-from .specs import SPECS, ToolSpec
+from .specs import SPECS, WEB_SPECS, ToolSpec
 from .todo_state import TodoState
 
 
@@ -80,6 +80,12 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
         if name == "ls":
             from .ls import LsTool
             return LsTool(ctx)
+        if name == "web_fetch":
+            from .web_fetch import WebFetchTool
+            return WebFetchTool(ctx)
+        if name == "web_search":
+            from .web_search import WebSearchTool
+            return WebSearchTool(ctx)
         from .todo import TodoTool
         return TodoTool(todos)
 
@@ -87,6 +93,10 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
 
 
 def default_tools(ctx: ToolContext, todos: TodoState | None = None) -> list[Tool]:
-    """The built-in tool set, in the order the system prompt lists them."""
+    """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
+    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``)."""
     state = TodoState() if todos is None else todos
-    return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in SPECS.items()]
+    specs = list(SPECS.items())
+    if ctx.web is not None and ctx.web.enabled:
+        specs += WEB_SPECS.items()
+    return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]

@@ -24,9 +24,11 @@ import attrs
 import msgspec
 
 from ..protocol.messages import ImageContent, TextContent
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 
 if TYPE_CHECKING:
     from ..commands.skills import Skill
+    from .web_policy import WebAccess
 
 ResultContent = TextContent | ImageContent
 
@@ -134,12 +136,18 @@ URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 @attrs.define(eq=False, repr=False)
 class ToolContext:
-    """What built-in tools share: where relative paths resolve, and who serves host URLs."""
+    """What built-in tools share: where relative paths resolve, who serves host URLs, and
+    the web tools' network access."""
 
     cwd: Path
     uris: UriHandler | None = None
     skills: Sequence[Skill] = ()
     """The session's skills: ``read`` serves their ``skill://`` URIs."""
+    environment: EnvironmentPolicy = DEFAULT_POLICY
+    """What the subprocesses of the tools inherit (``Settings.environment_policy``)."""
+    web: WebAccess | None = None
+    """The network policy and HTTP client of the web tools; None or disabled: no web tools,
+    and ``read`` refuses ``http(s)://`` URLs naming the setting."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

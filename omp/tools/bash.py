@@ -91,7 +91,8 @@ class BashTool(SpecifiedTool):
         async def on_output(_: str) -> None:
             changed.set()
 
-        run = ShellRun(command, cwd=self.ctx.cwd, timeout=timeout, on_output=on_output)
+        run = ShellRun(command, cwd=self.ctx.cwd, timeout=timeout, on_output=on_output,
+                       environment=self.ctx.environment)
         sent_bytes = -1  # total_bytes at the last update sent
 
         async def send_update() -> None:

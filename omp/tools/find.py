@@ -171,7 +171,8 @@ class FindTool(SpecifiedTool):
         rg_args = ["--files", "--hidden", "--color=never", "--sort=path", "--glob", "!.git",
                    "--", "."]
         collector = _FileCollector(glob=Glob.compile(args["pattern"]), limit=limit)
-        outcome = await run_ripgrep(rg_args, cwd=search_path, on_line=collector.on_line)
+        outcome = await run_ripgrep(rg_args, cwd=search_path, on_line=collector.on_line,
+                                    environment=self._ctx.environment)
         if not collector.paths:
             if not outcome.stopped and outcome.returncode not in (0, 1):
                 raise ToolError(outcome.stderr.strip()

@@ -31,9 +31,9 @@ from typing import Any
 import attrs
 import trio
 
-from ..files import describe_kind
+from ..files import OwnProcessFile, describe_kind, refuse_own_process
 from ..process import KILL_GRACE, kill_process_group, open_process_group
-from ..subprocess_env import child_environment
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy, child_environment
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import resolve_path
 from .specs import SPECS, SpecifiedTool
@@ -88,9 +88,10 @@ class RipgrepOutcome:
     stderr: str
 
 
-async def run_ripgrep(args: Sequence[str], *, cwd: Path,
-                      on_line: Callable[[bytes], bool]) -> RipgrepOutcome:
-    """Run ``rg args`` in ``cwd`` and call ``on_line`` with each stdout line (no ``b"\\n"``).
+async def run_ripgrep(args: Sequence[str], *, cwd: Path, on_line: Callable[[bytes], bool],
+                      environment: EnvironmentPolicy = DEFAULT_POLICY) -> RipgrepOutcome:
+    """Run ``rg args`` in ``cwd`` (its environment made by ``environment``) and call
+    ``on_line`` with each stdout line (no ``b"\\n"``).
 
     When ``on_line`` returns False, rg is stopped (its group killed) and no further line is
     delivered. Raises ToolError when rg is missing or cannot start.
@@ -102,7 +103,7 @@ async def run_ripgrep(args: Sequence[str], *, cwd: Path,
         process = await open_process_group(
             argv, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=child_environment())  # no provider keys (omp.subprocess_env)
+            env=child_environment(environment))
     except OSError as exc:
         raise ToolError(f"Failed to run ripgrep: {exc}") from exc
     assert process.stdout is not None
@@ -240,11 +241,16 @@ class _GrepCollector:
 def _path_kind(path: Path) -> bool:
     """Whether ``path`` is a directory (else it is a regular file); ToolError when it does not
     exist or is anything else: rg would block on a FIFO until aborted and never finish
-    ``/dev/zero``. (Checked before rg starts; a FIFO swapped in later blocks until abort.)"""
+    ``/dev/zero``. (Checked before rg starts; a FIFO swapped in later blocks until abort.)
+    The server's own ``/proc/<pid>/`` is refused too (``omp.files.refuse_own_process``)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         raise ToolError(f"Path not found: {path}") from None
+    try:
+        refuse_own_process(path)
+    except OwnProcessFile as exc:
+        raise ToolError(str(exc)) from None
     if stat.S_ISDIR(mode):
         return True
     if not stat.S_ISREG(mode):
@@ -298,7 +304,8 @@ class GrepTool(SpecifiedTool):
 
         collector = _GrepCollector(limit=limit, context=context,
                                    file_name=None if is_dir else search_path.name)
-        outcome = await run_ripgrep(rg_args, cwd=cwd, on_line=collector.on_line)
+        outcome = await run_ripgrep(rg_args, cwd=cwd, on_line=collector.on_line,
+                                    environment=self._ctx.environment)
         if not outcome.stopped and outcome.returncode not in (0, 1):
             raise ToolError(outcome.stderr.strip()
                             or f"ripgrep exited with code {outcome.returncode}")

@@ -1,4 +1,6 @@
-"""read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls).
+"""read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls);
+an ``http(s)://`` URL is fetched as ``web_fetch`` does (``omp.tools.web_fetch``) when the
+session's network policy allows it, else refused naming the setting.
 
 Only regular files are read (``omp.files``: a FIFO or a device is refused before it can block);
 an image is sent whole, up to ``MAX_IMAGE_BYTES``. A text file is streamed, never loaded whole:
@@ -293,6 +295,10 @@ class ReadTool(SpecifiedTool):
                 path = resolve_skill_uri(self._ctx.skills, shown_path)
             except SkillUriError as exc:
                 raise ToolError(f"Cannot read {shown_path}: {exc}") from None
+        elif shown_path.lower().startswith(("http://", "https://")):
+            from .web_fetch import read_url
+
+            return await read_url(self._ctx, shown_path)
         elif URL_LIKE.match(shown_path):
             # Never the local file "./zz:/y": a URL nobody serves is a mistake to report.
             raise ToolError(f"Cannot read {shown_path}: no host serves "

@@ -52,7 +52,7 @@ import trio
 
 from ..groups import only_cancelled, unwrap
 from ..process import KILL_GRACE, kill_process_group, open_process_group
-from ..subprocess_env import child_environment
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy, child_environment
 from .truncate import DEFAULT_MAX_BYTES, ELISION_HEAD_BYTES, Elision, MiddleElider
 
 CLEANUP_TIMEOUT = KILL_GRACE + 3.0
@@ -101,11 +101,11 @@ def shell_program() -> str:
     return shutil.which("bash") or shutil.which("sh") or "/bin/sh"
 
 
-def shell_environment(cwd: Path) -> dict[str, str]:
-    """A command's environment: ours without the provider keys (``omp.subprocess_env``: an
-    ``env`` must not copy them into results and session files), and ``PWD`` set to ``cwd``
-    as given, so ``pwd`` names it rather than its symlink-resolved path."""
-    return child_environment({"PWD": str(cwd)} if cwd.is_absolute() else None)
+def shell_environment(cwd: Path, policy: EnvironmentPolicy) -> dict[str, str]:
+    """A command's environment: ours through ``policy`` (``omp.subprocess_env``: an ``env``
+    must not copy secrets into results and session files), and ``PWD`` set to ``cwd`` as
+    given, so ``pwd`` names it rather than its symlink-resolved path."""
+    return child_environment(policy, {"PWD": str(cwd)} if cwd.is_absolute() else None)
 
 
 def _create_spill_file() -> tuple[int, Path]:
@@ -144,6 +144,8 @@ class ShellRun:
     """Longest output shown whole; a longer one is elided in the middle and spilled to a file."""
     head_bytes: int = ELISION_HEAD_BYTES
     """Of ``max_bytes``, the window shown from the start of an elided output."""
+    environment: EnvironmentPolicy = DEFAULT_POLICY
+    """What the command inherits (a session's: ``ToolContext.environment``)."""
 
     pid: int | None = attrs.field(default=None, init=False)
     """The shell's pid, which is also its process group id; set once it has started."""
@@ -217,7 +219,7 @@ class ShellRun:
                 proc = await open_process_group(
                     [shell_program(), "-c", self.command], cwd=self.cwd,
                     # so `pwd` names the directory as given, not its symlink-resolved path
-                    env=shell_environment(self.cwd),
+                    env=shell_environment(self.cwd, self.environment),
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             except OSError as exc:
                 raise ShellSpawnError(f"Could not start the shell: {exc}") from exc
@@ -345,7 +347,8 @@ class ShellRun:
 # ``timeout`` is part of the command (a timed-out command is a result, not an exception).
 async def run_shell(command: str, *, cwd: Path, timeout: float | None = None,  # noqa: ASYNC109
                     on_output: OnOutput | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                    head_bytes: int = ELISION_HEAD_BYTES) -> ShellResult:
+                    head_bytes: int = ELISION_HEAD_BYTES,
+                    environment: EnvironmentPolicy = DEFAULT_POLICY) -> ShellResult:
     """Run ``command`` (see the module docstring) and return its result.
 
     Raises ShellSpawnError when it cannot start. On cancellation, kills the command's process
@@ -353,5 +356,5 @@ async def run_shell(command: str, *, cwd: Path, timeout: float | None = None,  #
     cancelled command, use ``ShellRun`` directly.
     """
     run = ShellRun(command, cwd=cwd, timeout=timeout, on_output=on_output,
-                   max_bytes=max_bytes, head_bytes=head_bytes)
+                   max_bytes=max_bytes, head_bytes=head_bytes, environment=environment)
     return await run.run()

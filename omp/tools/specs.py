@@ -226,3 +226,53 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                    'description': 'block: what the task waits on'}},
          'required': ['op']}),
 ]}
+
+
+WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
+    # Offered only when the session's network policy turns them on (``web.enabled``), after
+    # the tools above. The wording follows the original's (its ``read`` of URLs and its
+    # ``web_search`` prompt).
+    ToolSpec(
+        name='web_fetch', label='Web Fetch', read_only=True,
+        description=(
+            'Fetch a web page or API response by URL.\n\nReader mode: HTML is converted to '
+            'clean Markdown (navigation and forms left out); JSON, XML and plain text are '
+            'returned as they are; binary content (images, archives, PDFs) is refused. '
+            'Output is truncated to 2000 lines or 50KB (whichever is hit first); the full '
+            'text is then saved to a temp file you can read with offset. Only public '
+            'addresses are reached; redirects are followed. Use it for documentation, issue '
+            'threads and known URLs instead of searching. `read` of an http(s) URL does the '
+            'same.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'url': {'type': 'string',
+                                'description': 'The http:// or https:// URL to fetch'}},
+         'required': ['url']}),
+    ToolSpec(
+        name='web_search', label='Web Search', read_only=True,
+        description=(
+            'Web search: current information beyond knowledge cutoff.\n\n<instruction>\n'
+            '- SHOULD prefer primary sources (papers, official docs); corroborate key claims '
+            'with multiple sources.\n'
+            '- MUST link cited sources in final response.\n'
+            '- NEVER use for programmatically accessible content or known URLs (GitHub '
+            'repos/issues, known arXiv papers, Wikipedia pages, official docs) — '
+            '`web_fetch` the URL directly.\n'
+            '- `query`: Google-style `site:`, `-site:`, `"exact phrase"`, `-term` and `OR` '
+            'are passed to the provider. If a constraint matches nothing, relax it and say so.'
+            '\n</instruction>\n\nResults are a numbered list: title, URL, snippet.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'query': {'type': 'string', 'description': 'The search query'},
+                        'provider': {'type': 'string',
+                                     'enum': ['auto', 'brave', 'exa', 'tavily', 'kagi'],
+                                     'description': 'Search provider (default: auto, the '
+                                                    'configured one)'},
+                        'recency': {'type': 'string',
+                                    'enum': ['day', 'week', 'month', 'year'],
+                                    'description': 'Only results from this last period'},
+                        'limit': {'type': 'number',
+                                  'description': 'Maximum number of results (default: 10, '
+                                                 'at most 20)'}},
+         'required': ['query']}),
+]}
