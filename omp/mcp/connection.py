@@ -15,11 +15,14 @@ transport's nursery (our reader and writer of a stdio server's pipes), inside th
 the manager's nursery, which belongs to ``serve()``. Cancelling the manager cancels them all,
 and the transport's exit ends the server's process group.
 
-Calls (``call_tool``, ``get_prompt``, ``read_resource``) run in the caller's task (a tool call
-in the run's turn nursery), with the server's timeout around the wait for a connection and the
-request; an abort cancels the wait, and the server is told with ``notifications/cancelled``
+Calls (``call_tool``, ``prompt_text``, ``read_resource``) run in the caller's task (a tool
+call in the run's turn nursery), with the server's timeout around the wait for a connection and
+the request. A call waits for a connection attempt in progress (or asks for one) and fails with
+that attempt's error; a connection that ends under a call fails it at once (``eof``), not at its
+timeout. An abort cancels the call, and the server is told with ``notifications/cancelled``
 (shielded, with its own short deadline). Notifications that lists changed make a refresher
-task list them again and tell the manager.
+task list them again and tell the manager. The server's ``ping`` and ``roots/list`` (the
+project directory) are answered.
 """
 
 from __future__ import annotations
