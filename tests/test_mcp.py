@@ -450,6 +450,14 @@ async def test_one_shot_mode_waits_for_the_servers(tmp_path: Path,
             cwd=cwd, capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "- mcp__probe_echo (ok): one shot" in done.stdout.decode()
+    # A prompt of the server is a command there too.
+    with trio.fail_after(LIMIT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "omp", "-p", "--no-session", "--model", "offline/echo",
+             "/probe:greet who=Bob"],
+            cwd=cwd, capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == "Echo: Please greet Bob"
 
 
 async def test_mcp_reconnect_restarts_a_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
