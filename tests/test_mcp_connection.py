@@ -108,11 +108,14 @@ def test_names() -> None:
 class Recorder:
     def __init__(self) -> None:
         self.notices: list[ev.Notice] = []
+        self.noticed = trio.Event()
         self.changes = 0
         self.changed = trio.Event()
 
     def emit(self, notice: ev.Notice) -> None:
         self.notices.append(notice)
+        self.noticed.set()
+        self.noticed = trio.Event()
 
     def on_change(self, _connection: object) -> None:
         self.changes += 1
@@ -288,3 +291,35 @@ async def test_a_stdio_server_gets_the_session_environment_policy(tmp_path: Path
     # *TOKEN* is kept out by the default policy; the entry names it to pass it.
     assert seen == {"MCP_TEST_TOKEN": "<unset>", "MCP_TEST_OTHER": "other", "PASSED": "abc123",
                     "PLAIN": "literal"}
+
+
+async def test_a_crash_storm_suspends_reconnects(tmp_path: Path) -> None:
+    from omp.mcp.connection import Connection
+
+    seen = Recorder()
+    config = parse_entry("probe", probe())
+    with trio.fail_after(LIMIT * 2):
+        async with trio.open_nursery() as nursery:
+            # More than 2 connections within 10 minutes: a storm (the real limit is 5 in 30 s).
+            connection = Connection(config, tmp_path, seen.on_change, seen.emit,
+                                    storm=(2, 600.0))
+            nursery.start_soon(connection.run)
+            await connection.wait_settled()
+            for _ in range(3):
+                with pytest.raises(ToolError) as crashed:
+                    await connection.call_tool("crash", {})
+                assert "failure: eof" in str(crashed.value)
+            # The third connection ended: reconnects are suspended (said once), not retried.
+            while not any("suspended" in n.message for n in seen.notices):
+                await seen.noticed.wait()
+            assert connection.state == "suspended"
+            assert connection.error == ("MCP server crashed too many times; automatic "
+                                        "reconnects suspended")
+            # A call is what needs the server: it connects again.
+            result = await connection.call_tool("echo", {"text": "again"})
+            assert not result.isError
+            nursery.cancel_scope.cancel()
+    assert seen.notices[-1].message == (
+        'MCP server "probe": MCP server crashed too many times; automatic reconnects '
+        "suspended (a call or /mcp reconnect connects it again)")
+    assert all(n.message.startswith('MCP server "probe": ') for n in seen.notices)

@@ -81,6 +81,8 @@ class Connection:
     environ: Mapping[str, str] = attrs.field(factory=lambda: dict(os.environ))
     policy: EnvironmentPolicy = DEFAULT_POLICY
     """The session's environment policy (what a stdio server inherits)."""
+    storm: tuple[int, float] = (STORM_LIMIT, STORM_SECONDS)
+    """More than this many connections within this many seconds suspend reconnects."""
     state: State = "connecting"
     error: str | None = None
     tools: list[types.Tool] = attrs.field(factory=list)
@@ -131,13 +133,17 @@ class Connection:
                 self._down(self.error or "the server closed the connection", first=not asked)
             self._settled.set()
             now = trio.current_time()
-            while self._connected_at and now - self._connected_at[0] > STORM_SECONDS:
+            limit, window = self.storm
+            while self._connected_at and now - self._connected_at[0] > window:
                 self._connected_at.popleft()
-            if len(self._connected_at) > STORM_LIMIT:
+            if len(self._connected_at) > limit:
                 self.state = "suspended"
                 self.error = ("MCP server crashed too many times; automatic reconnects "
                               "suspended")
                 self._connected_at.clear()
+                self.emit(ev.Notice(level="warning", source="mcp", message=(
+                    f'MCP server "{self.name}": {self.error} (a call or /mcp reconnect '
+                    "connects it again)")))
                 await self._wait_wake(math.inf)
             elif failures > len(BACKOFF):
                 self.state = "failed"
