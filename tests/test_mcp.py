@@ -23,7 +23,7 @@ import trio
 from omp.client import RpcClient
 from omp.process import kill_process_group
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
-from tests.agent_helpers import (
+from agent_helpers import (
     FAKE_ARGS,
     Frame,
     of_type,
