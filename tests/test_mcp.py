@@ -19,10 +19,6 @@ from typing import Any
 
 import attrs
 import trio
-
-from omp.client import RpcClient
-from omp.process import kill_process_group
-from omp.testing.fake_llm import FakeLLM, open_fake_llm
 from agent_helpers import (
     FAKE_ARGS,
     Frame,
@@ -33,6 +29,10 @@ from agent_helpers import (
     tools_reply,
     write_models_yml,
 )
+
+from omp.client import RpcClient
+from omp.process import kill_process_group
+from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
 PROBE = Path(__file__).parent / "data" / "mcp_probe_server.py"
 LIMIT = 60.0
