@@ -47,7 +47,7 @@ from ..groups import unwrap, unwrapped
 from ..protocol import events as ev
 from ..protocol.messages import ImageContent, TextContent
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
-from ..tools.base import OnUpdate, ResultContent, ToolError, ToolResult
+from ..tools.base import OnUpdate, ResultContent, Tier, ToolError, ToolResult
 from ..tools.truncate import elide_middle
 from .config import ServerConfig, resolve_value
 from .naming import mint_name
@@ -496,6 +496,10 @@ class McpTool:
 
     def open_call(self, call_id: str, args: dict[str, Any]) -> None:
         return None
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        """MCP tools are ``write`` (omp-surface C.2): a server may change anything."""
+        return "write"
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

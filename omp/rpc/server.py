@@ -60,6 +60,7 @@ from .lifecycle import (
     new_output,
     run_lifecycle,
     run_on_stdio,
+    start_local_discovery,
     startup_notices,
     use_extensions,
 )
@@ -160,6 +161,9 @@ class RpcServer:
         until EOF (or ``request_stop``)."""
         await nursery.start(self.run_commands)
         self.output.put_nowait(Ready())
+        # After ``ready``, never before it: the local servers are asked meanwhile, and the
+        # model commands wait for them.
+        self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
         if (mcp := self.runtime.mcp) is not None:
