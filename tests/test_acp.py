@@ -1,0 +1,247 @@
+"""ACP mode (``omp acp``) driven as an editor drives it, through the real process.
+
+The client is someone else's implementation: the ``agent-client-protocol`` package's
+``ClientSideConnection`` (asyncio, so it runs in a worker thread with its own event loop while
+the fake LLM serves from the test's trio loop). It parses every message we send with its
+pydantic models generated from the protocol's JSON Schema, so a field of ours that does not
+fit the schema fails the test. The malformed-input tests speak raw JSON lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from agent_helpers import text_reply, tool_call, write_models_yml
+
+from omp.testing.fake_llm import open_fake_llm
+
+acp = pytest.importorskip("acp")
+schema = pytest.importorskip("acp.schema")
+
+OMP = [sys.executable, "-m", "omp"]
+
+
+class Recorder:
+    """The editor's side: records every ``session/update``, answers permission questions."""
+
+    def __init__(self) -> None:
+        self.updates: list[tuple[str, Any]] = []
+        self.changed = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append((session_id, update))
+        self.changed.set()
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: Any,
+                                 **kwargs: Any) -> Any:
+        return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(
+            outcome="selected", option_id=options[0].option_id))
+
+    async def wait_for(self, predicate: Callable[[list[tuple[str, Any]]], bool]) -> None:
+        while not predicate(self.updates):
+            self.changed.clear()
+            await self.changed.wait()
+
+    def of(self, session_id: str, kind: str) -> list[Any]:
+        return [u for s, u in self.updates if s == session_id and u.session_update == kind]
+
+
+def run_client(cwd: Path, body: Callable[[Any, Recorder], Awaitable[None]],
+               *flags: str) -> None:
+    """Spawn ``omp acp`` and run ``body(connection, recorder)`` with the acp library's client;
+    the process must then exit 0 once its stdin is closed."""
+
+    async def main() -> None:
+        recorder = Recorder()
+        # The whole environment: the library passes only a few variables by default, and the
+        # test's agent directory (OMP_AGENT_DIR) must reach the process.
+        async with acp.spawn_agent_process(recorder, OMP[0], *OMP[1:], "acp", *flags,
+                                           cwd=str(cwd), env=dict(os.environ)
+                                           ) as (conn, process):
+            init = await asyncio.wait_for(conn.initialize(protocol_version=1), 30)
+            assert init.protocol_version == 1
+            assert init.agent_capabilities.load_session is True
+            await asyncio.wait_for(body(conn, recorder), 60)
+            assert process.stdin is not None
+            process.stdin.close()
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+
+    asyncio.run(main())
+
+
+def text_of(chunks: list[Any]) -> str:
+    return "".join(c.content.text for c in chunks)
+
+
+async def test_prompt_streams_thinking_text_and_a_tool_call(tmp_path: Path,
+                                                            isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    first = {"chunks": [{"thinking": "Let me think.", "signature": "s1"}, {"text": "Hello "},
+                        {"text": "there. "}, tool_call("call_b1", "bash", {"command": "echo hi"})],
+             "stop": "toolUse", "usage": {"input": 100, "output": 5}}
+    script = [first, text_reply("All done.", usage={"input": 200, "output": 6})]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url, model_fields={"reasoning": True})
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            new = await conn.new_session(cwd=str(project))
+            sid = new.session_id
+            assert [m.id for m in new.modes.available_modes] == ["default"]
+            assert [o.id for o in new.config_options] == ["mode", "model", "thinking"]
+            await rec.wait_for(lambda _: bool(rec.of(sid, "session_info_update")))
+            assert rec.of(sid, "available_commands_update")[0].available_commands
+            result = await conn.prompt(session_id=sid,
+                                       prompt=[acp.text_block("do it")])
+            seen["result"] = result
+            seen["updates"] = [u for s, u in rec.updates if s == sid]
+
+        await trio.to_thread.run_sync(run_client, project, body)
+    result, updates = seen["result"], seen["updates"]
+    assert result.stop_reason == "end_turn"
+    assert result.usage is not None
+    # The delta of this prompt's two model calls (estimated: the fake sends no usage here).
+    assert result.usage.total_tokens == result.usage.input_tokens + result.usage.output_tokens
+    assert result.usage.input_tokens > 0
+    kinds = [u.session_update for u in updates]
+    thoughts = [u for u in updates if u.session_update == "agent_thought_chunk"]
+    messages = [u for u in updates if u.session_update == "agent_message_chunk"]
+    assert text_of(thoughts) == "Let me think.", kinds
+    assert text_of(messages) == "Hello there. All done."
+    # The chunks of one assistant message share an id; the next message has a new one.
+    assert thoughts[0].message_id == messages[0].message_id == messages[1].message_id
+    assert messages[-1].message_id != messages[0].message_id
+    call = next(u for u in updates if u.session_update == "tool_call")
+    assert (call.tool_call_id, call.title, call.kind, call.status) == (
+        "call_b1", "$ echo hi", "execute", "pending")
+    assert call.raw_input == {"command": "echo hi"}
+    done = [u for u in updates if u.session_update == "tool_call_update"
+            and u.status == "completed"]
+    assert len(done) == 1
+    assert "hi" in "".join(c.content.text for c in done[0].content)
+    assert kinds.index("tool_call") < kinds.index("tool_call_update")
+    assert kinds[-2:] == ["usage_update", "session_info_update"]
+    usage = next(u for u in updates if u.session_update == "usage_update")
+    assert usage.size == 128000
+
+
+async def test_cancel_mid_stream_answers_cancelled_at_once_and_two_sessions_run(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    slow = {"match": {"bodyContains": "slow please"},
+            "chunks": [{"text": "slow "}, {"delay": 60.0}, {"text": "never"}]}
+    script = [slow, text_reply("quick answer")]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            one = (await conn.new_session(cwd=str(project))).session_id
+            two = (await conn.new_session(cwd=str(project))).session_id
+            assert one != two
+            slow_prompt = asyncio.ensure_future(conn.prompt(
+                session_id=one, prompt=[acp.text_block("slow please")]))
+            await rec.wait_for(lambda _: bool(rec.of(one, "agent_message_chunk")))
+            # The other session answers while the first one streams.
+            quick = await conn.prompt(session_id=two, prompt=[acp.text_block("hi")])
+            seen["quick"] = (quick.stop_reason, text_of(rec.of(two, "agent_message_chunk")))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await conn.cancel(session_id=one)
+            result = await slow_prompt
+            seen["cancel"] = (result.stop_reason, loop.time() - started)
+            seen["after"] = text_of(rec.of(one, "agent_message_chunk"))
+
+        await trio.to_thread.run_sync(run_client, project, body)
+        # The model call was dropped: the fake saw its client go away.
+        await fake.wait_for_disconnect()
+    assert seen["quick"] == ("end_turn", "quick answer")
+    reason, elapsed = seen["cancel"]
+    assert reason == "cancelled"
+    assert elapsed < 2.0
+    assert seen["after"] == "slow "
+
+
+async def test_load_replays_a_saved_session_then_continues(tmp_path: Path,
+                                                           isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    script = [text_reply("first answer"), text_reply("second answer")]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        saved: dict[str, Any] = {}
+
+        async def first(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("remember me")])
+            saved["id"] = sid
+
+        async def second(conn: Any, rec: Recorder) -> None:
+            sid = saved["id"]
+            loaded = await conn.load_session(cwd=str(project), session_id=sid)
+            assert loaded.modes.current_mode_id == "default"
+            saved["replay"] = [(u.session_update, u.content.text) for s, u in rec.updates
+                               if s == sid and u.session_update.endswith("_chunk")]
+            result = await conn.prompt(session_id=sid, prompt=[acp.text_block("and now?")])
+            saved["stop"] = result.stop_reason
+            with pytest.raises(acp.RequestError) as missing:
+                await conn.load_session(cwd=str(project), session_id="no-such-session")
+            saved["missing"] = missing.value
+
+        await trio.to_thread.run_sync(run_client, project, first)
+        await trio.to_thread.run_sync(run_client, project, second)
+        # The continued session sent the saved history to the model.
+        last = fake.requests[-1].json()["messages"]
+    assert saved["replay"] == [("user_message_chunk", "remember me"),
+                               ("agent_message_chunk", "first answer")]
+    assert saved["stop"] == "end_turn"
+    assert [x["content"] for x in last if x["role"] == "user"][-2:] != []
+    assert "remember me" in json.dumps(last)
+    assert "ACP session not found: no-such-session" in str(saved["missing"].data)
+
+
+# -- raw JSON-RPC ------------------------------------------------------------------------------
+
+
+async def test_malformed_json_rpc_is_answered_and_the_connection_stays(
+        tmp_path: Path) -> None:
+    lines = [
+        b"not json",
+        b"[1,2]",
+        b'{"id":1,"method":"initialize","params":{"protocolVersion":1}}',
+        b'{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":3}}',
+        b'{"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd":"rel"}}',
+        b'{"jsonrpc":"2.0","id":4,"method":"foo/bar","params":{}}',
+        b'{"jsonrpc":"2.0","id":5,"method":"session/prompt","params":'
+        b'{"sessionId":"nope","prompt":[]}}',
+        b'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"nope"}}',
+        b'{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":1}}',
+    ]
+    with trio.fail_after(60):
+        done = await trio.run_process([*OMP, "acp", "--model", "offline/echo"],
+                                      stdin=b"\n".join(lines) + b"\n", capture_stdout=True,
+                                      capture_stderr=True, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(x) for x in done.stdout.splitlines()]
+    by_id = {x.get("id"): x for x in out if x.get("id") is not None}
+    anonymous = [x["error"] for x in out if x.get("id") is None]
+    assert [(e["code"], e["message"]) for e in anonymous] == [
+        (-32700, "Parse error"), (-32600, "Invalid Request")]
+    assert by_id[1]["error"]["code"] == -32600  # no "jsonrpc": "2.0"
+    assert by_id[2]["error"] == {"code": -32602, "message": "Invalid params", "data": {
+        "details": "session/new: Expected `str`, got `int` - at `$.cwd`"}}
+    assert by_id[3]["error"]["data"]["details"] == "ACP cwd must be absolute: rel"
+    assert by_id[4]["error"]["code"] == -32601
+    assert by_id[5]["error"]["data"]["details"] == "Unsupported ACP session: nope"
+    assert by_id[6]["result"]["protocolVersion"] == 1
+    assert len(out) == 8  # one answer per request and per bad line; none for the notification
