@@ -297,6 +297,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     if name == "launch":  # the default command, named
         argv = rest
+    elif name == "acp":  # ``omp acp [launch flags]`` is ``omp --mode acp [launch flags]``
+        argv = ["--mode", "acp", *rest]
     elif name is not None:
         from .subcommands import run_subcommand
 

@@ -7,7 +7,7 @@ sorted by provider then id, each entry ``provider``, ``id``, ``selector``, ``nam
 ``input``, ``cost``; without it a table per provider. The launch flags a runner puts in front
 (``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are accepted.
 
-``omp acp [launch flags]`` is ``omp --mode acp [launch flags]`` (``omp.acp``); every other
+``omp acp [launch flags]`` is ``omp --mode acp [launch flags]`` (``omp.cli``); every other
 subcommand name of the original exits 2 naming it, with the way to send that word as a prompt
 instead (``omp -p WORD`` or ``omp -- WORD``). ``omp help`` is ``--help``; ``omp launch ...`` is
 ``omp ...``. A reserved management word alone (``omp list``) is refused as the original
@@ -54,10 +54,6 @@ def refuse(message: str) -> int:
 def run_subcommand(name: str, argv: list[str], parser: argparse.ArgumentParser) -> int:
     """Run subcommand ``name`` (not ``launch`` or ``help``: the command line's own) with the
     other arguments ``argv``, the launch flags of ``parser`` accepted; its exit code."""
-    if name == "acp":
-        from .cli import _main  # ``omp acp [launch flags]`` is ``omp --mode acp [flags]``
-
-        return _main(["--mode", "acp", *argv])
     if name in RESERVED_WORDS:
         print(f"omp: error: `omp {name}` is not a top-level command. Use `omp -p {name}` (or "
               f"`omp -- {name}`) if you meant to send \"{name}\" as a prompt.", file=sys.stderr)

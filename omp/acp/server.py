@@ -36,6 +36,7 @@ from __future__ import annotations
 import datetime
 import re
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -127,8 +128,6 @@ class AcpSession:
         """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
         ``agent_message_chunk`` of a message of its own."""
         if isinstance(frame, ev.CommandOutput) and not self.muted:
-            import uuid
-
             self.server.update(self.session_id, w.AgentMessageChunk(
                 content=w.TextContent(text=frame.text), messageId=str(uuid.uuid4())))
 
@@ -441,8 +440,6 @@ class AcpServer:
         """The history as updates, before the response (E.6 History replay)."""
         assert acp.runtime is not None
         assert acp.mapper is not None
-        import uuid
-
         for message in acp.runtime.session.messages:
             if isinstance(message, m.UserMessage):
                 text = message.content if isinstance(message.content, str) else "".join(
