@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+from omp.llm.models import read_catalog
+
+
+def _catalog_keys() -> tuple[str, ...]:
+    return tuple(sorted({name for p in read_catalog().providers.values() for name in p.env}))
+
+
+PROVIDER_KEYS = _catalog_keys()
+"""Every variable a catalog provider's key is read from (ANTHROPIC_API_KEY, GROQ_API_KEY...)."""
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -32,4 +40,7 @@ def isolated_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("OMP_AGENT_DIR", str(directory))
     for name in PROVIDER_KEYS:
         monkeypatch.delenv(name, raising=False)
+    # No local model server is asked (a real Ollama on this machine must not change results);
+    # the tests of that discovery turn it back on with their own fake servers.
+    monkeypatch.setenv("OMP_LOCAL_MODELS", "0")
     return directory
