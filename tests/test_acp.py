@@ -32,9 +32,12 @@ OMP = [sys.executable, "-m", "omp"]
 class Recorder:
     """The editor's side: records every ``session/update``, answers permission questions."""
 
-    def __init__(self) -> None:
+    def __init__(self, answers: list[str] | None = None) -> None:
         self.updates: list[tuple[str, Any]] = []
         self.changed = asyncio.Event()
+        self.answers = list(answers or [])
+        """What permission questions are answered, in order (default: the first option)."""
+        self.asked: list[Any] = []
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         self.updates.append((session_id, update))
@@ -42,8 +45,10 @@ class Recorder:
 
     async def request_permission(self, session_id: str, tool_call: Any, options: Any,
                                  **kwargs: Any) -> Any:
+        self.asked.append((tool_call, [o.option_id for o in options]))
+        chosen = self.answers.pop(0) if self.answers else options[0].option_id
         return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(
-            outcome="selected", option_id=options[0].option_id))
+            outcome="selected", option_id=chosen))
 
     async def wait_for(self, predicate: Callable[[list[tuple[str, Any]]], bool]) -> None:
         while not predicate(self.updates):
@@ -55,12 +60,13 @@ class Recorder:
 
 
 def run_client(cwd: Path, body: Callable[[Any, Recorder], Awaitable[None]],
-               *flags: str) -> None:
+               *flags: str, recorder: Recorder | None = None) -> None:
     """Spawn ``omp acp`` and run ``body(connection, recorder)`` with the acp library's client;
     the process must then exit 0 once its stdin is closed."""
 
     async def main() -> None:
-        recorder = Recorder()
+        nonlocal recorder
+        recorder = recorder or Recorder()
         # The whole environment: the library passes only a few variables by default, and the
         # test's agent directory (OMP_AGENT_DIR) must reach the process.
         async with acp.spawn_agent_process(recorder, OMP[0], *OMP[1:], "acp", *flags,
@@ -208,6 +214,43 @@ async def test_load_replays_a_saved_session_then_continues(tmp_path: Path,
     assert [x["content"] for x in last if x["role"] == "user"][-2:] != []
     assert "remember me" in json.dumps(last)
     assert "ACP session not found: no-such-session" in str(saved["missing"].data)
+
+
+async def test_tool_approval_asks_the_editor_and_remembers_always(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    script = [{"chunks": [tool_call(f"call_{n}", "bash", {"command": f"echo {n}"})],
+               "stop": "toolUse"} for n in ("one", "two", "three")]
+    script.append(text_reply("done"))
+    recorder = Recorder(answers=["reject_once", "allow_always"])
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            result = await conn.prompt(session_id=sid, prompt=[acp.text_block("go")])
+            seen["stop"] = result.stop_reason
+            seen["ends"] = {u.tool_call_id: (u.status, "".join(
+                c.content.text for c in u.content or []))
+                for u in rec.of(sid, "tool_call_update") if u.status in ("completed", "failed")}
+
+        # always-ask: bash (tier exec) needs an answer; the editor is asked, not a dialog.
+        await trio.to_thread.run_sync(
+            lambda: run_client(project, body, "--approval-mode", "always-ask",
+                               recorder=recorder))
+    assert seen["stop"] == "end_turn"
+    asked = recorder.asked
+    assert [(c.tool_call_id, c.title, c.kind) for c, _ in asked] == [
+        ("call_one", "$ echo one", "execute"), ("call_two", "$ echo two", "execute")]
+    assert asked[0][1] == ["allow_once", "allow_always", "reject_once", "reject_always"]
+    ends = seen["ends"]
+    assert ends["call_one"][0] == "failed"
+    assert "denied" in ends["call_one"][1]
+    # Allowed always: the third call ran without a question.
+    assert ends["call_two"][0] == ends["call_three"][0] == "completed"
+    assert "three" in ends["call_three"][1]
 
 
 # -- raw JSON-RPC ------------------------------------------------------------------------------

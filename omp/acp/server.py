@@ -20,9 +20,11 @@ Who owns what:
   the pending prompt ``cancelled`` without waiting for the run's cleanup, and mutes the
   session's updates until the next prompt (the original's behaviour, omp-surface E.8).
 
-Events become ``session/update`` notifications in ``omp.acp.updates``. Requests of ours to the
-client (``session/request_permission``, ``fs/*``) have integer ids from 0
-(``AcpServer.ask_client``); a response whose id is unknown is ignored.
+Events become ``session/update`` notifications in ``omp.acp.updates``. Tool approval
+(``omp.session.approval``) asks the editor: each session's gate gets ``AcpSession.approve`` as
+its policy, which sends ``session/request_permission`` and remembers "always" answers. Requests
+of ours to the client have integer ids from 0 (``AcpServer.ask_client``); a response whose id
+is unknown is ignored.
 
 Bad input: a line that is not JSON, or not a JSON-RPC object, is answered with an error whose
 id is null (-32700 / -32600) and the connection stays up (the original ends the connection
@@ -61,9 +63,10 @@ from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
 from ..session import SessionError
 from ..session.aborts import ABORT
+from ..session.approval import ApprovalRequest
 from ..session.sink import Published, Update
 from . import wire as w
-from .updates import UpdateMapper
+from .updates import UpdateMapper, tool_kind, tool_locations, tool_title
 
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
@@ -103,6 +106,40 @@ class AcpSession:
     pending: PendingPrompt | None = None
     muted: bool = False
     """After ``session/cancel``: the cancelled turn's events are no longer forwarded."""
+    remembered: dict[str, bool] = attrs.field(factory=dict)
+    """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        """The session's tool-approval policy (``omp.session.approval.ApprovePolicy``): when
+        the gate resolves a call to ``prompt`` the editor is asked with
+        ``session/request_permission``; an "always" answer is remembered for the session.
+        A client error or a cancelled question is a denial. On cancellation (the turn was
+        cancelled) the question is abandoned and ``Cancelled`` propagates."""
+        if (known := self.remembered.get(request.tool_name)) is not None:
+            return known
+        args = {k: v for k, v in request.arguments.items() if k != "i"}
+        content: list[w.ToolContentItem] = []
+        if request.tool_name == "bash" and isinstance(args.get("command"), str):
+            content.append(w.ToolCallContent(content=w.TextContent(text=f"$ {args['command']}")))
+        tool_call = w.ToolCallUpdate(
+            toolCallId=request.tool_call_id,
+            title=tool_title(request.tool_name, args, None),
+            kind=tool_kind(request.tool_name, args), status="pending", rawInput=args,
+            content=content or msgspec.UNSET,
+            locations=tool_locations(request.tool_name, args, self.cwd) or msgspec.UNSET)
+        try:
+            choice = await self.server.request_permission(self.session_id, tool_call,
+                                                          PERMISSION_OPTIONS)
+        except ClientError:
+            return False
+        if choice in ("allow_always", "reject_always"):
+            self.remembered[request.tool_name] = choice == "allow_always"
+        return choice in ("allow_once", "allow_always")
+
+    @property
+    def cwd(self) -> Path:
+        assert self.runtime is not None
+        return self.runtime.session.cwd
 
     # -- the session's sink (omp.session.sink.EventSink) ---------------------------------------
 
@@ -211,12 +248,10 @@ class AcpServer:
 
     async def request_permission(self, session_id: str, tool_call: w.ToolCallUpdate,
                                  options: list[w.PermissionOption]) -> str | None:
-        """THE SEAM for tool approval: ask the editor whether a tool call may run
-        (``session/request_permission``); the chosen ``optionId``, or None when the client
-        cancelled the question. The tool-approval policy (branch ``wt-approval``) calls this
-        where ``--mode rpc`` asks its host; nothing calls it before that policy exists.
-        Raises ClientError when the client answers with an error. On cancellation the
-        question is abandoned."""
+        """Ask the editor whether a tool call may run (``session/request_permission``); the
+        chosen ``optionId``, or None when the client cancelled the question. Each session's
+        tool-approval policy (``AcpSession.approve``) asks through here. Raises ClientError
+        when the client answers with an error. On cancellation the question is abandoned."""
         raw = await self.ask_client("session/request_permission", w.RequestPermissionParams(
             sessionId=session_id, toolCall=tool_call, options=options))
         answer = msgspec.json.decode(raw, type=w.RequestPermissionResponse)
@@ -359,6 +394,8 @@ class AcpServer:
             raise AcpError("MCP servers from the client are not supported in this version: "
                            + ", ".join(s.name for s in servers))
         acp = AcpSession(self)
+        # Tool approval asks the editor, where --mode rpc shows its host a dialog.
+        options = attrs.evolve(options, approve=acp.approve)
         outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
                         aside=acp.on_frame)
         runtime = build_runtime(options, outbox, ui=False, sink=acp)
@@ -610,6 +647,13 @@ class AcpServer:
 
 
 _DEFAULT_MODE = "Standard ACP headless mode"
+
+PERMISSION_OPTIONS = [
+    w.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
+    w.PermissionOption(optionId="allow_always", name="Always allow", kind="allow_always"),
+    w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
+    w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
+"""The original's four answers (omp-surface C.7)."""
 
 
 def _modes() -> w.SessionModeState:
