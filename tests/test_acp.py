@@ -38,6 +38,18 @@ class Recorder:
         self.answers = list(answers or [])
         """What permission questions are answered, in order (default: the first option)."""
         self.asked: list[Any] = []
+        self.buffers: dict[str, str] = {}
+        """The editor's unsaved buffers by absolute path (``fs/read_text_file``)."""
+        self.written: list[tuple[str, str]] = []
+
+    async def read_text_file(self, session_id: str, path: str, line: int | None = None,
+                             limit: int | None = None, **kwargs: Any) -> Any:
+        return schema.ReadTextFileResponse(content=self.buffers[path])
+
+    async def write_text_file(self, session_id: str, path: str, content: str,
+                              **kwargs: Any) -> Any:
+        self.written.append((path, content))
+        return schema.WriteTextFileResponse()
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         self.updates.append((session_id, update))
@@ -72,7 +84,10 @@ def run_client(cwd: Path, body: Callable[[Any, Recorder], Awaitable[None]],
         async with acp.spawn_agent_process(recorder, OMP[0], *OMP[1:], "acp", *flags,
                                            cwd=str(cwd), env=dict(os.environ)
                                            ) as (conn, process):
-            init = await asyncio.wait_for(conn.initialize(protocol_version=1), 30)
+            capabilities = schema.ClientCapabilities(fs=schema.FileSystemCapabilities(
+                read_text_file=bool(recorder.buffers), write_text_file=bool(recorder.buffers)))
+            init = await asyncio.wait_for(conn.initialize(
+                protocol_version=1, client_capabilities=capabilities), 30)
             assert init.protocol_version == 1
             assert init.agent_capabilities.load_session is True
             await asyncio.wait_for(body(conn, recorder), 60)
@@ -251,6 +266,38 @@ async def test_tool_approval_asks_the_editor_and_remembers_always(
     # Allowed always: the third call ran without a question.
     assert ends["call_two"][0] == ends["call_three"][0] == "completed"
     assert "three" in ends["call_three"][1]
+
+
+async def test_read_and_write_go_through_the_editor_when_it_offers_fs(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("what the disk has\n")
+    script = [{"chunks": [tool_call("call_r", "read", {"path": "notes.txt"})], "stop": "toolUse"},
+              {"chunks": [tool_call("call_w", "write", {"path": "out.txt", "content": "new"})],
+               "stop": "toolUse"},
+              text_reply("done")]
+    recorder = Recorder()
+    recorder.buffers[str(project / "notes.txt")] = "unsaved buffer line\n"
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("go")])
+            seen["read"] = next(
+                "".join(c.content.text for c in u.content or [])
+                for u in rec.of(sid, "tool_call_update") if u.tool_call_id == "call_r")
+            seen["location"] = [x.path for x in next(
+                u for u in rec.of(sid, "tool_call") if u.tool_call_id == "call_r").locations]
+
+        await trio.to_thread.run_sync(lambda: run_client(project, body, recorder=recorder))
+    assert "unsaved buffer line" in seen["read"]
+    assert "what the disk has" not in seen["read"]
+    assert seen["location"] == [str(project / "notes.txt")]
+    assert recorder.written == [(str(project / "out.txt"), "new")]
+    assert not (project / "out.txt").exists()  # the editor decides; this one kept it unsaved
 
 
 # -- raw JSON-RPC ------------------------------------------------------------------------------

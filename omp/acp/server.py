@@ -65,6 +65,7 @@ from ..session import SessionError
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
 from ..session.sink import Published, Update
+from ..tools.base import ToolError
 from . import wire as w
 from .updates import UpdateMapper, tool_kind, tool_locations, tool_title
 
@@ -197,6 +198,33 @@ class AcpSession:
             pending.cancelled = True
             self.muted = True
             pending.done.set()
+
+
+@attrs.define(eq=False, repr=False)
+class EditorFiles:
+    """The editor's files for one session (``omp.tools.base.EditorFiles``): ``read`` and
+    ``write`` of text files go through ``fs/read_text_file`` / ``fs/write_text_file``, so the
+    model sees unsaved buffers and the editor sees the change (E.9)."""
+
+    server: AcpServer
+    session_id: str
+
+    async def read_text(self, path: Path) -> str:
+        """On cancellation the question is abandoned (a late answer is ignored)."""
+        try:
+            raw = await self.server.ask_client("fs/read_text_file", w.ReadTextFileParams(
+                sessionId=self.session_id, path=str(path)))
+            return msgspec.json.decode(raw, type=w.ReadTextFileResponse).content
+        except (ClientError, msgspec.ValidationError) as exc:
+            raise ToolError(f"Cannot read {path}: {exc}") from None
+
+    async def write_text(self, path: Path, content: str) -> None:
+        """On cancellation the question is abandoned (the editor may still write)."""
+        try:
+            await self.server.ask_client("fs/write_text_file", w.WriteTextFileParams(
+                sessionId=self.session_id, path=str(path), content=content))
+        except ClientError as exc:
+            raise ToolError(f"Cannot write {path}: {exc}") from None
 
 
 @attrs.define(eq=False, repr=False)
@@ -402,6 +430,9 @@ class AcpServer:
         acp.runtime = runtime
         acp.session_id = runtime.session.session_id
         acp.mapper = UpdateMapper(runtime.session.cwd, lambda: runtime.session.todos.phases)
+        fs = self.client_capabilities.fs
+        if fs.readTextFile and fs.writeTextFile:
+            runtime.session.tool_context.files = EditorFiles(self, acp.session_id)
         assert self._sessions_nursery is not None
         await self._sessions_nursery.start(acp.host)
         assert self._requests_nursery is not None

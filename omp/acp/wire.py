@@ -470,6 +470,21 @@ class RequestPermissionParams(_Out, frozen=True, kw_only=True):
     options: list[PermissionOption]
 
 
+class ReadTextFileParams(_Out, frozen=True, kw_only=True):
+    sessionId: str
+    path: str
+
+
+class ReadTextFileResponse(_In, frozen=True, kw_only=True):
+    content: str
+
+
+class WriteTextFileParams(_Out, frozen=True, kw_only=True):
+    sessionId: str
+    path: str
+    content: str
+
+
 class PermissionOutcome(_In, frozen=True, kw_only=True):
     outcome: Literal["selected", "cancelled"]
     optionId: str | UnsetType = UNSET
