@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -193,6 +194,56 @@ async def test_cancel_mid_stream_answers_cancelled_at_once_and_two_sessions_run(
     assert seen["after"] == "slow "
 
 
+def running(marker: str) -> list[str]:
+    """Command lines of live processes that contain ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in line:
+                found.append(line)
+    return found
+
+
+async def test_cancel_during_a_tool_leaves_nothing_running(tmp_path: Path,
+                                                           isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    # A duration no other process has: the sleep's own command line is the marker.
+    marker = f"sleep {600 + os.getpid() % 1000}.{abs(hash(tmp_path)) % 100000}"
+    command = f"echo started; {marker}"
+    script = [{"chunks": [tool_call("call_s", "bash", {"command": command})], "stop": "toolUse"},
+              text_reply("never")]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid,
+                                                       prompt=[acp.text_block("go")]))
+            # The command printed: it runs now.
+            await rec.wait_for(lambda _: any(
+                u.status == "in_progress" and "started" in json.dumps(u.raw_output)
+                for u in rec.of(sid, "tool_call_update")))
+            seen["before"] = running(marker)
+            await conn.cancel(session_id=sid)
+            seen["stop"] = (await prompt).stop_reason
+            # The next prompt runs after the cancelled turn's cleanup: nothing of it is left.
+            seen["next"] = (await conn.prompt(session_id=sid,
+                                              prompt=[acp.text_block("again")])).stop_reason
+            seen["after"] = running(marker)
+
+        await trio.to_thread.run_sync(run_client, project, body)
+    assert len(seen["before"]) >= 1
+    assert seen["stop"] == "cancelled"
+    assert seen["next"] == "end_turn"
+    assert seen["after"] == []
+
+
 async def test_load_replays_a_saved_session_then_continues(tmp_path: Path,
                                                            isolated_agent_dir: Path) -> None:
     project = tmp_path / "project"
@@ -335,3 +386,42 @@ async def test_malformed_json_rpc_is_answered_and_the_connection_stays(
     assert by_id[5]["error"]["data"]["details"] == "Unsupported ACP session: nope"
     assert by_id[6]["result"]["protocolVersion"] == 1
     assert len(out) == 8  # one answer per request and per bad line; none for the notification
+
+
+async def test_stdin_closing_during_a_prompt_answers_it_and_exits_zero(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    script = [text_reply("slow ", 60.0, "never")]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        process = await trio.lowlevel.open_process(
+            [*OMP, "acp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        received = b""
+
+        async def until(predicate: Callable[[list[dict[str, Any]]], bool]) -> None:
+            nonlocal received
+            assert process.stdout is not None
+            while not predicate([json.loads(x) for x in received.splitlines()]):
+                received += await process.stdout.receive_some()
+
+        with trio.fail_after(60):
+            await process.stdin.send_all(
+                b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+                + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                              "params": {"cwd": str(tmp_path)}}).encode() + b"\n")
+            await until(lambda out: any(x.get("id") == 2 for x in out))
+            sid = next(x for x in map(json.loads, received.splitlines())
+                       if x.get("id") == 2)["result"]["sessionId"]
+            await process.stdin.send_all(json.dumps({
+                "jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}
+            }).encode() + b"\n")
+            await until(lambda out: any(
+                x.get("params", {}).get("update", {}).get("sessionUpdate")
+                == "agent_message_chunk" for x in out))
+            await process.stdin.aclose()
+            await until(lambda out: any(x.get("id") == 3 for x in out))
+            assert await process.wait() == 0
+    answer = next(x for x in map(json.loads, received.splitlines()) if x.get("id") == 3)
+    assert answer["result"]["stopReason"] == "cancelled"

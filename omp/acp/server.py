@@ -418,9 +418,11 @@ class AcpServer:
     async def _open(self, options: ServeOptions, servers: list[w.McpServer]) -> AcpSession:
         """Build a session's runtime and start its nursery in the sessions nursery."""
         if servers:
-            # MCP servers from the client need the MCP client of this runtime (another issue).
-            raise AcpError("MCP servers from the client are not supported in this version: "
-                           + ", ".join(s.name for s in servers))
+            # Connecting them needs an MCP client in this runtime (another issue). An editor
+            # passes its own configured servers with every session, so refusing the session
+            # would make the agent unusable there: said once per session on stderr instead.
+            print("omp acp: MCP servers from the client are not supported in this version; "
+                  "not connected: " + ", ".join(s.name for s in servers), file=sys.stderr)
         acp = AcpSession(self)
         # Tool approval asks the editor, where --mode rpc shows its host a dialog.
         options = attrs.evolve(options, approve=acp.approve)
