@@ -126,6 +126,18 @@ async def test_prompt_streams_thinking_text_and_a_tool_call(tmp_path: Path,
                                        prompt=[acp.text_block("do it")])
             seen["result"] = result
             seen["updates"] = [u for s, u in rec.updates if s == sid]
+            # A built-in slash command answers with its output, without the model.
+            before = len(rec.updates)
+            tools = await conn.prompt(session_id=sid, prompt=[acp.text_block("/tools")])
+            seen["tools"] = (tools.stop_reason, text_of(
+                [u for s, u in rec.updates[before:] if u.session_update == "agent_message_chunk"]))
+            options = await conn.set_config_option(config_id="thinking", session_id=sid,
+                                                   value="lo")
+            seen["thinking"] = next(o.current_value for o in options.config_options
+                                    if o.id == "thinking")
+            with pytest.raises(acp.RequestError) as bad:
+                await conn.set_config_option(config_id="model", session_id=sid, value="x/y")
+            seen["bad model"] = bad.value.data
 
         await trio.to_thread.run_sync(run_client, project, body)
     result, updates = seen["result"], seen["updates"]
@@ -154,6 +166,12 @@ async def test_prompt_streams_thinking_text_and_a_tool_call(tmp_path: Path,
     assert kinds[-2:] == ["usage_update", "session_info_update"]
     usage = next(u for u in updates if u.session_update == "usage_update")
     assert usage.size == 128000
+    stop, listed = seen["tools"]
+    assert stop == "end_turn"
+    assert "bash" in listed
+    assert len(fake.requests) == 2  # /tools never reached the model
+    assert seen["thinking"] == "low"
+    assert seen["bad model"] == {"details": "Unknown ACP model: x/y"}
 
 
 async def test_cancel_mid_stream_answers_cancelled_at_once_and_two_sessions_run(
@@ -194,27 +212,22 @@ async def test_cancel_mid_stream_answers_cancelled_at_once_and_two_sessions_run(
     assert seen["after"] == "slow "
 
 
-def running(marker: str) -> list[str]:
-    """Command lines of live processes that contain ``marker``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if marker in line:
-                found.append(line)
-    return found
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 async def test_cancel_during_a_tool_leaves_nothing_running(tmp_path: Path,
                                                            isolated_agent_dir: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    # A duration no other process has: the sleep's own command line is the marker.
-    marker = f"sleep {600 + os.getpid() % 1000}.{abs(hash(tmp_path)) % 100000}"
-    command = f"echo started; {marker}"
+    pid_file = tmp_path / "sleep.pid"
+    # The sleep's pid is written before "started" is printed.
+    command = f"sleep 60 & echo $! > {pid_file}; echo started; wait"
     script = [{"chunks": [tool_call("call_s", "bash", {"command": command})], "stop": "toolUse"},
               text_reply("never")]
     async with open_fake_llm(script) as fake:
@@ -229,19 +242,19 @@ async def test_cancel_during_a_tool_leaves_nothing_running(tmp_path: Path,
             await rec.wait_for(lambda _: any(
                 u.status == "in_progress" and "started" in json.dumps(u.raw_output)
                 for u in rec.of(sid, "tool_call_update")))
-            seen["before"] = running(marker)
+            seen["before"] = alive(int(pid_file.read_text()))
             await conn.cancel(session_id=sid)
             seen["stop"] = (await prompt).stop_reason
             # The next prompt runs after the cancelled turn's cleanup: nothing of it is left.
             seen["next"] = (await conn.prompt(session_id=sid,
                                               prompt=[acp.text_block("again")])).stop_reason
-            seen["after"] = running(marker)
+            seen["after"] = alive(int(pid_file.read_text()))
 
         await trio.to_thread.run_sync(run_client, project, body)
-    assert len(seen["before"]) >= 1
+    assert seen["before"] is True
     assert seen["stop"] == "cancelled"
     assert seen["next"] == "end_turn"
-    assert seen["after"] == []
+    assert seen["after"] is False
 
 
 async def test_load_replays_a_saved_session_then_continues(tmp_path: Path,
