@@ -67,7 +67,7 @@ from ..session.approval import ApprovalRequest
 from ..session.sink import Published, Update
 from ..tools.base import ToolError
 from . import wire as w
-from .updates import UpdateMapper, tool_kind, tool_locations, tool_title
+from .updates import UpdateMapper, tool_call
 
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
@@ -118,18 +118,13 @@ class AcpSession:
         cancelled) the question is abandoned and ``Cancelled`` propagates."""
         if (known := self.remembered.get(request.tool_name)) is not None:
             return known
-        args = {k: v for k, v in request.arguments.items() if k != "i"}
-        content: list[w.ToolContentItem] = []
-        if request.tool_name == "bash" and isinstance(args.get("command"), str):
-            content.append(w.ToolCallContent(content=w.TextContent(text=f"$ {args['command']}")))
-        tool_call = w.ToolCallUpdate(
-            toolCallId=request.tool_call_id,
-            title=tool_title(request.tool_name, args, None),
-            kind=tool_kind(request.tool_name, args), status="pending", rawInput=args,
-            content=content or msgspec.UNSET,
-            locations=tool_locations(request.tool_name, args, self.cwd) or msgspec.UNSET)
+        call = tool_call(request.tool_call_id, request.tool_name, request.arguments, None,
+                         self.cwd)
+        tool_call_update = w.ToolCallUpdate(
+            toolCallId=call.toolCallId, title=call.title, kind=call.kind, status="pending",
+            rawInput=call.rawInput, content=call.content, locations=call.locations)
         try:
-            choice = await self.server.request_permission(self.session_id, tool_call,
+            choice = await self.server.request_permission(self.session_id, tool_call_update,
                                                           PERMISSION_OPTIONS)
         except ClientError:
             return False
@@ -509,7 +504,6 @@ class AcpServer:
     def _replay(self, acp: AcpSession) -> None:
         """The history as updates, before the response (E.6 History replay)."""
         assert acp.runtime is not None
-        assert acp.mapper is not None
         for message in acp.runtime.session.messages:
             if isinstance(message, m.UserMessage):
                 text = message.content if isinstance(message.content, str) else "".join(
@@ -527,9 +521,8 @@ class AcpServer:
                         self.update(acp.session_id, w.AgentMessageChunk(
                             content=w.TextContent(text=block.text), messageId=mid))
                     elif isinstance(block, m.ToolCall):
-                        self.update(acp.session_id, acp.mapper.updates(ev.ToolExecutionStart(
-                            toolCallId=block.id, toolName=block.name,
-                            args=dict(block.arguments)))[0])
+                        self.update(acp.session_id, tool_call(
+                            block.id, block.name, dict(block.arguments), None, acp.cwd))
             elif isinstance(message, m.ToolResultMessage):
                 self.update(acp.session_id, w.ToolCallUpdate(
                     toolCallId=message.toolCallId,

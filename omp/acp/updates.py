@@ -84,6 +84,20 @@ def tool_locations(name: str, args: dict[str, Any], cwd: Path) -> list[w.Locatio
     return found
 
 
+def tool_call(call_id: str, name: str, raw_args: dict[str, Any], intent: str | None,
+              cwd: Path) -> w.ToolCall:
+    """The ``tool_call`` update (``pending``) of a call, its intent field ``i`` left out of
+    ``rawInput``."""
+    args = {k: v for k, v in raw_args.items() if k != "i"}
+    content: list[w.ToolContentItem] = []
+    if name == "bash" and isinstance(args.get("command"), str):
+        content.append(w.ToolCallContent(content=w.TextContent(text=f"$ {args['command']}")))
+    locations = tool_locations(name, args, cwd)
+    return w.ToolCall(toolCallId=call_id, title=tool_title(name, args, intent),
+                      kind=tool_kind(name, args), status="pending", rawInput=args,
+                      content=content or msgspec.UNSET, locations=locations or msgspec.UNSET)
+
+
 def plan_of(phases: list[TodoPhase]) -> w.Plan:
     return w.Plan(entries=[
         w.PlanEntry(content=task.content, priority="medium",
@@ -153,18 +167,11 @@ class UpdateMapper:
         return out
 
     def _tool_call(self, event: ev.ToolExecutionStart) -> w.ToolCall:
-        args = {k: v for k, v in event.args.items() if k != "i"}
-        intent = event.intent if isinstance(event.intent, str) else None
-        content: list[w.ToolContentItem] = []
-        if event.toolName == "bash" and isinstance(args.get("command"), str):
-            content.append(w.ToolCallContent(content=w.TextContent(text=f"$ {args['command']}")))
-        self._start_content[event.toolCallId] = content
-        locations = tool_locations(event.toolName, args, self.cwd)
-        return w.ToolCall(toolCallId=event.toolCallId,
-                          title=tool_title(event.toolName, args, intent),
-                          kind=tool_kind(event.toolName, args), status="pending",
-                          rawInput=args, content=content or msgspec.UNSET,
-                          locations=locations or msgspec.UNSET)
+        call = tool_call(event.toolCallId, event.toolName, event.args,
+                         event.intent if isinstance(event.intent, str) else None, self.cwd)
+        self._start_content[event.toolCallId] = [] if isinstance(call.content, msgspec.UnsetType) \
+            else list(call.content)
+        return call
 
     def _tool_end(self, event: ev.ToolExecutionEnd) -> list[w.SessionUpdate]:
         content = list(self._start_content.pop(event.toolCallId, []))
