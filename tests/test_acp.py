@@ -273,6 +273,12 @@ async def test_load_replays_a_saved_session_then_continues(tmp_path: Path,
 
         async def second(conn: Any, rec: Recorder) -> None:
             sid = saved["id"]
+            listed = await conn.list_sessions(cwd=str(project))
+            saved["listed"] = [(x.session_id, x.cwd) for x in listed.sessions]
+            saved["everywhere"] = [x.session_id for x in (await conn.list_sessions()).sessions]
+            with pytest.raises(acp.RequestError) as cursor:
+                await conn.list_sessions(cursor="soon")
+            saved["cursor"] = cursor.value.data
             loaded = await conn.load_session(cwd=str(project), session_id=sid)
             assert loaded.modes.current_mode_id == "default"
             saved["replay"] = [(u.session_update, u.content.text) for s, u in rec.updates
@@ -290,6 +296,9 @@ async def test_load_replays_a_saved_session_then_continues(tmp_path: Path,
     assert saved["replay"] == [("user_message_chunk", "remember me"),
                                ("agent_message_chunk", "first answer")]
     assert saved["stop"] == "end_turn"
+    assert saved["listed"] == [(saved["id"], str(project))]
+    assert saved["id"] in saved["everywhere"]
+    assert saved["cursor"] == {"details": "Invalid ACP session cursor: soon"}
     assert [x["content"] for x in last if x["role"] == "user"][-2:] != []
     assert "remember me" in json.dumps(last)
     assert "ACP session not found: no-such-session" in str(saved["missing"].data)

@@ -36,6 +36,7 @@ unknown method -32601; an error of the handler -32603 ``Internal error`` with
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import sys
 import uuid
@@ -48,7 +49,7 @@ import msgspec
 import trio
 
 from .. import __version__
-from ..config import ConfigError
+from ..config import ConfigError, agent_dir
 from ..llm.builder import Pace
 from ..llm.thinking import efforts
 from ..protocol import commands as cmd
@@ -64,11 +65,14 @@ from ..rpc.output import FrameQueue
 from ..session import SessionError
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
+from ..session.locations import find_sessions, sessions_dir
 from ..session.sink import Published, Update
 from ..tools.base import ToolError
 from . import wire as w
 from .updates import UpdateMapper, tool_call
 
+LIST_PAGE = 50
+"""Sessions per ``session/list`` page (the original's)."""
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
 READ_SIZE = 64 * 1024
@@ -377,6 +381,7 @@ class AcpServer:
             "session/load": (w.LoadSessionParams, self.load_session),
             "session/prompt": (w.PromptParams, self.prompt),
             "session/close": (w.SessionIdParams, self.close_session),
+            "session/list": (w.ListSessionsParams, self.list_sessions),
             "session/set_mode": (w.SetModeParams, self.set_mode),
             "session/set_config_option": (w.SetConfigOptionParams, self.set_config_option),
         }
@@ -395,7 +400,7 @@ class AcpServer:
             agentCapabilities=w.AgentCapabilities(
                 loadSession=True, mcpCapabilities=w.McpCapabilities(http=False, sse=False),
                 promptCapabilities=w.PromptCapabilitiesOut(embeddedContext=True, image=True),
-                sessionCapabilities=w.SessionCapabilitiesOut(close=w.Empty())))
+                sessionCapabilities=w.SessionCapabilitiesOut(close=w.Empty(), list=w.Empty())))
 
     async def authenticate(self, params: w.AuthenticateParams, _id: int | str) -> w.Empty:
         if params.methodId != "agent":
@@ -530,6 +535,37 @@ class AcpServer:
                     content=[w.ToolCallContent(content=w.TextContent(text=b.text))
                              for b in message.content if isinstance(b, m.TextContent)]
                     or msgspec.UNSET))
+
+    async def list_sessions(self, params: w.ListSessionsParams, _id: int | str
+                            ) -> w.ListSessionsResult:
+        """The stored sessions of ``cwd`` (or of every project), newest first, in pages of
+        ``LIST_PAGE``; the cursor is the offset of the next page. The files are read in a
+        thread; on cancellation it is abandoned."""
+        offset = 0
+        if isinstance(params.cursor, str):
+            if not params.cursor.isdigit():
+                raise AcpError(f"Invalid ACP session cursor: {params.cursor}")
+            offset = int(params.cursor)
+        cwd = self._cwd(params.cwd) if isinstance(params.cwd, str) else None
+        found = await trio.to_thread.run_sync(self._stored, cwd, abandon_on_cancel=True)
+        page = found[offset:offset + LIST_PAGE]
+        more = offset + LIST_PAGE < len(found)
+        return w.ListSessionsResult(sessions=page, nextCursor=str(offset + LIST_PAGE) if more
+                                    else msgspec.UNSET)
+
+    def _stored(self, cwd: Path | None) -> list[w.SessionInfo]:
+        """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
+        agent_directory = self.options.agent_dir or agent_dir()
+        if cwd is None:
+            directory = agent_directory / "sessions"
+        elif self.options.session_dir is not None:
+            directory = self.options.session_dir
+        elif os.environ.get("OMP_SESSION_DIR"):
+            directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
+        else:
+            directory = sessions_dir(agent_directory, cwd)
+        return [w.SessionInfo(sessionId=x.session_id, cwd=x.cwd, updatedAt=_mtime(x.path))
+                for x in find_sessions("", [directory])]
 
     async def close_session(self, params: w.SessionIdParams, _id: int | str) -> w.Empty:
         acp = self.sessions.pop(params.sessionId, None)
@@ -700,6 +736,15 @@ def _decode(params: msgspec.Raw | msgspec.UnsetType, kind: type[Any]) -> Any:
         if isinstance(exc, msgspec.ValidationError):
             raise
         raise msgspec.ValidationError(str(exc)) from None
+
+
+def _mtime(path: Path) -> str | msgspec.UnsetType:
+    try:
+        stamp = path.stat().st_mtime
+    except OSError:
+        return msgspec.UNSET
+    return datetime.datetime.fromtimestamp(stamp, datetime.UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _now() -> str:

@@ -241,6 +241,7 @@ class Empty(_Out, frozen=True, kw_only=True):
 
 class SessionCapabilitiesOut(_Out, frozen=True, kw_only=True):
     close: Empty
+    list: Empty
 
 
 class AgentCapabilities(_Out, frozen=True, kw_only=True):
@@ -296,6 +297,17 @@ class LoadSessionResult(_Out, frozen=True, kw_only=True):
 
 class SetConfigOptionResult(_Out, frozen=True, kw_only=True):
     configOptions: list[ConfigOption]
+
+
+class SessionInfo(_Out, frozen=True, kw_only=True):
+    sessionId: str
+    cwd: str
+    updatedAt: str | UnsetType = UNSET
+
+
+class ListSessionsResult(_Out, frozen=True, kw_only=True):
+    sessions: list[SessionInfo]
+    nextCursor: str | UnsetType = UNSET
 
 
 class TokenUsage(_Out, frozen=True, kw_only=True):
