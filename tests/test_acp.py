@@ -22,7 +22,7 @@ import pytest
 import trio
 from agent_helpers import text_reply, tool_call, write_models_yml
 
-from omp.testing.fake_llm import open_fake_llm
+from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
 acp = pytest.importorskip("acp")
 schema = pytest.importorskip("acp.schema")
@@ -97,6 +97,12 @@ def run_client(cwd: Path, body: Callable[[Any, Recorder], Awaitable[None]],
             assert await asyncio.wait_for(process.wait(), 30) == 0
 
     asyncio.run(main())
+
+
+def user_text(fake: FakeLLM) -> Any:
+    """The content of the last user message of the first model call."""
+    messages = fake.requests[0].json()["messages"]
+    return [x for x in messages if x["role"] == "user"][-1]["content"]
 
 
 def text_of(chunks: list[Any]) -> str:
@@ -371,6 +377,47 @@ async def test_read_and_write_go_through_the_editor_when_it_offers_fs(
     assert seen["location"] == [str(project / "notes.txt")]
     assert recorder.written == [(str(project / "out.txt"), "new")]
     assert not (project / "out.txt").exists()  # the editor decides; this one kept it unsaved
+
+
+async def test_extensions_load_per_session_and_hear_its_end(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    marks = tmp_path / "marks.txt"
+    extension = tmp_path / "ext.py"
+    extension.write_text(
+        "def setup(omp):\n"
+        "    async def shout(args, ctx):\n"
+        "        omp.send_user_message(args.upper())\n"
+        "    async def started(event, ctx):\n"
+        f"        open({str(marks)!r}, 'a').write('start\\n')\n"
+        "    async def ended(event, ctx):\n"
+        f"        open({str(marks)!r}, 'a').write('end\\n')\n"
+        "    omp.register_command('shout', 'Say it loud', shout)\n"
+        "    omp.on('session_start', started)\n"
+        "    omp.on('session_shutdown', ended)\n")
+    async with open_fake_llm([text_reply("heard")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await rec.wait_for(lambda _: bool(rec.of(sid, "available_commands_update")))
+            seen["commands"] = [c.name for c in rec.of(sid, "available_commands_update")[0]
+                                .available_commands]
+            result = await conn.prompt(session_id=sid, prompt=[acp.text_block("/shout hey")])
+            seen["stop"] = result.stop_reason
+            seen["said"] = text_of(rec.of(sid, "agent_message_chunk"))
+            await conn.close_session(session_id=sid)
+            seen["marks"] = marks.read_text()
+
+        await trio.to_thread.run_sync(
+            lambda: run_client(project, body, "-e", str(extension)))
+        asked = user_text(fake)
+    assert "shout" in seen["commands"]
+    assert asked == "HEY"
+    assert (seen["stop"], seen["said"]) == ("end_turn", "heard")
+    assert seen["marks"] == "start\nend\n"
 
 
 # -- raw JSON-RPC ------------------------------------------------------------------------------

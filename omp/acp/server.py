@@ -58,7 +58,14 @@ from ..protocol import messages as m
 from ..protocol.frames import Response
 from ..protocol.framing import LineFramer, LineTooLong
 from ..rpc.commands import Commands
-from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, build_runtime, new_output
+from ..rpc.lifecycle import (
+    CLEANUP_SECONDS,
+    Runtime,
+    build_runtime,
+    load_extensions,
+    new_output,
+    use_extensions,
+)
 from ..rpc.options import ServeOptions
 from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
@@ -186,6 +193,16 @@ class AcpSession:
         finally:
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
                 await self.runtime.http.aclose()
+
+    async def close(self) -> None:
+        """Cancel the prompt, close the session (its run aborted, its nursery ended), then
+        its extensions hear ``session_shutdown``. On cancellation it stops waiting."""
+        if self.runtime is None:
+            return
+        self.cancel()
+        await self.runtime.session.close()
+        if (extensions := self.runtime.session.extensions) is not None:
+            await extensions.session_shutdown()
 
     def cancel(self) -> None:
         """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now."""
@@ -442,6 +459,13 @@ class AcpServer:
                                 runtime.controls, runtime.host_uris, runtime.aborts,
                                 runtime.ui, runtime.subagents)
         self.sessions[acp.session_id] = acp
+        # The session's extensions (the user's, a trusted project's, -e): loaded and started
+        # as --mode rpc does; their dialogs return defaults (no UI here).
+        loaded = load_extensions(runtime)
+        if loaded is not None:
+            use_extensions(runtime, loaded)
+        if (extensions := runtime.session.extensions) is not None:
+            await extensions.session_start()
         return acp
 
     def _bootstrap_soon(self, acp: AcpSession) -> None:
@@ -569,9 +593,8 @@ class AcpServer:
 
     async def close_session(self, params: w.SessionIdParams, _id: int | str) -> w.Empty:
         acp = self.sessions.pop(params.sessionId, None)
-        if acp is not None and acp.runtime is not None:
-            acp.cancel()
-            await acp.runtime.session.close()
+        if acp is not None:
+            await acp.close()
         return w.Empty()
 
     async def set_mode(self, params: w.SetModeParams, _id: int | str) -> w.Empty:
@@ -704,8 +727,7 @@ class AcpServer:
             acp.cancel()
         sessions, self.sessions = list(self.sessions.values()), {}
         for acp in sessions:
-            if acp.runtime is not None:
-                await acp.runtime.session.close()
+            await acp.close()
 
 
 _DEFAULT_MODE = "Standard ACP headless mode"
