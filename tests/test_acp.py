@@ -218,6 +218,30 @@ async def test_cancel_mid_stream_answers_cancelled_at_once_and_two_sessions_run(
     assert seen["after"] == "slow "
 
 
+async def test_a_prompt_during_a_turn_cancels_that_turn_first(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    slow = {"match": {"bodyContains": "slow please"},
+            "chunks": [{"text": "slow "}, {"delay": 60.0}, {"text": "never"}]}
+    async with open_fake_llm([slow, text_reply("second answer")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            first = asyncio.ensure_future(conn.prompt(
+                session_id=sid, prompt=[acp.text_block("slow please")]))
+            await rec.wait_for(lambda _: bool(rec.of(sid, "agent_message_chunk")))
+            second = await conn.prompt(session_id=sid, prompt=[acp.text_block("next")])
+            seen["results"] = ((await first).stop_reason, second.stop_reason)
+            seen["said"] = text_of(rec.of(sid, "agent_message_chunk"))
+
+        await trio.to_thread.run_sync(run_client, project, body)
+    assert seen["results"] == ("cancelled", "end_turn")
+    assert seen["said"] == "slow second answer"
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""
     try:
