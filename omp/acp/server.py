@@ -14,7 +14,8 @@ Who owns what:
 * Each client request is a task of the requests nursery, answered exactly once (a result or an
   error). A session's extensions are loaded and started when it opens and hear
   ``session_shutdown`` when it closes; when the editor offers ``fs``, its ``read`` / ``write``
-  tools go through ``fs/read_text_file`` / ``fs/write_text_file`` (``EditorFiles``). ``session/prompt`` goes through the same prompt dispatch as an rpc ``prompt``
+  tools go through ``fs/read_text_file`` / ``fs/write_text_file`` (``EditorFiles``).
+  ``session/prompt`` goes through the same prompt dispatch as an rpc ``prompt``
   (``omp.rpc.commands.Commands``: skills, built-in slash commands, templates, the model), and
   answers when the session publishes the prompt's ``prompt_result``.
 * ``session/cancel`` is handled by the reader at once: it cancels the session's abortable work
