@@ -481,7 +481,7 @@ async def test_malformed_json_rpc_is_answered_and_the_connection_stays(
     assert len(out) == 8  # one answer per request and per bad line; none for the notification
 
 
-async def test_stdin_closing_during_a_prompt_answers_it_and_exits_zero(
+async def test_stdin_closing_and_a_cancel_before_the_prompt_started(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     script = [text_reply("slow ", 60.0, "never")]
     async with open_fake_llm(script) as fake:
@@ -506,15 +506,27 @@ async def test_stdin_closing_during_a_prompt_answers_it_and_exits_zero(
             await until(lambda out: any(x.get("id") == 2 for x in out))
             sid = next(x for x in map(json.loads, received.splitlines())
                        if x.get("id") == 2)["result"]["sessionId"]
+            # A prompt and its cancel in one write: the cancel finds the prompt although its
+            # task has not started; it answers cancelled without calling the model.
             await process.stdin.send_all(json.dumps({
                 "jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "never"}]}
+            }).encode() + b"\n" + json.dumps({
+                "jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}
+            }).encode() + b"\n")
+            await until(lambda out: any(x.get("id") == 3 for x in out))
+            # Then one that streams when stdin closes: answered, and the process exits 0.
+            await process.stdin.send_all(json.dumps({
+                "jsonrpc": "2.0", "id": 4, "method": "session/prompt",
                 "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}
             }).encode() + b"\n")
             await until(lambda out: any(
                 x.get("params", {}).get("update", {}).get("sessionUpdate")
                 == "agent_message_chunk" for x in out))
             await process.stdin.aclose()
-            await until(lambda out: any(x.get("id") == 3 for x in out))
+            await until(lambda out: any(x.get("id") == 4 for x in out))
             assert await process.wait() == 0
-    answer = next(x for x in map(json.loads, received.splitlines()) if x.get("id") == 3)
-    assert answer["result"]["stopReason"] == "cancelled"
+    answers = {x["id"]: x for x in map(json.loads, received.splitlines()) if "id" in x}
+    assert answers[3]["result"]["stopReason"] == "cancelled"
+    assert answers[4]["result"]["stopReason"] == "cancelled"
+    assert len(fake.requests) == 1

@@ -121,6 +121,12 @@ class AcpSession:
     pending: PendingPrompt | None = None
     muted: bool = False
     """After ``session/cancel``: the cancelled turn's events are no longer forwarded."""
+    accepted: int = 0
+    """Tickets of the ``session/prompt`` requests read for this session so far: a prompt gets
+    its ticket when the reader reads it, so a ``session/cancel`` read after it finds it even
+    before its task started (DESIGN.md §2: work is registered when it is accepted)."""
+    cancelled_upto: int = 0
+    """The prompts with a ticket up to this one are cancelled."""
     remembered: dict[str, bool] = attrs.field(factory=dict)
     """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
 
@@ -207,10 +213,13 @@ class AcpSession:
         if (extensions := self.runtime.session.extensions) is not None:
             await extensions.session_shutdown()
 
-    def cancel(self) -> None:
-        """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now."""
+    def cancel(self, upto: int | None = None) -> None:
+        """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the
+        prompts read so far (``upto``: those up to that ticket) that have not started yet
+        answer ``cancelled`` without starting."""
         if self.runtime is None:
             return
+        self.cancelled_upto = max(self.cancelled_upto, self.accepted if upto is None else upto)
         self.runtime.aborts.cancel(*ABORT)
         pending = self.pending
         if pending is not None and not pending.done.is_set():
@@ -258,6 +267,8 @@ class AcpServer:
     _client_waits: dict[int, tuple[trio.Event, list[w.Envelope]]] = attrs.field(
         factory=dict, init=False)
     _prompt_counter: int = attrs.field(default=0, init=False)
+    _tickets: dict[int | str, int] = attrs.field(factory=dict, init=False)
+    """Request id → ticket of the ``session/prompt`` requests read and not yet started."""
 
     # -- output ----------------------------------------------------------------------------
 
@@ -338,6 +349,8 @@ class AcpServer:
             return
         if isinstance(envelope.method, str):
             if isinstance(envelope.id, int | str):
+                if envelope.method == "session/prompt":
+                    self._ticket(envelope.id, envelope.params)
                 assert self._requests_nursery is not None
                 self._requests_nursery.start_soon(self.answer, envelope.id, envelope.method,
                                                   envelope.params)
@@ -356,6 +369,16 @@ class AcpServer:
             return
         self.error(_id(envelope), w.INVALID_REQUEST, "Invalid Request",
                    "neither a request, a notification nor a response")
+
+    def _ticket(self, request_id: int | str, params: msgspec.Raw | msgspec.UnsetType) -> None:
+        """Give a ``session/prompt`` its session's next ticket as it is read."""
+        try:
+            target = _decode(params, w.SessionIdParams)
+        except msgspec.ValidationError:
+            return  # its handler answers what is wrong
+        if (acp := self.sessions.get(target.sessionId)) is not None:
+            acp.accepted += 1
+            self._tickets[request_id] = acp.accepted
 
     def notification(self, method: str, params: msgspec.Raw | msgspec.UnsetType) -> None:
         if method != "session/cancel":
@@ -379,6 +402,7 @@ class AcpServer:
         try:
             decoded = _decode(params, kind)
         except msgspec.ValidationError as exc:
+            self._tickets.pop(request_id, None)
             self.error(request_id, w.INVALID_PARAMS, "Invalid params", f"{method}: {exc}")
             return
         try:
@@ -670,14 +694,17 @@ class AcpServer:
         """Send the prompt through the rpc prompt dispatch and wait for its ``prompt_result``
         (or ``session/cancel``). A prompt while the last one still runs cancels that one
         first (implicit cancel, E.5). On cancellation (shutdown) it stops waiting."""
+        ticket = self._tickets.pop(request_id, None)
         acp = self._session(params.sessionId)
         runtime, commands = acp.runtime, acp.commands
         assert runtime is not None
         assert commands is not None
         session = runtime.session
         if acp.pending is not None:
-            acp.cancel()
+            acp.cancel(upto=None if ticket is None else ticket - 1)
         await session.wait_for_idle()  # the cancelled turn's cleanup, before this one starts
+        if ticket is not None and ticket <= acp.cancelled_upto:
+            return w.PromptResult(stopReason="cancelled")  # cancelled before it started
         text, images = prompt_text(params.prompt)
         self._prompt_counter += 1
         pending = PendingPrompt(f"acp-{self._prompt_counter}")
