@@ -444,6 +444,43 @@ async def test_extensions_load_per_session_and_hear_its_end(
     assert seen["marks"] == "start\nend\n"
 
 
+PROBE = Path(__file__).parent / "data" / "mcp_probe_server.py"
+
+
+async def test_the_editors_mcp_servers_give_the_session_their_tools(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    pytest.importorskip("mcp")
+    project = tmp_path / "project"
+    project.mkdir()
+    mark = tmp_path / "probe.pids"
+    script = [{"chunks": [tool_call("c1", "mcp__probe_echo", {"text": "hi there"})],
+               "stop": "toolUse"}, text_reply("done")]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            server = schema.McpServerStdio(
+                name="probe", command=sys.executable, args=[str(PROBE)],
+                env=[schema.EnvVariable(name="MCP_PROBE_MARK", value=str(mark))])
+            sid = (await conn.new_session(cwd=str(project), mcp_servers=[server])).session_id
+            result = await conn.prompt(session_id=sid, prompt=[acp.text_block("echo")])
+            seen["stop"] = result.stop_reason
+            seen["end"] = next((u.status, "".join(c.content.text for c in u.content or []))
+                               for u in rec.of(sid, "tool_call_update")
+                               if u.status in ("completed", "failed"))
+
+        await trio.to_thread.run_sync(run_client, project, body)
+        offered = [t["function"]["name"] for t in fake.requests[0].json()["tools"]]
+    assert "mcp__probe_echo" in offered
+    assert seen["stop"] == "end_turn"
+    status, text = seen["end"]
+    assert status == "completed"
+    assert text.startswith("hi there")
+    # The process exited (run_client waited for it) and took its server with it.
+    assert [alive(int(pid)) for pid in mark.read_text().split()] == [False]
+
+
 # -- raw JSON-RPC ------------------------------------------------------------------------------
 
 

@@ -81,6 +81,8 @@ from ..tools.base import ToolError
 from . import wire as w
 from .updates import UpdateMapper, tool_call
 
+MCP_SETTLE_SECONDS = 10.0
+"""How long ``session/new`` waits for the editor's MCP servers' first connection attempt."""
 LIST_PAGE = 50
 """Sessions per ``session/list`` page (the original's)."""
 SHUTDOWN_GRACE = 5.0
@@ -180,6 +182,8 @@ class AcpSession:
     def on_frame(self, frame: msgspec.Struct) -> None:
         """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
         ``agent_message_chunk`` of a message of its own."""
+        if isinstance(frame, ev.Notice) and frame.source == "mcp":
+            print(f"omp acp: {frame.message}", file=sys.stderr)  # no channel for it in ACP
         if isinstance(frame, ev.CommandOutput) and not self.muted:
             self.server.update(self.session_id, w.AgentMessageChunk(
                 content=w.TextContent(text=frame.text), messageId=str(uuid.uuid4())))
@@ -194,14 +198,25 @@ class AcpSession:
 
     async def host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                    ) -> None:
-        """The session nursery, until the session is closed; then its HTTP client is closed.
-        On cancellation the run is cancelled with it."""
-        assert self.runtime is not None
+        """The session nursery and the session's MCP servers, until the session is closed;
+        then its HTTP client is closed. On cancellation the run is cancelled with it and
+        every MCP server ends."""
+        runtime = self.runtime
+        assert runtime is not None
+
+        async def serve(*, task_status: trio.TaskStatus[None]) -> None:
+            await runtime.session.serve(task_status=task_status)
+            nursery.cancel_scope.cancel()  # closed: its MCP servers end with it
+
         try:
-            await self.runtime.session.serve(task_status=task_status)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve)
+                if runtime.mcp is not None:
+                    await nursery.start(runtime.mcp.run)
+                task_status.started()
         finally:
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await self.runtime.http.aclose()
+                await runtime.http.aclose()
 
     async def close(self) -> None:
         """Cancel the prompt, close the session (its run aborted, its nursery ended), then
@@ -442,7 +457,7 @@ class AcpServer:
                 description="Authenticate via the provider keys/OAuth state already "
                             "configured under ~/.omp.")],
             agentCapabilities=w.AgentCapabilities(
-                loadSession=True, mcpCapabilities=w.McpCapabilities(http=False, sse=False),
+                loadSession=True, mcpCapabilities=w.McpCapabilities(http=True, sse=True),
                 promptCapabilities=w.PromptCapabilitiesOut(embeddedContext=True, image=True),
                 sessionCapabilities=w.SessionCapabilitiesOut(close=w.Empty(), list=w.Empty())))
 
@@ -462,11 +477,10 @@ class AcpServer:
     async def _open(self, options: ServeOptions, servers: list[w.McpServer]) -> AcpSession:
         """Build a session's runtime and start its nursery in the sessions nursery."""
         if servers:
-            # Connecting them needs an MCP client in this runtime (another issue). An editor
-            # passes its own configured servers with every session, so refusing the session
-            # would make the agent unusable there: said once per session on stderr instead.
-            print("omp acp: MCP servers from the client are not supported in this version; "
-                  "not connected: " + ", ".join(s.name for s in servers), file=sys.stderr)
+            # The editor's servers join those of the MCP config files (omp.mcp), as entries
+            # of the same shape; a bad one is said on stderr (a notice) and skipped.
+            options = attrs.evolve(options, mcp_servers={
+                **options.mcp_servers, **{x.name: mcp_entry(x) for x in servers}})
         acp = AcpSession(self)
         # Tool approval asks the editor, where --mode rpc shows its host a dialog.
         options = attrs.evolve(options, approve=acp.approve)
@@ -485,6 +499,17 @@ class AcpServer:
         acp.commands = Commands(runtime.session, outbox, self._requests_nursery.start_soon,
                                 runtime.controls, runtime.host_uris, runtime.aborts,
                                 runtime.ui, runtime.subagents)
+        for notice in runtime.notices:
+            print(f"omp acp: {notice.message}", file=sys.stderr)
+        if (mcp := runtime.mcp) is not None:
+            acp.commands.slash.mcp = mcp
+            mcp.on_commands = lambda: self._bootstrap(acp) if acp.session_id in self.sessions \
+                else None
+            if servers:
+                # The editor's servers are there for the first prompt: the answer waits for
+                # their first connection attempt (bounded; a slow one mounts later).
+                with trio.move_on_after(MCP_SETTLE_SECONDS):
+                    await mcp.wait_settled()
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
         # as --mode rpc does; their dialogs return defaults (no UI here).
@@ -768,6 +793,15 @@ PERMISSION_OPTIONS = [
     w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
     w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
 """The original's four answers (omp-surface C.7)."""
+
+
+def mcp_entry(server: w.McpServer) -> dict[str, Any]:
+    """A client-supplied MCP server as an entry of an MCP config file (``omp.mcp.config``)."""
+    if isinstance(server.type, str) and server.type != "stdio":
+        return {"type": server.type, "url": server.url or None,
+                "headers": {h.name: h.value for h in server.headers}}
+    return {"command": server.command or None, "args": list(server.args),
+            "env": {e.name: e.value for e in server.env}}
 
 
 def _modes() -> w.SessionModeState:
