@@ -4,8 +4,9 @@
 * ``omp -p MESSAGE`` (or ``--mode text``): run the prompt once, print the final answer.
 * ``omp --mode json MESSAGE``: run it once, write the session header and its events as JSON
   lines (the original's form: ``message_update`` without the snapshot, no ``prompt_result``).
-* ``omp models [--json]``: the models with credentials; ``omp acp`` and the original's other
-  subcommands are refused with a clear error (``omp.subcommands``), never sent as a prompt.
+* ``omp acp`` (or ``--mode acp``): serve the Agent Client Protocol to an editor (``omp.acp``).
+* ``omp models [--json]``: the models with credentials; the original's other subcommands are
+  refused with a clear error (``omp.subcommands``), never sent as a prompt.
 
 Routing, as the original's (omp-surface A.1, A.2): a subcommand name is looked for as the first
 argument after the leading launch flags, not after ``-p`` / ``--print`` or ``--``, so a one-word
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rpc: newline-delimited JSON on stdio; rpc-ui: rpc, and the model "
                         "gets an ask tool whose questions go to the host; text: print the final "
                         "answer; json: write the session header and the run's events as JSON "
-                        "lines; acp: not available in this version")
+                        "lines; acp: the Agent Client Protocol for editors (also `omp acp`)")
     parser.add_argument("-p", "--print", action="store_true",
                         help="run the messages once and print the final answer (--mode text)")
     models = parser.add_argument_group("model")
@@ -299,6 +300,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     if name == "launch":  # the default command, named
         argv = rest
+    elif name == "acp":  # ``omp acp [launch flags]`` is ``omp --mode acp [launch flags]``
+        argv = ["--mode", "acp", *rest]
     elif name is not None:
         from .subcommands import run_subcommand
 
@@ -352,8 +355,6 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
         if getattr(args, f"refused_{flag[2:].replace('-', '_')}") not in (None, False):
             raise UsageError(f"{flag} is not available in this version (not part of this "
                              f"runtime: {NOT_AVAILABLE[flag]})")
-    if args.mode == "acp":
-        raise UsageError("ACP mode is not available in this version")
     if args.trusted_extensions and args.extensions:
         raise UsageError("--trusted-extension cannot be combined with -e/--extension/--hook")
     for path in args.trusted_extensions:
@@ -375,7 +376,7 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
         # ``-c <uuid>`` resumes that session, as the original does (A.4).
         args.resume, args.continue_ = args.message.pop(0), False
     mode = args.mode or ("text" if args.print or args.message else None)
-    rpc = mode in ("rpc", "rpc-ui")
+    rpc = mode in ("rpc", "rpc-ui", "acp")
     files = [a for a in args.message if a.startswith("@")]
     messages = [a for a in args.message if not a.startswith("@")]
     if rpc and files:
@@ -452,6 +453,11 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
     if args.max_line_bytes is not None:
         options.max_line_bytes = args.max_line_bytes
     try:
+        if mode == "acp":
+            from .acp.main import run_acp  # only now: --mode rpc never imports ACP
+
+            trio.run(run_acp, options)
+            return 0
         if rpc:
             trio.run(lambda: serve(options=options))
             return 0

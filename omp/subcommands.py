@@ -12,9 +12,9 @@ models whose provider has no credential yet, each heading saying which variable 
 launch flags a runner puts in front (``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are
 accepted.
 
-``omp acp`` exits 2 with "ACP mode is not available in this version"; every other subcommand
-name of the original exits 2 naming it, with the way to send that word as a prompt instead
-(``omp -p WORD`` or ``omp -- WORD``). ``omp help`` is ``--help``; ``omp launch ...`` is
+``omp acp [launch flags]`` is ``omp --mode acp [launch flags]`` (``omp.cli``); every other
+subcommand name of the original exits 2 naming it, with the way to send that word as a prompt
+instead (``omp -p WORD`` or ``omp -- WORD``). ``omp help`` is ``--help``; ``omp launch ...`` is
 ``omp ...``. A reserved management word alone (``omp list``) is refused as the original
 refuses it (exit 1); with more words it is a prompt.
 
@@ -64,8 +64,6 @@ def refuse(message: str) -> int:
 def run_subcommand(name: str, argv: list[str], parser: argparse.ArgumentParser) -> int:
     """Run subcommand ``name`` (not ``launch`` or ``help``: the command line's own) with the
     other arguments ``argv``, the launch flags of ``parser`` accepted; its exit code."""
-    if name == "acp":
-        return refuse("ACP mode is not available in this version")
     if name in RESERVED_WORDS:
         print(f"omp: error: `omp {name}` is not a top-level command. Use `omp -p {name}` (or "
               f"`omp -- {name}`) if you meant to send \"{name}\" as a prompt.", file=sys.stderr)

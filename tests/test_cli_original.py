@@ -63,9 +63,10 @@ async def test_what_cannot_apply_is_one_line_exit_2(tmp_path: Path) -> None:
         refused = await omp(*OFFLINE, *flag, "-p", "hi", cwd=tmp_path)
         assert refused.returncode == 2
         assert one_line(refused).startswith(f"omp: error: {flag[0]} is not available")
-    acp = await omp("--mode", "acp", cwd=tmp_path)
+    acp = await omp("--mode", "acp", "hi", cwd=tmp_path)
     assert acp.returncode == 2
-    assert one_line(acp) == "omp: error: ACP mode is not available in this version"
+    assert one_line(acp) == "omp: error: --mode acp takes its prompts on stdin, not on the " \
+        "command line"
     unknown = await omp("--bogus-flag", "-p", "hi", cwd=tmp_path)
     assert unknown.returncode == 2
     assert b"unrecognized arguments: --bogus-flag" in unknown.stderr
@@ -277,11 +278,14 @@ async def test_subcommand_names_are_never_prompts(tmp_path: Path,
     async with open_fake_llm([text_reply("one"), text_reply("two")]) as fake:
         write_models_yml(isolated_agent_dir, fake.base_url)
         model = ["--model", "fake/fake-model", "--no-session"]
-        acp = await omp("acp", cwd=tmp_path)
-        assert acp.returncode == 2
-        assert one_line(acp) == "omp: error: ACP mode is not available in this version"
-        hoisted = await omp("--approval-mode=yolo", "acp", cwd=tmp_path)
-        assert hoisted.returncode == 2
+        # ``omp acp`` serves ACP on stdio (tests/test_acp.py); the word never reaches the model.
+        initialize = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":' \
+                     b'{"protocolVersion":1}}\n'
+        for acp in (await omp(*model, "acp", cwd=tmp_path, stdin=initialize),
+                    await omp("--approval-mode=yolo", *model, "acp", cwd=tmp_path,
+                              stdin=initialize)):
+            assert acp.returncode == 0, acp.stderr
+            assert [x["result"]["protocolVersion"] for x in lines(acp.stdout)] == [1]
         commit = await omp(*model, "commit", "the", "changes", cwd=tmp_path)
         assert commit.returncode == 2
         assert "`omp commit` is not available" in one_line(commit)

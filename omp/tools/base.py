@@ -139,6 +139,21 @@ class UriHandler(Protocol):
         ...
 
 
+class EditorFiles(Protocol):
+    """Files as an editor has them (ACP ``fs/read_text_file`` / ``fs/write_text_file``:
+    unsaved buffers included); ``read`` and ``write`` use it for text files when the session
+    has one."""
+
+    async def read_text(self, path: Path) -> str:
+        """The whole text of ``path`` (absolute). Raises ToolError with the editor's message.
+        On cancellation the question is abandoned."""
+        ...
+
+    async def write_text(self, path: Path, content: str) -> None:
+        """As ``read_text``."""
+        ...
+
+
 URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 """A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
 
@@ -157,6 +172,8 @@ class ToolContext:
     web: WebAccess | None = None
     """The network policy and HTTP client of the web tools; None or disabled: no web tools,
     and ``read`` refuses ``http(s)://`` URLs naming the setting."""
+    files: EditorFiles | None = None
+    """The editor's files (ACP mode, when the client offers ``fs``); None: the disk."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

@@ -13,6 +13,7 @@ valid UTF-8 file; invalid bytes are shown as U+FFFD.
 from __future__ import annotations
 
 import base64
+import io
 import os
 import stat
 import threading
@@ -215,6 +216,30 @@ def _read(path: Path, shown_path: str, offset: int | None, limit: int | None,
     return _text_result(window, start, limit, shown_path)
 
 
+def _editor_text(path: Path) -> bool:
+    """Whether the editor is asked for ``path``: a text file, or one not on the disk (yet);
+    directories, images and special files are read from the disk, as the original does."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # a directory, or a FIFO that an open would block on
+        with open(path, "rb") as file:
+            return image_mime_type(file.read(12)) is None
+    except OSError:
+        return True
+
+
+def _read_text(data: bytes, shown_path: str, offset: int | None, limit: int | None
+               ) -> ToolResult:
+    """A text given whole, windowed and truncated as a file is."""
+    start = max(0, offset - 1) if offset else 0
+    try:
+        window = _read_window(_Stoppable(io.BytesIO(data), threading.Event()), start, limit)
+    except _OffsetBeyondEnd as exc:
+        raise ToolError(f"Offset {offset} is beyond end of file "
+                        f"({exc.total_lines} lines total)") from None
+    return _text_result(window, start, limit, shown_path)
+
+
 def _image_result(file: BinaryIO, mime: str, shown_path: str) -> ToolResult:
     # Sent as is: no resizing or re-encoding (the original scales images down to 2000x2000);
     # a provider may refuse an image that is too large. One over MAX_IMAGE_BYTES is refused
@@ -307,6 +332,10 @@ class ReadTool(SpecifiedTool):
             path = resolve_path(self._ctx, shown_path)
         offset = None if args.get("offset") is None else int(args["offset"])
         limit = None if args.get("limit") is None else max(1, int(args["limit"]))
+        if self._ctx.files is not None and _editor_text(path):
+            # The editor's text (an unsaved buffer too), shown as a file's would be.
+            text = await self._ctx.files.read_text(path)
+            return _read_text(text.encode(), shown_path, offset, limit)
         stop = threading.Event()
         try:
             return await trio.to_thread.run_sync(_read, path, shown_path, offset, limit, stop,

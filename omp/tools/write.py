@@ -74,7 +74,10 @@ class WriteTool(SpecifiedTool):
             # Never a local file named "zz:/y": a URL nobody serves is a mistake to report.
             raise ToolError(f"Unknown URI-like write target '{shown_path}'. No host serves "
                             f"{shown_path.partition('://')[0]}:// URLs; write to a file path.")
-        await trio.to_thread.run_sync(_write, resolve_path(self._ctx, shown_path), content,
-                                      abandon_on_cancel=True)
+        if self._ctx.files is not None:  # the editor writes it (its buffer, then the disk)
+            await self._ctx.files.write_text(resolve_path(self._ctx, shown_path), content)
+        else:
+            await trio.to_thread.run_sync(_write, resolve_path(self._ctx, shown_path), content,
+                                          abandon_on_cancel=True)
         # The original counts the characters of the string, not the encoded bytes.
         return ToolResult.text(f"Successfully wrote {len(content)} bytes to {shown_path}")

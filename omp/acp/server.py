@@ -1,0 +1,895 @@
+"""The ACP server: ``omp acp`` (≡ ``omp --mode acp``), a second front end over the sessions of
+``omp --mode rpc``.
+
+Who owns what:
+
+* ``serve_acp`` owns the root nursery: the one writer task (``omp.rpc.output.write_frames``,
+  the same spool and backpressure as rpc), the **sessions nursery** and the **requests
+  nursery**. The reader runs in the root task; when stdin ends the sessions are closed, the
+  requests still running get ``SHUTDOWN_GRACE`` seconds, the output is drained, and it returns.
+* Each ACP session is an ``omp.rpc.lifecycle.Runtime`` built by ``build_runtime`` (its own
+  session, HTTP client and abort registry, ``cwd`` per session), its session nursery
+  (``AgentSession.serve``) a task of the sessions nursery. ``session/close`` closes it; nothing
+  of it outlives ``serve_acp``.
+* Each client request is a task of the requests nursery, answered exactly once (a result or an
+  error). A session's extensions are loaded and started when it opens and hear
+  ``session_shutdown`` when it closes; when the editor offers ``fs``, its ``read`` / ``write``
+  tools go through ``fs/read_text_file`` / ``fs/write_text_file`` (``EditorFiles``).
+  ``session/prompt`` goes through the same prompt dispatch as an rpc ``prompt``
+  (``omp.rpc.commands.Commands``: skills, built-in slash commands, templates, the model), and
+  answers when the session publishes the prompt's ``prompt_result``.
+* ``session/cancel`` is handled by the reader at once: it cancels the session's abortable work
+  through its abort registry (``omp.session.aborts``, the families of rpc ``abort``), answers
+  the pending prompt ``cancelled`` without waiting for the run's cleanup, and mutes the
+  session's updates until the next prompt (the original's behaviour, omp-surface E.8).
+
+Events become ``session/update`` notifications in ``omp.acp.updates``. Tool approval
+(``omp.session.approval``) asks the editor: each session's gate gets ``AcpSession.approve`` as
+its policy, which sends ``session/request_permission`` and remembers "always" answers. Requests
+of ours to the client have integer ids from 0 (``AcpServer.ask_client``); a response whose id
+is unknown is ignored.
+
+Bad input: a line that is not JSON, or not a JSON-RPC object, is answered with an error whose
+id is null (-32700 / -32600) and the connection stays up (the original ends the connection
+silently, E.1); params that do not fit the method's schema get -32602 naming the field; an
+unknown method -32601; an error of the handler -32603 ``Internal error`` with
+``data.details``, as the original words them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+
+from .. import __version__
+from ..config import ConfigError, agent_dir
+from ..llm.builder import Pace
+from ..llm.thinking import efforts
+from ..protocol import commands as cmd
+from ..protocol import events as ev
+from ..protocol import messages as m
+from ..protocol.frames import Response
+from ..protocol.framing import LineFramer, LineTooLong
+from ..rpc.commands import Commands
+from ..rpc.lifecycle import (
+    CLEANUP_SECONDS,
+    Runtime,
+    build_runtime,
+    load_extensions,
+    new_output,
+    use_extensions,
+)
+from ..rpc.options import ServeOptions
+from ..rpc.outbox import Outbox
+from ..rpc.output import FrameQueue
+from ..session import SessionError
+from ..session.aborts import ABORT
+from ..session.approval import ApprovalRequest
+from ..session.locations import find_sessions, sessions_dir
+from ..session.sink import Published, Update
+from ..tools.base import ToolError
+from . import wire as w
+from .updates import UpdateMapper, tool_call
+
+MCP_SETTLE_SECONDS = 10.0
+"""How long ``session/new`` waits for the editor's MCP servers' first connection attempt."""
+LIST_PAGE = 50
+"""Sessions per ``session/list`` page (the original's)."""
+SHUTDOWN_GRACE = 5.0
+"""After stdin ended and the sessions closed: how long requests still running may take."""
+READ_SIZE = 64 * 1024
+REFUSAL = re.compile(r"content[_ ]?filter|refus(al|ed)", re.IGNORECASE)
+"""An error message that says the provider refused (stop reason ``refusal``)."""
+
+
+class AcpError(Exception):
+    """A request that fails: answered -32603 ``Internal error`` with ``details`` (E.10)."""
+
+
+class ClientError(Exception):
+    """A request of ours that the client answered with an error."""
+
+
+@attrs.define(eq=False, repr=False)
+class PendingPrompt:
+    """One ``session/prompt`` waiting for its run."""
+
+    request_id: str
+    """The id it has in the session (``prompt_result.id``)."""
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: ev.PromptResult | None = None
+    cancelled: bool = False
+
+
+@attrs.define(eq=False, repr=False)
+class AcpSession:
+    """One session of the ACP server: its runtime, mapping state, the prompt going."""
+
+    server: AcpServer
+    session_id: str = ""
+    runtime: Runtime | None = None
+    commands: Commands | None = None
+    mapper: UpdateMapper | None = None
+    pending: PendingPrompt | None = None
+    muted: bool = False
+    """After ``session/cancel``: the cancelled turn's events are no longer forwarded."""
+    accepted: int = 0
+    """Tickets of the ``session/prompt`` requests read for this session so far: a prompt gets
+    its ticket when the reader reads it, so a ``session/cancel`` read after it finds it even
+    before its task started (DESIGN.md §2: work is registered when it is accepted)."""
+    cancelled_upto: int = 0
+    """The prompts with a ticket up to this one are cancelled."""
+    remembered: dict[str, bool] = attrs.field(factory=dict)
+    """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        """The session's tool-approval policy (``omp.session.approval.ApprovePolicy``): when
+        the gate resolves a call to ``prompt`` the editor is asked with
+        ``session/request_permission``; an "always" answer is remembered for the session.
+        A client error or a cancelled question is a denial. On cancellation (the turn was
+        cancelled) the question is abandoned and ``Cancelled`` propagates."""
+        if (known := self.remembered.get(request.tool_name)) is not None:
+            return known
+        call = tool_call(request.tool_call_id, request.tool_name, request.arguments, None,
+                         self.cwd)
+        tool_call_update = w.ToolCallUpdate(
+            toolCallId=call.toolCallId, title=call.title, kind=call.kind, status="pending",
+            rawInput=call.rawInput, content=call.content, locations=call.locations)
+        try:
+            choice = await self.server.request_permission(self.session_id, tool_call_update,
+                                                          PERMISSION_OPTIONS)
+        except ClientError:
+            return False
+        if choice in ("allow_always", "reject_always"):
+            self.remembered[request.tool_name] = choice == "allow_always"
+        return choice in ("allow_once", "allow_always")
+
+    @property
+    def cwd(self) -> Path:
+        assert self.runtime is not None
+        return self.runtime.session.cwd
+
+    # -- the session's sink (omp.session.sink.EventSink) ---------------------------------------
+
+    def publish(self, event: Published) -> None:
+        if isinstance(event, ev.PromptResult):
+            pending = self.pending
+            if pending is not None and event.id == pending.request_id:
+                pending.result = event
+                pending.done.set()
+            return
+        if isinstance(event, ev.SessionSettled):
+            return
+        self.forward(event)
+
+    def publish_update(self, event: Update) -> None:
+        self.forward(event)
+
+    @property
+    def pace(self) -> Pace:
+        return self.server.output
+
+    def on_frame(self, frame: msgspec.Struct) -> None:
+        """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
+        ``agent_message_chunk`` of a message of its own."""
+        if isinstance(frame, ev.Notice) and frame.source == "mcp":
+            print(f"omp acp: {frame.message}", file=sys.stderr)  # no channel for it in ACP
+        if isinstance(frame, ev.CommandOutput) and not self.muted:
+            self.server.update(self.session_id, w.AgentMessageChunk(
+                content=w.TextContent(text=frame.text), messageId=str(uuid.uuid4())))
+
+    def forward(self, event: object) -> None:
+        if self.muted or self.mapper is None:
+            return
+        for update in self.mapper.updates(event):
+            self.server.update(self.session_id, update)
+
+    # -- serving ---------------------------------------------------------------------------
+
+    async def host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                   ) -> None:
+        """The session nursery and the session's MCP servers, until the session is closed;
+        then its HTTP client is closed. On cancellation the run is cancelled with it and
+        every MCP server ends."""
+        runtime = self.runtime
+        assert runtime is not None
+
+        async def serve(*, task_status: trio.TaskStatus[None]) -> None:
+            await runtime.session.serve(task_status=task_status)
+            nursery.cancel_scope.cancel()  # closed: its MCP servers end with it
+
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve)
+                if runtime.mcp is not None:
+                    await nursery.start(runtime.mcp.run)
+                task_status.started()
+        finally:
+            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                await runtime.http.aclose()
+
+    async def close(self) -> None:
+        """Cancel the prompt, close the session (its run aborted, its nursery ended), then
+        its extensions hear ``session_shutdown``. On cancellation it stops waiting."""
+        if self.runtime is None:
+            return
+        self.cancel()
+        await self.runtime.session.close()
+        if (extensions := self.runtime.session.extensions) is not None:
+            await extensions.session_shutdown()
+
+    def cancel(self, upto: int | None = None) -> None:
+        """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the
+        prompts read so far (``upto``: those up to that ticket) that have not started yet
+        answer ``cancelled`` without starting."""
+        if self.runtime is None:
+            return
+        self.cancelled_upto = max(self.cancelled_upto, self.accepted if upto is None else upto)
+        self.runtime.aborts.cancel(*ABORT)
+        pending = self.pending
+        if pending is not None and not pending.done.is_set():
+            pending.cancelled = True
+            self.muted = True
+            pending.done.set()
+
+
+@attrs.define(eq=False, repr=False)
+class EditorFiles:
+    """The editor's files for one session (``omp.tools.base.EditorFiles``): ``read`` and
+    ``write`` of text files go through ``fs/read_text_file`` / ``fs/write_text_file``, so the
+    model sees unsaved buffers and the editor sees the change (E.9)."""
+
+    server: AcpServer
+    session_id: str
+
+    async def read_text(self, path: Path) -> str:
+        """On cancellation the question is abandoned (a late answer is ignored)."""
+        try:
+            raw = await self.server.ask_client("fs/read_text_file", w.ReadTextFileParams(
+                sessionId=self.session_id, path=str(path)))
+            return msgspec.json.decode(raw, type=w.ReadTextFileResponse).content
+        except (ClientError, msgspec.ValidationError) as exc:
+            raise ToolError(f"Cannot read {path}: {exc}") from None
+
+    async def write_text(self, path: Path, content: str) -> None:
+        """On cancellation the question is abandoned (the editor may still write)."""
+        try:
+            await self.server.ask_client("fs/write_text_file", w.WriteTextFileParams(
+                sessionId=self.session_id, path=str(path), content=content))
+        except ClientError as exc:
+            raise ToolError(f"Cannot write {path}: {exc}") from None
+
+
+@attrs.define(eq=False, repr=False)
+class AcpServer:
+    options: ServeOptions
+    output: FrameQueue
+    sessions: dict[str, AcpSession] = attrs.field(factory=dict)
+    client_capabilities: w.ClientCapabilities = attrs.field(factory=w.ClientCapabilities)
+    _sessions_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _requests_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _next_client_id: int = attrs.field(default=0, init=False)
+    _client_waits: dict[int, tuple[trio.Event, list[w.Envelope]]] = attrs.field(
+        factory=dict, init=False)
+    _prompt_counter: int = attrs.field(default=0, init=False)
+    _tickets: dict[int | str, int] = attrs.field(factory=dict, init=False)
+    """Request id → ticket of the ``session/prompt`` requests read and not yet started."""
+
+    # -- output ----------------------------------------------------------------------------
+
+    def send(self, message: w.Outbound) -> None:
+        self.output.put_nowait(message)
+
+    def update(self, session_id: str, update: w.SessionUpdate) -> None:
+        self.send(w.Notification(method="session/update", params=w.SessionNotification(
+            sessionId=session_id, update=update)))
+
+    def error(self, request_id: int | str | None, code: int, message: str,
+              details: str | None = None) -> None:
+        data = {"details": details} if details is not None else msgspec.UNSET
+        self.send(w.ErrorReply(id=request_id, error=w.ErrorObject(code=code, message=message,
+                                                                   data=data)))
+
+    async def ask_client(self, method: str, params: msgspec.Struct) -> msgspec.Raw:
+        """Send a request of ours to the client and wait for its result. Raises ClientError
+        when the client answers with an error. On cancellation the wait ends (a late answer
+        is ignored)."""
+        request_id = self._next_client_id
+        self._next_client_id += 1
+        arrived = trio.Event()
+        box: list[w.Envelope] = []
+        self._client_waits[request_id] = (arrived, box)
+        try:
+            self.send(w.Request(id=request_id, method=method, params=params))
+            await arrived.wait()
+        finally:
+            self._client_waits.pop(request_id, None)
+        reply = box[0]
+        if isinstance(reply.error, w.ErrorObject):
+            raise ClientError(f"{method} failed: {reply.error.message}")
+        return reply.result if isinstance(reply.result, msgspec.Raw) else msgspec.Raw(b"null")
+
+    async def request_permission(self, session_id: str, tool_call: w.ToolCallUpdate,
+                                 options: list[w.PermissionOption]) -> str | None:
+        """Ask the editor whether a tool call may run (``session/request_permission``); the
+        chosen ``optionId``, or None when the client cancelled the question. Each session's
+        tool-approval policy (``AcpSession.approve``) asks through here. Raises ClientError
+        when the client answers with an error. On cancellation the question is abandoned."""
+        raw = await self.ask_client("session/request_permission", w.RequestPermissionParams(
+            sessionId=session_id, toolCall=tool_call, options=options))
+        answer = msgspec.json.decode(raw, type=w.RequestPermissionResponse)
+        if answer.outcome.outcome == "selected" and isinstance(answer.outcome.optionId, str):
+            return answer.outcome.optionId
+        return None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def read(self, stdin: trio.abc.ReceiveStream) -> None:
+        """Read and route lines until stdin ends. On cancellation, stops reading."""
+        framer = LineFramer(self.options.max_line_bytes)
+        while data := await stdin.receive_some(READ_SIZE):
+            for line in framer.feed(data):
+                self.route(line)
+        for line in framer.close():
+            self.route(line)
+
+    def route(self, line: bytes | LineTooLong) -> None:
+        """One line: a request is started as a task, a notification handled now, a response
+        to a request of ours wakes its waiter."""
+        if isinstance(line, LineTooLong):
+            self.error(None, w.INVALID_REQUEST, "Invalid Request",
+                       f"line of {line.size} bytes is over the limit of {line.limit}")
+            return
+        try:
+            envelope = msgspec.json.decode(line, type=w.Envelope)
+        except msgspec.ValidationError as exc:
+            self.error(None, w.INVALID_REQUEST, "Invalid Request", str(exc))
+            return
+        except msgspec.DecodeError as exc:
+            self.error(None, w.PARSE_ERROR, "Parse error", str(exc))
+            return
+        if envelope.jsonrpc != "2.0":
+            self.error(_id(envelope), w.INVALID_REQUEST, "Invalid Request",
+                       'expected "jsonrpc": "2.0"')
+            return
+        if isinstance(envelope.method, str):
+            if isinstance(envelope.id, int | str):
+                if envelope.method == "session/prompt":
+                    self._ticket(envelope.id, envelope.params)
+                assert self._requests_nursery is not None
+                self._requests_nursery.start_soon(self.answer, envelope.id, envelope.method,
+                                                  envelope.params)
+            elif envelope.id is msgspec.UNSET:
+                self.notification(envelope.method, envelope.params)
+            else:
+                self.error(None, w.INVALID_REQUEST, "Invalid Request",
+                           "a request id must be a string or a number")
+            return
+        if isinstance(envelope.id, int) and (envelope.result is not msgspec.UNSET
+                                             or envelope.error is not msgspec.UNSET):
+            wait = self._client_waits.get(envelope.id)
+            if wait is not None:  # an id we never sent, or gave up on: ignored (E.1)
+                wait[1].append(envelope)
+                wait[0].set()
+            return
+        self.error(_id(envelope), w.INVALID_REQUEST, "Invalid Request",
+                   "neither a request, a notification nor a response")
+
+    def _ticket(self, request_id: int | str, params: msgspec.Raw | msgspec.UnsetType) -> None:
+        """Give a ``session/prompt`` its session's next ticket as it is read."""
+        try:
+            target = _decode(params, w.SessionIdParams)
+        except msgspec.ValidationError:
+            return  # its handler answers what is wrong
+        if (acp := self.sessions.get(target.sessionId)) is not None:
+            acp.accepted += 1
+            self._tickets[request_id] = acp.accepted
+
+    def notification(self, method: str, params: msgspec.Raw | msgspec.UnsetType) -> None:
+        if method != "session/cancel":
+            return  # unknown notifications are ignored (JSON-RPC: nothing to answer)
+        try:
+            decoded = _decode(params, w.SessionIdParams)
+        except msgspec.ValidationError:
+            return
+        if (acp := self.sessions.get(decoded.sessionId)) is not None:
+            acp.cancel()
+
+    async def answer(self, request_id: int | str, method: str,
+                     params: msgspec.Raw | msgspec.UnsetType) -> None:
+        """Run the request's handler and answer it once. On cancellation (shutdown) it is
+        answered with an error saying so."""
+        route = self._routes().get(method)
+        if route is None:
+            self.error(request_id, w.METHOD_NOT_FOUND, "Method not found", method)
+            return
+        kind, handler = route
+        try:
+            decoded = _decode(params, kind)
+        except msgspec.ValidationError as exc:
+            self._tickets.pop(request_id, None)
+            self.error(request_id, w.INVALID_PARAMS, "Invalid params", f"{method}: {exc}")
+            return
+        try:
+            result = await handler(decoded, request_id)
+        except trio.Cancelled:
+            self.error(request_id, w.INTERNAL_ERROR, "Internal error",
+                       "the agent is shutting down")
+            raise
+        except (AcpError, SessionError, ConfigError, ClientError) as exc:
+            self.error(request_id, w.INTERNAL_ERROR, "Internal error", str(exc))
+            return
+        self.send(w.Result(id=request_id, result=result))
+
+    def _routes(self) -> dict[str, tuple[type[Any], Callable[[Any, int | str],
+                                                            Awaitable[Any]]]]:
+        return {
+            "initialize": (w.InitializeParams, self.initialize),
+            "authenticate": (w.AuthenticateParams, self.authenticate),
+            "session/new": (w.NewSessionParams, self.new_session),
+            "session/load": (w.LoadSessionParams, self.load_session),
+            "session/prompt": (w.PromptParams, self.prompt),
+            "session/close": (w.SessionIdParams, self.close_session),
+            "session/list": (w.ListSessionsParams, self.list_sessions),
+            "session/set_mode": (w.SetModeParams, self.set_mode),
+            "session/set_config_option": (w.SetConfigOptionParams, self.set_config_option),
+        }
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    async def initialize(self, params: w.InitializeParams, _id: int | str) -> w.InitializeResult:
+        self.client_capabilities = params.clientCapabilities
+        return w.InitializeResult(
+            protocolVersion=w.PROTOCOL_VERSION,
+            agentInfo=w.Implementation(name="oh-my-pi", title="Oh My Pi", version=__version__),
+            authMethods=[w.AuthMethod(
+                id="agent", name="Use existing local credentials",
+                description="Authenticate via the provider keys/OAuth state already "
+                            "configured under ~/.omp.")],
+            agentCapabilities=w.AgentCapabilities(
+                loadSession=True, mcpCapabilities=w.McpCapabilities(http=True, sse=True),
+                promptCapabilities=w.PromptCapabilitiesOut(embeddedContext=True, image=True),
+                sessionCapabilities=w.SessionCapabilitiesOut(close=w.Empty(), list=w.Empty())))
+
+    async def authenticate(self, params: w.AuthenticateParams, _id: int | str) -> w.Empty:
+        if params.methodId != "agent":
+            raise AcpError(f"Unknown ACP auth method: {params.methodId}")
+        return w.Empty()
+
+    def _cwd(self, cwd: str) -> Path:
+        path = Path(cwd)
+        if not path.is_absolute():
+            raise AcpError(f"ACP cwd must be absolute: {cwd}")
+        if not path.is_dir():
+            raise AcpError(f"ACP cwd is not a directory: {cwd}")
+        return path
+
+    async def _open(self, options: ServeOptions, servers: list[w.McpServer]) -> AcpSession:
+        """Build a session's runtime and start its nursery in the sessions nursery."""
+        if servers:
+            # The editor's servers join those of the MCP config files (omp.mcp), as entries
+            # of the same shape; a bad one is said on stderr (a notice) and skipped.
+            options = attrs.evolve(options, mcp_servers={
+                **options.mcp_servers, **{x.name: mcp_entry(x) for x in servers}})
+        acp = AcpSession(self)
+        # Tool approval asks the editor, where --mode rpc shows its host a dialog.
+        options = attrs.evolve(options, approve=acp.approve)
+        outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
+                        aside=acp.on_frame)
+        runtime = build_runtime(options, outbox, ui=False, sink=acp)
+        acp.runtime = runtime
+        acp.session_id = runtime.session.session_id
+        acp.mapper = UpdateMapper(runtime.session.cwd, lambda: runtime.session.todos.phases)
+        fs = self.client_capabilities.fs
+        if fs.readTextFile and fs.writeTextFile:
+            runtime.session.tool_context.files = EditorFiles(self, acp.session_id)
+        assert self._sessions_nursery is not None
+        await self._sessions_nursery.start(acp.host)
+        assert self._requests_nursery is not None
+        acp.commands = Commands(runtime.session, outbox, self._requests_nursery.start_soon,
+                                runtime.controls, runtime.host_uris, runtime.aborts,
+                                runtime.ui, runtime.subagents)
+        for notice in runtime.notices:
+            print(f"omp acp: {notice.message}", file=sys.stderr)
+        if (mcp := runtime.mcp) is not None:
+            acp.commands.slash.mcp = mcp
+            mcp.on_commands = lambda: self._bootstrap(acp) if acp.session_id in self.sessions \
+                else None
+            if servers:
+                # The editor's servers are there for the first prompt: the answer waits for
+                # their first connection attempt (bounded; a slow one mounts later).
+                with trio.move_on_after(MCP_SETTLE_SECONDS):
+                    await mcp.wait_settled()
+        self.sessions[acp.session_id] = acp
+        # The session's extensions (the user's, a trusted project's, -e): loaded and started
+        # as --mode rpc does; their dialogs return defaults (no UI here).
+        loaded = load_extensions(runtime)
+        if loaded is not None:
+            use_extensions(runtime, loaded)
+        if (extensions := runtime.session.extensions) is not None:
+            await extensions.session_start()
+        return acp
+
+    def _bootstrap_soon(self, acp: AcpSession) -> None:
+        """``_bootstrap`` right after the response (a task of the requests nursery: it runs
+        once the handler's task has queued the response, which it does without a
+        checkpoint)."""
+        assert self._requests_nursery is not None
+
+        async def bootstrap() -> None:
+            if acp.session_id in self.sessions:
+                self._bootstrap(acp)
+
+        self._requests_nursery.start_soon(bootstrap)
+
+    def _bootstrap(self, acp: AcpSession) -> None:
+        """What follows a session's creation: its commands and its info (E.3)."""
+        assert acp.commands is not None
+        assert acp.runtime is not None
+        self.update(acp.session_id, w.AvailableCommandsUpdate(availableCommands=[
+            w.AvailableCommand(
+                name=c.name, description=c.description or c.name,
+                input=w.CommandInput(hint=c.input.hint)
+                if not isinstance(c.input, msgspec.UnsetType) and isinstance(c.input.hint, str)
+                else msgspec.UNSET)
+            for c in acp.commands.slash.command_list()]))
+        self._session_info(acp)
+
+    def _session_info(self, acp: AcpSession) -> None:
+        assert acp.runtime is not None
+        name = acp.runtime.session.session_name
+        self.update(acp.session_id, w.SessionInfoUpdate(
+            updatedAt=_now(), title=name if name else msgspec.UNSET))
+
+    async def new_session(self, params: w.NewSessionParams, _id: int | str
+                          ) -> w.NewSessionResult:
+        options = attrs.evolve(self.options, cwd=self._cwd(params.cwd), announce_offline=False)
+        acp = await self._open(options, params.mcpServers)
+        self._bootstrap_soon(acp)
+        return w.NewSessionResult(sessionId=acp.session_id, modes=_modes(),
+                                  configOptions=self._config(acp))
+
+    async def load_session(self, params: w.LoadSessionParams, _id: int | str
+                           ) -> w.LoadSessionResult:
+        cwd = self._cwd(params.cwd)
+        live = self.sessions.get(params.sessionId)
+        if live is not None:
+            assert live.runtime is not None
+            if live.runtime.session.cwd != cwd:
+                raise AcpError(f"ACP session {params.sessionId} is already loaded for "
+                               f"{live.runtime.session.cwd}, not {cwd}")
+            acp = live
+        else:
+            options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
+                                   resume=False, session=None, announce_offline=False)
+            try:
+                acp = await self._open(options, params.mcpServers)
+            except SessionError as exc:
+                if "not found" in str(exc):
+                    raise AcpError(f"ACP session not found: {params.sessionId}") from None
+                raise
+            self._replay(acp)
+        self._bootstrap_soon(acp)
+        return w.LoadSessionResult(modes=_modes(), configOptions=self._config(acp))
+
+    def _replay(self, acp: AcpSession) -> None:
+        """The history as updates, before the response (E.6 History replay)."""
+        assert acp.runtime is not None
+        for message in acp.runtime.session.messages:
+            if isinstance(message, m.UserMessage):
+                text = message.content if isinstance(message.content, str) else "".join(
+                    b.text for b in message.content if isinstance(b, m.TextContent))
+                if text:
+                    self.update(acp.session_id, w.UserMessageChunk(
+                        content=w.TextContent(text=text), messageId=str(uuid.uuid4())))
+            elif isinstance(message, m.AssistantMessage):
+                mid = str(uuid.uuid4())
+                for block in message.content:
+                    if isinstance(block, m.ThinkingContent) and block.thinking:
+                        self.update(acp.session_id, w.AgentThoughtChunk(
+                            content=w.TextContent(text=block.thinking), messageId=mid))
+                    elif isinstance(block, m.TextContent) and block.text:
+                        self.update(acp.session_id, w.AgentMessageChunk(
+                            content=w.TextContent(text=block.text), messageId=mid))
+                    elif isinstance(block, m.ToolCall):
+                        self.update(acp.session_id, tool_call(
+                            block.id, block.name, dict(block.arguments), None, acp.cwd))
+            elif isinstance(message, m.ToolResultMessage):
+                self.update(acp.session_id, w.ToolCallUpdate(
+                    toolCallId=message.toolCallId,
+                    status="failed" if message.isError else "completed",
+                    content=[w.ToolCallContent(content=w.TextContent(text=b.text))
+                             for b in message.content if isinstance(b, m.TextContent)]
+                    or msgspec.UNSET))
+
+    async def list_sessions(self, params: w.ListSessionsParams, _id: int | str
+                            ) -> w.ListSessionsResult:
+        """The stored sessions of ``cwd`` (or of every project), newest first, in pages of
+        ``LIST_PAGE``; the cursor is the offset of the next page. The files are read in a
+        thread; on cancellation it is abandoned."""
+        offset = 0
+        if isinstance(params.cursor, str):
+            if not params.cursor.isdigit():
+                raise AcpError(f"Invalid ACP session cursor: {params.cursor}")
+            offset = int(params.cursor)
+        cwd = self._cwd(params.cwd) if isinstance(params.cwd, str) else None
+        found = await trio.to_thread.run_sync(self._stored, cwd, abandon_on_cancel=True)
+        page = found[offset:offset + LIST_PAGE]
+        more = offset + LIST_PAGE < len(found)
+        return w.ListSessionsResult(sessions=page, nextCursor=str(offset + LIST_PAGE) if more
+                                    else msgspec.UNSET)
+
+    def _stored(self, cwd: Path | None) -> list[w.SessionInfo]:
+        """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
+        agent_directory = self.options.agent_dir or agent_dir()
+        if cwd is None:
+            directory = agent_directory / "sessions"
+        elif self.options.session_dir is not None:
+            directory = self.options.session_dir
+        elif os.environ.get("OMP_SESSION_DIR"):
+            directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
+        else:
+            directory = sessions_dir(agent_directory, cwd)
+        return [w.SessionInfo(sessionId=x.session_id, cwd=x.cwd, updatedAt=_mtime(x.path))
+                for x in find_sessions("", [directory])]
+
+    async def close_session(self, params: w.SessionIdParams, _id: int | str) -> w.Empty:
+        acp = self.sessions.pop(params.sessionId, None)
+        if acp is not None:
+            await acp.close()
+        return w.Empty()
+
+    async def set_mode(self, params: w.SetModeParams, _id: int | str) -> w.Empty:
+        acp = self._session(params.sessionId)
+        if params.modeId != "default":
+            raise AcpError(f"Unsupported ACP mode: {params.modeId}")
+        self.update(acp.session_id, w.CurrentModeUpdate(currentModeId="default"))
+        return w.Empty()
+
+    async def set_config_option(self, params: w.SetConfigOptionParams, _id: int | str
+                                ) -> w.SetConfigOptionResult:
+        acp = self._session(params.sessionId)
+        assert acp.runtime is not None
+        session = acp.runtime.session
+        if isinstance(params.value, bool):
+            raise AcpError(f"Unsupported boolean ACP config option: {params.configId}")
+        if params.configId == "mode":
+            if params.value != "default":
+                raise AcpError(f"Unsupported ACP mode: {params.value}")
+        elif params.configId == "model":
+            provider, _, model_id = params.value.partition("/")
+            known = {f"{x.provider}/{x.id}" for x in session.registry.available()}
+            if params.value not in known:
+                raise AcpError(f"Unknown ACP model: {params.value}")
+            session.set_model(provider, model_id)
+        elif params.configId == "thinking":
+            levels = ["off", *efforts(session.model)]
+            matches = [x for x in levels if x == params.value] or (
+                [x for x in levels if x.startswith(params.value)] if len(params.value) >= 2
+                else [])
+            if len(matches) != 1:
+                raise AcpError(f"Unknown ACP thinking level: {params.value}")
+            session.set_thinking_level(matches[0])
+        else:
+            raise AcpError(f"Unknown ACP config option: {params.configId}")
+        options = self._config(acp)
+        self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=options))
+        return w.SetConfigOptionResult(configOptions=options)
+
+    def _config(self, acp: AcpSession) -> list[w.ConfigOption]:
+        """The session's config options: mode, model (when any is available), thinking."""
+        assert acp.runtime is not None
+        session = acp.runtime.session
+        out = [w.ConfigOption(type="select", id="mode", name="Mode", category="mode",
+                              currentValue="default",
+                              options=[w.SelectOption(value="default", name="Default",
+                                                      description=_DEFAULT_MODE)])]
+        models = session.registry.available()
+        current = f"{session.model.provider}/{session.model.id}"
+        if models:
+            out.append(w.ConfigOption(
+                type="select", id="model", name="Model", category="model", currentValue=current,
+                options=[w.SelectOption(value=f"{x.provider}/{x.id}", name=x.name or x.id,
+                                        description=f"{x.provider}/{x.id}") for x in models]))
+        levels = efforts(session.model)
+        out.append(w.ConfigOption(
+            type="select", id="thinking", name="Thinking", category="thought_level",
+            currentValue=session.thinking_level if levels else "off",
+            options=[w.SelectOption(value="off", name="Off"),
+                     *(w.SelectOption(value=x, name=x) for x in levels)]))
+        return out
+
+    def _session(self, session_id: str) -> AcpSession:
+        acp = self.sessions.get(session_id)
+        if acp is None:
+            raise AcpError(f"Unsupported ACP session: {session_id}")
+        return acp
+
+    async def prompt(self, params: w.PromptParams, request_id: int | str) -> w.PromptResult:
+        """Send the prompt through the rpc prompt dispatch and wait for its ``prompt_result``
+        (or ``session/cancel``). A prompt while the last one still runs cancels that one
+        first (implicit cancel, E.5). On cancellation (shutdown) it stops waiting."""
+        ticket = self._tickets.pop(request_id, None)
+        acp = self._session(params.sessionId)
+        runtime, commands = acp.runtime, acp.commands
+        assert runtime is not None
+        assert commands is not None
+        session = runtime.session
+        if acp.pending is not None:
+            acp.cancel(upto=None if ticket is None else ticket - 1)
+        await session.wait_for_idle()  # the cancelled turn's cleanup, before this one starts
+        if ticket is not None and ticket <= acp.cancelled_upto:
+            return w.PromptResult(stopReason="cancelled")  # cancelled before it started
+        text, images = prompt_text(params.prompt)
+        self._prompt_counter += 1
+        pending = PendingPrompt(f"acp-{self._prompt_counter}")
+        acp.pending, acp.muted = pending, False
+        before = len(session.messages)
+        frame = cmd.Prompt(message=text, images=images or msgspec.UNSET, id=pending.request_id)
+        route = commands.route(frame)
+        scope = None if route.family is None else runtime.aborts.hold(route.family)
+        try:
+            answer = route.handler(frame, scope) if route.scoped else route.handler(frame)
+            response = answer if isinstance(answer, Response) else await answer
+            if route.after is not None:
+                route.after(response)
+            if not response.success:
+                raise AcpError(response.error or "the prompt was refused")
+            await pending.done.wait()
+        finally:
+            if scope is not None:
+                runtime.aborts.release(scope)
+            if acp.pending is pending:
+                acp.pending = None
+        added = session.messages[before:]
+        usage = usage_of(added)
+        if pending.cancelled:
+            return w.PromptResult(stopReason="cancelled", usage=usage)
+        self._end_of_turn(acp)
+        return w.PromptResult(stopReason=stop_reason(pending.result, added), usage=usage)
+
+    def _end_of_turn(self, acp: AcpSession) -> None:
+        assert acp.runtime is not None
+        session = acp.runtime.session
+        last = next((x for x in reversed(session.messages)
+                     if isinstance(x, m.AssistantMessage)), None)
+        window = session.model.contextWindow
+        if last is not None and window:
+            used = last.usage.input + last.usage.cacheRead + last.usage.cacheWrite \
+                + last.usage.output
+            cost = sum(x.usage.cost.total for x in session.messages
+                       if isinstance(x, m.AssistantMessage))
+            self.update(acp.session_id, w.UsageUpdate(
+                size=window, used=used,
+                cost=w.Cost(amount=cost, currency="USD") if cost > 0 else msgspec.UNSET))
+        self._session_info(acp)
+
+    # -- the sessions' end -------------------------------------------------------------------
+
+    async def close_all(self) -> None:
+        """Close every session (runs aborted, prompts answered). On cancellation it stops."""
+        for acp in list(self.sessions.values()):
+            acp.cancel()
+        sessions, self.sessions = list(self.sessions.values()), {}
+        for acp in sessions:
+            await acp.close()
+
+
+_DEFAULT_MODE = "Standard ACP headless mode"
+
+PERMISSION_OPTIONS = [
+    w.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
+    w.PermissionOption(optionId="allow_always", name="Always allow", kind="allow_always"),
+    w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
+    w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
+"""The original's four answers (omp-surface C.7)."""
+
+
+def mcp_entry(server: w.McpServer) -> dict[str, Any]:
+    """A client-supplied MCP server as an entry of an MCP config file (``omp.mcp.config``)."""
+    if isinstance(server.type, str) and server.type != "stdio":
+        return {"type": server.type, "url": server.url or None,
+                "headers": {h.name: h.value for h in server.headers}}
+    return {"command": server.command or None, "args": list(server.args),
+            "env": {e.name: e.value for e in server.env}}
+
+
+def _modes() -> w.SessionModeState:
+    """Only ``default``: plan mode is not part of this runtime (``--plan`` is refused too)."""
+    return w.SessionModeState(currentModeId="default", availableModes=[
+        w.SessionMode(id="default", name="Default", description=_DEFAULT_MODE)])
+
+
+def _id(envelope: w.Envelope) -> int | str | None:
+    return envelope.id if isinstance(envelope.id, int | str) else None
+
+
+def _decode(params: msgspec.Raw | msgspec.UnsetType, kind: type[Any]) -> Any:
+    raw = params if isinstance(params, msgspec.Raw) else msgspec.Raw(b"{}")
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.DecodeError as exc:
+        if isinstance(exc, msgspec.ValidationError):
+            raise
+        raise msgspec.ValidationError(str(exc)) from None
+
+
+def _mtime(path: Path) -> str | msgspec.UnsetType:
+    try:
+        stamp = path.stat().st_mtime
+    except OSError:
+        return msgspec.UNSET
+    return datetime.datetime.fromtimestamp(stamp, datetime.UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def prompt_text(blocks: list[w.ContentBlock]) -> tuple[str, list[m.ImageContent]]:
+    """The prompt's text and images, as the original converts the blocks (E.5): texts joined
+    with a blank line and trimmed."""
+    texts: list[str] = []
+    images: list[m.ImageContent] = []
+    for block in blocks:
+        if isinstance(block, w.TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, w.ImageBlock):
+            images.append(m.ImageContent(data=block.data, mimeType=block.mimeType))
+        elif isinstance(block, w.ResourceBlock):
+            resource = block.resource
+            if isinstance(resource.text, str):
+                texts.append(resource.text)
+            elif isinstance(resource.blob, str) and isinstance(resource.mimeType, str) \
+                    and resource.mimeType.startswith("image/"):
+                images.append(m.ImageContent(data=resource.blob, mimeType=resource.mimeType))
+            else:
+                texts.append(f"[embedded resource: {resource.uri}]")
+        elif isinstance(block, w.ResourceLinkBlock):
+            texts.append(block.title if isinstance(block.title, str) and block.title
+                         else block.name or block.uri)
+        else:
+            texts.append("[audio omitted]")
+    return "\n\n".join(texts).strip(), images
+
+
+def stop_reason(result: ev.PromptResult | None, added: list[m.AgentMessage]) -> w.StopReason:
+    """The ACP stop reason of a finished prompt (E.5)."""
+    if result is not None and result.status == "aborted":
+        return "cancelled"
+    last = next((x for x in reversed(added) if isinstance(x, m.AssistantMessage)), None)
+    if last is None:
+        return "end_turn"
+    if last.stopReason == "aborted":
+        return "cancelled"
+    if last.stopReason == "length":
+        return "max_tokens"
+    if last.stopReason == "error" and REFUSAL.search(last.errorMessage or ""):
+        return "refusal"
+    return "end_turn"
+
+
+def usage_of(added: list[m.AgentMessage]) -> w.TokenUsage | msgspec.UnsetType:
+    """The usage of this prompt's model calls; unset when there was none."""
+    calls = [x.usage for x in added if isinstance(x, m.AssistantMessage)]
+    total = sum(u.totalTokens for u in calls)
+    if not total:
+        return msgspec.UNSET
+    cached_read = sum(u.cacheRead for u in calls)
+    cached_write = sum(u.cacheWrite for u in calls)
+    return w.TokenUsage(inputTokens=sum(u.input for u in calls),
+                        outputTokens=sum(u.output for u in calls), totalTokens=total,
+                        cachedReadTokens=cached_read or msgspec.UNSET,
+                        cachedWriteTokens=cached_write or msgspec.UNSET)
