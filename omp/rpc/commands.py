@@ -254,7 +254,9 @@ class Commands:
 
     def announce_after_success(self, response: Response) -> None:
         if response.success:
-            self.output.put_nowait(self.available_commands_update())
+            # Through the outbox, as every side frame: a front that reads none (omp -p, each
+            # ACP session's own queue) discards it instead of queueing it for ever.
+            self.emit(self.available_commands_update())
 
     def switch_after_success(self, response: Response) -> None:
         # The switch applies to the frames after this response, never to the response itself.
