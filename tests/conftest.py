@@ -1,14 +1,22 @@
 """Every test runs with its own empty agent directory and no provider keys from the machine,
-so results do not depend on who runs them (child processes inherit this environment). The
+so results do not depend on who runs them (child processes inherit this environment). With
+``OMP_TEST_VALIDATE_FRAMES=1`` every frame a test's ``RpcClient`` receives is checked against
+the committed JSON Schema (the ``validate_frames`` fixture). The
 temporary directories must lie outside any git work tree: ripgrep and the project walk (skills,
 context files) honour the repository they find above ``tmp_path``."""
 
 from __future__ import annotations
 
+import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from schema_helpers import FrameLog
 
 PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
 
@@ -33,3 +41,31 @@ def isolated_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in PROVIDER_KEYS:
         monkeypatch.delenv(name, raising=False)
     return directory
+
+
+@pytest.fixture
+def validate_frames(monkeypatch: pytest.MonkeyPatch) -> Iterator[FrameLog]:
+    """Every frame an ``RpcClient`` receives during the test is checked against the committed
+    JSON Schema; a frame that does not match fails the test (at teardown, listing them all)."""
+    from schema_helpers import watch_client_frames
+
+    with watch_client_frames(monkeypatch) as log:
+        yield log
+    assert not log.problems, "frames that do not match schema/omp-rpc.schema.json:\n" + \
+        "\n".join(log.problems[:50])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "frames_off_schema(reason): the test's server writes frames outside the "
+        "schema on purpose (a fake server's garbage, an unknown frame type), so "
+        "OMP_TEST_VALIDATE_FRAMES=1 does not check its frames")
+
+
+@pytest.fixture(autouse=True)
+def _validate_frames_everywhere(request: pytest.FixtureRequest) -> None:
+    """``OMP_TEST_VALIDATE_FRAMES=1``: every test validates the frames its clients receive,
+    but those marked ``frames_off_schema``."""
+    if (os.environ.get("OMP_TEST_VALIDATE_FRAMES") == "1"
+            and request.node.get_closest_marker("frames_off_schema") is None):
+        request.getfixturevalue("validate_frames")
