@@ -25,7 +25,7 @@ import attrs
 import pytest
 import trio
 
-from omp.client import RpcClient
+from omp.client import Event, RpcClient
 from omp.protocol import commands as cmd
 from omp.protocol.payloads import AvailableCommandsPayload
 
@@ -121,7 +121,7 @@ async def _check_extension(example: Example, tmp_path: Path) -> None:
     assert match.group(1) in [c.name for c in listed.commands], listed
 
 
-async def _load(extension: Path, work: Path) -> tuple[AvailableCommandsPayload, list[object]]:
+async def _load(extension: Path, work: Path) -> tuple[AvailableCommandsPayload, list[Event]]:
     """The commands a server with ``extension`` lists, and the extension errors it reported
     before it answered."""
     async with RpcClient.spawn(
