@@ -1,0 +1,83 @@
+"""The documentation stays true: the generated frame reference is current, and every relative
+link in README.md and docs/ leads to a file inside the repository (a plain clone has nothing
+outside it)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+FENCED = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
+INLINE_CODE = re.compile(r"(`+).+?\1", re.S)
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)", re.M)
+EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
+
+
+def links(text: str) -> list[str]:
+    """The link targets of a Markdown page, outside code and comments."""
+    prose = COMMENT.sub("", INLINE_CODE.sub("", FENCED.sub("", text)))
+    return LINK.findall(prose) + REFERENCE.findall(prose)
+
+
+def broken_links(page: Path, root: Path = ROOT) -> list[str]:
+    problems = []
+    for target in links(page.read_text()):
+        if EXTERNAL.match(target) or target.startswith("#"):
+            continue
+        path = target.split("#", 1)[0].split("?", 1)[0]
+        resolved = (page.parent / path).resolve()
+        if not resolved.is_relative_to(root):
+            problems.append(f"{target}: outside the repository")
+        elif not resolved.exists():
+            problems.append(f"{target}: no such file")
+    return problems
+
+
+def test_the_link_finder_finds_links() -> None:
+    text = ("[a](x.md) ![b](img/y.png \"t\") [c](https://e.org) `[d](not.md)`\n"
+            "```\n[e](fenced.md)\n```\n[f]: ref.md\n<!-- [g](hidden.md) -->\n")
+    assert links(text) == ["x.md", "img/y.png", "https://e.org", "ref.md"]
+
+
+def test_a_broken_link_is_reported(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (tmp_path / "outside.md").write_text("")
+    (root / "docs" / "index.md").write_text("")
+    page = root / "docs" / "page.md"
+    page.write_text("[gone](nowhere.md) [up](../../outside.md) [ok](index.md#set-up)\n")
+    assert broken_links(page, root) == ["nowhere.md: no such file",
+                                        "../../outside.md: outside the repository"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve_inside_the_repository(page: Path) -> None:
+    assert not broken_links(page)
+
+
+def test_no_page_points_outside_the_repository_in_prose() -> None:
+    # Paths written as code (`../shared/spec/...`) are links a reader follows too.
+    offenders = [str(p.relative_to(ROOT)) for p in PAGES if "../shared/" in p.read_text()]
+    assert not offenders
+
+
+def test_the_docs_cover_the_pages_the_site_lists() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    listed = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
+    present = {str(p.relative_to(ROOT / "docs")) for p in PAGES if p.name != "README.md"}
+    assert listed == present
+
+
+def test_the_frame_reference_is_current() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
