@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from omp.protocol.frames import Ready, Response, RpcChunk, RpcFrameError
 from omp.protocol.schema import RESPONSE_DATA, build_schema
 
 PAGE = Path(__file__).resolve().parent / "protocol" / "reference.md"
+PROTOCOL = Path(__file__).resolve().parent.parent / "omp" / "protocol"
 
 HEADER = """\
 # Frame reference
@@ -43,6 +45,37 @@ How the frames fit together (ordering, sub-protocols, errors) is in the
 """
 
 
+def field_notes() -> dict[tuple[str, str], str]:
+    """(class name, field) → what the source says about the field: the comment lines right
+    above it and the docstring right below it, joined into one line."""
+    notes: dict[tuple[str, str], str] = {}
+    for path in sorted(PROTOCOL.glob("*.py")):
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            body = node.body
+            for index, item in enumerate(body):
+                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                    continue
+                parts: list[str] = []
+                above = item.lineno - 2
+                comment: list[str] = []
+                while above >= 0 and lines[above].strip().startswith("#"):
+                    comment.insert(0, lines[above].strip().lstrip("#").strip())
+                    above -= 1
+                parts += comment
+                following = body[index + 1] if index + 1 < len(body) else None
+                if (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                        and isinstance(following.value.value, str)):
+                    parts.append(following.value.value.strip())
+                if parts:
+                    text = " ".join(" ".join(parts).split())
+                    notes[(node.name, item.target.id)] = text.replace("|", "\\|")
+    return notes
+
+
 def _name(ref: str) -> str:
     return ref.rsplit("/", 1)[1]
 
@@ -51,6 +84,8 @@ class Renderer:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.defs: dict[str, Any] = schema["$defs"]
         self.anchors: dict[str, str] = {}
+        self.notes = field_notes()
+        self.commands = {cls.__name__ for cls in cmd.Command.__args__}
 
     def anchor(self, name: str) -> str:
         return self.anchors.get(name, f"def-{name.lower()}")
@@ -83,7 +118,7 @@ class Renderer:
         definition = self.defs[name]
         properties: dict[str, Any] = definition.get("properties", {})
         required = set(definition.get("required", ()))
-        rows = ["| key | type | |", "| --- | --- | --- |"]
+        rows = ["| key | type | | notes |", "| --- | --- | --- | --- |"]
         for key, schema in properties.items():
             if key == "type" and "enum" in schema and len(schema["enum"]) == 1:
                 continue
@@ -93,7 +128,10 @@ class Renderer:
                 note = f"default `{json.dumps(schema['default'])}`"
             else:
                 note = "optional"
-            rows.append(f"| `{key}` | {self.type_of(schema)} | {note} |")
+            more = self.notes.get((name, key), "")
+            if not more and key == "id" and name in self.commands:
+                more = "Echoed on the response (and on `prompt_result` for a prompt)."
+            rows.append(f"| `{key}` | {self.type_of(schema)} | {note} | {_rst(more)} |")
         if len(rows) == 2:
             return ["No other keys."]
         return rows
@@ -109,6 +147,11 @@ class Renderer:
         return out
 
 
+def _rst(text: str) -> str:
+    """Docstring markup to Markdown: ``code`` → `code`."""
+    return text.replace("``", "`")
+
+
 def _tag(cls: Any) -> str:
     tag = cls.__struct_config__.tag
     assert isinstance(tag, str)
@@ -120,7 +163,10 @@ def render() -> str:
     r = Renderer(schema)
     groups: list[tuple[str, str, list[Any]]] = [
         ("Commands", "What a host sends. Each is answered by exactly one `response` with the "
-         "same `id`.", list(cmd.Command.__args__)),
+         "same `id`. Any of them fails with `code: \"invalid_params\"` and an error naming the "
+         "key when a key is missing, of the wrong type or outside its values; the other errors "
+         "are the command's own (`success: false` and an `error` saying why).",
+         list(cmd.Command.__args__)),
         ("Sub-protocol answers", "What a host sends back for a server request; answered only "
          "when malformed.", list(cmd.ControlFrame.__args__)),
         ("Session events", "What the session publishes about a run; `set_event_filter` can "
