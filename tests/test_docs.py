@@ -4,6 +4,7 @@ outside it)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -81,3 +82,43 @@ def test_the_frame_reference_is_current() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), "--check"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+
+
+TRANSCRIPT_LINE = re.compile(r"^\s*(→|←)\s*(\{.*\})\s*$")
+ABRIDGED = re.compile(r"…|\{\w+\}")
+"""What marks a shortened frame: an ellipsis, or a placeholder such as ``{user}``."""
+
+
+def transcript_frames(page: Path) -> list[tuple[int, str, str]]:
+    """(line number, "in" | "out", the JSON) of every ``→ {...}`` / ``← {...}`` line."""
+    found = []
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if match := TRANSCRIPT_LINE.match(line):
+            found.append((number, "in" if match.group(1) == "→" else "out", match.group(2)))
+    return found
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if transcript_frames(p)],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_transcript_frames_match_the_schema(page: Path) -> None:
+    """The example exchanges (``→`` host to server, ``←`` server to host) are real frames. Lines
+    shortened (``…``, ``{user}``) are skipped; a command that does not match must be one the example
+    shows refused (its response with the same id has ``success: false``)."""
+    from schema_helpers import shared_validator
+
+    validator = shared_validator()
+    frames = transcript_frames(page)
+    checked, problems = 0, []
+    refused = {frame.get("id") for frame in (json.loads(text) for _, d, text in frames
+                                             if d == "out" and not ABRIDGED.search(text))
+               if frame.get("type") == "response" and frame.get("success") is False}
+    for number, direction, text in frames:
+        if ABRIDGED.search(text):
+            continue
+        frame = json.loads(text)  # anything else must be valid JSON
+        found = validator.problems(frame, direction)  # type: ignore[arg-type]
+        checked += 1
+        if found and not (direction == "in" and frame.get("id") in refused):
+            problems.append(f"line {number}: {found}")
+    assert checked
+    assert not problems, "\n".join(problems)
