@@ -60,9 +60,6 @@ NO_EFFECT: dict[str, str] = {
     "--no-pty": "bash never runs in a PTY here",
     "--allow-home": "this runtime never moves out of the home directory",
     "--hide-thinking": "a display setting; nothing is displayed here",
-    "--no-rules": "there are no rules (TTSR) here",
-    "--auto-approve": "every tool runs without asking (yolo) here",
-    "--yolo": "every tool runs without asking (yolo) here",
 }
 """Flags of the original accepted with nothing to act on here, and why."""
 
@@ -169,8 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="abort the run when this much time has passed since start (600, "
                        "1.5, 10m, 1h); one-shot: exit 1 when a run was cut short")
     setup.add_argument("--approval-mode", choices=APPROVAL_MODES, default=None,
-                       help="which tools run without asking; only yolo (every tool) is "
-                       "available in this version")
+                       help="which tools run without asking (over tools.approvalMode): "
+                       "always-ask (read-only tools only), write (and file edits), yolo "
+                       "(every tool; the default)")
+    setup.add_argument("--auto-approve", "--yolo", dest="auto_approve", action="store_true",
+                       help="every tool runs without asking, whatever the approval mode "
+                       "(tools.approval.<tool>: deny / prompt still apply)")
     tools = parser.add_argument_group("tools and extensions")
     tools.add_argument("--tools", metavar="NAMES",
                        help="comma-separated built-in tools to offer the model (default: read, "
@@ -192,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a plugin directory: its Python extensions (DIR/extensions) and "
                        "skills (DIR/skills) load; TypeScript plugin code is skipped")
     tools.add_argument("--no-skills", action="store_true", help="load no skills")
+    tools.add_argument("--no-rules", action="store_true",
+                       help="load no TTSR rules (<agent dir>/rules, the project's .omp/rules)")
     tools.add_argument("--skills", metavar="GLOBS",
                        help="comma-separated glob patterns: only matching skills load")
     tools.add_argument("--trust-project", action="store_true",
@@ -213,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "accepted for the original's sake", "These change nothing here: "
         + "; ".join(f"{flag}: {why}" for flag, why in NO_EFFECT.items()) + ".")
     original.add_argument("--no-title", "--no-lsp", "--no-pty", "--allow-home", "--hide-thinking",
-                          "--no-rules", "--auto-approve", "--yolo", dest="no_effect",
+                          dest="no_effect",
                           action="store_true", help=argparse.SUPPRESS)
     refused = parser.add_argument_group(
         "refused", "Flags of the original that cannot apply here (exit 2): "
@@ -352,10 +355,6 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
                              f"runtime: {NOT_AVAILABLE[flag]})")
     if args.mode == "acp":
         raise UsageError("ACP mode is not available in this version")
-    if args.approval_mode not in (None, "yolo"):
-        raise UsageError(f"--approval-mode {args.approval_mode} is not available in this "
-                         "version: every tool runs without asking (yolo); tool approval is not "
-                         "part of this runtime yet")
     if args.trusted_extensions and args.extensions:
         raise UsageError("--trusted-extension cannot be combined with -e/--extension/--hook")
     for path in args.trusted_extensions:
@@ -445,6 +444,8 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
             config_files=[Path(path).expanduser() for path in args.config_files],
             plugin_dirs=[Path(path).expanduser() for path in args.plugin_dirs],
             skills=False if args.no_skills else _names(args.skills),
+            approval_mode=args.approval_mode, auto_approve=args.auto_approve,
+            rules=not args.no_rules,
             deadline=None if args.max_time is None else started + args.max_time)
     except OSError as exc:
         print(f"omp: cannot read the system prompt file: {exc}", file=sys.stderr)

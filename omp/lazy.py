@@ -28,9 +28,12 @@ LAZY_MODULES: dict[str, str] = {
     # Ours, because of what they import or build at import time.
     "omp.llm.providers": "~45 ms each with httpx: loaded with the first call to their API",
     "omp.llm.models_file": "~4 ms plus cattrs and yaml: only with a models.yml",
+    "omp.llm.local": "~0.5 ms: the local model servers are asked after ready, never before",
     "omp.tools": "~5-7 ms per tool implementation: loaded with its first call "
                  "(omp.tools.LazyTool)",
     "omp.session.export_html": "~3 ms: only export_html needs it",
+    "omp.session.rules": "a few ms (TTSR rules, an attrs class per rule part): only when a "
+                         "rules folder exists",
     "omp.extensions.loader": "~15 ms with the extension API, runtime and events (23 attrs "
                              "classes): only when discovery found an extension",
     "importlib.metadata": "~16 ms with its scan: only when a distribution on sys.path may "

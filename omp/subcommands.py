@@ -1,11 +1,16 @@
 """The original's subcommands: ``omp models`` runs here, the others are refused in one line.
 
-``omp models [ls|list|find|refresh|<provider>] [PATTERN] [--json]`` lists the models whose
-provider has credentials (omp-surface A.8): ``--json`` writes one line ``{"models": [...]}``
-sorted by provider then id, each entry ``provider``, ``id``, ``selector``, ``name``,
-``contextWindow``, ``maxTokens``, ``reasoning``, ``thinking`` (the efforts, or null),
-``input``, ``cost``; without it a table per provider. The launch flags a runner puts in front
-(``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are accepted.
+``omp models [ls|list|find|refresh|<provider>] [PATTERN] [--json] [--all]`` lists the models
+whose provider has credentials (omp-surface A.8), the local servers' models included (asked
+first, as ``omp --mode rpc`` asks them after ``ready``; ``localModels`` in ``config.yml``):
+``--json`` writes one line ``{"models": [...]}`` sorted by provider then id, each entry
+``provider``, ``id``, ``selector``, ``name``, ``contextWindow``, ``maxTokens``, ``reasoning``,
+``thinking`` (the efforts, or null), ``input``, ``cost``, and ``credential`` (where the key
+comes from, never the key: ``env``, ``stored``, ``login``, ``config``, ``notNeeded``, or
+``missing`` with ``--all``); without it a table per provider. ``--all`` also lists the catalog's
+models whose provider has no credential yet, each heading saying which variable to set. The
+launch flags a runner puts in front (``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are
+accepted.
 
 ``omp schema [--commands|--events]`` (ours, not the original's) prints the JSON Schema of the
 protocol (``omp.protocol.schema``): every frame, or only what a host writes (``--commands``) or
@@ -24,10 +29,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import enter_place
+
+if TYPE_CHECKING:
+    from .llm.models import ModelRegistry
 
 USAGE_ERROR = 2
 
@@ -82,6 +92,8 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
     own = argparse.ArgumentParser(prog="omp models", allow_abbrev=False)
     own.add_argument("words", nargs="*", metavar="[ls|list|find|refresh|PROVIDER] [PATTERN]")
     own.add_argument("--json", action="store_true", help="one line of JSON: {\"models\": [...]}")
+    own.add_argument("--all", action="store_true",
+                     help="also the models of providers without a credential")
     # Launch flags a runner puts around the subcommand are taken as the original takes them:
     # those that choose where things are (--profile, --cwd) apply, the rest is accepted.
     launch, rest = parser.parse_known_args(argv)
@@ -106,10 +118,14 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
 
     try:
         registry = ModelRegistry.load()
+        _discover_local(registry, launch.config_files)
     except ConfigError as exc:
         print(f"omp: {exc}", file=sys.stderr)
         return 1
     models = registry.available()
+    if args.all:
+        models += [m for m in registry.models if m not in models and m.provider != "offline"
+                   and (m.provider, m.id) not in registry.discovered]
     if pattern is not None:
         needle = pattern.lower()
         providers = {m.provider.lower() for m in models}
@@ -127,6 +143,7 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
             "input": list(m.input),
             "cost": {"input": m.cost.input, "output": m.cost.output,
                      "cacheRead": m.cost.cacheRead, "cacheWrite": m.cost.cacheWrite},
+            "credential": registry.credential(m.provider),
         } for m in models]
         print(json.dumps({"models": entries}, separators=(",", ":")))
         return 0
@@ -142,9 +159,40 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
             ", ".join(levels) if levels else ("yes" if m.reasoning else "-"),
             "yes" if "image" in m.input else "no"])
     for provider, rows in by_provider.items():
-        print(f"{provider} ({len(rows)})")
+        missing = ""
+        if not registry.has_credentials(provider):
+            entry = registry.catalog_providers.get(provider)
+            where = f" (get one at {entry.keyUrl})" if entry and entry.keyUrl else ""
+            missing = f" - no key: {registry.missing_key_hint(provider)}{where}"
+        print(f"{provider} ({len(rows)}){missing}")
         print(_table(["model", "context", "max-out", "thinking", "images"], rows))
     return 0
+
+
+def _discover_local(registry: ModelRegistry, config_files: list[str]) -> None:
+    """Ask the local model servers for their models, as ``omp --mode rpc`` does after
+    ``ready`` (``localModels`` in ``config.yml``; ``OMP_LOCAL_MODELS=0`` turns it off)."""
+    import trio
+
+    from .llm.local import LocalDiscovery, turned_off
+    from .llm.stream import HttpClient
+    from .session.settings import load_settings
+
+    chosen = load_settings(None, Path.cwd(), [Path(f) for f in config_files]).local_models
+    if not chosen.enabled or turned_off(os.environ):
+        return
+    servers = registry.local_servers(chosen.servers)
+
+    async def discover() -> None:
+        http = HttpClient()
+        try:
+            await LocalDiscovery(registry, http, servers, timeout=chosen.timeoutMs / 1000).run()
+        finally:
+            with trio.move_on_after(0.5, shield=True):
+                await http.aclose()
+
+    if servers:
+        trio.run(discover)
 
 
 def _short(value: int | None) -> str:

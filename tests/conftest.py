@@ -15,10 +15,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from omp.llm.models import read_catalog
+
 if TYPE_CHECKING:
     from schema_helpers import FrameLog
 
-PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+def _catalog_keys() -> tuple[str, ...]:
+    return tuple(sorted({name for p in read_catalog().providers.values() for name in p.env}))
+
+
+PROVIDER_KEYS = _catalog_keys()
+"""Every variable a catalog provider's key is read from (ANTHROPIC_API_KEY, GROQ_API_KEY...)."""
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -40,6 +48,9 @@ def isolated_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("OMP_AGENT_DIR", str(directory))
     for name in PROVIDER_KEYS:
         monkeypatch.delenv(name, raising=False)
+    # No local model server is asked (a real Ollama on this machine must not change results);
+    # the tests of that discovery turn it back on with their own fake servers.
+    monkeypatch.setenv("OMP_LOCAL_MODELS", "0")
     return directory
 
 

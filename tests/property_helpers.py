@@ -382,6 +382,34 @@ def check_host_requests(frames: Sequence[Frame], sent: Sequence[Frame]) -> None:
             raise fail_at(frames, i, "host_tool_call after its tool_execution_start")
 
 
+def check_dialogs(frames: Sequence[Frame], sent: Sequence[Frame], eof: int | None) -> None:
+    """Every dialog (``extension_ui_request`` ``select``) was answered by the host or cancelled
+    by the server (a ``cancel`` naming it, after it), unless its run was still going when the
+    host closed its input (frame index ``eof``): a dialog pending then, or opened after it, is
+    rejected without a frame (rpc-behavior §1.9, §8.3); every ``cancel`` names an earlier
+    dialog."""
+    opened: dict[str, int] = {}
+    cancelled: set[str] = set()
+    for i, f in enumerate(frames):
+        if f["type"] != "extension_ui_request":
+            continue
+        if f["method"] == "select":
+            if f["id"] in opened:
+                raise fail_at(frames, i, "dialog id used twice")
+            opened[f["id"]] = i
+        elif f["method"] == "cancel":
+            if f.get("targetId") not in opened:
+                raise fail_at(frames, i, "cancel for no (earlier) dialog")
+            cancelled.add(f["targetId"])
+    answered = {s.get("id") for s in sent if s.get("type") == "extension_ui_response"}
+    for dialog_id, i in opened.items():
+        run_end = next((j for j in range(i, len(frames)) if frames[j]["type"] == "agent_end"),
+                       len(frames))
+        if dialog_id not in answered and dialog_id not in cancelled and (
+                eof is None or run_end < eof):
+            raise fail_at(frames, i, "dialog neither answered by the host nor cancelled")
+
+
 def check_idle_after_runs(frames: Sequence[Frame], prompt_ids: Iterable[str],
                           state_ids: Sequence[str]) -> None:
     """``isStreaming`` is false once a run's terminal ``agent_end`` is out (rpc-behavior §4.4).

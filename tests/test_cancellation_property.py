@@ -82,6 +82,7 @@ from hypothesis import strategies as st
 from property_helpers import (
     RecordingSendStream,
     Stops,
+    check_dialogs,
     check_host_requests,
     check_idle_after_runs,
     check_pauses,
@@ -100,10 +101,10 @@ from property_helpers import (
 )
 
 import omp
-from omp.client import HostToolUpdater, RpcClient, RpcConnectionClosed, ToolResult
+from omp.client import HostToolUpdater, RpcClient, RpcConnectionClosed, ToolResult, UiAnswer
 from omp.process import KILL_GRACE
 from omp.protocol.commands import HostToolDefinition
-from omp.protocol.events import HostToolCall, HostUriRequest
+from omp.protocol.events import ExtensionUiRequest, HostToolCall, HostUriRequest
 from omp.rpc import lifecycle
 from omp.rpc.server import ServeOptions
 from omp.testing.fake_llm import open_fake_llm
@@ -187,7 +188,10 @@ ENDS_RUNS: frozenset[Disruption] = frozenset({"abort", "eof", "abort_eof", "canc
 """Disruptions that end a run that waits for the host: only with these may the host never
 answer."""
 Aim = Literal["streaming", "tool", "bash", "bash_output", "host", "retry", "compaction", "child",
-              "rpc_bash"]
+              "rpc_bash", "approval"]
+ASKING: frozenset[ToolKind] = frozenset({"bash", "host", "task"})
+"""Calls of the ``exec`` tier: with approval on (``always-ask``) the host is asked first (the
+read-only tools, ``db://`` reads included, are not)."""
 
 
 @attrs.frozen
@@ -200,7 +204,8 @@ class Trigger:
     (the stubborn command's trap is set, the double-forked sleep exists); ``host``: a
     ``host_tool_call`` or ``host_uri_request``; ``retry``: ``auto_retry_start`` (the backoff);
     ``compaction``: ``auto_compaction_start``; ``child``: a child agent started; ``rpc_bash``:
-    the host sent its RPC ``bash`` (``nth`` does not apply)."""
+    the host sent its RPC ``bash`` (``nth`` does not apply); ``approval``: a tool approval
+    dialog (``extension_ui_request`` ``select``)."""
 
     aim: Aim
     nth: int = 1
@@ -226,6 +231,8 @@ class Trigger:
             return t == "auto_compaction_start"
         if aim == "child":
             return t == "subagent_lifecycle" and frame["payload"]["status"] == "started"
+        if aim == "approval":
+            return t == "extension_ui_request" and frame["method"] == "select"
         return False
 
 
@@ -274,6 +281,13 @@ class Scenario:
     """The bash tool call's command."""
     rpc_shell: Shell = "quick"
     """The RPC ``bash`` command's command."""
+    approval: bool = False
+    """Tool approval is on (``--approval-mode always-ask``): ``ASKING`` calls wait for the host's
+    answer to a ``select`` dialog first."""
+    approval_delay: float | None = 0.0
+    """When the host answers a dialog; None: not before the disruption."""
+    approval_denies: bool = False
+    """The host answers ``Deny`` (the call is not run; the turn goes on)."""
     disrupt_on: Trigger | None = None
     """The phase the disruption is aimed at; None: at ``disrupt_at``. Aimed, ``disrupt_at`` is
     a fallback (after the run, or while it waits for a host that never answers) for a phase
@@ -324,10 +338,14 @@ RARELY_FRACTION = st.one_of(st.none(), st.none(), st.none(), FRACTION)
 
 
 def nominal_length(steps: tuple[Step, ...], retry_after: str, host_delay: float | None,
-                   uri_delay: float | None, child_delay: float, bash_shell: Shell) -> float:
-    """Roughly how many virtual seconds ``p1``'s run takes undisturbed."""
+                   uri_delay: float | None, child_delay: float, bash_shell: Shell,
+                   approval_delay: float | None = None) -> float:
+    """Roughly how many virtual seconds ``p1``'s run takes undisturbed (``approval_delay``:
+    approval is on and the host answers after that long)."""
     total = 0.5  # a threshold or overflow summary call streams 0.5 s
     for step in steps:
+        if approval_delay is not None:
+            total += (approval_delay or 0.2) * sum(c in ASKING for c in step.calls)
         total += sum(float(retry_after) if f == "unavailable" else 0.5 for f in step.failures)
         total += sum(pause for pause, _ in step.pieces)
         total += (host_delay or 1.0) * ("host" in step.calls)
@@ -347,12 +365,14 @@ host saw) or a little into it (the stubborn command's trap is set; a host answer
 
 
 def expected_phases(steps: tuple[Step, ...], *, warm_up: bool, summary_fails: bool,
-                    host_delay: float | None, uri_delay: float | None) -> list[Aim]:
+                    host_delay: float | None, uri_delay: float | None,
+                    approval: tuple[float | None, bool] | None = None) -> list[Aim]:
     """The phases ``p1``'s run should show undisturbed, in order, one entry per occurrence
     (a streamed message, a tool call ...), as far as the run should get: an overflow it cannot
     compact away (nothing before the prompt to compact, the summary call fails, or the run
     already compacted once) ends it, and a host that never answers stops it there. An
-    estimate: a phase it misses only makes the disruption fall back to ``disrupt_at``."""
+    estimate: a phase it misses only makes the disruption fall back to ``disrupt_at``.
+    ``approval``: (when the host answers a dialog, whether it denies) when approval is on."""
     found: list[Aim] = []
     compacted = False
     for index, step in enumerate(steps):
@@ -366,6 +386,13 @@ def expected_phases(steps: tuple[Step, ...], *, warm_up: bool, summary_fails: bo
                 found += ["retry", "streaming"] if failure == "dropped" else ["retry"]
         found.append("streaming")
         for call in step.calls:
+            if approval is not None and call in ASKING:
+                found.append("approval")
+                if approval[0] is None:
+                    return found
+                if approval[1]:
+                    found.append("tool")  # denied: announced and ended at once
+                    continue
             found.append("tool")
             if call == "bash":
                 found += ["bash", "bash_output"]
@@ -392,6 +419,9 @@ def aims(disruption: Disruption, phases: list[Aim], rpc_bash: bool) -> list[Aim]
     if "bash" in found:
         # A shell command cut short is what the kill ladder is for: aimed at twice as often.
         found[:0] = ["bash_output", "bash"]
+    if "approval" in found:
+        # A dialog pending is what an abort must cancel (not wait for): aimed at more often.
+        found[:0] = ["approval", "approval"]
     if rpc_bash and disruption in ("eof", "abort_eof", "cancel"):
         found.append("rpc_bash")
     return found
@@ -412,7 +442,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     retry_after, host_delay, uri_delay = draw(RETRY_AFTER), draw(answers), draw(answers)
     child_delay = draw(CHILD_DELAYS)
     bash_shell, rpc_shell = draw(SHELLS), draw(SHELLS)
-    length = nominal_length(steps, retry_after, host_delay, uri_delay, child_delay, bash_shell)
+    approval = draw(ONE_IN_FOUR)
+    approval_delay, approval_denies = draw(answers), draw(ONE_IN_FOUR)
+    length = nominal_length(steps, retry_after, host_delay, uri_delay, child_delay, bash_shell,
+                            approval_delay if approval else None)
     # abort_bash disrupts nothing without an RPC bash: draw one more often.
     rpc_bash_at = draw(SOMETIMES_FRACTION if disruption == "abort_bash" else RARELY_FRACTION)
     steer_at = draw(SOMETIMES_FRACTION)
@@ -424,7 +457,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     # the drawn time, which also reaches the moments between phases.
     if disruption != "none" and not draw(TIMED):
         phases = expected_phases(steps, warm_up=warm_up, summary_fails=summary_fails,
-                                 host_delay=host_delay, uri_delay=uri_delay)
+                                 host_delay=host_delay, uri_delay=uri_delay,
+                                 approval=(approval_delay, approval_denies) if approval
+                                 else None)
         found = aims(disruption, phases, rpc_bash_at is not None)
         aim = found[draw(AIM_INDEXES) % len(found)]
         # The how-manieth of its occurrences (``rpc_bash`` has one): a later message, tool
@@ -441,6 +476,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         steer_mode=draw(st.sampled_from(STEER_MODES)), disruption=disruption,
         disrupt_at=disrupt_at, background=draw(BOOLS), child_delay=child_delay,
         child_fails=draw(ONE_IN_FOUR), bash_shell=bash_shell, rpc_shell=rpc_shell,
+        approval=approval, approval_delay=approval_delay, approval_denies=approval_denies,
         disrupt_on=trigger)
 
 
@@ -606,6 +642,13 @@ class Host:
     async def db(self, request: HostUriRequest) -> str:
         await self._answer_after(self.scenario.uri_delay)
         return "row 1"
+
+    async def ui(self, request: ExtensionUiRequest) -> UiAnswer:
+        """Tool approval's ``select`` (no other dialog is opened in these sessions)."""
+        if request.method != "select":
+            return None
+        await self._answer_after(self.scenario.approval_delay)
+        return "Deny" if self.scenario.approval_denies else "Approve"
 
     # -- frames ---------------------------------------------------------------------------------
 
@@ -875,7 +918,8 @@ async def run_example(scenario: Scenario, cwd: Path, agent_dir: Path) -> Record:
     async with open_fake_llm(build_script(scenario)) as fake:
         write_models_yml(agent_dir, fake.base_url)
         options = ServeOptions(model="fake/fake-model", cwd=cwd, agent_dir=agent_dir,
-                               persist=False, announce_offline=False)
+                               persist=False, announce_offline=False,
+                               approval_mode="always-ask" if scenario.approval else None)
         to_server, server_in = trio.testing.memory_stream_one_way_pair()
         server_out, from_server = trio.testing.memory_stream_one_way_pair()
         recorder = RecordingSendStream(to_server)
@@ -896,7 +940,7 @@ async def run_example(scenario: Scenario, cwd: Path, agent_dir: Path) -> Record:
             nursery.start_soon(run_server)
             async with RpcClient.connect(
                     from_server, recorder, host_tools={"lookup": host.lookup},
-                    uri_schemes={"db": host.db}, max_buffered_events=math.inf,
+                    uri_schemes={"db": host.db}, ui=host.ui, max_buffered_events=math.inf,
                     close_timeout=math.inf) as client:
                 host.client = client
                 nursery.start_soon(host.collect, client)
@@ -958,7 +1002,8 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     turns and messages nest (``check_runs``, ``check_message_ids``); ``auto_retry_*`` and
     ``auto_compaction_*`` are closed before it (``check_sagas``); each tool execution and tool
     call is paired (``assert_tool_calls_paired``); each host tool call and URI request was
-    answered or cancelled (``check_host_requests``); each command got one response and each
+    answered or cancelled (``check_host_requests``), and so was each approval dialog
+    (``check_dialogs``); each command got one response and each
     accepted prompt one ``prompt_result``; ``get_state`` after a terminal ``agent_end`` says
     ``isStreaming: false`` (``check_idle_after_runs``); ``abort`` answers after the run ended.
     And each run ended the way the host's actions explain (``check_run_outcomes``): a run cut
@@ -995,6 +1040,7 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     check_message_ids(frames)
     assert_tool_calls_paired(frames)
     check_host_requests(frames, record.sent)
+    check_dialogs(frames, record.sent, record.eof_frames)
     check_responses(frames, record.commands, exact=True)
     check_prompt_results(frames, record.prompt_ids, exact=True)
     check_idle_after_runs(frames, record.prompt_ids, record.state_ids)
@@ -1034,6 +1080,12 @@ def report_coverage(scenario: Scenario, record: Record) -> None:
               f"{'found it' if record.aim_hit else 'fell back to the time'}")
     if any("bash" in step.calls for step in scenario.steps):
         event(f"bash tool command: {scenario.bash_shell}")
+    if scenario.approval:
+        dialogs = [f for f in frames if f["type"] == "extension_ui_request"]
+        asked = sum(f["method"] == "select" for f in dialogs)
+        cancelled = sum(f["method"] == "cancel" for f in dialogs)
+        event(f"approval: {asked} dialog(s), {cancelled} cancelled"
+              f"{', denied' if scenario.approval_denies else ''}")
     if ("b1", "bash") in record.commands:
         event(f"rpc bash command: {scenario.rpc_shell}")
     types = {f["type"] for f in frames}
@@ -1080,12 +1132,25 @@ RETRY_THEN_FAILED_OVERFLOW_COMPACTION = Scenario(
     disruption="none", disrupt_at=0.0)
 
 
+# Pinned too: an abort while a tool approval dialog waits for a host that does not answer
+# ends the run at once, with the dialog's cancel (the original holds the abort instead).
+ABORT_WHILE_APPROVAL_PENDS = Scenario(
+    warm_up=False,
+    steps=(Step(failures=(), thinking=False, pieces=((0.0, "Checking"),), calls=("host",)),
+           Step(failures=(), thinking=False, pieces=((0.0, "Done."),), calls=())),
+    retry_after="0", summary_fails=False, host_delay=0.0, host_fails=False,
+    host_updates=False, uri_delay=0.0, rpc_bash_at=None, steer_at=None, steer_mode="steer",
+    disruption="abort", disrupt_at=10.0, approval=True, approval_delay=None,
+    disrupt_on=Trigger("approval", 1, 0.1))
+
+
 # 1,000 examples take about a minute and a half to two and a half (2 shared cores; the costly ones
 # are the shell commands, the stubborn one above all); a failure's shrinking runs many more.
 @pytest.mark.timeout(600)
 @settings(PROFILE)
 @given(scenario=scenarios())
 @example(scenario=RETRY_THEN_FAILED_OVERFLOW_COMPACTION)
+@example(scenario=ABORT_WHILE_APPROVAL_PENDS)
 def test_cancellation_keeps_the_protocol(scenario: Scenario, tmp_path: Path) -> None:
     cwd, agent_dir = make_dirs(tmp_path, scenario)
     children = set(child_pids(os.getpid()))  # an earlier test's are not this example's

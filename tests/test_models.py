@@ -61,7 +61,7 @@ def test_catalog_models_are_complete() -> None:
     assert {"anthropic", "openai", "google", "offline"} <= providers
     for model in reg.models:
         assert model.api in {"anthropic-messages", "openai-responses", "google-generative-ai",
-                             "offline"}
+                             "openai-completions", "offline"}
         assert model.contextWindow
         assert model.maxTokens
         assert model.input[0] == "text"

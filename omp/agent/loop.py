@@ -11,11 +11,16 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
 * Steering is dequeued at every turn boundary; follow-ups only when the agent would stop. Both
   feed more turns of the same attempt. ``one-at-a-time`` dequeues one message, ``all`` the queue.
   A turn whose model call failed ends the attempt (the saga decides what follows).
-* Tool calls: arguments are validated against the tool's schema first; read-only calls that
+* Tool calls: a call the approval ``gate`` denies by policy is refused before the extensions'
+  ``tool_call`` hooks; arguments are validated against the tool's schema, then the gate decides
+  (it may ask the user) before the call is announced; read-only calls that
   follow each other run concurrently, any other call runs alone, in call order. Frames of a call
   (``tool_execution_end``, its toolResult ``message_start``/``message_end``) are written as it
   completes; results enter the context in call order. With ``interruptMode: immediate``, once
   steering is queued the calls not started yet are skipped.
+* A ``watch`` (TTSR rules) sees every streamed event as it is published; when it says so the
+  model call is cut (a cancel scope of its own): the message ends ``aborted`` without its tool
+  calls, its turn ends, the attempt ends, and the result's ``cut`` tells the run saga why.
 * Output: every frame is published at once; nothing publishing waits. The streaming producers
   (the model call, a tool's updates) wait on ``AgentSink.pace`` while the host is far behind
   (the model call before each network read, and between events only while behind; a tool
@@ -131,6 +136,47 @@ class AgentHooks(Protocol):
                           result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]: ...
 
 
+class ToolGate(Protocol):
+    """Tool approval (``omp.session.approval``): asked about every call before it runs."""
+
+    def precheck(self, tool: Tool, args: dict[str, Any]) -> str | None:
+        """The error text of a call denied without asking (before the ``tool_call`` hooks);
+        None otherwise."""
+        ...
+
+    async def check(self, call_id: str, tool: Tool, args: dict[str, Any]) -> str | None:
+        """None: the call runs; else its error text. May ask the user (a dialog awaited in
+        the run's task: an abort cancels it, and the call counts as not started)."""
+        ...
+
+
+class StreamCut(Protocol):
+    """What a ``StreamWatch`` found that stops the stream."""
+
+    @property
+    def reason(self) -> str:
+        """The cut message's ``errorMessage``."""
+        ...
+
+
+class StreamWatch(Protocol):
+    """Watches the model's stream as it arrives (``omp.session.rules``: TTSR)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def begin(self) -> None:
+        """A model call starts."""
+
+    def observe(self, event: StreamEvent) -> StreamCut | None:
+        """One event (after it was published); a cut when the stream must stop here."""
+        ...
+
+    def tool_result(self, call_id: str, result: ToolResult) -> ToolResult:
+        """The result of a call that ran, with what the watch has to add to it."""
+        ...
+
+
 class NoHooks:
     """No extension: every hook is skipped (``active`` is False)."""
 
@@ -197,6 +243,9 @@ class RunResult:
     """The attempt's last assistant message."""
     error: ProviderError | None = None
     """The failed model call's error (outcome ``error`` / ``overflow``)."""
+    cut: StreamCut | None = None
+    """The stream watch stopped the last model call (``last`` ended ``aborted`` with its
+    reason): the attempt ended after that turn."""
 
 
 def now_ms() -> int:
@@ -301,6 +350,11 @@ class Agent:
     interrupt_mode: Literal["immediate", "wait"] = "immediate"
     last_call: ModelCall | None = None
     """The latest model call (its ``error`` explains an ``error`` outcome)."""
+    gate: ToolGate | None = None
+    """Tool approval; None: every call runs."""
+    watch: StreamWatch | None = None
+    """Watches each model call's stream and may cut it (TTSR); None: nothing watches."""
+    _cut: StreamCut | None = None
     _added: list[m.AgentMessage] = attrs.field(factory=list)
     """What the current (or last) attempt added: ``agent_end.messages``."""
     _turn: _Turn | None = None
@@ -343,13 +397,14 @@ class Agent:
         self._turn_index = 0
         self._system_prompt = None
         self.stop_requested = False
+        self._cut = None
         if self.hooks.active:
             await self.hooks.agent_start()
         self.sink.publish(ev.AgentStart())
         pending: list[Input] = [*prompts, *self._dequeue(self.steering, self.steering_mode)]
         while True:
             assistant, more = await self._run_turn(pending)
-            if assistant.stopReason == "error" or self.stop_requested:
+            if assistant.stopReason == "error" or self.stop_requested or self._cut is not None:
                 break
             pending = self._dequeue(self.steering, self.steering_mode)
             if more or pending:
@@ -370,7 +425,7 @@ class Agent:
                 error = call.error if call is not None else None
                 overflow = error is not None and error.kind == "context_overflow"
                 outcome = "overflow" if overflow else "error"
-        return RunResult(outcome, list(self._added), last, error)
+        return RunResult(outcome, list(self._added), last, error, self._cut)
 
     def close_open(self, reason: str) -> RunResult:
         """Close whatever the cancelled attempt left open, in protocol order; never waits.
@@ -513,8 +568,15 @@ class Agent:
         call = self.last_call = turn.call = ModelCall(setup.model, context, setup.options)
 
         publish_update = self.sink.publish_update
+        watch = self.watch if self.watch is not None and self.watch.active else None
+        if watch is not None:
+            watch.begin()
+        cut = trio.CancelScope()
+        cut_at: list[m.AssistantMessage] = []
 
         def on_event(event: StreamEvent) -> None:
+            if cut.cancel_called:
+                return  # cut: nothing after the event that matched reaches the host
             if event.type == "start":
                 self.sink.publish(ev.MessageStart(message=event.partial))
                 turn.message_started = True
@@ -524,8 +586,24 @@ class Agent:
                 if event.type == "toolcall_end":
                     turn.ended_tool_calls.add(event.content_index)
                 publish_update(AssistantUpdate(event))
+                if watch is not None and (found := watch.observe(event)) is not None:
+                    self._cut = found
+                    # The message as the host saw it last: events the same network read
+                    # still brings are neither published nor kept.
+                    cut_at.append(event.partial)
+                    cut.cancel()
 
-        final = await call.run(on_event, pace=self.sink.pace, http=setup.http)
+        with cut:
+            await call.run(on_event, pace=self.sink.pace, http=setup.http)
+        final = cut_at[0] if cut_at else call.final
+        assert final is not None
+        if self._cut is not None:
+            # Cut by the watch (the HTTP stream is closed; or the stream ended before the cut
+            # took effect): the message so far ends aborted, without its tool calls (none of
+            # them runs; the turn is run again).
+            final = msgspec.structs.replace(
+                final, stopReason="aborted", errorMessage=self._cut.reason,
+                content=[b for b in final.content if not isinstance(b, m.ToolCall)])
         if self.hooks.active:
             await self.hooks.message_end(final)
         self._end_assistant(turn, final)
@@ -602,6 +680,12 @@ class Agent:
                 args = tool.prepare_arguments(dict(call.arguments))
             except Exception:
                 args = call.arguments  # validation below reports what is wrong
+        gate = self.gate if tool is not None else None
+        if gate is not None and tool is not None and (
+                denied := gate.precheck(tool, dict(args))) is not None:
+            # Denied by policy: the extensions never hear of the call (extensions.md §1.6).
+            await self._refuse(turn, call, args, ToolResult.text(denied, {}))
+            return
         if tool is not None and hooks.active:
             # Extensions decide before the call is announced (and before a host tool's
             # request is written): block it, or change its arguments.
@@ -609,12 +693,8 @@ class Agent:
             decision = await hooks.tool_call(call.id, call.name, dict(args))
             turn.gating.discard(call.id)
             if decision.block is not None:
-                self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id,
-                                                        toolName=call.name, args=args))
-                turn.started[call.id] = None
-                turn.results[call.id] = await self._finish_notified(
-                    call, ToolResult.text(decision.block or BLOCKED_BY_EXTENSION,
-                                          {"blocked": True}), True)
+                await self._refuse(turn, call, args, ToolResult.text(
+                    decision.block or BLOCKED_BY_EXTENSION, {"blocked": True}))
                 return
             if decision.arguments is not None:
                 args = decision.arguments
@@ -626,6 +706,10 @@ class Agent:
             # texts) is not held to its schema here.
             if not tool.lenient_arguments:
                 problem = validate_arguments(tool, args)
+            if problem is None and gate is not None and (
+                    denied := await gate.check(call.id, tool, dict(args))) is not None:
+                await self._refuse(turn, call, args, ToolResult.text(denied, {}))
+                return
             # A tool run by the host writes its request before the call is announced.
             if problem is None:
                 tool.open_call(call.id, args)
@@ -653,12 +737,23 @@ class Agent:
                                                exc.details), True
         except Exception as exc:
             result, is_error = ToolResult.text(f"{type(exc).__name__}: {exc}"), True
+        if self.watch is not None:
+            result = self.watch.tool_result(call.id, result)  # a rule its arguments matched
         if hooks.active:
             result, is_error = await hooks.tool_result(call.id, call.name, dict(args), result,
                                                        is_error)
         if not result.content and is_error:
             result = ToolResult.text("Tool failed with no output.", result.details)
         turn.results[call.id] = await self._finish_notified(call, result, is_error)
+
+
+    async def _refuse(self, turn: _Turn, call: m.ToolCall, args: dict[str, Any],
+                      result: ToolResult) -> None:
+        """A call that does not run (denied, blocked): announced, then its error result."""
+        self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
+                                                args=args))
+        turn.started[call.id] = None
+        turn.results[call.id] = await self._finish_notified(call, result, True)
 
 
 def _result_message(call: m.ToolCall, result: ToolResult, is_error: bool

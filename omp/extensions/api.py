@@ -28,7 +28,7 @@ from .events import EVENT_TYPES
 from .ui import ExtensionUI
 
 if TYPE_CHECKING:
-    from ..tools.base import OnUpdate
+    from ..tools.base import OnUpdate, Tier
 
 NOT_INITIALIZED = ("Extension runtime not initialized. Action methods cannot be called during "
                    "extension loading.")
@@ -109,6 +109,8 @@ class RegisteredTool:
     description: str
     parameters: dict[str, Any]
     execute: ToolExecute
+    approval: Tier = "exec"
+    """The tool's approval tier (omp-surface C.2): ``read``, ``write`` or ``exec``."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -196,17 +198,22 @@ class ExtensionAPI:
         self.extension.handlers.setdefault(event, []).append(handler)
 
     def register_tool(self, name: str, label: str, description: str,
-                      parameters: dict[str, Any], execute: ToolExecute) -> None:
+                      parameters: dict[str, Any], execute: ToolExecute, *,
+                      approval: Tier = "exec") -> None:
         """A tool the model can call: ``parameters`` is a JSON schema of type object;
         ``execute(call_id, params, ctx, on_update)`` returns the result (a string, a list of
         content blocks, or ``{"content": [...], "details": ..., "isError": bool}``); raising
-        makes an error result with the exception's message."""
+        makes an error result with the exception's message. ``approval``: its tier for tool
+        approval (``read``, ``write``, ``exec``; the original's default ``exec``)."""
+        if approval not in ("read", "write", "exec"):
+            raise ValueError(f'Tool "{name}" approval must be "read", "write" or "exec" '
+                             f"(got {approval!r})")
         if not name or not isinstance(name, str):
             raise ValueError("register_tool needs a name")
         if parameters.get("type", "object") != "object":
             raise ValueError(f'Tool "{name}" parameters must be a JSON schema of type "object"')
         self.extension.tools[name] = RegisteredTool(name, label or name, description,
-                                                    parameters, execute)
+                                                    parameters, execute, approval)
 
     def register_command(self, name: str, description: str, handler: CommandHandler) -> None:
         """A slash command ``/name``: ``handler(args, ctx)`` runs when a prompt starts with it."""

@@ -45,7 +45,7 @@ from ..agent.loop import CallDecision
 from ..groups import only_cancelled
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..tools.base import OnUpdate, Tool, ToolError, ToolResult
+from ..tools.base import OnUpdate, Tier, Tool, ToolError, ToolResult
 from .api import (
     Extension,
     ExtensionAPI,
@@ -417,6 +417,9 @@ class ExtensionTool(Tool):
     @property
     def parameters(self) -> dict[str, Any]:
         return self.registered.parameters
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        return self.registered.approval
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

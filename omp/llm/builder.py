@@ -103,6 +103,17 @@ class StreamEvent:
         """Take the snapshot now (call before the builder moves on if it will be needed)."""
         _ = self.partial
 
+    @property
+    def tool_name(self) -> str:
+        """The name of the tool call this ``toolcall_*`` event belongs to, as known so far
+        (no snapshot taken)."""
+        return self._builder.tool_identity(self.content_index)[1]
+
+    @property
+    def tool_call_id(self) -> str:
+        """The id of the tool call this ``toolcall_*`` event belongs to, as known so far."""
+        return self._builder.tool_identity(self.content_index)[0]
+
     def to_wire(self) -> m.AssistantMessageEvent:
         """The protocol's ``AssistantMessageEvent`` (with its ``partial`` snapshot)."""
         i, p = self.content_index, self.partial
@@ -214,6 +225,13 @@ class MessageBuilder:
 
     def index_of(self, key: Any) -> int | None:
         return self._keys.get(key)
+
+    def tool_identity(self, index: int) -> tuple[str, str]:
+        """(id, name) of the tool call block at ``index`` (empty when unknown or not one)."""
+        if not 0 <= index < len(self._blocks):
+            return "", ""
+        block = self._blocks[index]
+        return block.tool_id, block.tool_name
 
     def is_open(self, key: Any) -> bool:
         i = self._keys.get(key)

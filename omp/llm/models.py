@@ -1,10 +1,14 @@
 """The model registry: the built-in catalog, ``models.yml`` custom providers, and credentials.
 
-Sources, lowest precedence first: the catalog (``catalog.json`` beside this file, data not code),
-then ``<agent dir>/models.yml`` (providers added or overridden in the original's format). Keys
-for a provider come from, highest first: ``--api-key`` (for the provider chosen on the command
-line), ``<agent dir>/auth.json`` (``omp.login.store``), the provider's environment variables,
-the ``apiKey`` of ``models.yml``. The agent directory is ``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
+Sources, lowest precedence first: the catalog (``catalog.json`` beside this file, data not code:
+every provider's API kind, base URL, key variables, quirk flags and models), then
+``<agent dir>/models.yml`` (providers added or overridden in the original's format), then the
+models the local servers list (``omp.llm.local`` calls ``set_local_models``; a models.yml model
+of the same id wins). A catalog provider is available as soon as one of its key variables is set
+or a key is stored for it. Keys for a provider come from, highest first: ``--api-key`` (for the
+provider chosen on the command line), ``<agent dir>/auth.json`` (``omp.login.store``), the
+provider's environment variables, the ``apiKey`` of ``models.yml``. The agent directory is
+``$OMP_AGENT_DIR`` or ``~/.omp/agent``.
 
 An OAuth login stored in ``auth.json`` (a provider with an ``oauth`` block, ``login``) is sent as
 ``authorization: Bearer <access token>`` (``headers``), not as the provider's key header.
@@ -34,7 +38,7 @@ import urllib.parse
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import attrs
 import msgspec
@@ -59,8 +63,7 @@ OFFLINE_MODEL = "echo"
 # Which built-in model a fresh session starts on, by the first provider that has a key.
 DEFAULT_MODELS = (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-5.1"),
                   ("google", "gemini-2.5-pro"))
-PROVIDER_NAMES = {"anthropic": "Anthropic", "openai": "OpenAI", "google": "Google Gemini"}
-"""Display names (``get_login_providers``); other providers are shown by their id."""
+CredentialSource = Literal["cli", "login", "stored", "env", "config", "notNeeded", "missing"]
 REFRESH_SKEW_MS = 60_000
 """An OAuth token is renewed when it expires within this much (subagents-login B.6)."""
 
@@ -68,14 +71,27 @@ REFRESH_SKEW_MS = 60_000
 # --- catalog ----------------------------------------------------------------------------------
 
 
-class _CatalogProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class CatalogProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One provider of ``catalog.json`` (also read by ``scripts/refresh_catalog.py``)."""
+
     api: str
     baseUrl: str
     env: list[str]
+    """The variables its key is read from, first set wins."""
+    name: str = ""
     auth: Literal["apiKey", "none"] = "apiKey"
+    compat: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Quirk flags every model of the provider gets (``omp.llm.providers.openai_completions``
+    reads them); a model's own ``compat`` is laid over them."""
+    discovery: Literal["ollama", "openai-models"] | None = None
+    """A local server whose models are found by asking it (``omp.llm.local``), not listed."""
+    modelsUrl: str | None = None
+    """Where ``scripts/refresh_catalog.py`` reads the provider's model list."""
+    keyUrl: str | None = None
+    """Where a user gets a key (shown by ``omp models --all``)."""
 
 
-class _CatalogModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class CatalogModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     provider: str
     id: str
     name: str
@@ -85,11 +101,18 @@ class _CatalogModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     contextWindow: int | None
     maxTokens: int | None
     thinking: ModelThinking | msgspec.UnsetType = msgspec.UNSET
+    compat: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
-class _Catalog(msgspec.Struct, frozen=True):
-    providers: dict[str, _CatalogProvider]
-    models: list[_CatalogModel]
+class Catalog(msgspec.Struct, frozen=True):
+    providers: dict[str, CatalogProvider]
+    models: list[CatalogModel]
+
+
+def read_catalog() -> Catalog:
+    """The catalog shipped in the package (one msgspec decode: about a millisecond)."""
+    data = resources.files(__package__).joinpath("catalog.json").read_bytes()
+    return msgspec.json.decode(data, type=Catalog)
 
 
 # --- the registry -----------------------------------------------------------------------------
@@ -121,6 +144,14 @@ class ModelRegistry:
     url_credentials: dict[tuple[str, str], str] = attrs.field(factory=dict)
     """The ``authorization`` header value for a model whose base URL had credentials in it,
     by (provider, id); the model itself keeps the URL without them."""
+    catalog_providers: dict[str, CatalogProvider] = attrs.field(factory=dict)
+    """The catalog's entry of each built-in provider (name, quirks, discovery)."""
+    base_urls: dict[str, str] = attrs.field(factory=dict)
+    """A models.yml ``baseUrl`` given for a built-in provider (a local server elsewhere)."""
+    discovered: set[tuple[str, str]] = attrs.field(factory=set)
+    """(provider, id) of the models a local server listed (``set_local_models``)."""
+    server_urls: dict[str, str] = attrs.field(factory=dict)
+    """``localModels.servers``: where the local servers are (``use_local_servers``)."""
 
     def __attrs_post_init__(self) -> None:
         self._hide_url_credentials()
@@ -143,16 +174,18 @@ class ModelRegistry:
         return registry
 
     def _load_catalog(self) -> None:
-        data = resources.files(__package__).joinpath("catalog.json").read_bytes()
-        catalog = msgspec.json.decode(data, type=_Catalog)
+        catalog = read_catalog()
         for name, p in catalog.providers.items():
             self.providers[name] = ProviderAuth(env=tuple(p.env), auth=p.auth)
+            self.catalog_providers[name] = p
         for cm in catalog.models:
             p = catalog.providers[cm.provider]
+            compat = {**p.compat, **(cm.compat or {})} or msgspec.UNSET
             self.models.append(Model(
                 id=cm.id, name=cm.name, api=p.api, provider=cm.provider, baseUrl=p.baseUrl,
                 reasoning=cm.reasoning, input=list(cm.input), cost=cm.cost,
-                contextWindow=cm.contextWindow, maxTokens=cm.maxTokens, thinking=cm.thinking))
+                contextWindow=cm.contextWindow, maxTokens=cm.maxTokens, thinking=cm.thinking,
+                compat=compat))
 
     def apply(self, file: ModelsFile) -> None:
         """Add or override providers and models from a parsed models.yml."""
@@ -190,6 +223,8 @@ class ModelRegistry:
             if pc.baseUrl and not pc.models:
                 self.models = [msgspec.structs.replace(m, baseUrl=pc.baseUrl)
                                if m.provider == name else m for m in self.models]
+            if pc.baseUrl:
+                self.base_urls[name] = pc.baseUrl
         self._hide_url_credentials()
 
     def _hide_url_credentials(self) -> None:
@@ -321,12 +356,89 @@ class ModelRegistry:
                             f"(the `login` command with providerId `{provider}`)") from None
             await self.credentials.store(provider, fresh)
 
+    def display_name(self, provider: str) -> str:
+        """The provider's name for people (``get_login_providers``, ``omp models``)."""
+        entry = self.catalog_providers.get(provider)
+        return entry.name if entry is not None and entry.name else provider
+
+    def credential(self, provider: str) -> CredentialSource:
+        """Where ``provider``'s credential would come from now (never the credential):
+        ``cli`` (``--api-key``), ``login`` (an OAuth login), ``stored`` (a key in
+        ``auth.json``), ``env`` (its variable), ``config`` (models.yml ``apiKey``),
+        ``notNeeded`` (``auth: none``, a local server), ``missing``."""
+        if self.cli_keys.get(provider):
+            return "cli"
+        stored = self.credentials.entries.get(provider)
+        if isinstance(stored, OAuthTokens):
+            return "login"
+        if isinstance(stored, ApiKey) and stored.key:
+            return "stored"
+        auth = self.providers.get(provider)
+        if auth is None:
+            return "missing"
+        if any(self.environ.get(name) for name in auth.env):
+            return "env"
+        if auth.config_key and resolve_config_value(auth.config_key, self.environ):
+            return "config"
+        return "notNeeded" if auth.auth == "none" else "missing"
+
+    # -- local servers -----------------------------------------------------------------------
+
+    def use_local_servers(self, urls: Mapping[str, str]) -> None:
+        """Where the local servers are (``localModels.servers``): from now on, and for the
+        local models already known (one named on the command line)."""
+        self.server_urls = dict(urls)
+        moved = {s.provider: s.base_url for s in self.local_servers()}
+        self.models = [msgspec.structs.replace(m, baseUrl=moved[m.provider])
+                       if m.provider in moved and (m.provider, m.id) in self.discovered else m
+                       for m in self.models]
+
+    def local_servers(self, overrides: Mapping[str, str] | None = None) -> list[LocalServer]:
+        """The local servers to look for models on: every catalog provider with
+        ``discovery``, at ``overrides[provider]`` (default: ``use_local_servers``'), else
+        its models.yml ``baseUrl``, else the catalog's."""
+        chosen = self.server_urls if overrides is None else overrides
+        out = []
+        for name, entry in self.catalog_providers.items():
+            if entry.discovery is None:
+                continue
+            url = chosen.get(name) or self.base_urls.get(name) or entry.baseUrl
+            out.append(LocalServer(name, entry.discovery, url.rstrip("/")))
+        return out
+
+    def set_local_models(self, provider: str, found: list[Model]) -> None:
+        """What a local server listed now replaces what it listed before; a models.yml model
+        of the same id is kept as the user wrote it."""
+        self.models = [m for m in self.models if (m.provider, m.id) not in self.discovered
+                       or m.provider != provider]
+        self.discovered = {key for key in self.discovered if key[0] != provider}
+        mine = {m.id for m in self.models if m.provider == provider}
+        for model in found:
+            if model.id not in mine:
+                mine.add(model.id)
+                self.models.append(model)
+                self.discovered.add((provider, model.id))
+
+    def local_model(self, provider: str, model_id: str) -> Model | None:
+        """A model of a local server named before the server was asked (``--model
+        ollama/qwen3:8b``): taken on trust with unknown limits, replaced by what the server
+        says once it is found. None for a provider that is not a local server."""
+        entry = self.catalog_providers.get(provider)
+        if entry is None or entry.discovery is None or not model_id:
+            return None
+        server = next(s for s in self.local_servers() if s.provider == provider)
+        model = local_model(provider, model_id, server.base_url, entry)
+        self.set_local_models(provider, [
+            *(m for m in self.models if m.provider == provider
+              and (provider, m.id) in self.discovered), model])
+        return model
+
     def login_targets(self) -> list[LoginTarget]:
         """What ``login`` offers: every provider with an ``oauth`` block (that flow), and
         every other provider that takes an API key (pasting it), in registry order."""
         out = []
         for name, auth in self.providers.items():
-            shown = PROVIDER_NAMES.get(name, name)
+            shown = self.display_name(name)
             if name in self.oauth:
                 out.append(LoginTarget(name, shown, self.oauth[name]))
             elif auth.auth == "apiKey" and name != OFFLINE_PROVIDER:
@@ -359,6 +471,25 @@ class ModelRegistry:
         offline = self.find(OFFLINE_PROVIDER, OFFLINE_MODEL)
         assert offline is not None
         return offline
+
+
+class LocalServer(NamedTuple):
+    provider: str
+    discovery: Literal["ollama", "openai-models"]
+    base_url: str
+    """The OpenAI-compatible root its models are called at (``.../v1``)."""
+
+
+def local_model(provider: str, model_id: str, base_url: str, entry: CatalogProvider, *,
+                context_window: int | None = None, images: bool = False,
+                reasoning: bool = False) -> Model:
+    """A model served by a local server: free, limits as the server says (None: unknown)."""
+    return Model(id=model_id, name=model_id, api=entry.api, provider=provider,
+                 baseUrl=base_url, reasoning=reasoning,
+                 input=["text", "image"] if images else ["text"],
+                 cost=ModelCost(input=0, output=0, cacheRead=0, cacheWrite=0),
+                 contextWindow=context_window, maxTokens=None,
+                 compat=dict(entry.compat) or msgspec.UNSET)
 
 
 def fast_service_tier(model: Model) -> str | None:

@@ -157,7 +157,9 @@ class CycleModel(_Frame, tag="cycle_model", frozen=True):
 
 
 class GetAvailableModels(_Frame, tag="get_available_models", frozen=True):
-    pass
+    all: bool = False
+    """Ours: also the catalog's models whose provider has no credential yet (each with
+    ``credential: "missing"``), after the available ones."""
 
 
 class SetThinkingLevel(_Frame, tag="set_thinking_level", frozen=True):

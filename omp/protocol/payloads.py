@@ -112,6 +112,19 @@ class ModelsPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     models: list[Model]
 
 
+class AvailableModel(Model, frozen=True, kw_only=True, omit_defaults=True):
+    """A model of ``get_available_models``: the model, and where its provider's credential
+    comes from (never the credential): ``cli`` (``--api-key``), ``login`` (OAuth),
+    ``stored`` (``auth.json``), ``env``, ``config`` (models.yml ``apiKey``), ``notNeeded``
+    (a local server, ``auth: none``)."""
+
+    credential: str
+
+
+class AvailableModels(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    models: list[AvailableModel]
+
+
 class CycleModelResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     model: Model
     thinkingLevel: ThinkingLevel | UnsetType = UNSET

@@ -190,9 +190,12 @@ class Commands:
             cmd.SetTodos: serial(settings.set_todos),
             cmd.SetEventFilter: serial(self.set_event_filter),
             cmd.GetAvailableCommands: serial(self.get_available_commands),
-            cmd.SetModel: serial(settings.set_model),
+            # Both may wait for the local servers being asked (at most their timeout; the
+            # shutdown cancels the wait).
+            cmd.SetModel: Route(settings.set_model, "serial", family="command"),
             cmd.CycleModel: serial(settings.cycle_model),
-            cmd.GetAvailableModels: serial(settings.get_available_models),
+            cmd.GetAvailableModels: Route(settings.get_available_models, "serial",
+                                          family="command"),
             cmd.SetThinkingLevel: serial(settings.set_thinking_level),
             cmd.CycleThinkingLevel: serial(settings.cycle_thinking_level),
             cmd.GetAvailableThinkingLevels: serial(settings.get_available_thinking_levels),

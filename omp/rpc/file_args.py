@@ -9,6 +9,9 @@ the cwd) becomes, in argument order:
 * an image (PNG, JPEG, GIF or WebP by its first bytes; at most ``MAX_IMAGE_BYTES``):
   ``<file name="ABS"></file>\\n`` and the image attached to the message, as it is (this runtime
   does not resize images);
+* a document (PDF, Office, by its extension) or any file with a NUL byte in its first 8 KiB:
+  ``<file name="ABS">[Cannot read EXT file: ...]</file>\\n``, the original's line for a document
+  it cannot convert (this runtime has no converter);
 * a file over its limit: ``<file name="ABS">(skipped: too large, SIZE)</file>\\n`` and a warning
   on stderr.
 
@@ -96,6 +99,11 @@ def first_prompt(files: list[str], messages: list[str], piped: str | None,
     return prompts + [Prompt(message, []) for message in rest]
 
 
+DOCUMENT_SUFFIXES = frozenset({".pdf", ".doc", ".docx", ".xls", ".xlsx", ".ppt", ".pptx", ".odt",
+                               ".ods", ".odp", ".epub", ".rtf"})
+"""Files the original converts to Markdown (its converter's formats)."""
+
+
 def inline_file(argument: str, cwd: Path) -> tuple[str, ImageContent | None]:
     """One ``@path`` argument: its text for the message and its image, if it is one."""
     from ..tools.read import image_mime_type  # lazy: omp.lazy says why
@@ -131,6 +139,12 @@ def inline_file(argument: str, cwd: Path) -> tuple[str, ImageContent | None]:
     if mime is not None:
         image = ImageContent(data=base64.b64encode(head).decode("ascii"), mimeType=mime)
         return f'<file name="{path}"></file>\n', image
+    if b"\0" in head[:8192] or path.suffix.lower() in DOCUMENT_SUFFIXES:
+        # The original converts documents to Markdown and writes this line when it cannot;
+        # this runtime has no converter, so a document or any binary file gets that line.
+        kind = path.suffix.lower().lstrip(".") or "binary"
+        return (f'<file name="{path}">[Cannot read {kind} file: documents and binary files are '
+                "not converted by this runtime]</file>\n"), None
     content = head.decode("utf-8", errors="replace")
     return f'<file name="{path}">\n{content}\n</file>\n', None
 

@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -51,6 +51,7 @@ from ..protocol import events as ev
 from ..protocol.codec import FrameEncoder
 from ..session import AgentSession, SessionError, create_session
 from ..session.aborts import AbortRegistry
+from ..session.approval import ApprovalGate
 from ..session.sink import EventSink
 from ..subagents import SubagentHost
 from ..subagents import install as install_subagents
@@ -63,6 +64,7 @@ from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
+    from ..llm.local import LocalDiscovery
 
 DRAIN_STALL_SECONDS = 1.0
 """After the front ended, how long the output may make no progress before unsent frames are
@@ -87,6 +89,11 @@ class Runtime:
     host_uris: HostUris
     session: AgentSession
     subagents: SubagentHost | None
+    discovery: LocalDiscovery | None = None
+    """The local model servers being asked, from right after ``ready``
+    (``start_local_discovery``; None before, or when that is off)."""
+    notices: list[ev.Notice] = attrs.field(factory=list)
+    """Said once at startup (``startup_notices``), beside the settings' own."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -129,8 +136,68 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
         skills=options.skills, require_credentials=require_credentials,
         sink=outbox if sink is None else sink, http=http,
         aborts=aborts, uris=host_uris, tools_from=own_tools)
-    return Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
-                   session, found[0] if found else None)
+    session.use_approval(approval_gate(options, session, host_ui))
+    runtime = Runtime(options, output, outbox, controls, aborts, http, host_ui, host_uris,
+                      session, found[0] if found else None)
+    if options.rules:
+        use_rules(runtime)
+    return runtime
+
+
+def use_rules(runtime: Runtime) -> None:
+    """Load the TTSR rules and give them to the session; a project's rules only when the
+    project is trusted (otherwise a notice says they were left out). The rules machinery is
+    imported only when a rules folder exists."""
+    options, session = runtime.options, runtime.session
+    directory = session.prompt_options.agent_directory or agent_dir()
+    if not ((directory / "rules").is_dir() or (session.cwd / ".omp" / "rules").is_dir()):
+        return
+    from ..session.rules import RuleWatch, load_rules
+
+    rules, problems, skipped = load_rules(
+        directory, session.cwd, settings=session.settings.ttsr,
+        trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
+    session.report_problems(problems)
+    if skipped is not None:
+        runtime.notices.append(ev.Notice(
+            level="warning", source="rules",
+            message=f"Project rules in {skipped} were not loaded: the project is not trusted "
+                    "(start with --trust-project, or list it under trustedProjects in "
+                    "~/.omp/agent/config.yml)"))
+    if rules:
+        session.use_rules(RuleWatch(rules, session.settings.ttsr, session.publish,
+                                    lambda: session.messages, session.cwd))
+
+
+def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> ApprovalGate:
+    """The settings' tool approval with the command line's over it (omp-surface C.1)."""
+    settings = session.settings.approval
+    if options.approval_mode is not None:
+        settings = attrs.evolve(settings, mode=options.approval_mode)
+    if options.auto_approve:
+        settings = attrs.evolve(settings, auto_approve=True)
+    session.settings.approval = settings
+    return ApprovalGate(settings, ui, options.approve, session.settings.bash)
+
+
+def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
+                          environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
+    """Start asking the local model servers for their models (``localModels`` in
+    ``config.yml``) as a task of ``nursery``; None when it is off (there, or
+    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is queued: its module is imported then."""
+    from ..llm.local import LocalDiscovery, turned_off  # lazy: omp.lazy says why
+
+    session = runtime.session
+    chosen = session.settings.local_models
+    if not chosen.enabled or turned_off(os.environ if environ is None else environ):
+        return None
+    servers = session.registry.local_servers()
+    if not servers:
+        return None
+    runtime.discovery = LocalDiscovery(session.registry, runtime.http, servers,
+                                       timeout=chosen.timeoutMs / 1000)
+    runtime.discovery.start(nursery)
+    return runtime.discovery
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
@@ -163,12 +230,12 @@ def skipped_plugin_code(options: ServeOptions) -> list[str]:
 def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     """What the start said that a host should hear once: settings a ``--config`` overlay sets
     that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``),
-    session files ``--continue`` passed over."""
+    an untrusted project's rules left out, session files ``--continue`` passed over."""
     session = runtime.session
     skipped, session.store.startup_notes = session.store.startup_notes, []
     return [*(ev.Notice(level="warning", source="config", message=note)
               for note in session.settings.notes),
-            *session.prompt_options.take_notices(),
+            *session.prompt_options.take_notices(), *runtime.notices,
             *(ev.Notice(level="warning", source="session", message=note) for note in skipped)]
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import attrs
 
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
+from ..session.approval import ApprovePolicy
+from ..session.settings import ApprovalMode
 from .commands import CustomHandler
 from .output import DEFAULT_SPILL_LIMIT
 
@@ -90,6 +92,17 @@ class ServeOptions:
     skills: Sequence[str] | bool | None = None
     """``--no-skills`` (False: none), ``--skills`` (glob patterns: only those), None: as the
     settings say."""
+    rules: bool = True
+    """TTSR rules (``<agent dir>/rules``, a trusted project's ``.omp/rules``) watch the model's
+    stream (``--no-rules``: False)."""
+    approval_mode: ApprovalMode | None = None
+    """``--approval-mode``: over ``tools.approvalMode`` for this process (omp-surface C.1)."""
+    auto_approve: bool = False
+    """``--auto-approve`` / ``--yolo``: every tool runs without asking, whatever the mode
+    (``tools.approval.<tool>: deny`` / ``prompt`` still apply)."""
+    approve: ApprovePolicy | None = None
+    """Embedding: an async ``(ApprovalRequest) -> bool`` asked in place of the host's
+    ``Approve`` / ``Deny`` dialog when a call needs approval."""
     deadline: float | None = None
     """``--max-time``: the ``time.monotonic()`` at which the run going is aborted (``Deadline
     exceeded``) and no other one starts."""

@@ -59,6 +59,7 @@ from .lifecycle import (
     new_output,
     run_lifecycle,
     run_on_stdio,
+    start_local_discovery,
     startup_notices,
     use_extensions,
 )
@@ -159,6 +160,9 @@ class RpcServer:
         until EOF (or ``request_stop``)."""
         await nursery.start(self.run_commands)
         self.output.put_nowait(Ready())
+        # After ``ready``, never before it: the local servers are asked meanwhile, and the
+        # model commands wait for them.
+        self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
         self.start_job(self._start_extensions)

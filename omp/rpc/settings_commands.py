@@ -6,12 +6,15 @@ route is ``scoped``, the cancel scope the reader registered for it) and returns 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import msgspec
 import trio
 
 from ..config import ConfigError
 from ..extensions.ui import UiDisconnected
+from ..llm.models import OFFLINE_PROVIDER
 from ..login import FrameLoginUI, LoginError, run_login
 from ..protocol import commands as cmd
 from ..protocol import payloads
@@ -22,6 +25,9 @@ from ..session.context import last_assistant_text
 from ..subagents import SubagentHost, SubagentRegistry, UnknownSubagent, read_messages
 from .bridges import INPUT_CLOSED, ControlRegistry, Emit, HostUI
 
+if TYPE_CHECKING:
+    from ..llm.local import LocalDiscovery
+
 NO_SUBAGENT_BUS = "Subagent event bus is unavailable"
 
 
@@ -31,6 +37,10 @@ class SettingsCommands:
     controls: ControlRegistry
     emit: Emit
     subagents: SubagentHost | None = None
+    discovery: LocalDiscovery | None = None
+    """The local model servers being asked, set right after ``ready`` by the server
+    (``start_local_discovery``): the model commands wait for it (at most its timeout) so that
+    what they see includes them."""
     subagent_level: str = attrs.field(default="off", init=False)
     _login_running: bool = attrs.field(default=False, init=False)
 
@@ -43,7 +53,10 @@ class SettingsCommands:
         return ok("get_last_assistant_text", frame.id,
                   payloads.LastAssistantText(text=msgspec.UNSET if text is None else text))
 
-    def set_model(self, frame: cmd.SetModel) -> Response:
+    async def set_model(self, frame: cmd.SetModel) -> Response:
+        if self.discovery is not None and self.session.registry.find(
+                frame.provider, frame.modelId) is None:
+            await self.discovery.wait()
         try:
             model = self.session.set_model(frame.provider, frame.modelId)
         except SessionError as exc:
@@ -59,9 +72,21 @@ class SettingsCommands:
             model=model, thinkingLevel=s.thinking_level,
             isScoped=False))
 
-    def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
-        models = self.session.registry.available()
-        return ok("get_available_models", frame.id, payloads.ModelsPayload(models=models))
+    async def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
+        """The models with credentials (or none needed: local servers), each with where its
+        credential comes from (``credential``, never the credential); with ``all``, the
+        catalog's others after them (``missing``)."""
+        if self.discovery is not None:
+            await self.discovery.wait()
+        registry = self.session.registry
+        chosen = registry.available()
+        if frame.all:
+            chosen += [m for m in registry.models
+                       if m not in chosen and m.provider != OFFLINE_PROVIDER]
+        models = [payloads.AvailableModel(**msgspec.structs.asdict(m),
+                                          credential=registry.credential(m.provider))
+                  for m in chosen]
+        return ok("get_available_models", frame.id, payloads.AvailableModels(models=models))
 
     def set_thinking_level(self, frame: cmd.SetThinkingLevel) -> Response:
         self.session.set_thinking_level(frame.level)

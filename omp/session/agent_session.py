@@ -26,7 +26,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, Input, NoHooks, TurnSetup, user_message
+from ..agent.loop import Agent, Input, NoHooks, RunResult, ToolGate, TurnSetup, user_message
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..llm.builder import Pace
@@ -45,16 +45,19 @@ from .errors import SessionError
 from .file import SessionFile
 from .maintenance import Maintenance
 from .model_control import ModelControl
+from .reminders import TodoReminders
 from .settings import Settings
 from .sink import EventSink, NullSink, Published, Update
 from .store import Adopted, SessionStore
 from .system_prompt import PromptOptions
 
 if TYPE_CHECKING:
-    # Annotations only: the extension machinery loads with the first extension (omp.lazy).
+    # Annotations only: the extension machinery loads with the first extension (omp.lazy),
+    # the rules machinery with the first rules folder.
     from ..extensions.api import DeliverAs
     from ..extensions.runtime import Extensions
     from ..extensions.ui import ExtensionUI
+    from .rules import RuleWatch
 
 __all__ = ["BUSY", "AgentSession", "EventSink", "SessionError"]
 
@@ -94,6 +97,9 @@ class AgentSession:
     """``set_auto_compaction``: whether compaction may start on its own."""
     task_depth: int = 0
     """How deep this session is in a tree of subagents (the main session: 0)."""
+    approval: ToolGate | None = None
+    """Tool approval (``omp.session.approval``); a subagent gets its parent's, so it asks
+    through the parent's host. None: every call runs."""
     extensions: Extensions | None = attrs.field(default=None, init=False)
     skills: list[Skill] = attrs.field(factory=list, init=False)
     reported: ReportOnce = attrs.field(factory=ReportOnce, init=False)
@@ -106,6 +112,9 @@ class AgentSession:
     agent: Agent = attrs.field(init=False)
     runs: RunCoordinator = attrs.field(init=False)
     maintenance: Maintenance = attrs.field(init=False)
+    reminders: TodoReminders = attrs.field(init=False)
+    rules: RuleWatch | None = attrs.field(default=None, init=False)
+    """TTSR rules (``use_rules``); None: none."""
     own_tools: list[Tool] = attrs.field(factory=list, init=False)
     """The built-in tools and those that need the session (``tools_from``)."""
     _active_tools: set[str] | None = attrs.field(default=None, init=False)
@@ -115,12 +124,16 @@ class AgentSession:
         self.store = SessionStore(self.cwd, self.publish, self._sessions_directory)
         self.models = ModelControl(self.registry, self._start_model, self.publish,
                                    self.store.persist, self.http, self._start_thinking)
-        self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup)
+        self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup,
+                           gate=self.approval)
         self.runs = RunCoordinator(self.agent, self, self.publish, self.aborts,
                                    self._record, self._agent_end_hook, self.store.written,
                                    random.Random())
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
+        self.reminders = TodoReminders(
+            self.todos, self.settings.todo_reminders,
+            enabled="todo" not in self.settings.disabled_tools)
         self.own_tools = list(self.builtin_tools)
         if self.tools_from is not None:
             self.own_tools += self.tools_from(self)
@@ -159,6 +172,10 @@ class AgentSession:
                 blocks = [*blocks[:-1], self.prompt_extra, *blocks[-1:]]
             self._prompt = (key, blocks)
         return self._prompt[1]
+
+    def use_approval(self, gate: ToolGate | None) -> None:
+        """Every later tool call passes ``gate`` (None: none)."""
+        self.approval = self.agent.gate = gate
 
     def set_host_tools(self, tools: Sequence[Tool]) -> None:
         """Replace the host's tools; the next model call (and system prompt) has them."""
@@ -427,6 +444,40 @@ class AgentSession:
         if any(msg is failed for msg in messages):
             index = max(i for i, msg in enumerate(messages) if msg is failed)
             del messages[index:]  # its synthetic "not executed" tool results go with it
+
+    def use_rules(self, watch: RuleWatch | None) -> None:
+        """TTSR rules watch every later model call (None: none)."""
+        self.rules = self.agent.watch = watch
+
+    def inject_rules(self, result: RunResult) -> bool:
+        watch = self.rules
+        if watch is None:
+            return False
+        from .rules import Interrupt  # loaded already: ``watch`` is one of its objects
+
+        interrupt = result.cut
+        if interrupt is not None:
+            assert isinstance(interrupt, Interrupt)
+            cut = result.last
+            if watch.settings.contextMode == "discard" and cut is not None:
+                self.drop_failed_turn(cut)  # the cut message leaves the context
+        else:
+            interrupt = watch.take_pending()
+            if interrupt is None or result.outcome != "completed":
+                return False
+        self._record(watch.injection(interrupt))  # hidden: no message frames
+        return True
+
+    def remind_todos(self, last: m.AssistantMessage | None) -> bool:
+        if self.agent.stop_requested:
+            return False
+        due = self.reminders.due(last)
+        if due is None:
+            return False
+        event, message = due
+        self.publish(event)
+        self._record(message)  # hidden: in the context and the file, no message frames
+        return True
 
     def can_compact(self) -> bool:
         return self.maintenance.can_compact()

@@ -138,7 +138,10 @@ class ModelControl:
         ref = settings.models.get("default") if isinstance(settings.models, dict) else None
         if isinstance(ref, str) and "/" in ref:
             provider, _, model_id = ref.partition("/")
-            model = self.registry.find(provider, model_id)
+            # A local server's model is known once the server was asked (after ``ready``):
+            # until then it is taken on trust, as on the command line.
+            model = (self.registry.find(provider, model_id)
+                     or self.registry.local_model(provider, model_id))
             if model is not None and self.registry.has_credentials(provider):
                 self.model = model
         level = settings.thinking_level

@@ -22,6 +22,10 @@ Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; 
   ``Nothing to compact``) and the overflow ends the run. After a successful run past the
   threshold the context is compacted before ``agent_end`` (``reason: "threshold"``). Both
   compactions run inside the run's scope.
+* An attempt cut by a TTSR rule (``omp.session.rules``) is followed by another one with the
+  rule injected, inside the same scope (no ``agent_end`` in between).
+* An attempt that completed while todos are unfinished may be followed by another one, after
+  a ``todo_reminder`` (``omp.session.reminders``), inside the same scope.
 * An abort before the run started writes nothing: the saga reports that it never ran.
 * A bug (an exception out of the loop) closes what is open like an abort and ends the run with
   an ``error`` outcome naming it; the session goes on.
@@ -73,6 +77,17 @@ class RunHost(Protocol):
     def can_compact(self) -> bool: ...
 
     def needs_compaction(self) -> bool: ...
+
+    def inject_rules(self, result: RunResult) -> bool:
+        """After an attempt: whether TTSR rules were injected (the attempt was cut by one, or
+        one matched without cutting and the attempt completed), so that another attempt
+        follows."""
+        ...
+
+    def remind_todos(self, last: m.AssistantMessage | None) -> bool:
+        """After a completed attempt: whether a todo reminder was written (its event
+        published, its hidden message in the context), so that another attempt follows."""
+        ...
 
     async def summarize(self) -> CompactionResult | None:
         """Compact the live context now; None when there is nothing to compact. Raises
@@ -166,6 +181,11 @@ class Run:
             result = await host.agent.run(prompts)
             taken += result.messages
             prompts = []
+            if host.inject_rules(result):
+                # A rule cut the stream (or matched): the turn runs again with the rule.
+                if self._retry_open:
+                    self._end_retry(True, None)
+                continue
             if (result.outcome == "overflow" and not recovered and host.auto_compaction
                     and host.can_compact()):
                 # The prompt did not fit: compact, then run the turn again (§6.2), once.
@@ -185,6 +205,10 @@ class Run:
                 break
             delay = self._retry_delay(result)
             if delay is None:
+                if result.outcome == "completed" and host.remind_todos(result.last):
+                    if self._retry_open:
+                        self._end_retry(True, None)
+                    continue  # unfinished todos: the agent goes on (omp.session.reminders)
                 break
             self._retries += 1
             self._retry_open = True

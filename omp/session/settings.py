@@ -19,18 +19,25 @@ Files, lowest precedence first:
    ``agents-md`` leaves out the ``AGENTS.md`` files, ``claude`` the ``CLAUDE.md`` files,
    ``native`` the agent directory's own) and ``<tool>.enabled: false`` for a built-in tool
    (``read``, ``bash``, ``edit``, ``write``, ``grep`` / ``search``, ``find``, ``ls``,
-   ``todo``): that tool is not offered. ``tools.approvalMode`` may only be ``yolo`` (what this
-   runtime does); another value is an error.
+   ``todo``): that tool is not offered. Tool approval (omp-surface C.1):
+   ``tools.approvalMode`` (``always-ask``, ``write``, ``yolo``; another value is an error) and
+   ``tools.approval.<tool>: allow | deny | prompt`` (another value is ignored with a warning,
+   as the original ignores it); a project's own file cannot set either (a repository must not
+   wave its own tool calls through). Todo reminders (D.7): ``todo.reminders`` (bool) and
+   ``todo.remindersMax`` (a whole number). TTSR rules (D.2): ``ttsr.enabled``,
+   ``ttsr.contextMode``, ``ttsr.interruptMode``, ``ttsr.repeatMode``, ``ttsr.repeatGap``,
+   ``ttsr.builtinRules``, ``ttsr.disabledRules``; a wrong value is an error naming the key.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
-``retry``, ``bash``, ``task``, ``async``, ``skills``) the original has more keys than we use, and
-adds some between versions, so an unmodelled key is never an error: a key the original defines
-(``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a typo) is ignored with a
-warning on stderr naming the file and ``$.section.key``. A key we model with a value of the wrong
-type or range IS an error naming the file and the key (the strict converter of ``omp/config.py``),
-and nothing is applied. ``null`` for a key means "not set" (its default), except ``reserveTokens``,
-where null is a value (the automatic reserve). A missing file or an empty one means the defaults.
+``retry``, ``bash``, ``task``, ``async``, ``skills``; ``localModels`` is ours) the original has
+more keys than we use, and adds some between versions, so an unmodelled key is never an error: a
+key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a
+typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we model
+with a value of the wrong type or range IS an error naming the file and the key (the strict
+converter of ``omp/config.py``), and nothing is applied. ``null`` for a key means "not set" (its
+default), except ``reserveTokens``, where null is a value (the automatic reserve). A missing file
+or an empty one means the defaults.
 
 ```yaml
 compaction:
@@ -66,6 +73,11 @@ task:
 async:
   enabled: true           # background children (false: every child runs inline)
   maxJobs: 100
+localModels:              # local model servers, asked after `ready` (omp.llm.local)
+  enabled: true           # false (or OMP_LOCAL_MODELS=0): none is asked
+  timeoutMs: 1000         # per server: connect and list its models
+  servers: {}             # global file only; provider -> its OpenAI-compatible root, e.g.
+                          # {ollama: "http://gpu-box:11434/v1"}; default loopback ports
 skills:                   # omp.commands.skills: where skills are found, which load
   enabled: true
   enableSkillCommands: true   # skill:<name> commands and /skill:<name>
@@ -98,6 +110,7 @@ Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original'
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -160,9 +173,22 @@ class RetrySettings:
 
 
 @attrs.define(kw_only=True)
+class BashPattern:
+    """One ``bash.patterns`` rule (omp-surface C.2)."""
+
+    match: str
+    """A whole-command glob where only ``*`` is special (whitespace normalised)."""
+    approval: Literal["allow", "deny", "prompt"]
+
+
+@attrs.define(kw_only=True)
 class BashSettings:
     passProviderKeys: bool = False
     """Subprocesses get the provider key variables too (global file only)."""
+    patterns: list[BashPattern] = attrs.field(factory=list)
+    """Tool approval's bash rules, in order (global file and overlays only)."""
+    allowCompoundCommands: bool = False
+    """``a && b``: allowed when every segment matches an ``allow`` pattern."""
 
 
 @attrs.define(kw_only=True)
@@ -175,6 +201,18 @@ class ShellEnvironmentSettings:
     exclude: list[str] = attrs.field(factory=list)
     includeOnly: list[str] = attrs.field(factory=list)
     set: dict[str, str] = attrs.field(factory=dict)
+
+
+@attrs.define(kw_only=True)
+class LocalModelsSettings:
+    """Local model servers (Ollama, llama.cpp, LM Studio, vLLM) asked for their models."""
+
+    enabled: bool = True
+    timeoutMs: int = 1000
+    """How long one server may take to accept and list its models."""
+    servers: dict[str, str] = attrs.field(factory=dict)
+    """Provider → the server's OpenAI-compatible root (global file only: a repository must
+    not be able to send our prompts to an address of its choosing)."""
 
 
 @attrs.define(kw_only=True)
@@ -208,6 +246,52 @@ class AsyncSettings:
     """Background jobs running at once (clamped to 1..100)."""
 
 
+ApprovalMode = Literal["always-ask", "write", "yolo"]
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("always-ask", "write", "yolo")
+ApprovalPolicy = Literal["allow", "deny", "prompt"]
+APPROVAL_POLICIES: tuple[ApprovalPolicy, ...] = ("allow", "deny", "prompt")
+
+
+@attrs.define(kw_only=True)
+class ApprovalSettings:
+    """Tool approval (omp-surface C.1): ``tools.approvalMode`` and ``tools.approval``."""
+
+    mode: ApprovalMode = "yolo"
+    """Which tiers run without asking (``--approval-mode`` overrides it)."""
+    policies: dict[str, ApprovalPolicy] = attrs.field(factory=dict)
+    """``tools.approval``: tool name → allow / deny / prompt, honoured in every mode."""
+    auto_approve: bool = False
+    """``--auto-approve`` / ``--yolo``: every mode acts as ``yolo``."""
+
+
+@attrs.define(kw_only=True)
+class TodoReminderSettings:
+    """``todo.reminders`` / ``todo.remindersMax`` (omp-surface D.7)."""
+
+    enabled: bool = True
+    max: int = 3
+
+
+@attrs.define(kw_only=True)
+class TtsrSettings:
+    """``ttsr.*`` (omp-surface D.2), the original's names and defaults."""
+
+    enabled: bool = True
+    contextMode: Literal["discard", "keep"] = "discard"
+    interruptMode: Literal["always", "prose-only", "tool-only", "never"] = "always"
+    repeatMode: Literal["once", "after-gap"] = "once"
+    repeatGap: int = 10
+    builtinRules: bool = True
+    """Accepted; this runtime bundles no rules."""
+    disabledRules: list[str] = attrs.field(factory=list)
+
+
+_TTSR_CHOICES: dict[str, tuple[str, ...]] = {
+    "contextMode": ("discard", "keep"),
+    "interruptMode": ("always", "prose-only", "tool-only", "never"),
+    "repeatMode": ("once", "after-gap")}
+
+
 @attrs.define(kw_only=True)
 class Settings:
     compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
@@ -225,6 +309,8 @@ class Settings:
     bash: BashSettings = attrs.field(factory=BashSettings)
     environment: ShellEnvironmentSettings = attrs.field(factory=ShellEnvironmentSettings)
     """The ``shellEnvironmentPolicy`` section (global file and overlays only)."""
+    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
+    """The ``localModels`` section."""
     disabled_providers: frozenset[str] = frozenset()
     """The original's ``disabledProviders``: context-file sources left out (``agents-md``,
     ``claude``, ``native``)."""
@@ -233,6 +319,10 @@ class Settings:
     notes: tuple[str, ...] = ()
     """What the ``--config`` overlays set that this runtime does not act on, one line per
     file (said once as a ``notice``)."""
+    approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
+    """``tools.approvalMode`` / ``tools.approval`` (global file and overlays only)."""
+    todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
+    ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
 
     def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
         """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
@@ -257,13 +347,17 @@ _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": Re
                                    "bash": BashSettings, "task": TaskSettings,
                                    "async": AsyncSettings, "skills": SkillSettings,
                                    "web": WebSettings,
-                                   "shellEnvironmentPolicy": ShellEnvironmentSettings}
-_ATTRIBUTE = {"async": "async_"}
-"""Sections whose attribute name differs from their key (a Python keyword)."""
-_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys"}), "web": _WEB_GLOBAL_ONLY,
-                "shellEnvironmentPolicy": frozenset(attrs.fields_dict(ShellEnvironmentSettings))}
+                                   "shellEnvironmentPolicy": ShellEnvironmentSettings,
+                                   "localModels": LocalModelsSettings}
+_ATTRIBUTE = {"async": "async_", "localModels": "local_models"}
+"""Sections whose attribute name differs from their key (a Python keyword, or two words)."""
+_GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoundCommands"}),
+                "web": _WEB_GLOBAL_ONLY,
+                "shellEnvironmentPolicy": frozenset(attrs.fields_dict(ShellEnvironmentSettings)),
+                "localModels": frozenset({"servers"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets, send a
-search key elsewhere, or point the model at the user's private network)."""
+search key elsewhere, point the model at the user's private network, send our prompts to a
+server of its choosing, or approve its own commands)."""
 
 # Keys of these sections that the original omp defines (its settings schema, across recent
 # versions) and we do not model: a user's file may hold them, so they are no mistake.
@@ -284,6 +378,7 @@ _ORIGINAL_KEYS = {
     "skills": frozenset(),
     "web": frozenset(),
     "shellEnvironmentPolicy": frozenset(),
+    "localModels": frozenset(),
 }
 
 
@@ -300,6 +395,7 @@ class _File:
     web: WebSettings = attrs.field(factory=WebSettings)
     shellEnvironmentPolicy: ShellEnvironmentSettings = attrs.field(
         factory=ShellEnvironmentSettings)
+    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -355,7 +451,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                     del chosen[key]
                     warn(f"{path}: $.{section}.{key}: ignored; only the global "
                          f"{directory / GLOBAL_FILES[0]} can set it")
-            extras.read(raw, path)
+            extras.read(raw, path, project=True)
             layers.append(_layer(raw, path))
     for given in overlays:
         path = Path(os.path.abspath(given))
@@ -384,9 +480,11 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         web=WebSettings(**merged["web"]),
                         environment=ShellEnvironmentSettings(
                             **merged["shellEnvironmentPolicy"]),
+                        local_models=LocalModelsSettings(**merged["localModels"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
-                        notes=tuple(extras.notes))
+                        notes=tuple(extras.notes), approval=extras.approval,
+                        todo_reminders=extras.todo_reminders, ttsr=extras.ttsr)
     return settings
 
 
@@ -397,10 +495,13 @@ class _Extras:
     disabled_providers: list[str] = attrs.field(factory=list)
     disabled_tools: set[str] = attrs.field(factory=set)
     notes: list[str] = attrs.field(factory=list)
+    approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
+    todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
+    ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
 
-    def read(self, raw: dict[Any, Any], path: Path) -> list[str]:
-        """Take what ``raw`` (the file ``path``) says; returns the other keys outside the
-        modelled sections, as dotted paths."""
+    def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
+        """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
+        returns the other keys outside the modelled sections, as dotted paths."""
         unused: list[str] = []
         for key, value in raw.items():
             name = str(key)
@@ -412,6 +513,11 @@ class _Extras:
                 self.disabled_providers = list(value)
                 continue
             for dotted, leaf in _leaves(name, value):
+                if project and dotted.startswith(("tools.approval", "tools.approvalMode")):
+                    # A repository must not be able to wave its own tool calls through.
+                    warn(f"{path}: $.{dotted}: ignored; tool approval is set in the global "
+                         "config.yml or a --config file only")
+                    continue
                 if not self._take(dotted, leaf, path):
                     unused.append(dotted)
         return unused
@@ -419,6 +525,34 @@ class _Extras:
     def _take(self, dotted: str, value: Any, path: Path) -> bool:
         """Whether ``dotted`` = ``value`` is a key this runtime acts on (then it did)."""
         head, _, tail = dotted.partition(".")
+        if dotted == "tools.approval" and value in ({}, None):
+            return True
+        if head == "tools" and tail.startswith("approval."):
+            tool = tail.removeprefix("approval.")
+            policy = value.strip().lower() if isinstance(value, str) else None
+            if policy not in APPROVAL_POLICIES:
+                # The original ignores such a value; we say so.
+                warn(f"{path}: $.tools.approval.{tool}: ignored; expected allow, deny or "
+                     f"prompt (got {value!r})")
+                return True
+            self.approval.policies[tool] = policy
+            return True
+        if head == "ttsr" and tail in attrs.fields_dict(TtsrSettings):
+            self._ttsr(tail, value, path)
+            return True
+        if dotted == "ttsr.disabledRules" and value == {}:
+            return True
+        if dotted == "todo.reminders":
+            if not isinstance(value, bool):
+                raise problem(path, "$.todo.reminders", f"expected true or false (got {value!r})")
+            self.todo_reminders.enabled = value
+            return True
+        if dotted == "todo.remindersMax":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise problem(path, "$.todo.remindersMax",
+                              f"expected a whole number of 0 or more (got {value!r})")
+            self.todo_reminders.max = value
+            return True
         if tail == "enabled" and head in TOOL_SWITCHES and isinstance(value, bool):
             tool = TOOL_SWITCHES[head]
             if value:
@@ -427,11 +561,29 @@ class _Extras:
                 self.disabled_tools.add(tool)
             return True
         if dotted == "tools.approvalMode":
-            if value != "yolo":
-                raise problem(path, "$.tools.approvalMode", f"{value!r} is not available in "
-                              "this version: every tool runs without asking (yolo)")
+            if value not in APPROVAL_MODES:
+                raise problem(path, "$.tools.approvalMode", "must be one of always-ask, write, "
+                              f"yolo (got {value!r})")
+            self.approval.mode = value
             return True
         return False
+
+
+    def _ttsr(self, key: str, value: Any, path: Path) -> None:
+        where = f"$.ttsr.{key}"
+        if key in ("enabled", "builtinRules"):
+            if not isinstance(value, bool):
+                raise problem(path, where, f"expected true or false (got {value!r})")
+        elif key == "repeatGap":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise problem(path, where, f"expected a whole number of 1 or more (got {value!r})")
+        elif key == "disabledRules":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise problem(path, where, "must be a list of rule names")
+        elif value not in _TTSR_CHOICES[key]:
+            raise problem(path, where, f"must be one of {', '.join(_TTSR_CHOICES[key])} "
+                          f"(got {value!r})")
+        setattr(self.ttsr, key, value)
 
 
 def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
@@ -511,7 +663,13 @@ def _validate(file: _File, path: Path) -> None:
             raise problem(path, f"$.task.agentModelOverrides.{name}",
                           "must be a model pattern or a list of them")
     checks += (("task.maxRuntimeMs", file.task.maxRuntimeMs),
-               ("task.softRequestBudget", file.task.softRequestBudget))
+               ("task.softRequestBudget", file.task.softRequestBudget),
+               ("localModels.timeoutMs", file.local_models.timeoutMs))
+    for name, url in file.local_models.servers.items():
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise problem(path, f"$.localModels.servers.{name}",
+                          f"must be an http(s) URL such as http://127.0.0.1:11434/v1, got {url!r}")
     for where, value in checks:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")

@@ -90,6 +90,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                                "it is for")
         cli_keys = {chosen.provider: api_key}
         registry = ModelRegistry.load(agent_directory, environ=environ, cli_keys=cli_keys)
+        if (chosen.provider, chosen.id) in probe.discovered:
+            registry.local_model(chosen.provider, chosen.id)
     else:
         registry = probe
     if chosen is None:
@@ -98,8 +100,9 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             unset = registry.unset_key_variables()
             why = "; ".join(f"models.yml provider {name}: its apiKey names {variable}, which "
                             "is not set" for name, variable in unset.items()) or (
-                "no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
-                "GEMINI_API_KEY, or add a provider to models.yml)")
+                "no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY, "
+                "GEMINI_API_KEY or another provider's key: `omp models --all` lists them; or "
+                "add a provider to models.yml)")
             print(f"omp: {why}; using the offline model {chosen.provider}/{chosen.id}",
                   file=sys.stderr)
     elif require_credentials and not registry.has_credentials(chosen.provider):
@@ -120,6 +123,10 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                                            env)
     settings = _with_skill_choices(
         load_settings(agent_directory, cwd, config_files), skill_dirs, skills)
+    registry.use_local_servers(settings.local_models.servers)
+    if (chosen.provider, chosen.id) in registry.discovered:
+        # A local model named before its server was asked: at the server the settings name.
+        chosen = registry.find(chosen.provider, chosen.id) or chosen
     todos = TodoState()
     http = http or HttpClient()
     secret_variables = registry.key_variables()
@@ -252,11 +259,20 @@ def _choose(registry: ModelRegistry, provider: str | None, model: str | None) ->
     if model:
         candidates = [m for m in registry.models
                       if m.id == model and (provider is None or m.provider == provider)]
+        # A local server's model may be named before the server was asked (it is asked after
+        # ``ready``); ``model:high`` is still a thinking level, ``qwen3:8b`` an Ollama tag.
+        if (not candidates and provider is not None
+                and model.rpartition(":")[2] not in THINKING_LEVELS
+                and (local := registry.local_model(provider, model)) is not None):
+            candidates = [local]
         if not candidates:
             raise SessionError(f"Model not found: {provider + '/' if provider else ''}{model}")
         return candidates[0]
     assert provider is not None
     of_provider = [m for m in registry.models if m.provider == provider]
+    if not of_provider and provider in {s.provider for s in registry.local_servers()}:
+        raise SessionError(f"{provider} is a local server whose models are found after the "
+                           f"start: name one with --model {provider}/<id>")
     if not of_provider:
         known = sorted({m.provider for m in registry.models})
         raise SessionError(f"Unknown provider: {provider} (known: {', '.join(known)})")

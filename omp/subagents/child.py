@@ -112,7 +112,8 @@ async def build_child(host: Host, child: Child, context: str | None,
                                      context=parent.prompt_options.context),
         prompt_extra=_subagent_block(agent, context), settings=parent.settings,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
-        http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink)
+        http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
+        approval=parent.approval)
     if file is not None:
         init = {"type": "session_init", "systemPrompt": "\n\n".join(session.system_prompt),
                 "task": child.tracker.task, "tools": [t.name for t in session.tools],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import OnUpdate, Tool, ToolContext, ToolResult
+from .base import OnUpdate, Tier, Tool, ToolContext, ToolResult
 from .specs import SPECS, WEB_SPECS, ToolSpec
 from .todo_state import TodoState
 
@@ -41,6 +41,9 @@ class LazyTool(Tool):
     @property
     def read_only(self) -> bool:
         return self._spec.read_only
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        return self._spec.approval
 
     @property
     def implementation(self) -> Tool:

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
-from .base import OnUpdate, Tool, ToolError, ToolResult
+from .base import OnUpdate, Tier, Tool, ToolError, ToolResult
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -47,6 +47,9 @@ class AskTool(Tool):
         "answer is one of a few choices. Use it only when you cannot go on without the user.")
     parameters: dict[str, Any] = attrs.field(factory=lambda: PARAMETERS)
     read_only: bool = False
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        return "read"  # the original's tier (omp-surface C.2)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -4,7 +4,7 @@ A tool is an instance of a ``Tool`` subclass: a name, a label for humans, a desc
 JSON-schema ``parameters`` object for the model, ``read_only`` (read-only calls of one assistant
 message run concurrently; the others one at a time, in call order), and ``execute``; and, with
 defaults, what a tool may add to how the loop handles its calls (``lenient_arguments``,
-``abort_text``, ``prepare_arguments``, ``open_call``).
+``abort_text``, ``prepare_arguments``, ``open_call``, ``approval_tier``).
 
 The loop validates the arguments against ``parameters`` before ``execute`` runs, so a tool gets
 a dict that matches its schema. A tool reports failure by raising ``ToolError`` (its message is
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 import msgspec
@@ -53,6 +53,11 @@ class ToolError(Exception):
 
 OnUpdate = Callable[[ToolResult], Awaitable[None]]
 """Streams a partial result (``tool_execution_update``); awaiting it may wait for the host."""
+
+
+Tier = Literal["read", "write", "exec"]
+"""How much a call may change (omp-surface C.2): which approval mode runs it without asking
+(``always-ask``: ``read``; ``write``: ``read`` and ``write``; ``yolo``: all)."""
 
 
 class Tool(Protocol):
@@ -95,6 +100,10 @@ class Tool(Protocol):
     def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
         """Rewrite older argument forms before validation (hosts see the result)."""
         return args
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        """The call's approval tier (``omp.session.approval``); undeclared: ``exec``."""
+        return "exec"
 
     def open_call(self, call_id: str, args: dict[str, Any]) -> None:
         """Called once the arguments are valid, before ``tool_execution_start`` (a host tool

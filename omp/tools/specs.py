@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .base import Tool
+from .base import Tier, Tool
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -20,6 +20,8 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     description: str
     parameters: dict[str, Any]
     read_only: bool
+    approval: Tier = "exec"
+    """The approval tier of every call (omp-surface C.2)."""
 
 
 class SpecifiedTool(Tool):
@@ -47,10 +49,13 @@ class SpecifiedTool(Tool):
     def read_only(self) -> bool:
         return self.spec.read_only
 
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        return self.spec.approval
+
 
 SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     ToolSpec(
-        name='read', label='Read', read_only=True,
+        name='read', label='Read', read_only=True, approval='read',
         description=(
             'Read the contents of a file.\n\nSupports text files and images (png, '
             'jpeg, gif, webp); images are sent as attachments. For text files, '
@@ -84,7 +89,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                                    'timeout)'}},
          'required': ['command']}),
     ToolSpec(
-        name='edit', label='edit', read_only=False,
+        name='edit', label='edit', read_only=False, approval='write',
         description=(
             'Edit a single file using exact text replacement. Every edits[].oldText '
             'must match a unique, non-overlapping region of the original file. If '
@@ -105,7 +110,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                             'required': ['oldText', 'newText']}}},
          'required': ['path', 'edits']}),
     ToolSpec(
-        name='write', label='Write', read_only=False,
+        name='write', label='Write', read_only=False, approval='write',
         description=(
             'Create or overwrite a file.\n\nWrites content to a file. Creates the '
             "file if it doesn't exist, overwrites if it does. Automatically creates "
@@ -119,7 +124,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                     'description': 'Content to write to the file'}},
          'required': ['path', 'content']}),
     ToolSpec(
-        name='grep', label='Grep', read_only=True,
+        name='grep', label='Grep', read_only=True, approval='read',
         description=(
             'Search file contents for a pattern.\n\nReturns matching lines with '
             'file paths and line numbers. Respects .gitignore. Output is truncated '
@@ -145,7 +150,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                                  '(default: 100)'}},
          'required': ['pattern']}),
     ToolSpec(
-        name='find', label='Find', read_only=True,
+        name='find', label='Find', read_only=True, approval='read',
         description=(
             'Search for files by glob pattern.\n\nReturns matching paths relative '
             "to the search directory, sorted, directories with a trailing '/'. "
@@ -163,7 +168,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'description': 'Maximum number of results (default: 1000)'}},
          'required': ['pattern']}),
     ToolSpec(
-        name='ls', label='List', read_only=True,
+        name='ls', label='List', read_only=True, approval='read',
         description=(
             'List directory contents.\n\nReturns entries sorted alphabetically '
             "(case-insensitive), with '/' suffix for directories. Includes "
@@ -178,7 +183,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'description': 'Maximum number of entries to return '
                                                  '(default: 500)'}}}),
     ToolSpec(
-        name='todo', label='Todo', read_only=False,
+        name='todo', label='Todo', read_only=False, approval='read',
         description=(
             'Track the task list for multi-step work.\n\nOne operation per call. '
             'op=init with list=[{phase, items}] starts a list (all tasks pending); '
@@ -233,7 +238,7 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     # the tools above. The wording follows the original's (its ``read`` of URLs and its
     # ``web_search`` prompt).
     ToolSpec(
-        name='web_fetch', label='Web Fetch', read_only=True,
+        name='web_fetch', label='Web Fetch', read_only=True, approval='read',
         description=(
             'Fetch a web page or API response by URL.\n\nReader mode: HTML is converted to '
             'clean Markdown (navigation and forms left out); JSON, XML and plain text are '
@@ -249,7 +254,7 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                 'description': 'The http:// or https:// URL to fetch'}},
          'required': ['url']}),
     ToolSpec(
-        name='web_search', label='Web Search', read_only=True,
+        name='web_search', label='Web Search', read_only=True, approval='read',
         description=(
             'Web search: current information beyond knowledge cutoff.\n\n<instruction>\n'
             '- SHOULD prefer primary sources (papers, official docs); corroborate key claims '

@@ -20,9 +20,12 @@ class TodoState:
     holding the old list keeps a consistent snapshot."""
 
     phases: list[TodoPhase] = attrs.Factory(list)
+    version: int = 0
+    """Bumped by every ``replace``: whether the list was touched since (todo reminders)."""
 
     def replace(self, phases: Sequence[TodoPhase]) -> None:
         self.phases = list(phases)
+        self.version += 1
 
     def incomplete(self) -> list[TodoItem]:
         """Tasks still pending, in progress or blocked, in list order."""

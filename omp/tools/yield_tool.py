@@ -20,7 +20,7 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
-from .base import OnUpdate, Tool, ToolError, ToolResult
+from .base import OnUpdate, Tier, Tool, ToolError, ToolResult
 
 EMPTY_YIELD = ("yield must contain either `data` or `error`. Call yield with `data` holding "
                "your result, or `error` naming the blocker.")
@@ -72,6 +72,9 @@ class YieldTool(Tool):
                         "ends your work on the assignment.")
     parameters: dict[str, Any] = attrs.field(factory=lambda: PARAMETERS)
     read_only: bool = True
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        return "read"  # the original's tier (omp-surface C.2)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:

@@ -1,8 +1,22 @@
 """OpenAI chat completions (``POST {baseUrl}/chat/completions``), agent-core §2.2.
 
 Also every OpenAI-compatible server (vLLM, Ollama, llama.cpp, OpenRouter, Groq...): the request
-uses only the common subset, and a few ``model.compat`` flags adapt it (``maxTokensField``,
-``supportsDeveloperRole``, ``supportsReasoningEffort``, ``supportsUsageInStreaming``).
+uses only the common subset, and ``model.compat`` flags adapt it where a provider would refuse
+it (the catalog sets them per provider, ``catalog.json``):
+
+* ``maxTokensField`` (``max_tokens`` where ``max_completion_tokens`` is unknown);
+* ``supportsDeveloperRole``, ``supportsReasoningEffort`` (xAI's grok-4 refuses the field),
+  ``supportsUsageInStreaming`` (no ``stream_options``: Mistral rejects unknown fields);
+* ``thinkingFormat``: ``openrouter`` sends ``reasoning: {effort}``, ``zai`` sends
+  ``thinking: {type: enabled|disabled}``, instead of ``reasoning_effort``;
+* ``toolCallIdFormat: alnum9``: tool-call ids as 9 letters and digits (Mistral refuses others);
+* ``requiresToolResultName``: a tool message names its tool (Mistral).
+
+What compatible servers send differently is read whatever the flags: thinking in
+``reasoning_content`` / ``reasoning`` / ``reasoning_text``; a tool call's arguments whole in one
+chunk, or as a JSON object instead of a string (Ollama), several calls all at index 0; usage in
+the last chunk, in the finish chunk, in Groq's ``x_groq``, or not at all (then it stays zero);
+``finish_reason: stop`` after tool calls (counted as ``toolUse``).
 
 The history normalisation every adapter applies (``transform_messages``, agent-core §2.3) and
 the request opening shared with the Responses adapter live here too.
@@ -14,6 +28,7 @@ propagates; ``ModelCall`` records the aborted message.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import uuid
 from typing import Any
@@ -48,6 +63,17 @@ _ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 def safe_call_id(call_id: str, limit: int) -> str:
     """A Responses-style ``call|item`` id as a plain call id other APIs accept."""
     return _ID_UNSAFE.sub("_", call_id.partition("|")[0])[:limit] or "call"
+
+
+_ALNUM9 = re.compile(r"^[a-zA-Z0-9]{9}$")
+
+
+def alnum9_call_id(call_id: str) -> str:
+    """A call id as Mistral accepts them: 9 letters and digits (an id that is one already is
+    kept; any other becomes the first 9 hex digits of its SHA-256, the same every time)."""
+    if _ALNUM9.match(call_id):
+        return call_id
+    return hashlib.sha256(call_id.encode()).hexdigest()[:9]
 
 
 # --- shared request helpers -------------------------------------------------------------------
@@ -109,6 +135,8 @@ class Chunk(msgspec.Struct):
     choices: list[ChunkChoice] | None = None
     usage: Any = None
     error: Any = None
+    x_groq: Any = None
+    """Groq's extension object: its last chunk carries the usage here."""
 
 
 _decode_chunk_struct = msgspec.json.Decoder(Chunk).decode
@@ -137,7 +165,7 @@ def read_chunk(data: str, call: ModelRequest) -> Chunk | None:
             delta=ChunkDelta(**{name: delta.get(name) for name in ChunkDelta.__struct_fields__}),
             finish_reason=first.get("finish_reason"), usage=first.get("usage"))
     return Chunk(id=value.get("id"), choices=[choice] if choice is not None else None,
-                 usage=value.get("usage"), error=value.get("error"))
+                 usage=value.get("usage"), error=value.get("error"), x_groq=value.get("x_groq"))
 
 
 def stream_error(error: Any, call: ModelRequest, *, fallback: str) -> ProviderError:
@@ -187,14 +215,21 @@ def build_request(call: ModelRequest) -> Json:
                 {"type": "text", "text": TOOL_IMAGES_NOTE}, *map(_image_part, tool_images)]})
             tool_images.clear()
 
-    history = transform_messages(call.context.messages, model, max_id_length=40,
-                                 normalize_id=lambda i, _same: safe_call_id(i, 40))
+    alnum9 = compat(model, "toolCallIdFormat", None) == "alnum9"
+    history = transform_messages(
+        call.context.messages, model, max_id_length=9 if alnum9 else 40,
+        normalize_id=(lambda i, _same: alnum9_call_id(i)) if alnum9
+        else (lambda i, _same: safe_call_id(i, 40)))
+    tool_names = bool(compat(model, "requiresToolResultName", False))
     for message in history:
         if isinstance(message, m.ToolResultMessage):
             shown = [b for b in message.content if isinstance(b, m.ImageContent)] if images else []
             text = joined_text(message.content)
-            messages.append({"role": "tool", "tool_call_id": message.toolCallId,
-                             "content": text or (SEE_IMAGE if shown else "")})
+            tool_message = {"role": "tool", "tool_call_id": message.toolCallId,
+                            "content": text or (SEE_IMAGE if shown else "")}
+            if tool_names:
+                tool_message["name"] = message.toolName
+            messages.append(tool_message)
             tool_images.extend(shown)
             continue
         flush_tool_images()
@@ -215,7 +250,14 @@ def build_request(call: ModelRequest) -> Json:
     if opts.service_tier:
         body["service_tier"] = opts.service_tier
     effort = openai_effort(model, opts.thinking)
-    if effort is not None and compat(model, "supportsReasoningEffort", True):
+    thinking_format = compat(model, "thinkingFormat", None)
+    if thinking_format == "openrouter":
+        if effort is not None:
+            body["reasoning"] = {"effort": effort}
+    elif thinking_format == "zai":
+        if model.reasoning:
+            body["thinking"] = {"type": "enabled" if effort is not None else "disabled"}
+    elif effort is not None and compat(model, "supportsReasoningEffort", True):
         body["reasoning_effort"] = effort
     if call.context.tools:
         body["tools"] = [{"type": "function", "function": {
@@ -285,6 +327,9 @@ class _Blocks:
     tool_index: Any = None
     tool_id: str = ""
     count: int = 0
+    tool_calls: int = 0
+    tool_args: list[str] = attrs.field(factory=list)
+    """The open call's arguments so far, in pieces (joined only in the rare case below)."""
 
     def switch(self, kind: str) -> tuple[str, int]:
         self.end()
@@ -301,6 +346,7 @@ class _Blocks:
             self.out.set_tool(self.key, tool_id=f"call_{uuid.uuid4().hex[:24]}")
         self.out.close(self.key)
         self.key, self.kind, self.tool_index, self.tool_id = None, "", None, ""
+        self.tool_args = []
 
     def text(self, kind: str, delta: str, signature: str | None = None) -> None:
         if self.kind != kind:
@@ -313,18 +359,34 @@ class _Blocks:
         call_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
         fn = _obj(delta.get("function"))
         name = fn.get("name") if isinstance(fn.get("name"), str) else ""
-        # A new call: another index, or (servers that reuse index 0) another id.
+        # A new call: another index, or (servers that reuse index 0) another id, or (servers
+        # that send each call whole, without ids) a name after complete arguments.
         if (self.kind != "toolCall" or index != self.tool_index
-                or (call_id and self.tool_id and call_id != self.tool_id)):
+                or (call_id and self.tool_id and call_id != self.tool_id)
+                or (name and not call_id and _complete_json("".join(self.tool_args)))):
             self.out.open(self.switch("toolCall"), "toolCall",
                           tool_id=call_id or "", tool_name=name or "")
             self.tool_index = index
+            self.tool_calls += 1
         elif call_id or name:
             self.out.set_tool(self.key, tool_id=call_id, name=name)
         self.tool_id = self.tool_id or call_id or ""
         args = fn.get("arguments")
+        if isinstance(args, dict):  # Ollama: the arguments as an object, not JSON text
+            args = msgspec.json.encode(args).decode()
         if isinstance(args, str) and args:
+            self.tool_args.append(args)
             self.out.append(self.key, args)
+
+
+def _complete_json(text: str) -> bool:
+    """``text`` is a whole JSON object already (so more arguments cannot belong to it)."""
+    if not text.rstrip().endswith("}"):
+        return False
+    try:
+        return isinstance(msgspec.json.decode(text), dict)
+    except msgspec.DecodeError:
+        return False
 
 
 async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
@@ -359,7 +421,8 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                 if isinstance(chunk.id, str) and out.response_id is None:
                     out.response_id = chunk.id
                 choice = chunk.choices[0] if chunk.choices else None
-                usage = chunk.usage or (choice.usage if choice is not None else None)
+                usage = (chunk.usage or (choice.usage if choice is not None else None)
+                         or _obj(chunk.x_groq).get("usage"))
                 if isinstance(usage, dict):
                     _set_usage(out, usage)
                 if choice is None:
@@ -380,6 +443,8 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                     finished = True
                     reason = reason.lower()
                     out.stop_reason = _FINISH.get(reason, "stop")
+                    if out.stop_reason == "stop" and blocks.tool_calls:
+                        out.stop_reason = "toolUse"  # servers that say "stop" after calls
                     if reason == "content_filter":
                         out.error_message = "Provider finish_reason: content_filter"
                     elif reason == "error":

@@ -1,0 +1,258 @@
+"""Tool approval: the one gate every tool call passes right before it runs (omp-surface C).
+
+Rules, in one place:
+
+* Inputs: the call's tier (``Tool.approval_tier``: ``read`` < ``write`` < ``exec``; undeclared
+  tools, host tools and ``task`` are ``exec``) and, for ``bash``, what ``bash.patterns`` say
+  about the command (``bash_decision``); the mode (``tools.approvalMode`` or
+  ``--approval-mode``; ``--auto-approve`` acts as ``yolo``) and the user's policy
+  ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the user's ``deny`` denies; in
+  ``yolo`` the pattern's policy, else the user's, else allow; a ``prompt`` pattern asks; else
+  the pattern's, then the user's ``allow`` / ``prompt``; else the tier within the mode's
+  maximum allows and anything above it prompts.
+* A ``deny`` is known before anything else runs: the loop asks ``precheck`` before the
+  extensions' ``tool_call`` handlers (extensions.md: a denied call never reaches them), and
+  ``check`` again on the arguments they may have rewritten, right before the call is
+  announced (``tool_execution_start``) — so a host sees the dialog first, as in the original.
+* ``prompt`` asks the host: an ``extension_ui_request`` ``select`` titled ``Allow tool: <name>``
+  plus the call's detail lines, options exactly ``["Approve", "Deny"]``, no timeout (C.4).
+  ``Approve`` runs the call; anything else (``Deny``, another value, ``cancelled``, a host-side
+  ``timedOut``) is a denial, whose text goes to the model as the call's error result and the
+  turn goes on. No "always" answer over RPC (the original has none there). An embedding
+  program may pass its own async ``ApprovePolicy`` instead of the dialog.
+* Without a UI (``--no-ui``, one-shot modes) a ``prompt`` fails the call with the original's
+  "no interactive UI available" text; a host gone (stdin closed) fails it with the
+  disconnect text.
+* Cancellation: the dialog is awaited in the run's task, inside the run's cancel scope, so an
+  ``abort`` (which cancels that scope through the abort registry) ends it at once: the host
+  gets the dialog's ``cancel``, a late answer is ignored (its id is settled), and the call is
+  reported "not executed" like any other call an abort reached before it started. (The
+  original holds the abort until the host answers, C.5; we do not.)
+
+Subagents share their parent's gate, so they ask through the parent's host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import attrs
+
+from ..extensions.ui import ExtensionUI, UiDisconnected
+from ..tools.base import Tier, Tool
+from .settings import ApprovalPolicy, ApprovalSettings, BashSettings
+
+APPROVE = "Approve"
+DENY = "Deny"
+OPTIONS = (APPROVE, DENY)
+ELIDE_AT = 2000
+"""Longest detail value shown in a dialog's title (the original's cut)."""
+
+_ORDER: dict[Tier, int] = {"read": 0, "write": 1, "exec": 2}
+_MAXIMUM: dict[str, int] = {"always-ask": 0, "write": 1, "yolo": 2}
+
+Decision = Literal["allow", "deny", "prompt"]
+
+
+@attrs.define(frozen=True, kw_only=True)
+class ApprovalRequest:
+    """What an embedding program's ``ApprovePolicy`` is asked about one call."""
+
+    tool_call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    tier: Tier
+    title: str
+    """The dialog title the host would have seen (``Allow tool: ...`` and detail lines)."""
+    reason: str | None = None
+
+
+ApprovePolicy = Callable[[ApprovalRequest], Awaitable[bool]]
+"""``async def approve(request) -> bool`` in place of the host's dialog; cancelled with the run."""
+
+
+@attrs.define(frozen=True)
+class ToolDecision:
+    """What a tool says about one call (C.2): its tier, and a policy of its own."""
+
+    tier: Tier
+    policy: ApprovalPolicy | None = None
+    override: bool = False
+    """Ask even where the user's policy would allow (a bash ``prompt`` pattern)."""
+    reason: str | None = None
+
+
+def resolve(decision: ToolDecision, user: ApprovalPolicy | None, settings: ApprovalSettings
+            ) -> Decision:
+    """The gate's decision for a call (C.3)."""
+    if decision.policy == "deny" or user == "deny":
+        return "deny"
+    if settings.auto_approve or settings.mode == "yolo":
+        return decision.policy or user or "allow"
+    if decision.override:
+        return "allow" if decision.policy == "allow" else "prompt"
+    if decision.policy is not None:
+        return decision.policy
+    if user is not None:
+        return user
+    return "allow" if _ORDER[decision.tier] <= _MAXIMUM[settings.mode] else "prompt"
+
+
+_CONTROL = re.compile(r"&&|\|\||[;|&\n`]|\$\(")
+"""Shell control syntax: a command with any of it is never allowed by an ``allow`` pattern
+as a whole."""
+_SEGMENTS = re.compile(r"&&|\|\||[;|\n]")
+
+
+def _normal(command: str) -> str:
+    return " ".join(command.split())
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(p) for p in _normal(pattern).split("*")) + r"\Z",
+                      re.DOTALL)
+
+
+def bash_decision(command: str, bash: BashSettings) -> ToolDecision:
+    """``bash.patterns`` on one command (C.2): the first ``deny`` (the whole command or one
+    segment of a compound one) denies; an ``allow`` matching the whole command (never one
+    with control syntax, unless ``allowCompoundCommands`` and every ``&&`` segment is
+    allowed) allows at the ``write`` tier; a ``prompt`` (whole or segment) asks."""
+    whole = _normal(command)
+    segments = [_normal(s) for s in _SEGMENTS.split(command) if s.strip()]
+    def matches(pattern: str, candidates: list[str]) -> bool:
+        compiled = _glob(pattern)
+        return any(compiled.match(c) for c in candidates)
+
+    for rule in bash.patterns:
+        if rule.approval == "deny" and matches(rule.match, [whole, *segments]):
+            return ToolDecision("exec", "deny", reason=f"Blocked by bash pattern: {rule.match}")
+    allows = [r.match for r in bash.patterns if r.approval == "allow"]
+    if not _CONTROL.search(command) and any(matches(a, [whole]) for a in allows):
+        return ToolDecision("write", "allow")
+    chain = [_normal(s) for s in command.split("&&")]
+    if (bash.allowCompoundCommands and len(chain) > 1
+            and not any(_CONTROL.search(s) for s in chain)
+            and all(any(matches(a, [s]) for a in allows) for s in chain)):
+        return ToolDecision("write", "allow")
+    for rule in bash.patterns:
+        if rule.approval == "prompt" and matches(rule.match, [whole, *segments]):
+            return ToolDecision("exec", "prompt", override=True,
+                                reason=f"Prompt required by bash pattern: {rule.match}")
+    return ToolDecision("exec")
+
+
+def user_denied_text(key: str) -> str:
+    return (f'Tool "{key}" is blocked by user policy.\n'
+            f'To allow: remove "tools.approval.{key}: deny" from config.')
+
+
+def denied_by_user_text(tool: str) -> str:
+    return f"Tool call denied by user: {tool}"
+
+
+def tool_denied_text(tool: str, reason: str | None) -> str:
+    return f'Tool "{tool}" is blocked by tool policy.' + (f"\nReason: {reason}" if reason
+                                                          else "")
+
+
+def no_ui_text(tool: str) -> str:
+    return (f'Tool "{tool}" requires approval but no interactive UI available.\n'
+            "Options:\n"
+            "  1. Set tools.approvalMode: yolo in /settings\n"
+            f"  2. Add tools.approval.{tool}: allow to config\n"
+            "  3. Use an interactive UI to approve the tool call")
+
+
+def _elide(value: str) -> str:
+    if len(value) <= ELIDE_AT:
+        return value
+    return f"{value[:ELIDE_AT]}[…{len(value) - ELIDE_AT}ch elided…]"
+
+
+def detail_lines(tool_name: str, args: dict[str, Any]) -> list[str]:
+    """The tool's lines under the dialog's first line (C.4)."""
+    def text(key: str) -> str | None:
+        value = args.get(key)
+        return _elide(value) if isinstance(value, str) else None
+
+    lines: list[str] = []
+    if tool_name == "bash" and (command := text("command")) is not None:
+        lines.append(f"Command: {command}")
+    elif tool_name == "write":
+        if (path := text("path")) is not None:
+            lines.append(f"Path: {path}")
+        if (content := text("content")) is not None:
+            lines.append(f"Content:\n{content}")
+    elif tool_name == "edit" and (path := text("path")) is not None:
+        lines.append(f"File: {path}")
+    return lines
+
+
+def title(tool_name: str, args: dict[str, Any], reason: str | None = None) -> str:
+    lines = [f"Allow tool: {tool_name}"]
+    if reason:
+        lines.append(f"Reason: {reason}")
+    return "\n".join([*lines, *detail_lines(tool_name, args)])
+
+
+@attrs.define(eq=False, repr=False)
+class ApprovalGate:
+    """The gate of one ``serve()`` (shared by its subagents): settings, the host's UI, and an
+    embedding program's policy function (used in place of the dialog when given)."""
+
+    settings: ApprovalSettings
+    ui: ExtensionUI
+    policy: ApprovePolicy | None = None
+    bash: BashSettings = attrs.field(factory=BashSettings)
+    """``bash.patterns`` / ``bash.allowCompoundCommands``."""
+
+    def _user(self, name: str) -> ApprovalPolicy | None:
+        return self.settings.policies.get(name)
+
+    def _decision(self, tool: Tool, args: dict[str, Any]) -> ToolDecision:
+        command = args.get("command")
+        if tool.name == "bash" and isinstance(command, str) and self.bash.patterns:
+            return bash_decision(command, self.bash)
+        return ToolDecision(tool.approval_tier(args))
+
+    def _denial(self, tool: Tool, decision: ToolDecision) -> str:
+        if decision.policy == "deny":
+            return tool_denied_text(tool.name, decision.reason)
+        return user_denied_text(tool.name)
+
+    def precheck(self, tool: Tool, args: dict[str, Any]) -> str | None:
+        """The denial text when the call is denied without asking; None otherwise."""
+        decision = self._decision(tool, args)
+        if decision.policy == "deny" or self._user(tool.name) == "deny":
+            return self._denial(tool, decision)
+        return None
+
+    async def check(self, call_id: str, tool: Tool, args: dict[str, Any]) -> str | None:
+        """None when the call may run; else the error text the model gets. Asks the host
+        (or the policy function) when the call resolves to ``prompt``.
+
+        On cancellation (abort) the host's dialog gets its ``cancel`` and ``Cancelled``
+        propagates; the call did not run.
+        """
+        decided = self._decision(tool, args)
+        outcome = resolve(decided, self._user(tool.name), self.settings)
+        if outcome == "allow":
+            return None
+        if outcome == "deny":
+            return self._denial(tool, decided)
+        shown = title(tool.name, args, decided.reason)
+        if self.policy is not None:
+            approved = await self.policy(ApprovalRequest(
+                tool_call_id=call_id, tool_name=tool.name, arguments=dict(args),
+                tier=decided.tier, title=shown, reason=decided.reason))
+            return None if approved is True else denied_by_user_text(tool.name)
+        if not self.ui.has_ui:
+            return no_ui_text(tool.name)
+        try:
+            answer = await self.ui.select(shown, list(OPTIONS))
+        except UiDisconnected as exc:
+            return str(exc)
+        return None if answer == APPROVE else denied_by_user_text(tool.name)

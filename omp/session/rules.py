@@ -1,0 +1,496 @@
+"""Time-traveling stream rules (TTSR, omp-surface D): rule files whose condition is watched
+while the model streams; a match interrupts the stream and the turn runs again with the rule.
+
+Rules, in one place:
+
+* Discovery (``load_rules``), first of a name wins: ``<cwd>/.omp/rules/*.md|*.mdc`` (only in a
+  trusted project: a repository's rules steer the agent like its code does, so they load when
+  its extensions would), then ``<agentDir>/rules/*.md|*.mdc``. The name is the file name
+  without its suffix; the frontmatter's ``enabled: false`` leaves a rule out, as do
+  ``ttsr.disabledRules`` and ``agents`` that do not name ``main`` (subagent sessions have no
+  rules here). A rule is a TTSR rule when one of its ``condition`` regexes (legacy keys
+  ``ttsr_trigger``, ``ttsrTrigger``) compiles (Python ``re``; a leading ``(?i)`` group works as
+  in the original) and its scope can see something; a condition token that looks like a file
+  glob (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``, ``tool:write(<glob>)``
+  (and the condition ``.*`` when no regex is left). Other rules (``alwaysApply``,
+  ``description`` only, ``astCondition`` only) are not loaded.
+* Matching (``RuleWatch.observe``): per streamed message, one buffer per source — the text, the
+  thinking, each tool call's argument JSON — reset at every assistant message; a
+  rule matches when TTSR is on, it may fire (``ttsr.repeatMode: once``: once per session, the
+  injected names kept in the session as ``ttsr-injection`` messages so a resumed session
+  remembers; ``after-gap``: again after ``ttsr.repeatGap`` model calls), its scope admits the
+  source (default: text and any tool, not thinking), its ``globs`` (and a scope's path glob)
+  match a path of the call's arguments (then it is checked on the call's final arguments, at
+  ``toolcall_end``), and a condition regex is found in the buffer (the new delta and the
+  ``LOOKBACK`` characters before it: linear time over a long answer; the original searches
+  the whole text every time).
+* A match writes ``ttsr_triggered {rules}`` at once (the rule objects as the original writes
+  them). When the rule's ``interruptMode`` (else ``ttsr.interruptMode``) says so for that
+  source, the loop cuts the stream (its own cancel scope around the model call; the HTTP
+  stream is closed): the partial assistant message ends ``aborted`` with ``TTSR matched rule:
+  <name>``, without its tool calls, and its turn ends; the run saga then drops that message
+  from the context (``ttsr.contextMode: discard``; ``keep`` keeps it), adds the hidden
+  ``ttsr-injection`` custom message (persisted, no message frames; the model reads it as a
+  user message) and runs another attempt of the same run (a new ``agent_start``, one
+  ``agent_end`` at the end). All of it inside the run's scope: an abort meanwhile ends the run
+  as any abort does.
+* A match that does not interrupt: in a tool call's arguments, its reminder (the original's
+  ``<system-reminder …>`` text) becomes the first text block of that call's result, if the
+  call runs; in the text, it is injected as above once the attempt completed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from ..agent.loop import now_ms
+from ..commands.dirs import entries
+from ..commands.frontmatter import parse_frontmatter
+from ..commands.problems import Problem
+from ..config import ConfigError, read_text
+from ..llm.builder import StreamEvent
+from ..protocol import events as ev
+from ..protocol import messages as m
+from ..tools.base import ToolResult
+from .settings import TtsrSettings
+
+SUFFIXES = (".md", ".mdc")
+LOOKBACK = 2048
+"""Characters before a delta searched again with it: a match longer than this that spans
+deltas is not seen until the call's arguments end (a tool call) or not at all (text)."""
+INJECTION_TYPE = "ttsr-injection"
+Level = Literal["user", "project"]
+Source = Literal["text", "thinking", "tool"]
+_GLOB_LIKE = re.compile(r"^[\w.\-/{},*?]*\*[\w.\-/{},*?]*$")
+_SCOPE = re.compile(r"^(?:tool:)?([A-Za-z0-9_.\-]*)(?:\((.*)\))?$")
+_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+
+
+@attrs.define(frozen=True)
+class ToolScope:
+    name: str | None
+    """None: any tool."""
+    glob: str | None = None
+
+
+@attrs.define(frozen=True)
+class Scope:
+    text: bool = False
+    thinking: bool = False
+    tools: tuple[ToolScope, ...] = ()
+
+    def tool_scopes(self, name: str) -> list[ToolScope]:
+        return [t for t in self.tools if t.name is None or t.name == name]
+
+
+@attrs.define(frozen=True, eq=False)
+class Rule:
+    name: str
+    path: Path
+    level: Level
+    content: str
+    fields: Mapping[str, Any]
+    """The frontmatter as written (for ``ttsr_triggered``)."""
+    conditions: tuple[re.Pattern[str], ...]
+    scope: Scope
+    globs: tuple[str, ...] = ()
+    interrupt_mode: str | None = None
+
+    @property
+    def needs_path(self) -> bool:
+        return bool(self.globs) or any(t.glob for t in self.scope.tools)
+
+    def event_object(self) -> dict[str, Any]:
+        """The rule as ``ttsr_triggered`` carries it (omp-surface D.6)."""
+        f = self.fields
+        out: dict[str, Any] = {"name": self.name, "path": str(self.path),
+                               "content": self.content}
+        if (globs := _strings(f.get("globs"))) is not None:
+            out["globs"] = globs
+        out["alwaysApply"] = f.get("alwaysApply") is True
+        if isinstance(f.get("description"), str):
+            out["description"] = f["description"]
+        if (condition := _strings(_condition_field(f))) is not None:
+            out["condition"] = condition
+        if (ast := _strings(f.get("astCondition"))) is not None:
+            out["astCondition"] = ast
+        if (scope := _strings(f.get("scope"))) is not None:
+            out["scope"] = [t for s in scope for t in _split(s)]
+        if (agents := _strings(f.get("agents"))) is not None:
+            out["agents"] = agents
+        if isinstance(f.get("interruptMode"), str):
+            out["interruptMode"] = f["interruptMode"]
+        out["_source"] = {"provider": "native", "providerName": "OMP", "path": str(self.path),
+                          "level": self.level}
+        return out
+
+
+def _condition_field(fields: Mapping[str, Any]) -> Any:
+    for key in ("condition", "ttsr_trigger", "ttsrTrigger"):
+        if fields.get(key) is not None:
+            return fields[key]
+    return None
+
+
+def _strings(value: Any) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _split(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def _compile(token: str) -> re.Pattern[str] | None:
+    flags = 0
+    if (found := re.match(r"^\(\?([imsx]+)\)", token)) is not None:
+        for letter in found.group(1):
+            flags |= _FLAGS[letter]
+        token = token[found.end():]
+    try:
+        return re.compile(token, flags)
+    except (re.error, RecursionError, OverflowError):
+        return None
+
+
+def _looks_like_glob(token: str) -> bool:
+    return bool(_GLOB_LIKE.match(token)) and (token.startswith("*") or "/" in token
+                                              or "**" in token)
+
+
+def _scope(tokens: list[str] | None) -> Scope | None:
+    """The scope the tokens name; None for a token that names nothing known."""
+    if tokens is None:
+        return Scope(text=True, tools=(ToolScope(None),))
+    text = thinking = False
+    tools: list[ToolScope] = []
+    for token in (t for s in tokens for t in _split(s)):
+        if token == "text":
+            text = True
+        elif token == "thinking":
+            thinking = True
+        elif token in ("tool", "toolcall"):
+            tools.append(ToolScope(None))
+        elif (found := _SCOPE.match(token)) is not None and (found.group(1) or found.group(2)):
+            name, glob = found.group(1), found.group(2)
+            tools.append(ToolScope(None if name in ("", "tool", "toolcall") else name,
+                                   glob or None))
+    return Scope(text, thinking, tuple(tools))
+
+
+def parse_rule(path: Path, level: Level, text: str) -> tuple[Rule | None, Problem | None]:
+    """A TTSR rule from a rule file's text; None when it is not one (or is disabled)."""
+    parsed = parse_frontmatter(text, path)
+    fields = parsed.fields
+    name = path.name.rsplit(".", 1)[0]
+    if fields.get("enabled") is False:
+        return None, parsed.problem
+    agents = _strings(fields.get("agents"))
+    if agents is not None and not any(fnmatch.fnmatchcase("main", a) for a in agents):
+        return None, parsed.problem
+    tokens = _strings(_condition_field(fields)) or []
+    patterns: list[re.Pattern[str]] = []
+    glob_scopes: list[ToolScope] = []
+    for token in tokens:
+        if _looks_like_glob(token):
+            glob_scopes += [ToolScope("edit", token), ToolScope("write", token)]
+        elif (pattern := _compile(token)) is not None:
+            patterns.append(pattern)
+    if glob_scopes and not patterns:
+        patterns.append(re.compile(".*"))
+    if not patterns:
+        return None, parsed.problem
+    scope = _scope(_strings(fields.get("scope")))
+    if scope is None:
+        return None, parsed.problem
+    if glob_scopes:
+        given = fields.get("scope") is not None
+        scope = attrs.evolve(scope, text=scope.text and given, tools=(
+            *(scope.tools if given else ()), *glob_scopes))
+    if not (scope.text or scope.thinking or scope.tools):
+        return None, parsed.problem
+    mode = fields.get("interruptMode")
+    return Rule(name=name, path=path, level=level, content=parsed.body.strip(), fields=fields,
+                conditions=tuple(patterns), scope=scope,
+                globs=tuple(_strings(fields.get("globs")) or ()),
+                interrupt_mode=mode if mode in ("never", "prose-only", "tool-only", "always")
+                else None), parsed.problem
+
+
+def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
+               settings: TtsrSettings) -> tuple[list[Rule], list[Problem], Path | None]:
+    """The session's TTSR rules, what was wrong with rule files, and the project's rules
+    folder when it holds rules that were not loaded because the project is not trusted."""
+    rules: dict[str, Rule] = {}
+    problems: list[Problem] = []
+    skipped: Path | None = None
+    sources: list[tuple[Path, Level]] = [(agent_directory / "rules", "user")]
+    project = cwd.absolute() / ".omp" / "rules"
+    if trusted:
+        sources.insert(0, (project, "project"))
+    elif _rule_files(project):
+        skipped = project
+    disabled = set(settings.disabledRules)
+    for directory, level in sources:
+        for path in _rule_files(directory):
+            name = path.name.rsplit(".", 1)[0]
+            if name in rules or name in disabled:
+                continue
+            try:
+                text = read_text(path)
+            except ConfigError as error:
+                problems.append(Problem.from_config_error(path, error))
+                continue
+            rule, problem = parse_rule(path, level, text)
+            if problem is not None:
+                problems.append(problem)
+            if rule is not None:
+                rules[name] = rule
+    return list(rules.values()), problems, skipped
+
+
+def _rule_files(directory: Path) -> list[Path]:
+    return sorted(Path(e.path) for e in entries(directory)
+                  if e.name.endswith(SUFFIXES) and not _is_dir(e))
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _candidate_paths(arguments: Mapping[str, Any], cwd: Path) -> list[str]:
+    """Paths in a call's arguments (keys ``path`` / ``*path``, ``paths`` / ``*paths``), each as
+    given, without ``./``, absolute, and relative to the cwd."""
+    found: list[str] = []
+    for key, value in arguments.items():
+        lowered = key.lower()
+        values = ([value] if lowered.endswith("path") and isinstance(value, str)
+                  else [v for v in value if isinstance(v, str)]
+                  if lowered.endswith("paths") and isinstance(value, list) else [])
+        for raw in values:
+            absolute = Path(raw) if os.path.isabs(raw) else cwd / raw
+            forms = [raw, raw.removeprefix("./"), str(absolute)]
+            if absolute.is_relative_to(cwd):
+                forms.append(str(absolute.relative_to(cwd)))
+            found += forms
+    return found
+
+
+def _glob_match(glob: str, paths: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatch(p, glob) or fnmatch.fnmatch(os.path.basename(p), glob)
+               for p in paths)
+
+
+def injection_text(rules: Sequence[Rule], cwd: Path, home: Path) -> str:
+    """The ``ttsr-injection`` message (omp-surface D.4), rules joined by a blank line."""
+    blocks = []
+    for rule in rules:
+        blocks.append(
+            f'<system-interrupt reason="rule_violation" rule="{rule.name}" '
+            f'path="{_shown_path(rule.path, cwd, home)}">\n'
+            "Output interrupted: violated user-defined rule.\n"
+            "Not prompt injection; coding agent enforcing project rules.\n"
+            "MUST comply:\n\n"
+            f"{rule.content}\n"
+            "</system-interrupt>")
+    return "\n\n".join(blocks)
+
+
+def _shown_path(path: Path, cwd: Path, home: Path) -> str:
+    for base, prefix in ((cwd, ""), (home, "~/")):
+        try:
+            return prefix + str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
+
+
+@attrs.define(eq=False, repr=False)
+class Interrupt:
+    """Rules that matched: ``stream`` True when they cut the stream."""
+
+    rules: list[Rule]
+    stream: bool
+
+    @property
+    def reason(self) -> str:
+        names = [r.name for r in self.rules]
+        label = "rule" if len(names) == 1 else "rules"
+        return f"TTSR matched {label}: {', '.join(names)}"
+
+
+@attrs.define(eq=False, repr=False)
+class RuleWatch:
+    """One session's rules and what they have seen (``omp.agent.loop.StreamWatch``)."""
+
+    rules: list[Rule]
+    settings: TtsrSettings
+    publish: Callable[[ev.SessionEvent], None]
+    history: Callable[[], Sequence[m.AgentMessage]]
+    """The session's messages: the injected names are read back from them once."""
+    cwd: Path
+    home: Path = attrs.field(factory=Path.home)
+    _injected: dict[str, int] | None = None
+    """Rule name → the model call it fired at."""
+    _calls: int = 0
+    _buffers: dict[str, str] = attrs.field(factory=dict)
+    """Per source, the end of what it streamed (``LOOKBACK``)."""
+    _shortened: set[str] = attrs.field(factory=set)
+    _pending: list[Rule] = attrs.field(factory=list)
+    """Matched the text without interrupting: injected once the attempt completed."""
+    _by_call: dict[str, list[Rule]] = attrs.field(factory=dict)
+    """Matched a tool call's arguments without interrupting: added to that call's result."""
+
+    @property
+    def active(self) -> bool:
+        return self.settings.enabled and bool(self.rules)
+
+    def begin(self) -> None:
+        """A model call starts: the buffers start empty (and reminders for calls that never
+        ran are forgotten)."""
+        self._calls += 1
+        self._buffers.clear()
+        self._shortened.clear()
+        self._by_call.clear()
+
+    def _fired(self) -> dict[str, int]:
+        if self._injected is None:
+            self._injected = {}
+            for message in self.history():
+                if (isinstance(message, m.CustomMessage) and message.customType == INJECTION_TYPE
+                        and isinstance(message.details, dict)):
+                    for name in message.details.get("rules") or []:
+                        self._injected[str(name)] = 0
+        return self._injected
+
+    def _may_fire(self, rule: Rule) -> bool:
+        at = self._fired().get(rule.name)
+        if at is None:
+            return True
+        return (self.settings.repeatMode == "after-gap"
+                and self._calls - at >= self.settings.repeatGap)
+
+    def observe(self, event: StreamEvent) -> Interrupt | None:
+        """Look at one stream event; an interrupt when a rule says the stream must stop."""
+        kind = event.type
+        key: str
+        source: Source
+        tool: str | None
+        if kind == "text_delta":
+            key, source, tool = "text", "text", None
+        elif kind == "thinking_delta":
+            key, source, tool = "thinking", "thinking", None
+        elif kind in ("toolcall_delta", "toolcall_end"):
+            key, source, tool = f"toolcall:{event.content_index}", "tool", event.tool_name
+        else:
+            return None
+        paths: list[str] | None = None
+        start = 0
+        if kind == "toolcall_end" and event.tool_call is not None:
+            arguments = event.tool_call.arguments
+            # The final arguments, whole: matched as the model meant them.
+            buffer = json.dumps(arguments, ensure_ascii=False)
+            paths = _candidate_paths(arguments, self.cwd)
+        else:
+            # Only the last ``LOOKBACK`` characters before the delta are kept and searched
+            # again with it: a new match ends in the new delta, and copying or searching the
+            # whole text at every delta would cost quadratic time over a long answer. A
+            # shortened buffer keeps one more character and is searched from 1, so that
+            # ``^`` (without MULTILINE) does not match where the shortening began.
+            tail = self._buffers.get(key, "")
+            buffer = tail + event.delta
+            start = 1 if key in self._shortened else 0
+            if len(buffer) > LOOKBACK + 1:
+                self._buffers[key] = buffer[-(LOOKBACK + 1):]
+                self._shortened.add(key)
+            else:
+                self._buffers[key] = buffer
+        matched = [r for r in self.rules if self._may_fire(r)
+                   and self._admits(r, source, tool, paths)
+                   and any(p.search(buffer, start) for p in r.conditions)]
+        if not matched:
+            return None
+        fired = self._fired()
+        for rule in matched:
+            fired[rule.name] = self._calls
+        self.publish(ev.TtsrTriggered(rules=[r.event_object() for r in matched]))
+        cutting = [r for r in matched if self._interrupts(r, source)]
+        quiet = [r for r in matched if r not in cutting]
+        if source == "tool" and quiet:
+            call_id = event.tool_call.id if event.tool_call is not None else event.tool_call_id
+            self._by_call.setdefault(call_id, []).extend(quiet)
+        else:
+            self._pending += quiet
+        return Interrupt(cutting, True) if cutting else None
+
+    def tool_result(self, call_id: str, result: ToolResult) -> ToolResult:
+        """``result`` with a reminder of the rules the call's arguments matched without
+        interrupting, as its first text block (omp-surface D.5)."""
+        rules = self._by_call.pop(call_id, None)
+        if not rules:
+            return result
+        text = "\n\n".join(
+            f'<system-reminder reason="rule_violation" rule="{rule.name}" '
+            f'path="{_shown_path(rule.path, self.cwd, self.home)}">\n'
+            "User-defined rule matched tool-call arguments. Rule configured not to interrupt "
+            "→ tool ran. MUST comply with the following instruction on subsequent tool calls "
+            "and responses. NOT prompt injection — coding agent enforcing project rules.\n\n"
+            f"{rule.content}\n"
+            "</system-reminder>" for rule in rules)
+        return ToolResult([m.TextContent(text=text), *result.content], result.details)
+
+    def _admits(self, rule: Rule, source: Source, tool: str | None,
+                paths: list[str] | None) -> bool:
+        scope = rule.scope
+        if source == "text":
+            return scope.text
+        if source == "thinking":
+            return scope.thinking
+        assert tool is not None
+        scopes = scope.tool_scopes(tool)
+        if not scopes:
+            return False
+        if not rule.needs_path:
+            return True
+        if paths is None:
+            return False  # decided on the final arguments
+        if rule.globs and not any(_glob_match(g, paths) for g in rule.globs):
+            return False
+        return any(t.glob is None or _glob_match(t.glob, paths) for t in scopes)
+
+    def _interrupts(self, rule: Rule, source: Source) -> bool:
+        mode = rule.interrupt_mode or self.settings.interruptMode
+        if mode == "always":
+            return True
+        if mode == "prose-only":
+            return source in ("text", "thinking")
+        if mode == "tool-only":
+            return source == "tool"
+        return False
+
+    def take_pending(self) -> Interrupt | None:
+        """The rules matched without interrupting since the last call (None: none)."""
+        pending, self._pending = self._pending, []
+        return Interrupt(pending, False) if pending else None
+
+    def injection(self, interrupt: Interrupt) -> m.CustomMessage:
+        """The hidden message that carries ``interrupt``'s rules to the model."""
+        return m.CustomMessage(
+            customType=INJECTION_TYPE, content=injection_text(interrupt.rules, self.cwd,
+                                                              self.home),
+            display=False, timestamp=now_ms(), attribution="agent",
+            details={"rules": [r.name for r in interrupt.rules]})

@@ -1,0 +1,450 @@
+"""Tool approval as a host sees it (issue 23; omp-surface C).
+
+The real ``omp --mode rpc`` against the fake LLM server; the test is the host, reading every
+frame raw and answering the ``select`` dialog itself. Settings come from ``--config`` overlays,
+the global ``config.yml`` and ``--approval-mode``; what the model is told comes from the fake's
+recorded requests. Each tool call is a ``bash`` (or ``write``) that leaves a file behind when it
+runs, so "did not run" is checked on disk, not only in frames.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
+from extension_helpers import (
+    FAKE_ARGS,
+    RawHost,
+    index_of,
+    of_type,
+    open_embedded_host,
+    open_process_host,
+    result_text,
+    ui_requests,
+)
+
+import omp
+from omp.session.approval import ApprovalRequest
+from omp.testing.fake_llm import FakeLLM, open_fake_llm
+
+LIMIT = 90
+"""Seconds (real time) any one test may take."""
+DENIED = "Tool call denied by user: bash"
+NOT_EXECUTED = "Tool was not executed because the run was aborted."
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def overlay(tmp_path: Path, text: str, name: str = "overlay.yml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def touch_call(call_id: str, name: str) -> dict[str, Any]:
+    return tool_call(call_id, "bash", {"command": f"touch {name}"})
+
+
+def tool_results(fake: FakeLLM, index: int) -> list[str]:
+    """The tool results the model was sent in request ``index``."""
+    messages = fake.requests[index].json()["messages"]
+    return [str(m["content"]) for m in messages if m["role"] == "tool"]
+
+
+async def prompt(host: RawHost, message: str = "go", request_id: str = "p") -> None:
+    await host.send({"id": request_id, "type": "prompt", "message": message})
+
+
+def args(*extra: str) -> list[str]:
+    return [*FAKE_ARGS, *extra]
+
+
+# --- the dialog ------------------------------------------------------------------------------
+
+
+async def test_approved_call_runs_after_the_dialog(cwd: Path, tmp_path: Path,
+                                                   isolated_agent_dir: Path) -> None:
+    script = [tools_reply(touch_call("c1", "ran.txt")), text_reply("done")]
+    config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--config", config)) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                # Asked before the call is announced, and nothing ran yet.
+                assert not of_type(host.frames, "tool_execution_start")
+                assert not (cwd / "ran.txt").exists()
+                await host.answer(request, value="Approve")
+                frames = await host.until_type("prompt_result", id="p")
+    assert {k: v for k, v in request.items() if k != "id"} == {
+        "type": "extension_ui_request", "method": "select",
+        "title": "Allow tool: bash\nCommand: touch ran.txt", "options": ["Approve", "Deny"]}
+    (end,) = of_type(frames, "tool_execution_end")
+    assert end["isError"] is False
+    assert (cwd / "ran.txt").exists()
+    assert frames[-1]["status"] == "completed"
+
+
+async def test_denied_call_returns_the_denial_to_the_model(cwd: Path, tmp_path: Path,
+                                                          isolated_agent_dir: Path) -> None:
+    # Two calls in two turns: each asks again (no memory over RPC), whatever was answered.
+    script = [tools_reply(touch_call("c1", "one.txt")), tools_reply(touch_call("c2", "two.txt")),
+              text_reply("gave up")]
+    config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--config", config)) as host:
+                await prompt(host)
+                await host.answer(await host.ui_request("select"), value="Deny")
+                # An answer that is not one of the options (a host offering "always"): denied.
+                await host.answer(await host.ui_request("select"), value="Always allow")
+                frames = await host.until_type("prompt_result", id="p")
+    ends = of_type(host.frames, "tool_execution_end")
+    assert [(e["isError"], result_text(e), e["result"]["details"]) for e in ends] == [
+        (True, DENIED, {}), (True, DENIED, {})]
+    # Announced, then ended: the host sees a call that failed, in order.
+    first = index_of(host.frames, "tool_execution_start", toolCallId="c1")
+    assert index_of(host.frames, "tool_execution_end", toolCallId="c1") == first + 1
+    assert tool_results(fake, 1) == [DENIED]
+    assert tool_results(fake, 2) == [DENIED, DENIED]
+    assert not (cwd / "one.txt").exists()
+    assert not (cwd / "two.txt").exists()
+    assert frames[-1]["status"] == "completed"
+    assert len(ui_requests(host.frames, "select")) == 2
+
+
+async def test_a_host_side_timeout_or_cancel_denies(cwd: Path, tmp_path: Path,
+                                                    isolated_agent_dir: Path) -> None:
+    # The original sends no timeout and waits; a host that gives up answers cancelled (with
+    # timedOut when its own timer ran out): the call is denied, the turn goes on.
+    script = [tools_reply(touch_call("c1", "one.txt")), tools_reply(touch_call("c2", "two.txt")),
+              text_reply("ok")]
+    config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--config", config)) as host:
+                await prompt(host)
+                first = await host.ui_request("select")
+                assert "timeout" not in first
+                await host.answer(first, cancelled=True, timedOut=True)
+                await host.answer(await host.ui_request("select"), cancelled=True)
+                await host.until_type("prompt_result", id="p")
+    assert [result_text(e) for e in of_type(host.frames, "tool_execution_end")] == [
+        DENIED, DENIED]
+    assert not (cwd / "one.txt").exists()
+    assert not (cwd / "two.txt").exists()
+
+
+async def test_abort_while_the_dialog_is_pending(cwd: Path, tmp_path: Path,
+                                                 isolated_agent_dir: Path) -> None:
+    script = [tools_reply(touch_call("c1", "late.txt")), text_reply("after")]
+    config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--config", config)) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                await host.send({"id": "a", "type": "abort"})
+                frames = await host.until_type("prompt_result", id="p")
+                if not of_type(host.frames, "response", id="a"):
+                    await host.until_type("response", id="a")
+                # A late answer is ignored: nothing runs, nothing is written for it.
+                await host.answer(request, value="Approve")
+                await host.send({"id": "s", "type": "get_state"})
+                after = await host.until_type("response", id="s")
+    (cancel,) = ui_requests(host.frames, "cancel")
+    assert cancel["targetId"] == request["id"]
+    assert index_of(host.frames, "extension_ui_request", method="cancel") < index_of(
+        host.frames, "agent_end")
+    (end,) = of_type(frames, "tool_execution_end")
+    assert (end["toolCallId"], end["isError"], result_text(end)) == ("c1", True, NOT_EXECUTED)
+    assert frames[-1]["status"] == "aborted"
+    assert [f["type"] for f in after] == ["response"]
+    assert after[0]["data"]["isStreaming"] is False
+    assert not (cwd / "late.txt").exists()
+    assert len(fake.requests) == 1
+
+
+# --- where the policy comes from -------------------------------------------------------------
+
+
+async def test_approval_mode_flag_over_the_config(cwd: Path, tmp_path: Path,
+                                                  isolated_agent_dir: Path) -> None:
+    # config says yolo; --approval-mode write lets write (and read-only tools) through and
+    # asks for bash.
+    (isolated_agent_dir / "config.yml").write_text("tools:\n  approvalMode: yolo\n")
+    script = [tools_reply(tool_call("w", "write", {"path": "w.txt", "content": "hi"}),
+                          tool_call("l", "ls", {}), touch_call("b", "b.txt")),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--approval-mode", "write")) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                await host.answer(request, value="Deny")
+                await host.until_type("prompt_result", id="p")
+    assert request["title"] == "Allow tool: bash\nCommand: touch b.txt"
+    assert len(ui_requests(host.frames, "select")) == 1
+    assert (cwd / "w.txt").read_text() == "hi"
+    assert not (cwd / "b.txt").exists()
+
+
+async def test_per_tool_policies_from_the_global_config(cwd: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text(
+        "tools:\n  approvalMode: always-ask\n  approval:\n    bash: ALLOW \n    write: deny\n"
+        "    ls: prompt\n")
+    script = [tools_reply(touch_call("b", "b.txt"),
+                          tool_call("w", "write", {"path": "w.txt", "content": "hi"}),
+                          tool_call("l", "ls", {})),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args()) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                await host.answer(request, value="Approve")
+                await host.until_type("prompt_result", id="p")
+    # bash: allowed without asking; write: denied by policy; ls (read-only): asked, as told.
+    assert request["title"] == "Allow tool: ls"
+    ends = {e["toolCallId"]: e for e in of_type(host.frames, "tool_execution_end")}
+    assert ends["b"]["isError"] is False
+    assert (cwd / "b.txt").exists()
+    assert (ends["w"]["isError"], result_text(ends["w"])) == (
+        True, 'Tool "write" is blocked by user policy.\n'
+              'To allow: remove "tools.approval.write: deny" from config.')
+    assert not (cwd / "w.txt").exists()
+    assert ends["l"]["isError"] is False
+
+
+async def test_auto_approve_and_the_default_never_ask(cwd: Path, tmp_path: Path,
+                                                      isolated_agent_dir: Path) -> None:
+    config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
+    for extra, name in ((["--config", config, "--auto-approve"], "auto.txt"),
+                        (["--config", config, "--yolo"], "yolo.txt"), ([], "default.txt")):
+        script = [tools_reply(touch_call("c", name)), text_reply("ok")]
+        with trio.fail_after(LIMIT):
+            async with open_fake_llm(script) as fake:
+                write_models_yml(isolated_agent_dir, fake.base_url)
+                async with open_process_host(cwd, args=args(*extra)) as host:
+                    await prompt(host)
+                    await host.until_type("prompt_result", id="p")
+        assert not ui_requests(host.frames, "select"), extra
+        assert (cwd / name).exists(), extra
+
+
+async def test_a_project_cannot_approve_its_own_calls(cwd: Path,
+                                                      isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text("tools:\n  approvalMode: always-ask\n")
+    (cwd / ".omp").mkdir()
+    (cwd / ".omp" / "config.yml").write_text(
+        "tools:\n  approvalMode: yolo\n  approval:\n    bash: allow\n")
+    script = [tools_reply(touch_call("c", "p.txt")), text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args()) as host:
+                await prompt(host)
+                await host.answer(await host.ui_request("select"), value="Deny")
+                await host.until_type("prompt_result", id="p")
+                stderr = host.stderr
+    assert not (cwd / "p.txt").exists()
+    assert "$.tools.approvalMode: ignored" in stderr
+    assert "$.tools.approval.bash: ignored" in stderr
+
+
+async def test_a_bad_approval_mode_in_config_is_named(cwd: Path, tmp_path: Path,
+                                                      isolated_agent_dir: Path) -> None:
+    config = overlay(tmp_path, "tools:\n  approvalMode: sometimes\n")
+    write_models_yml(isolated_agent_dir, "http://127.0.0.1:9")  # never called
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd, args=args("--config", config),
+                                     read_startup=False) as host:
+            code = await host.wait()
+            stderr = host.stderr
+    assert code != 0
+    assert "$.tools.approvalMode: must be one of always-ask, write, yolo (got 'sometimes')" \
+        in stderr
+
+
+async def test_without_ui_a_call_that_needs_approval_fails(cwd: Path, tmp_path: Path,
+                                                           isolated_agent_dir: Path) -> None:
+    script = [tools_reply(touch_call("c", "x.txt")), text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(
+                    cwd, args=args("--no-ui", "--approval-mode", "always-ask")) as host:
+                await prompt(host)
+                frames = await host.until_type("prompt_result", id="p")
+    assert not ui_requests(host.frames)
+    (end,) = of_type(frames, "tool_execution_end")
+    assert result_text(end) == (
+        'Tool "bash" requires approval but no interactive UI available.\n'
+        "Options:\n"
+        "  1. Set tools.approvalMode: yolo in /settings\n"
+        "  2. Add tools.approval.bash: allow to config\n"
+        "  3. Use an interactive UI to approve the tool call")
+    assert not (cwd / "x.txt").exists()
+
+
+async def test_host_gone_while_the_dialog_is_pending(cwd: Path, tmp_path: Path,
+                                                     isolated_agent_dir: Path) -> None:
+    script = [tools_reply(touch_call("c", "gone.txt")), text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--approval-mode", "always-ask")
+                                         ) as host:
+                await prompt(host)
+                await host.ui_request("select")
+                await host.close_input()
+                rest = await host.rest()
+                code = await host.wait()
+    assert code == 0
+    assert of_type(rest, "agent_end")
+    assert not (cwd / "gone.txt").exists()
+
+
+# --- embedding ---------------------------------------------------------------------------------
+
+
+async def test_an_embedding_policy_function_replaces_the_dialog(
+        cwd: Path, isolated_agent_dir: Path) -> None:
+    asked: list[ApprovalRequest] = []
+
+    async def approve(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return str(request.arguments["command"]).endswith("yes.txt")
+
+    script = [tools_reply(touch_call("y", "yes.txt"), touch_call("n", "no.txt")),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            options = omp.ServeOptions(model="fake/fake-model", persist=False, cwd=cwd,
+                                       approval_mode="always-ask", approve=approve,
+                                       discover_extensions=False)
+            async with open_embedded_host(options) as host:
+                await prompt(host)
+                await host.until_type("prompt_result", id="p")
+    assert not ui_requests(host.frames, "select")
+    assert [(r.tool_call_id, r.tool_name, r.tier, r.title) for r in asked] == [
+        ("y", "bash", "exec", "Allow tool: bash\nCommand: touch yes.txt"),
+        ("n", "bash", "exec", "Allow tool: bash\nCommand: touch no.txt")]
+    assert (cwd / "yes.txt").exists()
+    assert not (cwd / "no.txt").exists()
+    ends = {e["toolCallId"]: e for e in of_type(host.frames, "tool_execution_end")}
+    assert result_text(ends["n"]) == DENIED
+
+
+async def test_one_shot_mode_has_no_ui_to_ask(cwd: Path) -> None:
+    # -p / --mode json: nobody to ask (omp-surface C.6); the offline model calls the tool.
+    command = msgspec.json.encode({"command": "touch json.txt"}).decode()
+    with trio.fail_after(LIMIT):
+        result = await trio.run_process(
+            [sys.executable, "-m", "omp", "--model", "offline/echo", "--no-session",
+             "--approval-mode", "always-ask", "--mode", "json", f"go [[tool bash {command}]]"],
+            cwd=cwd, capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 0, result.stderr
+    frames = [msgspec.json.decode(x) for x in result.stdout.splitlines() if x.strip()]
+    (end,) = of_type(frames, "tool_execution_end")
+    assert result_text(end).startswith(
+        'Tool "bash" requires approval but no interactive UI available.\n')
+    assert not (cwd / "json.txt").exists()
+
+
+async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text(
+        "async:\n  enabled: false\n"
+        "tools:\n  approvalMode: always-ask\n  approval:\n    task: allow\n")
+    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
+    script = [
+        {"match": child, **tools_reply(touch_call("k1", "kid.txt"))},
+        {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
+        {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
+        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
+            {"name": "Kid", "task": "Alpha: touch the file"}]})),
+    ]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args()) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                assert not (cwd / "kid.txt").exists()
+                await host.answer(request, value="Approve")
+                frames = await host.until_type("prompt_result", id="p")
+    assert request["title"] == "Allow tool: bash\nCommand: touch kid.txt"
+    assert len(ui_requests(host.frames, "select")) == 1  # task itself: allowed by policy
+    assert (cwd / "kid.txt").exists()
+    assert frames[-1]["status"] == "completed"
+
+
+async def test_bash_patterns(cwd: Path, isolated_agent_dir: Path) -> None:
+    # In the default mode (yolo) only explicit policies act: a deny pattern refuses (also one
+    # segment of a compound command), a prompt pattern asks with its reason; under always-ask an
+    # allow pattern runs its command unasked. A project cannot add patterns.
+    (isolated_agent_dir / "config.yml").write_text(
+        "bash:\n  patterns:\n"
+        "    - {match: 'rm *', approval: deny}\n"
+        "    - {match: 'touch asked*', approval: prompt}\n"
+        "    - {match: 'touch ok*', approval: allow}\n")
+    (cwd / ".omp").mkdir()
+    (cwd / ".omp" / "config.yml").write_text(
+        "bash:\n  patterns:\n    - {match: '*', approval: allow}\n")
+    (cwd / "keep.txt").write_text("x")
+    script = [tools_reply(tool_call("d", "bash", {"command": "echo hi && rm keep.txt"}),
+                          touch_call("a", "asked.txt"), touch_call("o", "ok.txt")),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args()) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                await host.answer(request, value="Approve")
+                await host.until_type("prompt_result", id="p")
+                stderr = host.stderr
+    assert request["title"] == ("Allow tool: bash\nReason: Prompt required by bash pattern: "
+                                "touch asked*\nCommand: touch asked.txt")
+    ends = {e["toolCallId"]: e for e in of_type(host.frames, "tool_execution_end")}
+    assert result_text(ends["d"]) == ('Tool "bash" is blocked by tool policy.\n'
+                                      "Reason: Blocked by bash pattern: rm *")
+    assert (cwd / "keep.txt").exists()
+    assert (cwd / "asked.txt").exists()
+    assert (cwd / "ok.txt").exists()
+    assert len(ui_requests(host.frames, "select")) == 1
+    assert "$.bash.patterns: ignored" in stderr
+    # always-ask: the allow pattern runs its command unasked, anything else asks.
+    script = [tools_reply(touch_call("o", "ok2.txt"), touch_call("x", "other.txt")),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args("--approval-mode", "always-ask")
+                                         ) as host:
+                await prompt(host)
+                request = await host.ui_request("select")
+                await host.answer(request, value="Deny")
+                await host.until_type("prompt_result", id="p")
+    assert request["title"] == "Allow tool: bash\nCommand: touch other.txt"
+    assert (cwd / "ok2.txt").exists()
+    assert not (cwd / "other.txt").exists()

@@ -1,0 +1,214 @@
+"""TTSR rules as a host sees them (issue 23; omp-surface D): the real ``omp --mode rpc`` against
+the fake LLM server, every frame read raw; what the model is sent comes from the fake's recorded
+requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
+from extension_helpers import FAKE_ARGS, Frame, RawHost, of_type, open_process_host
+
+from omp.testing.fake_llm import FakeLLM, open_fake_llm
+
+LIMIT = 90
+RULE = """---
+description: never say the F word
+condition: "FORBIDDEN"
+---
+Do not write FORBIDDEN. Use ALLOWED instead.
+"""
+INJECTION = ('<system-interrupt reason="rule_violation" rule="no-forbidden" '
+             'path=".omp/rules/no-forbidden.md">\n'
+             "Output interrupted: violated user-defined rule.\n"
+             "Not prompt injection; coding agent enforcing project rules.\n"
+             "MUST comply:\n\n"
+             "Do not write FORBIDDEN. Use ALLOWED instead.\n"
+             "</system-interrupt>")
+STREAMED = text_reply("Hello ", 0.2, "there FORB", 0.2, "IDDEN word", 0.5, " and more", 0.5,
+                      " never seen")
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def shown(path: Path) -> str:
+    """A rule path as the texts show it outside the cwd: under the home directory ``~/…``
+    (where a TMPDIR may lie), else absolute."""
+    return f"~/{path.relative_to(Path.home())}" if path.is_relative_to(Path.home()) \
+        else str(path)
+
+
+def write_rule(directory: Path, name: str = "no-forbidden", text: str = RULE) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.md"
+    path.write_text(text)
+    return path
+
+
+def requests_text(fake: FakeLLM, index: int) -> list[tuple[str, str]]:
+    return [(m["role"], str(m["content"])) for m in fake.requests[index].json()["messages"]]
+
+
+async def prompt(host: RawHost, request_id: str = "p", message: str = "say hi") -> list[Frame]:
+    await host.send({"id": request_id, "type": "prompt", "message": message})
+    return await host.until_type("prompt_result", id=request_id)
+
+
+async def test_a_rule_cuts_the_stream_and_the_turn_runs_again(cwd: Path,
+                                                              isolated_agent_dir: Path) -> None:
+    path = write_rule(cwd / ".omp" / "rules")
+    script = [STREAMED, text_reply("Clean answer"), text_reply("Again FORBIDDEN, unchecked")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+                await fake.wait_for_disconnect()  # the cut stream's connection was dropped
+                await host.send({"id": "m", "type": "get_messages"})
+                (messages,) = of_type(await host.until_type("response", id="m"), "response")
+                # Once per session: the same word later goes through.
+                again = await prompt(host, "p2", "once more")
+    (triggered,) = of_type(frames, "ttsr_triggered")
+    at = frames.index(triggered)
+    assert frames[at - 1]["assistantMessageEvent"]["delta"] == "IDDEN word"
+    assert triggered["rules"] == [{
+        "name": "no-forbidden", "path": str(path),
+        "content": "Do not write FORBIDDEN. Use ALLOWED instead.", "alwaysApply": False,
+        "description": "never say the F word", "condition": ["FORBIDDEN"],
+        "_source": {"provider": "native", "providerName": "OMP", "path": str(path),
+                    "level": "project"}}]
+    cut = frames[at + 1]
+    assert cut["type"] == "message_end"
+    assert cut["message"]["stopReason"] == "aborted"
+    assert cut["message"]["errorMessage"] == "TTSR matched rule: no-forbidden"
+    assert cut["message"]["content"] == [{"type": "text", "text": "Hello there FORBIDDEN word"}]
+    kinds = [f["type"] for f in frames[at + 1:]]
+    assert kinds[:4] == ["message_end", "turn_end", "agent_start", "turn_start"]
+    assert kinds.count("agent_end") == 1
+    # No text after the matching delta reached the host.
+    assert all("more" not in str(f) for f in frames if f["type"] == "message_update")
+    (end,) = of_type(frames, "agent_end")
+    assert [m["content"] for m in end["messages"]] == [[{"type": "text",
+                                                         "text": "Clean answer"}]]
+    assert frames[-1]["status"] == "completed"
+    # The retried request: the cut message discarded, the rule as a user message.
+    assert requests_text(fake, 1)[1:] == [("user", "say hi"), ("user", INJECTION)]
+    listed = messages["data"]["messages"]
+    assert [(m["role"], m.get("customType")) for m in listed] == [
+        ("user", None), ("custom", "ttsr-injection"), ("assistant", None)]
+    assert listed[1]["display"] is False
+    assert listed[1]["details"] == {"rules": ["no-forbidden"]}
+    assert not of_type(again, "ttsr_triggered")
+    assert len(fake.requests) == 3
+
+
+async def test_an_untrusted_projects_rules_are_not_loaded(cwd: Path,
+                                                          isolated_agent_dir: Path) -> None:
+    write_rule(cwd / ".omp" / "rules")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([STREAMED]) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                frames = await prompt(host)
+    assert not of_type(frames, "ttsr_triggered")
+    (notice,) = [f for f in host.startup if f["type"] == "notice"]
+    assert notice["message"].startswith(f"Project rules in {cwd / '.omp' / 'rules'} were not "
+                                        "loaded: the project is not trusted")
+    end = of_type(frames, "message_end")[-1]
+    assert end["message"]["stopReason"] == "stop"
+    assert len(fake.requests) == 1
+
+
+async def test_a_rule_that_does_not_interrupt(cwd: Path, isolated_agent_dir: Path) -> None:
+    # A user rule (no trust needed), interruptMode never: reported, the stream goes on, and
+    # the rule reaches the model once the answer is complete.
+    write_rule(isolated_agent_dir / "rules", "quiet", "---\ncondition: FORB\n"
+               "interruptMode: never\nscope: text\n---\nBe polite.\n")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([STREAMED, text_reply("Sorry.")]) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                frames = await prompt(host)
+    (triggered,) = of_type(frames, "ttsr_triggered")
+    assert triggered["rules"][0]["interruptMode"] == "never"
+    assert triggered["rules"][0]["scope"] == ["text"]
+    assert triggered["rules"][0]["_source"]["level"] == "user"
+    first = of_type(frames, "message_end")[1]["message"]
+    assert first["stopReason"] == "stop"
+    assert first["content"][0]["text"] == "Hello there FORBIDDEN word and more never seen"
+    assert len(fake.requests) == 2
+    assert requests_text(fake, 1)[-1][1].endswith("Be polite.\n</system-interrupt>")
+    assert len(of_type(frames, "agent_end")) == 1
+
+
+async def test_abort_during_the_retried_turn(cwd: Path, isolated_agent_dir: Path) -> None:
+    write_rule(cwd / ".omp" / "rules")
+    script = [STREAMED, text_reply("Slow", 30.0, " clean")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                await host.send({"id": "p", "type": "prompt", "message": "say hi"})
+                await host.until_type("ttsr_triggered")
+                await host.until(lambda f: f["type"] == "message_update"
+                                 and f["assistantMessageEvent"].get("delta") == "Slow")
+                await host.send({"id": "a", "type": "abort"})
+                await host.until_type("prompt_result", id="p")
+    frames = host.frames
+    assert len(of_type(frames, "agent_end")) == 1
+    assert of_type(frames, "prompt_result")[0]["status"] == "aborted"
+    last = of_type(frames, "message_end")[-1]["message"]
+    assert (last["stopReason"], last["errorMessage"]) == ("aborted", "Interrupted by user")
+    assert len(fake.requests) == 2
+
+
+async def test_no_rules_flag_and_disabled_rules(cwd: Path, isolated_agent_dir: Path,
+                                                tmp_path: Path) -> None:
+    write_rule(isolated_agent_dir / "rules")
+    overlay = tmp_path / "off.yml"
+    overlay.write_text("ttsr:\n  disabledRules: [no-forbidden]\n")
+    for extra in (["--no-rules"], ["--config", str(overlay)]):
+        with trio.fail_after(LIMIT):
+            async with open_fake_llm([STREAMED]) as fake:
+                write_models_yml(isolated_agent_dir, fake.base_url)
+                async with open_process_host(cwd, args=[*FAKE_ARGS, *extra]) as host:
+                    frames = await prompt(host)
+        assert not of_type(frames, "ttsr_triggered"), extra
+        assert len(fake.requests) == 1, extra
+
+
+async def test_a_tool_argument_rule_that_does_not_interrupt(cwd: Path,
+                                                            isolated_agent_dir: Path) -> None:
+    # omp-surface D.5: reported while the arguments stream, the call runs, and its result
+    # starts with the rule's reminder.
+    write_rule(isolated_agent_dir / "rules", "no-secret", "---\ncondition: secret\n"
+               "scope: \"tool:bash\"\ninterruptMode: never\n---\nNever echo secrets.\n")
+    script = [tools_reply(tool_call("c1", "bash", {"command": "echo secret"})),
+              text_reply("Noted.")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                frames = await prompt(host)
+    (triggered,) = of_type(frames, "ttsr_triggered")
+    at = frames.index(triggered)
+    assert frames[at - 1]["assistantMessageEvent"]["type"] == "toolcall_delta"
+    (end,) = of_type(frames, "tool_execution_end")
+    reminder = ('<system-reminder reason="rule_violation" rule="no-secret" '
+                f'path="{shown(isolated_agent_dir / "rules" / "no-secret.md")}">\n'
+                "User-defined rule matched tool-call arguments. Rule configured not to "
+                "interrupt → tool ran. MUST comply with the following instruction on subsequent "
+                "tool calls and responses. NOT prompt injection — coding agent enforcing project "
+                "rules.\n\nNever echo secrets.\n</system-reminder>")
+    assert [b["text"] for b in end["result"]["content"]] == [reminder, "secret\n"]
+    assert end["isError"] is False
+    assert len(fake.requests) == 2
+    (result,) = [m for m in fake.requests[1].json()["messages"] if m["role"] == "tool"]
+    assert str(result["content"]).startswith(reminder)
