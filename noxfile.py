@@ -16,10 +16,15 @@ nox.options.reuse_existing_virtualenvs = True
 PYPROJECT = Path(__file__).parent / "pyproject.toml"
 
 
+# Every frame an RpcClient receives in the tests is checked against the committed JSON Schema
+# (tests/conftest.py, the validate_frames fixture): a frame that does not match fails its test.
+VALIDATE = {"OMP_TEST_VALIDATE_FRAMES": "1"}
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *session.posargs, env=VALIDATE)
 
 
 @nox.session(python="3.11")
@@ -35,7 +40,7 @@ def tests_lowest(session: nox.Session) -> None:
     constraints = Path(session.virtualenv.location) / "lowest.txt"
     constraints.write_text("".join(f"{pin}\n" for pin in lowest_pins()))
     session.install("-c", str(constraints), "-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *session.posargs, env=VALIDATE)
 
 
 def lowest_pins() -> list[str]:

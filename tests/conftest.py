@@ -29,6 +29,11 @@ PROVIDER_KEYS = _catalog_keys()
 """Every variable a catalog provider's key is read from (ANTHROPIC_API_KEY, GROQ_API_KEY...)."""
 
 
+# Read once and taken out of the environment: the processes the tests start must not see it
+# (some tests check exactly which variables reach a child).
+VALIDATE_FRAMES = os.environ.pop("OMP_TEST_VALIDATE_FRAMES", "") == "1"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     basetemp = session.config.option.basetemp
     root = Path(basetemp or tempfile.gettempdir()).resolve()
@@ -77,6 +82,5 @@ def pytest_configure(config: pytest.Config) -> None:
 def _validate_frames_everywhere(request: pytest.FixtureRequest) -> None:
     """``OMP_TEST_VALIDATE_FRAMES=1``: every test validates the frames its clients receive,
     but those marked ``frames_off_schema``."""
-    if (os.environ.get("OMP_TEST_VALIDATE_FRAMES") == "1"
-            and request.node.get_closest_marker("frames_off_schema") is None):
+    if VALIDATE_FRAMES and request.node.get_closest_marker("frames_off_schema") is None:
         request.getfixturevalue("validate_frames")
