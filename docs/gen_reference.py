@@ -45,6 +45,68 @@ How the frames fit together (ordering, sub-protocols, errors) is in the
 """
 
 
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "prompt": {"message": "Summarise notes.txt"},
+    "steer": {"message": "Only the first section, please"},
+    "follow_up": {"message": "Now write the summary to summary.md"},
+    "abort": {},
+    "abort_and_prompt": {"message": "Stop; read README.md instead"},
+    "new_session": {},
+    "get_state": {},
+    "get_available_commands": {},
+    "set_todos": {"phases": [{"name": "Docs", "tasks": [
+        {"content": "Write the guide", "status": "in_progress"}]}]},
+    "set_host_tools": {"tools": [{
+        "name": "open_in_editor", "description": "Open a file in the user's editor",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                       "required": ["path"]}}]},
+    "set_host_uri_schemes": {"schemes": [{"scheme": "buffer",
+                                          "description": "Unsaved editor buffers"}]},
+    "set_subagent_subscription": {"level": "progress"},
+    "get_subagents": {},
+    "get_subagent_messages": {"subagentId": "sub-1", "fromByte": 0},
+    "negotiate_protocol": {"protocolVersion": 2},
+    "set_event_filter": {"messageUpdates": "delta"},
+    "set_model": {"provider": "anthropic", "modelId": "claude-sonnet-4-5"},
+    "cycle_model": {},
+    "get_available_models": {},
+    "set_thinking_level": {"level": "medium"},
+    "cycle_thinking_level": {},
+    "get_available_thinking_levels": {},
+    "set_steering_mode": {"mode": "one-at-a-time"},
+    "set_follow_up_mode": {"mode": "all"},
+    "set_interrupt_mode": {"mode": "wait"},
+    "compact": {"customInstructions": "Keep the list of files changed"},
+    "set_auto_compaction": {"enabled": False},
+    "set_auto_retry": {"enabled": True},
+    "set_fast_mode": {"enabled": True},
+    "abort_retry": {},
+    "bash": {"command": "git status --short", "timeout": 30},
+    "abort_bash": {},
+    "get_session_stats": {},
+    "export_html": {"outputPath": "session.html"},
+    "switch_session": {"sessionPath": "/home/user/.omp/agent/sessions/example.jsonl"},
+    "open_session": {"sessionDir": "/home/user/.omp/agent/sessions"},
+    "branch": {"entryId": "a1b2c3d4"},
+    "get_branch_messages": {},
+    "get_last_assistant_text": {},
+    "set_session_name": {"name": "docs work"},
+    "handoff": {},
+    "get_messages": {},
+    "get_messages_page": {"limit": 50},
+    "get_entries": {},
+    "get_tree": {},
+    "get_login_providers": {},
+    "login": {"providerId": "corp"},
+}
+"""One example line per command (``id`` and ``type`` added); ``tests/test_docs.py`` checks that
+every command has one and that each matches the schema."""
+
+
+def example_frame(tag: str) -> dict[str, Any]:
+    return {"id": "1", "type": tag, **EXAMPLES[tag]}
+
+
 def field_notes() -> dict[tuple[str, str], str]:
     """(class name, field) → what the source says about the field: the comment lines right
     above it and the docstring right below it, joined into one line."""
@@ -191,7 +253,9 @@ def render() -> str:
             more = None
             if title == "Commands":
                 data = RESPONSE_DATA[tag]
-                more = [f"Response `data` on success: {_data_text(r, data)}."]
+                example = json.dumps(example_frame(tag), separators=(",", ":"))
+                more = [f"Response `data` on success: {_data_text(r, data)}.", "",
+                        "```json", example, "```"]
             out += r.section(cls.__name__, heading, more)
     out += ["## Shared types", "",
             "Payloads of responses and the objects frames are made of.", ""]

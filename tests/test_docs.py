@@ -4,6 +4,7 @@ outside it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -122,3 +123,20 @@ def test_transcript_frames_match_the_schema(page: Path) -> None:
             problems.append(f"line {number}: {found}")
     assert checked
     assert not problems, "\n".join(problems)
+
+
+def test_every_command_has_an_example_the_schema_accepts() -> None:
+    from schema_helpers import shared_validator
+
+    from omp.protocol.schema import command_tags
+
+    spec = importlib.util.spec_from_file_location("gen_reference",
+                                                  ROOT / "docs" / "gen_reference.py")
+    assert spec is not None
+    assert spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert set(generator.EXAMPLES) == set(command_tags())
+    validator = shared_validator()
+    for tag in generator.EXAMPLES:
+        assert not validator.problems(generator.example_frame(tag), "in"), tag
