@@ -8,7 +8,10 @@ and the throughput of small frames through one process over pipes: N `set_steeri
 commands written as fast as the pipe takes them, timed until the N-th response is read.
 
 Targets (issue 2): ready and first response within 60 ms of the floor, idle RSS <= 45 MiB,
->= 200,000 small frames/s. The processes run the offline model with `--no-session`, in the
+>= 200,000 small frames/s. ``--mcp N`` also starts, after each plain start, one with N stdio
+MCP servers configured (the tests' FastMCP probe server): they connect after ``ready`` and
+must change neither startup figure (printed as the median of the paired differences).
+The processes run the offline model with `--no-session`, in the
 environment of `isolation.isolated_env` (a temp agent directory, HOME and TMPDIR, removed at the
 end). This is a benchmark, not a test: it prints figures, it asserts nothing.
 """
@@ -16,6 +19,7 @@ end). This is a benchmark, not a test: it prints figures, it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -110,17 +114,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--frames", type=int, default=200_000)
+    parser.add_argument("--mcp", type=int, default=0, metavar="N",
+                        help="configure N stdio MCP servers")
     args = parser.parse_args()
     precompile()
 
     with tempfile.TemporaryDirectory(prefix="omp-bench-rpc-") as tmp:
         env = isolated_env(Path(tmp))
+        mcp_env = None
+        if args.mcp:
+            mcp_env = isolated_env(Path(tmp) / "mcp")
+            probe = Path(__file__).resolve().parents[1] / "tests" / "data" / "mcp_probe_server.py"
+            servers = {f"s{i}": {"command": sys.executable, "args": [str(probe)]}
+                       for i in range(args.mcp)}
+            (Path(mcp_env["OMP_AGENT_DIR"]) / "mcp.json").write_text(
+                json.dumps({"mcpServers": servers}))
         # Floor and server alternate, and each server start is compared with the floor run
         # just before it: the machine's speed drifts by more than the margin being measured.
-        floors, runs = [], []
+        # With --mcp a start with the servers configured follows each plain one, compared in
+        # pairs the same way.
+        floors, runs, mcp_runs = [], [], []
         for _ in range(args.runs):
             floors.append(floor_once())
             runs.append(startup_once(env))
+            if mcp_env is not None:
+                mcp_runs.append(startup_once(mcp_env))
         rate = statistics.median(throughput(args.frames, env) for _ in range(3))
     floor = statistics.median(floors)
     rss = statistics.median(r[2] for r in runs)
@@ -134,6 +152,13 @@ def main() -> None:
     print(f"idle RSS                         {rss:8.1f} MiB (target <= 45)")
     print(f"small frames through serve()     {rate:8.0f} /s  (target >= 200000; {args.frames} "
           "commands in, as many responses out, median of 3)")
+    if mcp_runs:
+        for name, index in (("ready", 0), ("first response", 1)):
+            value = statistics.median(r[index] for r in mcp_runs)
+            more = statistics.median(m[index] - r[index]
+                                     for m, r in zip(mcp_runs, runs, strict=True))
+            print(f"{f'with {args.mcp} MCP servers: {name}':33}{value * 1000:8.1f} ms  "
+                  f"({more * 1000:+.1f} ms against none, median of the paired differences)")
 
 
 if __name__ == "__main__":

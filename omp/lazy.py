@@ -41,6 +41,8 @@ LAZY_MODULES: dict[str, str] = {
     "omp.extensions.api": "with omp.extensions.events ~9 ms: the package's names load on "
                           "first use (omp.extensions.__getattr__)",
     "omp.extensions.events": "see omp.extensions.api",
+    "omp.mcp.connection": "1-2 s with the mcp SDK (pydantic models): only when an MCP server "
+                          "is configured, and then in a worker thread after ready",
 }
 """Module (or package: its submodules too) → what importing it at startup would cost."""
 

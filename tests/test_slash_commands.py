@@ -444,13 +444,13 @@ async def test_the_originals_other_built_ins_never_reach_the_model(
     with trio.fail_after(LIMIT):
         async with host_for(cwd, home) as host:
             frames = []
-            for i, command in enumerate(("/usage", "/stats", "/mcp list", "/settings")):
+            for i, command in enumerate(("/usage", "/stats", "/ssh list", "/settings")):
                 await host.send({"id": f"c{i}", "type": "prompt", "message": command})
                 frames += await host.until_type("prompt_result", id=f"c{i}")
     assert user_texts(frames) == []
     assert not of_type(frames, "agent_start")
     assert outputs(frames) == [f"/{name} is not available in this version."
-                               for name in ("usage", "stats", "mcp", "settings")]
+                               for name in ("usage", "stats", "ssh", "settings")]
     responses = of_type(frames, "response")
     assert all(r["data"] == {"agentInvoked": False} for r in responses)
 

@@ -37,6 +37,7 @@ import attrs
 import msgspec
 import trio
 
+from ..mcp.commands import prompt_arguments
 from ..protocol import commands as cmd
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -236,6 +237,8 @@ class Commands:
                 found := self.slash.builtin_for(frame.message)) is not None and found[0].awaits:
             return Route(self.prompt_builtin, "serial", after=self.after_prompt,
                          family="command")
+        if isinstance(frame, cmd.Prompt) and self.slash.mcp_prompt_for(frame.message):
+            return Route(self.prompt_mcp, "serial", after=self.after_prompt, family="command")
         return self.routes[type(frame)]
 
     def internal_error(self, frame: Frame, exc: BaseException) -> Response:
@@ -374,6 +377,27 @@ class Commands:
             return self._after_builtin(frame, outcome, images, None)
         except (CommandFailed, SessionError) as exc:
             return fail("prompt", frame.id, str(exc))
+
+    async def prompt_mcp(self, frame: cmd.Prompt) -> Response:
+        """``/<server>:<prompt> k=v ...``: the server's prompt (``prompts/get``) is sent as the
+        user's prompt; the response has no data (the original's custom-command path)."""
+        found = self.slash.mcp_prompt_for(frame.message)
+        if found is None:  # the server went away since the command was read
+            return self._prompt_text(frame, "prompt", frame.message, frame.images or [], None,
+                                     None)
+        connection, prompt, args = found
+        try:
+            text = await connection.prompt_text(prompt, prompt_arguments(args))
+        except Exception as exc:  # the server's failure is the host's answer, not our crash
+            reason = str(exc) or type(exc).__name__
+            return fail("prompt", frame.id,
+                        f'MCP prompt "{connection.name}:{prompt}" failed: {reason}')
+        images = frame.images if isinstance(frame.images, list) else []
+        try:
+            self.session.prompt(text, images, request_id=frame.id)
+        except SessionError as exc:
+            return fail("prompt", frame.id, str(exc))
+        return ok("prompt", frame.id)
 
     def _after_builtin(self, frame: cmd.Prompt, outcome: Outcome, images: list[m.ImageContent],
                        scope: trio.CancelScope | None) -> Response:

@@ -40,6 +40,9 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
+from ..mcp.config import load_servers, parse_entry
+from ..mcp.manager import McpManager
+from ..mcp.resources import McpUris
 from ..process import (
     adopt_orphans,
     can_watch_signals,
@@ -89,6 +92,8 @@ class Runtime:
     host_uris: HostUris
     session: AgentSession
     subagents: SubagentHost | None
+    mcp: McpManager | None = None
+    """The MCP servers (None: none configured; nothing of the SDK is imported then)."""
     discovery: LocalDiscovery | None = None
     """The local model servers being asked, from right after ``ready``
     (``start_local_discovery``; None before, or when that is off)."""
@@ -141,6 +146,7 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
                       session, found[0] if found else None)
     if options.rules:
         use_rules(runtime)
+    _load_mcp(runtime)
     return runtime
 
 
@@ -198,6 +204,35 @@ def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
                                        timeout=chosen.timeoutMs / 1000)
     runtime.discovery.start(nursery)
     return runtime.discovery
+
+
+def _load_mcp(runtime: Runtime) -> None:
+    """The MCP servers of the files and of ``options.mcp_servers``; project servers only in
+    a trusted project (otherwise one notice names them)."""
+    options, session = runtime.options, runtime.session
+    notices = runtime.notices
+    given = []
+    for name, entry in options.mcp_servers.items():
+        try:
+            given.append(parse_entry(name, dict(entry)))
+        except ValueError as exc:
+            notices.append(ev.Notice(level="warning", source="mcp",
+                                     message=f"MCP server skipped: {exc}"))
+    loaded = load_servers(
+        session.cwd, session.prompt_options.agent_directory or agent_dir(),
+        trusted=project_trusted(options, session.cwd, session.settings.trusted_projects),
+        extra=given)
+    notices += [ev.Notice(level="warning", source="mcp", message=p) for p in loaded.problems]
+    if loaded.untrusted:
+        notices.append(ev.Notice(level="warning", source="mcp", message=(
+            f"Project MCP servers not started ({', '.join(loaded.untrusted)}): the project "
+            f"{session.cwd} is not trusted (start with --trust-project, or list it under "
+            "trustedProjects in ~/.omp/agent/config.yml)")))
+    if loaded.servers:
+        runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit)
+        # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
+        context = session.tool_context
+        context.uris = McpUris(context.uris, runtime.mcp)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
@@ -316,6 +351,8 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
                 # The commands' grace and the escaped orphans' run at once (omp.process).
                 end_orphans_soon()
                 await front.shutdown()
+                if runtime.mcp is not None:
+                    runtime.mcp.close()  # every server ends, in parallel with the drain
                 output.close()
                 if stdout is not None:
                     await _drain(output, written)

@@ -173,9 +173,15 @@ class OnceFront:
             use_extensions(runtime, loaded)
         if (extensions := session.extensions) is not None:
             await extensions.session_start()
+        if (mcp := runtime.mcp) is not None:
+            # One prompt, no host to wait for a notice: the servers' first attempts (each
+            # bounded by its timeout) are over before it is sent, so their tools are there.
+            nursery.start_soon(mcp.run)
+            await mcp.wait_settled()
         commands = Commands(session, runtime.outbox, nursery.start_soon, runtime.controls,
                             runtime.host_uris, runtime.aborts, runtime.ui, runtime.subagents,
                             custom=runtime.options.commands)
+        commands.slash.mcp = runtime.mcp  # /mcp, and the servers' prompts as commands
         task_status.started()
         nursery.start_soon(self._tell_stalls)
         for prompt in self.prompts:

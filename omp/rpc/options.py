@@ -92,6 +92,9 @@ class ServeOptions:
     skills: Sequence[str] | bool | None = None
     """``--no-skills`` (False: none), ``--skills`` (glob patterns: only those), None: as the
     settings say."""
+    mcp_servers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    """MCP servers given by an embedding host, ``name`` → an entry as in ``mcp.json``
+    (``{"command": ..., "args": [...]}`` or ``{"url": ...}``); they win over the files'."""
     rules: bool = True
     """TTSR rules (``<agent dir>/rules``, a trusted project's ``.omp/rules``) watch the model's
     stream (``--no-rules``: False)."""

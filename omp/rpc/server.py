@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from ..mcp.manager import McpManager
 from ..protocol.codec import decode_line
 from ..protocol.frames import Ready, Response
 from ..protocol.framing import LineFramer
@@ -165,6 +166,11 @@ class RpcServer:
         self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
+        if (mcp := self.runtime.mcp) is not None:
+            # After ``ready``: the servers connect in the background, never delaying it.
+            mcp.on_commands = self._announce_commands
+            self.commands.slash.mcp = mcp
+            nursery.start_soon(self._start_mcp, mcp)
         self.start_job(self._start_extensions)
         task_status.started()
         with self._reader_scope:
@@ -193,6 +199,18 @@ class RpcServer:
                 use_extensions(self.runtime, loaded)
         if (extensions := self.session.extensions) is not None:
             await extensions.session_start()
+        self.output.put_nowait(self.commands.available_commands_update())
+
+    async def _start_mcp(self, mcp: McpManager) -> None:
+        """The MCP servers, once ``ready`` is out (importing the SDK in a thread still takes
+        the GIL in turns: not while ``ready`` waits to be written). On cancellation
+        (shutdown) every server ends."""
+        with trio.move_on_after(READY_FLUSH_SECONDS):
+            await self.output.wait_drained()
+        await mcp.run()
+
+    def _announce_commands(self) -> None:
+        """The command list changed outside a command (MCP prompts came or went)."""
         self.output.put_nowait(self.commands.available_commands_update())
 
     async def _reload_extensions(self) -> None:

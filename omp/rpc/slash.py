@@ -49,6 +49,7 @@ from ..commands import (
     split_command,
 )
 from ..config import ConfigError, agent_dir
+from ..mcp.commands import mcp_command
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -59,6 +60,7 @@ from ..session.system_prompt import read_context_files
 from ..subagents import SubagentHost, jobs_report
 
 if TYPE_CHECKING:
+    from ..mcp.manager import McpManager
     from ..session import AgentSession
 
 Emit = Callable[[msgspec.Struct], None]
@@ -144,6 +146,8 @@ class Slash:
     reload_extensions: Callable[[], Awaitable[None]] | None = attrs.field(default=None,
                                                                          init=False)
     """Set by the server that loaded the session's extensions: imports them again."""
+    mcp: McpManager | None = attrs.field(default=None, init=False)
+    """The server's MCP servers (``/mcp``, their prompts as commands); None: none configured."""
 
     def __attrs_post_init__(self) -> None:
         self.ordered = list(BUILTINS)
@@ -212,7 +216,23 @@ class Slash:
                     input=payloads.CommandInput(hint="arguments")))
         for file_command in self.file_commands():
             add(file_command.available_command())
+        if self.mcp is not None:
+            for name, description, *_ in self.mcp.prompt_commands():
+                add(payloads.AvailableCommand(name=name, source="mcp_prompt",
+                                              description=description,
+                                              input=payloads.CommandInput(hint="arguments")))
         return entries
+
+    def mcp_prompt_for(self, text: str) -> tuple[Any, str, str] | None:
+        """``(connection, prompt name, argument text)`` when ``text`` is ``/<server>:<prompt>
+        ...`` for a prompt of a connected MCP server."""
+        if self.mcp is None or not text.startswith("/"):
+            return None
+        name, _, rest = text[1:].partition(" ")
+        for command, _description, connection, prompt in self.mcp.prompt_commands():
+            if command == name:
+                return connection, prompt, rest.strip()
+        return None
 
     def _shadowed(self, name: str) -> bool:
         """A built-in takes ``name``: itself, an alias, or ``<builtin>:<x>``."""
@@ -483,6 +503,12 @@ def _changelog(call: Call) -> Outcome:
     return LOCAL
 
 
+def _mcp(call: Call) -> Outcome:
+    call.output(mcp_command(call.args, call.slash.mcp, call.session.cwd,
+                            call.slash.agent_directory))
+    return LOCAL
+
+
 def _tools(call: Call) -> Outcome:
     s = call.session
     active = {t.name for t in s.tools}
@@ -632,7 +658,7 @@ async def _reload(call: Call) -> Outcome:
 ABSENT_BUILTINS = frozenset({
     # The original's built-ins that answer over RPC (extensions spec §2.3) ...
     "security", "skillful", "extended-context", "computer", "prewalk", "advisor", "trace",
-    "share", "browser", "usage", "stats", "mcp", "ssh", "fresh", "shake", "pin", "memory",
+    "share", "browser", "usage", "stats", "ssh", "fresh", "shake", "pin", "memory",
     "move", "wt", "worktree", "add-dir", "remove-dir", "dirs", "marketplace", "plugins",
     "plugin",
     # ... and those of its terminal UI, which would reach its model as text over RPC.
@@ -676,5 +702,11 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("reload-plugins", "Reload extensions, skills, prompt templates and file commands",
             _reload, awaits=True),
     Builtin("force", "Force the next turn to use a tool", _force, hint="<tool> [prompt]"),
+    Builtin("mcp", "Manage MCP servers", _mcp, hint="[list|enable|disable|reconnect|help]",
+            subcommands=(("list", "List configured servers and their state"),
+                         ("enable", "Enable a server"), ("disable", "Disable a server"),
+                         ("reconnect", "Reconnect servers now"),
+                         ("prompts", "List prompts"), ("resources", "List resources"),
+                         ("help", "Show help"))),
 )
 

@@ -107,6 +107,10 @@ class AgentSession:
     forced_tool: str | None = attrs.field(default=None, init=False)
     """``/force``: the tool the model must call in the next turn (cleared once used)."""
     host_tools: list[Tool] = attrs.field(factory=list, init=False)
+    mcp_tools: list[Tool] = attrs.field(factory=list, init=False)
+    """The tools of the connected MCP servers (``omp.mcp``), replaced as they change."""
+    mcp_instructions: str | None = attrs.field(default=None, init=False)
+    """The ``## MCP Server Instructions`` block (servers' ``instructions``), if any."""
     store: SessionStore = attrs.field(init=False)
     models: ModelControl = attrs.field(init=False)
     agent: Agent = attrs.field(init=False)
@@ -145,12 +149,12 @@ class AgentSession:
     @property
     def all_tools(self) -> list[Tool]:
         """Every tool: the built-ins (an extension tool of the same name replaces one), the
-        extensions' tools, then the host's."""
+        extensions' tools, the MCP servers', then the host's."""
         extension_tools: list[Tool] = (list(self.extensions.tools())
                                        if self.extensions is not None else [])
         replaced = {t.name for t in extension_tools}
         return [*(t for t in self.own_tools if t.name not in replaced), *extension_tools,
-                *self.host_tools]
+                *self.mcp_tools, *self.host_tools]
 
     @property
     def tools(self) -> list[Tool]:
@@ -165,11 +169,12 @@ class AgentSession:
         tools = self.tools
         options = self.prompt_options
         key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
-               options.custom, options.append, id(options.context))
+               options.custom, options.append, id(options.context), self.mcp_instructions)
         if self._prompt is None or self._prompt[0] != key:
             blocks = self.prompt_options.build(tools)
-            if self.prompt_extra is not None:
-                blocks = [*blocks[:-1], self.prompt_extra, *blocks[-1:]]
+            extra = [b for b in (self.mcp_instructions, self.prompt_extra) if b is not None]
+            if extra:
+                blocks = [*blocks[:-1], *extra, *blocks[-1:]]
             self._prompt = (key, blocks)
         return self._prompt[1]
 
@@ -180,6 +185,14 @@ class AgentSession:
     def set_host_tools(self, tools: Sequence[Tool]) -> None:
         """Replace the host's tools; the next model call (and system prompt) has them."""
         self.host_tools = list(tools)
+
+    def set_mcp_tools(self, tools: Sequence[Tool]) -> None:
+        """Replace the MCP servers' tools; the next model call (and system prompt) has them.
+        A tool ``set_active_tools`` left out stays out; a new one is active."""
+        if self._active_tools is not None:
+            old = {t.name for t in self.mcp_tools}
+            self._active_tools |= {t.name for t in tools if t.name not in old}
+        self.mcp_tools = list(tools)
 
     def active_tool_names(self) -> list[str]:
         return [t.name for t in self.tools]

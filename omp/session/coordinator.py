@@ -62,6 +62,11 @@ Publish = Callable[[Published], None]
 AgentEndHook = Callable[[list[m.AgentMessage]], Awaitable[None]]
 
 
+JOBS_EXIT_SECONDS = 5.0
+"""How long ``close`` waits for the background jobs it cancelled to return (each ends its child
+session, whose own shutdown steps have deadlines of their own)."""
+
+
 @attrs.define(eq=False, repr=False)
 class RunCoordinator:
     agent: Agent
@@ -85,6 +90,9 @@ class RunCoordinator:
     """The run scheduled or going; None when idle."""
     _jobs: dict[int, trio.CancelScope] = attrs.field(factory=dict, init=False)
     _job_counter: int = attrs.field(default=0, init=False)
+    _job_tasks: int = attrs.field(default=0, init=False)
+    """Job tasks not yet returned, cancelled ones included (``close`` waits for them)."""
+    _no_job_tasks: trio.Event = attrs.field(factory=trio.Event, init=False)
     _deferred: list[m.AgentMessage] = attrs.field(factory=list, init=False)
     _closing: bool = attrs.field(default=False, init=False)
     expired: str | None = attrs.field(default=None, init=False)
@@ -122,12 +130,18 @@ class RunCoordinator:
             await trio.sleep_forever()
 
     async def close(self) -> None:
-        """Abort the run (its terminal events are still published), answer every open ticket,
+        """Abort the run (its terminal events are still published), wait for the background
+        jobs it cancelled to return (at most ``JOBS_EXIT_SECONDS``), answer every open ticket,
         wait for the session file's last lines, and stop ``serve``. On cancellation the nursery
         is torn down without waiting (the file's writer thread still writes what it holds)."""
         self._closing = True
         self.cancel_jobs()
         await self.abort(SHUTDOWN_REASON)
+        if self._job_tasks:
+            # The cancelled jobs still write their ends (a child's terminal lifecycle frame):
+            # before the output closes behind this, not into it after.
+            with trio.move_on_after(JOBS_EXIT_SECONDS):
+                await self._no_job_tasks.wait()
         self._publish_all(self.settlement.abort_all(self.activity, closing=True))
         await self.written()  # its last lines, before the exit status is known
         if self._nursery is not None:
@@ -349,12 +363,20 @@ class RunCoordinator:
         key = self._job_counter
         scope = self._jobs[key] = trio.CancelScope()
         self.settlement.begin()
+        if self._job_tasks == 0:
+            self._no_job_tasks = trio.Event()
+        self._job_tasks += 1
         self._nursery.start_soon(self._run_job, key, scope, work)
 
     async def _run_job(self, key: int, scope: trio.CancelScope,
                        work: Callable[[], Awaitable[None]]) -> None:
-        with scope:
-            await work()
+        try:
+            with scope:
+                await work()
+        finally:
+            self._job_tasks -= 1
+            if self._job_tasks == 0:
+                self._no_job_tasks.set()
         # Cancelled by cancel_jobs, the job is already forgotten; otherwise it ends here.
         if self._jobs.get(key) is scope:
             del self._jobs[key]

@@ -1,0 +1,13 @@
+"""MCP servers: their tools, prompts and resources in the session (omp-surface spec part B).
+
+``config`` reads the definitions (no SDK import), ``manager`` owns the connections of one
+``serve()``, ``connection`` is one server's connection over the official SDK (``mcp``),
+``transport`` starts a stdio server as our own process group or opens streamable HTTP,
+``commands`` answers ``/mcp``. The SDK is imported only once a server is configured, after
+``ready``.
+"""
+
+from .config import LoadedServers as LoadedServers
+from .config import ServerConfig as ServerConfig
+from .config import load_servers as load_servers
+from .config import parse_entry as parse_entry

@@ -1,0 +1,310 @@
+"""MCP server definitions: which files they come from, in which order, and what an entry means
+(omp-surface spec B.1, B.2).
+
+Sources, highest priority first; the first entry of a name wins (a lower one of the same name
+is never used, even when the winner is disabled):
+
+1. ``<cwd>/.omp/mcp.json``, ``<cwd>/.omp/.mcp.json`` (project, the original's native files);
+2. ``<agentDir>/mcp.json``, ``<agentDir>/.mcp.json`` (user);
+3. the first non-empty of ``<cwd>/.claude/.mcp.json``, ``<cwd>/.claude/mcp.json`` (project);
+4. ``<cwd>/mcp.json``, ``<cwd>/.mcp.json`` (project, Claude Desktop / Claude Code shape).
+
+Every file is ``{"mcpServers": {"<name>": {entry}}}``. A project's servers run code from the
+repository, so they are used only in a trusted project (``--trust-project`` or
+``trustedProjects``); otherwise they are left out (they then shadow nothing) and
+``LoadedServers.untrusted`` names them for the one ``notice``. ``disabledServers`` /
+``enabledServers`` of the user ``mcp.json`` switch servers off / on (``disabledServers`` wins).
+A file that cannot be read, or an entry that is not valid, is reported (``problems``) and
+skipped; startup goes on.
+
+Strings get ``${VAR}`` / ``${VAR:-default}`` expansion from the environment when loaded (``:-``
+applies when the variable is unset or empty; a plain ``${VAR}`` that is unset stays literal).
+At connect time an ``env`` or ``headers`` value that exactly names a set variable is replaced by
+its value (``resolve_value``). Values are never written anywhere: ``describe_location`` shows a
+command or a URL's origin and path only.
+
+No ``mcp`` import here: this runs at startup, and the SDK is imported only when a server is
+configured (``omp.lazy``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import attrs
+
+from ..config import ConfigError, read_json_mapping
+
+Transport = Literal["stdio", "http", "sse"]
+Scope = Literal["user", "project", "host"]
+DEFAULT_TIMEOUT_MS = 30_000.0
+"""Connection and per-request timeout when an entry has no ``timeout`` (the original's)."""
+TIMEOUT_VARIABLE = "OMP_MCP_TIMEOUT_MS"
+"""Overrides every server's timeout (``0``: no MCP timeout at all)."""
+
+
+@attrs.frozen
+class ServerConfig:
+    """One MCP server as configured."""
+
+    name: str
+    transport: Transport
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    enabled: bool = True
+    timeout_ms: float | None = None
+    """The entry's ``timeout``; None: the default (see ``timeout_seconds``)."""
+    scope: Scope = "user"
+    source: Path | None = None
+    """The file it came from (None: given to ``serve()``)."""
+
+    def timeout_seconds(self, environ: Mapping[str, str] | None = None) -> float | None:
+        """Connect and per-request timeout: ``$OMP_MCP_TIMEOUT_MS``, else the entry's, else
+        30 s; None when it is 0 (no timeout)."""
+        env = os.environ if environ is None else environ
+        ms = self.timeout_ms if self.timeout_ms is not None else DEFAULT_TIMEOUT_MS
+        override = env.get(TIMEOUT_VARIABLE, "").strip()
+        if override:
+            try:
+                value = float(override)
+            except ValueError:
+                value = -1.0
+            if value >= 0:
+                ms = value
+        return None if ms == 0 else ms / 1000.0
+
+    def location(self) -> str:
+        """What ``/mcp list`` shows: the command, or the URL reduced to origin + path."""
+        if self.transport == "stdio":
+            return self.command or "(unknown)"
+        return describe_location(self.url)
+
+
+def describe_location(url: str | None) -> str:
+    """A URL without userinfo, query or fragment (they may hold credentials)."""
+    if not url:
+        return "(unknown)"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        if not parts.scheme or host is None:
+            return "(hidden)"
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "(hidden)"
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+@attrs.frozen
+class LoadedServers:
+    """What loading found."""
+
+    servers: tuple[ServerConfig, ...] = ()
+    """Enabled and disabled servers, in priority order (one per name)."""
+    untrusted: tuple[str, ...] = ()
+    """Names of project servers left out because the project is not trusted."""
+    problems: tuple[str, ...] = ()
+    """Files or entries skipped, one sentence each."""
+
+    @property
+    def enabled(self) -> list[ServerConfig]:
+        return [s for s in self.servers if s.enabled]
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(value: str, environ: Mapping[str, str]) -> str:
+    """``${VAR}`` / ``${VAR:-default}`` from ``environ`` (the original's rules)."""
+
+    def one(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = environ.get(name)
+        if default is not None:
+            return found if found else default
+        return found if found is not None else match.group(0)
+
+    return _VARIABLE.sub(one, value)
+
+
+def resolve_value(value: str, environ: Mapping[str, str]) -> str:
+    """Connect-time resolution of an ``env`` / ``headers`` value: a value that exactly names a
+    set variable becomes its value; anything else is literal."""
+    return environ.get(value, value) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) else value
+
+
+def project_files(cwd: Path) -> list[list[Path]]:
+    """The project's config files by source, in priority order (a source whose files are
+    alternatives is one inner list: its first non-empty file counts)."""
+    return [[cwd / ".omp" / "mcp.json"], [cwd / ".omp" / ".mcp.json"],
+            [cwd / ".claude" / ".mcp.json", cwd / ".claude" / "mcp.json"],
+            [cwd / "mcp.json"], [cwd / ".mcp.json"]]
+
+
+def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
+                 environ: Mapping[str, str] | None = None,
+                 extra: Sequence[ServerConfig] = ()) -> LoadedServers:
+    """Every configured server (``extra``, given to ``serve()``, first: the host's choice wins
+    over the files). Never raises for a bad file: it is a ``problem``."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    taken: dict[str, ServerConfig] = {}
+    untrusted: list[str] = []
+    user_file = agent_directory / "mcp.json"
+    user_raw = _read(user_file, problems)
+    disabled = set(_names(user_raw, "disabledServers"))
+    forced = set(_names(user_raw, "enabledServers"))
+
+    def take(entries: Iterable[ServerConfig]) -> None:
+        for server in entries:
+            taken.setdefault(server.name, server)
+
+    take(extra)
+    sources: list[tuple[Scope, list[Path]]] = [("project", files)
+                                               for files in project_files(cwd)[:2]]
+    sources += [("user", [user_file]), ("user", [agent_directory / ".mcp.json"])]
+    sources += [("project", files) for files in project_files(cwd)[2:]]
+    for scope, files in sources:
+        for path in files:
+            raw = user_raw if path == user_file else _read(path, problems)
+            entries = _entries(raw, path, scope, env, problems)
+            if not entries:
+                continue
+            if scope == "project" and not trusted:
+                untrusted += [e.name for e in entries]
+            else:
+                take(entries)
+            break  # alternatives: the first non-empty file counts
+    servers = []
+    for server in taken.values():
+        enabled = (server.enabled or server.name in forced) and server.name not in disabled
+        servers.append(attrs.evolve(server, enabled=enabled))
+    # A project server that a user server of its name replaces anyway is not news.
+    left_out = tuple(dict.fromkeys(n for n in untrusted if n not in taken))
+    return LoadedServers(tuple(servers), left_out, tuple(problems))
+
+
+def _read(path: Path, problems: list[str]) -> dict[Any, Any] | None:
+    try:
+        if not path.exists():
+            return None
+        return read_json_mapping(path, "an object with mcpServers")
+    except ConfigError as exc:
+        problems.append(f"MCP config skipped: {exc}")
+    except OSError as exc:
+        problems.append(f"MCP config skipped: {path}: {exc.strerror or exc}")
+    return None
+
+
+def _names(raw: dict[Any, Any] | None, key: str) -> list[str]:
+    value = (raw or {}).get(key)
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _entries(raw: dict[Any, Any] | None, path: Path, scope: Scope, environ: Mapping[str, str],
+             problems: list[str]) -> list[ServerConfig]:
+    if not raw:
+        return []
+    servers = raw.get("mcpServers")
+    if servers is None:
+        return []
+    if not isinstance(servers, dict):
+        problems.append(f"MCP config skipped: {path}: mcpServers must be an object")
+        return []
+    found = []
+    for name, entry in servers.items():
+        try:
+            found.append(parse_entry(str(name), entry, environ, scope=scope, source=path))
+        except ValueError as exc:
+            problems.append(f"MCP server skipped: {path}: {exc}")
+    return found
+
+
+def parse_entry(name: str, entry: Any, environ: Mapping[str, str] | None = None, *,
+                scope: Scope = "host", source: Path | None = None) -> ServerConfig:
+    """One entry (``{"command": ..., ...}`` or ``{"url": ...}``) as a ``ServerConfig``, its
+    strings expanded. Raises ValueError naming the server and what is wrong."""
+    env = os.environ if environ is None else environ
+    where = f'Server "{name}"'
+    if not name.strip():
+        raise ValueError("a server without a name")
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: must be an object")
+
+    def string(key: str) -> str | None:
+        value = entry.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(f'{where}: "{key}" must be a string')
+        return expand(value, env)
+
+    def mapping(key: str) -> dict[str, str]:
+        value = entry.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ValueError(f'{where}: "{key}" must be an object of strings')
+        return {str(k): expand(v, env) for k, v in value.items()}
+
+    command, url = string("command"), string("url")
+    kind = entry.get("type")
+    if kind is None:
+        kind = "stdio" if command else "http" if url else None
+    transport: Transport
+    if kind == "stdio":
+        transport = "stdio"
+    elif kind == "http":
+        transport = "http"
+    elif kind == "sse":
+        transport = "sse"
+    else:
+        if kind is None:
+            raise ValueError(f'{where}: neither "command" nor "url" is set')
+        raise ValueError(f'{where}: "type" must be "stdio", "http" or "sse", not {kind!r}')
+    if command and url:
+        raise ValueError(f'{where}: both "command" and "url" are set - use one')
+    if kind == "stdio" and not command:
+        raise ValueError(f'{where}: a stdio server needs "command"')
+    if kind != "stdio" and not url:
+        raise ValueError(f'{where}: an {kind} server needs "url"')
+    args = entry.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(f'{where}: "args" must be a list of strings')
+    return ServerConfig(
+        name=name, transport=transport, command=command,
+        args=tuple(expand(a, env) for a in args), env=mapping("env"), cwd=string("cwd"),
+        url=url, headers=mapping("headers"), enabled=_enabled(entry.get("enabled"), where),
+        timeout_ms=_timeout(entry.get("timeout"), where), scope=scope, source=source)
+
+
+def _enabled(value: Any, where: str) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise ValueError(f'{where}: "enabled" must be true or false')
+
+
+def _timeout(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f'{where}: "timeout" must be a non-negative number of milliseconds')
+    return float(value)

@@ -1,0 +1,575 @@
+"""One MCP server's connection: connect, discover, serve calls, reconnect (spec B.4, B.7, B.9).
+
+``Connection.run`` is the connection's whole life, a task of the manager's nursery: open the
+transport (``omp.mcp.transport``) and an ``mcp.ClientSession`` on it, ``initialize`` and list
+tools, prompts and resources, all within the server's timeout; then wait until the server goes
+away (stdio: its stdout ends) or a reconnect is asked for; then connect again after 0.5, 1, 2, 4
+seconds. When that ladder is used up, or more than ``STORM_LIMIT`` connections were made within
+``STORM_SECONDS`` (a server that crashes at once, again and again), it waits until something
+needs the server (a tool call, ``/mcp reconnect``) or, for an HTTP server, a timer (15 s
+doubling to 5 min). Each failure episode is said once, as a ``notice``.
+
+How the SDK's task groups sit inside ours: the SDK is written on anyio, and anyio on trio is
+trio: ``ClientSession``'s task group (its receive loop) is a trio nursery opened inside the
+transport's nursery (our reader and writer of a stdio server's pipes), inside this task, inside
+the manager's nursery, which belongs to ``serve()``. Cancelling the manager cancels them all,
+and the transport's exit ends the server's process group.
+
+Calls (``call_tool``, ``prompt_text``, ``read_resource``) run in the caller's task (a tool
+call in the run's turn nursery), with the server's timeout around the wait for a connection and
+the request. A call waits for a connection attempt in progress (or asks for one) and fails with
+that attempt's error; a connection that ends under a call fails it at once (``eof``), not at its
+timeout. An abort cancels the call, and the server is told with ``notifications/cancelled``
+(shielded, with its own short deadline). Notifications that lists changed make a refresher
+task list them again and tell the manager. The server's ``ping`` and ``roots/list`` (the
+project directory) are answered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import anyio
+import attrs
+import trio
+from mcp import ClientSession, McpError, types
+from pydantic import AnyUrl, FileUrl
+
+from ..groups import unwrap, unwrapped
+from ..protocol import events as ev
+from ..protocol.messages import ImageContent, TextContent
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
+from ..tools.base import OnUpdate, ResultContent, Tier, ToolError, ToolResult
+from ..tools.truncate import elide_middle
+from .config import ServerConfig, resolve_value
+from .naming import mint_name
+from .transport import open_transport
+
+CLIENT_INFO = types.Implementation(name="omp-coding-agent", version="1.0.0")
+BACKOFF = (0.5, 1.0, 2.0, 4.0)
+"""Seconds before each reconnect attempt (the original's ladder)."""
+REMOTE_RETRY = (15.0, 300.0)
+"""An HTTP server still down after the ladder: retried after 15 s, doubling up to 5 min."""
+STORM_LIMIT = 5
+STORM_SECONDS = 30.0
+CANCEL_NOTICE_SECONDS = 0.5
+"""Deadline of telling the server that a call was cancelled."""
+INSTRUCTIONS_MAX = 4000
+
+_CREDENTIAL = re.compile(r"(?i)(bearer\s+|(?:token|api[_-]?key|secret|password)=)[^\s&\"']+")
+T = TypeVar("T")
+State = Literal["connecting", "connected", "failed", "suspended", "disabled"]
+
+
+@attrs.define(eq=False, repr=False)
+class Connection:
+    """One configured server and its live session, if any."""
+
+    config: ServerConfig
+    cwd: Path
+    on_change: Callable[[Connection], None]
+    """Called when the tools, prompts or resources changed (also when the connection went)."""
+    emit: Callable[[ev.Notice], None]
+    environ: Mapping[str, str] = attrs.field(factory=lambda: dict(os.environ))
+    policy: EnvironmentPolicy = DEFAULT_POLICY
+    """The session's environment policy (what a stdio server inherits)."""
+    storm: tuple[int, float] = (STORM_LIMIT, STORM_SECONDS)
+    """More than this many connections within this many seconds suspend reconnects."""
+    state: State = "connecting"
+    error: str | None = None
+    tools: list[types.Tool] = attrs.field(factory=list)
+    prompts: list[types.Prompt] = attrs.field(factory=list)
+    resources: list[types.Resource] = attrs.field(factory=list)
+    instructions: str | None = None
+    _session: ClientSession | None = None
+    _settled: trio.Event = attrs.field(factory=trio.Event)
+    """Set once the first attempt is over (connected or not)."""
+    _attempted: trio.Event = attrs.field(factory=trio.Event)
+    """Set (and replaced) each time an attempt to connect is over."""
+    _wake: trio.Event = attrs.field(factory=trio.Event)
+    """Set to ask for a connection now (a call, ``/mcp reconnect``)."""
+    _drop: trio.Event = attrs.field(factory=trio.Event)
+    """Set to end the current connection (reconnect, server gone)."""
+    _refresh: trio.Event = attrs.field(factory=trio.Event)
+    _reported: bool = False
+    _asked: bool = False
+    """The current connection is being dropped because ``reconnect`` asked (not news)."""
+    _connected_at: deque[float] = attrs.field(factory=deque)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def timeout(self) -> float | None:
+        return self.config.timeout_seconds(self.environ)
+
+    # -- the connection's life -----------------------------------------------------------
+
+    async def run(self) -> None:
+        """Keep the server connected until cancelled (then the transport is closed and a
+        stdio server's process group ended)."""
+        failures = 0
+        while True:
+            self._drop = trio.Event()
+            try:
+                await self._connect_and_serve()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                self._down(describe_failure(unwrapped(exc), self), first=failures == 1)
+                self._attempted.set()
+                self._attempted = trio.Event()
+            else:
+                asked, self._asked = self._asked, False
+                self._down(self.error or "the server closed the connection", first=not asked)
+            self._settled.set()
+            now = trio.current_time()
+            limit, window = self.storm
+            while self._connected_at and now - self._connected_at[0] > window:
+                self._connected_at.popleft()
+            if len(self._connected_at) > limit:
+                self.state = "suspended"
+                self.error = ("MCP server crashed too many times; automatic reconnects "
+                              "suspended")
+                self._connected_at.clear()
+                self.emit(ev.Notice(level="warning", source="mcp", message=(
+                    f'MCP server "{self.name}": {self.error} (a call or /mcp reconnect '
+                    "connects it again)")))
+                await self._wait_wake(math.inf)
+            elif failures > len(BACKOFF):
+                self.state = "failed"
+                remote = self.config.transport != "stdio"
+                delay = min(REMOTE_RETRY[0] * 2 ** (failures - len(BACKOFF) - 1),
+                            REMOTE_RETRY[1]) if remote else math.inf
+                await self._wait_wake(delay)
+            else:
+                await self._wait_wake(BACKOFF[max(failures - 1, 0)])
+            self.state = "connecting"
+
+    async def _wait_wake(self, seconds: float) -> None:
+        with trio.move_on_after(seconds):
+            await self._wake.wait()
+        self._wake = trio.Event()
+
+    def reconnect(self) -> None:
+        """Drop the connection (if any) and connect again now; resets a suspended server."""
+        self._connected_at.clear()
+        self._asked = self._session is not None
+        self._drop.set()
+        self._wake.set()
+
+    async def _connect_and_serve(self) -> None:
+        """One connection, from the spawn to the end. Raises TooSlowError when it is not
+        up within the timeout, or what the transport or the session raised."""
+        timeout = self.timeout
+        # One scope around the whole connection (the transport's and the SDK's nurseries
+        # open inside it): its deadline is the connect timeout, lifted once connected.
+        with trio.CancelScope(deadline=math.inf if timeout is None
+                              else trio.current_time() + timeout) as deadline:
+            async with open_transport(self.config, self.cwd, self.environ, self.policy) as (
+                    read, write, closed), ClientSession(
+                    read, write, client_info=CLIENT_INFO, message_handler=self._on_message,
+                    list_roots_callback=self._roots) as session, trio.open_nursery() as nursery:
+                init = await session.initialize()
+                self.instructions = (init.instructions or "")[:INSTRUCTIONS_MAX] or None
+                await self._list(session, init.capabilities)
+                deadline.deadline = math.inf
+                self._session = session
+                self.state, self.error, self._reported = "connected", None, False
+                self._connected_at.append(trio.current_time())
+                self._settled.set()
+                self._attempted.set()
+                self._attempted = trio.Event()
+                self.on_change(self)
+                nursery.start_soon(self._refresher, session, init.capabilities)
+                drop = self._drop
+
+                async def watch_closed() -> None:
+                    await closed.wait()
+                    drop.set()
+
+                nursery.start_soon(watch_closed)
+                await drop.wait()
+                nursery.cancel_scope.cancel()
+        if deadline.cancelled_caught:
+            raise trio.TooSlowError
+
+    def _down(self, error: str, *, first: bool) -> None:
+        was_up = self._session is not None
+        self._session = None
+        self._drop.set()  # calls still waiting on the ended connection's session fail now
+        self.state, self.error = "connecting", error
+        if first and not self._reported:
+            self._reported = True
+            self.emit(ev.Notice(level="warning", source="mcp", message=self.redact(
+                f'MCP server "{self.name}": {error}')))
+        if was_up:
+            self.on_change(self)
+
+    async def _list(self, session: ClientSession, caps: types.ServerCapabilities) -> None:
+        tools: list[types.Tool] = []
+        prompts: list[types.Prompt] = []
+        resources: list[types.Resource] = []
+        if caps.tools is not None:
+            cursor = None
+            while True:
+                listed = await session.list_tools(cursor=cursor)
+                tools += listed.tools
+                if not (cursor := listed.nextCursor):
+                    break
+        if caps.resources is not None:
+            cursor = None
+            while True:
+                res = await session.list_resources(cursor=cursor)
+                resources += res.resources
+                if not (cursor := res.nextCursor):
+                    break
+        if caps.prompts is not None:
+            cursor = None
+            while True:
+                pro = await session.list_prompts(cursor=cursor)
+                prompts += pro.prompts
+                if not (cursor := pro.nextCursor):
+                    break
+        self.tools, self.prompts, self.resources = tools, prompts, resources
+
+    async def _refresher(self, session: ClientSession, caps: types.ServerCapabilities) -> None:
+        while True:
+            await self._refresh.wait()
+            self._refresh = trio.Event()
+            with trio.move_on_after(math.inf if self.timeout is None else self.timeout):
+                with contextlib.suppress(McpError):
+                    await self._list(session, caps)
+                    self.on_change(self)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception) and self.config.transport != "stdio":
+            # The HTTP transport's failure of a request (the server gone, HTTP 404 for an
+            # expired session, ...): its answer never comes; connect again.
+            self.error = f"{type(message).__name__}: {message}"[:1000]
+            self._drop.set()
+            return
+        if isinstance(message, types.ServerNotification) and isinstance(
+                message.root, types.ToolListChangedNotification
+                | types.PromptListChangedNotification | types.ResourceListChangedNotification):
+            self._refresh.set()
+
+    async def _roots(self, context: Any) -> types.ListRootsResult:
+        root = types.Root(uri=FileUrl(self.cwd.resolve().as_uri()), name=self.cwd.name)
+        return types.ListRootsResult(roots=[root])
+
+    def redact(self, text: str) -> str:
+        """``text`` without the values of this server's ``env`` and ``headers`` (they may
+        be tokens), nor ``Bearer``/``token=`` credentials: messages from the transport or the
+        server can quote them."""
+        secrets = {resolve_value(v, self.environ) for v in (*self.config.env.values(),
+                                                             *self.config.headers.values())}
+        for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+            text = text.replace(secret, "[redacted]")
+        return _CREDENTIAL.sub(lambda m: m.group(1) + "[redacted]", text)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    async def _connected(self) -> ClientSession:
+        """The live session, waiting (and asking) for one when there is none. Raises
+        ServerDown when the server was down and the next attempt failed too."""
+        while True:
+            session = self._session
+            if session is not None and not self._drop.is_set():
+                return session
+            if self.state in ("failed", "suspended"):
+                self._wake.set()
+            # Connecting, or down (or going down): the next attempt decides.
+            await self._attempted.wait()
+            if self._session is None:
+                raise ServerDown(self.error or "disconnected")
+
+    async def wait_settled(self) -> None:
+        """Until the first connection attempt is over."""
+        await self._settled.wait()
+
+    async def _on_session(self, call: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """``call`` on the live session (waiting for one). Raises McpError with
+        ``CONNECTION_CLOSED`` when the connection goes away meanwhile: a request the server
+        will never answer fails now, not at its timeout."""
+        session = await self._connected()
+        drop = self._drop
+        done: list[T] = []
+        with unwrap():
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    await drop.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                done.append(await call(session))
+                nursery.cancel_scope.cancel()
+        if not done:
+            raise McpError(types.ErrorData(code=types.CONNECTION_CLOSED,
+                                           message=self.error or "Connection closed"))
+        return done[0]
+
+    async def call_tool(self, tool: str, args: dict[str, Any]) -> types.CallToolResult:
+        """``tools/call``. Raises ToolError (the failure text) when the server cannot be
+        reached in time, goes away or answers an error. On cancellation the server is told
+        (``notifications/cancelled``) and ``Cancelled`` propagates."""
+        timeout = self.timeout
+        stage = "connect"
+
+        async def call(session: ClientSession) -> types.CallToolResult:
+            nonlocal stage
+            stage = "receive"
+            drop = self._drop
+            request_id = session._request_id  # the id call_tool is about to use (SDK v1)
+            try:
+                return await session.call_tool(tool, args)
+            except trio.Cancelled:
+                if not drop.is_set():  # an abort, not a lost connection: tell the server
+                    with trio.move_on_after(CANCEL_NOTICE_SECONDS, shield=True), \
+                            contextlib.suppress(Exception):
+                        await session.send_notification(types.ClientNotification(
+                            types.CancelledNotification(params=types.CancelledNotificationParams(
+                                requestId=request_id, reason="aborted"))))
+                raise
+
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                return await self._on_session(call)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            # The session's streams closed under the call: the server went away.
+            closed = McpError(types.ErrorData(code=types.CONNECTION_CLOSED,
+                                              message=f"Connection closed ({type(exc).__name__})"))
+            raise ToolError(self.redact(failure_text(self, tool, stage, closed)),
+                            {"serverName": self.name, "mcpToolName": tool,
+                             "isError": True}) from None
+        except (trio.TooSlowError, McpError, OSError, ServerDown) as exc:
+            raise ToolError(self.redact(failure_text(self, tool, stage, exc)),
+                            {"serverName": self.name, "mcpToolName": tool,
+                             "isError": True}) from None
+
+    async def prompt_text(self, prompt: str, arguments: dict[str, str]) -> str:
+        """The user prompt ``prompts/get`` makes: the texts (and embedded resource texts) of
+        its messages joined by a blank line. Raises McpError, TooSlowError; on cancellation
+        the request is abandoned."""
+        timeout = self.timeout
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            result = await self._on_session(
+                lambda session: session.get_prompt(prompt, arguments or None))
+        parts = []
+        for message in result.messages:
+            content = message.content
+            if isinstance(content, types.TextContent):
+                parts.append(content.text)
+            elif isinstance(content, types.EmbeddedResource) and isinstance(
+                    content.resource, types.TextResourceContents):
+                parts.append(content.resource.text)
+        return "\n\n".join(parts)
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """``resources/read``. Raises McpError, TooSlowError, ServerDown."""
+        timeout = self.timeout
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            return await self._on_session(lambda session: session.read_resource(AnyUrl(uri)))
+
+    async def resource_text(self, uri: str) -> tuple[str, str]:
+        """``(text, content type)`` of a resource: its text contents joined by a blank line;
+        a binary one as a line saying so."""
+        result = await self.read_resource(uri)
+        parts, mime = [], "text/plain"
+        for item in result.contents:
+            mime = item.mimeType or mime
+            if isinstance(item, types.TextResourceContents):
+                parts.append(item.text)
+            else:
+                parts.append(f"[binary resource {item.uri}, {item.mimeType or 'unknown type'}]")
+        return "\n\n".join(parts), mime
+
+
+# -- failures ------------------------------------------------------------------------------
+
+
+class ServerDown(Exception):
+    """The server is not connected and could not be connected again (the attempt's error)."""
+
+
+def describe_failure(exc: BaseException, conn: Connection) -> str:
+    """A connection failure in one sentence (no header or env value: they are not in it)."""
+    if isinstance(exc, trio.TooSlowError):
+        timeout = conn.timeout
+        return (f'Connection to MCP server "{conn.name}" timed out after '
+                f"{round((timeout or 0) * 1000)}ms")
+    if isinstance(exc, FileNotFoundError):
+        return f"cannot start {conn.config.command}: {exc.strerror or exc}"
+    if isinstance(exc, McpError):
+        return f"MCP error {exc.error.code}: {exc.error.message}"
+    return f"{type(exc).__name__}: {exc}"[:1000]
+
+
+def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException) -> str:
+    """The original's field list for a failed call (spec B.7)."""
+    code: int | None = None
+    if isinstance(exc, trio.TooSlowError):
+        timeout = conn.timeout or 0
+        failure, retryable = "timeout", "no"
+        message = f"Request timeout after {round(timeout * 1000)}ms"
+        advice = "Check server health or increase the MCP timeout; the request outcome is unknown."
+        if stage == "connect":
+            message = (f'Connection to MCP server "{conn.name}" timed out after '
+                       f"{round(timeout * 1000)}ms")
+    elif isinstance(exc, McpError) and exc.error.code == types.CONNECTION_CLOSED:
+        failure, retryable = "eof", "yes"
+        message = ("MCP subprocess closed stdout before responding"
+                   if conn.config.transport == "stdio"
+                   else f"MCP connection lost: {exc.error.message}")
+        advice = ("Inspect the MCP subprocess logs, restart the server, then retry."
+                  if conn.config.transport == "stdio"
+                  else "Check that the MCP server is reachable, then retry.")
+    elif isinstance(exc, McpError):
+        failure, retryable, code = "json_rpc", "no", exc.error.code
+        message = f"MCP error {exc.error.code}: {exc.error.message}"
+        advice = "Check the tool arguments against its schema, then retry."
+    elif isinstance(exc, ServerDown):
+        failure, retryable = "connect", "yes"
+        message = f'MCP server "{conn.name}" is not connected: {exc}'
+        advice = "Check that the MCP server can start (/mcp list shows its state), then retry."
+    else:
+        failure, retryable = "connect", "yes"
+        message = f"{type(exc).__name__}: {exc}"
+        advice = "Check that the MCP server can start, then retry."
+    transport = "stdio" if conn.config.transport == "stdio" else "http"
+    lines = ["MCP failure", f"server: {conn.name}", f"tool: {tool}", f"transport: {transport}",
+             f"stage: {stage}", f"failure: {failure}", f"retryable: {retryable}",
+             f"message: {message[:1000]}"]
+    if code is not None:
+        lines.append(f"code: {code}")
+    lines.append(f"next: {advice}")
+    return "\n".join(lines)
+
+
+# -- tools ---------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False, repr=False)
+class McpTool:
+    """A server's tool as a tool of the session (``omp.tools.base.Tool``)."""
+
+    connection: Connection
+    tool: types.Tool
+    name: str
+
+    lenient_arguments = True
+    """The server checks its arguments (its schema may use what our validator refuses)."""
+    read_only = False
+    abort_text = None
+
+    @classmethod
+    def of(cls, connection: Connection, tool: types.Tool) -> McpTool:
+        return cls(connection, tool, mint_name(connection.name, tool.name))
+
+    @property
+    def label(self) -> str:
+        return f"{self.connection.name}/{self.tool.name}"
+
+    @property
+    def description(self) -> str:
+        return self.tool.description or f"MCP tool {self.tool.name} of {self.connection.name}"
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        schema = dict(self.tool.inputSchema)
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        return schema
+
+    def prepare_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
+        return args
+
+    def open_call(self, call_id: str, args: dict[str, Any]) -> None:
+        return None
+
+    def approval_tier(self, args: dict[str, Any]) -> Tier:
+        """MCP tools are ``write`` (omp-surface C.2): a server may change anything."""
+        return "write"
+
+    async def execute(self, call_id: str, args: dict[str, Any], *,
+                      on_update: OnUpdate) -> ToolResult:
+        """``tools/call`` on the server. On cancellation (abort) the server is told and
+        ``Cancelled`` propagates."""
+        arguments = _prepare(args if isinstance(args, dict) else {}, self.tool.inputSchema)
+        result = await self.connection.call_tool(self.tool.name, arguments)
+        content = render(result)
+        details = {"serverName": self.connection.name, "mcpToolName": self.tool.name,
+                   "provider": "native", "providerName": "OMP"}
+        if result.isError:
+            text = "\n\n".join(c.text for c in content if isinstance(c, TextContent))
+            raise ToolError(text, {**details, "isError": True})
+        return ToolResult(content, details)
+
+
+def _prepare(args: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """Optional properties given as ``""`` or ``{}`` are left out (the original does this:
+    models fill optional fields with empties that servers then reject)."""
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    return {k: v for k, v in args.items()
+            if not (k in properties and k not in required and v in ("", {}))}
+
+
+def render(result: types.CallToolResult) -> list[ResultContent]:
+    """MCP content as tool result content (spec B.7): texts joined by a blank line, images as
+    images, embedded resources as ``[Resource: uri]`` text, ``structuredContent`` appended as
+    a JSON block unless a text already says it; an error result's text starts ``Error: ``.
+    A long text is cut in the middle like shell output."""
+    out: list[ResultContent] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            out.append(TextContent(text="\n\n".join(texts)))
+            texts.clear()
+
+    for item in result.content:
+        if isinstance(item, types.TextContent):
+            texts.append(item.text)
+        elif isinstance(item, types.ImageContent):
+            flush()
+            out.append(ImageContent(data=item.data, mimeType=item.mimeType))
+        elif isinstance(item, types.EmbeddedResource):
+            res = item.resource
+            body = res.text if isinstance(res, types.TextResourceContents) else None
+            texts.append(f"[Resource: {res.uri}]" + (f"\n{body}" if body else ""))
+        elif isinstance(item, types.ResourceLink):
+            texts.append(f"[Resource: {item.uri}]")
+    structured = result.structuredContent
+    if structured is not None:
+        said = any(_same_json(t, structured) for t in texts)
+        if not said:
+            texts.append("```json\n" + json.dumps(structured, indent=2) + "\n```")
+    flush()
+    if not out:
+        out.append(TextContent(text=""))
+    if result.isError:
+        first = out[0]
+        if isinstance(first, TextContent):
+            out[0] = TextContent(text="Error: " + first.text.removeprefix("Error: "))
+        else:
+            out.insert(0, TextContent(text="Error:"))
+    return [TextContent(text=elide_middle(c.text).content) if isinstance(c, TextContent)
+            else c for c in out]
+
+
+def _same_json(text: str, value: Any) -> bool:
+    try:
+        return bool(json.loads(text) == value)
+    except ValueError:
+        return False

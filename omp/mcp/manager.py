@@ -1,0 +1,137 @@
+"""The MCP servers of one ``serve()``: their connections, and what the session gets from them.
+
+``McpManager`` is built with the server (``omp.rpc.lifecycle.build_runtime``) from the loaded
+configuration; building it imports nothing of the SDK. ``run`` is a task of ``serve()``'s root
+nursery, started right after ``ready`` (RPC; the one-shot modes wait for the first attempts
+before their prompt). It imports the SDK in a worker thread (a second or two of pydantic
+models: commands that arrive meanwhile are answered), then opens the manager's nursery with
+one ``Connection.run`` per enabled server. So servers never delay ``ready`` or the first
+response. (The original waits up to 250 ms for them before its ``ready``, which only narrows
+the race: here a host that needs a server's tools waits for the ``notice`` that mounts them.)
+``close`` (the server's shutdown) cancels the nursery: every connection closes and every stdio
+server's process group is ended (``omp.mcp.transport``), within ``KILL_GRACE`` plus a second.
+
+Whenever a connection's lists change, the session's ``mcp_tools`` are replaced (the next model
+call has them), one ``notice`` says which tools were mounted / unmounted (``source: "mcp"``),
+and when prompts changed ``on_commands`` re-announces the command list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ..protocol import events as ev
+from .config import ServerConfig
+
+if TYPE_CHECKING:
+    from ..session import AgentSession
+    from ..tools.base import Tool
+    from .connection import Connection
+
+
+@attrs.define(eq=False, repr=False)
+class McpManager:
+    servers: Sequence[ServerConfig]
+    """Every configured server, disabled ones included (``/mcp list``)."""
+    session: AgentSession
+    emit: Callable[[Any], None]
+    on_commands: Callable[[], None] | None = None
+    """Called when the prompt commands changed (the server sends the commands list)."""
+    connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
+    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    _mounted: list[str] = attrs.field(factory=list, init=False)
+    _prompt_names: list[str] = attrs.field(factory=list, init=False)
+    _started: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    @property
+    def enabled(self) -> list[ServerConfig]:
+        return [s for s in self.servers if s.enabled]
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Connect every enabled server and keep them connected until ``close``. On
+        cancellation every connection is closed and every stdio server ended."""
+        task_status.started()
+        with self._scope:
+            # The SDK (pydantic models: a second or two) is imported in a worker thread, so
+            # the commands that arrive meanwhile are answered (the GIL is shared, not held).
+            await trio.to_thread.run_sync(importlib.import_module, f"{__package__}.connection",
+                                          abandon_on_cancel=True)
+            from .connection import Connection
+
+            env = dict(os.environ)
+            for config in self.enabled:
+                self.connections[config.name] = Connection(
+                    config, self.session.cwd, self._changed, self.emit, env,
+                    self.session.tool_context.environment)
+            self._started.set()
+            async with trio.open_nursery() as nursery:
+                for connection in self.connections.values():
+                    nursery.start_soon(connection.run)
+
+    def close(self) -> None:
+        """End every connection (the tasks end in ``run``'s nursery)."""
+        self._scope.cancel()
+
+    async def wait_settled(self) -> None:
+        """Until every enabled server's first connection attempt is over."""
+        await self._started.wait()
+        for connection in self.connections.values():
+            await connection.wait_settled()
+
+    def tools(self) -> list[Tool]:
+        from .connection import McpTool
+
+        found: dict[str, Tool] = {}
+        # When two servers mint one name, the one whose ``server\0tool`` sorts first wins.
+        for _key, tool in sorted(((f"{c.name}\0{t.name}", McpTool.of(c, t))
+                                  for c in self.connections.values() if c.state == "connected"
+                                  for t in c.tools), key=lambda kt: kt[0]):
+            found.setdefault(tool.name, tool)
+        return list(found.values())
+
+    def prompt_commands(self) -> list[tuple[str, str, Connection, str]]:
+        """``(command name, description, connection, prompt name)`` of every prompt."""
+        return [(f"{c.name}:{p.name}", p.description or f"MCP prompt from {c.name}", c, p.name)
+                for c in self.connections.values() if c.state == "connected"
+                for p in c.prompts]
+
+    def _changed(self, connection: Connection) -> None:
+        tools = self.tools()
+        self.session.set_mcp_tools(tools)
+        self.session.mcp_instructions = self.instructions_block()
+        names = [t.name for t in tools]
+        added = [n for n in names if n not in self._mounted]
+        removed = [n for n in self._mounted if n not in names]
+        self._mounted = names
+        said = []
+        if added:
+            said.append("mounted " + ", ".join(added))
+        if removed:
+            said.append("unmounted " + ", ".join(removed))
+        if said:
+            self.emit(ev.Notice(level="info", source="mcp", message="mcp: " + "; ".join(said)))
+        prompts = [name for name, *_ in self.prompt_commands()]
+        if prompts != self._prompt_names:
+            self._prompt_names = prompts
+            if self.on_commands is not None:
+                self.on_commands()
+
+    def instructions_block(self) -> str | None:
+        """The connected servers' ``instructions`` for the system prompt (the original's
+        section), or None when none sent any."""
+        found = [(c.name, c.instructions) for c in self.connections.values()
+                 if c.instructions and c.state == "connected"]
+        if not found:
+            return None
+        return "\n\n".join([
+            "## MCP Server Instructions",
+            "The following instructions come from the connected MCP servers; they are "
+            "controlled by the servers, not by the user.",
+            *(f"### {name}\n{text}" for name, text in found)])

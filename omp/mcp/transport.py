@@ -1,0 +1,141 @@
+"""The byte side of an MCP connection: a stdio server as our own child process, or a streamable
+HTTP endpoint through the SDK's client transport.
+
+A stdio server is started with ``omp.process.open_process_group`` (its own process group, the
+environment every tool child gets (the session's ``EnvironmentPolicy``) plus the entry's
+``env``), and ended with the same ladder as
+``bash``: its stdin is closed (the MCP way to ask a stdio server to exit), then
+``kill_process_group`` (SIGTERM to the group, ``KILL_GRACE`` seconds, SIGKILL), shielded with its
+own deadline, so no server or grandchild outlives the connection, whatever cancelled it. Lines
+on its stdout are JSON-RPC messages parsed by the SDK's own types (``JSONRPCMessage``); a line
+that is not one reaches the session as an exception, as the SDK's ``stdio_client`` does. Its
+stderr is ours (the server's log goes where our log goes).
+
+Both yield the pair of anyio memory streams ``mcp.ClientSession`` takes, plus ``closed``: an
+event set when the server went away (stdout EOF, a broken stdin), which ends the connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import anyio
+import httpx
+import trio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import types
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+from ..process import kill_process_group, open_process_group
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy, child_environment
+from .config import ServerConfig, resolve_value
+
+KILL_GRACE = 1.0
+"""Seconds between SIGTERM and SIGKILL to a stdio server's group."""
+READ_CHUNK = 64 * 1024
+
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
+                MemoryObjectSendStream[SessionMessage], trio.Event]
+
+
+@contextlib.asynccontextmanager
+async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
+                         policy: EnvironmentPolicy = DEFAULT_POLICY) -> AsyncIterator[Streams]:
+    """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
+    through the session's ``policy``, then the entry's ``env``). Raises OSError when a stdio
+    server cannot be started. On exit (cancellation included) everything it started is
+    ended."""
+    if config.transport == "stdio":
+        async with _stdio(config, cwd, environ, policy) as streams:
+            yield streams
+    else:
+        async with _http(config, environ) as streams:
+            yield streams
+
+
+@contextlib.asynccontextmanager
+async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
+                 policy: EnvironmentPolicy) -> AsyncIterator[Streams]:
+    assert config.command is not None
+    env = child_environment(policy, {k: v for k, raw in config.env.items()
+                                     if (v := resolve_value(raw, environ))}, environ=environ)
+    where = cwd / config.cwd if config.cwd else cwd
+    proc = await open_process_group([config.command, *config.args], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, cwd=str(where), env=env)
+    closed = trio.Event()
+    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+    assert proc.stdout is not None
+    assert proc.stdin is not None
+    stdout, stdin = proc.stdout, proc.stdin
+
+    async def read() -> None:
+        buffer = b""
+        async with to_session:
+            while True:
+                try:
+                    data = await stdout.receive_some(READ_CHUNK)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+                if not data:
+                    closed.set()
+                    return
+                *lines, buffer = (buffer + data).split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    item: SessionMessage | Exception
+                    try:
+                        item = SessionMessage(types.JSONRPCMessage.model_validate_json(line))
+                    except ValueError as exc:
+                        item = exc
+                    await to_session.send(item)
+
+    async def write() -> None:
+        async with from_session:
+            async for message in from_session:
+                data = message.message.model_dump_json(by_alias=True, exclude_none=True)
+                try:
+                    await stdin.send_all(data.encode() + b"\n")
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    closed.set()
+                    return
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            nursery.start_soon(write)
+            try:
+                yield from_server, to_server, closed
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # type: ignore[attr-defined]  # a FdStream: close() is sync
+        await kill_process_group(proc, KILL_GRACE)
+
+
+@contextlib.asynccontextmanager
+async def _http(config: ServerConfig, environ: Mapping[str, str]) -> AsyncIterator[Streams]:
+    assert config.url is not None
+    headers = {k: v for k, raw in config.headers.items() if (v := resolve_value(raw, environ))}
+    timeout = config.timeout_seconds(environ)
+    if config.transport == "sse":
+        async with sse_client(config.url, headers=headers, timeout=timeout or 30.0) as (
+                read, write):
+            yield read, write, trio.Event()
+        return
+    # One client per connection: it carries this server's headers (which may hold a token)
+    # and nothing else's; closed with the connection.
+    # No read timeout: a tool call may stream nothing for long, and the server's event stream
+    # is idle by nature; each request has the server's timeout (``Connection``) instead.
+    limits = httpx.Timeout(connect=timeout, read=None, write=timeout, pool=timeout)
+    async with httpx.AsyncClient(headers=headers, timeout=limits,
+                                 follow_redirects=True) as client, streamable_http_client(
+            config.url, http_client=client) as (read, write, _):
+        yield read, write, trio.Event()

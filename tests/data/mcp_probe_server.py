@@ -1,0 +1,123 @@
+"""A real MCP server (the SDK's FastMCP) for the MCP tests: stdio by default, streamable HTTP
+on 127.0.0.1 with ``--http PORT``, the legacy SSE transport with ``--sse PORT``.
+
+Tools: ``echo``, ``Add-Numbers2`` (structured result), ``fail`` (an ``isError`` result),
+``crash`` (the process exits mid-call), ``hang`` (never answers), ``was_cancelled`` (whether a
+``hang`` call was cancelled by the client), ``add_late`` (adds a tool ``late`` and sends
+``tools/list_changed``), ``env`` (reads a variable), ``pid`` (its process id), ``spawn_child``
+(starts a grandchild that ignores SIGTERM; its pid); a prompt ``greet``; a resource
+``probe://doc/1``. ``MCP_PROBE_NAME`` renames the server; ``MCP_PROBE_MARK`` names a file that
+gets one line per start (reconnect tests).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import anyio
+from mcp.server.fastmcp import Context, FastMCP
+
+mcp = FastMCP(os.environ.get("MCP_PROBE_NAME", "probe"), instructions="Probe server.",
+              log_level="WARNING")
+
+if mark := os.environ.get("MCP_PROBE_MARK"):
+    with open(mark, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@mcp.tool(name="Add-Numbers2")
+def add_numbers(a: int, b: int) -> dict[str, int]:
+    """Add two numbers."""
+    return {"sum": a + b}
+
+
+@mcp.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ValueError("it broke")
+
+
+@mcp.tool()
+def crash() -> str:
+    """The server process exits while answering."""
+    os._exit(3)
+
+
+_hang_cancelled = anyio.Event()
+
+
+@mcp.tool()
+async def hang() -> str:
+    """Never answers (a cancellation from the client ends it)."""
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        _hang_cancelled.set()
+        raise
+    return "unreachable"
+
+
+@mcp.tool()
+async def was_cancelled() -> str:
+    """Whether a ``hang`` call was cancelled by the client (waits up to 20 s for it)."""
+    with anyio.move_on_after(20):
+        await _hang_cancelled.wait()
+    return "yes" if _hang_cancelled.is_set() else "no"
+
+
+@mcp.tool()
+async def add_late(ctx: Context) -> str:  # type: ignore[type-arg]
+    """Adds the tool ``late`` and tells the client that the tool list changed."""
+    mcp.add_tool(lambda: "late answer", name="late", description="Added later.")
+    await ctx.session.send_tool_list_changed()
+    return "added"
+
+
+@mcp.tool()
+def env(name: str) -> str:
+    """The value of an environment variable of the server process."""
+    return os.environ.get(name, "<unset>")
+
+
+@mcp.tool()
+def pid() -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
+@mcp.tool()
+def spawn_child() -> int:
+    """Start a grandchild that ignores SIGTERM; its pid."""
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return child.pid
+
+
+@mcp.prompt()
+def greet(who: str) -> str:
+    """Greet someone."""
+    return f"Please greet {who}"
+
+
+@mcp.resource("probe://doc/1", description="A document")
+def doc() -> str:
+    return "resource body"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] in ("--http", "--sse"):
+        mcp.settings.port = int(sys.argv[2])
+        mcp.settings.host = "127.0.0.1"
+        mcp.run(transport="streamable-http" if sys.argv[1] == "--http" else "sse")
+    else:
+        mcp.run()
