@@ -1,5 +1,6 @@
 """`nox` runs the tests, the linter and the type checker (each in its own virtualenv), and the
-tests again on the lowest versions of the dependencies that pyproject.toml declares."""
+tests again on the lowest versions of the dependencies that pyproject.toml declares. `nox -s docs`
+builds the documentation site (not among the default sessions)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ nox.options.reuse_existing_virtualenvs = True
 PYPROJECT = Path(__file__).parent / "pyproject.toml"
 
 
+# Every frame an RpcClient receives in the tests is checked against the committed JSON Schema
+# (tests/conftest.py, the validate_frames fixture): a frame that does not match fails its test.
+VALIDATE = {"OMP_TEST_VALIDATE_FRAMES": "1"}
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *session.posargs, env=VALIDATE)
 
 
 @nox.session(python="3.11")
@@ -34,7 +40,7 @@ def tests_lowest(session: nox.Session) -> None:
     constraints = Path(session.virtualenv.location) / "lowest.txt"
     constraints.write_text("".join(f"{pin}\n" for pin in lowest_pins()))
     session.install("-c", str(constraints), "-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *session.posargs, env=VALIDATE)
 
 
 def lowest_pins() -> list[str]:
@@ -49,6 +55,21 @@ def lowest_pins() -> list[str]:
             raise ValueError(f"pyproject.toml: {line!r} needs exactly one '>=' minimum")
         pins.append(f"{requirement.name}=={minimums[0]}")
     return pins
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site in ``site/``: the frame reference regenerated from the protocol
+    types, then ``mkdocs build --strict`` (any warning, such as a broken link or a docstring
+    that does not render, fails the build). ``nox -s docs -- serve`` serves it instead."""
+    session.install("-e", ".[docs]")
+    session.run("python", "docs/gen_reference.py")
+    # Material prints a banner about its successor on every build; it is not a warning.
+    env = {"NO_MKDOCS_2_WARNING": "1"}
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:], env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
 
 
 @nox.session

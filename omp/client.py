@@ -75,6 +75,7 @@ __all__ = [
     "HostToolUpdater",
     "HostUriHandler",
     "HostUriReply",
+    "RawFrame",
     "RpcClient",
     "RpcCommandError",
     "RpcConnectionClosed",
@@ -90,9 +91,26 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-Event = SessionEvent | SideFrame | RpcFrameError | Response | dict[str, Any]
+
+
+class RawFrame(dict[str, Any]):
+    """A frame this client has no Struct for (a newer server's frame type, a ``message_update``
+    in delta mode, a shape it does not know): the JSON object as it came, plus ``type``."""
+
+    __slots__ = ()
+
+    @property
+    def type(self) -> str:
+        """The frame's ``type`` (``""`` if it had none, or not a string)."""
+        value = self.get("type")
+        return value if isinstance(value, str) else ""
+
+
+Event = SessionEvent | SideFrame | RpcFrameError | Response | RawFrame
 """What ``RpcClient.events`` carries: a frame decoded into its Struct when it matches one, else
-the raw JSON object (a frame type or shape this client does not know), so newer servers work."""
+a ``RawFrame`` (the JSON object: a frame type or shape this client does not know), so newer
+servers work. Every one has ``type``, the frame's type on the wire, so a reader can match on
+``event.type == "session_settled"`` whatever the event is."""
 
 ToolResult = cmd.ToolResultPayload | str
 """A host tool's (partial) result; a ``str`` is shorthand for one text content block."""
@@ -784,7 +802,7 @@ class RpcClient:
             try:
                 response = _response_decoder.decode(line)
             except msgspec.ValidationError:
-                event = _raw_decoder.decode(line)
+                event = RawFrame(_raw_decoder.decode(line))
             else:
                 if self._requests.resolve(response):
                     return
@@ -793,7 +811,7 @@ class RpcClient:
             try:
                 event = _event_decoder.decode(line)
             except msgspec.ValidationError:
-                event = _raw_decoder.decode(line)
+                event = RawFrame(_raw_decoder.decode(line))
             else:
                 if not self._closing:
                     self._services.dispatch(event)

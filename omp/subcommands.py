@@ -12,6 +12,10 @@ models whose provider has no credential yet, each heading saying which variable 
 launch flags a runner puts in front (``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are
 accepted.
 
+``omp schema [--commands|--events]`` (ours, not the original's) prints the JSON Schema of the
+protocol (``omp.protocol.schema``): every frame, or only what a host writes (``--commands``) or
+only what the server writes (``--events``).
+
 ``omp acp [launch flags]`` is ``omp --mode acp [launch flags]`` (``omp.cli``); every other
 subcommand name of the original exits 2 naming it, with the way to send that word as a prompt
 instead (``omp -p WORD`` or ``omp -- WORD``). ``omp help`` is ``--help``; ``omp launch ...`` is
@@ -46,13 +50,16 @@ SUBCOMMANDS = frozenset({
     "update", "worktree", "wt", "__complete", "help"})
 """The original's subcommands and their aliases (omp-surface A.8), and ``help``."""
 
+OWN_SUBCOMMANDS = frozenset({"schema"})
+"""Subcommands this port adds (each a word the original would have sent as a prompt)."""
+
 RESERVED_WORDS = frozenset({"extensions", "list", "remove", "uninstall", "marketplace",
                             "discover", "upgrade", "enable", "disable"})
 """Management words the original refuses alone as the first argument (A.1)."""
 
 
 def is_subcommand(word: str) -> bool:
-    return word in SUBCOMMANDS
+    return word in SUBCOMMANDS or word in OWN_SUBCOMMANDS
 
 
 def refuse(message: str) -> int:
@@ -70,6 +77,8 @@ def run_subcommand(name: str, argv: list[str], parser: argparse.ArgumentParser) 
         return 1
     if name == "models":
         return models_command(argv, parser)
+    if name == "schema":
+        return schema_command(argv)
     return refuse(f"`omp {name}` is not available in this version; to send \"{name}\" to the "
                   f"model as a prompt, use `omp -p {name} ...` or `omp -- {name} ...`")
 
@@ -206,6 +215,30 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
     return "\n".join([line("┌", "─", "┬", "┐"), cells(header), line("├", "─", "┼", "┤"),
                       *map(cells, rows), line("└", "─", "┴", "┘")])
+
+
+# -- omp schema --------------------------------------------------------------------------------
+
+
+def schema_command(argv: list[str]) -> int:
+    own = argparse.ArgumentParser(
+        prog="omp schema", allow_abbrev=False,
+        description="Print the JSON Schema (Draft 2020-12) of the RPC protocol's frames.")
+    which = own.add_mutually_exclusive_group()
+    which.add_argument("--commands", action="store_const", dest="part", const="commands",
+                       help="only what a host writes (commands and sub-protocol answers)")
+    which.add_argument("--events", action="store_const", dest="part", const="events",
+                       help="only what the server writes (events, responses, side frames)")
+    try:
+        args = own.parse_args(argv)
+    except SystemExit as exc:  # argparse said why on stderr
+        return int(exc.code or 0)
+    # Imported here: the schema generator is needed by nothing else of a run.
+    from .protocol.schema import encode_schema
+
+    sys.stdout.buffer.write(encode_schema(args.part or "all"))
+    sys.stdout.flush()
+    return 0
 
 
 # -- --export ----------------------------------------------------------------------------------

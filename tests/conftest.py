@@ -1,16 +1,24 @@
 """Every test runs with its own empty agent directory and no provider keys from the machine,
-so results do not depend on who runs them (child processes inherit this environment). The
+so results do not depend on who runs them (child processes inherit this environment). With
+``OMP_TEST_VALIDATE_FRAMES=1`` every frame a test's ``RpcClient`` receives is checked against
+the committed JSON Schema (the ``validate_frames`` fixture). The
 temporary directories must lie outside any git work tree: ripgrep and the project walk (skills,
 context files) honour the repository they find above ``tmp_path``."""
 
 from __future__ import annotations
 
+import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from omp.llm.models import read_catalog
+
+if TYPE_CHECKING:
+    from schema_helpers import FrameLog
 
 
 def _catalog_keys() -> tuple[str, ...]:
@@ -19,6 +27,11 @@ def _catalog_keys() -> tuple[str, ...]:
 
 PROVIDER_KEYS = _catalog_keys()
 """Every variable a catalog provider's key is read from (ANTHROPIC_API_KEY, GROQ_API_KEY...)."""
+
+
+# Read once and taken out of the environment: the processes the tests start must not see it
+# (some tests check exactly which variables reach a child).
+VALIDATE_FRAMES = os.environ.pop("OMP_TEST_VALIDATE_FRAMES", "") == "1"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -44,3 +57,30 @@ def isolated_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # the tests of that discovery turn it back on with their own fake servers.
     monkeypatch.setenv("OMP_LOCAL_MODELS", "0")
     return directory
+
+
+@pytest.fixture
+def validate_frames(monkeypatch: pytest.MonkeyPatch) -> Iterator[FrameLog]:
+    """Every frame an ``RpcClient`` receives during the test is checked against the committed
+    JSON Schema; a frame that does not match fails the test (at teardown, listing them all)."""
+    from schema_helpers import watch_client_frames
+
+    with watch_client_frames(monkeypatch) as log:
+        yield log
+    assert not log.problems, "frames that do not match schema/omp-rpc.schema.json:\n" + \
+        "\n".join(log.problems[:50])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "frames_off_schema(reason): the test's server writes frames outside the "
+        "schema on purpose (a fake server's garbage, an unknown frame type), so "
+        "OMP_TEST_VALIDATE_FRAMES=1 does not check its frames")
+
+
+@pytest.fixture(autouse=True)
+def _validate_frames_everywhere(request: pytest.FixtureRequest) -> None:
+    """``OMP_TEST_VALIDATE_FRAMES=1``: every test validates the frames its clients receive,
+    but those marked ``frames_off_schema``."""
+    if VALIDATE_FRAMES and request.node.get_closest_marker("frames_off_schema") is None:
+        request.getfixturevalue("validate_frames")

@@ -24,6 +24,7 @@ from omp.client import (
     Event,
     HostToolUpdater,
     HostUriReply,
+    RawFrame,
     RpcClient,
     RpcCommandError,
     RpcConnectionClosed,
@@ -341,6 +342,7 @@ async def test_responses_are_matched_by_id_not_order(
     assert len({r["id"] for r in requests}) == 5
 
 
+@pytest.mark.frames_off_schema("brand_new_frame: a type no schema knows, on purpose")
 async def test_events_are_typed_when_known_and_raw_otherwise(
         nursery: trio.Nursery, autojump_clock: trio.testing.MockClock) -> None:
     fake = FakeServer(nursery)
@@ -357,6 +359,9 @@ async def test_events_are_typed_when_known_and_raw_otherwise(
             got.append(await next_event(client))
     assert got[0] == AgentStart()
     assert got[1] == {"type": "brand_new_frame", "detail": [1, 2]}
+    assert isinstance(got[1], RawFrame)
+    # Every event, typed or raw, has the wire type a reader can match on.
+    assert [e.type for e in got] == ["agent_start", "brand_new_frame", "response", "response"]
     assert isinstance(got[2], Response)
     assert got[2].command == "parse"
     assert got[2].id is None

@@ -205,6 +205,7 @@ time.sleep(600)   # ... and is ignored
 """
 
 
+@pytest.mark.frames_off_schema("a stand-in server reports its child in a frame of its own")
 @pytest.mark.parametrize(("ignore_term", "expected"), [
     (False, -signal.SIGTERM),
     (True, -signal.SIGKILL),
@@ -232,6 +233,7 @@ async def test_a_missing_executable_raises_its_own_error() -> None:
             pytest.fail("must not start")
 
 
+@pytest.mark.frames_off_schema("a stand-in server reports its environment in a frame of its own")
 async def test_env_and_cwd_reach_the_process(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         import json, os, sys

@@ -13,6 +13,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from .messages import ImageContent
+from .tagged import Tagged
 
 RequestId = str | int
 """Hosts send string ids; integers are accepted too and echoed as they came."""
@@ -26,7 +27,8 @@ TodoStatus = Literal["pending", "in_progress", "completed", "abandoned", "blocke
 SubagentLevel = Literal["off", "progress", "events"]
 
 
-class _Frame(msgspec.Struct, tag_field="type", frozen=True, kw_only=True, omit_defaults=True):
+class _Frame(Tagged, msgspec.Struct, tag_field="type", frozen=True, kw_only=True,
+             omit_defaults=True):
     id: RequestId | None = None
 
 
@@ -308,20 +310,20 @@ class ToolResultPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults
     details: Any = UNSET
 
 
-class HostToolUpdate(msgspec.Struct, tag_field="type", tag="host_tool_update", frozen=True,
+class HostToolUpdate(Tagged, msgspec.Struct, tag_field="type", tag="host_tool_update", frozen=True,
                      kw_only=True, omit_defaults=True):
     id: str
     partialResult: ToolResultPayload
 
 
-class HostToolResult(msgspec.Struct, tag_field="type", tag="host_tool_result", frozen=True,
+class HostToolResult(Tagged, msgspec.Struct, tag_field="type", tag="host_tool_result", frozen=True,
                      kw_only=True, omit_defaults=True):
     id: str
     result: ToolResultPayload
     isError: bool = False
 
 
-class HostUriResult(msgspec.Struct, tag_field="type", tag="host_uri_result", frozen=True,
+class HostUriResult(Tagged, msgspec.Struct, tag_field="type", tag="host_uri_result", frozen=True,
                     kw_only=True, omit_defaults=True):
     id: str
     content: str | UnsetType = UNSET
@@ -332,7 +334,7 @@ class HostUriResult(msgspec.Struct, tag_field="type", tag="host_uri_result", fro
     error: str | UnsetType = UNSET
 
 
-class ExtensionUiResponse(msgspec.Struct, tag_field="type", tag="extension_ui_response",
+class ExtensionUiResponse(Tagged, msgspec.Struct, tag_field="type", tag="extension_ui_response",
                           frozen=True, kw_only=True, omit_defaults=True):
     id: str
     value: str | UnsetType = UNSET

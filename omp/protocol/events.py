@@ -33,6 +33,7 @@ from .payloads import (
     CompactionResult,
     Model,
 )
+from .tagged import Tagged
 
 __all__ = [
     "SESSION_EVENT_TYPES",
@@ -87,7 +88,8 @@ __all__ = [
 ]
 
 
-class _Frame(msgspec.Struct, tag_field="type", frozen=True, kw_only=True, omit_defaults=True):
+class _Frame(Tagged, msgspec.Struct, tag_field="type", frozen=True, kw_only=True,
+             omit_defaults=True):
     pass
 
 

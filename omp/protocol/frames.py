@@ -8,6 +8,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from .commands import RequestId
+from .tagged import Tagged
 
 PROTOCOL_VERSION = 1
 SUPPORTED_PROTOCOL_VERSIONS = (1, 2)
@@ -17,7 +18,7 @@ MAX_REASSEMBLED_FRAME_BYTES = 64 * 1024 * 1024
 CHUNK_SLICE_BYTES = 256 * 1024
 
 
-class Ready(msgspec.Struct, tag_field="type", tag="ready", frozen=True, kw_only=True):
+class Ready(Tagged, msgspec.Struct, tag_field="type", tag="ready", frozen=True, kw_only=True):
     protocolVersion: int = PROTOCOL_VERSION
     supportedProtocolVersions: list[int] = msgspec.field(
         default_factory=lambda: list(SUPPORTED_PROTOCOL_VERSIONS)
@@ -26,7 +27,7 @@ class Ready(msgspec.Struct, tag_field="type", tag="ready", frozen=True, kw_only=
     maxReassembledFrameBytes: int = MAX_REASSEMBLED_FRAME_BYTES
 
 
-class Response(msgspec.Struct, tag_field="type", tag="response", frozen=True, kw_only=True,
+class Response(Tagged, msgspec.Struct, tag_field="type", tag="response", frozen=True, kw_only=True,
                omit_defaults=True):
     """One per command. ``data`` left UNSET is omitted; ``data=None`` is written as ``null``.
 
@@ -43,7 +44,8 @@ class Response(msgspec.Struct, tag_field="type", tag="response", frozen=True, kw
     code: str | UnsetType = UNSET
 
 
-class RpcChunk(msgspec.Struct, tag_field="type", tag="rpc_chunk", frozen=True, kw_only=True):
+class RpcChunk(Tagged, msgspec.Struct, tag_field="type", tag="rpc_chunk", frozen=True,
+               kw_only=True):
     """One slice of a v2 logical frame too big for one line (rpc-behavior §1.8)."""
 
     chunkId: str
@@ -53,7 +55,7 @@ class RpcChunk(msgspec.Struct, tag_field="type", tag="rpc_chunk", frozen=True, k
     data: str
 
 
-class RpcFrameError(msgspec.Struct, tag_field="type", tag="rpc_frame_error", frozen=True,
+class RpcFrameError(Tagged, msgspec.Struct, tag_field="type", tag="rpc_frame_error", frozen=True,
                     kw_only=True):
     originalType: str
     error: str = "RPC frame exceeded the transport limit"

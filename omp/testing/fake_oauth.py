@@ -28,6 +28,11 @@ every JSON answer (still valid JSON, never held in memory, and with no ``content
 body whose size the client learns only by reading it), and ``content_encoding="gzip"``
 compresses every answer and says so.
 
+From the command line, ``python -m omp.testing.fake_oauth [--port N] [--device-polls
+pending,ok] ...`` serves until Ctrl-C or SIGTERM (exit 0), after printing its address and the
+``oauth:`` blocks of a ``models.yml`` provider that logs in to it (``--help`` lists the
+settings).
+
 Tokens are random (``at-``/``rt-`` + hex); every issued one is in ``issued``; ``access_tokens``
 holds those still valid. Every request is recorded in ``requests``. ``wait_until`` lets a test
 wait for a state instead of sleeping. On leaving ``open_fake_oauth`` the listener and every
@@ -36,12 +41,16 @@ connection are closed.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import functools
 import gzip
 import hashlib
+import json
 import secrets
-from collections.abc import AsyncIterator, Callable
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -391,3 +400,76 @@ async def open_fake_oauth(**script: Any) -> AsyncIterator[FakeOAuth]:
                 yield fake
             finally:
                 nursery.cancel_scope.cancel()  # the server's tasks run until cancelled
+
+
+# --------------------------------------------------------------------------- command line
+
+DEVICE_ANSWERS = ("pending", "slow_down", "denied", "expired", "ok")
+
+
+def _device_polls(text: str) -> list[str]:
+    answers = [a.strip() for a in text.split(",") if a.strip()]
+    wrong = [a for a in answers if a not in DEVICE_ANSWERS]
+    if wrong:
+        choices = ", ".join(DEVICE_ANSWERS)
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(map(repr, wrong))}: each answer must be one of {choices}")
+    return answers
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m omp.testing.fake_oauth",
+        description="Serve a scripted fake OAuth 2.0 server (device code, PKCE, refresh) until "
+                    "Ctrl-C or SIGTERM. Prints its address, then the oauth: blocks of a "
+                    "models.yml provider that logs in to it (one JSON line per flow).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    parser.add_argument("--client-id", default="omp-test-client")
+    parser.add_argument("--user-code", default="WDJB-MJHT")
+    parser.add_argument("--interval", type=float, default=5.0,
+                        help="seconds between device polls the server asks for (default 5)")
+    parser.add_argument("--device-polls", type=_device_polls, default=["pending", "ok"],
+                        metavar="ANSWER,...",
+                        help="answers to a device code's successive polls ("
+                             + ", ".join(DEVICE_ANSWERS)
+                             + "); then pending forever (default pending,ok)")
+    parser.add_argument("--token-expires-in", type=float, default=3600.0, metavar="SECONDS")
+    parser.add_argument("--authorize-error", metavar="CODE",
+                        help="an OAuth error /authorize redirects with (e.g. access_denied)")
+    parser.add_argument("--refresh-error", metavar="CODE",
+                        help="an OAuth error every refresh fails with (e.g. invalid_grant)")
+    return parser.parse_args(argv)
+
+
+async def _serve_until_signalled(args: argparse.Namespace) -> None:
+    script = {"client_id": args.client_id, "user_code": args.user_code,
+              "interval": args.interval, "device_polls": args.device_polls,
+              "token_expires_in": args.token_expires_in,
+              "authorize_error": args.authorize_error, "refresh_error": args.refresh_error}
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            fake: FakeOAuth = await nursery.start(functools.partial(
+                serve_fake_oauth, host=args.host, port=args.port, **script))
+            print(f"fake OAuth listening on {fake.base_url}", flush=True)
+            for flow in ("device", "pkce"):
+                print(json.dumps({"oauth": fake.oauth_block(flow)}), flush=True)
+            async for _ in signals:
+                break
+            nursery.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m omp.testing.fake_oauth``: 0 after Ctrl-C/SIGTERM, 2 for bad usage, 1 when
+    it cannot listen."""
+    args = _parse_args(argv)
+    try:
+        trio.run(_serve_until_signalled, args)
+    except OSError as exc:
+        print(f"fake OAuth: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Frames against the committed JSON Schema (``schema/omp-rpc.schema.json``).
+
+``FrameValidator.problems(frame)`` says what is wrong with one frame, naming the definition it
+was checked against and the path of each error: a frame is checked against the definitions whose
+``type`` tag it carries (``CommandResponse`` for a ``response``), not against the whole
+``anyOf``, whose only message would be "not valid under any of the given schemas".
+
+``watch_client_frames`` (used by the ``validate_frames`` fixture in ``conftest.py``) wraps
+``RpcClient._on_frame`` so every logical frame a client receives in a test is checked; the
+problems are collected and the fixture fails the test with them at teardown. The fixture is on
+for every test when ``OMP_TEST_VALIDATE_FRAMES=1``, and requested by the tests that exist to
+check frames (``tests/test_schema.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import jsonschema
+import pytest
+
+from omp.client import RpcClient
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+SCHEMA_FILE = SCHEMA_DIR / "omp-rpc.schema.json"
+
+Direction = Literal["in", "out"]
+"""``in``: what a host writes; ``out``: what the server writes."""
+
+
+class FrameValidator:
+    def __init__(self, schema: dict[str, Any] | None = None) -> None:
+        self.schema = schema if schema is not None else json.loads(SCHEMA_FILE.read_text())
+        jsonschema.Draft202012Validator.check_schema(self.schema)
+        defs: dict[str, Any] = self.schema["$defs"]
+        self._by_tag: dict[tuple[Direction, str], list[str]] = {}
+        sides: tuple[tuple[Direction, str], ...] = (("in", "Inbound"), ("out", "Outbound"))
+        for direction, union in sides:
+            for name in self._leaves(defs, union):
+                tag = defs[name]["properties"]["type"]["enum"][0]
+                self._by_tag.setdefault((direction, tag), []).append(
+                    "CommandResponse" if name == "Response" else name)
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+
+    @staticmethod
+    def _leaves(defs: dict[str, Any], name: str) -> Iterator[str]:
+        """The Struct definitions a named union reaches (through nested unions)."""
+        definition = defs[name]
+        branches = definition.get("anyOf")
+        if branches is None or name == "CommandResponse":
+            yield "Response" if name == "CommandResponse" else name
+            return
+        for branch in branches:
+            yield from FrameValidator._leaves(defs, branch["$ref"].rsplit("/", 1)[1])
+
+    def _validator(self, name: str) -> jsonschema.Draft202012Validator:
+        if name not in self._validators:
+            self._validators[name] = jsonschema.Draft202012Validator({
+                "$schema": self.schema["$schema"], "$defs": self.schema["$defs"],
+                "$ref": f"#/$defs/{name}"})
+        return self._validators[name]
+
+    def problems(self, frame: Any, direction: Direction = "out") -> list[str]:
+        """Empty when ``frame`` is valid; else one line per error."""
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            return [f"not a frame (an object with a string type): {frame!r:.200}"]
+        names = self._by_tag.get((direction, frame["type"]))
+        if not names:
+            return [f"no schema defines an {direction!r} frame of type {frame['type']!r}"]
+        found: list[str] = []
+        for name in names:
+            errors = list(self._validator(name).iter_errors(frame))
+            if not errors:
+                return []
+            found += [f"{name} at /{'/'.join(map(str, e.absolute_path))}: {e.message:.300}"
+                      for e in errors]
+        return found
+
+
+_VALIDATOR: FrameValidator | None = None
+
+
+def shared_validator() -> FrameValidator:
+    """One validator per test run (building one reads and checks 150 KB of schema)."""
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        _VALIDATOR = FrameValidator()
+    return _VALIDATOR
+
+
+@attrs.define
+class FrameLog:
+    types: list[object] = attrs.field(factory=list)
+    """The ``type`` of every frame checked, in order."""
+    problems: list[str] = attrs.field(factory=list)
+    """``frame type: problem``, one per schema error."""
+
+
+@contextmanager
+def watch_client_frames(monkeypatch: pytest.MonkeyPatch) -> Iterator[FrameLog]:
+    """While active, every logical frame any ``RpcClient`` receives (chunks reassembled, the
+    ``ready`` frame included) is checked against the schema and logged."""
+    validator = shared_validator()
+    log = FrameLog()
+    original = RpcClient._on_frame
+
+    async def checked(self: RpcClient, frame_type: object, line: bytes) -> None:
+        frame = json.loads(line)
+        log.types.append(frame.get("type") if isinstance(frame, dict) else None)
+        log.problems.extend(f"{frame_type}: {p}" for p in validator.problems(frame, "out"))
+        await original(self, frame_type, line)
+
+    monkeypatch.setattr(RpcClient, "_on_frame", checked)
+    yield log

@@ -1,0 +1,142 @@
+"""The documentation stays true: the generated frame reference is current, and every relative
+link in README.md and docs/ leads to a file inside the repository (a plain clone has nothing
+outside it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+FENCED = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
+INLINE_CODE = re.compile(r"(`+).+?\1", re.S)
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)", re.M)
+EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
+
+
+def links(text: str) -> list[str]:
+    """The link targets of a Markdown page, outside code and comments."""
+    prose = COMMENT.sub("", INLINE_CODE.sub("", FENCED.sub("", text)))
+    return LINK.findall(prose) + REFERENCE.findall(prose)
+
+
+def broken_links(page: Path, root: Path = ROOT) -> list[str]:
+    problems = []
+    for target in links(page.read_text()):
+        if EXTERNAL.match(target) or target.startswith("#"):
+            continue
+        path = target.split("#", 1)[0].split("?", 1)[0]
+        resolved = (page.parent / path).resolve()
+        if not resolved.is_relative_to(root):
+            problems.append(f"{target}: outside the repository")
+        elif not resolved.exists():
+            problems.append(f"{target}: no such file")
+    return problems
+
+
+def test_the_link_finder_finds_links() -> None:
+    text = ("[a](x.md) ![b](img/y.png \"t\") [c](https://e.org) `[d](not.md)`\n"
+            "```\n[e](fenced.md)\n```\n[f]: ref.md\n<!-- [g](hidden.md) -->\n")
+    assert links(text) == ["x.md", "img/y.png", "https://e.org", "ref.md"]
+
+
+def test_a_broken_link_is_reported(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (tmp_path / "outside.md").write_text("")
+    (root / "docs" / "index.md").write_text("")
+    page = root / "docs" / "page.md"
+    page.write_text("[gone](nowhere.md) [up](../../outside.md) [ok](index.md#set-up)\n")
+    assert broken_links(page, root) == ["nowhere.md: no such file",
+                                        "../../outside.md: outside the repository"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve_inside_the_repository(page: Path) -> None:
+    assert not broken_links(page)
+
+
+def test_no_page_points_outside_the_repository_in_prose() -> None:
+    # Paths written as code (`../shared/spec/...`) are links a reader follows too.
+    offenders = [str(p.relative_to(ROOT)) for p in PAGES if "../shared/" in p.read_text()]
+    assert not offenders
+
+
+def test_the_docs_cover_the_pages_the_site_lists() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    listed = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
+    present = {str(p.relative_to(ROOT / "docs")) for p in PAGES if p.name != "README.md"}
+    assert listed == present
+
+
+def test_the_frame_reference_is_current() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+TRANSCRIPT_LINE = re.compile(r"^\s*(→|←)\s*(\{.*\})\s*$")
+ABRIDGED = re.compile(r"…|\{\w+\}")
+"""What marks a shortened frame: an ellipsis, or a placeholder such as ``{user}``."""
+
+
+def transcript_frames(page: Path) -> list[tuple[int, str, str]]:
+    """(line number, "in" | "out", the JSON) of every ``→ {...}`` / ``← {...}`` line."""
+    found = []
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if match := TRANSCRIPT_LINE.match(line):
+            found.append((number, "in" if match.group(1) == "→" else "out", match.group(2)))
+    return found
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if transcript_frames(p)],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_transcript_frames_match_the_schema(page: Path) -> None:
+    """The example exchanges (``→`` host to server, ``←`` server to host) are real frames. Lines
+    shortened (``…``, ``{user}``) are skipped; a command that does not match must be one the example
+    shows refused (its response with the same id has ``success: false``)."""
+    from schema_helpers import shared_validator
+
+    validator = shared_validator()
+    frames = transcript_frames(page)
+    checked, problems = 0, []
+    refused = {frame.get("id") for frame in (json.loads(text) for _, d, text in frames
+                                             if d == "out" and not ABRIDGED.search(text))
+               if frame.get("type") == "response" and frame.get("success") is False}
+    for number, direction, text in frames:
+        if ABRIDGED.search(text):
+            continue
+        frame = json.loads(text)  # anything else must be valid JSON
+        found = validator.problems(frame, direction)  # type: ignore[arg-type]
+        checked += 1
+        if found and not (direction == "in" and frame.get("id") in refused):
+            problems.append(f"line {number}: {found}")
+    assert checked
+    assert not problems, "\n".join(problems)
+
+
+def test_every_command_has_an_example_the_schema_accepts() -> None:
+    from schema_helpers import shared_validator
+
+    from omp.protocol.schema import command_tags
+
+    spec = importlib.util.spec_from_file_location("gen_reference",
+                                                  ROOT / "docs" / "gen_reference.py")
+    assert spec is not None
+    assert spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert set(generator.EXAMPLES) == set(command_tags())
+    validator = shared_validator()
+    for tag in generator.EXAMPLES:
+        assert not validator.problems(generator.example_frame(tag), "in"), tag
