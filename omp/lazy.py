@@ -43,6 +43,8 @@ LAZY_MODULES: dict[str, str] = {
     "omp.extensions.events": "see omp.extensions.api",
     "omp.mcp.connection": "1-2 s with the mcp SDK (pydantic models): only when an MCP server "
                           "is configured, and then in a worker thread after ready",
+    "omp.mcp.manager": "~3 ms with its attrs classes: only when an MCP server is configured",
+    "omp.mcp.resources": "see omp.mcp.manager (read mcp://<uri> exists only with a server)",
 }
 """Module (or package: its submodules too) → what importing it at startup would cost."""
 

@@ -41,8 +41,6 @@ from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
 from ..mcp.config import load_servers, parse_entry
-from ..mcp.manager import McpManager
-from ..mcp.resources import McpUris
 from ..process import (
     adopt_orphans,
     can_watch_signals,
@@ -68,6 +66,7 @@ from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
     from ..llm.local import LocalDiscovery
+    from ..mcp.manager import McpManager
 
 DRAIN_STALL_SECONDS = 1.0
 """After the front ended, how long the output may make no progress before unsent frames are
@@ -229,6 +228,10 @@ def _load_mcp(runtime: Runtime) -> None:
             f"{session.cwd} is not trusted (start with --trust-project, or list it under "
             "trustedProjects in ~/.omp/agent/config.yml)")))
     if loaded.servers:
+        # Imported only when a server is configured (nothing new before ``ready`` otherwise).
+        from ..mcp.manager import McpManager
+        from ..mcp.resources import McpUris
+
         runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit)
         # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
         context = session.tool_context

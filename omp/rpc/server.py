@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
-from ..mcp.manager import McpManager
 from ..protocol.codec import decode_line
 from ..protocol.frames import Ready, Response
 from ..protocol.framing import LineFramer
@@ -67,6 +67,9 @@ from .lifecycle import (
 from .options import ServeOptions as ServeOptions
 from .outbox import Outbox
 from .output import FrameQueue
+
+if TYPE_CHECKING:
+    from ..mcp.manager import McpManager
 
 READ_CHUNK = 64 * 1024
 READY_FLUSH_SECONDS = 0.5
