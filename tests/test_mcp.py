@@ -366,6 +366,8 @@ async def start_http_probe(port: int, transport: str = "http") -> trio.Process:
         try:
             stream = await trio.open_tcp_stream("127.0.0.1", port)
         except OSError:
+            # A poll, not an ordering sleep: another process's listening socket gives no
+            # event to wait on, and the probe (the SDK's server) prints nothing when it is up.
             await trio.sleep(0.05)
             continue
         await stream.aclose()

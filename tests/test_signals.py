@@ -259,6 +259,8 @@ async def test_commands_that_ignore_sigterm_cost_one_grace_not_two(tmp_path: Pat
                 escaped = await read_pid(tmp_path / "escaped.pid")
                 shell = await read_pid(tmp_path / "shell.pid")
                 found += [escaped, shell]
+                # A poll of /proc, not an ordering sleep: another process's setsid() gives no
+                # event to wait on, and the test must not close stdin before it happened.
                 while not leads_a_session(escaped):  # noqa: ASYNC110 (setsid is on its way)
                     await trio.sleep(0.01)
                 closed = trio.current_time()

@@ -43,7 +43,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ from ..rpc.lifecycle import (
 from ..rpc.options import ServeOptions
 from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
-from ..session import SessionError
+from ..session import AgentSession, SessionError
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
 from ..session.locations import find_sessions, sessions_dir
@@ -557,7 +557,7 @@ class AcpServer:
         acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
         return w.NewSessionResult(sessionId=acp.session_id, modes=_modes(),
-                                  configOptions=self._config(acp))
+                                  configOptions=config_options(_live(acp)))
 
     async def load_session(self, params: w.LoadSessionParams, _id: int | str
                            ) -> w.LoadSessionResult:
@@ -578,39 +578,10 @@ class AcpServer:
                 if "not found" in str(exc):
                     raise AcpError(f"ACP session not found: {params.sessionId}") from None
                 raise
-            self._replay(acp)
+            for update in history_updates(_live(acp).messages, acp.cwd):
+                self.update(acp.session_id, update)
         self._bootstrap_soon(acp)
-        return w.LoadSessionResult(modes=_modes(), configOptions=self._config(acp))
-
-    def _replay(self, acp: AcpSession) -> None:
-        """The history as updates, before the response (E.6 History replay)."""
-        assert acp.runtime is not None
-        for message in acp.runtime.session.messages:
-            if isinstance(message, m.UserMessage):
-                text = message.content if isinstance(message.content, str) else "".join(
-                    b.text for b in message.content if isinstance(b, m.TextContent))
-                if text:
-                    self.update(acp.session_id, w.UserMessageChunk(
-                        content=w.TextContent(text=text), messageId=str(uuid.uuid4())))
-            elif isinstance(message, m.AssistantMessage):
-                mid = str(uuid.uuid4())
-                for block in message.content:
-                    if isinstance(block, m.ThinkingContent) and block.thinking:
-                        self.update(acp.session_id, w.AgentThoughtChunk(
-                            content=w.TextContent(text=block.thinking), messageId=mid))
-                    elif isinstance(block, m.TextContent) and block.text:
-                        self.update(acp.session_id, w.AgentMessageChunk(
-                            content=w.TextContent(text=block.text), messageId=mid))
-                    elif isinstance(block, m.ToolCall):
-                        self.update(acp.session_id, tool_call(
-                            block.id, block.name, dict(block.arguments), None, acp.cwd))
-            elif isinstance(message, m.ToolResultMessage):
-                self.update(acp.session_id, w.ToolCallUpdate(
-                    toolCallId=message.toolCallId,
-                    status="failed" if message.isError else "completed",
-                    content=[w.ToolCallContent(content=w.TextContent(text=b.text))
-                             for b in message.content if isinstance(b, m.TextContent)]
-                    or msgspec.UNSET))
+        return w.LoadSessionResult(modes=_modes(), configOptions=config_options(_live(acp)))
 
     async def list_sessions(self, params: w.ListSessionsParams, _id: int | str
                             ) -> w.ListSessionsResult:
@@ -623,25 +594,12 @@ class AcpServer:
                 raise AcpError(f"Invalid ACP session cursor: {params.cursor}")
             offset = int(params.cursor)
         cwd = self._cwd(params.cwd) if isinstance(params.cwd, str) else None
-        found = await trio.to_thread.run_sync(self._stored, cwd, abandon_on_cancel=True)
+        found = await trio.to_thread.run_sync(stored_sessions, self.options, cwd,
+                                           abandon_on_cancel=True)
         page = found[offset:offset + LIST_PAGE]
         more = offset + LIST_PAGE < len(found)
         return w.ListSessionsResult(sessions=page, nextCursor=str(offset + LIST_PAGE) if more
                                     else msgspec.UNSET)
-
-    def _stored(self, cwd: Path | None) -> list[w.SessionInfo]:
-        """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
-        agent_directory = self.options.agent_dir or agent_dir()
-        if cwd is None:
-            directory = agent_directory / "sessions"
-        elif self.options.session_dir is not None:
-            directory = self.options.session_dir
-        elif os.environ.get("OMP_SESSION_DIR"):
-            directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
-        else:
-            directory = sessions_dir(agent_directory, cwd)
-        return [w.SessionInfo(sessionId=x.session_id, cwd=x.cwd, updatedAt=_mtime(x.path))
-                for x in find_sessions("", [directory])]
 
     async def close_session(self, params: w.SessionIdParams, _id: int | str) -> w.Empty:
         acp = self.sessions.pop(params.sessionId, None)
@@ -682,32 +640,9 @@ class AcpServer:
             session.set_thinking_level(matches[0])
         else:
             raise AcpError(f"Unknown ACP config option: {params.configId}")
-        options = self._config(acp)
+        options = config_options(_live(acp))
         self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=options))
         return w.SetConfigOptionResult(configOptions=options)
-
-    def _config(self, acp: AcpSession) -> list[w.ConfigOption]:
-        """The session's config options: mode, model (when any is available), thinking."""
-        assert acp.runtime is not None
-        session = acp.runtime.session
-        out = [w.ConfigOption(type="select", id="mode", name="Mode", category="mode",
-                              currentValue="default",
-                              options=[w.SelectOption(value="default", name="Default",
-                                                      description=_DEFAULT_MODE)])]
-        models = session.registry.available()
-        current = f"{session.model.provider}/{session.model.id}"
-        if models:
-            out.append(w.ConfigOption(
-                type="select", id="model", name="Model", category="model", currentValue=current,
-                options=[w.SelectOption(value=f"{x.provider}/{x.id}", name=x.name or x.id,
-                                        description=f"{x.provider}/{x.id}") for x in models]))
-        levels = efforts(session.model)
-        out.append(w.ConfigOption(
-            type="select", id="thinking", name="Thinking", category="thought_level",
-            currentValue=session.thinking_level if levels else "off",
-            options=[w.SelectOption(value="off", name="Off"),
-                     *(w.SelectOption(value=x, name=x) for x in levels)]))
-        return out
 
     def _session(self, session_id: str) -> AcpSession:
         acp = self.sessions.get(session_id)
@@ -793,6 +728,83 @@ PERMISSION_OPTIONS = [
     w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
     w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
 """The original's four answers (omp-surface C.7)."""
+
+
+def _live(acp: AcpSession) -> AgentSession:
+    """The session of an opened ACP session."""
+    assert acp.runtime is not None
+    return acp.runtime.session
+
+
+def history_updates(messages: list[m.AgentMessage], cwd: Path) -> Iterator[w.SessionUpdate]:
+    """A session's history as updates, sent before ``session/load`` answers (E.6 History
+    replay)."""
+    for message in messages:
+        if isinstance(message, m.UserMessage):
+            text = message.content if isinstance(message.content, str) else "".join(
+                b.text for b in message.content if isinstance(b, m.TextContent))
+            if text:
+                yield (w.UserMessageChunk(
+                    content=w.TextContent(text=text), messageId=str(uuid.uuid4())))
+        elif isinstance(message, m.AssistantMessage):
+            mid = str(uuid.uuid4())
+            for block in message.content:
+                if isinstance(block, m.ThinkingContent) and block.thinking:
+                    yield (w.AgentThoughtChunk(
+                        content=w.TextContent(text=block.thinking), messageId=mid))
+                elif isinstance(block, m.TextContent) and block.text:
+                    yield (w.AgentMessageChunk(
+                        content=w.TextContent(text=block.text), messageId=mid))
+                elif isinstance(block, m.ToolCall):
+                    yield (tool_call(
+                        block.id, block.name, dict(block.arguments), None, cwd))
+        elif isinstance(message, m.ToolResultMessage):
+            yield (w.ToolCallUpdate(
+                toolCallId=message.toolCallId,
+                status="failed" if message.isError else "completed",
+                content=[w.ToolCallContent(content=w.TextContent(text=b.text))
+                         for b in message.content if isinstance(b, m.TextContent)]
+                or msgspec.UNSET))
+
+
+
+def stored_sessions(options: ServeOptions, cwd: Path | None) -> list[w.SessionInfo]:
+    """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
+    agent_directory = options.agent_dir or agent_dir()
+    if cwd is None:
+        directory = agent_directory / "sessions"
+    elif options.session_dir is not None:
+        directory = options.session_dir
+    elif os.environ.get("OMP_SESSION_DIR"):
+        directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
+    else:
+        directory = sessions_dir(agent_directory, cwd)
+    return [w.SessionInfo(sessionId=x.session_id, cwd=x.cwd, updatedAt=_mtime(x.path))
+            for x in find_sessions("", [directory])]
+
+
+
+def config_options(session: AgentSession) -> list[w.ConfigOption]:
+    """A session's config options: mode, model (when any is available), thinking."""
+    out = [w.ConfigOption(type="select", id="mode", name="Mode", category="mode",
+                          currentValue="default",
+                          options=[w.SelectOption(value="default", name="Default",
+                                                  description=_DEFAULT_MODE)])]
+    models = session.registry.available()
+    current = f"{session.model.provider}/{session.model.id}"
+    if models:
+        out.append(w.ConfigOption(
+            type="select", id="model", name="Model", category="model", currentValue=current,
+            options=[w.SelectOption(value=f"{x.provider}/{x.id}", name=x.name or x.id,
+                                    description=f"{x.provider}/{x.id}") for x in models]))
+    levels = efforts(session.model)
+    out.append(w.ConfigOption(
+        type="select", id="thinking", name="Thinking", category="thought_level",
+        currentValue=session.thinking_level if levels else "off",
+        options=[w.SelectOption(value="off", name="Off"),
+                 *(w.SelectOption(value=x, name=x) for x in levels)]))
+    return out
+
 
 
 def mcp_entry(server: w.McpServer) -> dict[str, Any]:
