@@ -63,6 +63,9 @@ STORM_SECONDS = 30.0
 CANCEL_NOTICE_SECONDS = 0.5
 """Deadline of telling the server that a call was cancelled."""
 INSTRUCTIONS_MAX = 4000
+SUBAGENT_CALL_SECONDS = 60.0
+"""A subagent's call of a parent's MCP tool ends after this at the latest (the original's
+proxy timeout, subagents-login A.7)."""
 
 _CREDENTIAL = re.compile(r"(?i)(bearer\s+|(?:token|api[_-]?key|secret|password)=)[^\s&\"']+")
 T = TypeVar("T")
@@ -319,11 +322,15 @@ class Connection:
                                            message=self.error or "Connection closed"))
         return done[0]
 
-    async def call_tool(self, tool: str, args: dict[str, Any]) -> types.CallToolResult:
-        """``tools/call``. Raises ToolError (the failure text) when the server cannot be
-        reached in time, goes away or answers an error. On cancellation the server is told
+    async def call_tool(self, tool: str, args: dict[str, Any], *,
+                        at_most: float | None = None) -> types.CallToolResult:
+        """``tools/call``, within the server's timeout (and ``at_most`` seconds, when given).
+        Raises ToolError (the failure text) when the server cannot be reached in time, goes
+        away or answers an error. On cancellation the server is told
         (``notifications/cancelled``) and ``Cancelled`` propagates."""
         timeout = self.timeout
+        if at_most is not None:
+            timeout = at_most if timeout is None else min(timeout, at_most)
         stage = "connect"
 
         async def call(session: ClientSession) -> types.CallToolResult:
@@ -353,7 +360,7 @@ class Connection:
                             {"serverName": self.name, "mcpToolName": tool,
                              "isError": True}) from None
         except (trio.TooSlowError, McpError, OSError, ServerDown) as exc:
-            raise ToolError(self.redact(failure_text(self, tool, stage, exc)),
+            raise ToolError(self.redact(failure_text(self, tool, stage, exc, timeout)),
                             {"serverName": self.name, "mcpToolName": tool,
                              "isError": True}) from None
 
@@ -415,11 +422,13 @@ def describe_failure(exc: BaseException, conn: Connection) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
-def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException) -> str:
-    """The original's field list for a failed call (spec B.7)."""
+def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException,
+                 timeout: float | None = None) -> str:
+    """The original's field list for a failed call (spec B.7); ``timeout``: the call's, when
+    it was not the server's."""
     code: int | None = None
     if isinstance(exc, trio.TooSlowError):
-        timeout = conn.timeout or 0
+        timeout = (timeout if timeout is not None else conn.timeout) or 0
         failure, retryable = "timeout", "no"
         message = f"Request timeout after {round(timeout * 1000)}ms"
         advice = "Check server health or increase the MCP timeout; the request outcome is unknown."
@@ -466,6 +475,8 @@ class McpTool:
     connection: Connection
     tool: types.Tool
     name: str
+    at_most: float | None = None
+    """A cap on each call's timeout (a subagent's view)."""
 
     lenient_arguments = True
     """The server checks its arguments (its schema may use what our validator refuses)."""
@@ -475,6 +486,11 @@ class McpTool:
     @classmethod
     def of(cls, connection: Connection, tool: types.Tool) -> McpTool:
         return cls(connection, tool, mint_name(connection.name, tool.name))
+
+    def for_subagent(self) -> McpTool:
+        """This tool as a subagent calls it: the same connection, each call at most
+        ``SUBAGENT_CALL_SECONDS``."""
+        return attrs.evolve(self, at_most=SUBAGENT_CALL_SECONDS)
 
     @property
     def label(self) -> str:
@@ -506,7 +522,8 @@ class McpTool:
         """``tools/call`` on the server. On cancellation (abort) the server is told and
         ``Cancelled`` propagates."""
         arguments = _prepare(args if isinstance(args, dict) else {}, self.tool.inputSchema)
-        result = await self.connection.call_tool(self.tool.name, arguments)
+        result = await self.connection.call_tool(self.tool.name, arguments,
+                                                 at_most=self.at_most)
         content = render(result)
         details = {"serverName": self.connection.name, "mcpToolName": self.tool.name,
                    "provider": "native", "providerName": "OMP"}

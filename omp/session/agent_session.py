@@ -97,6 +97,9 @@ class AgentSession:
     """``set_auto_compaction``: whether compaction may start on its own."""
     task_depth: int = 0
     """How deep this session is in a tree of subagents (the main session: 0)."""
+    mcp_parent: AgentSession | None = None
+    """A subagent's parent: the parent's MCP tools (the same connections, through their
+    ``for_subagent`` view) and server instructions are this session's too."""
     approval: ToolGate | None = None
     """Tool approval (``omp.session.approval``); a subagent gets its parent's, so it asks
     through the parent's host. None: every call runs."""
@@ -154,7 +157,19 @@ class AgentSession:
                                        if self.extensions is not None else [])
         replaced = {t.name for t in extension_tools}
         return [*(t for t in self.own_tools if t.name not in replaced), *extension_tools,
-                *self.mcp_tools, *self.host_tools]
+                *self.current_mcp_tools(), *self.host_tools]
+
+    def current_mcp_tools(self) -> list[Tool]:
+        """The MCP servers' tools: this session's, or a subagent's parent's (read at each
+        turn, so a server that connects or changes meanwhile is seen)."""
+        if self.mcp_parent is None:
+            return self.mcp_tools
+        return [_for_subagent(t) for t in self.mcp_parent.current_mcp_tools()]
+
+    def current_mcp_instructions(self) -> str | None:
+        if self.mcp_parent is None:
+            return self.mcp_instructions
+        return self.mcp_parent.current_mcp_instructions()
 
     @property
     def tools(self) -> list[Tool]:
@@ -168,11 +183,12 @@ class AgentSession:
         tools, the skills, the options): context files are not read again per model call."""
         tools = self.tools
         options = self.prompt_options
+        instructions = self.current_mcp_instructions()
         key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
-               options.custom, options.append, id(options.context), self.mcp_instructions)
+               options.custom, options.append, id(options.context), instructions)
         if self._prompt is None or self._prompt[0] != key:
             blocks = self.prompt_options.build(tools)
-            extra = [b for b in (self.mcp_instructions, self.prompt_extra) if b is not None]
+            extra = [b for b in (instructions, self.prompt_extra) if b is not None]
             if extra:
                 blocks = [*blocks[:-1], *extra, *blocks[-1:]]
             self._prompt = (key, blocks)
@@ -539,3 +555,10 @@ class _AgentEvents:
     def pace(self) -> Pace:
         """The host's own backpressure, looked up on each use like ``publish_update``."""
         return self.session.sink.pace
+
+
+def _for_subagent(tool: Tool) -> Tool:
+    """A parent's MCP tool as a subagent sees it: its ``for_subagent`` view when it has one
+    (the same connection, with the subagent's call timeout), else the tool itself."""
+    view = getattr(tool, "for_subagent", None)
+    return view() if callable(view) else tool

@@ -2,7 +2,8 @@
 
 A child is a second ``AgentSession`` in the same process, built by ``build_child`` for the
 ``SubagentHost`` that spawns it: a blank context, the agent's tools plus ``yield`` (and ``task``
-when it may spawn children of its own), the agent's role and the shared context in its system
+when it may spawn children of its own) plus the parent's MCP tools (subagents-login A.7: the
+parent's connections, each call at most 60 s), the agent's role and the shared context in its system
 prompt, its own session file next to the parent's, starting with its ``session_init`` entry.
 Who owns and runs the child is ``omp.subagents.host``'s business.
 """
@@ -113,7 +114,9 @@ async def build_child(host: Host, child: Child, context: str | None,
         prompt_extra=_subagent_block(agent, context), settings=parent.settings,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
-        approval=parent.approval)
+        # The parent's MCP servers, through the same connections (never a second one per
+        # child), under the same approval policy.
+        mcp_parent=parent, approval=parent.approval)
     if file is not None:
         init = {"type": "session_init", "systemPrompt": "\n\n".join(session.system_prompt),
                 "task": child.tracker.task, "tools": [t.name for t in session.tools],
