@@ -74,8 +74,10 @@ class Host:
         missing = set(names)
         while missing:
             frame = await self.next()
-            if frame["type"] == "notice" and frame.get("source") == "mcp":
-                for part in frame["message"].removeprefix("mcp: ").split("; "):
+            # ``xd://: mounted ...`` (tools.xdev, the default) or ``mcp: mounted ...``.
+            if frame["type"] == "notice" and frame.get("source") in ("mcp", "xdev"):
+                message = frame["message"].removeprefix("mcp: ").removeprefix("xd://: ")
+                for part in message.split("; "):
                     if part.startswith("mounted "):
                         missing -= set(part.removeprefix("mounted ").split(", "))
 
@@ -139,6 +141,8 @@ def alive(pid: int) -> bool:
 async def test_model_calls_stdio_server_tools(tmp_path: Path, isolated_agent_dir: Path) -> None:
     cwd = tmp_path / "project"
     cwd.mkdir()
+    # MCP tools as function tools (not xd:// devices: test_mcp_xdev.py).
+    (isolated_agent_dir / "config.yml").write_text("tools:\n  xdev: false\n")
     write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
     script = [tools_reply(tool_call("c1", "mcp__probe_echo", {"text": "hi there"}),
                           tool_call("c2", "mcp__probe_add_numbers2", {"a": 2, "b": 3}),

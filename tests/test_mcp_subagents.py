@@ -36,7 +36,9 @@ async def test_a_child_calls_the_parents_mcp_tools(tmp_path: Path,
         # The child: the parent's MCP tools (one of them denied by the user's policy)...
         match(child_match("QQprobe"), tools_reply(
             tool_call("m1", "mcp__probe_echo", {"text": "QQechoed"}),
-            tool_call("m2", "mcp__probe_fail", {}))),
+            tool_call("m2", "mcp__probe_fail", {}),
+            tool_call("m3", "write", {"path": "xd://mcp__probe_echo",
+                                      "content": '{"text": "QQdevice"}'}))),
         # ... then, once the echo is in its context, its yield.
         match("QQechoed\\n", tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))),
         parent_final(),
@@ -58,6 +60,10 @@ async def test_a_child_calls_the_parents_mcp_tools(tmp_path: Path,
     assert echo["isError"] is False
     assert echo["content"][0]["text"].startswith("QQechoed")
     assert echo["details"]["serverName"] == "probe"
+    # The parent's devices are the child's too (tools.xdev, the default).
+    assert results["m3"]["isError"] is False
+    assert results["m3"]["content"][0]["text"].startswith("QQdevice")
+    assert results["m3"]["details"]["xdev"]["inner"]["serverName"] == "probe"
     # The parent's policy holds for the child.
     assert fail["isError"] is True
     assert fail["content"][0]["text"] == (
@@ -67,7 +73,9 @@ async def test_a_child_calls_the_parents_mcp_tools(tmp_path: Path,
     child_requests = [json.loads(r.body) for r in host.fake.requests
                       if b"QQprobe the server" in r.body and b"Complete assignment" in r.body]
     assert child_requests
-    assert any("MCP Server Instructions" in str(m) for m in child_requests[0]["messages"][:1])
+    system = str(child_requests[0]["messages"][:1])
+    assert "MCP Server Instructions" in system
+    assert "xd://mcp__probe_echo" in system
     assert len(mark.read_text().split()) == 1
     assert not of_type(frames, "extension_ui_request")
 

@@ -231,6 +231,9 @@ class TurnSetup(msgspec.Struct, frozen=True, kw_only=True):
     tools: tuple[Tool, ...]
     http: HttpClient | None = None
     """The owner's HTTP client (connection reuse); None: each call opens its own."""
+    unlisted: tuple[Tool, ...] = ()
+    """Tools the model may call by name that are not offered to it (MCP tools mounted as
+    ``xd://`` devices)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -509,7 +512,8 @@ class Agent:
         """One turn; returns its assistant message and whether another turn must follow."""
         setup = self.setup()
         hooks = self.hooks
-        turn = self._turn = _Turn(setup.model, {t.name: t for t in setup.tools})
+        turn = self._turn = _Turn(setup.model, {t.name: t for t in (*setup.unlisted,
+                                                                   *setup.tools)})
         index = self._turn_index
         self._turn_index += 1
         if hooks.active:

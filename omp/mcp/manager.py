@@ -12,8 +12,10 @@ the race: here a host that needs a server's tools waits for the ``notice`` that 
 server's process group is ended (``omp.mcp.transport``), within ``KILL_GRACE`` plus a second.
 
 Whenever a connection's lists change, the session's ``mcp_tools`` are replaced (the next model
-call has them), one ``notice`` says which tools were mounted / unmounted (``source: "mcp"``),
-and when prompts changed ``on_commands`` re-announces the command list.
+call has them), one ``notice`` says which tools were mounted / unmounted (the original's
+``xd://: mounted ...``, ``source: "xdev"``, when they are ``xd://`` devices (``tools.xdev``, the
+default); ``mcp: mounted ...``, ``source: "mcp"`` when they are function tools), and when
+prompts changed ``on_commands`` re-announces the command list.
 """
 
 from __future__ import annotations
@@ -115,7 +117,9 @@ class McpManager:
             said.append("mounted " + ", ".join(added))
         if removed:
             said.append("unmounted " + ", ".join(removed))
-        if said:
+        if said and self.session.settings.xdev:  # the original's notice (omp-surface B.5)
+            self.emit(ev.Notice(level="info", source="xdev", message="xd://: " + "; ".join(said)))
+        elif said:
             self.emit(ev.Notice(level="info", source="mcp", message="mcp: " + "; ".join(said)))
         prompts = [name for name, *_ in self.prompt_commands()]
         if prompts != self._prompt_names:
@@ -124,13 +128,19 @@ class McpManager:
                 self.on_commands()
 
     def instructions_block(self) -> str | None:
-        """The connected servers' ``instructions`` for the system prompt (the original's
-        section), or None when none sent any."""
+        """The system prompt's MCP part (the original's sections): the ``xd://`` device
+        catalogue and routes (``tools.xdev``), then the connected servers' ``instructions``;
+        None when there is neither."""
+        devices = None
+        if self.session.settings.xdev:
+            from .devices import catalogue
+
+            devices = catalogue(self.tools())
         found = [(c.name, c.instructions) for c in self.connections.values()
                  if c.instructions and c.state == "connected"]
         if not found:
-            return None
-        return "\n\n".join([
+            return devices
+        return "\n\n".join([*([devices] if devices else []),
             "## MCP Server Instructions",
             "The following instructions come from the connected MCP servers; they are "
             "controlled by the servers, not by the user.",

@@ -236,6 +236,11 @@ def _load_mcp(runtime: Runtime) -> None:
         # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
         context = session.tool_context
         context.uris = McpUris(context.uris, runtime.mcp)
+        if session.settings.xdev:
+            from ..mcp.devices import McpDevices
+
+            # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
+            context.devices = McpDevices(session.device_tools, lambda: session.approval)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

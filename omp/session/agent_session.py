@@ -173,9 +173,20 @@ class AgentSession:
 
     @property
     def tools(self) -> list[Tool]:
-        """What the model sees: ``all_tools``, less those ``set_active_tools`` left out."""
+        """What the model sees: ``all_tools``, less those ``set_active_tools`` left out, and
+        less the MCP tools when they are ``xd://`` devices (``tools.xdev``)."""
         active = self._active_tools
-        return [t for t in self.all_tools if active is None or t.name in active]
+        devices = {t.name for t in self.device_tools()}
+        return [t for t in self.all_tools
+                if (active is None or t.name in active) and t.name not in devices]
+
+    def device_tools(self) -> list[Tool]:
+        """The MCP tools mounted as ``xd://`` devices (``tools.xdev``): not sent to the model
+        as function tools, yet callable by name (as the original: omp-surface B.6)."""
+        if not self.settings.xdev:
+            return []
+        active = self._active_tools
+        return [t for t in self.current_mcp_tools() if active is None or t.name in active]
 
     @property
     def system_prompt(self) -> list[str]:
@@ -356,7 +367,7 @@ class AgentSession:
         """What the next model call of this session is made with."""
         return TurnSetup(model=self.models.model, options=self.models.stream_options(),
                          system_prompt=tuple(self.system_prompt), tools=tuple(self.tools),
-                         http=self.http)
+                         http=self.http, unlisted=tuple(self.device_tools()))
 
     def _agent_turn_setup(self) -> TurnSetup:
         """``turn_setup`` for the agent's model calls: a ``/force`` applies to one of them."""

@@ -24,7 +24,8 @@ Files, lowest precedence first:
    ``tools.approval.<tool>: allow | deny | prompt`` (another value is ignored with a warning,
    as the original ignores it); a project's own file cannot set either (a repository must not
    wave its own tool calls through). Todo reminders (D.7): ``todo.reminders`` (bool) and
-   ``todo.remindersMax`` (a whole number). TTSR rules (D.2): ``ttsr.enabled``,
+   ``todo.remindersMax`` (a whole number). MCP tool exposure (B.6): ``tools.xdev`` (bool,
+   default true: MCP tools are ``xd://`` devices). TTSR rules (D.2): ``ttsr.enabled``,
    ``ttsr.contextMode``, ``ttsr.interruptMode``, ``ttsr.repeatMode``, ``ttsr.repeatGap``,
    ``ttsr.builtinRules``, ``ttsr.disabledRules``; a wrong value is an error naming the key.
 
@@ -323,6 +324,9 @@ class Settings:
     """``tools.approvalMode`` / ``tools.approval`` (global file and overlays only)."""
     todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
     ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
+    xdev: bool = True
+    """``tools.xdev`` (omp-surface B.6): MCP tools are ``xd://`` devices driven through
+    ``read`` / ``write`` rather than function tools sent to the model."""
 
     def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
         """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
@@ -484,7 +488,8 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         disabled_providers=frozenset(extras.disabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes), approval=extras.approval,
-                        todo_reminders=extras.todo_reminders, ttsr=extras.ttsr)
+                        todo_reminders=extras.todo_reminders, ttsr=extras.ttsr,
+                        xdev=extras.xdev)
     return settings
 
 
@@ -498,6 +503,7 @@ class _Extras:
     approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
     todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
     ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
+    xdev: bool = True
 
     def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
         """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
@@ -546,6 +552,11 @@ class _Extras:
             if not isinstance(value, bool):
                 raise problem(path, "$.todo.reminders", f"expected true or false (got {value!r})")
             self.todo_reminders.enabled = value
+            return True
+        if dotted == "tools.xdev":
+            if not isinstance(value, bool):
+                raise problem(path, "$.tools.xdev", f"expected true or false (got {value!r})")
+            self.xdev = value
             return True
         if dotted == "todo.remindersMax":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -73,9 +73,11 @@ async def build_child(host: Host, child: Child, context: str | None,
         if agent.thinking == level:
             thinking = level
     depth = parent.task_depth + 1
+    devices = parent.tool_context.devices
     tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris,
                                web=parent.tool_context.web,
-                               environment=parent.tool_context.environment)
+                               environment=parent.tool_context.environment,
+                               devices=devices.for_subagent() if devices is not None else None)
     available = {t.name: t for t in default_tools(tool_context, TodoState())
                  if t.name != "todo"}
     if agent.tools is None:

@@ -139,6 +139,29 @@ class UriHandler(Protocol):
         ...
 
 
+class Devices(Protocol):
+    """Serves ``xd://`` device paths (omp-surface B.6: MCP tools mounted as devices):
+    ``read`` gives a device's docs (or the list), ``write`` of a JSON object executes it."""
+
+    def for_subagent(self) -> Devices:
+        """The devices as a subagent of this session drives them."""
+        ...
+
+    async def read(self, url: str) -> ToolResult:
+        """Raises ToolError naming what is wrong."""
+        ...
+
+    async def write(self, call_id: str, url: str, content: str, *,
+                    on_update: OnUpdate) -> ToolResult:
+        """Execute the device with ``content`` (a JSON object) as its arguments. Raises
+        ToolError (bad arguments, unknown device, the tool's failure). On cancellation the
+        call is cancelled as a direct call would be and ``Cancelled`` propagates."""
+        ...
+
+
+DEVICE_SCHEME = "xd://"
+
+
 class EditorFiles(Protocol):
     """Files as an editor has them (ACP ``fs/read_text_file`` / ``fs/write_text_file``:
     unsaved buffers included); ``read`` and ``write`` use it for text files when the session
@@ -174,6 +197,8 @@ class ToolContext:
     and ``read`` refuses ``http(s)://`` URLs naming the setting."""
     files: EditorFiles | None = None
     """The editor's files (ACP mode, when the client offers ``fs``); None: the disk."""
+    devices: Devices | None = None
+    """``xd://`` devices (MCP tools, ``tools.xdev``); None: no device is mounted."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

@@ -26,7 +26,7 @@ import trio
 from ..commands.skills import SKILL_URI_SCHEME, SkillUriError, resolve_skill_uri
 from ..files import UnusableFile, open_regular
 from ..protocol.messages import ImageContent, TextContent
-from .base import URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult, UriResource
+from .base import DEVICE_SCHEME, URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult, UriResource
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
 from .truncate import (
@@ -313,6 +313,8 @@ class ReadTool(SpecifiedTool):
         chunk) and ``Cancelled`` propagates at once.
         """
         shown_path: str = args["path"]
+        if shown_path.startswith(DEVICE_SCHEME) and self._ctx.devices is not None:
+            return await self._ctx.devices.read(shown_path)
         if (url := self._ctx.host_url(shown_path)) is not None and self._ctx.uris is not None:
             return host_read_result(url, await self._ctx.uris.read(url))
         if shown_path.startswith(SKILL_URI_SCHEME):

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from ..files import UnusableFile, open_regular
-from .base import URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult
+from .base import DEVICE_SCHEME, URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult
 from .ls import os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
 
@@ -63,6 +63,9 @@ class WriteTool(SpecifiedTool):
         """
         shown_path: str = args["path"]
         content: str = args["content"]
+        if shown_path.startswith(DEVICE_SCHEME) and self._ctx.devices is not None:
+            return await self._ctx.devices.write(call_id, shown_path, content,
+                                                 on_update=on_update)
         if (url := self._ctx.host_url(shown_path)) is not None and self._ctx.uris is not None:
             if not self._ctx.uris.writable(url):
                 scheme = url.partition("://")[0]

@@ -1,0 +1,110 @@
+"""MCP tools as ``xd://`` devices (``tools.xdev``, the original's default; omp-surface B.6)
+through the real ``omp --mode rpc`` process, a FastMCP server and the fake LLM driving the
+devices with ``read`` and ``write``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import trio
+from agent_helpers import of_type, text_reply, tool_call, tools_reply
+from test_mcp import LIMIT, open_host, result_text, stdio_entry, write_mcp
+
+from omp.mcp.devices import schema_type
+
+ADD_DOC = """# mcp__probe_add_numbers2 — probe/Add-Numbers2
+
+Add two numbers.
+
+## Schema
+{
+  a: number;
+  b: number;
+}
+
+Execute by writing JSON to xd://mcp__probe_add_numbers2."""
+
+
+async def test_devices_are_read_and_written(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    (isolated_agent_dir / "config.yml").write_text(
+        "tools:\n  approval:\n    mcp__probe_fail: deny\n")
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    add = "xd://mcp__probe_add_numbers2"
+    script = [tools_reply(tool_call("l", "read", {"path": "xd://"}),
+                          tool_call("d", "read", {"path": add}),
+                          tool_call("w", "write", {"path": add, "content": '{"a": 2, "b": 3}'}),
+                          tool_call("bad", "write", {"path": add, "content": "{a: 2"}),
+                          tool_call("none", "write", {"path": "xd://nope", "content": "{}"}),
+                          tool_call("deny", "write", {"path": "xd://mcp__probe_fail",
+                                                      "content": "{}"}),
+                          tool_call("direct", "mcp__probe_echo", {"text": "direct"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_add_numbers2", "mcp__probe_echo")
+            state = (await host.client.request({"type": "get_state"})).data
+            frames = await host.prompt("use the devices")
+    notices = [f for f in host.frames if f["type"] == "notice" and f.get("source") == "xdev"]
+    assert notices[0]["message"].startswith("xd://: mounted mcp__probe_")
+    assert notices[0]["level"] == "info"
+    # Not function tools: neither the model nor dumpTools has them; the prompt lists them.
+    sent = json.loads(host.fake.requests[0].body)
+    assert not [t for t in sent["tools"] if t["function"]["name"].startswith("mcp__")]
+    assert not [t for t in state["dumpTools"] if t["name"].startswith("mcp__")]
+    system = sent["messages"][0]["content"]
+    assert "## Additional devices (docs on demand)\n" in system
+    assert "- xd://mcp__probe_echo — Echo the text back.\n" in system
+    assert "Read xd://<tool> for full docs + JSON schema before first use." in system
+    assert ("## MCP Tool Routes\nExecute each mounted tool: write JSON arguments to its path.\n"
+            in system)
+    assert '- "Add-Numbers2" → `xd://mcp__probe_add_numbers2`' in system
+    assert "### probe\nProbe server." in system
+    ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
+    listing = result_text(ends["l"]).splitlines()
+    assert listing[0] == f"xd:// {len(listing) - 2} mounted tool devices."
+    assert "xd://mcp__probe_echo  Echo the text back." in listing
+    assert result_text(ends["d"]) == ADD_DOC
+    assert ends["w"]["isError"] is False
+    assert json.loads(result_text(ends["w"])) == {"sum": 5}
+    xdev = ends["w"]["result"]["details"]["xdev"]
+    assert {k: xdev[k] for k in ("tool", "mode", "args", "tier")} == {
+        "tool": "mcp__probe_add_numbers2", "mode": "execute", "args": {"a": 2, "b": 3},
+        "tier": "write"}
+    assert xdev["inner"]["mcpToolName"] == "Add-Numbers2"
+    assert ends["bad"]["isError"] is True
+    assert result_text(ends["bad"]).startswith(
+        f"{add} expects a JSON args object as content (")
+    assert result_text(ends["bad"]).endswith("). Write `?` for docs.")
+    assert ends["none"]["isError"] is True
+    assert result_text(ends["none"]).startswith(
+        "No such tool: xd://nope. Mounted devices: mcp__probe_")
+    assert ends["deny"]["isError"] is True
+    assert result_text(ends["deny"]).startswith('Tool "mcp__probe_fail" is blocked by user policy.')
+    # A direct call by the minted name runs although it was never offered.
+    assert ends["direct"]["isError"] is False
+    assert result_text(ends["direct"]).startswith("direct")
+    assert frames[-1]["status"] == "completed"
+
+
+def test_schema_type() -> None:
+    schema = {"type": "object", "required": ["q"], "properties": {
+        "q": {"type": "string", "description": "The  query\ntext."},
+        "n": {"type": ["integer", "null"]},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}},
+        "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}},
+        "any": {}}}
+    assert schema_type(schema) == """{
+  /** The query text. */
+  q: string;
+  n?: number | null;
+  tags?: ("a" | "b")[];
+  opts?: {
+    deep?: boolean;
+  };
+  any?: unknown;
+}"""
+    assert schema_type({"type": "object"}) == "Record<string, unknown>"
+    assert schema_type({"anyOf": [{"type": "string"}, {"const": 3}]}) == "string | 3"
