@@ -360,11 +360,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def start_http_probe(port: int, transport: str = "http") -> trio.Process:
+async def start_http_probe(port: int, transport: str = "http",
+                           extra: Sequence[str] = ()) -> trio.Process:
     """The probe server on streamable HTTP (or ``sse``) at ``port``, once it accepts
-    connections."""
+    connections (``extra``: more arguments, e.g. ``--auth ISSUER``)."""
     server = await trio.lowlevel.open_process(
-        [sys.executable, str(PROBE), f"--{transport}", str(port)], stdin=subprocess.DEVNULL,
+        [sys.executable, str(PROBE), f"--{transport}", str(port), *extra],
+        stdin=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
     while True:  # until the server accepts connections (it says nothing when it does)
         try:

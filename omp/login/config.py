@@ -26,3 +26,6 @@ class OAuthConfig:
     scopes: list[str] = attrs.field(factory=list)
     redirectPort: int = 0
     """``flow: pkce``: the loopback port of the redirect; 0 = any free port."""
+    resource: str | None = None
+    """The RFC 8707 resource indicator sent with the authorization, token and refresh
+    requests (an MCP server's URL: the MCP authorization spec requires it)."""

@@ -210,6 +210,8 @@ async def pkce_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget,
               "code_challenge_method": "S256", "state": state}
     if config.scopes:
         params["scope"] = " ".join(config.scopes)
+    if config.resource:
+        params["resource"] = config.resource
     base = config.authorizationUrl
     auth_url = base + ("&" if urllib.parse.urlsplit(base).query else "?") + \
         urllib.parse.urlencode(params, quote_via=urllib.parse.quote)
@@ -237,9 +239,11 @@ async def pkce_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget,
     if isinstance(outcome, LoginError):
         raise outcome
     ui.notify("Exchanging authorization code for tokens...")
-    body = await post_form(http, target.id, config.tokenUrl, {
-        "grant_type": "authorization_code", "code": outcome, "redirect_uri": redirect_uri,
-        "client_id": config.clientId, "code_verifier": verifier})
+    form = {"grant_type": "authorization_code", "code": outcome, "redirect_uri": redirect_uri,
+            "client_id": config.clientId, "code_verifier": verifier}
+    if config.resource:
+        form["resource"] = config.resource
+    body = await post_form(http, target.id, config.tokenUrl, form)
     return tokens_from(body, target.id)
 
 

@@ -228,7 +228,9 @@ async def refresh_tokens(http: httpx.AsyncClient, provider: str, config: OAuthCo
     """RFC 6749 §6: new tokens for ``tokens``' refresh token. Raises LoginError."""
     if tokens.refresh is None:
         raise LoginError(f"the {provider} login has no refresh token")
-    body = await post_form(http, provider, config.tokenUrl, {
-        "grant_type": "refresh_token", "refresh_token": tokens.refresh,
-        "client_id": config.clientId})
+    form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh,
+            "client_id": config.clientId}
+    if config.resource:
+        form["resource"] = config.resource
+    body = await post_form(http, provider, config.tokenUrl, form)
     return tokens_from(body, provider, previous_refresh=tokens.refresh)

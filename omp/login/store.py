@@ -55,11 +55,21 @@ class OAuthTokens(msgspec.Struct, frozen=True):
     expires: int
     """Epoch milliseconds after which the access token must not be used (already shortened by
     a safety margin when it was stored)."""
+    client_id: str | None = None
+    token_url: str | None = None
+    resource: str | None = None
+    """How to refresh a login that no ``models.yml`` block describes (an MCP server's: the
+    client registered with its authorization server, its token endpoint, the RFC 8707
+    resource). Not secrets."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "oauth", "access": self.access, "expires": self.expires}
         if self.refresh is not None:
             out["refresh"] = self.refresh
+        for key, value in (("clientId", self.client_id), ("tokenUrl", self.token_url),
+                           ("resource", self.resource)):
+            if value is not None:
+                out[key] = value
         return out
 
     def __repr__(self) -> str:
@@ -120,7 +130,12 @@ def _credential(path: Path, provider: str, entry: Any) -> Credential:
                 warn(f"{where}.expires: {expires!r} is not a time between 1970 and the year "
                      "275760 (epoch milliseconds); the token is treated as expired")
                 expires = 0
-            return OAuthTokens(access=entry["access"], refresh=refresh, expires=int(expires))
+            extra = {key: value for key, name in (("client_id", "clientId"),
+                                                  ("token_url", "tokenUrl"),
+                                                  ("resource", "resource"))
+                     if isinstance(value := entry.get(name), str)}
+            return OAuthTokens(access=entry["access"], refresh=refresh, expires=int(expires),
+                               **extra)
     raise ConfigError(f"{where}: expected a key string or an object with `key` (an API key) "
                       "or `access` (an OAuth login)")
 

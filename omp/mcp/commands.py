@@ -24,11 +24,12 @@ HELP = """MCP server management
 /mcp enable <name>        Enable a server (from the next session)
 /mcp disable <name>       Disable a server (from the next session)
 /mcp reconnect [name]     Reconnect one server, or every server, now
+/mcp reauth <name>        Authorize an HTTP/SSE server with OAuth (browser login)
 /mcp prompts              List the prompts of connected servers
 /mcp resources            List the resources of connected servers
 /mcp help                 Show this help"""
 
-ABSENT = ("add", "remove", "rm", "test", "reauth", "unauth", "notifications", "reload",
+ABSENT = ("add", "remove", "rm", "test", "unauth", "notifications", "reload",
           "smithery-search", "smithery-login", "smithery-logout")
 
 
@@ -48,6 +49,12 @@ def mcp_command(args: str, manager: McpManager | None, cwd: Path, agent_director
         return toggle(rest[0], verb == "enable", cwd, agent_directory)
     if verb == "reconnect":
         return _reconnect(manager, rest[0] if rest else None)
+    if verb == "reauth":
+        if not rest:
+            return "Server name required. Usage: /mcp reauth <name>"
+        if manager is None:
+            return f'Server "{rest[0]}" is not running. Run /mcp list to see configured servers.'
+        return manager.authorize(rest[0])
     if verb == "prompts":
         lines = [f"{c.name}/{p.name} — {p.description or ''}".rstrip(" —")
                  for c in _connected(manager) for p in c.prompts]

@@ -63,6 +63,13 @@ class ServerConfig:
     enabled: bool = True
     timeout_ms: float | None = None
     """The entry's ``timeout``; None: the default (see ``timeout_seconds``)."""
+    oauth_client_id: str | None = None
+    """``oauth.clientId``: a client registered with the server's authorization server (else
+    the client registers itself, RFC 7591)."""
+    oauth_scope: str | None = None
+    """``oauth.scope``: space-separated scopes to ask for."""
+    oauth_callback_port: int | None = None
+    """``oauth.callbackPort``: the loopback port of the OAuth redirect."""
     scope: Scope = "user"
     source: Path | None = None
     """The file it came from (None: given to ``serve()``)."""
@@ -277,6 +284,17 @@ def parse_entry(name: str, entry: Any, environ: Mapping[str, str] | None = None,
         raise ValueError(f'{where}: a stdio server needs "command"')
     if kind != "stdio" and not url:
         raise ValueError(f'{where}: an {kind} server needs "url"')
+    oauth = entry.get("oauth") or {}
+    if not isinstance(oauth, dict):
+        raise ValueError(f'{where}: "oauth" must be an object')
+    client_id, scopes = oauth.get("clientId"), oauth.get("scope")
+    port = oauth.get("callbackPort")
+    if (client_id is not None and not isinstance(client_id, str)) or (
+            scopes is not None and not isinstance(scopes, str)):
+        raise ValueError(f'{where}: "oauth.clientId" and "oauth.scope" must be strings')
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                             or not 0 < port < 65536):
+        raise ValueError(f'{where}: "oauth.callbackPort" must be a port number')
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ValueError(f'{where}: "args" must be a list of strings')
@@ -284,7 +302,9 @@ def parse_entry(name: str, entry: Any, environ: Mapping[str, str] | None = None,
         name=name, transport=transport, command=command,
         args=tuple(expand(a, env) for a in args), env=mapping("env"), cwd=string("cwd"),
         url=url, headers=mapping("headers"), enabled=_enabled(entry.get("enabled"), where),
-        timeout_ms=_timeout(entry.get("timeout"), where), scope=scope, source=source)
+        timeout_ms=_timeout(entry.get("timeout"), where), scope=scope, source=source,
+        oauth_client_id=expand(client_id, env) if client_id else None,
+        oauth_scope=scopes or None, oauth_callback_port=port)
 
 
 def _enabled(value: Any, where: str) -> bool:

@@ -49,6 +49,7 @@ from ..protocol.messages import ImageContent, TextContent
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 from ..tools.base import OnUpdate, ResultContent, Tier, ToolError, ToolResult
 from ..tools.truncate import elide_middle
+from .auth import BearerAuth, McpOAuth, credential_id, wants_oauth
 from .config import ServerConfig, resolve_value
 from .naming import mint_name
 from .transport import open_transport
@@ -86,6 +87,12 @@ class Connection:
     """The session's environment policy (what a stdio server inherits)."""
     storm: tuple[int, float] = (STORM_LIMIT, STORM_SECONDS)
     """More than this many connections within this many seconds suspend reconnects."""
+    oauth: McpOAuth | None = None
+    """The stored OAuth tokens of the ``serve()`` (HTTP and SSE servers); None: no OAuth."""
+    on_auth_required: Callable[[Connection], None] | None = None
+    """Called when the server refused us for want of authorization (``challenge``)."""
+    challenge: str | None = None
+    """The ``WWW-Authenticate`` of the server's last 401 (None: none since connected)."""
     state: State = "connecting"
     error: str | None = None
     tools: list[types.Tool] = attrs.field(factory=list)
@@ -127,36 +134,60 @@ class Connection:
                 await self._connect_and_serve()
                 failures = 0
             except Exception as exc:
-                failures += 1
-                self._down(describe_failure(unwrapped(exc), self), first=failures == 1)
+                # The server's 401 (seen by ``BearerAuth``) may surface as the handshake's
+                # error or as its cancellation: either way the user must authorize.
+                if self.challenge is None and not isinstance(unwrapped(exc),
+                                                             AuthorizationRequired):
+                    failures += 1
+                    self._down(describe_failure(unwrapped(exc), self), first=failures == 1)
+                    self._attempted.set()
+                    self._attempted = trio.Event()
+                    self._settled.set()
+                    await self._after_failure(failures)
+                    continue
+                # Not a failure to retry on a timer: the user must authorize (/mcp reauth,
+                # or the flow started for the first challenge), which wakes this up.
+                failures = 0
+                self._down(self.auth_text(), first=True)
                 self._attempted.set()
                 self._attempted = trio.Event()
-            else:
-                asked, self._asked = self._asked, False
-                self._down(self.error or "the server closed the connection", first=not asked)
-            self._settled.set()
-            now = trio.current_time()
-            limit, window = self.storm
-            while self._connected_at and now - self._connected_at[0] > window:
-                self._connected_at.popleft()
-            if len(self._connected_at) > limit:
-                self.state = "suspended"
-                self.error = ("MCP server crashed too many times; automatic reconnects "
-                              "suspended")
-                self._connected_at.clear()
-                self.emit(ev.Notice(level="warning", source="mcp", message=(
-                    f'MCP server "{self.name}": {self.error} (a call or /mcp reconnect '
-                    "connects it again)")))
-                await self._wait_wake(math.inf)
-            elif failures > len(BACKOFF):
+                self._settled.set()
                 self.state = "failed"
-                remote = self.config.transport != "stdio"
-                delay = min(REMOTE_RETRY[0] * 2 ** (failures - len(BACKOFF) - 1),
-                            REMOTE_RETRY[1]) if remote else math.inf
-                await self._wait_wake(delay)
-            else:
-                await self._wait_wake(BACKOFF[max(failures - 1, 0)])
-            self.state = "connecting"
+                if self.on_auth_required is not None:
+                    self.on_auth_required(self)
+                await self._wait_wake(math.inf)
+                self.state = "connecting"
+                continue
+            asked, self._asked = self._asked, False
+            self._down(self.error or "the server closed the connection", first=not asked)
+            self._settled.set()
+            await self._after_failure(failures)
+
+    async def _after_failure(self, failures: int) -> None:
+        """Wait before the next attempt: the backoff ladder, the remote timer, or (storm,
+        ladder used up) until something needs the server."""
+        now = trio.current_time()
+        limit, window = self.storm
+        while self._connected_at and now - self._connected_at[0] > window:
+            self._connected_at.popleft()
+        if len(self._connected_at) > limit:
+            self.state = "suspended"
+            self.error = ("MCP server crashed too many times; automatic reconnects "
+                          "suspended")
+            self._connected_at.clear()
+            self.emit(ev.Notice(level="warning", source="mcp", message=(
+                f'MCP server "{self.name}": {self.error} (a call or /mcp reconnect '
+                "connects it again)")))
+            await self._wait_wake(math.inf)
+        elif failures > len(BACKOFF):
+            self.state = "failed"
+            remote = self.config.transport != "stdio"
+            delay = min(REMOTE_RETRY[0] * 2 ** (failures - len(BACKOFF) - 1),
+                        REMOTE_RETRY[1]) if remote else math.inf
+            await self._wait_wake(delay)
+        else:
+            await self._wait_wake(BACKOFF[max(failures - 1, 0)])
+        self.state = "connecting"
 
     async def _wait_wake(self, seconds: float) -> None:
         with trio.move_on_after(seconds):
@@ -174,17 +205,35 @@ class Connection:
         """One connection, from the spawn to the end. Raises TooSlowError when it is not
         up within the timeout, or what the transport or the session raised."""
         timeout = self.timeout
+        self.challenge = None
+        auth = None
+        if self.oauth is not None and wants_oauth(self.config):
+            auth = BearerAuth(self.oauth, credential_id(self.config), self._challenged)
         # One scope around the whole connection (the transport's and the SDK's nurseries
         # open inside it): its deadline is the connect timeout, lifted once connected.
         with trio.CancelScope(deadline=math.inf if timeout is None
                               else trio.current_time() + timeout) as deadline:
-            async with open_transport(self.config, self.cwd, self.environ, self.policy) as (
-                    read, write, closed), ClientSession(
+            async with open_transport(self.config, self.cwd, self.environ, self.policy,
+                                      auth) as (read, write, closed), ClientSession(
                     read, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                     list_roots_callback=self._roots) as session, trio.open_nursery() as nursery:
-                init = await session.initialize()
-                self.instructions = (init.instructions or "")[:INSTRUCTIONS_MAX] or None
-                await self._list(session, init.capabilities)
+                # The handshake ends early when the connection is dropped meanwhile (the
+                # server's 401, a failed HTTP request): its answer would never come.
+                with trio.CancelScope() as handshake:
+                    early = self._drop
+
+                    async def watch_handshake() -> None:
+                        await early.wait()
+                        handshake.cancel()
+
+                    nursery.start_soon(watch_handshake)
+                    init = await session.initialize()
+                    self.instructions = (init.instructions or "")[:INSTRUCTIONS_MAX] or None
+                    await self._list(session, init.capabilities)
+                if handshake.cancelled_caught:
+                    if self.challenge is not None:
+                        raise AuthorizationRequired(self.auth_text())
+                    raise ServerDown(self.error or "the connection failed during the handshake")
                 deadline.deadline = math.inf
                 self._session = session
                 self.state, self.error, self._reported = "connected", None, False
@@ -205,6 +254,14 @@ class Connection:
                 nursery.cancel_scope.cancel()
         if deadline.cancelled_caught:
             raise trio.TooSlowError
+
+    def _challenged(self, header: str) -> None:
+        """The server answered 401: no (valid) token. The connection ends now."""
+        self.challenge = header
+        self._drop.set()
+
+    def auth_text(self) -> str:
+        return f"requires OAuth authorization: run /mcp reauth {self.name}"
 
     def _down(self, error: str, *, first: bool) -> None:
         was_up = self._session is not None
@@ -407,6 +464,10 @@ class Connection:
 
 class ServerDown(Exception):
     """The server is not connected and could not be connected again (the attempt's error)."""
+
+
+class AuthorizationRequired(Exception):
+    """The server answered 401 and no stored token (or refresh) satisfies it."""
 
 
 def describe_failure(exc: BaseException, conn: Connection) -> str:

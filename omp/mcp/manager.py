@@ -32,6 +32,8 @@ from ..protocol import events as ev
 from .config import ServerConfig
 
 if TYPE_CHECKING:
+    from ..login.flows import LoginUI
+    from ..login.store import Credentials
     from ..session import AgentSession
     from ..tools.base import Tool
     from .connection import Connection
@@ -45,6 +47,14 @@ class McpManager:
     emit: Callable[[Any], None]
     on_commands: Callable[[], None] | None = None
     """Called when the prompt commands changed (the server sends the commands list)."""
+    credentials: Credentials | None = None
+    """Where OAuth tokens of HTTP servers are kept (``auth.json``); None: no OAuth."""
+    login_ui: LoginUI | None = None
+    """The host's UI for OAuth flows (``open_url``, the paste dialog); None: no flow runs
+    (one-shot modes, ``--no-ui``)."""
+    _authorizing: set[str] = attrs.field(factory=set, init=False)
+    _auto_tried: set[str] = attrs.field(factory=set, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
     _mounted: list[str] = attrs.field(factory=list, init=False)
@@ -65,17 +75,68 @@ class McpManager:
             # the commands that arrive meanwhile are answered (the GIL is shared, not held).
             await trio.to_thread.run_sync(importlib.import_module, f"{__package__}.connection",
                                           abandon_on_cancel=True)
+            from .auth import McpOAuth
             from .connection import Connection
 
             env = dict(os.environ)
+            oauth = None if self.credentials is None else McpOAuth(self.credentials,
+                                                                   self.session.http.get)
             for config in self.enabled:
                 self.connections[config.name] = Connection(
                     config, self.session.cwd, self._changed, self.emit, env,
-                    self.session.tool_context.environment)
+                    self.session.tool_context.environment, oauth=oauth,
+                    on_auth_required=self._auth_required)
             self._started.set()
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 for connection in self.connections.values():
                     nursery.start_soon(connection.run)
+
+    def _auth_required(self, connection: Connection) -> None:
+        """A server refused us for want of authorization: the flow starts by itself once
+        per server (later: ``/mcp reauth``)."""
+        if connection.name not in self._auto_tried and self.login_ui is not None:
+            self._auto_tried.add(connection.name)
+            self.authorize(connection.name)
+
+    def authorize(self, name: str) -> str:
+        """Start the OAuth flow of server ``name`` (``/mcp reauth``) in the manager's
+        nursery; the text says what happens. The outcome is a ``notice``; on success the
+        server is connected again."""
+        connection = self.connections.get(name)
+        if connection is None:
+            return f'Server "{name}" is not running. Run /mcp list to see configured servers.'
+        if connection.config.transport == "stdio":
+            return f'Server "{name}" is a stdio server: OAuth applies to HTTP and SSE servers.'
+        if connection.oauth is None or self.login_ui is None or self._nursery is None:
+            return ("/mcp reauth needs a host that answers UI requests (RPC mode with its "
+                    "extension UI).")
+        if name in self._authorizing:
+            return f'Authorization of "{name}" is already in progress.'
+        self._authorizing.add(name)
+        self._nursery.start_soon(self._authorize, connection)
+        return f'Authorizing "{name}": complete the login in your browser.'
+
+    async def _authorize(self, connection: Connection) -> None:
+        """One OAuth flow; its end is said as a ``notice``. On cancellation (shutdown)
+        nothing is stored."""
+        from ..extensions.ui import UiDisconnected
+        from ..login.oauth import LoginError
+
+        assert connection.oauth is not None
+        assert self.login_ui is not None
+        try:
+            await connection.oauth.authorize(connection.config, self.login_ui,
+                                             connection.challenge or "")
+        except (LoginError, UiDisconnected, OSError) as exc:
+            self.emit(ev.Notice(level="warning", source="mcp", message=connection.redact(
+                f'MCP server "{connection.name}": authorization failed: {exc}')))
+            return
+        finally:
+            self._authorizing.discard(connection.name)
+        self.emit(ev.Notice(level="info", source="mcp",
+                            message=f'MCP server "{connection.name}" authorized.'))
+        connection.reconnect()
 
     def close(self) -> None:
         """End every connection (the tasks end in ``run``'s nursery)."""

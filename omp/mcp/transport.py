@@ -45,16 +45,17 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
 
 @contextlib.asynccontextmanager
 async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
-                         policy: EnvironmentPolicy = DEFAULT_POLICY) -> AsyncIterator[Streams]:
+                         policy: EnvironmentPolicy = DEFAULT_POLICY,
+                         auth: httpx.Auth | None = None) -> AsyncIterator[Streams]:
     """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
-    through the session's ``policy``, then the entry's ``env``). Raises OSError when a stdio
-    server cannot be started. On exit (cancellation included) everything it started is
-    ended."""
+    through the session's ``policy``, then the entry's ``env``; an HTTP server's requests
+    pass ``auth``, ``omp.mcp.auth.BearerAuth``). Raises OSError when a stdio server cannot be
+    started. On exit (cancellation included) everything it started is ended."""
     if config.transport == "stdio":
         async with _stdio(config, cwd, environ, policy) as streams:
             yield streams
     else:
-        async with _http(config, environ) as streams:
+        async with _http(config, environ, auth) as streams:
             yield streams
 
 
@@ -121,13 +122,14 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
 
 
 @contextlib.asynccontextmanager
-async def _http(config: ServerConfig, environ: Mapping[str, str]) -> AsyncIterator[Streams]:
+async def _http(config: ServerConfig, environ: Mapping[str, str],
+                auth: httpx.Auth | None) -> AsyncIterator[Streams]:
     assert config.url is not None
     headers = {k: v for k, raw in config.headers.items() if (v := resolve_value(raw, environ))}
     timeout = config.timeout_seconds(environ)
     if config.transport == "sse":
-        async with sse_client(config.url, headers=headers, timeout=timeout or 30.0) as (
-                read, write):
+        async with sse_client(config.url, headers=headers, timeout=timeout or 30.0,
+                              auth=auth) as (read, write):
             yield read, write, trio.Event()
         return
     # One client per connection: it carries this server's headers (which may hold a token)
@@ -135,7 +137,7 @@ async def _http(config: ServerConfig, environ: Mapping[str, str]) -> AsyncIterat
     # No read timeout: a tool call may stream nothing for long, and the server's event stream
     # is idle by nature; each request has the server's timeout (``Connection``) instead.
     limits = httpx.Timeout(connect=timeout, read=None, write=timeout, pool=timeout)
-    async with httpx.AsyncClient(headers=headers, timeout=limits,
+    async with httpx.AsyncClient(headers=headers, timeout=limits, auth=auth,
                                  follow_redirects=True) as client, streamable_http_client(
             config.url, http_client=client) as (read, write, _):
         yield read, write, trio.Event()

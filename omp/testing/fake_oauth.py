@@ -10,6 +10,12 @@
   ``response_type=code``, a loopback ``redirect_uri``, ``code_challenge_method=S256`` and a
   ``state``, then redirects (302) to ``redirect_uri?code=...&state=...`` (or ``?error=...`` with
   ``authorize_error``) — what a browser does after the user approved;
+* ``GET /.well-known/oauth-authorization-server`` — its metadata (RFC 8414);
+* ``POST /register`` — dynamic client registration (RFC 7591) of a public client with loopback
+  redirect URIs (``registered``); such a client may then authorize, only with those URIs;
+* ``POST /introspect`` — token introspection (RFC 7662): ``active``, and as ``aud`` the
+  ``resource`` (RFC 8707) the token was asked for (``resources``), so that a resource server
+  (the MCP tests' server) can check its tokens;
 * ``POST /token`` — the device grant (answers scripted per poll), the authorization code grant
   (the verifier must match the challenge, the redirect URI the one authorized), and the refresh
   grant (RFC 6749 §6; rotates the refresh token; ``refresh_delay``, ``refresh_error``).
@@ -76,6 +82,7 @@ class OAuthRequest:
     path: str
     params: dict[str, str]
     headers: dict[str, str]
+    body: bytes = b""
 
 
 @attrs.define
@@ -92,6 +99,7 @@ class _Grant:
     client_id: str
     redirect_uri: str
     challenge: str
+    resource: str | None = None
 
 
 @attrs.define(eq=False, repr=False)
@@ -123,6 +131,10 @@ class FakeOAuth:
     early_polls: int = 0
     poll_times: list[float] = attrs.field(factory=list)
     refreshes: int = 0
+    registered: dict[str, list[str]] = attrs.field(factory=dict)
+    """Dynamically registered clients (RFC 7591): client id → its redirect URIs."""
+    resources: dict[str, str | None] = attrs.field(factory=dict)
+    """Issued token → the ``resource`` (RFC 8707) it was asked for."""
     _devices: dict[str, _Device] = attrs.field(factory=dict)
     _codes: dict[str, _Grant] = attrs.field(factory=dict)
     _refresh_tokens: set[str] = attrs.field(factory=set)
@@ -152,17 +164,36 @@ class FakeOAuth:
             block["redirectPort"] = redirect_port
         return block
 
-    def issue(self, *, refresh: bool = True) -> dict[str, Any]:
-        """A token response with fresh tokens (also for tests that store a login directly)."""
+    def metadata(self) -> dict[str, Any]:
+        """The authorization server metadata (RFC 8414)."""
+        return {"issuer": self.base_url, "authorization_endpoint": self.authorize_url,
+                "token_endpoint": self.token_url,
+                "registration_endpoint": f"{self.base_url}/register",
+                "introspection_endpoint": f"{self.base_url}/introspect",
+                "device_authorization_endpoint": self.device_url,
+                "response_types_supported": ["code"],
+                "grant_types_supported": ["authorization_code", "refresh_token",
+                                          "urn:ietf:params:oauth:grant-type:device_code"],
+                "code_challenge_methods_supported": ["S256"],
+                "token_endpoint_auth_methods_supported": ["none"]}
+
+    def known_client(self, client_id: str | None) -> bool:
+        return client_id == self.client_id or client_id in self.registered
+
+    def issue(self, *, refresh: bool = True, resource: str | None = None) -> dict[str, Any]:
+        """A token response with fresh tokens (also for tests that store a login directly),
+        bound to ``resource`` (RFC 8707) when given."""
         access = "at-" + secrets.token_hex(16)
         self.issued.append(access)
         self.access_tokens.add(access)
+        self.resources[access] = resource
         body: dict[str, Any] = {"access_token": access, "token_type": "Bearer",
                                 "expires_in": self.token_expires_in}
         if refresh:
             token = "rt-" + secrets.token_hex(16)
             self.issued.append(token)
             self._refresh_tokens.add(token)
+            self.resources[token] = resource
             body["refresh_token"] = token
         return body
 
@@ -183,6 +214,12 @@ class FakeOAuth:
             return self._device_code(request.params)
         if route == ("GET", "/authorize"):
             return self._authorize(request.params)
+        if route == ("GET", "/.well-known/oauth-authorization-server"):
+            return 200, {}, self.metadata()
+        if route == ("POST", "/register"):
+            return self._register(request.body)
+        if route == ("POST", "/introspect"):
+            return self._introspect(request.params)
         if route == ("POST", "/token"):
             grant = request.params.get("grant_type")
             if grant == "urn:ietf:params:oauth:grant-type:device_code":
@@ -236,9 +273,11 @@ class FakeOAuth:
         redirect = params.get("redirect_uri", "")
         host = urlsplit(redirect).hostname
         problems = [name for name, ok in (
-            ("client_id", params.get("client_id") == self.client_id),
+            ("client_id", self.known_client(params.get("client_id"))),
             ("response_type", params.get("response_type") == "code"),
-            ("redirect_uri", host in ("127.0.0.1", "localhost", "::1")),
+            ("redirect_uri", host in ("127.0.0.1", "localhost", "::1") and (
+                params.get("client_id") not in self.registered
+                or redirect in self.registered[params.get("client_id", "")])),
             ("code_challenge_method", params.get("code_challenge_method") == "S256"),
             ("code_challenge", len(params.get("code_challenge", "")) == 43),
             ("state", bool(params.get("state")))) if not ok]
@@ -250,7 +289,8 @@ class FakeOAuth:
             answer["error_description"] = "The user said no"
         else:
             code = "ac-" + secrets.token_hex(16)
-            self._codes[code] = _Grant(params["client_id"], redirect, params["code_challenge"])
+            self._codes[code] = _Grant(params["client_id"], redirect, params["code_challenge"],
+                                       params.get("resource"))
             answer["code"] = code
         return 302, {"location": f"{redirect}?{urlencode(answer)}"}, ""
 
@@ -267,7 +307,9 @@ class FakeOAuth:
             return _error("invalid_grant", "redirect_uri differs from the authorized one")
         if params.get("client_id") != grant.client_id:
             return _error("invalid_client", "client_id differs")
-        return 200, {}, self.issue()
+        if params.get("resource") != grant.resource:
+            return _error("invalid_target", "resource differs from the authorized one")
+        return 200, {}, self.issue(resource=grant.resource)
 
     async def _refresh(self, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
         self.refreshes += 1
@@ -277,10 +319,38 @@ class FakeOAuth:
         if self.refresh_error is not None:
             return _error(self.refresh_error, "Refresh token expired")
         token = params.get("refresh_token", "")
-        if token not in self._refresh_tokens or params.get("client_id") != self.client_id:
+        if token not in self._refresh_tokens or not self.known_client(params.get("client_id")):
             return _error("invalid_grant", "unknown refresh token")
         self._refresh_tokens.discard(token)  # rotated: a refresh token works once
-        return 200, {}, self.issue()
+        return 200, {}, self.issue(resource=self.resources.get(token))
+
+    def _register(self, body: bytes) -> tuple[int, dict[str, str], Any]:
+        """RFC 7591 dynamic client registration of a public client with loopback redirects."""
+        try:
+            uris = json.loads(body)["redirect_uris"]
+        except (ValueError, KeyError, TypeError):
+            uris = None
+        if not isinstance(uris, list) or not uris or not all(
+                isinstance(u, str) and urlsplit(u).hostname in ("127.0.0.1", "localhost", "::1")
+                for u in uris):
+            return _error("invalid_redirect_uri", "redirect_uris: loopback URIs expected")
+        client_id = "dyn-" + secrets.token_hex(8)
+        self.registered[client_id] = list(uris)
+        return 201, {}, {"client_id": client_id, "redirect_uris": uris,
+                         "token_endpoint_auth_method": "none",
+                         "grant_types": ["authorization_code", "refresh_token"],
+                         "response_types": ["code"]}
+
+    def _introspect(self, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        """RFC 7662: whether a token is active, and the resource (``aud``) it is for."""
+        token = params.get("token", "")
+        if token not in self.access_tokens:
+            return 200, {}, {"active": False}
+        answer: dict[str, Any] = {"active": True, "client_id": self.client_id, "scope": "",
+                                  "token_type": "Bearer"}
+        if (resource := self.resources.get(token)) is not None:
+            answer["aud"] = resource
+        return 200, {}, answer
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -333,7 +403,7 @@ async def _receive(conn: h11.Connection, stream: trio.SocketStream) -> OAuthRequ
                 params.update(parse_qsl(body.decode("latin-1"), keep_blank_values=True))
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers}
             return OAuthRequest(method=head.method.decode("latin-1"), path=target.path,
-                                params=params, headers=headers)
+                                params=params, headers=headers, body=bytes(body))
         else:
             return None
 

@@ -6,8 +6,9 @@ Tools: ``echo``, ``Add-Numbers2`` (structured result), ``fail`` (an ``isError`` 
 ``hang`` call was cancelled by the client), ``add_late`` (adds a tool ``late`` and sends
 ``tools/list_changed``), ``env`` (reads a variable), ``pid`` (its process id), ``spawn_child``
 (starts a grandchild that ignores SIGTERM; its pid); a prompt ``greet``; a resource
-``probe://doc/1``. ``MCP_PROBE_NAME`` renames the server; ``MCP_PROBE_MARK`` names a file that
-gets one line per start (reconnect tests).
+``probe://doc/1``. ``--http PORT --auth ISSUER`` requires a bearer token that ISSUER (the
+fake OAuth server) issued for this server. ``MCP_PROBE_NAME`` renames the server;
+``MCP_PROBE_MARK`` names a file that gets one line per start (reconnect tests).
 """
 
 from __future__ import annotations
@@ -114,10 +115,41 @@ def doc() -> str:
     return "resource body"
 
 
+class IntrospectionVerifier:
+    """Bearer tokens checked at the authorization server (RFC 7662), as the SDK's own
+    examples do: active, and issued for this server (``aud``, RFC 8707)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+
+    async def verify_token(self, token: str) -> object:
+        import httpx
+        from mcp.server.auth.provider import AccessToken
+
+        async with httpx.AsyncClient() as client:
+            answer = (await client.post(self.endpoint, data={"token": token})).json()
+        if not answer.get("active"):
+            return None
+        return AccessToken(token=token, client_id=answer["client_id"], scopes=[],
+                           resource=answer.get("aud"))
+
+
+def require_bearer(issuer: str, port: int) -> None:
+    """``--auth ISSUER``: every request needs a token of ISSUER (tests/test_mcp_oauth.py)."""
+    from mcp.server.auth.settings import AuthSettings
+
+    mcp.settings.auth = AuthSettings(
+        issuer_url=issuer, resource_server_url=f"http://127.0.0.1:{port}/mcp",  # type: ignore[arg-type]
+        validate_token_resource=True)
+    mcp._token_verifier = IntrospectionVerifier(f"{issuer}/introspect")  # type: ignore[assignment]
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] in ("--http", "--sse"):
         mcp.settings.port = int(sys.argv[2])
         mcp.settings.host = "127.0.0.1"
+        if len(sys.argv) > 4 and sys.argv[3] == "--auth":
+            require_bearer(sys.argv[4], mcp.settings.port)
         mcp.run(transport="streamable-http" if sys.argv[1] == "--http" else "sse")
     else:
         mcp.run()
