@@ -2,25 +2,45 @@
 MCP prompts as slash commands (``/<server>:<prompt> k=v ...``, spec B.8).
 
 ``list`` shows every configured server with its state (the original's line plus ``| <state>``:
-this runtime has live connections to report); ``enable`` / ``disable`` edit the native files
-(``<cwd>/.omp/mcp.json``, ``<agentDir>/mcp.json``) as the original does, for the next session;
-``reconnect [name]`` reconnects live servers now (the original's is TUI-only); ``prompts`` and
-``resources`` list what the connected servers offer (no temporary connections). ``add``,
-``remove``, ``test``, ``reauth``, ``unauth``, ``notifications`` and the Smithery commands are not
-here and say so.
+this runtime has live connections to report); ``add``, ``remove``, ``enable`` / ``disable`` edit
+the native files (``<cwd>/.omp/mcp.json``, ``<agentDir>/mcp.json``) as the original does, for
+the next session (the live connections stay as they are); ``test <name>`` makes a temporary
+connection to a configured server (``mcp_test``); ``reconnect [name]`` reconnects live servers
+now and ``reauth <name>`` runs a server's OAuth flow (the original's are TUI-only); ``prompts``
+and ``resources`` list what the connected servers offer (no temporary connections).
+``unauth``, ``notifications``, ``reload`` and the Smithery commands are not here and say so.
+The file ``add`` writes holds ``mcpServers`` only (the original's writer also adds a
+``$schema`` URL).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import trio
+
+from ..files import replace_file
+from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
+from .config import ServerConfig, load_servers
+
 if TYPE_CHECKING:
+    from ..login.store import Credentials
     from .manager import McpManager
 
-HELP = """MCP server management
+ADD_USAGE = ("/mcp add <name> [--scope project|user] [--url <url> [--transport http|sse] "
+             "[--token <token>]] [-- <command...>]")
+HELP = f"""MCP server management
 /mcp list                 List configured servers and their state
+{ADD_USAGE}
+                          Add a server to the project (default) or user config
+/mcp remove <name> [--scope project|user]
+                          Remove a server from the config (alias: rm)
+/mcp test <name>          Connect to a configured server once and list its tools
 /mcp enable <name>        Enable a server (from the next session)
 /mcp disable <name>       Disable a server (from the next session)
 /mcp reconnect [name]     Reconnect one server, or every server, now
@@ -29,7 +49,7 @@ HELP = """MCP server management
 /mcp resources            List the resources of connected servers
 /mcp help                 Show this help"""
 
-ABSENT = ("add", "remove", "rm", "test", "unauth", "notifications", "reload",
+ABSENT = ("unauth", "notifications", "reload",
           "smithery-search", "smithery-login", "smithery-logout")
 
 
@@ -41,6 +61,10 @@ def mcp_command(args: str, manager: McpManager | None, cwd: Path, agent_director
     rest = words[1:]
     if verb == "help":
         return HELP
+    if verb == "add":
+        return add(args.split(None, 1)[1] if len(words) > 1 else "", cwd, agent_directory)
+    if verb in ("remove", "rm"):
+        return remove(rest, cwd, agent_directory)
     if verb == "list":
         return _list(manager)
     if verb in ("enable", "disable"):
@@ -138,8 +162,168 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _write(path: Path, raw: dict[str, Any]) -> None:
+    """The whole file at once (a reader sees the old or the new one); 0600, as an entry may
+    hold a token."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
+    replace_file(path, (json.dumps(raw, indent=2) + "\n").encode("utf-8"), mode=0o600)
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+def _scope_file(scope: str, cwd: Path, agent_directory: Path) -> Path:
+    return cwd / ".omp" / "mcp.json" if scope == "project" else agent_directory / "mcp.json"
+
+
+def add(text: str, cwd: Path, agent_directory: Path) -> str:
+    """The original's non-interactive ``/mcp add`` (omp-surface B.12)."""
+    import shlex  # not before ``ready``: /mcp add is rare
+
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        tokens = text.split()
+    command: list[str] | None = None
+    if "--" in tokens:
+        at = tokens.index("--")
+        tokens, command = tokens[:at], tokens[at + 1:]
+    name = None
+    scope, url, transport, token = "project", None, None, None
+    i = 0
+    while i < len(tokens):
+        word = tokens[i]
+        if word in ("--scope", "--url", "--transport", "--token"):
+            if i + 1 >= len(tokens):
+                return f"Missing value for {word}. Usage: {ADD_USAGE}"
+            value = tokens[i + 1]
+            i += 2
+            if word == "--scope":
+                scope = value
+            elif word == "--url":
+                url = value
+            elif word == "--transport":
+                transport = value
+            else:
+                token = value
+            continue
+        if word.startswith("-"):
+            return f"Unknown option: {word}"
+        if name is not None:
+            return f"Unexpected argument: {word}. Usage: {ADD_USAGE}"
+        name = word
+        i += 1
+    if name is None:
+        return "Server name required. Usage: /mcp add <name> ..."
+    if len(name) > 100 or not _NAME.fullmatch(name):
+        return (f'Invalid server name "{name}": use letters, digits and _ . : - (at most 100 '
+                "characters).")
+    if scope not in ("project", "user"):
+        return "Invalid --scope value. Use project or user."
+    if url is not None and command:
+        return "Use either --url or -- <command...>, not both."
+    if token is not None and url is None:
+        return "--token requires --url (HTTP/SSE transport)."
+    if url is None and not command:
+        return f"Provide --url or -- <command...> for non-interactive add. Usage: {ADD_USAGE}"
+    if transport is not None and (url is None or transport not in ("http", "sse")):
+        return "Invalid --transport value. Use http or sse (with --url)."
+    entry: dict[str, Any]
+    if url is not None:
+        if "://" not in url:
+            url = "https://" + url
+        entry = {"type": transport or "http", "url": url}
+        if token is not None:
+            entry["headers"] = {"Authorization": f"Bearer {token}"}
+    else:
+        assert command is not None
+        entry = {"command": command[0], "args": command[1:]}
+    path = _scope_file(scope, cwd, agent_directory)
+    raw = _read(path) if path.exists() else {}
+    if raw is None:
+        return f"Failed to add server: {path} is not a JSON object"
+    servers = raw.setdefault("mcpServers", {})
+    if not isinstance(servers, dict):
+        return f"Failed to add server: mcpServers in {path} is not an object"
+    if name in servers:
+        return f'Failed to add server: Server "{name}" already exists in {path}'
+    servers[name] = entry
+    try:
+        _write(path, raw)
+    except OSError as exc:
+        return f"Failed to add server: {path}: {exc.strerror or exc}"
+    return f'Added MCP server "{name}" ({scope}).'
+
+
+def remove(words: list[str], cwd: Path, agent_directory: Path) -> str:
+    """``/mcp remove <name> [--scope project|user]``: without a scope, the project entry,
+    else the user entry."""
+    if not words or words[0].startswith("-"):
+        return "Server name required. Usage: /mcp remove <name> [--scope project|user]"
+    name, options = words[0], words[1:]
+    scopes = ["project", "user"]
+    if options:
+        if len(options) != 2 or options[0] != "--scope":
+            return f"Unknown option: {options[0]}"
+        if options[1] not in scopes:
+            return "Invalid --scope value. Use project or user."
+        scopes = [options[1]]
+    for scope in scopes:
+        path = _scope_file(scope, cwd, agent_directory)
+        raw = _read(path)
+        servers = raw.get("mcpServers") if raw else None
+        if isinstance(servers, dict) and name in servers:
+            assert raw is not None
+            del servers[name]
+            try:
+                _write(path, raw)
+            except OSError as exc:
+                return f"Failed to remove server: {path}: {exc.strerror or exc}"
+            return f'Removed server "{name}" from {scope} config.'
+    where = scopes[0] if len(scopes) == 1 else "user or project"
+    return f'Server "{name}" not found in {where} config.'
+
+
+async def mcp_test(name: str | None, manager: McpManager | None, cwd: Path,
+                   agent_directory: Path, *, trusted: bool,
+                   policy: EnvironmentPolicy = DEFAULT_POLICY,
+                   credentials: Credentials | None = None,
+                   http: Any = None) -> str:
+    """``/mcp test <name>``: a temporary connection to the configured server (as the files say
+    now, or as given to ``serve()``), within its timeout; its tools, or why it failed. On
+    cancellation the connection is closed (a stdio server ended)."""
+    if name is None:
+        return "Server name required. Usage: /mcp test <name>"
+    found: ServerConfig | None = None
+    if manager is not None:
+        found = next((s for s in manager.servers if s.name == name), None)
+    if found is None:
+        # The SDK-free loader (a worker thread: it reads files).
+        loaded = await trio.to_thread.run_sync(lambda: load_servers(
+            cwd, agent_directory, trusted=trusted))
+        found = next((s for s in loaded.servers if s.name == name), None)
+    if found is None:
+        return f'Server "{name}" not found. Run /mcp list to see configured servers.'
+    # The SDK, imported in a thread when no server was configured at startup.
+    await trio.to_thread.run_sync(importlib.import_module, f"{__package__}.connection",
+                                  abandon_on_cancel=True)
+    from .auth import McpOAuth
+    from .connection import Connection
+
+    oauth = McpOAuth(credentials, http) if credentials is not None and http is not None \
+        else None
+    connection = Connection(found, cwd, lambda _c: None, lambda _n: None, dict(os.environ),
+                            policy, oauth=oauth)
+    tools: list[str] | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await connection.wait_settled()
+        if connection.state == "connected":
+            tools = [t.name for t in connection.tools]
+        nursery.cancel_scope.cancel()
+    if tools is None:
+        return connection.redact(f'Connection to "{name}" failed: {connection.error}')
+    return "\n".join([f'Server "{name}" connected ({len(tools)} tools).',
+                      *(f"  - {t}" for t in tools)])
 
 
 def prompt_arguments(text: str) -> dict[str, str]:

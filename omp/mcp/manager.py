@@ -32,7 +32,7 @@ from ..protocol import events as ev
 from .config import ServerConfig
 
 if TYPE_CHECKING:
-    from ..login.flows import LoginUI
+    from ..login.flows import Dialogs, LoginUI
     from ..login.store import Credentials
     from ..session import AgentSession
     from ..tools.base import Tool
@@ -49,9 +49,10 @@ class McpManager:
     """Called when the prompt commands changed (the server sends the commands list)."""
     credentials: Credentials | None = None
     """Where OAuth tokens of HTTP servers are kept (``auth.json``); None: no OAuth."""
-    login_ui: LoginUI | None = None
+    host_ui: Dialogs | None = None
     """The host's UI for OAuth flows (``open_url``, the paste dialog); None: no flow runs
     (one-shot modes, ``--no-ui``)."""
+    login_ui: LoginUI | None = attrs.field(default=None, init=False)
     _authorizing: set[str] = attrs.field(factory=set, init=False)
     _auto_tried: set[str] = attrs.field(factory=set, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
@@ -75,8 +76,12 @@ class McpManager:
             # the commands that arrive meanwhile are answered (the GIL is shared, not held).
             await trio.to_thread.run_sync(importlib.import_module, f"{__package__}.connection",
                                           abandon_on_cancel=True)
+            from ..login import FrameLoginUI
             from .auth import McpOAuth
             from .connection import Connection
+
+            if self.host_ui is not None:  # the login module comes after ``ready``, too
+                self.login_ui = FrameLoginUI(self.host_ui, self.emit)
 
             env = dict(os.environ)
             oauth = None if self.credentials is None else McpOAuth(self.credentials,

@@ -235,10 +235,8 @@ def _load_mcp(runtime: Runtime) -> None:
         runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit,
                                  credentials=session.registry.credentials)
         if runtime.ui.enabled:
-            from ..login import FrameLoginUI
-
             # OAuth flows of HTTP servers talk to the user through the host's UI.
-            runtime.mcp.login_ui = FrameLoginUI(runtime.ui, runtime.outbox.emit)
+            runtime.mcp.host_ui = runtime.ui
         # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
         context = session.tool_context
         context.uris = McpUris(context.uris, runtime.mcp)

@@ -58,6 +58,7 @@ from .lifecycle import (
     extensions_wanted,
     load_extensions,
     new_output,
+    project_trusted,
     run_lifecycle,
     run_on_stdio,
     start_local_discovery,
@@ -169,6 +170,8 @@ class RpcServer:
         self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
+        self.commands.slash.project_trusted = project_trusted(
+            self.runtime.options, self.session.cwd, self.session.settings.trusted_projects)
         if (mcp := self.runtime.mcp) is not None:
             # After ``ready``: the servers connect in the background, never delaying it.
             mcp.on_commands = self._announce_commands

@@ -49,7 +49,7 @@ from ..commands import (
     split_command,
 )
 from ..config import ConfigError, agent_dir
-from ..mcp.commands import mcp_command
+from ..mcp.commands import mcp_command, mcp_test
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -148,6 +148,8 @@ class Slash:
     """Set by the server that loaded the session's extensions: imports them again."""
     mcp: McpManager | None = attrs.field(default=None, init=False)
     """The server's MCP servers (``/mcp``, their prompts as commands); None: none configured."""
+    project_trusted: bool = attrs.field(default=False, init=False)
+    """Whether the project's own MCP servers may run (``/mcp test`` of one of them)."""
 
     def __attrs_post_init__(self) -> None:
         self.ordered = list(BUILTINS)
@@ -503,9 +505,19 @@ def _changelog(call: Call) -> Outcome:
     return LOCAL
 
 
-def _mcp(call: Call) -> Outcome:
-    call.output(mcp_command(call.args, call.slash.mcp, call.session.cwd,
-                            call.slash.agent_directory))
+async def _mcp(call: Call) -> Outcome:
+    """``/mcp ...``; ``test`` connects to a server (on cancellation the connection is
+    closed), the rest answers at once."""
+    words = call.args.split()
+    s = call.session
+    if words[:1] == ["test"]:
+        text = await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp, s.cwd,
+                              call.slash.agent_directory, trusted=call.slash.project_trusted,
+                              policy=s.tool_context.environment,
+                              credentials=s.registry.credentials, http=s.http.get)
+    else:
+        text = mcp_command(call.args, call.slash.mcp, s.cwd, call.slash.agent_directory)
+    call.output(text)
     return LOCAL
 
 
@@ -702,8 +714,12 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("reload-plugins", "Reload extensions, skills, prompt templates and file commands",
             _reload, awaits=True),
     Builtin("force", "Force the next turn to use a tool", _force, hint="<tool> [prompt]"),
-    Builtin("mcp", "Manage MCP servers", _mcp, hint="[list|enable|disable|reconnect|help]",
+    Builtin("mcp", "Manage MCP servers", _mcp, awaits=True,
+            hint="[list|add|remove|test|enable|disable|reconnect|reauth|help]",
             subcommands=(("list", "List configured servers and their state"),
+                         ("add", "Add a server"), ("remove", "Remove a server"),
+                         ("test", "Connect to a server once"),
+                         ("reauth", "Authorize a server with OAuth"),
                          ("enable", "Enable a server"), ("disable", "Disable a server"),
                          ("reconnect", "Reconnect servers now"),
                          ("prompts", "List prompts"), ("resources", "List resources"),
