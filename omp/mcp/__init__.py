@@ -3,6 +3,8 @@
 ``config`` reads the definitions (no SDK import), ``manager`` owns the connections of one
 ``serve()``, ``connection`` is one server's connection over the official SDK (``mcp``),
 ``transport`` starts a stdio server as our own process group or opens streamable HTTP,
+``auth`` is OAuth for HTTP servers (stored tokens, the standard flow), ``devices`` mounts the
+tools as ``xd://`` devices (``tools.xdev``), ``resources`` serves ``read mcp://<uri>``,
 ``commands`` answers ``/mcp``. The SDK is imported only once a server is configured, after
 ``ready``.
 """

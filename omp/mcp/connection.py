@@ -7,7 +7,11 @@ away (stdio: its stdout ends) or a reconnect is asked for; then connect again af
 seconds. When that ladder is used up, or more than ``STORM_LIMIT`` connections were made within
 ``STORM_SECONDS`` (a server that crashes at once, again and again), it waits until something
 needs the server (a tool call, ``/mcp reconnect``) or, for an HTTP server, a timer (15 s
-doubling to 5 min). Each failure episode is said once, as a ``notice``.
+doubling to 5 min). Each failure episode is said once, as a ``notice``. An HTTP server's 401
+(``omp.mcp.auth.BearerAuth``: no stored token, or one that a refresh could not renew) ends the
+handshake at once, is said once ("requires OAuth authorization: run /mcp reauth <name>"), tells
+the manager (``on_auth_required``), and the connection waits, without a timer, until it is
+asked to connect again (the flow succeeded, ``/mcp reconnect``, a call).
 
 How the SDK's task groups sit inside ours: the SDK is written on anyio, and anyio on trio is
 trio: ``ClientSession``'s task group (its receive loop) is a trio nursery opened inside the
@@ -15,14 +19,15 @@ transport's nursery (our reader and writer of a stdio server's pipes), inside th
 the manager's nursery, which belongs to ``serve()``. Cancelling the manager cancels them all,
 and the transport's exit ends the server's process group.
 
-Calls (``call_tool``, ``prompt_text``, ``read_resource``) run in the caller's task (a tool
-call in the run's turn nursery), with the server's timeout around the wait for a connection and
-the request. A call waits for a connection attempt in progress (or asks for one) and fails with
-that attempt's error; a connection that ends under a call fails it at once (``eof``), not at its
-timeout. An abort cancels the call, and the server is told with ``notifications/cancelled``
-(shielded, with its own short deadline). Notifications that lists changed make a refresher
-task list them again and tell the manager. The server's ``ping`` and ``roots/list`` (the
-project directory) are answered.
+Calls (``call_tool``, ``prompt_text``, ``read_resource``) run in the caller's task (a tool call
+in the run's turn nursery), with the server's timeout around the wait for a connection and the
+request (a subagent's view of a tool caps it at ``SUBAGENT_CALL_SECONDS``). A call waits for a
+connection attempt in progress (or asks for one) and fails with that attempt's error; a
+connection that ends under a call fails it at once (``eof``), not at its timeout. An abort
+cancels the call, and the server is told with ``notifications/cancelled`` (shielded, with its
+own short deadline). Notifications that lists changed make a refresher task list them again and
+tell the manager. The server's ``ping`` and ``roots/list`` (the project directory) are
+answered.
 """
 
 from __future__ import annotations

@@ -16,6 +16,12 @@ call has them), one ``notice`` says which tools were mounted / unmounted (the or
 ``xd://: mounted ...``, ``source: "xdev"``, when they are ``xd://`` devices (``tools.xdev``, the
 default); ``mcp: mounted ...``, ``source: "mcp"`` when they are function tools), and when
 prompts changed ``on_commands`` re-announces the command list.
+
+OAuth (``omp.mcp.auth``): the connections of HTTP servers send the tokens stored in
+``credentials``; a server that refuses us starts the flow by itself once (``_auth_required``),
+``/mcp reauth`` again (``authorize``), as a task of the manager's nursery (so the command that
+asked is answered at once, and shutdown cancels a flow that waits for the browser), talking to
+the user through the host's UI (``host_ui``; none in one-shot modes: no flow runs there).
 """
 
 from __future__ import annotations
