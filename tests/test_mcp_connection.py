@@ -323,3 +323,30 @@ async def test_a_crash_storm_suspends_reconnects(tmp_path: Path) -> None:
         'MCP server "probe": MCP server crashed too many times; automatic reconnects '
         "suspended (a call or /mcp reconnect connects it again)")
     assert all(n.message.startswith('MCP server "probe": ') for n in seen.notices)
+
+
+async def test_command_values(tmp_path: Path) -> None:
+    """``!command`` values of ``env`` (omp-surface B.2): the command's trimmed output, run in
+    the project directory; a failing command's key is left out; the output is redacted."""
+    from omp.mcp.connection import Connection, McpTool
+
+    (tmp_path / "secret.txt").write_text("from-a-file\n")
+    config = parse_entry("probe", probe(env={"FROM_CMD": "!cat secret.txt",
+                                             "FAILED": "!echo partial; exit 3"}))
+    seen = Recorder()
+
+    async def no_update(_: object) -> None:
+        return None
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            connection = Connection(config, tmp_path, seen.on_change, seen.emit)
+            nursery.start_soon(connection.run)
+            await connection.wait_settled()
+            env = {t.name: McpTool.of(connection, t) for t in connection.tools}["env"]
+            got = await env.execute("c", {"name": "FROM_CMD"}, on_update=no_update)
+            failed = await env.execute("c", {"name": "FAILED"}, on_update=no_update)
+            nursery.cancel_scope.cancel()
+    assert got.content[0].text.startswith("from-a-file")  # type: ignore[union-attr]
+    assert failed.content[0].text.startswith("<unset>")  # type: ignore[union-attr]
+    assert connection.redact("token from-a-file") == "token [redacted]"

@@ -20,7 +20,9 @@ skipped; startup goes on.
 Strings get ``${VAR}`` / ``${VAR:-default}`` expansion from the environment when loaded (``:-``
 applies when the variable is unset or empty; a plain ``${VAR}`` that is unset stays literal).
 At connect time an ``env`` or ``headers`` value that exactly names a set variable is replaced by
-its value (``resolve_value``). Values are never written anywhere: ``describe_location`` shows a
+its value (``resolve_value``), and one that starts with ``!`` by the output of that shell
+command (``omp.mcp.transport.resolve_values``; code from a project's file runs only in a trusted
+project, as its servers do). Values are never written anywhere: ``describe_location`` shows a
 command or a URL's origin and path only.
 
 No ``mcp`` import here: this runs at startup, and the SDK is imported only when a server is

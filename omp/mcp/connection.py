@@ -98,6 +98,8 @@ class Connection:
     """Called when the server refused us for want of authorization (``challenge``)."""
     challenge: str | None = None
     """The ``WWW-Authenticate`` of the server's last 401 (None: none since connected)."""
+    _printed: set[str] = attrs.field(factory=set)
+    """What the entry's ``!command`` values printed (redacted like the other values)."""
     state: State = "connecting"
     error: str | None = None
     tools: list[types.Tool] = attrs.field(factory=list)
@@ -219,7 +221,7 @@ class Connection:
         with trio.CancelScope(deadline=math.inf if timeout is None
                               else trio.current_time() + timeout) as deadline:
             async with open_transport(self.config, self.cwd, self.environ, self.policy,
-                                      auth) as (read, write, closed), ClientSession(
+                                      auth, self._printed) as (read, write, closed), ClientSession(
                     read, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                     list_roots_callback=self._roots) as session, trio.open_nursery() as nursery:
                 # The handshake ends early when the connection is dropped meanwhile (the
@@ -338,6 +340,7 @@ class Connection:
         server can quote them."""
         secrets = {resolve_value(v, self.environ) for v in (*self.config.env.values(),
                                                              *self.config.headers.values())}
+        secrets |= self._printed
         for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
             text = text.replace(secret, "[redacted]")
         return _CREDENTIAL.sub(lambda m: m.group(1) + "[redacted]", text)

@@ -37,6 +37,10 @@ from .config import ServerConfig, resolve_value
 
 KILL_GRACE = 1.0
 """Seconds between SIGTERM and SIGKILL to a stdio server's group."""
+COMMAND_SECONDS = 10.0
+"""How long a ``!command`` value may take (the original's)."""
+COMMAND_OUTPUT_LIMIT = 64 * 1024
+"""The most of a ``!command``'s stdout that is read (a secret is a line)."""
 READ_CHUNK = 64 * 1024
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
@@ -46,25 +50,81 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
 @contextlib.asynccontextmanager
 async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
                          policy: EnvironmentPolicy = DEFAULT_POLICY,
-                         auth: httpx.Auth | None = None) -> AsyncIterator[Streams]:
+                         auth: httpx.Auth | None = None,
+                         secrets: set[str] | None = None) -> AsyncIterator[Streams]:
     """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
     through the session's ``policy``, then the entry's ``env``; an HTTP server's requests
-    pass ``auth``, ``omp.mcp.auth.BearerAuth``). Raises OSError when a stdio server cannot be
+    pass ``auth``, ``omp.mcp.auth.BearerAuth``; the values ``!command``s printed are added to
+    ``secrets``, for redaction). Raises OSError when a stdio server cannot be
     started. On exit (cancellation included) everything it started is ended."""
     if config.transport == "stdio":
-        async with _stdio(config, cwd, environ, policy) as streams:
+        async with _stdio(config, cwd, environ, policy, secrets) as streams:
             yield streams
     else:
-        async with _http(config, environ, auth) as streams:
+        headers = await resolve_values(config.headers, environ, cwd, policy, secrets)
+        async with _http(config, headers, environ, auth) as streams:
             yield streams
+
+
+async def resolve_values(values: Mapping[str, str], environ: Mapping[str, str], cwd: Path,
+                         policy: EnvironmentPolicy, secrets: set[str] | None = None
+                         ) -> dict[str, str]:
+    """Connect-time values of an entry's ``env`` / ``headers`` (omp-surface B.2): a value
+    starting with ``!`` is a shell command whose trimmed stdout is the value (run with
+    ``/bin/sh -c`` in the project directory, the session's environment, at most
+    ``COMMAND_SECONDS``, as its own process group); a value naming a set variable is that
+    variable's value; anything else is literal. A key whose value comes out empty (a command
+    that failed, timed out or printed nothing) is left out. On cancellation a running
+    command's group is ended."""
+    out: dict[str, str] = {}
+    for key, raw in values.items():
+        if raw.startswith("!"):
+            value = await _command_value(raw[1:], environ, cwd, policy)
+            if value and secrets is not None:
+                secrets.add(value)
+        else:
+            value = resolve_value(raw, environ)
+        if value:
+            out[key] = value
+    return out
+
+
+async def _command_value(command: str, environ: Mapping[str, str], cwd: Path,
+                         policy: EnvironmentPolicy) -> str:
+    try:
+        proc = await open_process_group(
+            ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, cwd=str(cwd),
+            env=child_environment(policy, {}, environ=environ))
+    except OSError:
+        return ""
+    assert proc.stdout is not None
+    data = b""
+    try:
+        with trio.move_on_after(COMMAND_SECONDS) as timer:
+            while len(data) < COMMAND_OUTPUT_LIMIT:
+                chunk = await proc.stdout.receive_some(READ_CHUNK)
+                if not chunk:
+                    break
+                data += chunk
+            await proc.wait()
+    finally:
+        # Also on cancellation: the command and whatever it started end (shielded, with
+        # the kill ladder's own deadline).
+        await kill_process_group(proc, KILL_GRACE)
+        await trio.aclose_forcefully(proc.stdout)
+    if timer.cancelled_caught or proc.returncode != 0:
+        return ""
+    return data.decode("utf-8", "replace").strip()
 
 
 @contextlib.asynccontextmanager
 async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
-                 policy: EnvironmentPolicy) -> AsyncIterator[Streams]:
+                 policy: EnvironmentPolicy, secrets: set[str] | None
+                 ) -> AsyncIterator[Streams]:
     assert config.command is not None
-    env = child_environment(policy, {k: v for k, raw in config.env.items()
-                                     if (v := resolve_value(raw, environ))}, environ=environ)
+    values = await resolve_values(config.env, environ, cwd, policy, secrets)
+    env = child_environment(policy, values, environ=environ)
     where = cwd / config.cwd if config.cwd else cwd
     proc = await open_process_group([config.command, *config.args], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, cwd=str(where), env=env)
@@ -122,10 +182,9 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
 
 
 @contextlib.asynccontextmanager
-async def _http(config: ServerConfig, environ: Mapping[str, str],
+async def _http(config: ServerConfig, headers: dict[str, str], environ: Mapping[str, str],
                 auth: httpx.Auth | None) -> AsyncIterator[Streams]:
     assert config.url is not None
-    headers = {k: v for k, raw in config.headers.items() if (v := resolve_value(raw, environ))}
     timeout = config.timeout_seconds(environ)
     if config.transport == "sse":
         async with sse_client(config.url, headers=headers, timeout=timeout or 30.0,
