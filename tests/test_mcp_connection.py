@@ -350,3 +350,62 @@ async def test_command_values(tmp_path: Path) -> None:
     assert got.content[0].text.startswith("from-a-file")  # type: ignore[union-attr]
     assert failed.content[0].text.startswith("<unset>")  # type: ignore[union-attr]
     assert connection.redact("token from-a-file") == "token [redacted]"
+
+
+def test_other_tools_files(tmp_path: Path) -> None:
+    """Codex, Gemini, Cursor, Windsurf and VS Code files (omp-surface B.1): project files with
+    no opt-in, user files only with ``enabledProviders``, in the original's order."""
+    cwd, agent, home = tmp_path / "p", tmp_path / "agent", tmp_path / "home"
+    (cwd / ".codex").mkdir(parents=True)
+    (cwd / ".codex" / "config.toml").write_text(
+        '[mcp_servers.codex-one]\ncommand = "codex-cmd"\nargs = ["-x"]\n'
+        'tool_timeout_sec = 5\n'
+        '[mcp_servers.remote]\nurl = "https://c.example/mcp"\n'
+        'bearer_token_env_var = "TOKEN_VAR"\n')
+    write(cwd / ".gemini" / "settings.json", {"gem-sse": {"url": "http://g/sse"},
+                                              "gem-http": {"httpUrl": "http://g/mcp"},
+                                              "remote": {"command": "loses"}})
+    write(cwd / ".cursor" / "mcp.json", {"shared": {"command": "cursor-cmd"}})
+    write(cwd / ".windsurf" / "mcp_config.json", {"wind": {"serverUrl": "http://w/mcp"}})
+    (cwd / ".vscode").mkdir()
+    (cwd / ".vscode" / "mcp.json").write_text(json.dumps(
+        {"servers": {"shared": {"command": "vscode-cmd"}, "vs": {"type": "sse",
+                                                               "url": "http://v/sse"}}}))
+    write(cwd / ".mcp.json", {"vs": {"command": "mcp-json-loses"}, "last": {"command": "l"}})
+    write(home / ".cursor" / "mcp.json", {"user-cursor": {"command": "uc"}})
+    write(home / ".claude" / "mcp.json", {"user-claude": {"command": "ucl"}})
+    env = {"TOKEN_VAR": "tok"}
+
+    loaded = load_servers(cwd, agent, trusted=True, environ=env, home=home)
+    by_name = {s.name: s for s in loaded.servers}
+    assert list(by_name) == ["codex-one", "remote", "gem-sse", "gem-http", "shared", "wind",
+                             "vs", "last"]
+    assert (by_name["codex-one"].command, by_name["codex-one"].args,
+            by_name["codex-one"].timeout_ms) == ("codex-cmd", ("-x",), 5000)
+    assert by_name["remote"].headers == {"Authorization": "Bearer tok"}
+    assert (by_name["gem-sse"].transport, by_name["gem-http"].transport) == ("sse", "http")
+    assert by_name["shared"].command == "cursor-cmd"
+    assert by_name["wind"].url == "http://w/mcp"
+    assert by_name["vs"].transport == "sse"
+    assert loaded.problems == ()
+    # User files: opted in by name (or all); a disabled provider is not read at all.
+    some = load_servers(cwd, agent, trusted=True, environ=env, home=home,
+                        enabled_providers={"cursor"}, disabled_providers={"vscode", "codex"})
+    names = [s.name for s in some.servers]
+    assert "user-cursor" in names
+    assert "user-claude" not in names
+    assert "codex-one" not in names
+    assert {s.name: s.command for s in some.servers}["vs"] == "mcp-json-loses"
+    every = load_servers(cwd, agent, trusted=True, environ=env, home=home,
+                         enabled_providers={"all"})
+    assert {"user-cursor", "user-claude"} <= {s.name for s in every.servers}
+    # A project's files need a trusted project, like every project server.
+    untrusted = load_servers(cwd, agent, trusted=False, environ=env, home=home,
+                             enabled_providers={"cursor"})
+    assert [s.name for s in untrusted.servers] == ["user-cursor"]
+    assert "codex-one" in untrusted.untrusted
+    # A file that does not parse is a problem, not a failure.
+    (cwd / ".codex" / "config.toml").write_text("[mcp_servers.x\n")
+    broken = load_servers(cwd, agent, trusted=True, environ=env, home=home)
+    assert broken.problems[0].startswith("MCP config skipped: ")
+    assert "not TOML" in broken.problems[0]

@@ -30,6 +30,7 @@ from .config import ServerConfig, load_servers
 
 if TYPE_CHECKING:
     from ..login.store import Credentials
+    from ..session.settings import Settings
     from .manager import McpManager
 
 ADD_USAGE = ("/mcp add <name> [--scope project|user] [--url <url> [--transport http|sse] "
@@ -287,7 +288,7 @@ async def mcp_test(name: str | None, manager: McpManager | None, cwd: Path,
                    agent_directory: Path, *, trusted: bool,
                    policy: EnvironmentPolicy = DEFAULT_POLICY,
                    credentials: Credentials | None = None,
-                   http: Any = None) -> str:
+                   http: Any = None, settings: Settings | None = None) -> str:
     """``/mcp test <name>``: a temporary connection to the configured server (as the files say
     now, or as given to ``serve()``), within its timeout; its tools, or why it failed. On
     cancellation the connection is closed (a stdio server ended)."""
@@ -299,7 +300,9 @@ async def mcp_test(name: str | None, manager: McpManager | None, cwd: Path,
     if found is None:
         # The SDK-free loader (a worker thread: it reads files).
         loaded = await trio.to_thread.run_sync(lambda: load_servers(
-            cwd, agent_directory, trusted=trusted))
+            cwd, agent_directory, trusted=trusted,
+            enabled_providers=settings.enabled_providers if settings else (),
+            disabled_providers=settings.disabled_providers if settings else ()))
         found = next((s for s in loaded.servers if s.name == name), None)
     if found is None:
         return f'Server "{name}" not found. Run /mcp list to see configured servers.'

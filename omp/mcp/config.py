@@ -7,7 +7,12 @@ is never used, even when the winner is disabled):
 1. ``<cwd>/.omp/mcp.json``, ``<cwd>/.omp/.mcp.json`` (project, the original's native files);
 2. ``<agentDir>/mcp.json``, ``<agentDir>/.mcp.json`` (user);
 3. the first non-empty of ``<cwd>/.claude/.mcp.json``, ``<cwd>/.claude/mcp.json`` (project);
-4. ``<cwd>/mcp.json``, ``<cwd>/.mcp.json`` (project, Claude Desktop / Claude Code shape).
+4. with ``enabledProviders``: Claude's user files; then Codex, Gemini, Cursor, Windsurf and VS
+   Code files, project (and, opted in, user) ones (``omp.mcp.foreign``);
+5. ``<cwd>/mcp.json``, ``<cwd>/.mcp.json`` (project, Claude Desktop / Claude Code shape).
+
+A provider named in ``disabledProviders`` (``native``, ``claude``, ``codex``, ``gemini``,
+``cursor``, ``windsurf``, ``vscode``, ``mcp-json``) is not read.
 
 Every file is ``{"mcpServers": {"<name>": {entry}}}``. A project's servers run code from the
 repository, so they are used only in a trusted project (``--trust-project`` or
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -161,9 +166,14 @@ def project_files(cwd: Path) -> list[list[Path]]:
 
 def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
                  environ: Mapping[str, str] | None = None,
-                 extra: Sequence[ServerConfig] = ()) -> LoadedServers:
+                 extra: Sequence[ServerConfig] = (),
+                 enabled_providers: Collection[str] = (),
+                 disabled_providers: Collection[str] = (),
+                 home: Path | None = None) -> LoadedServers:
     """Every configured server (``extra``, given to ``serve()``, first: the host's choice wins
-    over the files). Never raises for a bad file: it is a ``problem``."""
+    over the files), then the files in the original's order (the module; other tools' files:
+    ``omp.mcp.foreign``, their user files only for ``enabled_providers``; a provider in
+    ``disabled_providers`` is not read). Never raises for a bad file: it is a ``problem``."""
     env = os.environ if environ is None else environ
     problems: list[str] = []
     taken: dict[str, ServerConfig] = {}
@@ -178,14 +188,45 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
             taken.setdefault(server.name, server)
 
     take(extra)
-    sources: list[tuple[Scope, list[Path]]] = [("project", files)
-                                               for files in project_files(cwd)[:2]]
-    sources += [("user", [user_file]), ("user", [agent_directory / ".mcp.json"])]
-    sources += [("project", files) for files in project_files(cwd)[2:]]
-    for scope, files in sources:
+
+    def native(path: Path, scope: Scope) -> list[ServerConfig]:
+        raw = user_raw if path == user_file else _read(path, problems)
+        return _entries(raw, path, scope, env, problems)
+
+    def foreign(provider: str) -> Callable[[Path, Scope], list[ServerConfig]]:
+        def read(path: Path, scope: Scope) -> list[ServerConfig]:
+            if not path.exists():
+                return []
+            from .foreign import read_entries  # only when another tool's file exists
+
+            try:
+                found = read_entries(provider, path)
+            except (ValueError, OSError) as exc:
+                problems.append(f"MCP config skipped: {exc}")
+                return []
+            return _entries({"mcpServers": found} if found else None, path, scope, env,
+                            problems)
+        return read
+
+    Source = tuple[str, Scope, list[Path], Callable[[Path, Scope], list[ServerConfig]]]
+    projects = project_files(cwd)
+    sources: list[Source] = [("native", "project", files, native) for files in projects[:2]]
+    sources += [("native", "user", [user_file], native),
+                ("native", "user", [agent_directory / ".mcp.json"], native),
+                ("claude", "project", projects[2], native)]
+    users = dict(user_sources(home or Path.home(), env))
+    if opted_in("claude", enabled_providers, env):
+        sources.append(("claude", "user", users["claude"], native))
+    for provider, path in project_sources(cwd):
+        sources.append((provider, "project", [path], foreign(provider)))
+        if provider in users and opted_in(provider, enabled_providers, env):
+            sources.append((provider, "user", users[provider], foreign(provider)))
+    sources += [("mcp-json", "project", files, native) for files in projects[3:]]
+    for provider, scope, files, read in sources:
+        if provider in disabled_providers:
+            continue
         for path in files:
-            raw = user_raw if path == user_file else _read(path, problems)
-            entries = _entries(raw, path, scope, env, problems)
+            entries = read(path, scope)
             if not entries:
                 continue
             if scope == "project" and not trusted:
@@ -200,6 +241,35 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     # A project server that a user server of its name replaces anyway is not news.
     left_out = tuple(dict.fromkeys(n for n in untrusted if n not in taken))
     return LoadedServers(tuple(servers), left_out, tuple(problems))
+
+
+# -- other tools' files (their formats: ``omp.mcp.foreign``) --------------------------------
+
+
+def project_sources(cwd: Path) -> list[tuple[str, Path]]:
+    return [("codex", cwd / ".codex" / "config.toml"),
+            ("gemini", cwd / ".gemini" / "settings.json"),
+            ("cursor", cwd / ".cursor" / "mcp.json"),
+            ("windsurf", cwd / ".windsurf" / "mcp_config.json"),
+            ("vscode", cwd / ".vscode" / "mcp.json")]
+
+
+def user_sources(home: Path, environ: Mapping[str, str]) -> list[tuple[str, list[Path]]]:
+    """By provider, its user files (alternatives: the first non-empty counts)."""
+    claude = Path(environ["CLAUDE_CONFIG_DIR"]) if environ.get("CLAUDE_CONFIG_DIR") else None
+    return [("claude", [claude / ".claude.json", claude / "mcp.json"] if claude
+             else [home / ".claude.json", home / ".claude" / "mcp.json"]),
+            ("codex", [home / ".codex" / "config.toml"]),
+            ("gemini", [home / ".gemini" / "settings.json"]),
+            ("cursor", [home / ".cursor" / "mcp.json"]),
+            ("windsurf", [home / ".codeium" / "windsurf" / "mcp_config.json"])]
+
+
+def opted_in(provider: str, enabled: Collection[str], environ: Mapping[str, str]) -> bool:
+    """Whether the user files of ``provider`` are read (``enabledProviders``)."""
+    if "*" in enabled or "all" in enabled or provider in enabled:
+        return True
+    return provider == "claude" and bool(environ.get("CLAUDE_CONFIG_DIR"))
 
 
 def _read(path: Path, problems: list[str]) -> dict[Any, Any] | None:

@@ -220,7 +220,8 @@ def _load_mcp(runtime: Runtime) -> None:
     loaded = load_servers(
         session.cwd, session.prompt_options.agent_directory or agent_dir(),
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects),
-        extra=given)
+        extra=given, enabled_providers=session.settings.enabled_providers,
+        disabled_providers=session.settings.disabled_providers)
     notices += [ev.Notice(level="warning", source="mcp", message=p) for p in loaded.problems]
     if loaded.untrusted:
         notices.append(ev.Notice(level="warning", source="mcp", message=(

@@ -514,7 +514,8 @@ async def _mcp(call: Call) -> Outcome:
         text = await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp, s.cwd,
                               call.slash.agent_directory, trusted=call.slash.project_trusted,
                               policy=s.tool_context.environment,
-                              credentials=s.registry.credentials, http=s.http.get)
+                              credentials=s.registry.credentials, http=s.http.get,
+                              settings=s.settings)
     else:
         text = mcp_command(call.args, call.slash.mcp, s.cwd, call.slash.agent_directory)
     call.output(text)

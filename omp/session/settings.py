@@ -17,9 +17,12 @@ Files, lowest precedence first:
    startup): nothing it asks for is dropped without a word. Beyond the sections below, an
    overlay (and the global file) may set the original's ``disabledProviders`` (context files:
    ``agents-md`` leaves out the ``AGENTS.md`` files, ``claude`` the ``CLAUDE.md`` files,
-   ``native`` the agent directory's own) and ``<tool>.enabled: false`` for a built-in tool
-   (``read``, ``bash``, ``edit``, ``write``, ``grep`` / ``search``, ``find``, ``ls``,
-   ``todo``): that tool is not offered. Tool approval (omp-surface C.1):
+   ``native`` the agent directory's own; for MCP files also ``codex``, ``gemini``, ``cursor``,
+   ``windsurf``, ``vscode``, ``mcp-json``), ``enabledProviders`` (other tools' user-level MCP
+   files that are read: omp-surface B.1; not from a project's file) and
+   ``<tool>.enabled: false`` for a built-in tool (``read``, ``bash``, ``edit``, ``write``,
+   ``grep`` / ``search``, ``find``, ``ls``, ``todo``): that tool is not offered. Tool approval
+   (omp-surface C.1):
    ``tools.approvalMode`` (``always-ask``, ``write``, ``yolo``; another value is an error) and
    ``tools.approval.<tool>: allow | deny | prompt`` (another value is ignored with a warning,
    as the original ignores it); a project's own file cannot set either (a repository must not
@@ -317,6 +320,9 @@ class Settings:
     ``claude``, ``native``)."""
     disabled_tools: frozenset[str] = frozenset()
     """Built-in tools a ``<tool>.enabled: false`` turned off."""
+    enabled_providers: frozenset[str] = frozenset()
+    """The original's ``enabledProviders``: other tools' user-level MCP files that are read
+    (``claude``, ``codex``, ``gemini``, ``cursor``, ``windsurf``; ``*`` / ``all``: every one)."""
     notes: tuple[str, ...] = ()
     """What the ``--config`` overlays set that this runtime does not act on, one line per
     file (said once as a ``notice``)."""
@@ -486,6 +492,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                             **merged["shellEnvironmentPolicy"]),
                         local_models=LocalModelsSettings(**merged["localModels"]),
                         disabled_providers=frozenset(extras.disabled_providers),
+                        enabled_providers=frozenset(extras.enabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes), approval=extras.approval,
                         todo_reminders=extras.todo_reminders, ttsr=extras.ttsr,
@@ -498,6 +505,7 @@ class _Extras:
     """The top-level keys beyond the modelled sections, gathered over the files in order."""
 
     disabled_providers: list[str] = attrs.field(factory=list)
+    enabled_providers: list[str] = attrs.field(factory=list)
     disabled_tools: set[str] = attrs.field(factory=set)
     notes: list[str] = attrs.field(factory=list)
     approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
@@ -513,10 +521,17 @@ class _Extras:
             name = str(key)
             if name in _SECTIONS or name == "trustedProjects":
                 continue
-            if name == "disabledProviders":
+            if name in ("disabledProviders", "enabledProviders"):
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise problem(path, "$.disabledProviders", "must be a list of names")
-                self.disabled_providers = list(value)
+                    raise problem(path, f"$.{name}", "must be a list of names")
+                if name == "disabledProviders":
+                    self.disabled_providers = list(value)
+                elif project:
+                    # A repository must not make us read the user's other tools' files.
+                    warn(f"{path}: $.enabledProviders: ignored; set it in the global "
+                         "config.yml or a --config file")
+                else:
+                    self.enabled_providers = list(value)
                 continue
             for dotted, leaf in _leaves(name, value):
                 if project and dotted.startswith(("tools.approval", "tools.approvalMode")):
