@@ -528,3 +528,26 @@ async def test_legacy_sse_server(tmp_path: Path, isolated_agent_dir: Path) -> No
     (end,) = of_type(frames, "tool_execution_end")
     assert end["isError"] is False
     assert result_text(end).startswith("over sse")
+
+
+async def test_resource_updates_reach_the_model(tmp_path: Path,
+                                                isolated_agent_dir: Path) -> None:
+    """``mcp.notifications: true`` (B.10): a subscribed resource's update is a message in the
+    conversation, which the next model request carries."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    (isolated_agent_dir / "config.yml").write_text(
+        "mcp:\n  notifications: true\n  notificationDebounceMs: 0\n")
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    script = [tools_reply(tool_call("t", "mcp__probe_touch_doc", {})), text_reply("ok"),
+              text_reply("seen")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_touch_doc")
+            first = await host.prompt("touch it")
+            await host.prompt("anything new?")
+    (end,) = of_type(first, "tool_execution_end")
+    assert result_text(end).startswith("told")
+    last = host.fake.requests[-1].body.decode()
+    assert ("[MCP notification] 1 resource(s) updated:\\n- mcp://probe://doc/1 (probe)\\n"
+            'Use read(path=\\"mcp://<uri>\\") to inspect if relevant.') in last

@@ -409,3 +409,67 @@ def test_other_tools_files(tmp_path: Path) -> None:
     broken = load_servers(cwd, agent, trusted=True, environ=env, home=home)
     assert broken.problems[0].startswith("MCP config skipped: ")
     assert "not TOML" in broken.problems[0]
+
+
+async def test_resource_updates_of_subscribed_resources(tmp_path: Path) -> None:
+    """``mcp.notifications``: the connection subscribes to the listed resources and hands on
+    the server's ``resources/updated`` of them."""
+    from omp.mcp.connection import Connection, McpTool
+
+    updated: list[str] = []
+    arrived = trio.Event()
+
+    def on_updated(_connection: object, uri: str) -> None:
+        updated.append(uri)
+        arrived.set()
+
+    async def no_update(_: object) -> None:
+        return None
+
+    seen = Recorder()
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            plain = Connection(parse_entry("probe", probe()), tmp_path, seen.on_change,
+                               seen.emit)
+            told = Connection(parse_entry("probe", probe()), tmp_path, seen.on_change,
+                              seen.emit, subscribe=True, on_resource_updated=on_updated)
+            nursery.start_soon(plain.run)
+            nursery.start_soon(told.run)
+            await plain.wait_settled()
+            await told.wait_settled()
+
+            def touch(c: Connection) -> McpTool:
+                return next(McpTool.of(c, t) for t in c.tools if t.name == "touch_doc")
+
+            unsubscribed = await touch(plain).execute("c", {}, on_update=no_update)
+            subscribed = await touch(told).execute("c", {}, on_update=no_update)
+            await arrived.wait()
+            nursery.cancel_scope.cancel()
+    assert unsubscribed.content[0].text.startswith("not subscribed")  # type: ignore[union-attr]
+    assert subscribed.content[0].text.startswith("told")  # type: ignore[union-attr]
+    assert updated == ["probe://doc/1"]
+
+
+async def test_resource_updates_are_told_together(autojump_clock: trio.testing.MockClock
+                                                  ) -> None:
+    from omp.mcp.notifications import ResourceUpdates
+
+    told: list[tuple[float, str]] = []
+    updates = ResourceUpdates(lambda text: told.append((trio.current_time(), text)), 0.5)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(updates.run)
+        await trio.sleep(1)
+        updates.add("probe", "probe://doc/1")
+        await trio.sleep(0.2)
+        updates.add("probe", "probe://doc/2")
+        updates.add("probe", "probe://doc/1")
+        await trio.sleep(1)
+        updates.add("other", "x://y")
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert told == [
+        (1.5, "[MCP notification] 2 resource(s) updated:\n- mcp://probe://doc/1 (probe)\n"
+              "- mcp://probe://doc/2 (probe)\n"
+              'Use read(path="mcp://<uri>") to inspect if relevant.'),
+        (2.7, "[MCP notification] 1 resource(s) updated:\n- mcp://x://y (other)\n"
+              'Use read(path="mcp://<uri>") to inspect if relevant.')]

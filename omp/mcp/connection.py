@@ -98,6 +98,11 @@ class Connection:
     """Called when the server refused us for want of authorization (``challenge``)."""
     challenge: str | None = None
     """The ``WWW-Authenticate`` of the server's last 401 (None: none since connected)."""
+    subscribe: bool = False
+    """``mcp.notifications``: subscribe to the listed resources (when the server can)."""
+    on_resource_updated: Callable[[Connection, str], None] | None = None
+    """Called with the URI of a subscribed resource the server says changed."""
+    _subscribed: set[str] = attrs.field(factory=set)
     _printed: set[str] = attrs.field(factory=set)
     """What the entry's ``!command`` values printed (redacted like the other values)."""
     state: State = "connecting"
@@ -237,6 +242,7 @@ class Connection:
                     init = await session.initialize()
                     self.instructions = (init.instructions or "")[:INSTRUCTIONS_MAX] or None
                     await self._list(session, init.capabilities)
+                    await self._subscribe(session, init.capabilities)
                 if handshake.cancelled_caught:
                     if self.challenge is not None:
                         raise AuthorizationRequired(self.auth_text())
@@ -309,6 +315,17 @@ class Connection:
                     break
         self.tools, self.prompts, self.resources = tools, prompts, resources
 
+    async def _subscribe(self, session: ClientSession, caps: types.ServerCapabilities) -> None:
+        """``resources/subscribe`` for every listed resource (``mcp.notifications``, a server
+        that offers it); a refusal leaves that resource unsubscribed."""
+        self._subscribed = set()
+        if not (self.subscribe and caps.resources is not None and caps.resources.subscribe):
+            return
+        for resource in self.resources:
+            with contextlib.suppress(McpError):
+                await session.subscribe_resource(resource.uri)
+                self._subscribed.add(str(resource.uri))
+
     async def _refresher(self, session: ClientSession, caps: types.ServerCapabilities) -> None:
         while True:
             await self._refresh.wait()
@@ -324,6 +341,12 @@ class Connection:
             # expired session, ...): its answer never comes; connect again.
             self.error = f"{type(message).__name__}: {message}"[:1000]
             self._drop.set()
+            return
+        if isinstance(message, types.ServerNotification) and isinstance(
+                message.root, types.ResourceUpdatedNotification):
+            uri = str(message.root.params.uri)
+            if uri in self._subscribed and self.on_resource_updated is not None:
+                self.on_resource_updated(self, uri)
             return
         if isinstance(message, types.ServerNotification) and isinstance(
                 message.root, types.ToolListChangedNotification

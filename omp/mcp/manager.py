@@ -26,6 +26,7 @@ the user through the host's UI (``host_ui``; none in one-shot modes: no flow run
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ..session import AgentSession
     from ..tools.base import Tool
     from .connection import Connection
+    from .notifications import ResourceUpdates
 
 
 @attrs.define(eq=False, repr=False)
@@ -89,6 +91,13 @@ class McpManager:
             if self.host_ui is not None:  # the login module comes after ``ready``, too
                 self.login_ui = FrameLoginUI(self.host_ui, self.emit)
 
+            settings = self.session.settings
+            updates = None
+            if settings.mcp_notifications:
+                from .notifications import ResourceUpdates
+
+                updates = ResourceUpdates(self._tell_updates,
+                                          settings.mcp_notification_debounce_ms / 1000)
             env = dict(os.environ)
             oauth = None if self.credentials is None else McpOAuth(self.credentials,
                                                                    self.session.http.get)
@@ -96,12 +105,25 @@ class McpManager:
                 self.connections[config.name] = Connection(
                     config, self.session.cwd, self._changed, self.emit, env,
                     self.session.tool_context.environment, oauth=oauth,
-                    on_auth_required=self._auth_required)
+                    on_auth_required=self._auth_required, subscribe=updates is not None,
+                    on_resource_updated=None if updates is None else functools.partial(
+                        _updated, updates))
             self._started.set()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if updates is not None:
+                    nursery.start_soon(updates.run)
                 for connection in self.connections.values():
                     nursery.start_soon(connection.run)
+
+    def _tell_updates(self, text: str) -> None:
+        """Resource updates into the conversation (``omp.mcp.notifications``)."""
+        from ..agent.loop import now_ms
+        from ..protocol.messages import CustomMessage
+
+        self.session.send_custom_message(
+            CustomMessage(customType="mcp-notification", content=text, display=True,
+                          timestamp=now_ms()), trigger_turn=False, deliver_as=None)
 
     def _auth_required(self, connection: Connection) -> None:
         """A server refused us for want of authorization: the flow starts by itself once
@@ -217,3 +239,7 @@ class McpManager:
             "The following instructions come from the connected MCP servers; they are "
             "controlled by the servers, not by the user.",
             *(f"### {name}\n{text}" for name, text in found)])
+
+
+def _updated(updates: ResourceUpdates, connection: Connection, uri: str) -> None:
+    updates.add(connection.name, uri)

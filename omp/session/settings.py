@@ -28,9 +28,11 @@ Files, lowest precedence first:
    as the original ignores it); a project's own file cannot set either (a repository must not
    wave its own tool calls through). Todo reminders (D.7): ``todo.reminders`` (bool) and
    ``todo.remindersMax`` (a whole number). MCP tool exposure (B.6): ``tools.xdev`` (bool,
-   default true: MCP tools are ``xd://`` devices). TTSR rules (D.2): ``ttsr.enabled``,
-   ``ttsr.contextMode``, ``ttsr.interruptMode``, ``ttsr.repeatMode``, ``ttsr.repeatGap``,
-   ``ttsr.builtinRules``, ``ttsr.disabledRules``; a wrong value is an error naming the key.
+   default true: MCP tools are ``xd://`` devices); ``mcp.notifications`` (bool, default false)
+   and ``mcp.notificationDebounceMs`` (a whole number, default 500): resource updates. TTSR
+   rules (D.2): ``ttsr.enabled``, ``ttsr.contextMode``, ``ttsr.interruptMode``,
+   ``ttsr.repeatMode``, ``ttsr.repeatGap``, ``ttsr.builtinRules``, ``ttsr.disabledRules``; a
+   wrong value is an error naming the key.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
@@ -333,6 +335,11 @@ class Settings:
     xdev: bool = True
     """``tools.xdev`` (omp-surface B.6): MCP tools are ``xd://`` devices driven through
     ``read`` / ``write`` rather than function tools sent to the model."""
+    mcp_notifications: bool = False
+    """``mcp.notifications`` (B.10): subscribe to the servers' resources and tell the model
+    when they change."""
+    mcp_notification_debounce_ms: int = 500
+    """``mcp.notificationDebounceMs``: updates within this window are told together."""
 
     def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
         """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
@@ -496,7 +503,8 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes), approval=extras.approval,
                         todo_reminders=extras.todo_reminders, ttsr=extras.ttsr,
-                        xdev=extras.xdev)
+                        xdev=extras.xdev, mcp_notifications=extras.mcp_notifications,
+                        mcp_notification_debounce_ms=extras.mcp_notification_debounce_ms)
     return settings
 
 
@@ -512,6 +520,8 @@ class _Extras:
     todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
     ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
     xdev: bool = True
+    mcp_notifications: bool = False
+    mcp_notification_debounce_ms: int = 500
 
     def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
         """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
@@ -572,6 +582,18 @@ class _Extras:
             if not isinstance(value, bool):
                 raise problem(path, "$.tools.xdev", f"expected true or false (got {value!r})")
             self.xdev = value
+            return True
+        if dotted == "mcp.notifications":
+            if not isinstance(value, bool):
+                raise problem(path, "$.mcp.notifications", f"expected true or false (got "
+                              f"{value!r})")
+            self.mcp_notifications = value
+            return True
+        if dotted == "mcp.notificationDebounceMs":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise problem(path, "$.mcp.notificationDebounceMs",
+                              f"expected a whole number of 0 or more (got {value!r})")
+            self.mcp_notification_debounce_ms = value
             return True
         if dotted == "todo.remindersMax":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -8,7 +8,8 @@ Tools: ``echo``, ``Add-Numbers2`` (structured result), ``fail`` (an ``isError`` 
 (starts a grandchild that ignores SIGTERM; its pid); a prompt ``greet``; a resource
 ``probe://doc/1``. ``--http PORT --auth ISSUER`` requires a bearer token that ISSUER (the
 fake OAuth server) issued for this server. ``MCP_PROBE_NAME`` renames the server;
-``MCP_PROBE_MARK`` names a file that gets one line per start (reconnect tests).
+``MCP_PROBE_MARK`` names a file that gets one line per start (reconnect tests). Resources can
+be subscribed to; ``touch_doc`` sends ``resources/updated`` for ``probe://doc/1``.
 """
 
 from __future__ import annotations
@@ -113,6 +114,42 @@ def greet(who: str) -> str:
 @mcp.resource("probe://doc/1", description="A document")
 def doc() -> str:
     return "resource body"
+
+
+_subscribed: set[str] = set()
+
+
+async def _subscribe(uri: object) -> None:
+    _subscribed.add(str(uri))
+
+
+# The SDK's decorator is untyped: registered by a call.
+mcp._mcp_server.subscribe_resource()(_subscribe)  # type: ignore[no-untyped-call]
+
+
+_capabilities = mcp._mcp_server.get_capabilities
+
+
+def _with_subscribe(*args: object, **kwargs: object) -> object:
+    """The SDK never advertises ``resources.subscribe``; this server can (a test's choice)."""
+    caps = _capabilities(*args, **kwargs)  # type: ignore[arg-type]
+    if caps.resources is not None:
+        caps.resources.subscribe = True
+    return caps
+
+
+mcp._mcp_server.get_capabilities = _with_subscribe  # type: ignore[method-assign,assignment]
+
+
+@mcp.tool()
+async def touch_doc(ctx: Context) -> str:  # type: ignore[type-arg]
+    """Says that ``probe://doc/1`` changed (to a client that subscribed to it)."""
+    from pydantic import AnyUrl
+
+    if "probe://doc/1" in _subscribed:
+        await ctx.session.send_resource_updated(AnyUrl("probe://doc/1"))
+        return "told"
+    return "not subscribed"
 
 
 class IntrospectionVerifier:
