@@ -472,7 +472,10 @@ async def test_the_editors_mcp_servers_give_the_session_their_tools(
 
         await trio.to_thread.run_sync(run_client, project, body)
         offered = [t["function"]["name"] for t in fake.requests[0].json()["tools"]]
-    assert "mcp__probe_echo" in offered
+        system = fake.requests[0].json()["messages"][0]["content"]
+    # Mounted as an xd:// device (tools.xdev, the default; omp-surface E.3), called by name.
+    assert "mcp__probe_echo" not in offered
+    assert "- xd://mcp__probe_echo — Echo the text back." in system
     assert seen["stop"] == "end_turn"
     status, text = seen["end"]
     assert status == "completed"

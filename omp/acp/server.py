@@ -182,7 +182,7 @@ class AcpSession:
     def on_frame(self, frame: msgspec.Struct) -> None:
         """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
         ``agent_message_chunk`` of a message of its own."""
-        if isinstance(frame, ev.Notice) and frame.source == "mcp":
+        if isinstance(frame, ev.Notice) and frame.source in ("mcp", "xdev"):
             print(f"omp acp: {frame.message}", file=sys.stderr)  # no channel for it in ACP
         if isinstance(frame, ev.CommandOutput) and not self.muted:
             self.server.update(self.session_id, w.AgentMessageChunk(
