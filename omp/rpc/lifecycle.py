@@ -189,7 +189,7 @@ def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
                           environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
     """Start asking the local model servers for their models (``localModels`` in
     ``config.yml``) as a task of ``nursery``; None when it is off (there, or
-    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is queued: its module is imported then."""
+    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is written: its module is imported then."""
     from ..llm.local import LocalDiscovery, turned_off  # lazy: omp.lazy says why
 
     session = runtime.session

@@ -86,7 +86,7 @@ skills:                   # omp.commands.skills: where skills are found, which l
   customDirectories: []       # scanned first: their skills win
   includeSkills: []           # glob patterns on the name (empty: all)
   ignoredSkills: []
-web:                      # omp.tools.web_policy: web_fetch, web_search, read of http(s) URLs
+web:                      # omp.tools.web_settings: web_fetch, web_search, read of http(s) URLs
   enabled: false          # no network policy set: no web tools
   allowNetworks: []       # global only; CIDR networks reachable although not public
   maxBytes: 5242880       # the largest body read (after decompression)
@@ -129,9 +129,9 @@ from ..config import (
     warn,
 )
 from ..subprocess_env import EnvironmentPolicy
-from ..tools.web_policy import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
-from ..tools.web_policy import WebSettings
-from ..tools.web_policy import validate as _validate_web
+from ..tools.web_settings import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
+from ..tools.web_settings import WebSettings
+from ..tools.web_settings import validate as _validate_web
 
 GLOBAL_FILES = ("config.yml", "config.yaml")
 LEGACY_FILES = ("settings.yml", "settings.yaml")
@@ -301,7 +301,7 @@ class Settings:
     """The ``async`` section (a Python keyword, hence the underscore)."""
     skills: SkillSettings = attrs.field(factory=SkillSettings)
     web: WebSettings = attrs.field(factory=WebSettings)
-    """The network policy of the web tools (``omp.tools.web_policy``); off by default."""
+    """The network policy of the web tools (``omp.tools.web_settings``); off by default."""
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
