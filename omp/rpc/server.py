@@ -172,6 +172,8 @@ class RpcServer:
         # (the model commands wait for it).
         with trio.move_on_after(READY_FLUSH_SECONDS):
             await self.output.wait_drained()
+        # An output that broke meanwhile has cancelled everything (the writer did): stop here.
+        await trio.lowlevel.checkpoint_if_cancelled()
         self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
