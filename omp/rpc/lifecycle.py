@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
+import msgspec
 import trio
 
 from ..config import agent_dir
@@ -178,9 +179,9 @@ def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> A
     """The settings' tool approval with the command line's over it (omp-surface C.1)."""
     settings = session.settings.approval
     if options.approval_mode is not None:
-        settings = attrs.evolve(settings, mode=options.approval_mode)
+        settings = msgspec.structs.replace(settings, mode=options.approval_mode)
     if options.auto_approve:
-        settings = attrs.evolve(settings, auto_approve=True)
+        settings = msgspec.structs.replace(settings, auto_approve=True)
     session.settings.approval = settings
     return ApprovalGate(settings, ui, options.approve, session.settings.bash)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import attrs
+import msgspec
 
 from ..config import agent_dir
 from ..llm.models import OFFLINE_PROVIDER, ModelRegistry
@@ -232,13 +232,13 @@ def _with_skill_choices(settings: Settings, skill_dirs: Sequence[Path],
     """The settings with the command line's skill choices over them."""
     chosen = settings.skills
     if skill_dirs:
-        chosen = attrs.evolve(chosen, customDirectories=[
+        chosen = msgspec.structs.replace(chosen, customDirectories=[
             *map(str, skill_dirs), *chosen.customDirectories])
     if skills is False:
-        chosen = attrs.evolve(chosen, enabled=False)
+        chosen = msgspec.structs.replace(chosen, enabled=False)
     elif isinstance(skills, Sequence) and not isinstance(skills, str):
-        chosen = attrs.evolve(chosen, includeSkills=list(skills))
-    return attrs.evolve(settings, skills=chosen)
+        chosen = msgspec.structs.replace(chosen, includeSkills=list(skills))
+    return msgspec.structs.replace(settings, skills=chosen)
 
 
 def probe_model(registry: ModelRegistry, provider: str | None, model: str) -> Model | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Literal
 
-import attrs
+import msgspec
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -22,13 +22,12 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_REDIRECTS = 5
 
 
-@attrs.define(kw_only=True)
-class WebSettings:
+class WebSettings(msgspec.Struct, kw_only=True):
     """The ``web`` section of ``config.yml`` (key names as the file has them)."""
 
     enabled: bool = False
     """Offer ``web_fetch`` and ``web_search``, and let ``read`` fetch ``http(s)://`` URLs."""
-    allowNetworks: list[str] = attrs.field(factory=list)
+    allowNetworks: list[str] = msgspec.field(default_factory=list)
     """Networks (CIDR, e.g. ``127.0.0.1/32``, ``10.0.0.0/8``) a fetch may reach although they
     are not public. Global file (or ``--config``) only: a repository must not be able to
     point the model at the user's private network."""
@@ -39,10 +38,10 @@ class WebSettings:
     maxRedirects: int = DEFAULT_MAX_REDIRECTS
     searchProvider: SearchProviderName = "auto"
     """``auto``: the first of brave, exa, tavily, kagi that has a key."""
-    searchBaseUrls: dict[str, str] = attrs.field(factory=dict)
+    searchBaseUrls: dict[str, str] = msgspec.field(default_factory=dict)
     """Provider → the API root to call instead of the provider's own (a proxy; the fake
     search server in tests). Global file only: it decides where the key is sent."""
-    searchApiKeys: dict[str, str] = attrs.field(factory=dict)
+    searchApiKeys: dict[str, str] = msgspec.field(default_factory=dict)
     """Provider → its key, or the name of the environment variable holding it (as
     ``models.yml`` ``apiKey``). Global file only."""
 
