@@ -182,7 +182,9 @@ def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> A
     if options.auto_approve:
         settings = attrs.evolve(settings, auto_approve=True)
     session.settings.approval = settings
-    return ApprovalGate(settings, ui, options.approve, session.settings.bash)
+    return ApprovalGate(settings, ui, options.approve, session.settings.bash,
+                        observer=lambda: session.extensions,
+                        session_id=lambda: session.session_id)
 
 
 def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,

@@ -6,11 +6,12 @@ Rules, in one place:
   tools, host tools and ``task`` are ``exec``) and, for ``bash``, what ``bash.patterns`` and
   the original's list of critical commands say about the command (``bash_decision``); the
   mode (``tools.approvalMode`` or ``--approval-mode``; ``--auto-approve`` acts as ``yolo``)
-  and the user's policy ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the user's ``deny`` denies; in
-  ``yolo`` the pattern's policy, else the user's, else allow; a ``prompt`` pattern asks; else
-  the pattern's, then the user's ``allow`` / ``prompt``; else the tier within the mode's
-  maximum allows and anything above it prompts. A critical command asks like a ``prompt``
-  pattern below ``yolo`` (with the reason ``Critical pattern detected``) and runs in ``yolo``.
+  and the user's policy ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the
+  user's ``deny`` denies; in ``yolo`` the pattern's policy, else the user's, else allow; a
+  ``prompt`` pattern asks; else the pattern's, then the user's ``allow`` / ``prompt``; else
+  the tier within the mode's maximum allows and anything above it prompts. A critical
+  command asks like a ``prompt`` pattern below ``yolo`` (with the reason ``Critical pattern
+  detected``) and runs in ``yolo``.
 * A ``deny`` is known before anything else runs: the loop asks ``precheck`` before the
   extensions' ``tool_call`` handlers (extensions.md: a denied call never reaches them), and
   ``check`` again on the arguments they may have rewritten, right before the call is
@@ -30,7 +31,14 @@ Rules, in one place:
   reported "not executed" like any other call an abort reached before it started. (The
   original holds the abort until the host answers, C.5; we do not.)
 
-Subagents share their parent's gate, so they ask through the parent's host.
+* Extensions hear of every call that asks: ``tool_approval_requested`` before the host (or
+  the policy function) is asked, ``tool_approval_resolved`` with the answer after it (reason
+  ``denied by user``, ``no interactive UI available`` or the error). Their answers are
+  ignored, as in the original. An abort while the host is asked ends the wait without a
+  ``tool_approval_resolved``.
+
+Subagents share their parent's gate (``for_session``), so they ask through the parent's host,
+and the parent's extensions hear of their calls with the subagent's session id.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -73,6 +81,27 @@ class ApprovalRequest:
 
 ApprovePolicy = Callable[[ApprovalRequest], Awaitable[bool]]
 """``async def approve(request) -> bool`` in place of the host's dialog; cancelled with the run."""
+
+
+class ApprovalObserver(Protocol):
+    """Who hears of the calls that ask (the extensions' ``tool_approval_requested`` /
+    ``tool_approval_resolved``, ``omp.extensions.runtime.Extensions``)."""
+
+    async def tool_approval_requested(self, *, session_id: str, tool_call_id: str,
+                                      tool_name: str, approval_mode: str,
+                                      reason: str | None) -> None: ...
+
+    async def tool_approval_resolved(self, *, session_id: str, tool_call_id: str,
+                                     tool_name: str, approval_mode: str, approved: bool,
+                                     reason: str | None) -> None: ...
+
+
+def _no_observer() -> ApprovalObserver | None:
+    return None
+
+
+def _no_session() -> str:
+    return ""
 
 
 @attrs.define(frozen=True)
@@ -265,6 +294,15 @@ class ApprovalGate:
     policy: ApprovePolicy | None = None
     bash: BashSettings = attrs.field(factory=BashSettings)
     """``bash.patterns`` / ``bash.allowCompoundCommands``."""
+    observer: Callable[[], ApprovalObserver | None] = _no_observer
+    """The extensions as they are now (they may be replaced while the gate lives)."""
+    session_id: Callable[[], str] = _no_session
+    """The id of the session whose calls pass here (for the observer's events)."""
+
+    def for_session(self, session_id: Callable[[], str]) -> ApprovalGate:
+        """The same gate (settings, host, policy, observer) for another session's calls: a
+        subagent's, which ask through its parent's host and report their own session id."""
+        return attrs.evolve(self, session_id=session_id)
 
     def _user(self, name: str) -> ApprovalPolicy | None:
         return self.settings.policies.get(name)
@@ -300,16 +338,36 @@ class ApprovalGate:
             return None
         if outcome == "deny":
             return self._denial(tool, decided)
+        observer = self.observer()
+        if observer is None:
+            return (await self._ask(call_id, tool, args, decided))[0]
+        mode = "yolo" if self.settings.auto_approve else self.settings.mode
+        session_id = self.session_id()
+        await observer.tool_approval_requested(
+            session_id=session_id, tool_call_id=call_id, tool_name=tool.name,
+            approval_mode=mode, reason=decided.reason)
+        denial, why = await self._ask(call_id, tool, args, decided)
+        await observer.tool_approval_resolved(
+            session_id=session_id, tool_call_id=call_id, tool_name=tool.name,
+            approval_mode=mode, approved=denial is None, reason=why)
+        return denial
+
+    async def _ask(self, call_id: str, tool: Tool, args: dict[str, Any],
+                   decided: ToolDecision) -> tuple[str | None, str | None]:
+        """The host's (or the policy function's) answer: the denial text the model gets
+        (None: approved) and the reason the extensions are told."""
         shown = title(tool.name, args, decided.reason)
         if self.policy is not None:
             approved = await self.policy(ApprovalRequest(
                 tool_call_id=call_id, tool_name=tool.name, arguments=dict(args),
                 tier=decided.tier, title=shown, reason=decided.reason))
-            return None if approved is True else denied_by_user_text(tool.name)
+            return (None, None) if approved is True else (denied_by_user_text(tool.name),
+                                                          "denied by user")
         if not self.ui.has_ui:
-            return no_ui_text(tool.name)
+            return no_ui_text(tool.name), "no interactive UI available"
         try:
             answer = await self.ui.select(shown, list(OPTIONS))
         except UiDisconnected as exc:
-            return str(exc)
-        return None if answer == APPROVE else denied_by_user_text(tool.name)
+            return str(exc), str(exc)
+        return (None, None) if answer == APPROVE else (denied_by_user_text(tool.name),
+                                                       "denied by user")
