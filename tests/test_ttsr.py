@@ -212,3 +212,37 @@ async def test_a_tool_argument_rule_that_does_not_interrupt(cwd: Path,
     assert len(fake.requests) == 2
     (result,) = [m for m in fake.requests[1].json()["messages"] if m["role"] == "tool"]
     assert str(result["content"]).startswith(reminder)
+
+
+async def test_rules_in_a_subagents_session(cwd: Path, isolated_agent_dir: Path) -> None:
+    # A rule for the `task` agent only (`agents`): it cuts the child's stream and the child's
+    # turn runs again with the rule; the main session, which says the word too, is not watched
+    # by it. A rule for `main` only does not watch the child.
+    write_rule(cwd / ".omp" / "rules", text=RULE.replace("---\nDo", "agents: [task]\n---\nDo"))
+    write_rule(cwd / ".omp" / "rules", "main-only",
+               "---\ncondition: Hello\nagents: main\n---\nNo greetings.\n")
+    (isolated_agent_dir / "config.yml").write_text("async:\n  enabled: false\n")
+    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
+    script = [
+        {"match": child, **STREAMED},
+        {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
+        {"match": {"bodyContains": "task-result"}, **text_reply("All FORBIDDEN done")},
+        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
+            {"name": "Kid", "task": "Alpha: say hello"}]})),
+    ]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    assert frames[-1]["status"] == "completed"
+    assert not of_type(frames, "ttsr_triggered")  # the main session's own frames
+    assert len(fake.requests) == 4
+    child_requests = [i for i, r in enumerate(fake.requests)
+                      if b"Complete assignment thoroughly:\\n\\nAlpha" in r.body]
+    assert len(child_requests) == 2
+    retried = requests_text(fake, child_requests[1])
+    assert retried[-1] == ("user", INJECTION)
+    assert b"No greetings." not in fake.requests[child_requests[1]].body
+    final = of_type(frames, "message_end")[-1]["message"]
+    assert final["content"][0]["text"] == "All FORBIDDEN done"

@@ -170,6 +170,7 @@ def use_rules(runtime: Runtime) -> None:
                     "(start with --trust-project, or list it under trustedProjects in "
                     "~/.omp/agent/config.yml)"))
     if rules:
+        # Kept even when no rule watches the main session: subagents get theirs from it.
         session.use_rules(RuleWatch(rules, session.settings.ttsr, session.publish,
                                     lambda: session.messages, session.cwd))
 

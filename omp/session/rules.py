@@ -6,14 +6,16 @@ Rules, in one place:
 * Discovery (``load_rules``), first of a name wins: ``<cwd>/.omp/rules/*.md|*.mdc`` (only in a
   trusted project: a repository's rules steer the agent like its code does, so they load when
   its extensions would), then ``<agentDir>/rules/*.md|*.mdc``. The name is the file name
-  without its suffix; the frontmatter's ``enabled: false`` leaves a rule out, as do
-  ``ttsr.disabledRules`` and ``agents`` that do not name ``main`` (subagent sessions have no
-  rules here). A rule is a TTSR rule when one of its ``condition`` regexes (legacy keys
-  ``ttsr_trigger``, ``ttsrTrigger``) compiles (Python ``re``; a leading ``(?i)`` group works as
-  in the original) and its scope can see something; a condition token that looks like a file
-  glob (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``, ``tool:write(<glob>)``
-  (and the condition ``.*`` when no regex is left). Other rules (``alwaysApply``,
-  ``description`` only, ``astCondition`` only) are not loaded.
+  without its suffix; the frontmatter's ``enabled: false`` leaves a rule out, as does
+  ``ttsr.disabledRules``. Every session watches with the rules whose ``agents`` globs match
+  its agent (``main`` for the top-level session, the agent's name for a subagent's: a child
+  of the ``task`` tool gets the rules its parent loaded, ``RuleWatch.for_session``; absent
+  ``agents``: every session). A rule is a TTSR rule when one of its ``condition`` regexes
+  (legacy keys ``ttsr_trigger``, ``ttsrTrigger``) compiles (Python ``re``; a leading ``(?i)``
+  group works as in the original) and its scope can see something; a condition token that
+  looks like a file glob (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``,
+  ``tool:write(<glob>)`` (and the condition ``.*`` when no regex is left). Other rules
+  (``alwaysApply``, ``description`` only, ``astCondition`` only) are not loaded.
 * Matching (``RuleWatch.observe``): per streamed message, one buffer per source — the text, the
   thinking, each tool call's argument JSON — reset at every assistant message; a
   rule matches when TTSR is on, it may fire (``ttsr.repeatMode: once``: once per session, the
@@ -103,6 +105,13 @@ class Rule:
     scope: Scope
     globs: tuple[str, ...] = ()
     interrupt_mode: str | None = None
+    agents: tuple[str, ...] | None = None
+    """Globs of the agents whose sessions the rule watches (None: every session)."""
+
+    def applies_to(self, agent: str) -> bool:
+        """Whether the rule watches the session of ``agent`` (``main``: the top-level
+        session; a subagent: its agent's name)."""
+        return self.agents is None or any(fnmatch.fnmatchcase(agent, a) for a in self.agents)
 
     @property
     def needs_path(self) -> bool:
@@ -196,9 +205,6 @@ def parse_rule(path: Path, level: Level, text: str) -> tuple[Rule | None, Proble
     name = path.name.rsplit(".", 1)[0]
     if fields.get("enabled") is False:
         return None, parsed.problem
-    agents = _strings(fields.get("agents"))
-    if agents is not None and not any(fnmatch.fnmatchcase("main", a) for a in agents):
-        return None, parsed.problem
     tokens = _strings(_condition_field(fields)) or []
     patterns: list[re.Pattern[str]] = []
     glob_scopes: list[ToolScope] = []
@@ -225,7 +231,12 @@ def parse_rule(path: Path, level: Level, text: str) -> tuple[Rule | None, Proble
                 conditions=tuple(patterns), scope=scope,
                 globs=tuple(_strings(fields.get("globs")) or ()),
                 interrupt_mode=mode if mode in ("never", "prose-only", "tool-only", "always")
-                else None), parsed.problem
+                else None, agents=_agents(fields.get("agents"))), parsed.problem
+
+
+def _agents(value: Any) -> tuple[str, ...] | None:
+    names = _strings(value)
+    return None if names is None else tuple(names)
 
 
 def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
@@ -337,13 +348,18 @@ class Interrupt:
 class RuleWatch:
     """One session's rules and what they have seen (``omp.agent.loop.StreamWatch``)."""
 
-    rules: list[Rule]
+    loaded: list[Rule]
+    """Every rule discovered (for every agent)."""
     settings: TtsrSettings
     publish: Callable[[ev.SessionEvent], None]
     history: Callable[[], Sequence[m.AgentMessage]]
     """The session's messages: the injected names are read back from them once."""
     cwd: Path
     home: Path = attrs.field(factory=Path.home)
+    agent: str = "main"
+    """Whose session this is: ``main``, or a subagent's agent name (the rules' ``agents``)."""
+    rules: list[Rule] = attrs.field(init=False)
+    """The rules that watch this session."""
     _injected: dict[str, int] | None = None
     """Rule name → the model call it fired at."""
     _calls: int = 0
@@ -354,6 +370,16 @@ class RuleWatch:
     """Matched the text without interrupting: injected once the attempt completed."""
     _by_call: dict[str, list[Rule]] = attrs.field(factory=dict)
     """Matched a tool call's arguments without interrupting: added to that call's result."""
+
+    def __attrs_post_init__(self) -> None:
+        self.rules = [r for r in self.loaded if r.applies_to(self.agent)]
+
+    def for_session(self, agent: str, publish: Callable[[ev.SessionEvent], None],
+                    history: Callable[[], Sequence[m.AgentMessage]]) -> RuleWatch:
+        """The same rules watching another session (a subagent's, ``agent`` its agent's
+        name), with its own buffers and its own record of what fired."""
+        return RuleWatch(self.loaded, self.settings, publish, history, self.cwd, self.home,
+                         agent)
 
     @property
     def active(self) -> bool:

@@ -115,6 +115,10 @@ async def build_child(host: Host, child: Child, context: str | None,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
         approval=parent.approval)
+    if parent.rules is not None:
+        # The rules the parent loaded, those whose ``agents`` name this agent.
+        session.use_rules(parent.rules.for_session(agent.name, session.publish,
+                                                   lambda: session.messages))
     if isinstance(parent.approval, ApprovalGate):
         # The parent's gate and host; the extensions hear of the child's calls by its own id.
         session.use_approval(parent.approval.for_session(lambda: session.session_id))
