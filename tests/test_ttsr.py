@@ -221,6 +221,8 @@ async def test_rules_in_a_subagents_session(cwd: Path, isolated_agent_dir: Path)
     write_rule(cwd / ".omp" / "rules", text=RULE.replace("---\nDo", "agents: [task]\n---\nDo"))
     write_rule(cwd / ".omp" / "rules", "main-only",
                "---\ncondition: Hello\nagents: main\n---\nNo greetings.\n")
+    write_rule(cwd / ".omp" / "rules", "kids",
+               "---\nalwaysApply: true\nagents: [task]\n---\nONLY-FOR-TASK.\n")
     (isolated_agent_dir / "config.yml").write_text("async:\n  enabled: false\n")
     child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
     script = [
@@ -244,5 +246,88 @@ async def test_rules_in_a_subagents_session(cwd: Path, isolated_agent_dir: Path)
     retried = requests_text(fake, child_requests[1])
     assert retried[-1] == ("user", INJECTION)
     assert b"No greetings." not in fake.requests[child_requests[1]].body
+    # The always-apply rule for `task`: in the child's system prompt, not in the parent's.
+    assert "ONLY-FOR-TASK." in system_prompt(fake, child_requests[0])
+    assert "ONLY-FOR-TASK" not in system_prompt(fake, 0)
     final = of_type(frames, "message_end")[-1]["message"]
     assert final["content"][0]["text"] == "All FORBIDDEN done"
+
+
+def system_prompt(fake: FakeLLM, index: int) -> str:
+    (role, text), *_ = requests_text(fake, index)
+    assert role == "system"
+    return text
+
+
+async def test_always_apply_rules_join_the_system_prompt(cwd: Path, isolated_agent_dir: Path,
+                                                         tmp_path: Path) -> None:
+    # RULES.md (user and project, whatever their frontmatter), `alwaysApply: true` rules from
+    # the native folder and the other tools' folders; `agents` and `ttsr.disabledRules` choose.
+    (isolated_agent_dir / "RULES.md").write_text("USER-RULES-MD body.\n")
+    (cwd / ".omp").mkdir()
+    (cwd / ".omp" / "RULES.md").write_text("---\nalwaysApply: false\n---\nPROJECT-RULES-MD.\n")
+    write_rule(cwd / ".omp" / "rules", "always", "---\nalwaysApply: true\n---\nALWAYS-NATIVE.\n")
+    write_rule(cwd / ".omp" / "rules", "kids", "---\nalwaysApply: true\nagents: [task]\n---\n"
+               "ONLY-FOR-TASK.\n")
+    write_rule(cwd / ".omp" / "rules", "book", "---\ndescription: a rulebook rule\n---\n"
+               "RULEBOOK-ONLY.\n")
+    write_rule(cwd / ".omp" / "rules", "turned-off", "---\nalwaysApply: true\n---\nTURNED-OFF.\n")
+    cursor = cwd / ".cursor" / "rules"
+    cursor.mkdir(parents=True)
+    (cursor / "style.mdc").write_text("---\ndescription: x\nalwaysApply: true\n---\nCURSOR-MDC.\n")
+    write_rule(cwd / ".windsurf" / "rules", "wind", "---\nalwaysApply: true\n---\nWINDSURF.\n")
+    (cwd / ".clinerules").write_text("---\nalwaysApply: true\n---\nCLINE-FILE.\n")
+    overlay = tmp_path / "off.yml"
+    overlay.write_text("ttsr:\n  disabledRules: [turned-off]\n")
+    script = [text_reply("one"), text_reply("two")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project",
+                                                    "--config", str(overlay)]) as host:
+                await prompt(host)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                await prompt(host, "p2")
+    trusted, untrusted = system_prompt(fake, 0), system_prompt(fake, 1)
+    assert ("ALWAYS-NATIVE.\nPROJECT-RULES-MD.\nUSER-RULES-MD body.\nCURSOR-MDC.\nWINDSURF.\n"
+            "CLINE-FILE.\n\nCurrent date: ") in trusted
+    for absent in ("ONLY-FOR-TASK", "RULEBOOK-ONLY", "TURNED-OFF", "alwaysApply"):
+        assert absent not in trusted
+    # Untrusted: only the user's RULES.md; the notice names every project place left out.
+    assert "USER-RULES-MD body." in untrusted
+    for absent in ("PROJECT-RULES-MD", "ALWAYS-NATIVE", "CURSOR-MDC", "WINDSURF", "CLINE"):
+        assert absent not in untrusted
+    (notice,) = [f for f in host.startup if f["type"] == "notice"]
+    for place in (cwd / ".omp" / "rules", cwd / ".omp" / "RULES.md", cwd / ".cursor" / "rules",
+                  cwd / ".windsurf" / "rules", cwd / ".clinerules"):
+        assert str(place) in notice["message"]
+
+
+async def test_other_tools_rules_and_an_ast_condition(cwd: Path,
+                                                      isolated_agent_dir: Path) -> None:
+    # A Cursor rule with a condition is a TTSR rule like a native one (its source named); a
+    # rule with an astCondition is refused with a notice naming its file (even with a regex
+    # condition beside it: half a rule would watch what its author did not mean).
+    cursor = cwd / ".cursor" / "rules"
+    cursor.mkdir(parents=True)
+    (cursor / "no-forbidden.mdc").write_text(RULE)
+    ast_rule = write_rule(cwd / ".omp" / "rules", "ast", "---\ncondition: Hello\n"
+                          "astCondition: console.log($$$)\n---\nNo logging.\n")
+    script = [STREAMED, text_reply("Clean answer")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    (notice,) = [f for f in host.startup if f["type"] == "notice"]
+    assert notice["message"] == (
+        f"Rule {ast_rule} was not loaded: it has an astCondition (ast-grep patterns), which "
+        "this runtime cannot check; use a regex condition instead")
+    (triggered,) = of_type(frames, "ttsr_triggered")
+    (rule,) = triggered["rules"]
+    assert rule["name"] == "no-forbidden"
+    assert rule["_source"] == {"provider": "cursor", "providerName": "Cursor",
+                               "path": str(cursor / "no-forbidden.mdc"), "level": "project"}
+    assert requests_text(fake, 1)[-1] == ("user", INJECTION.replace(
+        ".omp/rules/no-forbidden.md", ".cursor/rules/no-forbidden.mdc"))
+    assert b"No logging." not in fake.requests[1].body

@@ -169,7 +169,8 @@ class AgentSession:
         tools = self.tools
         options = self.prompt_options
         key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
-               options.custom, options.append, id(options.context), self.mcp_instructions)
+               options.custom, options.append, id(options.context), options.rules,
+               self.mcp_instructions)
         if self._prompt is None or self._prompt[0] != key:
             blocks = self.prompt_options.build(tools)
             extra = [b for b in (self.mcp_instructions, self.prompt_extra) if b is not None]

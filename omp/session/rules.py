@@ -3,19 +3,24 @@ while the model streams; a match interrupts the stream and the turn runs again w
 
 Rules, in one place:
 
-* Discovery (``load_rules``), first of a name wins: ``<cwd>/.omp/rules/*.md|*.mdc`` (only in a
-  trusted project: a repository's rules steer the agent like its code does, so they load when
-  its extensions would), then ``<agentDir>/rules/*.md|*.mdc``. The name is the file name
-  without its suffix; the frontmatter's ``enabled: false`` leaves a rule out, as does
-  ``ttsr.disabledRules``. Every session watches with the rules whose ``agents`` globs match
-  its agent (``main`` for the top-level session, the agent's name for a subagent's: a child
-  of the ``task`` tool gets the rules its parent loaded, ``RuleWatch.for_session``; absent
-  ``agents``: every session). A rule is a TTSR rule when one of its ``condition`` regexes
-  (legacy keys ``ttsr_trigger``, ``ttsrTrigger``) compiles (Python ``re``; a leading ``(?i)``
-  group works as in the original) and its scope can see something; a condition token that
-  looks like a file glob (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``,
-  ``tool:write(<glob>)`` (and the condition ``.*`` when no regex is left). Other rules
-  (``alwaysApply``, ``description`` only, ``astCondition`` only) are not loaded.
+* Discovery (``load_rules``) in the places ``omp.session.rule_sources`` names, first of a
+  name wins: the native ``.omp/rules`` folders and ``RULES.md`` files, then Cursor's,
+  Windsurf's and Cline's project rules. A project's places load only in a trusted project
+  (a repository's rules steer the agent like its code does, so they load when its extensions
+  would). The name is the file name without its suffix; the frontmatter's ``enabled:
+  false`` leaves a rule out, as does ``ttsr.disabledRules``. A file is (in the original's
+  order) a TTSR rule when one of its ``condition`` regexes (legacy keys ``ttsr_trigger``,
+  ``ttsrTrigger``) compiles (Python ``re``; a leading ``(?i)`` group works as in the
+  original) and its scope can see something — a condition token that looks like a file glob
+  (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``, ``tool:write(<glob>)``
+  (and the condition ``.*`` when no regex is left); else an always-apply rule
+  (``alwaysApply: true``; ``RULES.md`` always), whose body the system prompt carries. A rule
+  with an ``astCondition`` is refused (the caller names it in a notice): the original checks
+  ast-grep patterns on finished ``edit`` / ``write`` calls, and what exactly is matched is not
+  known well enough here to copy. Rulebook rules (only a ``description``) are not loaded.
+  Every session gets the rules whose ``agents`` globs match its agent (``main`` for the
+  top-level session, the agent's name for a subagent's: a child of the ``task`` tool gets
+  the rules its parent loaded, ``RuleWatch.for_session``; absent ``agents``: every session).
 * Matching (``RuleWatch.observe``): per streamed message, one buffer per source — the text, the
   thinking, each tool call's argument JSON — reset at every assistant message; a
   rule matches when TTSR is on, it may fire (``ttsr.repeatMode: once``: once per session, the
@@ -62,14 +67,14 @@ from ..llm.builder import StreamEvent
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..tools.base import ToolResult
+from .rule_sources import Level, rule_sources
+from .rule_sources import Source as Place
 from .settings import TtsrSettings
 
-SUFFIXES = (".md", ".mdc")
 LOOKBACK = 2048
 """Characters before a delta searched again with it: a match longer than this that spans
 deltas is not seen until the call's arguments end (a tool call) or not at all (text)."""
 INJECTION_TYPE = "ttsr-injection"
-Level = Literal["user", "project"]
 Source = Literal["text", "thinking", "tool"]
 _GLOB_LIKE = re.compile(r"^[\w.\-/{},*?]*\*[\w.\-/{},*?]*$")
 _SCOPE = re.compile(r"^(?:tool:)?([A-Za-z0-9_.\-]*)(?:\((.*)\))?$")
@@ -97,7 +102,7 @@ class Scope:
 class Rule:
     name: str
     path: Path
-    level: Level
+    source: Place
     content: str
     fields: Mapping[str, Any]
     """The frontmatter as written (for ``ttsr_triggered``)."""
@@ -107,6 +112,10 @@ class Rule:
     interrupt_mode: str | None = None
     agents: tuple[str, ...] | None = None
     """Globs of the agents whose sessions the rule watches (None: every session)."""
+
+    @property
+    def level(self) -> Level:
+        return self.source.level
 
     def applies_to(self, agent: str) -> bool:
         """Whether the rule watches the session of ``agent`` (``main``: the top-level
@@ -137,7 +146,8 @@ class Rule:
             out["agents"] = agents
         if isinstance(f.get("interruptMode"), str):
             out["interruptMode"] = f["interruptMode"]
-        out["_source"] = {"provider": "native", "providerName": "OMP", "path": str(self.path),
+        out["_source"] = {"provider": self.source.provider,
+                          "providerName": self.source.provider_name, "path": str(self.path),
                           "level": self.level}
         return out
 
@@ -198,13 +208,40 @@ def _scope(tokens: list[str] | None) -> Scope | None:
     return Scope(text, thinking, tuple(tools))
 
 
-def parse_rule(path: Path, level: Level, text: str) -> tuple[Rule | None, Problem | None]:
-    """A TTSR rule from a rule file's text; None when it is not one (or is disabled)."""
+Kind = Literal["ttsr", "always", "refused", "other", "disabled"]
+"""What a rule file is to a session: a TTSR rule, an always-apply rule (its body goes into
+the system prompt), one refused (``astCondition``), one of no use here (a rulebook rule: only
+a ``description``), or turned off (``enabled: false``)."""
+
+
+def parse_rule(path: Path, source: Place, text: str, name: str | None = None
+               ) -> tuple[Kind, Rule | None, Problem | None]:
+    """What the rule file at ``path`` (from ``source``) is, with the rule when it is one of
+    use; the frontmatter's problem, if any."""
     parsed = parse_frontmatter(text, path)
     fields = parsed.fields
-    name = path.name.rsplit(".", 1)[0]
+    name = name or path.name.rsplit(".", 1)[0]
     if fields.get("enabled") is False:
-        return None, parsed.problem
+        return "disabled", None, parsed.problem
+    plain = Rule(name=name, path=path, source=source, content=parsed.body.strip(),
+                 fields=fields, conditions=(), scope=Scope(),
+                 globs=tuple(_strings(fields.get("globs")) or ()),
+                 agents=_agents(fields.get("agents")))
+    if source.sticky:
+        return "always", plain, parsed.problem
+    if source.conditions and _strings(fields.get("astCondition")):
+        return "refused", None, parsed.problem
+    ttsr = _ttsr(plain, fields) if source.conditions else None
+    if ttsr is not None:
+        return "ttsr", ttsr, parsed.problem
+    if fields.get("alwaysApply") is True:
+        return "always", plain, parsed.problem
+    return "other", None, parsed.problem
+
+
+def _ttsr(plain: Rule, fields: Mapping[str, Any]) -> Rule | None:
+    """``plain`` as a TTSR rule, when a condition of it compiles and its scope sees
+    something."""
     tokens = _strings(_condition_field(fields)) or []
     patterns: list[re.Pattern[str]] = []
     glob_scopes: list[ToolScope] = []
@@ -216,22 +253,19 @@ def parse_rule(path: Path, level: Level, text: str) -> tuple[Rule | None, Proble
     if glob_scopes and not patterns:
         patterns.append(re.compile(".*"))
     if not patterns:
-        return None, parsed.problem
+        return None
     scope = _scope(_strings(fields.get("scope")))
     if scope is None:
-        return None, parsed.problem
+        return None
     if glob_scopes:
         given = fields.get("scope") is not None
         scope = attrs.evolve(scope, text=scope.text and given, tools=(
             *(scope.tools if given else ()), *glob_scopes))
     if not (scope.text or scope.thinking or scope.tools):
-        return None, parsed.problem
+        return None
     mode = fields.get("interruptMode")
-    return Rule(name=name, path=path, level=level, content=parsed.body.strip(), fields=fields,
-                conditions=tuple(patterns), scope=scope,
-                globs=tuple(_strings(fields.get("globs")) or ()),
-                interrupt_mode=mode if mode in ("never", "prose-only", "tool-only", "always")
-                else None, agents=_agents(fields.get("agents"))), parsed.problem
+    return attrs.evolve(plain, conditions=tuple(patterns), scope=scope, interrupt_mode=(
+        mode if mode in ("never", "prose-only", "tool-only", "always") else None))
 
 
 def _agents(value: Any) -> tuple[str, ...] | None:
@@ -239,41 +273,64 @@ def _agents(value: Any) -> tuple[str, ...] | None:
     return None if names is None else tuple(names)
 
 
+@attrs.define(eq=False, repr=False)
+class Discovery:
+    """What ``load_rules`` found."""
+
+    ttsr: list[Rule] = attrs.field(factory=list)
+    always: list[Rule] = attrs.field(factory=list)
+    """Always-apply rules (``alwaysApply: true``, ``RULES.md``): their bodies go into the
+    system prompt."""
+    problems: list[Problem] = attrs.field(factory=list)
+    skipped: list[Path] = attrs.field(factory=list)
+    """A project's rule places left out: the project is not trusted."""
+    refused: list[Path] = attrs.field(factory=list)
+    """Rule files with an ``astCondition``, which this runtime cannot check."""
+
+
 def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
-               settings: TtsrSettings) -> tuple[list[Rule], list[Problem], Path | None]:
-    """The session's TTSR rules, what was wrong with rule files, and the project's rules
-    folder when it holds rules that were not loaded because the project is not trusted."""
-    rules: dict[str, Rule] = {}
-    problems: list[Problem] = []
-    skipped: Path | None = None
-    sources: list[tuple[Path, Level]] = [(agent_directory / "rules", "user")]
-    project = cwd.absolute() / ".omp" / "rules"
-    if trusted:
-        sources.insert(0, (project, "project"))
-    elif _rule_files(project):
-        skipped = project
+               settings: TtsrSettings) -> Discovery:
+    """The rules of every place ``rule_sources`` names (a project's only when ``trusted``),
+    the first of a name winning; names in ``ttsr.disabledRules`` are dropped. Blocking (small
+    files, through the regular-file gate)."""
+    found = Discovery()
+    claimed: set[str] = set()
     disabled = set(settings.disabledRules)
-    for directory, level in sources:
-        for path in _rule_files(directory):
-            name = path.name.rsplit(".", 1)[0]
-            if name in rules or name in disabled:
+    for source in rule_sources(agent_directory, cwd):
+        if source.level == "project" and not trusted:
+            found.skipped.append(source.path)
+            continue
+        files = ([source.path] if source.name is not None
+                 else _rule_files(source.path, source.suffixes))
+        for path in files:
+            name = source.name or path.name.rsplit(".", 1)[0]
+            if name in claimed:
                 continue
             try:
                 text = read_text(path)
             except ConfigError as error:
-                problems.append(Problem.from_config_error(path, error))
+                found.problems.append(Problem.from_config_error(path, error))
                 continue
-            rule, problem = parse_rule(path, level, text)
+            kind, rule, problem = parse_rule(path, source, text, name)
             if problem is not None:
-                problems.append(problem)
-            if rule is not None:
-                rules[name] = rule
-    return list(rules.values()), problems, skipped
+                found.problems.append(problem)
+            if kind == "disabled":
+                continue  # not discovered: a rule of that name further down may load
+            claimed.add(name)
+            if name in disabled:
+                continue
+            if kind == "refused":
+                found.refused.append(path)
+            elif kind == "ttsr" and rule is not None:
+                found.ttsr.append(rule)
+            elif kind == "always" and rule is not None:
+                found.always.append(rule)
+    return found
 
 
-def _rule_files(directory: Path) -> list[Path]:
+def _rule_files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return sorted(Path(e.path) for e in entries(directory)
-                  if e.name.endswith(SUFFIXES) and not _is_dir(e))
+                  if e.name.endswith(suffixes) and not _is_dir(e))
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -358,6 +415,8 @@ class RuleWatch:
     home: Path = attrs.field(factory=Path.home)
     agent: str = "main"
     """Whose session this is: ``main``, or a subagent's agent name (the rules' ``agents``)."""
+    always: list[Rule] = attrs.field(factory=list)
+    """The always-apply rules discovered (for every agent)."""
     rules: list[Rule] = attrs.field(init=False)
     """The rules that watch this session."""
     _injected: dict[str, int] | None = None
@@ -379,7 +438,12 @@ class RuleWatch:
         """The same rules watching another session (a subagent's, ``agent`` its agent's
         name), with its own buffers and its own record of what fired."""
         return RuleWatch(self.loaded, self.settings, publish, history, self.cwd, self.home,
-                         agent)
+                         agent, self.always)
+
+    def always_for(self, agent: str) -> tuple[str, ...]:
+        """The bodies of the always-apply rules for ``agent``'s session (its system prompt
+        carries them), in discovery order."""
+        return tuple(r.content for r in self.always if r.applies_to(agent) and r.content)
 
     @property
     def active(self) -> bool:

@@ -110,7 +110,9 @@ async def build_child(host: Host, child: Child, context: str | None,
         # The parent's context files (same cwd, same agent directory), as already read: no
         # file is read again on the event loop for a child.
         prompt_options=PromptOptions(parent.cwd, host.agent_directory,
-                                     context=parent.prompt_options.context),
+                                     context=parent.prompt_options.context,
+                                     rules=(parent.rules.always_for(agent.name)
+                                            if parent.rules is not None else ())),
         prompt_extra=_subagent_block(agent, context), settings=parent.settings,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
