@@ -1,7 +1,7 @@
 """Where rule files are looked for (omp-surface D.1), as paths only: no file is read here.
 
-Cheap on purpose (a named tuple, no attrs class: this module loads before ``ready``): the
-server asks ``rule_sources`` at startup whether any rule may exist, and loads
+Cheap on purpose (a msgspec Struct, as ``omp.lazy`` says for plain records: this module loads
+before ``ready``): the server asks ``rule_sources`` at startup whether any rule may exist, and loads
 ``omp.session.rules`` only when one does.
 
 In the original's priority order (the first rule of a name wins): the native sources —
@@ -18,12 +18,14 @@ which this runtime does not have.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
+
+import msgspec
 
 Level = Literal["user", "project"]
 
 
-class Source(NamedTuple):
+class Source(msgspec.Struct, frozen=True):
     """One place rules come from: a folder of rule files, or one file (``name`` set)."""
 
     path: Path
