@@ -145,7 +145,15 @@ async def test_a_rule_that_does_not_interrupt(cwd: Path, isolated_agent_dir: Pat
     assert first["content"][0]["text"] == "Hello there FORBIDDEN word and more never seen"
     assert len(fake.requests) == 2
     assert requests_text(fake, 1)[-1][1].endswith("Be polite.\n</system-interrupt>")
+    # Queued as a follow-up, as in the original: the same attempt goes on (one agent_start),
+    # and the hidden message is taken in like any follow-up, with its message frames.
+    assert len(of_type(frames, "agent_start")) == 1
     assert len(of_type(frames, "agent_end")) == 1
+    custom = [f for f in of_type(frames, "message_end") if f["message"]["role"] == "custom"]
+    ((injected,),) = [[f["message"] for f in custom]]
+    assert (injected["customType"], injected["display"], injected["details"]) == (
+        "ttsr-injection", False, {"rules": ["quiet"]})
+    assert frames.index(custom[0]) > frames.index(of_type(frames, "message_end")[1])
 
 
 async def test_abort_during_the_retried_turn(cwd: Path, isolated_agent_dir: Path) -> None:
@@ -331,3 +339,29 @@ async def test_other_tools_rules_and_an_ast_condition(cwd: Path,
     assert requests_text(fake, 1)[-1] == ("user", INJECTION.replace(
         ".omp/rules/no-forbidden.md", ".cursor/rules/no-forbidden.mdc"))
     assert b"No logging." not in fake.requests[1].body
+
+
+async def test_a_quiet_match_in_an_aborted_message_is_dropped(cwd: Path,
+                                                              isolated_agent_dir: Path) -> None:
+    # omp-surface D.4: a non-interrupting match is delivered only when its message ends
+    # normally; aborted, it is dropped (nothing queued, nothing in the history).
+    write_rule(isolated_agent_dir / "rules", "quiet", "---\ncondition: FORB\n"
+               "interruptMode: never\nscope: text\n---\nBe polite.\n")
+    script = [text_reply("Hello ", 0.2, "there FORB", 0.2, "IDDEN", 30.0, " never seen"),
+              text_reply("Next answer")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                await host.send({"id": "p", "type": "prompt", "message": "say hi"})
+                await host.until_type("ttsr_triggered")
+                await host.send({"id": "a", "type": "abort"})
+                aborted = await host.until_type("prompt_result", id="p")
+                after = await prompt(host, "p2", "again")
+    assert aborted[-1]["status"] == "aborted"
+    assert after[-1]["status"] == "completed"
+    assert len(fake.requests) == 2
+    assert all(role != "user" or "Be polite" not in text
+               for role, text in requests_text(fake, 1))
+    assert not [f for f in host.frames if f["type"] == "message_end"
+                and f["message"]["role"] == "custom"]

@@ -470,15 +470,12 @@ class AgentSession:
         from .rules import Interrupt  # loaded already: ``watch`` is one of its objects
 
         interrupt = result.cut
-        if interrupt is not None:
-            assert isinstance(interrupt, Interrupt)
-            cut = result.last
-            if watch.settings.contextMode == "discard" and cut is not None:
-                self.drop_failed_turn(cut)  # the cut message leaves the context
-        else:
-            interrupt = watch.take_pending()
-            if interrupt is None or result.outcome != "completed":
-                return False
+        if interrupt is None:
+            return False
+        assert isinstance(interrupt, Interrupt)
+        cut = result.last
+        if watch.settings.contextMode == "discard" and cut is not None:
+            self.drop_failed_turn(cut)  # the cut message leaves the context
         self._record(watch.injection(interrupt))  # hidden: no message frames
         return True
 

@@ -43,7 +43,10 @@ Rules, in one place:
   as any abort does.
 * A match that does not interrupt: in a tool call's arguments, its reminder (the original's
   ``<system-reminder …>`` text) becomes the first text block of that call's result, if the
-  call runs; in the text, it is injected as above once the attempt completed.
+  call runs; in the text or thinking, the same ``ttsr-injection`` message is queued as a
+  follow-up once the assistant message ended normally (``message_done``), as in the
+  original: the loop takes it in (with its message frames) when the agent would otherwise
+  stop, in the same attempt.
 """
 
 from __future__ import annotations
@@ -426,7 +429,7 @@ class RuleWatch:
     """Per source, the end of what it streamed (``LOOKBACK``)."""
     _shortened: set[str] = attrs.field(factory=set)
     _pending: list[Rule] = attrs.field(factory=list)
-    """Matched the text without interrupting: injected once the attempt completed."""
+    """Matched the text without interrupting: a follow-up once the message ended normally."""
     _by_call: dict[str, list[Rule]] = attrs.field(factory=dict)
     """Matched a tool call's arguments without interrupting: added to that call's result."""
 
@@ -451,11 +454,12 @@ class RuleWatch:
 
     def begin(self) -> None:
         """A model call starts: the buffers start empty (and reminders for calls that never
-        ran are forgotten)."""
+        ran, or text matches of a message that never ended normally, are forgotten)."""
         self._calls += 1
         self._buffers.clear()
         self._shortened.clear()
         self._by_call.clear()
+        self._pending.clear()
 
     def _fired(self) -> dict[str, int]:
         if self._injected is None:
@@ -572,10 +576,15 @@ class RuleWatch:
             return source == "tool"
         return False
 
-    def take_pending(self) -> Interrupt | None:
-        """The rules matched without interrupting since the last call (None: none)."""
+    def message_done(self, message: m.AssistantMessage) -> m.CustomMessage | None:
+        """The assistant message of a model call ended: the hidden message carrying the rules
+        its text or thinking matched without interrupting, which the loop queues as a
+        follow-up (omp-surface D.4). None when none matched, or when the message ended
+        ``aborted`` / ``error``: then they are dropped, as in the original."""
         pending, self._pending = self._pending, []
-        return Interrupt(pending, False) if pending else None
+        if not pending or message.stopReason in ("aborted", "error"):
+            return None
+        return self.injection(Interrupt(pending, False))
 
     def injection(self, interrupt: Interrupt) -> m.CustomMessage:
         """The hidden message that carries ``interrupt``'s rules to the model."""
