@@ -4,6 +4,7 @@ requests."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import trio
 from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
 from extension_helpers import FAKE_ARGS, Frame, RawHost, of_type, open_process_host
 
+from omp.session.rules import reach
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
 LIMIT = 90
@@ -365,3 +367,32 @@ async def test_a_quiet_match_in_an_aborted_message_is_dropped(cwd: Path,
                for role, text in requests_text(fake, 1))
     assert not [f for f in host.frames if f["type"] == "message_end"
                 and f["message"]["role"] == "custom"]
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("FORBIDDEN", 9), ("(?i)console\\.log", 11), ("a{1,5}b", 6), ("(?<=x)foo(?=abc)", 7),
+    ("x(?!y{1,3})", 4), ("foo.*bar", None), ("(a|bcd)+", None), ("x(?=a+)", None)])
+def test_how_far_back_a_condition_is_searched(pattern: str, expected: int | None) -> None:
+    assert reach(re.compile(pattern)) == expected
+
+
+async def test_a_match_may_span_many_deltas(cwd: Path, isolated_agent_dir: Path) -> None:
+    # As in the original, the whole text so far is searched: a match thousands of characters
+    # long, spread over deltas, is seen at the delta that completes it — for a condition with
+    # no bound (searched whole) and for a long bounded one (searched from where it can start).
+    write_rule(isolated_agent_dir / "rules", "unbounded", "---\ncondition: 'BEGIN x+ END'\n"
+               "interruptMode: never\nscope: text\n---\nNo long x runs.\n")
+    write_rule(isolated_agent_dir / "rules", "bounded", "---\ncondition: 'START[a-z ]{2500}STOP'"
+               "\ninterruptMode: never\nscope: text\n---\nNo long a runs.\n")
+    stream = text_reply("BEGIN ", "x" * 1500, "x" * 1500, " END. START", "a" * 1250, "a" * 1250,
+                        "STOP", " done")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([stream, text_reply("Understood.")]) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                frames = await prompt(host)
+    triggered = of_type(frames, "ttsr_triggered")
+    assert [[r["name"] for r in t["rules"]] for t in triggered] == [["unbounded"], ["bounded"]]
+    assert [frames[frames.index(t) - 1]["assistantMessageEvent"]["delta"]
+            for t in triggered] == [" END. START", "STOP"]
+    assert len(fake.requests) == 2

@@ -28,9 +28,10 @@ Rules, in one place:
   remembers; ``after-gap``: again after ``ttsr.repeatGap`` model calls), its scope admits the
   source (default: text and any tool, not thinking), its ``globs`` (and a scope's path glob)
   match a path of the call's arguments (then it is checked on the call's final arguments, at
-  ``toolcall_end``), and a condition regex is found in the buffer (the new delta and the
-  ``LOOKBACK`` characters before it: linear time over a long answer; the original searches
-  the whole text every time).
+  ``toolcall_end``), and a condition regex is found in the buffer — as in the original, in
+  the source's whole text so far, so a match may span deltas; searched from where a match
+  the new delta made possible can start (``reach``): linear time over a long answer for a
+  condition of bounded length, the original's quadratic search for one without a bound.
 * A match writes ``ttsr_triggered {rules}`` at once (the rule objects as the original writes
   them). When the rule's ``interruptMode`` (else ``ttsr.interruptMode``) says so for that
   source, the loop cuts the stream (its own cancel scope around the model call; the HTTP
@@ -52,6 +53,7 @@ Rules, in one place:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -74,9 +76,8 @@ from .rule_sources import Level, rule_sources
 from .rule_sources import Source as Place
 from .settings import TtsrSettings
 
-LOOKBACK = 2048
-"""Characters before a delta searched again with it: a match longer than this that spans
-deltas is not seen until the call's arguments end (a tool call) or not at all (text)."""
+UNBOUNDED = 1 << 20
+"""A reach this long (or none at all: ``.*``, ``+``) means "search the whole text"."""
 INJECTION_TYPE = "ttsr-injection"
 Source = Literal["text", "thinking", "tool"]
 _GLOB_LIKE = re.compile(r"^[\w.\-/{},*?]*\*[\w.\-/{},*?]*$")
@@ -343,6 +344,54 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
+@functools.cache
+def reach(pattern: re.Pattern[str]) -> int | None:
+    """How far before the end of a text a match of ``pattern`` that the text's last delta
+    made possible can start: the pattern's longest match plus its look-arounds' (None: no
+    bound, as for ``.*`` or ``+``, or a pattern the parser cannot size).
+
+    A new match ends in the new delta, or just before it when a look-ahead or an end anchor
+    needed the delta; so searching from ``len(old text) - reach`` finds every match the whole
+    text would, in time linear in the delta. The sizes come from the ``re`` package's own
+    parser (``re._parser``, private: anything unexpected from it means "no bound", which is
+    only slower)."""
+    parser: Any = getattr(re, "_parser", None)
+    try:
+        tree = parser.parse(pattern.pattern, pattern.flags)
+        longest = int(tree.getwidth()[1]) + _assertions(tree)
+    except Exception:  # the private parser changed: search the whole text, as the original
+        return None
+    return None if longest >= UNBOUNDED else longest
+
+
+def _assertions(node: Any) -> int:
+    """The longest look-arounds of a parsed pattern (``getwidth`` counts them as 0), added
+    up over the whole tree: a bound, not an exact figure."""
+    total = 0
+    for op, value in node.data:
+        if str(op) in ("ASSERT", "ASSERT_NOT"):
+            inner = value[1]
+            total += int(inner.getwidth()[1]) + _assertions(inner)
+        else:
+            total += sum(_assertions(part) for part in _subpatterns(value))
+    return total
+
+
+def _subpatterns(value: Any) -> Iterable[Any]:
+    if hasattr(value, "getwidth"):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _subpatterns(item)
+
+
+def _start(pattern: re.Pattern[str], old: int, floor: int) -> int:
+    """Where to search for ``pattern`` in a text whose first ``old`` characters were searched
+    before (``floor``: not before this)."""
+    bound = reach(pattern)
+    return floor if bound is None else max(floor, old - bound)
+
+
 def _candidate_paths(arguments: Mapping[str, Any], cwd: Path) -> list[str]:
     """Paths in a call's arguments (keys ``path`` / ``*path``, ``paths`` / ``*paths``), each as
     given, without ``./``, absolute, and relative to the cwd."""
@@ -426,8 +475,11 @@ class RuleWatch:
     """Rule name → the model call it fired at."""
     _calls: int = 0
     _buffers: dict[str, str] = attrs.field(factory=dict)
-    """Per source, the end of what it streamed (``LOOKBACK``)."""
+    """Per source, what it streamed in this message: all of it, or (``_keep``) its end."""
     _shortened: set[str] = attrs.field(factory=set)
+    _keep: int | None = attrs.field(default=None, init=False)
+    """How much of a source's text a later search can need (the longest ``reach`` of the
+    rules' conditions, plus one); None: all of it (a condition without a bound)."""
     _pending: list[Rule] = attrs.field(factory=list)
     """Matched the text without interrupting: a follow-up once the message ended normally."""
     _by_call: dict[str, list[Rule]] = attrs.field(factory=dict)
@@ -435,6 +487,10 @@ class RuleWatch:
 
     def __attrs_post_init__(self) -> None:
         self.rules = [r for r in self.loaded if r.applies_to(self.agent)]
+        # Rules gated by a path are searched on the call's final arguments only.
+        reaches = [reach(p) for r in self.rules if not r.needs_path for p in r.conditions]
+        self._keep = (None if any(x is None for x in reaches)
+                      else max((x for x in reaches if x is not None), default=0) + 1)
 
     def for_session(self, agent: str, publish: Callable[[ev.SessionEvent], None],
                     history: Callable[[], Sequence[m.AgentMessage]]) -> RuleWatch:
@@ -493,29 +549,34 @@ class RuleWatch:
         else:
             return None
         paths: list[str] | None = None
-        start = 0
+        old = 0  # how much of ``buffer`` earlier events already searched
+        floor = 0
         if kind == "toolcall_end" and event.tool_call is not None:
             arguments = event.tool_call.arguments
             # The final arguments, whole: matched as the model meant them.
             buffer = json.dumps(arguments, ensure_ascii=False)
             paths = _candidate_paths(arguments, self.cwd)
         else:
-            # Only the last ``LOOKBACK`` characters before the delta are kept and searched
-            # again with it: a new match ends in the new delta, and copying or searching the
-            # whole text at every delta would cost quadratic time over a long answer. A
-            # shortened buffer keeps one more character and is searched from 1, so that
-            # ``^`` (without MULTILINE) does not match where the shortening began.
+            # As the original: the accumulated text of the source is searched, so a match may
+            # span deltas. Each condition is searched only from where a match the new delta
+            # made possible can start (``reach``), and only as much text is kept as that
+            # needs: linear time for bounded conditions; one without a bound (``a.*b``)
+            # searches the whole text at every delta, as the original does. A shortened text
+            # is searched from 1, so that ``^`` (without MULTILINE) does not match where the
+            # shortening began.
             tail = self._buffers.get(key, "")
             buffer = tail + event.delta
-            start = 1 if key in self._shortened else 0
-            if len(buffer) > LOOKBACK + 1:
-                self._buffers[key] = buffer[-(LOOKBACK + 1):]
+            old = len(tail)
+            floor = 1 if key in self._shortened else 0
+            keep = self._keep
+            if keep is not None and len(buffer) > keep:
+                self._buffers[key] = buffer[-keep:]
                 self._shortened.add(key)
             else:
                 self._buffers[key] = buffer
         matched = [r for r in self.rules if self._may_fire(r)
                    and self._admits(r, source, tool, paths)
-                   and any(p.search(buffer, start) for p in r.conditions)]
+                   and any(p.search(buffer, _start(p, old, floor)) for p in r.conditions)]
         if not matched:
             return None
         fired = self._fired()
