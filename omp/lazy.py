@@ -36,7 +36,7 @@ LAZY_MODULES: dict[str, str] = {
                  "(omp.tools.LazyTool)",
     "omp.session.export_html": "~3 ms: only export_html needs it",
     "omp.session.rules": "a few ms (TTSR rules, an attrs class per rule part): only when a "
-                         "rules folder exists",
+                         "rule place exists (omp.session.rule_sources)",
     "omp.extensions.loader": "~15 ms with the extension API, runtime and events (23 attrs "
                              "classes): only when discovery found an extension",
     "importlib.metadata": "~16 ms with its scan: only when a distribution on sys.path may "
