@@ -494,7 +494,7 @@ def _jobs(call: Call) -> Outcome:
 
 
 def _changelog(call: Call) -> Outcome:
-    # Shipped beside the package's modules (not importlib.resources: see omp.llm.models.read_catalog).
+    # Beside the package's modules (not importlib.resources: omp.llm.models.read_catalog).
     text = (Path(__file__).parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
     if call.args.strip() != "full":
         sections = text.split("\n## ")
