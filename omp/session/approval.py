@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 import attrs
+import msgspec
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
 from ..tools.base import Tier, Tool
@@ -66,8 +67,7 @@ _MAXIMUM: dict[str, int] = {"always-ask": 0, "write": 1, "yolo": 2}
 Decision = Literal["allow", "deny", "prompt"]
 
 
-@attrs.define(frozen=True, kw_only=True)
-class ApprovalRequest:
+class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
     """What an embedding program's ``ApprovePolicy`` is asked about one call."""
 
     tool_call_id: str
@@ -104,8 +104,7 @@ def _no_session() -> str:
     return ""
 
 
-@attrs.define(frozen=True)
-class ToolDecision:
+class ToolDecision(msgspec.Struct, frozen=True):
     """What a tool says about one call (C.2): its tier, and a policy of its own."""
 
     tier: Tier
