@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "skills (DIR/skills) load; TypeScript plugin code is skipped")
     tools.add_argument("--no-skills", action="store_true", help="load no skills")
     tools.add_argument("--no-rules", action="store_true",
-                       help="load no TTSR rules (<agent dir>/rules, the project's .omp/rules)")
+                       help="load no rules (TTSR and always-apply: <agent dir>/rules and RULES.md, "
+                       "the project's .omp/rules, RULES.md and other tools' rule folders)")
     tools.add_argument("--skills", metavar="GLOBS",
                        help="comma-separated glob patterns: only matching skills load")
     tools.add_argument("--trust-project", action="store_true",

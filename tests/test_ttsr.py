@@ -4,6 +4,7 @@ requests."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import trio
 from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
 from extension_helpers import FAKE_ARGS, Frame, RawHost, of_type, open_process_host
 
+from omp.session.rules import reach
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
 LIMIT = 90
@@ -145,7 +147,15 @@ async def test_a_rule_that_does_not_interrupt(cwd: Path, isolated_agent_dir: Pat
     assert first["content"][0]["text"] == "Hello there FORBIDDEN word and more never seen"
     assert len(fake.requests) == 2
     assert requests_text(fake, 1)[-1][1].endswith("Be polite.\n</system-interrupt>")
+    # Queued as a follow-up, as in the original: the same attempt goes on (one agent_start),
+    # and the hidden message is taken in like any follow-up, with its message frames.
+    assert len(of_type(frames, "agent_start")) == 1
     assert len(of_type(frames, "agent_end")) == 1
+    custom = [f for f in of_type(frames, "message_end") if f["message"]["role"] == "custom"]
+    ((injected,),) = [[f["message"] for f in custom]]
+    assert (injected["customType"], injected["display"], injected["details"]) == (
+        "ttsr-injection", False, {"rules": ["quiet"]})
+    assert frames.index(custom[0]) > frames.index(of_type(frames, "message_end")[1])
 
 
 async def test_abort_during_the_retried_turn(cwd: Path, isolated_agent_dir: Path) -> None:
@@ -212,3 +222,177 @@ async def test_a_tool_argument_rule_that_does_not_interrupt(cwd: Path,
     assert len(fake.requests) == 2
     (result,) = [m for m in fake.requests[1].json()["messages"] if m["role"] == "tool"]
     assert str(result["content"]).startswith(reminder)
+
+
+async def test_rules_in_a_subagents_session(cwd: Path, isolated_agent_dir: Path) -> None:
+    # A rule for the `task` agent only (`agents`): it cuts the child's stream and the child's
+    # turn runs again with the rule; the main session, which says the word too, is not watched
+    # by it. A rule for `main` only does not watch the child.
+    write_rule(cwd / ".omp" / "rules", text=RULE.replace("---\nDo", "agents: [task]\n---\nDo"))
+    write_rule(cwd / ".omp" / "rules", "main-only",
+               "---\ncondition: Hello\nagents: main\n---\nNo greetings.\n")
+    write_rule(cwd / ".omp" / "rules", "kids",
+               "---\nalwaysApply: true\nagents: [task]\n---\nONLY-FOR-TASK.\n")
+    (isolated_agent_dir / "config.yml").write_text("async:\n  enabled: false\n")
+    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
+    script = [
+        {"match": child, **STREAMED},
+        {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
+        {"match": {"bodyContains": "task-result"}, **text_reply("All FORBIDDEN done")},
+        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
+            {"name": "Kid", "task": "Alpha: say hello"}]})),
+    ]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    assert frames[-1]["status"] == "completed"
+    assert not of_type(frames, "ttsr_triggered")  # the main session's own frames
+    assert len(fake.requests) == 4
+    child_requests = [i for i, r in enumerate(fake.requests)
+                      if b"Complete assignment thoroughly:\\n\\nAlpha" in r.body]
+    assert len(child_requests) == 2
+    retried = requests_text(fake, child_requests[1])
+    assert retried[-1] == ("user", INJECTION)
+    assert b"No greetings." not in fake.requests[child_requests[1]].body
+    # The always-apply rule for `task`: in the child's system prompt, not in the parent's.
+    assert "ONLY-FOR-TASK." in system_prompt(fake, child_requests[0])
+    assert "ONLY-FOR-TASK" not in system_prompt(fake, 0)
+    final = of_type(frames, "message_end")[-1]["message"]
+    assert final["content"][0]["text"] == "All FORBIDDEN done"
+
+
+def system_prompt(fake: FakeLLM, index: int) -> str:
+    (role, text), *_ = requests_text(fake, index)
+    assert role == "system"
+    return text
+
+
+async def test_always_apply_rules_join_the_system_prompt(cwd: Path, isolated_agent_dir: Path,
+                                                         tmp_path: Path) -> None:
+    # RULES.md (user and project, whatever their frontmatter), `alwaysApply: true` rules from
+    # the native folder and the other tools' folders; `agents` and `ttsr.disabledRules` choose.
+    (isolated_agent_dir / "RULES.md").write_text("USER-RULES-MD body.\n")
+    (cwd / ".omp").mkdir()
+    (cwd / ".omp" / "RULES.md").write_text("---\nalwaysApply: false\n---\nPROJECT-RULES-MD.\n")
+    write_rule(cwd / ".omp" / "rules", "always", "---\nalwaysApply: true\n---\nALWAYS-NATIVE.\n")
+    write_rule(cwd / ".omp" / "rules", "kids", "---\nalwaysApply: true\nagents: [task]\n---\n"
+               "ONLY-FOR-TASK.\n")
+    write_rule(cwd / ".omp" / "rules", "book", "---\ndescription: a rulebook rule\n---\n"
+               "RULEBOOK-ONLY.\n")
+    write_rule(cwd / ".omp" / "rules", "turned-off", "---\nalwaysApply: true\n---\nTURNED-OFF.\n")
+    cursor = cwd / ".cursor" / "rules"
+    cursor.mkdir(parents=True)
+    (cursor / "style.mdc").write_text("---\ndescription: x\nalwaysApply: true\n---\nCURSOR-MDC.\n")
+    write_rule(cwd / ".windsurf" / "rules", "wind", "---\nalwaysApply: true\n---\nWINDSURF.\n")
+    (cwd / ".clinerules").write_text("---\nalwaysApply: true\n---\nCLINE-FILE.\n")
+    overlay = tmp_path / "off.yml"
+    overlay.write_text("ttsr:\n  disabledRules: [turned-off]\n")
+    script = [text_reply("one"), text_reply("two")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project",
+                                                    "--config", str(overlay)]) as host:
+                await prompt(host)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                await prompt(host, "p2")
+    trusted, untrusted = system_prompt(fake, 0), system_prompt(fake, 1)
+    assert ("ALWAYS-NATIVE.\nPROJECT-RULES-MD.\nUSER-RULES-MD body.\nCURSOR-MDC.\nWINDSURF.\n"
+            "CLINE-FILE.\n\nCurrent date: ") in trusted
+    for absent in ("ONLY-FOR-TASK", "RULEBOOK-ONLY", "TURNED-OFF", "alwaysApply"):
+        assert absent not in trusted
+    # Untrusted: only the user's RULES.md; the notice names every project place left out.
+    assert "USER-RULES-MD body." in untrusted
+    for absent in ("PROJECT-RULES-MD", "ALWAYS-NATIVE", "CURSOR-MDC", "WINDSURF", "CLINE"):
+        assert absent not in untrusted
+    (notice,) = [f for f in host.startup if f["type"] == "notice"]
+    for place in (cwd / ".omp" / "rules", cwd / ".omp" / "RULES.md", cwd / ".cursor" / "rules",
+                  cwd / ".windsurf" / "rules", cwd / ".clinerules"):
+        assert str(place) in notice["message"]
+
+
+async def test_other_tools_rules_and_an_ast_condition(cwd: Path,
+                                                      isolated_agent_dir: Path) -> None:
+    # A Cursor rule with a condition is a TTSR rule like a native one (its source named); a
+    # rule with an astCondition is refused with a notice naming its file (even with a regex
+    # condition beside it: half a rule would watch what its author did not mean).
+    cursor = cwd / ".cursor" / "rules"
+    cursor.mkdir(parents=True)
+    (cursor / "no-forbidden.mdc").write_text(RULE)
+    ast_rule = write_rule(cwd / ".omp" / "rules", "ast", "---\ncondition: Hello\n"
+                          "astCondition: console.log($$$)\n---\nNo logging.\n")
+    script = [STREAMED, text_reply("Clean answer")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    (notice,) = [f for f in host.startup if f["type"] == "notice"]
+    assert notice["message"] == (
+        f"Rule {ast_rule} was not loaded: it has an astCondition (ast-grep patterns), which "
+        "this runtime cannot check; use a regex condition instead")
+    (triggered,) = of_type(frames, "ttsr_triggered")
+    (rule,) = triggered["rules"]
+    assert rule["name"] == "no-forbidden"
+    assert rule["_source"] == {"provider": "cursor", "providerName": "Cursor",
+                               "path": str(cursor / "no-forbidden.mdc"), "level": "project"}
+    assert requests_text(fake, 1)[-1] == ("user", INJECTION.replace(
+        ".omp/rules/no-forbidden.md", ".cursor/rules/no-forbidden.mdc"))
+    assert b"No logging." not in fake.requests[1].body
+
+
+async def test_a_quiet_match_in_an_aborted_message_is_dropped(cwd: Path,
+                                                              isolated_agent_dir: Path) -> None:
+    # omp-surface D.4: a non-interrupting match is delivered only when its message ends
+    # normally; aborted, it is dropped (nothing queued, nothing in the history).
+    write_rule(isolated_agent_dir / "rules", "quiet", "---\ncondition: FORB\n"
+               "interruptMode: never\nscope: text\n---\nBe polite.\n")
+    script = [text_reply("Hello ", 0.2, "there FORB", 0.2, "IDDEN", 30.0, " never seen"),
+              text_reply("Next answer")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                await host.send({"id": "p", "type": "prompt", "message": "say hi"})
+                await host.until_type("ttsr_triggered")
+                await host.send({"id": "a", "type": "abort"})
+                aborted = await host.until_type("prompt_result", id="p")
+                after = await prompt(host, "p2", "again")
+    assert aborted[-1]["status"] == "aborted"
+    assert after[-1]["status"] == "completed"
+    assert len(fake.requests) == 2
+    assert all(role != "user" or "Be polite" not in text
+               for role, text in requests_text(fake, 1))
+    assert not [f for f in host.frames if f["type"] == "message_end"
+                and f["message"]["role"] == "custom"]
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("FORBIDDEN", 9), ("(?i)console\\.log", 11), ("a{1,5}b", 6), ("(?<=x)foo(?=abc)", 7),
+    ("x(?!y{1,3})", 4), ("foo.*bar", None), ("(a|bcd)+", None), ("x(?=a+)", None)])
+def test_how_far_back_a_condition_is_searched(pattern: str, expected: int | None) -> None:
+    assert reach(re.compile(pattern)) == expected
+
+
+async def test_a_match_may_span_many_deltas(cwd: Path, isolated_agent_dir: Path) -> None:
+    # As in the original, the whole text so far is searched: a match thousands of characters
+    # long, spread over deltas, is seen at the delta that completes it — for a condition with
+    # no bound (searched whole) and for a long bounded one (searched from where it can start).
+    write_rule(isolated_agent_dir / "rules", "unbounded", "---\ncondition: 'BEGIN x+ END'\n"
+               "interruptMode: never\nscope: text\n---\nNo long x runs.\n")
+    write_rule(isolated_agent_dir / "rules", "bounded", "---\ncondition: 'START[a-z ]{2500}STOP'"
+               "\ninterruptMode: never\nscope: text\n---\nNo long a runs.\n")
+    stream = text_reply("BEGIN ", "x" * 1500, "x" * 1500, " END. START", "a" * 1250, "a" * 1250,
+                        "STOP", " done")
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([stream, text_reply("Understood.")]) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                frames = await prompt(host)
+    triggered = of_type(frames, "ttsr_triggered")
+    assert [[r["name"] for r in t["rules"]] for t in triggered] == [["unbounded"], ["bounded"]]
+    assert [frames[frames.index(t) - 1]["assistantMessageEvent"]["delta"]
+            for t in triggered] == [" END. START", "STOP"]
+    assert len(fake.requests) == 2

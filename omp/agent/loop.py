@@ -176,6 +176,10 @@ class StreamWatch(Protocol):
         """The result of a call that ran, with what the watch has to add to it."""
         ...
 
+    def message_done(self, message: m.AssistantMessage) -> m.CustomMessage | None:
+        """The model call's message ended: a message to queue as a follow-up, if any."""
+        ...
+
 
 class NoHooks:
     """No extension: every hook is skipped (``active`` is False)."""
@@ -530,6 +534,9 @@ class Agent:
             if prompt is not None:
                 self._system_prompt = prompt
         assistant = await self._model_call(setup, turn)
+        if self.watch is not None and (
+                follow_up := self.watch.message_done(assistant)) is not None:
+            self.queue_follow_up(follow_up)  # rules its text matched without cutting it
         calls = _tool_calls(assistant)
         results: list[m.ToolResultMessage]
         more = False

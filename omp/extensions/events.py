@@ -115,14 +115,49 @@ class ToolResultEvent:
     is_error: bool
 
 
+@attrs.frozen(kw_only=True)
+class ToolApprovalRequestedEvent:
+    """A tool call needs approval: written before the host (or the embedding program's policy
+    function) is asked, only for calls that ask (omp-surface C.4). Observation only: the
+    return value is ignored, as in the original (a handler that wants to refuse a call does so
+    in ``tool_call``)."""
+
+    type: ClassVar[str] = "tool_approval_requested"
+    session_id: str
+    """The session whose call it is (a subagent's own id for a subagent's call)."""
+    tool_call_id: str
+    tool_name: str
+    approval_mode: str
+    """``always-ask``, ``write`` or ``yolo`` (``--auto-approve``: ``yolo``)."""
+    reason: str | None = None
+    """Why it asks beyond the tier (``Critical pattern detected``, a bash ``prompt`` pattern)."""
+
+
+@attrs.frozen(kw_only=True)
+class ToolApprovalResolvedEvent:
+    """The answer to a ``tool_approval_requested``: ``approved``, and when not, ``reason``
+    (``denied by user``, ``no interactive UI available``, or the error that ended the wait,
+    such as the host closing its input). Not written when an ``abort`` ended the wait. The
+    return value is ignored."""
+
+    type: ClassVar[str] = "tool_approval_resolved"
+    session_id: str
+    tool_call_id: str
+    tool_name: str
+    approval_mode: str
+    approved: bool
+    reason: str | None = None
+
+
 Event = (SessionStartEvent | SessionShutdownEvent | AgentStartEvent | AgentEndEvent
          | BeforeAgentStartEvent | ContextEvent | TurnStartEvent | TurnEndEvent
-         | MessageEndEvent | ToolCallEvent | ToolResultEvent)
+         | MessageEndEvent | ToolCallEvent | ToolResultEvent | ToolApprovalRequestedEvent
+         | ToolApprovalResolvedEvent)
 
 EVENT_TYPES: frozenset[str] = frozenset(cls.type for cls in (
     SessionStartEvent, SessionShutdownEvent, AgentStartEvent, AgentEndEvent,
     BeforeAgentStartEvent, ContextEvent, TurnStartEvent, TurnEndEvent, MessageEndEvent,
-    ToolCallEvent, ToolResultEvent))
+    ToolCallEvent, ToolResultEvent, ToolApprovalRequestedEvent, ToolApprovalResolvedEvent))
 """The names ``on()`` accepts."""
 
 

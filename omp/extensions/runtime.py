@@ -64,6 +64,8 @@ from .events import (
     MessageEndEvent,
     SessionShutdownEvent,
     SessionStartEvent,
+    ToolApprovalRequestedEvent,
+    ToolApprovalResolvedEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEndEvent,
@@ -368,6 +370,24 @@ class Extensions:
             if isinstance(new_input, dict):
                 replacement = new_input
         return CallDecision(arguments=replacement)
+
+    # -- tool approval (omp.session.approval.ApprovalObserver) -------------------------------
+
+    async def tool_approval_requested(self, *, session_id: str, tool_call_id: str,
+                                      tool_name: str, approval_mode: str,
+                                      reason: str | None) -> None:
+        if self.listens("tool_approval_requested"):
+            await self.notify(ToolApprovalRequestedEvent(
+                session_id=session_id, tool_call_id=tool_call_id, tool_name=tool_name,
+                approval_mode=approval_mode, reason=reason))
+
+    async def tool_approval_resolved(self, *, session_id: str, tool_call_id: str,
+                                     tool_name: str, approval_mode: str, approved: bool,
+                                     reason: str | None) -> None:
+        if self.listens("tool_approval_resolved"):
+            await self.notify(ToolApprovalResolvedEvent(
+                session_id=session_id, tool_call_id=tool_call_id, tool_name=tool_name,
+                approval_mode=approval_mode, approved=approved, reason=reason))
 
     async def tool_result(self, call_id: str, tool_name: str, arguments: dict[str, Any],
                           result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]:

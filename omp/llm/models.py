@@ -36,7 +36,6 @@ import re
 import time
 import urllib.parse
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -111,7 +110,9 @@ class Catalog(msgspec.Struct, frozen=True):
 
 def read_catalog() -> Catalog:
     """The catalog shipped in the package (one msgspec decode: about a millisecond)."""
-    data = resources.files(__package__).joinpath("catalog.json").read_bytes()
+    # Beside this module, read as a plain file: importlib.resources would import its readers
+    # (zipfile and more, several ms) at every start for a package that is never zipped.
+    data = (Path(__file__).parent / "catalog.json").read_bytes()
     return msgspec.json.decode(data, type=Catalog)
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
+import msgspec
 import trio
 
 from ..config import agent_dir
@@ -53,6 +54,7 @@ from ..protocol.codec import FrameEncoder
 from ..session import AgentSession, SessionError, create_session
 from ..session.aborts import AbortRegistry
 from ..session.approval import ApprovalGate
+from ..session.rule_sources import rule_sources
 from ..session.sink import EventSink
 from ..subagents import SubagentHost
 from ..subagents import install as install_subagents
@@ -150,46 +152,59 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
 
 
 def use_rules(runtime: Runtime) -> None:
-    """Load the TTSR rules and give them to the session; a project's rules only when the
-    project is trusted (otherwise a notice says they were left out). The rules machinery is
-    imported only when a rules folder exists."""
+    """Load the rules (``omp.session.rule_sources`` says where) and give them to the session:
+    the TTSR rules watch its stream, the always-apply ones join its system prompt. A
+    project's rules only when the project is trusted (otherwise a notice names what was left
+    out); a rule with an ``astCondition`` is refused with a notice naming its file. The rules
+    machinery is imported only when a rule place exists."""
     options, session = runtime.options, runtime.session
     directory = session.prompt_options.agent_directory or agent_dir()
-    if not ((directory / "rules").is_dir() or (session.cwd / ".omp" / "rules").is_dir()):
+    if not rule_sources(directory, session.cwd):
         return
     from ..session.rules import RuleWatch, load_rules
 
-    rules, problems, skipped = load_rules(
+    found = load_rules(
         directory, session.cwd, settings=session.settings.ttsr,
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
-    session.report_problems(problems)
-    if skipped is not None:
+    session.report_problems(found.problems)
+    if found.skipped:
+        places = ", ".join(str(p) for p in found.skipped)
         runtime.notices.append(ev.Notice(
             level="warning", source="rules",
-            message=f"Project rules in {skipped} were not loaded: the project is not trusted "
+            message=f"Project rules in {places} were not loaded: the project is not trusted "
                     "(start with --trust-project, or list it under trustedProjects in "
                     "~/.omp/agent/config.yml)"))
-    if rules:
-        session.use_rules(RuleWatch(rules, session.settings.ttsr, session.publish,
-                                    lambda: session.messages, session.cwd))
+    for path in found.refused:
+        runtime.notices.append(ev.Notice(
+            level="warning", source="rules",
+            message=f"Rule {path} was not loaded: it has an astCondition (ast-grep patterns), "
+                    "which this runtime cannot check; use a regex condition instead"))
+    if found.ttsr or found.always:
+        # Kept even when no rule watches the main session: subagents get theirs from it.
+        watch = RuleWatch(found.ttsr, session.settings.ttsr, session.publish,
+                          lambda: session.messages, session.cwd, always=found.always)
+        session.use_rules(watch)
+        session.prompt_options.rules = watch.always_for("main")
 
 
 def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> ApprovalGate:
     """The settings' tool approval with the command line's over it (omp-surface C.1)."""
     settings = session.settings.approval
     if options.approval_mode is not None:
-        settings = attrs.evolve(settings, mode=options.approval_mode)
+        settings = msgspec.structs.replace(settings, mode=options.approval_mode)
     if options.auto_approve:
-        settings = attrs.evolve(settings, auto_approve=True)
+        settings = msgspec.structs.replace(settings, auto_approve=True)
     session.settings.approval = settings
-    return ApprovalGate(settings, ui, options.approve, session.settings.bash)
+    return ApprovalGate(settings, ui, options.approve, session.settings.bash,
+                        observer=lambda: session.extensions,
+                        session_id=lambda: session.session_id)
 
 
 def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
                           environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
     """Start asking the local model servers for their models (``localModels`` in
     ``config.yml``) as a task of ``nursery``; None when it is off (there, or
-    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is queued: its module is imported then."""
+    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is written: its module is imported then."""
     from ..llm.local import LocalDiscovery, turned_off  # lazy: omp.lazy says why
 
     session = runtime.session

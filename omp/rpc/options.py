@@ -16,7 +16,9 @@ from .commands import CustomHandler
 from .output import DEFAULT_SPILL_LIMIT
 
 
-@attrs.define
+# eq=False: options hold callables and handlers, whose equality means nothing (and the
+# generated __eq__ costs startup time, omp.lazy).
+@attrs.define(eq=False)
 class ServeOptions:
     """How ``serve`` behaves; every field has the default ``omp --mode rpc`` uses."""
 
@@ -96,8 +98,9 @@ class ServeOptions:
     """MCP servers given by an embedding host, ``name`` → an entry as in ``mcp.json``
     (``{"command": ..., "args": [...]}`` or ``{"url": ...}``); they win over the files'."""
     rules: bool = True
-    """TTSR rules (``<agent dir>/rules``, a trusted project's ``.omp/rules``) watch the model's
-    stream (``--no-rules``: False)."""
+    """Rules (``omp.session.rule_sources``: ``<agent dir>/rules`` and ``RULES.md``, a trusted
+    project's ``.omp/rules``, ``RULES.md`` and other tools' rule folders) watch the model's
+    stream or join the system prompt (``--no-rules``: False)."""
     approval_mode: ApprovalMode | None = None
     """``--approval-mode``: over ``tools.approvalMode`` for this process (omp-surface C.1)."""
     auto_approve: bool = False

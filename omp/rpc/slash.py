@@ -29,7 +29,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -497,7 +496,8 @@ def _jobs(call: Call) -> Outcome:
 
 
 def _changelog(call: Call) -> Outcome:
-    text = resources.files("omp").joinpath("CHANGELOG.md").read_text(encoding="utf-8")
+    # Beside the package's modules (not importlib.resources: omp.llm.models.read_catalog).
+    text = (Path(__file__).parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
     if call.args.strip() != "full":
         sections = text.split("\n## ")
         text = "\n## ".join(sections[:4])  # the title and the three newest entries

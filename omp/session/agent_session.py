@@ -196,7 +196,8 @@ class AgentSession:
         options = self.prompt_options
         instructions = self.current_mcp_instructions()
         key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
-               options.custom, options.append, id(options.context), instructions)
+               options.custom, options.append, id(options.context), options.rules,
+               instructions)
         if self._prompt is None or self._prompt[0] != key:
             blocks = self.prompt_options.build(tools)
             extra = [b for b in (instructions, self.prompt_extra) if b is not None]
@@ -376,7 +377,7 @@ class AgentSession:
         if forced is None or not any(t.name == forced for t in setup.tools):
             return setup
         return msgspec.structs.replace(
-            setup, options=attrs.evolve(setup.options, tool_choice=forced))
+            setup, options=msgspec.structs.replace(setup.options, tool_choice=forced))
 
     # -- state -------------------------------------------------------------------------------
 
@@ -496,15 +497,12 @@ class AgentSession:
         from .rules import Interrupt  # loaded already: ``watch`` is one of its objects
 
         interrupt = result.cut
-        if interrupt is not None:
-            assert isinstance(interrupt, Interrupt)
-            cut = result.last
-            if watch.settings.contextMode == "discard" and cut is not None:
-                self.drop_failed_turn(cut)  # the cut message leaves the context
-        else:
-            interrupt = watch.take_pending()
-            if interrupt is None or result.outcome != "completed":
-                return False
+        if interrupt is None:
+            return False
+        assert isinstance(interrupt, Interrupt)
+        cut = result.last
+        if watch.settings.contextMode == "discard" and cut is not None:
+            self.drop_failed_turn(cut)  # the cut message leaves the context
         self._record(watch.injection(interrupt))  # hidden: no message frames
         return True
 

@@ -3,13 +3,15 @@
 Rules, in one place:
 
 * Inputs: the call's tier (``Tool.approval_tier``: ``read`` < ``write`` < ``exec``; undeclared
-  tools, host tools and ``task`` are ``exec``) and, for ``bash``, what ``bash.patterns`` say
-  about the command (``bash_decision``); the mode (``tools.approvalMode`` or
-  ``--approval-mode``; ``--auto-approve`` acts as ``yolo``) and the user's policy
-  ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the user's ``deny`` denies; in
-  ``yolo`` the pattern's policy, else the user's, else allow; a ``prompt`` pattern asks; else
-  the pattern's, then the user's ``allow`` / ``prompt``; else the tier within the mode's
-  maximum allows and anything above it prompts.
+  tools, host tools and ``task`` are ``exec``) and, for ``bash``, what ``bash.patterns`` and
+  the original's list of critical commands say about the command (``bash_decision``); the
+  mode (``tools.approvalMode`` or ``--approval-mode``; ``--auto-approve`` acts as ``yolo``)
+  and the user's policy ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the
+  user's ``deny`` denies; in ``yolo`` the pattern's policy, else the user's, else allow; a
+  ``prompt`` pattern asks; else the pattern's, then the user's ``allow`` / ``prompt``; else
+  the tier within the mode's maximum allows and anything above it prompts. A critical
+  command asks like a ``prompt`` pattern below ``yolo`` (with the reason ``Critical pattern
+  detected``) and runs in ``yolo``.
 * A ``deny`` is known before anything else runs: the loop asks ``precheck`` before the
   extensions' ``tool_call`` handlers (extensions.md: a denied call never reaches them), and
   ``check`` again on the arguments they may have rewritten, right before the call is
@@ -29,16 +31,25 @@ Rules, in one place:
   reported "not executed" like any other call an abort reached before it started. (The
   original holds the abort until the host answers, C.5; we do not.)
 
-Subagents share their parent's gate, so they ask through the parent's host.
+* Extensions hear of every call that asks: ``tool_approval_requested`` before the host (or
+  the policy function) is asked, ``tool_approval_resolved`` with the answer after it (reason
+  ``denied by user``, ``no interactive UI available`` or the error). Their answers are
+  ignored, as in the original. An abort while the host is asked ends the wait without a
+  ``tool_approval_resolved``.
+
+Subagents share their parent's gate (``for_session``), so they ask through the parent's host,
+and the parent's extensions hear of their calls with the subagent's session id.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
+import msgspec
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
 from ..tools.base import Tier, Tool
@@ -56,8 +67,7 @@ _MAXIMUM: dict[str, int] = {"always-ask": 0, "write": 1, "yolo": 2}
 Decision = Literal["allow", "deny", "prompt"]
 
 
-@attrs.define(frozen=True, kw_only=True)
-class ApprovalRequest:
+class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
     """What an embedding program's ``ApprovePolicy`` is asked about one call."""
 
     tool_call_id: str
@@ -73,8 +83,28 @@ ApprovePolicy = Callable[[ApprovalRequest], Awaitable[bool]]
 """``async def approve(request) -> bool`` in place of the host's dialog; cancelled with the run."""
 
 
-@attrs.define(frozen=True)
-class ToolDecision:
+class ApprovalObserver(Protocol):
+    """Who hears of the calls that ask (the extensions' ``tool_approval_requested`` /
+    ``tool_approval_resolved``, ``omp.extensions.runtime.Extensions``)."""
+
+    async def tool_approval_requested(self, *, session_id: str, tool_call_id: str,
+                                      tool_name: str, approval_mode: str,
+                                      reason: str | None) -> None: ...
+
+    async def tool_approval_resolved(self, *, session_id: str, tool_call_id: str,
+                                     tool_name: str, approval_mode: str, approved: bool,
+                                     reason: str | None) -> None: ...
+
+
+def _no_observer() -> ApprovalObserver | None:
+    return None
+
+
+def _no_session() -> str:
+    return ""
+
+
+class ToolDecision(msgspec.Struct, frozen=True):
     """What a tool says about one call (C.2): its tier, and a policy of its own."""
 
     tier: Tier
@@ -115,11 +145,64 @@ def _glob(pattern: str) -> re.Pattern[str]:
                       re.DOTALL)
 
 
+CRITICAL_REASON = "Critical pattern detected"
+
+_I = re.IGNORECASE
+_CRITICAL_SOURCES: tuple[tuple[str, int], ...] = (
+    # Recursive removal, chmod / chown of an absolute path: the recursive or force flag may sit
+    # among other options on either side, the target must be absolute.
+    (r"\brm\s+(?:-\S+\s+)*(?:-[a-z]*[rRfF][a-z]*|--recursive|--force)\s+(?:-\S+\s+)*/", _I),
+    (r"\brm\s+(?:-\S+\s+)*--no-preserve-root\b", _I),
+    (r"\bsudo\s+rm\b", _I),
+    (r"\bchmod\s+-R\s+[0-7]+\s+/", _I),
+    (r"\bchmod\s+-R\s+[ugoa+\-=rwxXst,]+\s+/", 0),
+    (r"\bchown\s+-R\s+\S+\s+/", _I),
+    # A fork bomb.
+    (r":\(\)\s*\{\s*:\s*\|\s*:", _I),
+    # Disks and file systems.
+    (r">\s*/dev/sd[a-z]", _I),
+    (r"\bmkfs(?:\.|\b)", _I),
+    (r"\bdd\s+if=.+of=/dev/", _I),
+    (r"\bshred\s+/dev/", _I),
+    (r"\bcryptsetup\b", _I),
+    # The accounts files.
+    (r">\s*/etc/(?:passwd|shadow|sudoers)\b", _I),
+    (r"\btee\s+(?:-a\s+)?/etc/(?:passwd|shadow|sudoers)\b", _I),
+    # Fetched from the network, then run.
+    (r"\b(?:curl|wget|fetch)\b[^|]*\|\s*(?:bash|sh|zsh|fish)\b", _I),
+    (r"(?:^|[\s;&|(])(?:bash|sh|zsh|source|\.)\s+<\(\s*(?:curl|wget|fetch)\b", _I),
+    (r"\beval\s+[\"'`]?\$\(\s*(?:curl|wget|fetch)\b|\beval\s+`\s*(?:curl|wget|fetch)\b", _I),
+    # The machine itself: PID 1, power (at a command's position only).
+    (r"\bkill\s+-9\s+1\b", 0),
+    (r"(?:^|[\s;&|(])(?:shutdown|poweroff|reboot|halt)(?:\s|$|[;|&])", _I),
+    (r"(?:^|[\s;&|(])init\s+0\b", _I),
+    # A shell handed to the network (nc -e / -c).
+    (r"\bnc\b[^|;]*\s-[a-zA-Z]*[ec][a-zA-Z]*\s", _I),
+)
+"""The original's built-in "critical" bash commands (omp-surface C.2), as regexes searched
+anywhere in the raw command. The list is the original's, kept as tight as it is there: a
+command on it always asks below ``yolo`` (whatever ``tools.approval.bash`` or an ``allow``
+pattern says), with the reason ``Critical pattern detected``; in ``yolo`` it runs, as there."""
+
+
+@functools.cache
+def _critical() -> tuple[re.Pattern[str], ...]:
+    # Compiled on the first bash call, not at import: nothing here costs before ``ready``.
+    return tuple(re.compile(source, flags) for source, flags in _CRITICAL_SOURCES)
+
+
+def is_critical(command: str) -> bool:
+    """Whether ``command`` is one of the original's critical bash commands."""
+    return bool(command) and any(p.search(command) for p in _critical())
+
+
 def bash_decision(command: str, bash: BashSettings) -> ToolDecision:
-    """``bash.patterns`` on one command (C.2): the first ``deny`` (the whole command or one
-    segment of a compound one) denies; an ``allow`` matching the whole command (never one
-    with control syntax, unless ``allowCompoundCommands`` and every ``&&`` segment is
-    allowed) allows at the ``write`` tier; a ``prompt`` (whole or segment) asks."""
+    """What the bash tool says about one command (C.2), in the original's order: the first
+    ``deny`` pattern (the whole command or one segment of a compound one) denies; a critical
+    command (``is_critical``) asks below ``yolo`` whatever the user's policy; an ``allow``
+    pattern matching the whole command (never one with control syntax, unless
+    ``allowCompoundCommands`` and every ``&&`` segment is allowed) allows at the ``write``
+    tier; a ``prompt`` pattern (whole or segment) asks."""
     whole = _normal(command)
     segments = [_normal(s) for s in _SEGMENTS.split(command) if s.strip()]
     def matches(pattern: str, candidates: list[str]) -> bool:
@@ -129,6 +212,8 @@ def bash_decision(command: str, bash: BashSettings) -> ToolDecision:
     for rule in bash.patterns:
         if rule.approval == "deny" and matches(rule.match, [whole, *segments]):
             return ToolDecision("exec", "deny", reason=f"Blocked by bash pattern: {rule.match}")
+    if is_critical(command):
+        return ToolDecision("exec", override=True, reason=CRITICAL_REASON)
     allows = [r.match for r in bash.patterns if r.approval == "allow"]
     if not _CONTROL.search(command) and any(matches(a, [whole]) for a in allows):
         return ToolDecision("write", "allow")
@@ -208,13 +293,22 @@ class ApprovalGate:
     policy: ApprovePolicy | None = None
     bash: BashSettings = attrs.field(factory=BashSettings)
     """``bash.patterns`` / ``bash.allowCompoundCommands``."""
+    observer: Callable[[], ApprovalObserver | None] = _no_observer
+    """The extensions as they are now (they may be replaced while the gate lives)."""
+    session_id: Callable[[], str] = _no_session
+    """The id of the session whose calls pass here (for the observer's events)."""
+
+    def for_session(self, session_id: Callable[[], str]) -> ApprovalGate:
+        """The same gate (settings, host, policy, observer) for another session's calls: a
+        subagent's, which ask through its parent's host and report their own session id."""
+        return attrs.evolve(self, session_id=session_id)
 
     def _user(self, name: str) -> ApprovalPolicy | None:
         return self.settings.policies.get(name)
 
     def _decision(self, tool: Tool, args: dict[str, Any]) -> ToolDecision:
         command = args.get("command")
-        if tool.name == "bash" and isinstance(command, str) and self.bash.patterns:
+        if tool.name == "bash" and isinstance(command, str):
             return bash_decision(command, self.bash)
         return ToolDecision(tool.approval_tier(args))
 
@@ -243,16 +337,36 @@ class ApprovalGate:
             return None
         if outcome == "deny":
             return self._denial(tool, decided)
+        observer = self.observer()
+        if observer is None:
+            return (await self._ask(call_id, tool, args, decided))[0]
+        mode = "yolo" if self.settings.auto_approve else self.settings.mode
+        session_id = self.session_id()
+        await observer.tool_approval_requested(
+            session_id=session_id, tool_call_id=call_id, tool_name=tool.name,
+            approval_mode=mode, reason=decided.reason)
+        denial, why = await self._ask(call_id, tool, args, decided)
+        await observer.tool_approval_resolved(
+            session_id=session_id, tool_call_id=call_id, tool_name=tool.name,
+            approval_mode=mode, approved=denial is None, reason=why)
+        return denial
+
+    async def _ask(self, call_id: str, tool: Tool, args: dict[str, Any],
+                   decided: ToolDecision) -> tuple[str | None, str | None]:
+        """The host's (or the policy function's) answer: the denial text the model gets
+        (None: approved) and the reason the extensions are told."""
         shown = title(tool.name, args, decided.reason)
         if self.policy is not None:
             approved = await self.policy(ApprovalRequest(
                 tool_call_id=call_id, tool_name=tool.name, arguments=dict(args),
                 tier=decided.tier, title=shown, reason=decided.reason))
-            return None if approved is True else denied_by_user_text(tool.name)
+            return (None, None) if approved is True else (denied_by_user_text(tool.name),
+                                                          "denied by user")
         if not self.ui.has_ui:
-            return no_ui_text(tool.name)
+            return no_ui_text(tool.name), "no interactive UI available"
         try:
             answer = await self.ui.select(shown, list(OPTIONS))
         except UiDisconnected as exc:
-            return str(exc)
-        return None if answer == APPROVE else denied_by_user_text(tool.name)
+            return str(exc), str(exc)
+        return (None, None) if answer == APPROVE else (denied_by_user_text(tool.name),
+                                                       "denied by user")

@@ -3,17 +3,24 @@ while the model streams; a match interrupts the stream and the turn runs again w
 
 Rules, in one place:
 
-* Discovery (``load_rules``), first of a name wins: ``<cwd>/.omp/rules/*.md|*.mdc`` (only in a
-  trusted project: a repository's rules steer the agent like its code does, so they load when
-  its extensions would), then ``<agentDir>/rules/*.md|*.mdc``. The name is the file name
-  without its suffix; the frontmatter's ``enabled: false`` leaves a rule out, as do
-  ``ttsr.disabledRules`` and ``agents`` that do not name ``main`` (subagent sessions have no
-  rules here). A rule is a TTSR rule when one of its ``condition`` regexes (legacy keys
-  ``ttsr_trigger``, ``ttsrTrigger``) compiles (Python ``re``; a leading ``(?i)`` group works as
-  in the original) and its scope can see something; a condition token that looks like a file
-  glob (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``, ``tool:write(<glob>)``
-  (and the condition ``.*`` when no regex is left). Other rules (``alwaysApply``,
-  ``description`` only, ``astCondition`` only) are not loaded.
+* Discovery (``load_rules``) in the places ``omp.session.rule_sources`` names, first of a
+  name wins: the native ``.omp/rules`` folders and ``RULES.md`` files, then Cursor's,
+  Windsurf's and Cline's project rules. A project's places load only in a trusted project
+  (a repository's rules steer the agent like its code does, so they load when its extensions
+  would). The name is the file name without its suffix; the frontmatter's ``enabled:
+  false`` leaves a rule out, as does ``ttsr.disabledRules``. A file is (in the original's
+  order) a TTSR rule when one of its ``condition`` regexes (legacy keys ``ttsr_trigger``,
+  ``ttsrTrigger``) compiles (Python ``re``; a leading ``(?i)`` group works as in the
+  original) and its scope can see something — a condition token that looks like a file glob
+  (``*.rs``, ``src/**/x``) becomes the scopes ``tool:edit(<glob>)``, ``tool:write(<glob>)``
+  (and the condition ``.*`` when no regex is left); else an always-apply rule
+  (``alwaysApply: true``; ``RULES.md`` always), whose body the system prompt carries. A rule
+  with an ``astCondition`` is refused (the caller names it in a notice): the original checks
+  ast-grep patterns on finished ``edit`` / ``write`` calls, and what exactly is matched is not
+  known well enough here to copy. Rulebook rules (only a ``description``) are not loaded.
+  Every session gets the rules whose ``agents`` globs match its agent (``main`` for the
+  top-level session, the agent's name for a subagent's: a child of the ``task`` tool gets
+  the rules its parent loaded, ``RuleWatch.for_session``; absent ``agents``: every session).
 * Matching (``RuleWatch.observe``): per streamed message, one buffer per source — the text, the
   thinking, each tool call's argument JSON — reset at every assistant message; a
   rule matches when TTSR is on, it may fire (``ttsr.repeatMode: once``: once per session, the
@@ -21,9 +28,10 @@ Rules, in one place:
   remembers; ``after-gap``: again after ``ttsr.repeatGap`` model calls), its scope admits the
   source (default: text and any tool, not thinking), its ``globs`` (and a scope's path glob)
   match a path of the call's arguments (then it is checked on the call's final arguments, at
-  ``toolcall_end``), and a condition regex is found in the buffer (the new delta and the
-  ``LOOKBACK`` characters before it: linear time over a long answer; the original searches
-  the whole text every time).
+  ``toolcall_end``), and a condition regex is found in the buffer — as in the original, in
+  the source's whole text so far, so a match may span deltas; searched from where a match
+  the new delta made possible can start (``reach``): linear time over a long answer for a
+  condition of bounded length, the original's quadratic search for one without a bound.
 * A match writes ``ttsr_triggered {rules}`` at once (the rule objects as the original writes
   them). When the rule's ``interruptMode`` (else ``ttsr.interruptMode``) says so for that
   source, the loop cuts the stream (its own cancel scope around the model call; the HTTP
@@ -36,12 +44,16 @@ Rules, in one place:
   as any abort does.
 * A match that does not interrupt: in a tool call's arguments, its reminder (the original's
   ``<system-reminder …>`` text) becomes the first text block of that call's result, if the
-  call runs; in the text, it is injected as above once the attempt completed.
+  call runs; in the text or thinking, the same ``ttsr-injection`` message is queued as a
+  follow-up once the assistant message ended normally (``message_done``), as in the
+  original: the loop takes it in (with its message frames) when the agent would otherwise
+  stop, in the same attempt.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -60,14 +72,13 @@ from ..llm.builder import StreamEvent
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..tools.base import ToolResult
+from .rule_sources import Level, rule_sources
+from .rule_sources import Source as Place
 from .settings import TtsrSettings
 
-SUFFIXES = (".md", ".mdc")
-LOOKBACK = 2048
-"""Characters before a delta searched again with it: a match longer than this that spans
-deltas is not seen until the call's arguments end (a tool call) or not at all (text)."""
+UNBOUNDED = 1 << 20
+"""A reach this long (or none at all: ``.*``, ``+``) means "search the whole text"."""
 INJECTION_TYPE = "ttsr-injection"
-Level = Literal["user", "project"]
 Source = Literal["text", "thinking", "tool"]
 _GLOB_LIKE = re.compile(r"^[\w.\-/{},*?]*\*[\w.\-/{},*?]*$")
 _SCOPE = re.compile(r"^(?:tool:)?([A-Za-z0-9_.\-]*)(?:\((.*)\))?$")
@@ -95,7 +106,7 @@ class Scope:
 class Rule:
     name: str
     path: Path
-    level: Level
+    source: Place
     content: str
     fields: Mapping[str, Any]
     """The frontmatter as written (for ``ttsr_triggered``)."""
@@ -103,6 +114,17 @@ class Rule:
     scope: Scope
     globs: tuple[str, ...] = ()
     interrupt_mode: str | None = None
+    agents: tuple[str, ...] | None = None
+    """Globs of the agents whose sessions the rule watches (None: every session)."""
+
+    @property
+    def level(self) -> Level:
+        return self.source.level
+
+    def applies_to(self, agent: str) -> bool:
+        """Whether the rule watches the session of ``agent`` (``main``: the top-level
+        session; a subagent: its agent's name)."""
+        return self.agents is None or any(fnmatch.fnmatchcase(agent, a) for a in self.agents)
 
     @property
     def needs_path(self) -> bool:
@@ -128,7 +150,8 @@ class Rule:
             out["agents"] = agents
         if isinstance(f.get("interruptMode"), str):
             out["interruptMode"] = f["interruptMode"]
-        out["_source"] = {"provider": "native", "providerName": "OMP", "path": str(self.path),
+        out["_source"] = {"provider": self.source.provider,
+                          "providerName": self.source.provider_name, "path": str(self.path),
                           "level": self.level}
         return out
 
@@ -189,16 +212,40 @@ def _scope(tokens: list[str] | None) -> Scope | None:
     return Scope(text, thinking, tuple(tools))
 
 
-def parse_rule(path: Path, level: Level, text: str) -> tuple[Rule | None, Problem | None]:
-    """A TTSR rule from a rule file's text; None when it is not one (or is disabled)."""
+Kind = Literal["ttsr", "always", "refused", "other", "disabled"]
+"""What a rule file is to a session: a TTSR rule, an always-apply rule (its body goes into
+the system prompt), one refused (``astCondition``), one of no use here (a rulebook rule: only
+a ``description``), or turned off (``enabled: false``)."""
+
+
+def parse_rule(path: Path, source: Place, text: str, name: str | None = None
+               ) -> tuple[Kind, Rule | None, Problem | None]:
+    """What the rule file at ``path`` (from ``source``) is, with the rule when it is one of
+    use; the frontmatter's problem, if any."""
     parsed = parse_frontmatter(text, path)
     fields = parsed.fields
-    name = path.name.rsplit(".", 1)[0]
+    name = name or path.name.rsplit(".", 1)[0]
     if fields.get("enabled") is False:
-        return None, parsed.problem
-    agents = _strings(fields.get("agents"))
-    if agents is not None and not any(fnmatch.fnmatchcase("main", a) for a in agents):
-        return None, parsed.problem
+        return "disabled", None, parsed.problem
+    plain = Rule(name=name, path=path, source=source, content=parsed.body.strip(),
+                 fields=fields, conditions=(), scope=Scope(),
+                 globs=tuple(_strings(fields.get("globs")) or ()),
+                 agents=_agents(fields.get("agents")))
+    if source.sticky:
+        return "always", plain, parsed.problem
+    if source.conditions and _strings(fields.get("astCondition")):
+        return "refused", None, parsed.problem
+    ttsr = _ttsr(plain, fields) if source.conditions else None
+    if ttsr is not None:
+        return "ttsr", ttsr, parsed.problem
+    if fields.get("alwaysApply") is True:
+        return "always", plain, parsed.problem
+    return "other", None, parsed.problem
+
+
+def _ttsr(plain: Rule, fields: Mapping[str, Any]) -> Rule | None:
+    """``plain`` as a TTSR rule, when a condition of it compiles and its scope sees
+    something."""
     tokens = _strings(_condition_field(fields)) or []
     patterns: list[re.Pattern[str]] = []
     glob_scopes: list[ToolScope] = []
@@ -210,59 +257,84 @@ def parse_rule(path: Path, level: Level, text: str) -> tuple[Rule | None, Proble
     if glob_scopes and not patterns:
         patterns.append(re.compile(".*"))
     if not patterns:
-        return None, parsed.problem
+        return None
     scope = _scope(_strings(fields.get("scope")))
     if scope is None:
-        return None, parsed.problem
+        return None
     if glob_scopes:
         given = fields.get("scope") is not None
         scope = attrs.evolve(scope, text=scope.text and given, tools=(
             *(scope.tools if given else ()), *glob_scopes))
     if not (scope.text or scope.thinking or scope.tools):
-        return None, parsed.problem
+        return None
     mode = fields.get("interruptMode")
-    return Rule(name=name, path=path, level=level, content=parsed.body.strip(), fields=fields,
-                conditions=tuple(patterns), scope=scope,
-                globs=tuple(_strings(fields.get("globs")) or ()),
-                interrupt_mode=mode if mode in ("never", "prose-only", "tool-only", "always")
-                else None), parsed.problem
+    return attrs.evolve(plain, conditions=tuple(patterns), scope=scope, interrupt_mode=(
+        mode if mode in ("never", "prose-only", "tool-only", "always") else None))
+
+
+def _agents(value: Any) -> tuple[str, ...] | None:
+    names = _strings(value)
+    return None if names is None else tuple(names)
+
+
+@attrs.define(eq=False, repr=False)
+class Discovery:
+    """What ``load_rules`` found."""
+
+    ttsr: list[Rule] = attrs.field(factory=list)
+    always: list[Rule] = attrs.field(factory=list)
+    """Always-apply rules (``alwaysApply: true``, ``RULES.md``): their bodies go into the
+    system prompt."""
+    problems: list[Problem] = attrs.field(factory=list)
+    skipped: list[Path] = attrs.field(factory=list)
+    """A project's rule places left out: the project is not trusted."""
+    refused: list[Path] = attrs.field(factory=list)
+    """Rule files with an ``astCondition``, which this runtime cannot check."""
 
 
 def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
-               settings: TtsrSettings) -> tuple[list[Rule], list[Problem], Path | None]:
-    """The session's TTSR rules, what was wrong with rule files, and the project's rules
-    folder when it holds rules that were not loaded because the project is not trusted."""
-    rules: dict[str, Rule] = {}
-    problems: list[Problem] = []
-    skipped: Path | None = None
-    sources: list[tuple[Path, Level]] = [(agent_directory / "rules", "user")]
-    project = cwd.absolute() / ".omp" / "rules"
-    if trusted:
-        sources.insert(0, (project, "project"))
-    elif _rule_files(project):
-        skipped = project
+               settings: TtsrSettings) -> Discovery:
+    """The rules of every place ``rule_sources`` names (a project's only when ``trusted``),
+    the first of a name winning; names in ``ttsr.disabledRules`` are dropped. Blocking (small
+    files, through the regular-file gate)."""
+    found = Discovery()
+    claimed: set[str] = set()
     disabled = set(settings.disabledRules)
-    for directory, level in sources:
-        for path in _rule_files(directory):
-            name = path.name.rsplit(".", 1)[0]
-            if name in rules or name in disabled:
+    for source in rule_sources(agent_directory, cwd):
+        if source.level == "project" and not trusted:
+            found.skipped.append(source.path)
+            continue
+        files = ([source.path] if source.name is not None
+                 else _rule_files(source.path, source.suffixes))
+        for path in files:
+            name = source.name or path.name.rsplit(".", 1)[0]
+            if name in claimed:
                 continue
             try:
                 text = read_text(path)
             except ConfigError as error:
-                problems.append(Problem.from_config_error(path, error))
+                found.problems.append(Problem.from_config_error(path, error))
                 continue
-            rule, problem = parse_rule(path, level, text)
+            kind, rule, problem = parse_rule(path, source, text, name)
             if problem is not None:
-                problems.append(problem)
-            if rule is not None:
-                rules[name] = rule
-    return list(rules.values()), problems, skipped
+                found.problems.append(problem)
+            if kind == "disabled":
+                continue  # not discovered: a rule of that name further down may load
+            claimed.add(name)
+            if name in disabled:
+                continue
+            if kind == "refused":
+                found.refused.append(path)
+            elif kind == "ttsr" and rule is not None:
+                found.ttsr.append(rule)
+            elif kind == "always" and rule is not None:
+                found.always.append(rule)
+    return found
 
 
-def _rule_files(directory: Path) -> list[Path]:
+def _rule_files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return sorted(Path(e.path) for e in entries(directory)
-                  if e.name.endswith(SUFFIXES) and not _is_dir(e))
+                  if e.name.endswith(suffixes) and not _is_dir(e))
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -270,6 +342,54 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return entry.is_dir()
     except OSError:
         return False
+
+
+@functools.cache
+def reach(pattern: re.Pattern[str]) -> int | None:
+    """How far before the end of a text a match of ``pattern`` that the text's last delta
+    made possible can start: the pattern's longest match plus its look-arounds' (None: no
+    bound, as for ``.*`` or ``+``, or a pattern the parser cannot size).
+
+    A new match ends in the new delta, or just before it when a look-ahead or an end anchor
+    needed the delta; so searching from ``len(old text) - reach`` finds every match the whole
+    text would, in time linear in the delta. The sizes come from the ``re`` package's own
+    parser (``re._parser``, private: anything unexpected from it means "no bound", which is
+    only slower)."""
+    parser: Any = getattr(re, "_parser", None)
+    try:
+        tree = parser.parse(pattern.pattern, pattern.flags)
+        longest = int(tree.getwidth()[1]) + _assertions(tree)
+    except Exception:  # the private parser changed: search the whole text, as the original
+        return None
+    return None if longest >= UNBOUNDED else longest
+
+
+def _assertions(node: Any) -> int:
+    """The longest look-arounds of a parsed pattern (``getwidth`` counts them as 0), added
+    up over the whole tree: a bound, not an exact figure."""
+    total = 0
+    for op, value in node.data:
+        if str(op) in ("ASSERT", "ASSERT_NOT"):
+            inner = value[1]
+            total += int(inner.getwidth()[1]) + _assertions(inner)
+        else:
+            total += sum(_assertions(part) for part in _subpatterns(value))
+    return total
+
+
+def _subpatterns(value: Any) -> Iterable[Any]:
+    if hasattr(value, "getwidth"):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _subpatterns(item)
+
+
+def _start(pattern: re.Pattern[str], old: int, floor: int) -> int:
+    """Where to search for ``pattern`` in a text whose first ``old`` characters were searched
+    before (``floor``: not before this)."""
+    bound = reach(pattern)
+    return floor if bound is None else max(floor, old - bound)
 
 
 def _candidate_paths(arguments: Mapping[str, Any], cwd: Path) -> list[str]:
@@ -337,23 +457,52 @@ class Interrupt:
 class RuleWatch:
     """One session's rules and what they have seen (``omp.agent.loop.StreamWatch``)."""
 
-    rules: list[Rule]
+    loaded: list[Rule]
+    """Every rule discovered (for every agent)."""
     settings: TtsrSettings
     publish: Callable[[ev.SessionEvent], None]
     history: Callable[[], Sequence[m.AgentMessage]]
     """The session's messages: the injected names are read back from them once."""
     cwd: Path
     home: Path = attrs.field(factory=Path.home)
+    agent: str = "main"
+    """Whose session this is: ``main``, or a subagent's agent name (the rules' ``agents``)."""
+    always: list[Rule] = attrs.field(factory=list)
+    """The always-apply rules discovered (for every agent)."""
+    rules: list[Rule] = attrs.field(init=False)
+    """The rules that watch this session."""
     _injected: dict[str, int] | None = None
     """Rule name → the model call it fired at."""
     _calls: int = 0
     _buffers: dict[str, str] = attrs.field(factory=dict)
-    """Per source, the end of what it streamed (``LOOKBACK``)."""
+    """Per source, what it streamed in this message: all of it, or (``_keep``) its end."""
     _shortened: set[str] = attrs.field(factory=set)
+    _keep: int | None = attrs.field(default=None, init=False)
+    """How much of a source's text a later search can need (the longest ``reach`` of the
+    rules' conditions, plus one); None: all of it (a condition without a bound)."""
     _pending: list[Rule] = attrs.field(factory=list)
-    """Matched the text without interrupting: injected once the attempt completed."""
+    """Matched the text without interrupting: a follow-up once the message ended normally."""
     _by_call: dict[str, list[Rule]] = attrs.field(factory=dict)
     """Matched a tool call's arguments without interrupting: added to that call's result."""
+
+    def __attrs_post_init__(self) -> None:
+        self.rules = [r for r in self.loaded if r.applies_to(self.agent)]
+        # Rules gated by a path are searched on the call's final arguments only.
+        reaches = [reach(p) for r in self.rules if not r.needs_path for p in r.conditions]
+        self._keep = (None if any(x is None for x in reaches)
+                      else max((x for x in reaches if x is not None), default=0) + 1)
+
+    def for_session(self, agent: str, publish: Callable[[ev.SessionEvent], None],
+                    history: Callable[[], Sequence[m.AgentMessage]]) -> RuleWatch:
+        """The same rules watching another session (a subagent's, ``agent`` its agent's
+        name), with its own buffers and its own record of what fired."""
+        return RuleWatch(self.loaded, self.settings, publish, history, self.cwd, self.home,
+                         agent, self.always)
+
+    def always_for(self, agent: str) -> tuple[str, ...]:
+        """The bodies of the always-apply rules for ``agent``'s session (its system prompt
+        carries them), in discovery order."""
+        return tuple(r.content for r in self.always if r.applies_to(agent) and r.content)
 
     @property
     def active(self) -> bool:
@@ -361,11 +510,12 @@ class RuleWatch:
 
     def begin(self) -> None:
         """A model call starts: the buffers start empty (and reminders for calls that never
-        ran are forgotten)."""
+        ran, or text matches of a message that never ended normally, are forgotten)."""
         self._calls += 1
         self._buffers.clear()
         self._shortened.clear()
         self._by_call.clear()
+        self._pending.clear()
 
     def _fired(self) -> dict[str, int]:
         if self._injected is None:
@@ -399,29 +549,34 @@ class RuleWatch:
         else:
             return None
         paths: list[str] | None = None
-        start = 0
+        old = 0  # how much of ``buffer`` earlier events already searched
+        floor = 0
         if kind == "toolcall_end" and event.tool_call is not None:
             arguments = event.tool_call.arguments
             # The final arguments, whole: matched as the model meant them.
             buffer = json.dumps(arguments, ensure_ascii=False)
             paths = _candidate_paths(arguments, self.cwd)
         else:
-            # Only the last ``LOOKBACK`` characters before the delta are kept and searched
-            # again with it: a new match ends in the new delta, and copying or searching the
-            # whole text at every delta would cost quadratic time over a long answer. A
-            # shortened buffer keeps one more character and is searched from 1, so that
-            # ``^`` (without MULTILINE) does not match where the shortening began.
+            # As the original: the accumulated text of the source is searched, so a match may
+            # span deltas. Each condition is searched only from where a match the new delta
+            # made possible can start (``reach``), and only as much text is kept as that
+            # needs: linear time for bounded conditions; one without a bound (``a.*b``)
+            # searches the whole text at every delta, as the original does. A shortened text
+            # is searched from 1, so that ``^`` (without MULTILINE) does not match where the
+            # shortening began.
             tail = self._buffers.get(key, "")
             buffer = tail + event.delta
-            start = 1 if key in self._shortened else 0
-            if len(buffer) > LOOKBACK + 1:
-                self._buffers[key] = buffer[-(LOOKBACK + 1):]
+            old = len(tail)
+            floor = 1 if key in self._shortened else 0
+            keep = self._keep
+            if keep is not None and len(buffer) > keep:
+                self._buffers[key] = buffer[-keep:]
                 self._shortened.add(key)
             else:
                 self._buffers[key] = buffer
         matched = [r for r in self.rules if self._may_fire(r)
                    and self._admits(r, source, tool, paths)
-                   and any(p.search(buffer, start) for p in r.conditions)]
+                   and any(p.search(buffer, _start(p, old, floor)) for p in r.conditions)]
         if not matched:
             return None
         fired = self._fired()
@@ -482,10 +637,15 @@ class RuleWatch:
             return source == "tool"
         return False
 
-    def take_pending(self) -> Interrupt | None:
-        """The rules matched without interrupting since the last call (None: none)."""
+    def message_done(self, message: m.AssistantMessage) -> m.CustomMessage | None:
+        """The assistant message of a model call ended: the hidden message carrying the rules
+        its text or thinking matched without interrupting, which the loop queues as a
+        follow-up (omp-surface D.4). None when none matched, or when the message ended
+        ``aborted`` / ``error``: then they are dropped, as in the original."""
         pending, self._pending = self._pending, []
-        return Interrupt(pending, False) if pending else None
+        if not pending or message.stopReason in ("aborted", "error"):
+            return None
+        return self.injection(Interrupt(pending, False))
 
     def injection(self, interrupt: Interrupt) -> m.CustomMessage:
         """The hidden message that carries ``interrupt``'s rules to the model."""

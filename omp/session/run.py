@@ -79,9 +79,9 @@ class RunHost(Protocol):
     def needs_compaction(self) -> bool: ...
 
     def inject_rules(self, result: RunResult) -> bool:
-        """After an attempt: whether TTSR rules were injected (the attempt was cut by one, or
-        one matched without cutting and the attempt completed), so that another attempt
-        follows."""
+        """After an attempt: whether TTSR rules were injected (the attempt was cut by one), so
+        that another attempt follows. (A rule that matched without cutting came in as a
+        follow-up of the same attempt.)"""
         ...
 
     def remind_todos(self, last: m.AssistantMessage | None) -> bool:

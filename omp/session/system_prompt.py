@@ -59,7 +59,8 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
                         model_name: str | None = None,
                         skills: Sequence[Skill] = (),
                         context: ContextFiles | None = None,
-                        disabled_context: frozenset[str] = frozenset()) -> list[str]:
+                        disabled_context: frozenset[str] = frozenset(),
+                        rules: Sequence[str] = ()) -> list[str]:
     """The system prompt blocks for a session in ``cwd`` with ``tools`` active.
 
     ``custom`` (``--system-prompt``) replaces the first block; ``append``
@@ -76,7 +77,7 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
         context, _ = read_context_files(cwd, agent_directory, disabled_context)
     return [main, _project_block(context=context, cwd=cwd, append=append,
                                  today=today or datetime.date.today(), model_name=model_name,
-                                 skills=listing)]
+                                 skills=listing, rules=rules)]
 
 
 PROMPT_FILE_SUFFIXES = (".md", ".markdown", ".txt", ".prompt")
@@ -195,13 +196,17 @@ def _tools_word(words: list[str]) -> str:
 
 
 def _project_block(*, context: ContextFiles, cwd: Path, append: str | None,
-                   today: datetime.date, model_name: str | None, skills: str = "") -> str:
+                   today: datetime.date, model_name: str | None, skills: str = "",
+                   rules: Sequence[str] = ()) -> str:
     parts: list[str] = []
     blocks = [f"## {path}\n\n{text}" for path, text in context]
     if blocks:
         parts += ["# Project Context", "Project-specific instructions and guidelines:", *blocks]
     if skills:
         parts.append(skills)
+    if rules:
+        # Where the original puts them: after the skills, each body on its own lines.
+        parts.append("\n".join(rules))
     if append and append.strip():
         parts.append(append.strip())
     facts = [f"Current date: {today.isoformat()}", f"Current working directory: {cwd}"]
@@ -312,6 +317,8 @@ class PromptOptions:
     """Context-file sources left out (``disabledProviders``)."""
     context: ContextFiles | None = None
     """The context files as read (None: not yet; the first ``build`` reads them, blocking)."""
+    rules: tuple[str, ...] = ()
+    """The bodies of the always-apply rules (``alwaysApply``, ``RULES.md``)."""
     problems: list[str] = attrs.field(factory=list)
     """Context files left out since the last ``take_notices``, and why."""
 
@@ -321,7 +328,7 @@ class PromptOptions:
                                                  self.disabled_context))
         return build_system_prompt(
             tools=tools, cwd=self.cwd, agent_directory=self.directory, custom=self.custom,
-            append=self.append, skills=self.skills, context=self.context)
+            append=self.append, skills=self.skills, context=self.context, rules=self.rules)
 
     @property
     def directory(self) -> Path:

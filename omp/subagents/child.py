@@ -21,6 +21,7 @@ from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol import messages as m
 from ..protocol.payloads import Model
 from ..session.agent_session import AgentSession
+from ..session.approval import ApprovalGate
 from ..session.entries import RawEntry
 from ..session.file import SessionFile, make_private_dirs
 from ..session.sink import EventSink
@@ -112,13 +113,22 @@ async def build_child(host: Host, child: Child, context: str | None,
         # The parent's context files (same cwd, same agent directory), as already read: no
         # file is read again on the event loop for a child.
         prompt_options=PromptOptions(parent.cwd, host.agent_directory,
-                                     context=parent.prompt_options.context),
+                                     context=parent.prompt_options.context,
+                                     rules=(parent.rules.always_for(agent.name)
+                                            if parent.rules is not None else ())),
         prompt_extra=_subagent_block(agent, context), settings=parent.settings,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
         # The parent's MCP servers, through the same connections (never a second one per
         # child), under the same approval policy.
         mcp_parent=parent, approval=parent.approval)
+    if parent.rules is not None:
+        # The rules the parent loaded, those whose ``agents`` name this agent.
+        session.use_rules(parent.rules.for_session(agent.name, session.publish,
+                                                   lambda: session.messages))
+    if isinstance(parent.approval, ApprovalGate):
+        # The parent's gate and host; the extensions hear of the child's calls by its own id.
+        session.use_approval(parent.approval.for_session(lambda: session.session_id))
     if file is not None:
         init = {"type": "session_init", "systemPrompt": "\n\n".join(session.system_prompt),
                 "task": child.tracker.task, "tools": [t.name for t in session.tools],

@@ -1,0 +1,96 @@
+"""The shape the code keeps: no class over 500 lines, ``AgentSession`` a thin façade (issue 20),
+and the modules a plain start must not import before ``ready`` (``omp.lazy`` says why each is
+imported on first use; ``bench/bench_rpc.py`` measures what a start costs)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import omp
+
+ROOT = Path(omp.__file__).parent
+MAX_CLASS_LINES = 500
+MAX_FACADE_LINES = 400
+
+
+def class_lengths() -> dict[str, int]:
+    lengths = {}
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                where = f"{path.relative_to(ROOT.parent)}:{node.name}"
+                lengths[where] = node.end_lineno - node.lineno + 1
+    return lengths
+
+
+def test_no_class_is_over_500_lines() -> None:
+    lengths = class_lengths()
+    assert "omp/session/agent_session.py:AgentSession" in lengths  # the walk found the code
+    too_long = {name: n for name, n in lengths.items() if n > MAX_CLASS_LINES}
+    assert not too_long, f"split these by role: {too_long}"
+
+
+def test_agent_session_stays_a_facade() -> None:
+    n = class_lengths()["omp/session/agent_session.py:AgentSession"]
+    assert n <= MAX_FACADE_LINES, (
+        f"AgentSession is {n} lines: move a job into one of its parts (store, model control, "
+        "run coordinator, maintenance, tool set)")
+
+
+# Run in a fresh interpreter: this test process has imported everything already.
+_PROBE = """
+import json, sys, trio, omp
+
+class Snapshot(trio.abc.SendStream):
+    # The modules loaded at the moment the first bytes (``ready``) are written.
+    def __init__(self):
+        self.first = None
+        self.modules = None
+    async def send_all(self, data):
+        if self.first is None:
+            self.modules = sorted(sys.modules)
+            self.first = bytes(data).split(b"\\n")[0].decode()
+        await trio.lowlevel.checkpoint()
+    async def wait_send_all_might_not_block(self):
+        await trio.lowlevel.checkpoint()
+    async def aclose(self):
+        await trio.lowlevel.checkpoint()
+
+async def main():
+    to_server, server_in = omp.memory_pipe()
+    out = Snapshot()
+    options = omp.ServeOptions(persist=False, announce_offline=False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: omp.serve(server_in, out, options=options))
+        await to_server.aclose()  # EOF: serve() ends after ready
+    print(json.dumps({"first": out.first, "modules": out.modules}))
+
+trio.run(main)
+"""
+
+NOT_BEFORE_READY = (
+    "httpx", "jsonschema", "yaml", "cattrs", "mcp", "html_to_markdown", "importlib.metadata",
+    "importlib.resources", "zipfile", "omp.llm.providers", "omp.llm.models_file",
+    "omp.llm.local", "omp.session.rules", "omp.session.export_html", "omp.extensions.loader",
+    "omp.mcp.manager", "omp.mcp.connection", "omp.tools.web_policy", "omp.tools.read",
+    "omp.tools.bash", "omp.tools.web_fetch",
+)
+"""Modules (packages: their submodules too) a start with no configuration does not need before
+``ready``; each is imported where it is first used."""
+
+
+def test_a_plain_start_imports_none_of_the_lazy_modules_before_ready(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "OMP_AGENT_DIR": str(tmp_path / "agent"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-P", "-c", _PROBE], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=60, check=True)
+    report = json.loads(done.stdout)
+    assert json.loads(report["first"])["type"] == "ready"
+    modules = report["modules"]
+    assert "omp.rpc.server" in modules  # the probe saw the server's own imports
+    early = sorted(m for m in modules
+                   if any(m == lazy or m.startswith(lazy + ".") for lazy in NOT_BEFORE_READY))
+    assert not early, f"imported before ready: {early} (see omp/lazy.py)"
