@@ -48,6 +48,12 @@ LAZY_MODULES: dict[str, str] = {
                           "is configured, and then in a worker thread after ready",
     "omp.mcp.manager": "~3 ms with its attrs classes: only when an MCP server is configured",
     "omp.mcp.resources": "see omp.mcp.manager (read mcp://<uri> exists only with a server)",
+    "omp.mcp.devices": "see omp.mcp.manager (xd:// devices exist only with a server)",
+    "omp.mcp.auth": "with httpx ~29 ms: OAuth of HTTP MCP servers, with omp.mcp.connection "
+                    "after ready",
+    "omp.mcp.foreign": "~1 ms: only when another tool's MCP file (Codex, Gemini, ...) exists",
+    "tomllib": "~2 ms: only when a Codex config.toml exists",
+    "shlex": "~1 ms: only /mcp add splits its arguments",
 }
 """Module (or package: its submodules too) → what importing it at startup would cost."""
 

@@ -35,16 +35,22 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from ..agent.loop import now_ms
+from ..extensions.ui import UiDisconnected
+from ..login import FrameLoginUI
+from ..login.flows import Dialogs, LoginUI
+from ..login.oauth import LoginError
 from ..protocol import events as ev
+from ..protocol.messages import CustomMessage
 from .config import ServerConfig
+from .devices import catalogue
+from .notifications import ResourceUpdates
 
 if TYPE_CHECKING:
-    from ..login.flows import Dialogs, LoginUI
     from ..login.store import Credentials
     from ..session import AgentSession
     from ..tools.base import Tool
     from .connection import Connection
-    from .notifications import ResourceUpdates
 
 
 @attrs.define(eq=False, repr=False)
@@ -84,18 +90,15 @@ class McpManager:
             # the commands that arrive meanwhile are answered (the GIL is shared, not held).
             await trio.to_thread.run_sync(importlib.import_module, f"{__package__}.connection",
                                           abandon_on_cancel=True)
-            from ..login import FrameLoginUI
             from .auth import McpOAuth
             from .connection import Connection
 
-            if self.host_ui is not None:  # the login module comes after ``ready``, too
+            if self.host_ui is not None:
                 self.login_ui = FrameLoginUI(self.host_ui, self.emit)
 
             settings = self.session.settings
             updates = None
             if settings.mcp_notifications:
-                from .notifications import ResourceUpdates
-
                 updates = ResourceUpdates(self._tell_updates,
                                           settings.mcp_notification_debounce_ms / 1000)
             env = dict(os.environ)
@@ -118,9 +121,6 @@ class McpManager:
 
     def _tell_updates(self, text: str) -> None:
         """Resource updates into the conversation (``omp.mcp.notifications``)."""
-        from ..agent.loop import now_ms
-        from ..protocol.messages import CustomMessage
-
         self.session.send_custom_message(
             CustomMessage(customType="mcp-notification", content=text, display=True,
                           timestamp=now_ms()), trigger_turn=False, deliver_as=None)
@@ -153,9 +153,6 @@ class McpManager:
     async def _authorize(self, connection: Connection) -> None:
         """One OAuth flow; its end is said as a ``notice``. On cancellation (shutdown)
         nothing is stored."""
-        from ..extensions.ui import UiDisconnected
-        from ..login.oauth import LoginError
-
         assert connection.oauth is not None
         assert self.login_ui is not None
         try:
@@ -201,7 +198,7 @@ class McpManager:
     def _changed(self, connection: Connection) -> None:
         tools = self.tools()
         self.session.set_mcp_tools(tools)
-        self.session.mcp_instructions = self.instructions_block()
+        self.session.mcp.own_instructions = self.instructions_block()
         names = [t.name for t in tools]
         added = [n for n in names if n not in self._mounted]
         removed = [n for n in self._mounted if n not in names]
@@ -227,8 +224,6 @@ class McpManager:
         None when there is neither."""
         devices = None
         if self.session.settings.xdev:
-            from .devices import catalogue
-
             devices = catalogue(self.tools())
         found = [(c.name, c.instructions) for c in self.connections.values()
                  if c.instructions and c.state == "connected"]

@@ -44,6 +44,7 @@ from .coordinator import BUSY, RunCoordinator
 from .errors import SessionError
 from .file import SessionFile
 from .maintenance import Maintenance
+from .mcp_tools import McpTools
 from .model_control import ModelControl
 from .reminders import TodoReminders
 from .settings import Settings
@@ -97,9 +98,8 @@ class AgentSession:
     """``set_auto_compaction``: whether compaction may start on its own."""
     task_depth: int = 0
     """How deep this session is in a tree of subagents (the main session: 0)."""
-    mcp_parent: AgentSession | None = None
-    """A subagent's parent: the parent's MCP tools (the same connections, through their
-    ``for_subagent`` view) and server instructions are this session's too."""
+    mcp: McpTools = attrs.field(factory=McpTools)
+    """The MCP servers' tools and instructions (a subagent: its parent's)."""
     approval: ToolGate | None = None
     """Tool approval (``omp.session.approval``); a subagent gets its parent's, so it asks
     through the parent's host. None: every call runs."""
@@ -110,10 +110,6 @@ class AgentSession:
     forced_tool: str | None = attrs.field(default=None, init=False)
     """``/force``: the tool the model must call in the next turn (cleared once used)."""
     host_tools: list[Tool] = attrs.field(factory=list, init=False)
-    mcp_tools: list[Tool] = attrs.field(factory=list, init=False)
-    """The tools of the connected MCP servers (``omp.mcp``), replaced as they change."""
-    mcp_instructions: str | None = attrs.field(default=None, init=False)
-    """The ``## MCP Server Instructions`` block (servers' ``instructions``), if any."""
     store: SessionStore = attrs.field(init=False)
     models: ModelControl = attrs.field(init=False)
     agent: Agent = attrs.field(init=False)
@@ -157,19 +153,7 @@ class AgentSession:
                                        if self.extensions is not None else [])
         replaced = {t.name for t in extension_tools}
         return [*(t for t in self.own_tools if t.name not in replaced), *extension_tools,
-                *self.current_mcp_tools(), *self.host_tools]
-
-    def current_mcp_tools(self) -> list[Tool]:
-        """The MCP servers' tools: this session's, or a subagent's parent's (read at each
-        turn, so a server that connects or changes meanwhile is seen)."""
-        if self.mcp_parent is None:
-            return self.mcp_tools
-        return [_for_subagent(t) for t in self.mcp_parent.current_mcp_tools()]
-
-    def current_mcp_instructions(self) -> str | None:
-        if self.mcp_parent is None:
-            return self.mcp_instructions
-        return self.mcp_parent.current_mcp_instructions()
+                *self.mcp.tools(), *self.host_tools]
 
     @property
     def tools(self) -> list[Tool]:
@@ -181,12 +165,8 @@ class AgentSession:
                 if (active is None or t.name in active) and t.name not in devices]
 
     def device_tools(self) -> list[Tool]:
-        """The MCP tools mounted as ``xd://`` devices (``tools.xdev``): not sent to the model
-        as function tools, yet callable by name (as the original: omp-surface B.6)."""
-        if not self.settings.xdev:
-            return []
-        active = self._active_tools
-        return [t for t in self.current_mcp_tools() if active is None or t.name in active]
+        """The MCP tools mounted as ``xd://`` devices (``tools.xdev``)."""
+        return self.mcp.devices(self.settings.xdev, self._active_tools)
 
     @property
     def system_prompt(self) -> list[str]:
@@ -194,7 +174,7 @@ class AgentSession:
         tools, the skills, the options): context files are not read again per model call."""
         tools = self.tools
         options = self.prompt_options
-        instructions = self.current_mcp_instructions()
+        instructions = self.mcp.instructions()
         key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
                options.custom, options.append, id(options.context), options.rules,
                instructions)
@@ -218,9 +198,9 @@ class AgentSession:
         """Replace the MCP servers' tools; the next model call (and system prompt) has them.
         A tool ``set_active_tools`` left out stays out; a new one is active."""
         if self._active_tools is not None:
-            old = {t.name for t in self.mcp_tools}
+            old = {t.name for t in self.mcp.own}
             self._active_tools |= {t.name for t in tools if t.name not in old}
-        self.mcp_tools = list(tools)
+        self.mcp.own = list(tools)
 
     def active_tool_names(self) -> list[str]:
         return [t.name for t in self.tools]
@@ -565,9 +545,3 @@ class _AgentEvents:
         """The host's own backpressure, looked up on each use like ``publish_update``."""
         return self.session.sink.pace
 
-
-def _for_subagent(tool: Tool) -> Tool:
-    """A parent's MCP tool as a subagent sees it: its ``for_subagent`` view when it has one
-    (the same connection, with the subagent's call timeout), else the tool itself."""
-    view = getattr(tool, "for_subagent", None)
-    return view() if callable(view) else tool

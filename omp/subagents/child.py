@@ -24,6 +24,7 @@ from ..session.agent_session import AgentSession
 from ..session.approval import ApprovalGate
 from ..session.entries import RawEntry
 from ..session.file import SessionFile, make_private_dirs
+from ..session.mcp_tools import McpTools
 from ..session.sink import EventSink
 from ..session.system_prompt import PromptOptions
 from ..tools import default_tools
@@ -121,7 +122,7 @@ async def build_child(host: Host, child: Child, context: str | None,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
         # The parent's MCP servers, through the same connections (never a second one per
         # child), under the same approval policy.
-        mcp_parent=parent, approval=parent.approval)
+        mcp=McpTools(parent=parent.mcp), approval=parent.approval)
     if parent.rules is not None:
         # The rules the parent loaded, those whose ``agents`` name this agent.
         session.use_rules(parent.rules.for_session(agent.name, session.publish,

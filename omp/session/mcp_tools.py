@@ -1,0 +1,42 @@
+"""The MCP part of a session's tools: the connected servers' tools and instructions (set by
+``omp.mcp.manager``), or, in a subagent, its parent's (the same connections, each tool through
+its ``for_subagent`` view, read at each use so that a server that connects or changes is seen).
+Which of them the model is offered as function tools and which are ``xd://`` devices is the
+session's choice (``tools.xdev``, ``AgentSession.device_tools``)."""
+
+from __future__ import annotations
+
+import attrs
+
+from ..tools.base import Tool
+
+
+@attrs.define(eq=False, repr=False)
+class McpTools:
+    parent: McpTools | None = None
+    """A subagent's: its parent session's."""
+    own: list[Tool] = attrs.field(factory=list)
+    own_instructions: str | None = None
+    """The ``## MCP Server Instructions`` block (and the device catalogue), if any."""
+
+    def tools(self) -> list[Tool]:
+        if self.parent is None:
+            return self.own
+        return [_for_subagent(t) for t in self.parent.tools()]
+
+    def devices(self, xdev: bool, active: set[str] | None) -> list[Tool]:
+        """The tools mounted as ``xd://`` devices (``tools.xdev``; the active ones): not sent
+        to the model as function tools, yet callable by name (as the original: B.6)."""
+        if not xdev:
+            return []
+        return [t for t in self.tools() if active is None or t.name in active]
+
+    def instructions(self) -> str | None:
+        return self.own_instructions if self.parent is None else self.parent.instructions()
+
+
+def _for_subagent(tool: Tool) -> Tool:
+    """A parent's tool as a subagent sees it: its ``for_subagent`` view when it has one (an
+    MCP tool: the same connection, the subagent's call timeout), else the tool itself."""
+    view = getattr(tool, "for_subagent", None)
+    return view() if callable(view) else tool
