@@ -6,7 +6,7 @@ tools, and the system prompt lists them (``catalogue``). ``read xd://`` lists th
 ``read xd://<name>`` gives one device's docs (its description and its input schema as a
 TypeScript-style type), ``write xd://<name>`` with a JSON object as ``content`` executes the
 tool with that object as its arguments. A call by the minted name still runs (the session keeps
-the tools callable, ``AgentSession.device_tools``).
+the tools callable, ``ToolSet.devices``).
 
 ``McpDevices`` is the session's ``omp.tools.base.Devices``; it reads the session's MCP tools at
 each use, so a server that connects or changes is seen at once. A device's call passes the
@@ -37,7 +37,7 @@ USAGE = ("Read xd://<name> for a device's docs and JSON schema; write a JSON obj
 @attrs.define(eq=False, repr=False)
 class McpDevices:
     tools: Callable[[], Sequence[Tool]]
-    """The session's MCP tools (``AgentSession.device_tools``), read at each use."""
+    """The session's MCP tools (``ToolSet.devices``), read at each use."""
     gate: Callable[[], ToolGate | None]
     """The session's approval gate, for the policies of the device's own name."""
 

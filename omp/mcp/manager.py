@@ -197,7 +197,7 @@ class McpManager:
 
     def _changed(self, connection: Connection) -> None:
         tools = self.tools()
-        self.session.set_mcp_tools(tools)
+        self.session.toolset.set_mcp(tools)
         self.session.mcp.own_instructions = self.instructions_block()
         names = [t.name for t in tools]
         added = [n for n in names if n not in self._mounted]

@@ -322,7 +322,7 @@ class Commands:
 
     def set_host_tools(self, frame: cmd.SetHostTools) -> Response:
         session = self.session
-        problem = validate_host_tools(frame.tools, {t.name for t in session.own_tools})
+        problem = validate_host_tools(frame.tools, {t.name for t in session.toolset.own})
         if problem is not None:
             return fail("set_host_tools", frame.id, problem, INVALID_PARAMS)
         tools = [HostTool(self.controls, self.emit, name=t.name.strip(),

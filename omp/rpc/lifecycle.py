@@ -183,7 +183,7 @@ def use_rules(runtime: Runtime) -> None:
         # Kept even when no rule watches the main session: subagents get theirs from it.
         watch = RuleWatch(found.ttsr, session.settings.ttsr, session.publish,
                           lambda: session.messages, session.cwd, always=found.always)
-        session.use_rules(watch)
+        session.between.use_rules(watch)
         session.prompt_options.rules = watch.always_for("main")
 
 
@@ -260,7 +260,7 @@ def _load_mcp(runtime: Runtime) -> None:
             from ..mcp.devices import McpDevices
 
             # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
-            context.devices = McpDevices(session.device_tools, lambda: session.approval)
+            context.devices = McpDevices(session.toolset.devices, lambda: session.approval)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

@@ -525,7 +525,7 @@ async def _mcp(call: Call) -> Outcome:
 def _tools(call: Call) -> Outcome:
     s = call.session
     active = {t.name for t in s.tools}
-    call.output("\n".join(f"{'*' if t.name in active else '-'} {t.name}" for t in s.all_tools)
+    call.output("\n".join(f"{'*' if t.name in active else '-'} {t.name}" for t in s.toolset.all())
                 or "No tools.")
     return LOCAL
 

@@ -5,11 +5,14 @@
 * ``models`` (``omp.session.model_control.ModelControl``): the model, thinking level, fast mode;
 * ``runs`` (``omp.session.coordinator.RunCoordinator``): the runs, their tickets and
   settlement, the background jobs; it owns the session nursery (``serve``);
-* ``maintenance`` (``omp.session.maintenance.Maintenance``): compaction, handoff, the title.
+* ``maintenance`` (``omp.session.maintenance.Maintenance``): compaction, handoff, the title;
+* ``toolset`` (``omp.session.toolset.ToolSet``): the tools offered (own, extensions', MCP
+  servers', host's) and the system prompt built from them (once per change of its inputs);
+* ``between`` (``omp.session.interjections.Interjections``): what a run changes in the context
+  between attempts (a failed turn dropped, TTSR rules, todo reminders).
 
-The façade keeps what ties them together: the tools and the system prompt built from them (once
-per change of its inputs), the extensions, the agent (the live context and the queues) and its
-event path. The session never writes frames: it publishes typed events to its ``EventSink``
+The façade keeps what ties them together: the skills, the extensions, the agent (the live
+context and the queues) and its event path. The session never writes frames: it publishes typed events to its ``EventSink``
 (``omp.session.sink``); every finished message is appended to the session file as its
 ``message_end`` is published. Everything a part needs it gets in its constructor.
 """
@@ -26,7 +29,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, Input, NoHooks, RunResult, ToolGate, TurnSetup, user_message
+from ..agent.loop import Agent, Input, NoHooks, ToolGate, TurnSetup, user_message
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..llm.builder import Pace
@@ -43,6 +46,7 @@ from .aborts import AbortRegistry
 from .coordinator import BUSY, RunCoordinator
 from .errors import SessionError
 from .file import SessionFile
+from .interjections import Interjections
 from .maintenance import Maintenance
 from .mcp_tools import McpTools
 from .model_control import ModelControl
@@ -51,14 +55,13 @@ from .settings import Settings
 from .sink import EventSink, NullSink, Published, Update
 from .store import Adopted, SessionStore
 from .system_prompt import PromptOptions
+from .toolset import ToolSet
 
 if TYPE_CHECKING:
-    # Annotations only: the extension machinery loads with the first extension (omp.lazy),
-    # the rules machinery with the first rules folder.
+    # Annotations only: the extension machinery loads with the first extension (omp.lazy).
     from ..extensions.api import DeliverAs
     from ..extensions.runtime import Extensions
     from ..extensions.ui import ExtensionUI
-    from .rules import RuleWatch
 
 __all__ = ["BUSY", "AgentSession", "EventSink", "SessionError"]
 
@@ -109,19 +112,14 @@ class AgentSession:
     """Problems in the user's markdown files already shown (each is shown once)."""
     forced_tool: str | None = attrs.field(default=None, init=False)
     """``/force``: the tool the model must call in the next turn (cleared once used)."""
-    host_tools: list[Tool] = attrs.field(factory=list, init=False)
     store: SessionStore = attrs.field(init=False)
     models: ModelControl = attrs.field(init=False)
     agent: Agent = attrs.field(init=False)
     runs: RunCoordinator = attrs.field(init=False)
     maintenance: Maintenance = attrs.field(init=False)
-    reminders: TodoReminders = attrs.field(init=False)
-    rules: RuleWatch | None = attrs.field(default=None, init=False)
-    """TTSR rules (``use_rules``); None: none."""
-    own_tools: list[Tool] = attrs.field(factory=list, init=False)
-    """The built-in tools and those that need the session (``tools_from``)."""
-    _active_tools: set[str] | None = attrs.field(default=None, init=False)
-    _prompt: tuple[tuple[object, ...], list[str]] | None = attrs.field(default=None, init=False)
+    between: Interjections = attrs.field(init=False)
+    """What a run changes in the context between attempts (rules, todo reminders)."""
+    toolset: ToolSet = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.store = SessionStore(self.cwd, self.publish, self._sessions_directory)
@@ -134,57 +132,30 @@ class AgentSession:
                                    random.Random())
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
-        self.reminders = TodoReminders(
+        self.between = Interjections(self.agent, self.publish, self._record, TodoReminders(
             self.todos, self.settings.todo_reminders,
-            enabled="todo" not in self.settings.disabled_tools)
-        self.own_tools = list(self.builtin_tools)
+            enabled="todo" not in self.settings.disabled_tools))
+        own = list(self.builtin_tools)
+        self.toolset = ToolSet(self.prompt_options, own, self._extension_tools, self.mcp,
+                               self.settings.xdev, self.prompt_extra)
         if self.tools_from is not None:
-            self.own_tools += self.tools_from(self)
+            own += self.tools_from(self)
         if self._start_file is not None:
             self._adopt(self.store.adopt(self._start_file))
 
     # -- tools, skills, extensions and the system prompt -------------------------------------
 
     @property
-    def all_tools(self) -> list[Tool]:
-        """Every tool: the built-ins (an extension tool of the same name replaces one), the
-        extensions' tools, the MCP servers', then the host's."""
-        extension_tools: list[Tool] = (list(self.extensions.tools())
-                                       if self.extensions is not None else [])
-        replaced = {t.name for t in extension_tools}
-        return [*(t for t in self.own_tools if t.name not in replaced), *extension_tools,
-                *self.mcp.tools(), *self.host_tools]
-
-    @property
     def tools(self) -> list[Tool]:
-        """What the model sees: ``all_tools``, less those ``set_active_tools`` left out, and
-        less the MCP tools when they are ``xd://`` devices (``tools.xdev``)."""
-        active = self._active_tools
-        devices = {t.name for t in self.device_tools()}
-        return [t for t in self.all_tools
-                if (active is None or t.name in active) and t.name not in devices]
-
-    def device_tools(self) -> list[Tool]:
-        """The MCP tools mounted as ``xd://`` devices (``tools.xdev``)."""
-        return self.mcp.devices(self.settings.xdev, self._active_tools)
+        """What the model is offered (``omp.session.toolset``)."""
+        return self.toolset.offered()
 
     @property
     def system_prompt(self) -> list[str]:
-        """The system prompt blocks, built once per change of what they are built from (the
-        tools, the skills, the options): context files are not read again per model call."""
-        tools = self.tools
-        options = self.prompt_options
-        instructions = self.mcp.instructions()
-        key = (*((t.name, t.description) for t in tools), id(self.skills), self.prompt_extra,
-               options.custom, options.append, id(options.context), options.rules,
-               instructions)
-        if self._prompt is None or self._prompt[0] != key:
-            blocks = self.prompt_options.build(tools)
-            extra = [b for b in (instructions, self.prompt_extra) if b is not None]
-            if extra:
-                blocks = [*blocks[:-1], *extra, *blocks[-1:]]
-            self._prompt = (key, blocks)
-        return self._prompt[1]
+        return self.toolset.system_prompt()
+
+    def _extension_tools(self) -> Sequence[Tool]:
+        return self.extensions.tools() if self.extensions is not None else ()
 
     def use_approval(self, gate: ToolGate | None) -> None:
         """Every later tool call passes ``gate`` (None: none)."""
@@ -192,23 +163,13 @@ class AgentSession:
 
     def set_host_tools(self, tools: Sequence[Tool]) -> None:
         """Replace the host's tools; the next model call (and system prompt) has them."""
-        self.host_tools = list(tools)
-
-    def set_mcp_tools(self, tools: Sequence[Tool]) -> None:
-        """Replace the MCP servers' tools; the next model call (and system prompt) has them.
-        A tool ``set_active_tools`` left out stays out; a new one is active."""
-        if self._active_tools is not None:
-            old = {t.name for t in self.mcp.own}
-            self._active_tools |= {t.name for t in tools if t.name not in old}
-        self.mcp.own = list(tools)
+        self.toolset.host = list(tools)
 
     def active_tool_names(self) -> list[str]:
         return [t.name for t in self.tools]
 
     def set_active_tools(self, names: Sequence[str]) -> None:
-        """Only these tools (unknown names are ignored) from the next model call on."""
-        known = {t.name for t in self.all_tools}
-        self._active_tools = {n for n in names if n in known}
+        self.toolset.set_active(names)
 
     def load_skills(self) -> None:
         """(Re)discover the skills; the system prompt and ``read`` use the new list. A broken
@@ -348,7 +309,7 @@ class AgentSession:
         """What the next model call of this session is made with."""
         return TurnSetup(model=self.models.model, options=self.models.stream_options(),
                          system_prompt=tuple(self.system_prompt), tools=tuple(self.tools),
-                         http=self.http, unlisted=tuple(self.device_tools()))
+                         http=self.http, unlisted=tuple(self.toolset.devices()))
 
     def _agent_turn_setup(self) -> TurnSetup:
         """``turn_setup`` for the agent's model calls: a ``/force`` applies to one of them."""
@@ -458,44 +419,6 @@ class AgentSession:
                           follow_up=deliver_as == "followUp")
 
     # -- the run's host (omp.session.run.RunHost) --------------------------------------------
-
-    def drop_failed_turn(self, failed: m.AssistantMessage) -> None:
-        """Remove a failed attempt's last turn from the live context (the file keeps it)."""
-        messages = self.agent.messages
-        if any(msg is failed for msg in messages):
-            index = max(i for i, msg in enumerate(messages) if msg is failed)
-            del messages[index:]  # its synthetic "not executed" tool results go with it
-
-    def use_rules(self, watch: RuleWatch | None) -> None:
-        """TTSR rules watch every later model call (None: none)."""
-        self.rules = self.agent.watch = watch
-
-    def inject_rules(self, result: RunResult) -> bool:
-        watch = self.rules
-        if watch is None:
-            return False
-        from .rules import Interrupt  # loaded already: ``watch`` is one of its objects
-
-        interrupt = result.cut
-        if interrupt is None:
-            return False
-        assert isinstance(interrupt, Interrupt)
-        cut = result.last
-        if watch.settings.contextMode == "discard" and cut is not None:
-            self.drop_failed_turn(cut)  # the cut message leaves the context
-        self._record(watch.injection(interrupt))  # hidden: no message frames
-        return True
-
-    def remind_todos(self, last: m.AssistantMessage | None) -> bool:
-        if self.agent.stop_requested:
-            return False
-        due = self.reminders.due(last)
-        if due is None:
-            return False
-        event, message = due
-        self.publish(event)
-        self._record(message)  # hidden: in the context and the file, no message frames
-        return True
 
     def can_compact(self) -> bool:
         return self.maintenance.can_compact()

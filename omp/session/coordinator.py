@@ -218,7 +218,7 @@ class RunCoordinator:
         if self._run is not None or not (isinstance(last, m.AssistantMessage)
                                          and last.stopReason == "error"):
             return False
-        self.host.drop_failed_turn(last)
+        self.host.between.drop_failed_turn(last)
         run = self.start_run([])
         self.settlement.accept(Ticket(request_id, None, run))
         return True

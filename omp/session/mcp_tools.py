@@ -2,7 +2,7 @@
 ``omp.mcp.manager``), or, in a subagent, its parent's (the same connections, each tool through
 its ``for_subagent`` view, read at each use so that a server that connects or changes is seen).
 Which of them the model is offered as function tools and which are ``xd://`` devices is the
-session's choice (``tools.xdev``, ``AgentSession.device_tools``)."""
+session's choice (``tools.xdev``, ``ToolSet.devices``)."""
 
 from __future__ import annotations
 

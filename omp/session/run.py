@@ -51,6 +51,7 @@ from ..protocol import messages as m
 from ..protocol.payloads import CompactionResult
 from .aborts import AbortRegistry
 from .errors import SessionError
+from .interjections import Interjections
 from .retry import RetryWaitTooLong, backoff_delay, should_retry
 from .settings import Settings
 from .sink import Published
@@ -69,25 +70,14 @@ class RunHost(Protocol):
     settings: Settings
     auto_retry: bool
     auto_compaction: bool
+    between: Interjections
+    """What the run changes in the context between attempts."""
 
     def publish(self, event: Published) -> None: ...
-
-    def drop_failed_turn(self, failed: m.AssistantMessage) -> None: ...
 
     def can_compact(self) -> bool: ...
 
     def needs_compaction(self) -> bool: ...
-
-    def inject_rules(self, result: RunResult) -> bool:
-        """After an attempt: whether TTSR rules were injected (the attempt was cut by one), so
-        that another attempt follows. (A rule that matched without cutting came in as a
-        follow-up of the same attempt.)"""
-        ...
-
-    def remind_todos(self, last: m.AssistantMessage | None) -> bool:
-        """After a completed attempt: whether a todo reminder was written (its event
-        published, its hidden message in the context), so that another attempt follows."""
-        ...
 
     async def summarize(self) -> CompactionResult | None:
         """Compact the live context now; None when there is nothing to compact. Raises
@@ -181,7 +171,7 @@ class Run:
             result = await host.agent.run(prompts)
             taken += result.messages
             prompts = []
-            if host.inject_rules(result):
+            if host.between.inject_rules(result):
                 # A rule cut the stream (or matched): the turn runs again with the rule.
                 if self._retry_open:
                     self._end_retry(True, None)
@@ -191,7 +181,7 @@ class Run:
                 # The prompt did not fit: compact, then run the turn again (§6.2), once.
                 recovered = True
                 assert result.last is not None
-                host.drop_failed_turn(result.last)
+                host.between.drop_failed_turn(result.last)
                 if await self._compact("overflow"):
                     continue
                 break  # not compacted: the saga ends with the overflow (retry closed below)
@@ -205,7 +195,7 @@ class Run:
                 break
             delay = self._retry_delay(result)
             if delay is None:
-                if result.outcome == "completed" and host.remind_todos(result.last):
+                if result.outcome == "completed" and host.between.remind_todos(result.last):
                     if self._retry_open:
                         self._end_retry(True, None)
                     continue  # unfinished todos: the agent goes on (omp.session.reminders)
@@ -225,7 +215,7 @@ class Run:
                 self._end_retry(False, RETRY_CANCELLED)
                 return result
             # The failed attempt leaves the live context (agent-core §5.3); the file keeps it.
-            host.drop_failed_turn(result.last)
+            host.between.drop_failed_turn(result.last)
         if self._retry_open:
             ok = result.outcome == "completed"
             self._end_retry(ok, None if ok or result.last is None

@@ -115,18 +115,18 @@ async def build_child(host: Host, child: Child, context: str | None,
         # file is read again on the event loop for a child.
         prompt_options=PromptOptions(parent.cwd, host.agent_directory,
                                      context=parent.prompt_options.context,
-                                     rules=(parent.rules.always_for(agent.name)
-                                            if parent.rules is not None else ())),
+                                     rules=(parent.between.rules.always_for(agent.name)
+                                            if parent.between.rules is not None else ())),
         prompt_extra=_subagent_block(agent, context), settings=parent.settings,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
         # The parent's MCP servers, through the same connections (never a second one per
         # child), under the same approval policy.
         mcp=McpTools(parent=parent.mcp), approval=parent.approval)
-    if parent.rules is not None:
+    if (rules := parent.between.rules) is not None:
         # The rules the parent loaded, those whose ``agents`` name this agent.
-        session.use_rules(parent.rules.for_session(agent.name, session.publish,
-                                                   lambda: session.messages))
+        session.between.use_rules(rules.for_session(agent.name, session.publish,
+                                                    lambda: session.messages))
     if isinstance(parent.approval, ApprovalGate):
         # The parent's gate and host; the extensions hear of the child's calls by its own id.
         session.use_approval(parent.approval.for_session(lambda: session.session_id))
