@@ -44,6 +44,10 @@ LAZY_MODULES: dict[str, str] = {
     "omp.extensions.api": "with omp.extensions.events ~9 ms: the package's names load on "
                           "first use (omp.extensions.__getattr__)",
     "omp.extensions.events": "see omp.extensions.api",
+    "omp.login.flows": "~1.5 ms with omp.login.oauth (their records, PKCE and device-code "
+                       "helpers): only a login or a token refresh needs them; a start reads "
+                       "auth.json (omp.login.store) and nothing else",
+    "omp.login.oauth": "see omp.login.flows",
     "omp.mcp.connection": "1-2 s with the mcp SDK (pydantic models): only when an MCP server "
                           "is configured, and then in a worker thread after ready",
     "omp.mcp.manager": "~3 ms with its attrs classes: only when an MCP server is configured",

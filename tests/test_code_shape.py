@@ -77,7 +77,7 @@ NOT_BEFORE_READY = (
     "importlib.resources", "zipfile", "omp.llm.providers", "omp.llm.models_file",
     "omp.llm.local", "omp.session.rules", "omp.session.export_html", "omp.extensions.loader",
     "omp.mcp.manager", "omp.mcp.connection", "omp.tools.web_policy", "omp.tools.read",
-    "omp.tools.bash", "omp.tools.web_fetch",
+    "omp.tools.bash", "omp.tools.web_fetch", "omp.login.flows", "omp.login.oauth",
 )
 """Modules (packages: their submodules too) a start with no configuration does not need before
 ``ready``; each is imported where it is first used."""

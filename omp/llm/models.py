@@ -44,8 +44,6 @@ import msgspec
 
 from ..config import agent_dir, present
 from ..login.config import OAuthConfig
-from ..login.flows import LoginTarget
-from ..login.oauth import LoginError, refresh_tokens
 from ..login.store import ApiKey, Credentials, OAuthTokens, read_auth_file
 from ..protocol.payloads import Model, ModelCost, ModelThinking
 from .errors import ProviderError
@@ -54,6 +52,7 @@ from .types import Api as Api
 if TYPE_CHECKING:
     import httpx
 
+    from ..login.flows import LoginTarget
     from .models_file import ModelsFile
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -348,6 +347,8 @@ class ModelRegistry:
                     kind="auth", provider=provider,
                     message=f"The {provider} login has expired and models.yml has no `oauth` "
                             f"block to renew it; log in again")
+            from ..login.oauth import LoginError, refresh_tokens  # lazy: omp.lazy says why
+
             try:
                 fresh = await refresh_tokens(http, provider, config, tokens)
             except LoginError as exc:
@@ -437,6 +438,8 @@ class ModelRegistry:
     def login_targets(self) -> list[LoginTarget]:
         """What ``login`` offers: every provider with an ``oauth`` block (that flow), and
         every other provider that takes an API key (pasting it), in registry order."""
+        from ..login.flows import LoginTarget  # lazy: omp.lazy says why
+
         out = []
         for name, auth in self.providers.items():
             shown = self.display_name(name)

@@ -15,7 +15,6 @@ import trio
 from ..config import ConfigError
 from ..extensions.ui import UiDisconnected
 from ..llm.models import OFFLINE_PROVIDER
-from ..login import FrameLoginUI, LoginError, run_login
 from ..protocol import commands as cmd
 from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
@@ -136,6 +135,9 @@ class SettingsCommands:
         when the host closes its input fails the login with the disconnect text; nothing is
         stored then.
         """
+        from ..login.flows import FrameLoginUI, run_login  # lazy: omp.lazy says why
+        from ..login.oauth import LoginError
+
         registry = self.session.registry
         target = next((t for t in registry.login_targets() if t.id == frame.providerId), None)
         if target is None:

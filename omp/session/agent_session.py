@@ -12,9 +12,10 @@
   between attempts (a failed turn dropped, TTSR rules, todo reminders).
 
 The façade keeps what ties them together: the skills, the extensions, the agent (the live
-context and the queues) and its event path. The session never writes frames: it publishes typed events to its ``EventSink``
-(``omp.session.sink``); every finished message is appended to the session file as its
-``message_end`` is published. Everything a part needs it gets in its constructor.
+context and the queues) and its event path. The session never writes frames: it publishes
+typed events to its ``EventSink`` (``omp.session.sink``); every finished message is appended to
+the session file as its ``message_end`` is published. Everything a part needs it gets in its
+constructor.
 """
 
 from __future__ import annotations
