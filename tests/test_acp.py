@@ -42,6 +42,8 @@ class Recorder:
         self.buffers: dict[str, str] = {}
         """The editor's unsaved buffers by absolute path (``fs/read_text_file``)."""
         self.written: list[tuple[str, str]] = []
+        self.terminal = False
+        """Whether the editor offers ``terminal/*`` (a subclass serves them)."""
 
     async def read_text_file(self, session_id: str, path: str, line: int | None = None,
                              limit: int | None = None, **kwargs: Any) -> Any:
@@ -86,7 +88,8 @@ def run_client(cwd: Path, body: Callable[[Any, Recorder], Awaitable[None]],
                                            cwd=str(cwd), env=dict(os.environ)
                                            ) as (conn, process):
             capabilities = schema.ClientCapabilities(fs=schema.FileSystemCapabilities(
-                read_text_file=bool(recorder.buffers), write_text_file=bool(recorder.buffers)))
+                read_text_file=bool(recorder.buffers), write_text_file=bool(recorder.buffers)),
+                terminal=recorder.terminal)
             init = await asyncio.wait_for(conn.initialize(
                 protocol_version=1, client_capabilities=capabilities), 30)
             assert init.protocol_version == 1

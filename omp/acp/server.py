@@ -14,7 +14,8 @@ Who owns what:
 * Each client request is a task of the requests nursery, answered exactly once (a result or an
   error). A session's extensions are loaded and started when it opens and hear
   ``session_shutdown`` when it closes; when the editor offers ``fs``, its ``read`` / ``write``
-  tools go through ``fs/read_text_file`` / ``fs/write_text_file`` (``EditorFiles``).
+  tools go through ``fs/read_text_file`` / ``fs/write_text_file``, and when it offers
+  ``terminal``, ``bash`` runs in its terminals (``omp.acp.client``).
   ``session/prompt`` goes through the same prompt dispatch as an rpc ``prompt``
   (``omp.rpc.commands.Commands``: skills, built-in slash commands, templates, the model), and
   answers when the session publishes the prompt's ``prompt_result``.
@@ -26,8 +27,8 @@ Who owns what:
 Events become ``session/update`` notifications in ``omp.acp.updates``. Tool approval
 (``omp.session.approval``) asks the editor: each session's gate gets ``AcpSession.approve`` as
 its policy, which sends ``session/request_permission`` and remembers "always" answers. Requests
-of ours to the client have integer ids from 0 (``AcpServer.ask_client``); a response whose id
-is unknown is ignored.
+of ours to the client have integer ids from 0 (``omp.acp.client.ClientChannel``); a response
+whose id is unknown is ignored.
 
 Bad input: a line that is not JSON, or not a JSON-RPC object, is answered with an error whose
 id is null (-32700 / -32600) and the connection stays up (the original ends the connection
@@ -77,8 +78,8 @@ from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
 from ..session.locations import find_sessions, sessions_dir
 from ..session.sink import Published, Update
-from ..tools.base import ToolError
 from . import wire as w
+from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
 from .updates import UpdateMapper, tool_call
 
 MCP_SETTLE_SECONDS = 10.0
@@ -94,10 +95,6 @@ REFUSAL = re.compile(r"content[_ ]?filter|refus(al|ed)", re.IGNORECASE)
 
 class AcpError(Exception):
     """A request that fails: answered -32603 ``Internal error`` with ``details`` (E.10)."""
-
-
-class ClientError(Exception):
-    """A request of ours that the client answered with an error."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -146,8 +143,8 @@ class AcpSession:
             toolCallId=call.toolCallId, title=call.title, kind=call.kind, status="pending",
             rawInput=call.rawInput, content=call.content, locations=call.locations)
         try:
-            choice = await self.server.request_permission(self.session_id, tool_call_update,
-                                                          PERMISSION_OPTIONS)
+            choice = await self.server.client.request_permission(
+                self.session_id, tool_call_update, PERMISSION_OPTIONS)
         except ClientError:
             return False
         if choice in ("allow_always", "reject_always"):
@@ -244,33 +241,6 @@ class AcpSession:
 
 
 @attrs.define(eq=False, repr=False)
-class EditorFiles:
-    """The editor's files for one session (``omp.tools.base.EditorFiles``): ``read`` and
-    ``write`` of text files go through ``fs/read_text_file`` / ``fs/write_text_file``, so the
-    model sees unsaved buffers and the editor sees the change (E.9)."""
-
-    server: AcpServer
-    session_id: str
-
-    async def read_text(self, path: Path) -> str:
-        """On cancellation the question is abandoned (a late answer is ignored)."""
-        try:
-            raw = await self.server.ask_client("fs/read_text_file", w.ReadTextFileParams(
-                sessionId=self.session_id, path=str(path)))
-            return msgspec.json.decode(raw, type=w.ReadTextFileResponse).content
-        except (ClientError, msgspec.ValidationError) as exc:
-            raise ToolError(f"Cannot read {path}: {exc}") from None
-
-    async def write_text(self, path: Path, content: str) -> None:
-        """On cancellation the question is abandoned (the editor may still write)."""
-        try:
-            await self.server.ask_client("fs/write_text_file", w.WriteTextFileParams(
-                sessionId=self.session_id, path=str(path), content=content))
-        except ClientError as exc:
-            raise ToolError(f"Cannot write {path}: {exc}") from None
-
-
-@attrs.define(eq=False, repr=False)
 class AcpServer:
     options: ServeOptions
     output: FrameQueue
@@ -278,12 +248,14 @@ class AcpServer:
     client_capabilities: w.ClientCapabilities = attrs.field(factory=w.ClientCapabilities)
     _sessions_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _requests_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _next_client_id: int = attrs.field(default=0, init=False)
-    _client_waits: dict[int, tuple[trio.Event, list[w.Envelope]]] = attrs.field(
-        factory=dict, init=False)
+    client: ClientChannel = attrs.field(init=False)
+    """Requests of ours to the editor."""
     _prompt_counter: int = attrs.field(default=0, init=False)
     _tickets: dict[int | str, int] = attrs.field(factory=dict, init=False)
     """Request id → ticket of the ``session/prompt`` requests read and not yet started."""
+
+    def __attrs_post_init__(self) -> None:
+        self.client = ClientChannel(self.send)
 
     # -- output ----------------------------------------------------------------------------
 
@@ -299,38 +271,6 @@ class AcpServer:
         data = {"details": details} if details is not None else msgspec.UNSET
         self.send(w.ErrorReply(id=request_id, error=w.ErrorObject(code=code, message=message,
                                                                    data=data)))
-
-    async def ask_client(self, method: str, params: msgspec.Struct) -> msgspec.Raw:
-        """Send a request of ours to the client and wait for its result. Raises ClientError
-        when the client answers with an error. On cancellation the wait ends (a late answer
-        is ignored)."""
-        request_id = self._next_client_id
-        self._next_client_id += 1
-        arrived = trio.Event()
-        box: list[w.Envelope] = []
-        self._client_waits[request_id] = (arrived, box)
-        try:
-            self.send(w.Request(id=request_id, method=method, params=params))
-            await arrived.wait()
-        finally:
-            self._client_waits.pop(request_id, None)
-        reply = box[0]
-        if isinstance(reply.error, w.ErrorObject):
-            raise ClientError(f"{method} failed: {reply.error.message}")
-        return reply.result if isinstance(reply.result, msgspec.Raw) else msgspec.Raw(b"null")
-
-    async def request_permission(self, session_id: str, tool_call: w.ToolCallUpdate,
-                                 options: list[w.PermissionOption]) -> str | None:
-        """Ask the editor whether a tool call may run (``session/request_permission``); the
-        chosen ``optionId``, or None when the client cancelled the question. Each session's
-        tool-approval policy (``AcpSession.approve``) asks through here. Raises ClientError
-        when the client answers with an error. On cancellation the question is abandoned."""
-        raw = await self.ask_client("session/request_permission", w.RequestPermissionParams(
-            sessionId=session_id, toolCall=tool_call, options=options))
-        answer = msgspec.json.decode(raw, type=w.RequestPermissionResponse)
-        if answer.outcome.outcome == "selected" and isinstance(answer.outcome.optionId, str):
-            return answer.outcome.optionId
-        return None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -377,10 +317,7 @@ class AcpServer:
             return
         if isinstance(envelope.id, int) and (envelope.result is not msgspec.UNSET
                                              or envelope.error is not msgspec.UNSET):
-            wait = self._client_waits.get(envelope.id)
-            if wait is not None:  # an id we never sent, or gave up on: ignored (E.1)
-                wait[1].append(envelope)
-                wait[0].set()
+            self.client.arrived(envelope)
             return
         self.error(_id(envelope), w.INVALID_REQUEST, "Invalid Request",
                    "neither a request, a notification nor a response")
@@ -492,7 +429,10 @@ class AcpServer:
         acp.mapper = UpdateMapper(runtime.session.cwd, lambda: runtime.session.todos.phases)
         fs = self.client_capabilities.fs
         if fs.readTextFile and fs.writeTextFile:
-            runtime.session.tool_context.files = EditorFiles(self, acp.session_id)
+            runtime.session.tool_context.files = EditorFiles(self.client, acp.session_id)
+        if self.client_capabilities.terminal:
+            runtime.session.tool_context.terminals = EditorTerminals(self.client,
+                                                                     acp.session_id)
         assert self._sessions_nursery is not None
         await self._sessions_nursery.start(acp.host)
         assert self._requests_nursery is not None

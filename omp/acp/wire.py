@@ -374,7 +374,14 @@ class ToolCallDiff(_Out, tag="diff", tag_field="type", frozen=True, kw_only=True
     oldText: str | None = None
 
 
-ToolContentItem = ToolCallContent | ToolCallDiff
+class ToolCallTerminal(_Out, tag="terminal", tag_field="type", frozen=True, kw_only=True):
+    """ToolCallContent ``terminal``: an editor terminal of ours (``terminal/create``), shown
+    live by the editor."""
+
+    terminalId: str
+
+
+ToolContentItem = ToolCallContent | ToolCallDiff | ToolCallTerminal
 
 
 class Location(_Out, frozen=True, kw_only=True):
@@ -504,3 +511,36 @@ class PermissionOutcome(_In, frozen=True, kw_only=True):
 
 class RequestPermissionResponse(_In, frozen=True, kw_only=True):
     outcome: PermissionOutcome
+
+
+class CreateTerminalParams(_Out, frozen=True, kw_only=True):
+    sessionId: str
+    command: str
+    args: list[str]
+    cwd: str
+    outputByteLimit: int
+
+
+class CreateTerminalResponse(_In, frozen=True, kw_only=True):
+    terminalId: str
+
+
+class TerminalParams(_Out, frozen=True, kw_only=True):
+    """``terminal/output``, ``terminal/wait_for_exit``, ``terminal/kill``,
+    ``terminal/release``."""
+
+    sessionId: str
+    terminalId: str
+
+
+class TerminalExitStatus(_In, frozen=True, kw_only=True):
+    """``terminal/wait_for_exit``'s result, ``terminal/output``'s ``exitStatus``."""
+
+    exitCode: int | None = None
+    signal: str | None = None
+
+
+class TerminalOutputResponse(_In, frozen=True, kw_only=True):
+    output: str
+    truncated: bool
+    exitStatus: TerminalExitStatus | None = None
