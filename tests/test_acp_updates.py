@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from omp.acp import wire as w
-from omp.acp.server import prompt_text, stop_reason
 from omp.acp.updates import plan_of, tool_call, tool_kind, tool_locations, tool_title
+from omp.acp.views import prompt_text, stop_reason
 from omp.protocol import events as ev
 from omp.protocol import messages as m
 from omp.protocol.commands import TodoItem, TodoPhase

@@ -39,12 +39,8 @@ unknown method -32601; an error of the handler -32603 ``Internal error`` with
 
 from __future__ import annotations
 
-import datetime
-import os
-import re
 import sys
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +49,14 @@ import msgspec
 import trio
 
 from .. import __version__
-from ..config import ConfigError, agent_dir
-from ..llm.builder import Pace
+from ..config import ConfigError
 from ..llm.thinking import efforts
 from ..protocol import commands as cmd
-from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.frames import Response
 from ..protocol.framing import LineFramer, LineTooLong
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import (
-    CLEANUP_SECONDS,
-    Runtime,
     build_runtime,
     load_extensions,
     new_output,
@@ -73,14 +65,22 @@ from ..rpc.lifecycle import (
 from ..rpc.options import ServeOptions
 from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
-from ..session import AgentSession, SessionError
-from ..session.aborts import ABORT
-from ..session.approval import ApprovalRequest
-from ..session.locations import find_sessions, sessions_dir
-from ..session.sink import Published, Update
+from ..session import SessionError
 from . import wire as w
 from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
-from .updates import UpdateMapper, tool_call
+from .session import AcpSession, PendingPrompt, live
+from .updates import UpdateMapper
+from .views import (
+    config_options,
+    history_updates,
+    mcp_entry,
+    modes,
+    now_iso,
+    prompt_text,
+    stop_reason,
+    stored_sessions,
+    usage_of,
+)
 
 MCP_SETTLE_SECONDS = 10.0
 """How long ``session/new`` waits for the editor's MCP servers' first connection attempt."""
@@ -89,155 +89,10 @@ LIST_PAGE = 50
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
 READ_SIZE = 64 * 1024
-REFUSAL = re.compile(r"content[_ ]?filter|refus(al|ed)", re.IGNORECASE)
-"""An error message that says the provider refused (stop reason ``refusal``)."""
 
 
 class AcpError(Exception):
     """A request that fails: answered -32603 ``Internal error`` with ``details`` (E.10)."""
-
-
-@attrs.define(eq=False, repr=False)
-class PendingPrompt:
-    """One ``session/prompt`` waiting for its run."""
-
-    request_id: str
-    """The id it has in the session (``prompt_result.id``)."""
-    done: trio.Event = attrs.field(factory=trio.Event)
-    result: ev.PromptResult | None = None
-    cancelled: bool = False
-
-
-@attrs.define(eq=False, repr=False)
-class AcpSession:
-    """One session of the ACP server: its runtime, mapping state, the prompt going."""
-
-    server: AcpServer
-    session_id: str = ""
-    runtime: Runtime | None = None
-    commands: Commands | None = None
-    mapper: UpdateMapper | None = None
-    pending: PendingPrompt | None = None
-    muted: bool = False
-    """After ``session/cancel``: the cancelled turn's events are no longer forwarded."""
-    accepted: int = 0
-    """Tickets of the ``session/prompt`` requests read for this session so far: a prompt gets
-    its ticket when the reader reads it, so a ``session/cancel`` read after it finds it even
-    before its task started (DESIGN.md §2: work is registered when it is accepted)."""
-    cancelled_upto: int = 0
-    """The prompts with a ticket up to this one are cancelled."""
-    remembered: dict[str, bool] = attrs.field(factory=dict)
-    """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        """The session's tool-approval policy (``omp.session.approval.ApprovePolicy``): when
-        the gate resolves a call to ``prompt`` the editor is asked with
-        ``session/request_permission``; an "always" answer is remembered for the session.
-        A client error or a cancelled question is a denial. On cancellation (the turn was
-        cancelled) the question is abandoned and ``Cancelled`` propagates."""
-        if (known := self.remembered.get(request.tool_name)) is not None:
-            return known
-        call = tool_call(request.tool_call_id, request.tool_name, request.arguments, None,
-                         self.cwd)
-        tool_call_update = w.ToolCallUpdate(
-            toolCallId=call.toolCallId, title=call.title, kind=call.kind, status="pending",
-            rawInput=call.rawInput, content=call.content, locations=call.locations)
-        try:
-            choice = await self.server.client.request_permission(
-                self.session_id, tool_call_update, PERMISSION_OPTIONS)
-        except ClientError:
-            return False
-        if choice in ("allow_always", "reject_always"):
-            self.remembered[request.tool_name] = choice == "allow_always"
-        return choice in ("allow_once", "allow_always")
-
-    @property
-    def cwd(self) -> Path:
-        assert self.runtime is not None
-        return self.runtime.session.cwd
-
-    # -- the session's sink (omp.session.sink.EventSink) ---------------------------------------
-
-    def publish(self, event: Published) -> None:
-        if isinstance(event, ev.PromptResult):
-            pending = self.pending
-            if pending is not None and event.id == pending.request_id:
-                pending.result = event
-                pending.done.set()
-            return
-        if isinstance(event, ev.SessionSettled):
-            return
-        self.forward(event)
-
-    def publish_update(self, event: Update) -> None:
-        self.forward(event)
-
-    @property
-    def pace(self) -> Pace:
-        return self.server.output
-
-    def on_frame(self, frame: msgspec.Struct) -> None:
-        """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
-        ``agent_message_chunk`` of a message of its own."""
-        if isinstance(frame, ev.Notice) and frame.source == "mcp":
-            print(f"omp acp: {frame.message}", file=sys.stderr)  # no channel for it in ACP
-        if isinstance(frame, ev.CommandOutput) and not self.muted:
-            self.server.update(self.session_id, w.AgentMessageChunk(
-                content=w.TextContent(text=frame.text), messageId=str(uuid.uuid4())))
-
-    def forward(self, event: object) -> None:
-        if self.muted or self.mapper is None:
-            return
-        for update in self.mapper.updates(event):
-            self.server.update(self.session_id, update)
-
-    # -- serving ---------------------------------------------------------------------------
-
-    async def host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                   ) -> None:
-        """The session nursery and the session's MCP servers, until the session is closed;
-        then its HTTP client is closed. On cancellation the run is cancelled with it and
-        every MCP server ends."""
-        runtime = self.runtime
-        assert runtime is not None
-
-        async def serve(*, task_status: trio.TaskStatus[None]) -> None:
-            await runtime.session.serve(task_status=task_status)
-            nursery.cancel_scope.cancel()  # closed: its MCP servers end with it
-
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(serve)
-                if runtime.mcp is not None:
-                    await nursery.start(runtime.mcp.run)
-                task_status.started()
-        finally:
-            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await runtime.http.aclose()
-
-    async def close(self) -> None:
-        """Cancel the prompt, close the session (its run aborted, its nursery ended), then
-        its extensions hear ``session_shutdown``. On cancellation it stops waiting."""
-        if self.runtime is None:
-            return
-        self.cancel()
-        await self.runtime.session.close()
-        if (extensions := self.runtime.session.extensions) is not None:
-            await extensions.session_shutdown()
-
-    def cancel(self, upto: int | None = None) -> None:
-        """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the
-        prompts read so far (``upto``: those up to that ticket) that have not started yet
-        answer ``cancelled`` without starting."""
-        if self.runtime is None:
-            return
-        self.cancelled_upto = max(self.cancelled_upto, self.accepted if upto is None else upto)
-        self.runtime.aborts.cancel(*ABORT)
-        pending = self.pending
-        if pending is not None and not pending.done.is_set():
-            pending.cancelled = True
-            self.muted = True
-            pending.done.set()
 
 
 @attrs.define(eq=False, repr=False)
@@ -489,26 +344,26 @@ class AcpServer:
         assert acp.runtime is not None
         name = acp.runtime.session.session_name
         self.update(acp.session_id, w.SessionInfoUpdate(
-            updatedAt=_now(), title=name if name else msgspec.UNSET))
+            updatedAt=now_iso(), title=name if name else msgspec.UNSET))
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:
         options = attrs.evolve(self.options, cwd=self._cwd(params.cwd), announce_offline=False)
         acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
-        return w.NewSessionResult(sessionId=acp.session_id, modes=_modes(),
-                                  configOptions=config_options(_live(acp)))
+        return w.NewSessionResult(sessionId=acp.session_id, modes=modes(),
+                                  configOptions=config_options(live(acp)))
 
     async def load_session(self, params: w.LoadSessionParams, _id: int | str
                            ) -> w.LoadSessionResult:
         cwd = self._cwd(params.cwd)
-        live = self.sessions.get(params.sessionId)
-        if live is not None:
-            assert live.runtime is not None
-            if live.runtime.session.cwd != cwd:
+        loaded = self.sessions.get(params.sessionId)
+        if loaded is not None:
+            assert loaded.runtime is not None
+            if loaded.runtime.session.cwd != cwd:
                 raise AcpError(f"ACP session {params.sessionId} is already loaded for "
-                               f"{live.runtime.session.cwd}, not {cwd}")
-            acp = live
+                               f"{loaded.runtime.session.cwd}, not {cwd}")
+            acp = loaded
         else:
             options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
                                    resume=False, session=None, announce_offline=False)
@@ -518,10 +373,10 @@ class AcpServer:
                 if "not found" in str(exc):
                     raise AcpError(f"ACP session not found: {params.sessionId}") from None
                 raise
-            for update in history_updates(_live(acp).messages, acp.cwd):
+            for update in history_updates(live(acp).messages, acp.cwd):
                 self.update(acp.session_id, update)
         self._bootstrap_soon(acp)
-        return w.LoadSessionResult(modes=_modes(), configOptions=config_options(_live(acp)))
+        return w.LoadSessionResult(modes=modes(), configOptions=config_options(live(acp)))
 
     async def list_sessions(self, params: w.ListSessionsParams, _id: int | str
                             ) -> w.ListSessionsResult:
@@ -580,7 +435,7 @@ class AcpServer:
             session.set_thinking_level(matches[0])
         else:
             raise AcpError(f"Unknown ACP config option: {params.configId}")
-        options = config_options(_live(acp))
+        options = config_options(live(acp))
         self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=options))
         return w.SetConfigOptionResult(configOptions=options)
 
@@ -660,108 +515,6 @@ class AcpServer:
             await acp.close()
 
 
-_DEFAULT_MODE = "Standard ACP headless mode"
-
-PERMISSION_OPTIONS = [
-    w.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
-    w.PermissionOption(optionId="allow_always", name="Always allow", kind="allow_always"),
-    w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
-    w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
-"""The original's four answers (omp-surface C.7)."""
-
-
-def _live(acp: AcpSession) -> AgentSession:
-    """The session of an opened ACP session."""
-    assert acp.runtime is not None
-    return acp.runtime.session
-
-
-def history_updates(messages: list[m.AgentMessage], cwd: Path) -> Iterator[w.SessionUpdate]:
-    """A session's history as updates, sent before ``session/load`` answers (E.6 History
-    replay)."""
-    for message in messages:
-        if isinstance(message, m.UserMessage):
-            text = message.content if isinstance(message.content, str) else "".join(
-                b.text for b in message.content if isinstance(b, m.TextContent))
-            if text:
-                yield (w.UserMessageChunk(
-                    content=w.TextContent(text=text), messageId=str(uuid.uuid4())))
-        elif isinstance(message, m.AssistantMessage):
-            mid = str(uuid.uuid4())
-            for block in message.content:
-                if isinstance(block, m.ThinkingContent) and block.thinking:
-                    yield (w.AgentThoughtChunk(
-                        content=w.TextContent(text=block.thinking), messageId=mid))
-                elif isinstance(block, m.TextContent) and block.text:
-                    yield (w.AgentMessageChunk(
-                        content=w.TextContent(text=block.text), messageId=mid))
-                elif isinstance(block, m.ToolCall):
-                    yield (tool_call(
-                        block.id, block.name, dict(block.arguments), None, cwd))
-        elif isinstance(message, m.ToolResultMessage):
-            yield (w.ToolCallUpdate(
-                toolCallId=message.toolCallId,
-                status="failed" if message.isError else "completed",
-                content=[w.ToolCallContent(content=w.TextContent(text=b.text))
-                         for b in message.content if isinstance(b, m.TextContent)]
-                or msgspec.UNSET))
-
-
-
-def stored_sessions(options: ServeOptions, cwd: Path | None) -> list[w.SessionInfo]:
-    """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
-    agent_directory = options.agent_dir or agent_dir()
-    if cwd is None:
-        directory = agent_directory / "sessions"
-    elif options.session_dir is not None:
-        directory = options.session_dir
-    elif os.environ.get("OMP_SESSION_DIR"):
-        directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
-    else:
-        directory = sessions_dir(agent_directory, cwd)
-    return [w.SessionInfo(sessionId=x.session_id, cwd=x.cwd, updatedAt=_mtime(x.path))
-            for x in find_sessions("", [directory])]
-
-
-
-def config_options(session: AgentSession) -> list[w.ConfigOption]:
-    """A session's config options: mode, model (when any is available), thinking."""
-    out = [w.ConfigOption(type="select", id="mode", name="Mode", category="mode",
-                          currentValue="default",
-                          options=[w.SelectOption(value="default", name="Default",
-                                                  description=_DEFAULT_MODE)])]
-    models = session.registry.available()
-    current = f"{session.model.provider}/{session.model.id}"
-    if models:
-        out.append(w.ConfigOption(
-            type="select", id="model", name="Model", category="model", currentValue=current,
-            options=[w.SelectOption(value=f"{x.provider}/{x.id}", name=x.name or x.id,
-                                    description=f"{x.provider}/{x.id}") for x in models]))
-    levels = efforts(session.model)
-    out.append(w.ConfigOption(
-        type="select", id="thinking", name="Thinking", category="thought_level",
-        currentValue=session.thinking_level if levels else "off",
-        options=[w.SelectOption(value="off", name="Off"),
-                 *(w.SelectOption(value=x, name=x) for x in levels)]))
-    return out
-
-
-
-def mcp_entry(server: w.McpServer) -> dict[str, Any]:
-    """A client-supplied MCP server as an entry of an MCP config file (``omp.mcp.config``)."""
-    if isinstance(server.type, str) and server.type != "stdio":
-        return {"type": server.type, "url": server.url or None,
-                "headers": {h.name: h.value for h in server.headers}}
-    return {"command": server.command or None, "args": list(server.args),
-            "env": {e.name: e.value for e in server.env}}
-
-
-def _modes() -> w.SessionModeState:
-    """Only ``default``: plan mode is not part of this runtime (``--plan`` is refused too)."""
-    return w.SessionModeState(currentModeId="default", availableModes=[
-        w.SessionMode(id="default", name="Default", description=_DEFAULT_MODE)])
-
-
 def _id(envelope: w.Envelope) -> int | str | None:
     return envelope.id if isinstance(envelope.id, int | str) else None
 
@@ -774,74 +527,3 @@ def _decode(params: msgspec.Raw | msgspec.UnsetType, kind: type[Any]) -> Any:
         if isinstance(exc, msgspec.ValidationError):
             raise
         raise msgspec.ValidationError(str(exc)) from None
-
-
-def _mtime(path: Path) -> str | msgspec.UnsetType:
-    try:
-        stamp = path.stat().st_mtime
-    except OSError:
-        return msgspec.UNSET
-    return datetime.datetime.fromtimestamp(stamp, datetime.UTC).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
-
-
-def prompt_text(blocks: list[w.ContentBlock]) -> tuple[str, list[m.ImageContent]]:
-    """The prompt's text and images, as the original converts the blocks (E.5): texts joined
-    with a blank line and trimmed."""
-    texts: list[str] = []
-    images: list[m.ImageContent] = []
-    for block in blocks:
-        if isinstance(block, w.TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, w.ImageBlock):
-            images.append(m.ImageContent(data=block.data, mimeType=block.mimeType))
-        elif isinstance(block, w.ResourceBlock):
-            resource = block.resource
-            if isinstance(resource.text, str):
-                texts.append(resource.text)
-            elif isinstance(resource.blob, str) and isinstance(resource.mimeType, str) \
-                    and resource.mimeType.startswith("image/"):
-                images.append(m.ImageContent(data=resource.blob, mimeType=resource.mimeType))
-            else:
-                texts.append(f"[embedded resource: {resource.uri}]")
-        elif isinstance(block, w.ResourceLinkBlock):
-            texts.append(block.title if isinstance(block.title, str) and block.title
-                         else block.name or block.uri)
-        else:
-            texts.append("[audio omitted]")
-    return "\n\n".join(texts).strip(), images
-
-
-def stop_reason(result: ev.PromptResult | None, added: list[m.AgentMessage]) -> w.StopReason:
-    """The ACP stop reason of a finished prompt (E.5)."""
-    if result is not None and result.status == "aborted":
-        return "cancelled"
-    last = next((x for x in reversed(added) if isinstance(x, m.AssistantMessage)), None)
-    if last is None:
-        return "end_turn"
-    if last.stopReason == "aborted":
-        return "cancelled"
-    if last.stopReason == "length":
-        return "max_tokens"
-    if last.stopReason == "error" and REFUSAL.search(last.errorMessage or ""):
-        return "refusal"
-    return "end_turn"
-
-
-def usage_of(added: list[m.AgentMessage]) -> w.TokenUsage | msgspec.UnsetType:
-    """The usage of this prompt's model calls; unset when there was none."""
-    calls = [x.usage for x in added if isinstance(x, m.AssistantMessage)]
-    total = sum(u.totalTokens for u in calls)
-    if not total:
-        return msgspec.UNSET
-    cached_read = sum(u.cacheRead for u in calls)
-    cached_write = sum(u.cacheWrite for u in calls)
-    return w.TokenUsage(inputTokens=sum(u.input for u in calls),
-                        outputTokens=sum(u.output for u in calls), totalTokens=total,
-                        cachedReadTokens=cached_read or msgspec.UNSET,
-                        cachedWriteTokens=cached_write or msgspec.UNSET)
