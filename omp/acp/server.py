@@ -39,6 +39,7 @@ unknown method -32601; an error of the handler -32603 ``Internal error`` with
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -50,10 +51,6 @@ import trio
 
 from .. import __version__
 from ..config import ConfigError
-from ..llm.thinking import efforts
-from ..protocol import commands as cmd
-from ..protocol import messages as m
-from ..protocol.frames import Response
 from ..protocol.framing import LineFramer, LineTooLong
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import (
@@ -66,20 +63,20 @@ from ..rpc.options import ServeOptions
 from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
 from ..session import SessionError
+from ..session.file import SessionFile, fork_file
 from . import wire as w
 from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
-from .session import AcpSession, PendingPrompt, live
+from .errors import AcpError, BusyError
+from .ext import ext_method
+from .session import AcpSession, live
 from .updates import UpdateMapper
 from .views import (
     config_options,
     history_updates,
     mcp_entry,
     modes,
-    now_iso,
-    prompt_text,
-    stop_reason,
+    stored_matches,
     stored_sessions,
-    usage_of,
 )
 
 MCP_SETTLE_SECONDS = 10.0
@@ -89,10 +86,6 @@ LIST_PAGE = 50
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
 READ_SIZE = 64 * 1024
-
-
-class AcpError(Exception):
-    """A request that fails: answered -32603 ``Internal error`` with ``details`` (E.10)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -105,7 +98,6 @@ class AcpServer:
     _requests_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     client: ClientChannel = attrs.field(init=False)
     """Requests of ours to the editor."""
-    _prompt_counter: int = attrs.field(default=0, init=False)
     _tickets: dict[int | str, int] = attrs.field(factory=dict, init=False)
     """Request id → ticket of the ``session/prompt`` requests read and not yet started."""
 
@@ -122,8 +114,9 @@ class AcpServer:
             sessionId=session_id, update=update)))
 
     def error(self, request_id: int | str | None, code: int, message: str,
-              details: str | None = None) -> None:
-        data = {"details": details} if details is not None else msgspec.UNSET
+              details: str | None = None, data: Any = msgspec.UNSET) -> None:
+        if details is not None:
+            data = {"details": details}
         self.send(w.ErrorReply(id=request_id, error=w.ErrorObject(code=code, message=message,
                                                                    data=data)))
 
@@ -201,23 +194,23 @@ class AcpServer:
                      params: msgspec.Raw | msgspec.UnsetType) -> None:
         """Run the request's handler and answer it once. On cancellation (shutdown) it is
         answered with an error saying so."""
-        route = self._routes().get(method)
-        if route is None:
-            self.error(request_id, w.METHOD_NOT_FOUND, "Method not found", method)
-            return
-        kind, handler = route
+        route = self._routes().get(method)  # None: an extension method (omp.acp.ext)
         try:
-            decoded = _decode(params, kind)
+            decoded = _decode(params, dict[str, Any] if route is None else route[0])
         except msgspec.ValidationError as exc:
             self._tickets.pop(request_id, None)
             self.error(request_id, w.INVALID_PARAMS, "Invalid params", f"{method}: {exc}")
             return
         try:
-            result = await handler(decoded, request_id)
+            result = await (ext_method(self.options, method, decoded) if route is None
+                            else route[1](decoded, request_id))
         except trio.Cancelled:
             self.error(request_id, w.INTERNAL_ERROR, "Internal error",
-                       "the agent is shutting down")
+                       "Inbound request drain timed out")
             raise
+        except BusyError as exc:
+            self.error(request_id, exc.code, str(exc), data=exc.data)
+            return
         except (AcpError, SessionError, ConfigError, ClientError) as exc:
             self.error(request_id, w.INTERNAL_ERROR, "Internal error", str(exc))
             return
@@ -230,6 +223,8 @@ class AcpServer:
             "authenticate": (w.AuthenticateParams, self.authenticate),
             "session/new": (w.NewSessionParams, self.new_session),
             "session/load": (w.LoadSessionParams, self.load_session),
+            "session/resume": (w.LoadSessionParams, self.resume_session),
+            "session/fork": (w.LoadSessionParams, self.fork_session),
             "session/prompt": (w.PromptParams, self.prompt),
             "session/close": (w.SessionIdParams, self.close_session),
             "session/list": (w.ListSessionsParams, self.list_sessions),
@@ -251,7 +246,8 @@ class AcpServer:
             agentCapabilities=w.AgentCapabilities(
                 loadSession=True, mcpCapabilities=w.McpCapabilities(http=True, sse=True),
                 promptCapabilities=w.PromptCapabilitiesOut(embeddedContext=True, image=True),
-                sessionCapabilities=w.SessionCapabilitiesOut(close=w.Empty(), list=w.Empty())))
+                sessionCapabilities=w.SessionCapabilitiesOut(
+                    close=w.Empty(), fork=w.Empty(), list=w.Empty(), resume=w.Empty())))
 
     async def authenticate(self, params: w.AuthenticateParams, _id: int | str) -> w.Empty:
         if params.methodId != "agent":
@@ -338,13 +334,8 @@ class AcpServer:
                 if not isinstance(c.input, msgspec.UnsetType) and isinstance(c.input.hint, str)
                 else msgspec.UNSET)
             for c in acp.commands.slash.command_list()]))
-        self._session_info(acp)
+        acp.session_info()
 
-    def _session_info(self, acp: AcpSession) -> None:
-        assert acp.runtime is not None
-        name = acp.runtime.session.session_name
-        self.update(acp.session_id, w.SessionInfoUpdate(
-            updatedAt=now_iso(), title=name if name else msgspec.UNSET))
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:
@@ -356,27 +347,74 @@ class AcpServer:
 
     async def load_session(self, params: w.LoadSessionParams, _id: int | str
                            ) -> w.LoadSessionResult:
+        """Open a stored session (or take the live one) and replay its history before the
+        answer (E.3, E.6)."""
+        acp = await self._reopen(params)
+        for update in history_updates(live(acp).messages, acp.cwd):
+            self.update(acp.session_id, update)
+        self._bootstrap_soon(acp)
+        return w.LoadSessionResult(modes=modes(), configOptions=config_options(live(acp)))
+
+    async def resume_session(self, params: w.LoadSessionParams, _id: int | str
+                             ) -> w.LoadSessionResult:
+        """``session/load`` without the replay (the editor kept the conversation)."""
+        acp = await self._reopen(params)
+        self._bootstrap_soon(acp)
+        return w.LoadSessionResult(modes=modes(), configOptions=config_options(live(acp)))
+
+    async def _reopen(self, params: w.LoadSessionParams) -> AcpSession:
+        """The live session ``params.sessionId`` (its cwd must match), or its stored file
+        opened as a new session of this process."""
         cwd = self._cwd(params.cwd)
         loaded = self.sessions.get(params.sessionId)
         if loaded is not None:
-            assert loaded.runtime is not None
-            if loaded.runtime.session.cwd != cwd:
+            if loaded.cwd != cwd:
                 raise AcpError(f"ACP session {params.sessionId} is already loaded for "
-                               f"{loaded.runtime.session.cwd}, not {cwd}")
-            acp = loaded
+                               f"{loaded.cwd}, not {cwd}")
+            return loaded
+        options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
+                               resume=False, session=None, announce_offline=False)
+        try:
+            return await self._open(options, params.mcpServers)
+        except SessionError as exc:
+            if "not found" in str(exc):
+                raise AcpError(f"ACP session not found: {params.sessionId}") from None
+            raise
+
+    async def fork_session(self, params: w.LoadSessionParams, _id: int | str
+                           ) -> w.NewSessionResult:
+        """A new session with the whole conversation of a live or stored one, in a new file
+        next to it (its header names the source as ``parentSession``); the source is left as
+        it was. Written in a worker thread; on cancellation the thread is abandoned (its file
+        may still appear)."""
+        cwd = self._cwd(params.cwd)
+        source = self.sessions.get(params.sessionId)
+        if source is not None:
+            if source.pending is not None or source.owned or live(source).is_streaming:
+                raise AcpError("ACP session fork is unavailable while a prompt is in "
+                               f"progress: {params.sessionId}")
+            file = live(source).store.file
+            if file is None:
+                raise AcpError("ACP session cannot be forked before it is persisted: "
+                               f"{params.sessionId}")
+            fork = functools.partial(fork_file, file)
         else:
-            options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
-                                   resume=False, session=None, announce_offline=False)
-            try:
-                acp = await self._open(options, params.mcpServers)
-            except SessionError as exc:
-                if "not found" in str(exc):
-                    raise AcpError(f"ACP session not found: {params.sessionId}") from None
-                raise
-            for update in history_updates(live(acp).messages, acp.cwd):
-                self.update(acp.session_id, update)
+            found = [x for x in await trio.to_thread.run_sync(
+                stored_matches, self.options, None, abandon_on_cancel=True)
+                if x.session_id == params.sessionId]
+            if not found:
+                raise AcpError(f"ACP session not found: {params.sessionId}")
+            fork = functools.partial(_fork_stored, found[0].path)
+        try:
+            forked = await trio.to_thread.run_sync(fork, abandon_on_cancel=True)
+        except (OSError, ValueError) as exc:  # UnusableFile, SessionFormatError: ValueErrors
+            raise AcpError(f"ACP session fork failed: {params.sessionId}: {exc}") from None
+        options = attrs.evolve(self.options, cwd=cwd, resume_session=str(forked.path),
+                               resume=False, session=None, announce_offline=False)
+        acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
-        return w.LoadSessionResult(modes=modes(), configOptions=config_options(live(acp)))
+        return w.NewSessionResult(sessionId=acp.session_id, modes=modes(),
+                                  configOptions=config_options(live(acp)))
 
     async def list_sessions(self, params: w.ListSessionsParams, _id: int | str
                             ) -> w.ListSessionsResult:
@@ -412,29 +450,7 @@ class AcpServer:
     async def set_config_option(self, params: w.SetConfigOptionParams, _id: int | str
                                 ) -> w.SetConfigOptionResult:
         acp = self._session(params.sessionId)
-        assert acp.runtime is not None
-        session = acp.runtime.session
-        if isinstance(params.value, bool):
-            raise AcpError(f"Unsupported boolean ACP config option: {params.configId}")
-        if params.configId == "mode":
-            if params.value != "default":
-                raise AcpError(f"Unsupported ACP mode: {params.value}")
-        elif params.configId == "model":
-            provider, _, model_id = params.value.partition("/")
-            known = {f"{x.provider}/{x.id}" for x in session.registry.available()}
-            if params.value not in known:
-                raise AcpError(f"Unknown ACP model: {params.value}")
-            session.set_model(provider, model_id)
-        elif params.configId == "thinking":
-            levels = ["off", *efforts(session.model)]
-            matches = [x for x in levels if x == params.value] or (
-                [x for x in levels if x.startswith(params.value)] if len(params.value) >= 2
-                else [])
-            if len(matches) != 1:
-                raise AcpError(f"Unknown ACP thinking level: {params.value}")
-            session.set_thinking_level(matches[0])
-        else:
-            raise AcpError(f"Unknown ACP config option: {params.configId}")
+        acp.set_config_option(params.configId, params.value)
         options = config_options(live(acp))
         self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=options))
         return w.SetConfigOptionResult(configOptions=options)
@@ -446,63 +462,9 @@ class AcpServer:
         return acp
 
     async def prompt(self, params: w.PromptParams, request_id: int | str) -> w.PromptResult:
-        """Send the prompt through the rpc prompt dispatch and wait for its ``prompt_result``
-        (or ``session/cancel``). A prompt while the last one still runs cancels that one
-        first (implicit cancel, E.5). On cancellation (shutdown) it stops waiting."""
+        """``AcpSession.prompt`` with the ticket it got when it was read."""
         ticket = self._tickets.pop(request_id, None)
-        acp = self._session(params.sessionId)
-        runtime, commands = acp.runtime, acp.commands
-        assert runtime is not None
-        assert commands is not None
-        session = runtime.session
-        if acp.pending is not None:
-            acp.cancel(upto=None if ticket is None else ticket - 1)
-        await session.wait_for_idle()  # the cancelled turn's cleanup, before this one starts
-        if ticket is not None and ticket <= acp.cancelled_upto:
-            return w.PromptResult(stopReason="cancelled")  # cancelled before it started
-        text, images = prompt_text(params.prompt)
-        self._prompt_counter += 1
-        pending = PendingPrompt(f"acp-{self._prompt_counter}")
-        acp.pending, acp.muted = pending, False
-        before = len(session.messages)
-        frame = cmd.Prompt(message=text, images=images or msgspec.UNSET, id=pending.request_id)
-        route = commands.route(frame)
-        scope = None if route.family is None else runtime.aborts.hold(route.family)
-        try:
-            answer = route.handler(frame, scope) if route.scoped else route.handler(frame)
-            response = answer if isinstance(answer, Response) else await answer
-            if route.after is not None:
-                route.after(response)
-            if not response.success:
-                raise AcpError(response.error or "the prompt was refused")
-            await pending.done.wait()
-        finally:
-            if scope is not None:
-                runtime.aborts.release(scope)
-            if acp.pending is pending:
-                acp.pending = None
-        added = session.messages[before:]
-        usage = usage_of(added)
-        if pending.cancelled:
-            return w.PromptResult(stopReason="cancelled", usage=usage)
-        self._end_of_turn(acp)
-        return w.PromptResult(stopReason=stop_reason(pending.result, added), usage=usage)
-
-    def _end_of_turn(self, acp: AcpSession) -> None:
-        assert acp.runtime is not None
-        session = acp.runtime.session
-        last = next((x for x in reversed(session.messages)
-                     if isinstance(x, m.AssistantMessage)), None)
-        window = session.model.contextWindow
-        if last is not None and window:
-            used = last.usage.input + last.usage.cacheRead + last.usage.cacheWrite \
-                + last.usage.output
-            cost = sum(x.usage.cost.total for x in session.messages
-                       if isinstance(x, m.AssistantMessage))
-            self.update(acp.session_id, w.UsageUpdate(
-                size=window, used=used,
-                cost=w.Cost(amount=cost, currency="USD") if cost > 0 else msgspec.UNSET))
-        self._session_info(acp)
+        return await self._session(params.sessionId).prompt(params.prompt, ticket)
 
     # -- the sessions' end -------------------------------------------------------------------
 
@@ -527,3 +489,8 @@ def _decode(params: msgspec.Raw | msgspec.UnsetType, kind: type[Any]) -> Any:
         if isinstance(exc, msgspec.ValidationError):
             raise
         raise msgspec.ValidationError(str(exc)) from None
+
+
+def _fork_stored(path: Path) -> SessionFile:
+    """``fork_file`` of a stored session file (blocking)."""
+    return fork_file(SessionFile.open(path))

@@ -22,7 +22,7 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..rpc.options import ServeOptions
 from ..session import AgentSession
-from ..session.locations import find_sessions, sessions_dir
+from ..session.locations import SessionMatch, find_sessions, sessions_dir
 from . import wire as w
 from .updates import tool_call
 
@@ -63,7 +63,7 @@ def history_updates(messages: list[m.AgentMessage], cwd: Path) -> Iterator[w.Ses
                 or msgspec.UNSET))
 
 
-def stored_sessions(options: ServeOptions, cwd: Path | None) -> list[w.SessionInfo]:
+def stored_matches(options: ServeOptions, cwd: Path | None) -> list[SessionMatch]:
     """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
     agent_directory = options.agent_dir or agent_dir()
     if cwd is None:
@@ -74,8 +74,19 @@ def stored_sessions(options: ServeOptions, cwd: Path | None) -> list[w.SessionIn
         directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
     else:
         directory = sessions_dir(agent_directory, cwd)
-    return [w.SessionInfo(sessionId=x.session_id, cwd=x.cwd, updatedAt=mtime_iso(x.path))
-            for x in find_sessions("", [directory])]
+    return find_sessions("", [directory])
+
+
+def session_info(match: SessionMatch) -> w.SessionInfo:
+    return w.SessionInfo(sessionId=match.session_id, cwd=match.cwd,
+                         title=match.title if match.title else msgspec.UNSET,
+                         updatedAt=mtime_iso(match.path))
+
+
+def stored_sessions(options: ServeOptions, cwd: Path | None) -> list[w.SessionInfo]:
+    """``session/list``'s entries of ``cwd`` (None: of every project), newest first
+    (blocking)."""
+    return [session_info(x) for x in stored_matches(options, cwd)]
 
 
 def config_options(session: AgentSession) -> list[w.ConfigOption]:

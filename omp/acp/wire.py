@@ -137,6 +137,8 @@ class NewSessionParams(_In, frozen=True, kw_only=True):
 
 
 class LoadSessionParams(_In, frozen=True, kw_only=True):
+    """``session/load``, ``session/resume``, ``session/fork``."""
+
     sessionId: str
     cwd: str
     mcpServers: list[McpServer] = msgspec.field(default_factory=list)
@@ -241,7 +243,9 @@ class Empty(_Out, frozen=True, kw_only=True):
 
 class SessionCapabilitiesOut(_Out, frozen=True, kw_only=True):
     close: Empty
+    fork: Empty
     list: Empty
+    resume: Empty
 
 
 class AgentCapabilities(_Out, frozen=True, kw_only=True):
@@ -302,6 +306,7 @@ class SetConfigOptionResult(_Out, frozen=True, kw_only=True):
 class SessionInfo(_Out, frozen=True, kw_only=True):
     sessionId: str
     cwd: str
+    title: str | UnsetType = UNSET
     updatedAt: str | UnsetType = UNSET
 
 

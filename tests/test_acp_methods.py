@@ -1,0 +1,130 @@
+"""ACP methods beyond the core loop, driven by the ``agent-client-protocol`` package's client
+spawning the real ``omp acp``: the busy error (-32003), ``session/resume`` and
+``session/fork``, and the ``_omp/*`` extension methods (omp-surface E.3, E.5, E.10, E.11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from agent_helpers import text_reply, write_models_yml
+from test_acp import Recorder, acp, run_client, text_of
+
+from omp.testing.fake_llm import open_fake_llm
+
+
+async def test_a_prompt_while_a_run_of_nobodys_goes_is_busy(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    # The extension starts a run of its own when the session starts: no prompt of the
+    # editor owns it.
+    extension = tmp_path / "ext.py"
+    extension.write_text(
+        "def setup(omp):\n"
+        "    async def started(event, ctx):\n"
+        "        omp.send_user_message('autonomous work')\n"
+        "    omp.on('session_start', started)\n")
+    slow = {"match": {"bodyContains": "autonomous work"},
+            "chunks": [{"text": "working "}, {"delay": 60.0}, {"text": "never"}]}
+    async with open_fake_llm([slow, text_reply("after the stop")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await rec.wait_for(lambda _: bool(rec.of(sid, "agent_message_chunk")))
+            with pytest.raises(acp.RequestError) as busy:
+                await conn.prompt(session_id=sid, prompt=[acp.text_block("me too")])
+            seen["busy"] = (busy.value.code, str(busy.value), busy.value.data)
+            # Stopped, the session takes the editor's prompt.
+            await conn.cancel(session_id=sid)
+            result = await conn.prompt(session_id=sid, prompt=[acp.text_block("now")])
+            seen["then"] = (result.stop_reason, text_of(rec.of(sid, "agent_message_chunk")))
+
+        await trio.to_thread.run_sync(
+            lambda: run_client(project, body, "-e", str(extension)))
+    code, message, data = seen["busy"]
+    assert code == -32003
+    assert message.startswith("Agent is already processing.")
+    assert data == {"reason": "session_busy", "hint": "steer|followUp|wait"}
+    assert seen["then"] == ("end_turn", "working after the stop")
+
+
+async def test_resume_fork_and_the_omp_extension_methods(tmp_path: Path,
+                                                         isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    script = [text_reply("first answer"), text_reply("forked answer"),
+              text_reply("resumed answer"), text_reply("elsewhere")]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def first(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("remember me")])
+            # A live session forks into a new one with its conversation.
+            fork = (await conn.fork_session(cwd=str(project), session_id=sid)).session_id
+            assert fork != sid
+            await conn.prompt(session_id=fork, prompt=[acp.text_block("in the fork")])
+            seen["ids"] = (sid, fork)
+            other_sid = (await conn.new_session(cwd=str(other))).session_id
+            await conn.prompt(session_id=other_sid, prompt=[acp.text_block("over there")])
+            seen["other"] = other_sid
+
+        async def second(conn: Any, rec: Recorder) -> None:
+            sid = seen["ids"][0]
+            # A stored session forks too (its file is read, the copy written beside it).
+            seen["stored fork"] = (await conn.fork_session(
+                cwd=str(other), session_id=seen["other"])).session_id
+            resumed = await conn.resume_session(cwd=str(project), session_id=sid)
+            assert resumed.modes.current_mode_id == "default"
+            # No replay: the editor kept the conversation.
+            seen["replayed"] = [u for s, u in rec.updates if s == sid
+                                and u.session_update.endswith("_chunk")]
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("resumed here")])
+            # The library puts the "_" of an extension method in front itself.
+            seen["all"] = await conn.ext_method("omp/sessions/listAll", {"limit": 2})
+            seen["projects"] = await conn.ext_method("omp/projects/list", {})
+            seen["by cwd"] = await conn.ext_method("omp/chats/byCwd", {"cwd": str(other)})
+            with pytest.raises(acp.RequestError) as unknown:
+                await conn.ext_method("omp/nothing", {})
+            seen["unknown"] = unknown.value.data
+            with pytest.raises(acp.RequestError) as missing:
+                await conn.fork_session(cwd=str(project), session_id="no-such-session")
+            seen["missing"] = missing.value.data
+
+        await trio.to_thread.run_sync(run_client, project, first)
+        await trio.to_thread.run_sync(run_client, project, second)
+        calls = [r.json()["messages"] for r in fake.requests]
+    sid, fork = seen["ids"]
+    # The fork's model call had the source's conversation; the resumed session's had its own
+    # (not the fork's).
+    assert "remember me" in json.dumps(calls[1])
+    assert "first answer" in json.dumps(calls[1])
+    resumed = json.dumps(calls[3])
+    assert "remember me" in resumed
+    assert "resumed here" in resumed
+    assert "in the fork" not in resumed
+    assert seen["replayed"] == []
+    listed = seen["all"]
+    everything = {sid, fork, seen["other"], seen["stored fork"]}
+    assert listed["total"] == 4
+    assert len(listed["sessions"]) == 2
+    assert {x["sessionId"] for x in listed["sessions"]} <= everything
+    projects = seen["projects"]
+    assert projects["totalSessions"] == 4
+    assert {(x["cwd"], x["sessionCount"]) for x in projects["projects"]} == {
+        (str(project), 2), (str(other), 2)}
+    assert all(isinstance(x["lastActivityAt"], int) for x in projects["projects"])
+    # Newest first: the fork of the stored session, then the session itself.
+    assert [x["sessionId"] for x in seen["by cwd"]["sessions"]] == [
+        seen["stored fork"], seen["other"]]
+    assert seen["unknown"] == {"details": "Unknown ACP ext method: _omp/nothing"}
+    assert seen["missing"] == {"details": "ACP session not found: no-such-session"}
