@@ -44,6 +44,8 @@ class Recorder:
         self.written: list[tuple[str, str]] = []
         self.terminal = False
         """Whether the editor offers ``terminal/*`` (a subclass serves them)."""
+        self.elicitation = False
+        """Whether the editor shows form elicitations (a subclass answers them)."""
 
     async def read_text_file(self, session_id: str, path: str, line: int | None = None,
                              limit: int | None = None, **kwargs: Any) -> Any:
@@ -85,11 +87,15 @@ def run_client(cwd: Path, body: Callable[[Any, Recorder], Awaitable[None]],
         # The whole environment: the library passes only a few variables by default, and the
         # test's agent directory (OMP_AGENT_DIR) must reach the process.
         async with acp.spawn_agent_process(recorder, OMP[0], *OMP[1:], "acp", *flags,
-                                           cwd=str(cwd), env=dict(os.environ)
+                                           cwd=str(cwd), env=dict(os.environ),
+                                           # elicitation/create is "unstable" in the library
+                                           use_unstable_protocol=recorder.elicitation,
                                            ) as (conn, process):
             capabilities = schema.ClientCapabilities(fs=schema.FileSystemCapabilities(
                 read_text_file=bool(recorder.buffers), write_text_file=bool(recorder.buffers)),
-                terminal=recorder.terminal)
+                terminal=recorder.terminal,
+                elicitation=schema.ElicitationCapabilities(
+                    form=schema.ElicitationFormCapabilities()) if recorder.elicitation else None)
             init = await asyncio.wait_for(conn.initialize(
                 protocol_version=1, client_capabilities=capabilities), 30)
             assert init.protocol_version == 1

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 from agent_helpers import text_reply, write_models_yml
-from test_acp import Recorder, acp, run_client, text_of
+from test_acp import Recorder, acp, run_client, schema, text_of
 
 from omp.testing.fake_llm import open_fake_llm
 
@@ -128,3 +128,69 @@ async def test_resume_fork_and_the_omp_extension_methods(tmp_path: Path,
         seen["stored fork"], seen["other"]]
     assert seen["unknown"] == {"details": "Unknown ACP ext method: _omp/nothing"}
     assert seen["missing"] == {"details": "ACP session not found: no-such-session"}
+
+
+class FormEditor(Recorder):
+    """An editor that shows form elicitations and answers each by its schema's type."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elicitation = True
+        self.forms: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        form = mode.root if hasattr(mode, "root") else mode
+        requested = form.requested_schema.model_dump(by_alias=True, exclude_none=True)
+        self.forms.append((form.session_id, message, requested))
+        value = requested["properties"]["value"]
+        answer = (value["enum"][-1] if "enum" in value else True if value["type"] == "boolean"
+                  else "Ada")
+        return schema.AcceptElicitationResponse(action="accept", content={"value": answer})
+
+
+DIALOGS = (
+    "def setup(omp):\n"
+    "    async def ask(args, ctx):\n"
+    "        colour = await ctx.ui.select('Pick a colour', ['red', 'blue'])\n"
+    "        sure = await ctx.ui.confirm('Sure?', 'Really paint it')\n"
+    "        name = await ctx.ui.input('Your name?', 'a name')\n"
+    "        omp.send_user_message(f'{colour} {sure} {name}')\n"
+    "    omp.register_command('ask', 'Ask the user', ask)\n")
+
+
+@pytest.mark.parametrize("forms", [True, False])
+async def test_extension_dialogs_become_form_elicitations(
+        tmp_path: Path, isolated_agent_dir: Path, forms: bool) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    extension = tmp_path / "ext.py"
+    extension.write_text(DIALOGS)
+    async with open_fake_llm([text_reply("noted")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        editor = FormEditor() if forms else Recorder()
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            seen["sid"] = sid
+            seen["stop"] = (await conn.prompt(session_id=sid,
+                                              prompt=[acp.text_block("/ask")])).stop_reason
+
+        await trio.to_thread.run_sync(
+            lambda: run_client(project, body, "-e", str(extension), recorder=editor))
+        asked = [m for m in fake.requests[0].json()["messages"] if m["role"] == "user"][-1]
+    assert seen["stop"] == "end_turn"
+    said = asked["content"] if isinstance(asked["content"], str) else asked["content"][0]["text"]
+    if not forms:
+        assert said == "None False None"  # no form elicitation: every dialog's default
+        return
+    assert said == "blue True Ada"
+    assert isinstance(editor, FormEditor)
+    sid = seen["sid"]
+    assert editor.forms == [
+        (sid, "Pick a colour", {"type": "object", "required": ["value"], "properties": {
+            "value": {"type": "string", "enum": ["red", "blue"]}}}),
+        (sid, "Sure?\n\nReally paint it", {"type": "object", "required": ["value"],
+                                            "properties": {"value": {"type": "boolean"}}}),
+        (sid, "Your name?", {"type": "object", "required": ["value"], "properties": {
+            "value": {"type": "string", "description": "a name"}}})]

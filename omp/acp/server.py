@@ -54,6 +54,7 @@ from ..config import ConfigError
 from ..protocol.framing import LineFramer, LineTooLong
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import (
+    approval_gate,
     build_runtime,
     load_extensions,
     new_output,
@@ -66,6 +67,7 @@ from ..session import SessionError
 from ..session.file import SessionFile, fork_file
 from . import wire as w
 from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
+from .dialogs import ElicitationUI
 from .errors import AcpError, BusyError
 from .ext import ext_method
 from .session import AcpSession, live
@@ -278,6 +280,11 @@ class AcpServer:
         acp.runtime = runtime
         acp.session_id = runtime.session.session_id
         acp.mapper = UpdateMapper(runtime.session.cwd, lambda: runtime.session.todos.phases)
+        # Dialogs (extensions', the approval gate's own questions) become elicitations.
+        elicitation = self.client_capabilities.elicitation
+        dialogs = ElicitationUI(self.client, acp.session_id,
+                                form=elicitation is not None and elicitation.form is not None)
+        runtime.session.use_approval(approval_gate(options, runtime.session, dialogs))
         fs = self.client_capabilities.fs
         if fs.readTextFile and fs.writeTextFile:
             runtime.session.tool_context.files = EditorFiles(self.client, acp.session_id)
@@ -303,10 +310,10 @@ class AcpServer:
                     await mcp.wait_settled()
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
-        # as --mode rpc does; their dialogs return defaults (no UI here).
+        # as --mode rpc does, their dialogs asked of the editor.
         loaded = load_extensions(runtime)
         if loaded is not None:
-            use_extensions(runtime, loaded)
+            use_extensions(runtime, loaded, dialogs)
         if (extensions := runtime.session.extensions) is not None:
             await extensions.session_start()
         return acp

@@ -97,9 +97,15 @@ class FsCapabilities(_In, frozen=True, kw_only=True):
     writeTextFile: bool = False
 
 
+class ElicitationCapabilities(_In, frozen=True, kw_only=True):
+    form: dict[str, Any] | None = None
+    """Present (``{}``): the client shows form elicitations."""
+
+
 class ClientCapabilities(_In, frozen=True, kw_only=True):
     fs: FsCapabilities = msgspec.field(default_factory=FsCapabilities)
     terminal: bool = False
+    elicitation: ElicitationCapabilities | None = None
 
 
 class InitializeParams(_In, frozen=True, kw_only=True):
@@ -549,3 +555,19 @@ class TerminalOutputResponse(_In, frozen=True, kw_only=True):
     output: str
     truncated: bool
     exitStatus: TerminalExitStatus | None = None
+
+
+class CreateElicitationParams(_Out, frozen=True, kw_only=True):
+    """``elicitation/create`` in form mode, tied to a session."""
+
+    mode: Literal["form"]
+    """Required on the wire (so no default: defaults are left out)."""
+    sessionId: str
+    message: str
+    requestedSchema: dict[str, Any]
+
+
+class ElicitationResponse(_In, frozen=True, kw_only=True):
+    action: str
+    """``accept``, ``decline`` or ``cancel``."""
+    content: dict[str, Any] | None = None

@@ -65,6 +65,7 @@ from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
+    from ..extensions.ui import ExtensionUI
     from ..llm.local import LocalDiscovery
     from ..mcp.manager import McpManager
 
@@ -174,8 +175,10 @@ def use_rules(runtime: Runtime) -> None:
                                     lambda: session.messages, session.cwd))
 
 
-def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> ApprovalGate:
-    """The settings' tool approval with the command line's over it (omp-surface C.1)."""
+def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
+                  ) -> ApprovalGate:
+    """The settings' tool approval with the command line's over it (omp-surface C.1), its
+    questions asked through ``ui``."""
     settings = session.settings.approval
     if options.approval_mode is not None:
         settings = attrs.evolve(settings, mode=options.approval_mode)
@@ -462,10 +465,10 @@ def load_extensions(runtime: Runtime) -> LoadReport | None:
     return report
 
 
-def use_extensions(runtime: Runtime, loaded: LoadReport) -> None:
-    """Start the loaded extensions and say what loading said, as frames: load errors, an
-    untrusted project."""
-    runtime.session.use_extensions(loaded.extensions, runtime.ui)
+def use_extensions(runtime: Runtime, loaded: LoadReport, ui: ExtensionUI | None = None) -> None:
+    """Start the loaded extensions (their dialogs through ``ui``, by default the host's) and
+    say what loading said, as frames: load errors, an untrusted project."""
+    runtime.session.use_extensions(loaded.extensions, runtime.ui if ui is None else ui)
     emit = runtime.outbox.emit
     for path, error in loaded.errors:
         emit(ev.ExtensionError(extensionPath=path, event="load", error=error))
