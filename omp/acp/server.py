@@ -22,7 +22,12 @@ Who owns what:
 * ``session/cancel`` is handled by the reader at once: it cancels the session's abortable work
   through its abort registry (``omp.session.aborts``, the families of rpc ``abort``), answers
   the pending prompt ``cancelled`` without waiting for the run's cleanup, and mutes the
-  session's updates until the next prompt (the original's behaviour, omp-surface E.8).
+  session's updates until the next prompt (the original's behaviour, omp-surface E.8). The
+  prompt, the cancel and the approvals of one session are ``omp.acp.session.AcpSession``'s.
+* ``session/resume`` opens like ``session/load`` without the replay; ``session/fork`` writes
+  the source's whole branch to a new file (``omp.session.file.fork_file``) and opens that.
+* The session's dialogs (its extensions', the approval gate's) are elicitations of the editor
+  (``omp.acp.dialogs``).
 
 Events become ``session/update`` notifications in ``omp.acp.updates``. Tool approval
 (``omp.session.approval``) asks the editor: each session's gate gets ``AcpSession.approve`` as
@@ -32,9 +37,10 @@ whose id is unknown is ignored.
 
 Bad input: a line that is not JSON, or not a JSON-RPC object, is answered with an error whose
 id is null (-32700 / -32600) and the connection stays up (the original ends the connection
-silently, E.1); params that do not fit the method's schema get -32602 naming the field; an
-unknown method -32601; an error of the handler -32603 ``Internal error`` with
-``data.details``, as the original words them.
+silently, E.1); params that do not fit the method's schema get -32602 naming the field; a
+request method the protocol does not define is an extension method (``omp.acp.ext``; unknown:
+-32603 ``Unknown ACP ext method``); an error of the handler -32603 ``Internal error`` with
+``data.details``, a busy session -32003 (``omp.acp.errors``), as the original words them.
 """
 
 from __future__ import annotations
