@@ -58,6 +58,8 @@ class TerminalEditor(Recorder):
         self.calls: list[tuple[str, str]] = []
         self.created: list[dict[str, Any]] = []
         self.released = asyncio.Event()
+        self.refuse_wait = False
+        """``terminal/wait_for_exit`` answers with an error."""
 
     async def create_terminal(self, session_id: str, command: str,
                               args: list[str] | None = None, env: Any = None,
@@ -82,6 +84,8 @@ class TerminalEditor(Recorder):
 
     async def wait_for_terminal_exit(self, session_id: str, terminal_id: str,
                                      **kwargs: Any) -> Any:
+        if self.refuse_wait:
+            raise acp.RequestError(-32603, "Internal error", {"details": "no waiting here"})
         terminal = self.terminals[terminal_id]
         await terminal.process.wait()
         await terminal.pump
@@ -219,6 +223,36 @@ async def test_cancel_kills_and_releases_the_terminal_at_once(
     assert seen["elapsed"] < 5.0
     assert seen["after"] is False
     assert seen["next"] == "end_turn"
+
+
+async def test_an_editor_refusal_is_the_tools_error_and_the_terminal_is_released(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    script = [{"chunks": [tool_call("call_r", "bash", {"command": "sleep 60"})],
+               "stop": "toolUse"},
+              text_reply("understood")]
+    async with open_fake_llm(script) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        editor = TerminalEditor()
+        editor.refuse_wait = True
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            seen["stop"] = (await conn.prompt(session_id=sid,
+                                              prompt=[acp.text_block("go")])).stop_reason
+            seen["alive"] = editor.terminals["term-1"].process.returncode is None
+
+        await trio.to_thread.run_sync(lambda: run_client(project, body, recorder=editor))
+        result = next(m for m in fake.requests[-1].json()["messages"] if m["role"] == "tool")
+    assert seen["stop"] == "end_turn"
+    text = result["content"] if isinstance(result["content"], str) \
+        else "".join(c["text"] for c in result["content"])
+    assert text == "terminal/wait_for_exit failed: Internal error"
+    # The command may still run: killed, then released.
+    assert editor.calls == [("create", "term-1"), ("kill", "term-1"), ("release", "term-1")]
+    assert seen["alive"] is False
 
 
 def test_a_signal_is_an_exit_status_of_128_plus_its_number() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..groups import unwrap
 from .base import EditorTerminals, OnUpdate, TerminalExit, ToolError, ToolResult
 from .shell import shell_program
 from .truncate import DEFAULT_MAX_BYTES
@@ -94,7 +95,8 @@ async def run_in_terminal(terminals: EditorTerminals, command: str, *, cwd: Path
                     shown = current.output
                     await on_update(ToolResult.text(current.output, details))
 
-        with trio.move_on_after(math.inf if timeout is None else timeout):
+        # unwrap: an editor's refusal (ToolError) leaves the nursery as itself, not in a group
+        with trio.move_on_after(math.inf if timeout is None else timeout), unwrap():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(poll)
                 exited = await terminals.wait_for_exit(terminal_id)
