@@ -1,6 +1,11 @@
 r"""One ACP session (``AcpSession``): its runtime, the prompt going, the mapping of its events
 to ``session/update``\ s (it is the session's event sink), its tool-approval policy (asks the
 editor with ``session/request_permission``, remembers "always"), and ``session/cancel``.
+
+A prompt is the editor's from when it is sent to the session until its ``prompt_result``
+(``owned``); a run going while none is (an extension's, a background job's) makes a new
+prompt busy (``omp.acp.errors.BusyError``, E.5), unless a ``session/cancel`` stopped it, whose
+cleanup the prompt then waits for.
 """
 
 from __future__ import annotations
