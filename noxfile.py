@@ -1,6 +1,6 @@
 """`nox` runs the tests, the linter and the type checker (each in its own virtualenv), and the
 tests again on the lowest versions of the dependencies that pyproject.toml declares. `nox -s docs`
-builds the documentation site (not among the default sessions)."""
+builds the documentation site (not among the default sessions; .ci/run runs it after them)."""
 
 from __future__ import annotations
 

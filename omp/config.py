@@ -12,15 +12,16 @@ Owns the machinery that every configuration file goes through (``models.yml``, `
   be a regular file (read through ``omp.files``: a directory, FIFO or device is refused before
   anything blocks on it), at most ``MAX_CONFIG_BYTES``, UTF-8, and valid YAML/JSON; every
   failure is a ``ConfigError`` naming the file and, where there is one, the line and column.
-* ``structure()``: a parsed mapping into attrs classes with ONE strict converter: an ``int`` field
+* ``structure()``: a parsed mapping into attrs classes or msgspec Structs with ONE strict
+  converter: an ``int`` field
   takes only an integer (not ``99.7``, not ``"3"``), a ``bool`` only ``true``/``false`` (not
   ``"false"``), a ``str`` only a string (not ``[a, b]``), a list only a list, a mapping only a
   mapping, a ``Literal`` only one of its values; unknown keys are rejected. Every such problem
   in the file is reported at once, as ``<file>: $.key.path: what is wrong``; ``problem()``
   words the loaders' own checks (ranges, fields that depend on each other) the same way.
 
-Importing this module costs only the standard library (and ``omp.files``, which is built on it
-alone): PyYAML and cattrs are imported inside the
+Importing this module costs only the standard library, attrs and msgspec (loaded by then
+anyway) and ``omp.files``: PyYAML and cattrs are imported inside the
 functions that need them, so a start without configuration files never pays for them (measured
 by ``bench/bench_rpc.py``).
 """
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
+import msgspec
 
 from .files import FileTooLarge, OwnProcessFile, UnusableFile, read_regular
 
@@ -319,7 +321,48 @@ def _make_converter() -> cattrs.Converter:
             t, converter, detailed_validation=True)))
     converter.register_structure_hook_factory(
         attrs.has, lambda t: shaped(dict, "a mapping", make_dict_structure_fn(t, converter)))
+    converter.register_structure_hook_factory(
+        _is_struct, lambda t: shaped(dict, "a mapping", _struct_hook(t, converter)))
     return converter
+
+
+def _is_struct(type_: Any) -> bool:
+    return isinstance(type_, type) and issubclass(type_, msgspec.Struct)
+
+
+def _struct_hook(cls: type[msgspec.Struct], converter: cattrs.Converter
+                 ) -> Callable[[dict[Any, Any], Any], Any]:
+    """What ``make_dict_structure_fn`` is for an attrs class, for a msgspec Struct (settings
+    sections are Structs: defining one costs nothing at startup, an attrs class compiles its
+    methods): each key through the converter, every problem collected with its key, unknown
+    keys rejected, absent keys left to the Struct's defaults."""
+    from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
+
+    hints = typing.get_type_hints(cls)
+    names = msgspec.structs.fields(cls)
+    fields = {f.encode_name: (f.name, hints[f.name]) for f in names}
+
+    def structure(raw: dict[Any, Any], _: Any) -> Any:
+        values: dict[str, Any] = {}
+        errors: list[Exception] = []
+        for key, value in raw.items():
+            if key not in fields:
+                continue
+            name, type_ = fields[key]
+            try:
+                values[name] = converter.structure(value, type_)
+            except Exception as exc:
+                exc.__notes__ = [*getattr(exc, "__notes__", []), AttributeValidationNote(
+                    f"Structuring class {cls.__qualname__} @ attribute {key}", key, type_)]
+                errors.append(exc)
+        unknown = set(raw) - set(fields)
+        if unknown:
+            errors.append(ForbiddenExtraKeysError("", cls, unknown))
+        if errors:
+            raise ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
+        return cls(**values)
+
+    return structure
 
 
 def _describe(exc: BaseException, type_: Any) -> str:

@@ -7,12 +7,15 @@ function-local import; every entry below was measured with ``python -X importtim
 byte-compiled install, and ``tests/test_imports.py`` checks that no other module is imported
 that way. Everything else is imported at the top of its module.
 
-For the same reason plain records (skills, commands, problems, routes, agent definitions) are
-msgspec Structs, and runtime objects (attrs classes with ``eq=False``: sessions, servers,
-bridges, hosts) are declared ``repr=False``: attrs compiles every generated method when the
-class is created, about 0.4 ms a class (0.15 ms of it the repr) against 0.01 ms for a Struct,
-and the default repr names a runtime object well enough. attrs stays where its features are
-used: mutable state with behaviour, validators, and what cattrs structures (the settings).
+For the same reason plain records (skills, commands, problems, routes, agent definitions,
+stream options, the settings sections of ``config.yml``) are msgspec Structs, and runtime
+objects (attrs classes with ``eq=False``: sessions, servers, bridges, hosts) are declared
+``repr=False``: attrs compiles every generated method when the class is created, about 0.4 ms
+a class (0.15 ms of it the repr; ``__init__``, ``__eq__`` and ``__repr__`` grow with the
+fields) against 0.01 ms for a Struct, and the default repr names a runtime object well enough.
+The one strict converter (``omp.config.structure``) takes Structs as it takes attrs classes.
+attrs stays where its features are used: mutable state with behaviour, private fields with
+aliases, fields set after construction, validators.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-import attrs
+import msgspec
 
 __all__ = ["CORE_VARIABLES", "DEFAULT_EXCLUDES", "DEFAULT_POLICY", "EnvironmentPolicy",
            "Inherit", "child_environment"]
@@ -58,8 +58,7 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
 
 
-@attrs.frozen(kw_only=True)
-class EnvironmentPolicy:
+class EnvironmentPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """How a subprocess's environment is made from ours (see the module docstring)."""
 
     inherit: Inherit = "all"
@@ -75,7 +74,8 @@ class EnvironmentPolicy:
 
     def with_provider_variables(self, names: Iterable[str]) -> EnvironmentPolicy:
         """This policy, also keeping ``names`` (more provider key variables) out."""
-        return attrs.evolve(self, provider_variables=self.provider_variables | frozenset(names))
+        return msgspec.structs.replace(
+            self, provider_variables=self.provider_variables | frozenset(names))
 
 
 def _left_out(name: str, policy: EnvironmentPolicy) -> bool:

@@ -1,6 +1,8 @@
 """The documentation stays true: the generated frame reference is current, and every relative
 link in README.md and docs/ leads to a file inside the repository (a plain clone has nothing
-outside it)."""
+outside it). The README stays a front page (what this is, set-up, a quick start, links): the
+rest lives in docs/, where every page is in the site's nav and reachable by links from the
+README."""
 
 from __future__ import annotations
 
@@ -80,6 +82,52 @@ def test_the_docs_cover_the_pages_the_site_lists() -> None:
     listed = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
     present = {str(p.relative_to(ROOT / "docs")) for p in PAGES if p.name != "README.md"}
     assert listed == present
+
+
+README_MAX_LINES = 250
+"""The README once grew to 1,564 lines of reference text that the guides copied, and the copies
+drifted. It holds what a visitor needs first; everything else belongs on a page of docs/."""
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines < README_MAX_LINES, (
+        f"README.md has {lines} lines: move reference text to a page of docs/ and link it")
+
+
+def reachable_pages(start: Path, root: Path = ROOT) -> set[Path]:
+    """The Markdown pages reached from ``start`` by following relative links, page to page."""
+    seen = {start.resolve()}
+    todo = [start.resolve()]
+    while todo:
+        page = todo.pop()
+        for target in links(page.read_text()):
+            if EXTERNAL.match(target) or target.startswith("#"):
+                continue
+            found = (page.parent / target.split("#", 1)[0]).resolve()
+            if found.suffix == ".md" and found.is_file() and found.is_relative_to(root) \
+                    and found not in seen:
+                seen.add(found)
+                todo.append(found)
+    return seen
+
+
+def test_the_link_walk_follows_links_page_to_page(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("[a](docs/a.md)\n")
+    (tmp_path / "docs" / "a.md").write_text("[b](b.md#x) `[c](c.md)`\n")
+    for name in "bc":
+        (tmp_path / "docs" / f"{name}.md").write_text("")
+    reached = reachable_pages(tmp_path / "README.md", tmp_path)
+    assert {p.name for p in reached} == {"README.md", "a.md", "b.md"}
+
+
+def test_every_page_is_reachable_from_the_readme() -> None:
+    """A reader of the repository (on a forge, without the built site) finds every page by
+    following links from the README."""
+    reached = reachable_pages(ROOT / "README.md")
+    orphans = [str(p.relative_to(ROOT)) for p in PAGES if p.resolve() not in reached]
+    assert not orphans
 
 
 def test_the_frame_reference_is_current() -> None:

@@ -1,5 +1,5 @@
 """``omp.memory_pipe``: trio's own stream conformance checks, the bound, and a whole
-``serve()`` over two pipes (the embedding recipe of the README)."""
+``serve()`` over two pipes (the embedding recipe of docs/guides/embedding.md)."""
 
 from __future__ import annotations
 

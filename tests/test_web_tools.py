@@ -39,8 +39,9 @@ from omp.tools import default_tools
 from omp.tools.base import ToolContext, ToolError, ToolResult
 from omp.tools.read import ReadTool
 from omp.tools.web_fetch import WebFetchTool
-from omp.tools.web_policy import AddressPolicy, WebAccess, WebSettings
+from omp.tools.web_policy import AddressPolicy, WebAccess
 from omp.tools.web_search import WebSearchTool
+from omp.tools.web_settings import WebSettings
 
 LOOPBACK = ["127.0.0.1/32"]
 

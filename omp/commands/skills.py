@@ -51,7 +51,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import msgspec
 
 from ..config import ConfigError, read_text
@@ -76,8 +75,7 @@ _RESOLVE_PATHS = ("Resolve relative paths in this skill (such as `scripts/run.py
                   "run its scripts with the shell tool when its instructions say so.")
 
 
-@attrs.define(kw_only=True)
-class SkillSettings:
+class SkillSettings(msgspec.Struct, kw_only=True):
     """The ``skills`` section of ``config.yml`` (extensions.md §4.1, §4.4)."""
 
     enabled: bool = True
@@ -94,11 +92,11 @@ class SkillSettings:
     enableAgentsUser: bool = True
     enableCodexUser: bool = False
     """``~/.codex/skills``."""
-    customDirectories: list[str] = attrs.field(factory=list)
+    customDirectories: list[str] = msgspec.field(default_factory=list)
     """Scanned before the default places (``~`` expanded; relative to the cwd otherwise)."""
-    ignoredSkills: list[str] = attrs.field(factory=list)
+    ignoredSkills: list[str] = msgspec.field(default_factory=list)
     """Glob patterns on the name: matching skills are left out."""
-    includeSkills: list[str] = attrs.field(factory=list)
+    includeSkills: list[str] = msgspec.field(default_factory=list)
     """Glob patterns on the name: when not empty, only matching skills load."""
 
 

@@ -69,30 +69,31 @@ BODY_LIMIT = 64 * 1024
 MIN_SECRET_CHARS = 4
 """Shorter values are not treated as secrets: replacing "x" everywhere would only garble text."""
 
+# The classifiers' patterns are strings, compiled by ``re`` on first use (and kept in its
+# cache): they are only needed once something failed, and compiling them cost every start about
+# 1.5 ms.
 # The prompt no longer fits the model's window (agent-core §5.1 lists the families; matched
 # case-insensitively anywhere in the text, so the ``code=context_length_exceeded`` suffix counts).
-_OVERFLOW = re.compile(
+_OVERFLOW = (
     r"prompt is too long|exceeds (?:the |your |the model's )?context(?: window| length)?|"
     r"maximum context length|context[_ ]length[_ ]exceeded|context[_ ]window[_ ]exceeded|"
     r"too many tokens|token limit exceeded|input token count.*exceeds the maximum|"
     r"exceeds the maximum number of tokens|reduce the length of the messages|"
-    r"input is too long|request too large for model",
-    re.IGNORECASE,
+    r"input is too long|request too large for model"
 )
 # Waiting may help (§5.1: pi's families, omp's additions, and the texts of our own transport
 # errors, old and new, for messages stored by earlier versions).
-_TRANSIENT = re.compile(
+_TRANSIENT = (
     r"overloaded|rate.?limit|too many requests|\b(?:408|429|500|502|503|504|529)\b|"
     r"service.?unavailable|server.?error|internal.?error|connection.?(?:error|refused|dropped)|"
     r"connection closed|ended early|other side closed|fetch failed|upstream.?connect|"
     r"reset before headers|terminated|retry delay|timed? out|timeout|stream stall|"
     r"socket hang up|network.?error|no capacity|high demand|provider returned error|"
     r"retry your request|\bE(?:CONNRESET|CONNREFUSED|CONNABORTED|TIMEDOUT|PIPE|NOTFOUND|"
-    r"HOSTUNREACH|NETUNREACH|AI_AGAIN)\b",
-    re.IGNORECASE,
+    r"HOSTUNREACH|NETUNREACH|AI_AGAIN)\b"
 )
 # Out of credit answers 429, but waiting does not help: it is a billing problem.
-_QUOTA = re.compile(r"insufficient_quota|exceeded your current quota", re.IGNORECASE)
+_QUOTA = r"insufficient_quota|exceeded your current quota"
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _PATH = re.compile(r"(?<![\w:/])(?:/[\w.\-]+){2,}")
 _USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s?#@]+@")
@@ -135,7 +136,7 @@ class ProviderError(Exception):
 def is_overflow_text(text: str, status: int | None = None) -> bool:
     """The failure says the prompt is larger than the model's window: HTTP 413, or the wording
     providers use for it. The one overflow classifier (live errors and stored messages)."""
-    return status == 413 or bool(_OVERFLOW.search(text))
+    return status == 413 or bool(re.search(_OVERFLOW, text, re.IGNORECASE))
 
 
 def is_transient_text(text: str, status: int | None = None) -> bool:
@@ -145,11 +146,12 @@ def is_transient_text(text: str, status: int | None = None) -> bool:
     own. With an HTTP status, the status decides (408, 409, 425, 429, 5xx); without one, the
     wording does.
     """
-    if is_overflow_text(text, status) or text.startswith(INTERNAL_PREFIX) or _QUOTA.search(text):
+    if (is_overflow_text(text, status) or text.startswith(INTERNAL_PREFIX)
+            or re.search(_QUOTA, text, re.IGNORECASE)):
         return False
     if status is not None:
         return status in _TRANSIENT_STATUS or status >= 500
-    return bool(_TRANSIENT.search(text))
+    return bool(re.search(_TRANSIENT, text, re.IGNORECASE))
 
 
 def kind_for_status(status: int, message: str) -> ErrorKind:
@@ -357,7 +359,7 @@ def from_stream_error(message: str, provider: str, model: str, *,
         kind = "bad_request"
     elif "auth" in t or "permission" in t:
         kind = "auth"
-    elif _QUOTA.search(message):
+    elif re.search(_QUOTA, message, re.IGNORECASE):
         kind = "bad_request"
     else:
         kind = "server"

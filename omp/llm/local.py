@@ -1,7 +1,7 @@
 """Local model servers (Ollama, llama.cpp's server, LM Studio, vLLM), found by asking them.
 
 Who owns what: a ``LocalDiscovery`` belongs to the ``serve()`` that starts it
-(``omp.rpc.lifecycle.start_local_discovery``, which imports this module once ``ready`` is queued).
+(``omp.rpc.lifecycle.start_local_discovery``, which imports this module once ``ready`` is written).
 Its one task runs in that serve's root nursery, so it never delays ``ready``; it writes what each
 server lists into the session's ``ModelRegistry`` (``set_local_models``) and then sets
 ``finished``. ``get_available_models`` and ``set_model`` wait for ``finished`` (at most the

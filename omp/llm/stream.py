@@ -18,6 +18,7 @@ import ssl
 from typing import TYPE_CHECKING, Protocol, cast
 
 import attrs
+import msgspec
 
 from ..groups import only_cancelled
 from ..protocol import messages as m
@@ -145,7 +146,7 @@ class ModelCall:
                 else:
                     client = await stack.enter_async_context(new_http_client())
                 if self.options.prepare is not None:
-                    self.options = attrs.evolve(self.options, prepare=None,
+                    self.options = msgspec.structs.replace(self.options, prepare=None,
                                                 headers=await self.options.prepare())
                 await fn(self, out, client)
             out.close_all()

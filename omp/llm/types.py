@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, get_args
 
-import attrs
 import msgspec
 
 from ..protocol.commands import ThinkingLevel as ThinkingLevel
@@ -39,11 +38,12 @@ class Context(msgspec.Struct, frozen=True, kw_only=True):
     tools: tuple[ToolSpec, ...] = ()
 
 
-@attrs.frozen
-class StreamOptions:
+class StreamOptions(msgspec.Struct, frozen=True):
+    """How one model call is made (a record: a msgspec Struct, cheap to define at startup)."""
+
     api_key: str | None = None
     """Resolved key; providers put it in their auth header and nowhere else."""
-    headers: dict[str, str] = attrs.field(factory=dict)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
     """Extra request headers (models.yml ``headers``)."""
     thinking: ThinkingLevel = "off"
     max_tokens: int | None = None

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
+import msgspec
 import trio
 
 from ..config import agent_dir
@@ -181,9 +182,9 @@ def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
     questions asked through ``ui``."""
     settings = session.settings.approval
     if options.approval_mode is not None:
-        settings = attrs.evolve(settings, mode=options.approval_mode)
+        settings = msgspec.structs.replace(settings, mode=options.approval_mode)
     if options.auto_approve:
-        settings = attrs.evolve(settings, auto_approve=True)
+        settings = msgspec.structs.replace(settings, auto_approve=True)
     session.settings.approval = settings
     return ApprovalGate(settings, ui, options.approve, session.settings.bash)
 
@@ -192,7 +193,7 @@ def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
                           environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
     """Start asking the local model servers for their models (``localModels`` in
     ``config.yml``) as a task of ``nursery``; None when it is off (there, or
-    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is queued: its module is imported then."""
+    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is written: its module is imported then."""
     from ..llm.local import LocalDiscovery, turned_off  # lazy: omp.lazy says why
 
     session = runtime.session

@@ -16,7 +16,9 @@ from .commands import CustomHandler
 from .output import DEFAULT_SPILL_LIMIT
 
 
-@attrs.define
+# eq=False: options hold callables and handlers, whose equality means nothing (and the
+# generated __eq__ costs startup time, omp.lazy).
+@attrs.define(eq=False)
 class ServeOptions:
     """How ``serve`` behaves; every field has the default ``omp --mode rpc`` uses."""
 

@@ -73,7 +73,8 @@ if TYPE_CHECKING:
 
 READ_CHUNK = 64 * 1024
 READY_FLUSH_SECONDS = 0.5
-"""How long loading the extensions waits for ``ready`` to reach a host that is slow to read."""
+"""How long the start waits for ``ready`` to reach a host that is slow to read before it goes
+on (local servers, MCP, extensions)."""
 Job = Callable[[], Awaitable[None]]
 
 
@@ -164,8 +165,15 @@ class RpcServer:
         until EOF (or ``request_stop``)."""
         await nursery.start(self.run_commands)
         self.output.put_nowait(Ready())
-        # After ``ready``, never before it: the local servers are asked meanwhile, and the
-        # model commands wait for them.
+        # Everything below runs once ``ready`` is written (a host measures startup by it,
+        # bench_rpc): the local servers' module and their probes' threads (getaddrinfo) would
+        # otherwise take the GIL from the writer. Not for long if the host does not read; the
+        # reader starts after, so the discovery is registered before any command is routed
+        # (the model commands wait for it).
+        with trio.move_on_after(READY_FLUSH_SECONDS):
+            await self.output.wait_drained()
+        # An output that broke meanwhile has cancelled everything (the writer did): stop here.
+        await trio.lowlevel.checkpoint_if_cancelled()
         self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)

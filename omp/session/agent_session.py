@@ -349,7 +349,7 @@ class AgentSession:
         if forced is None or not any(t.name == forced for t in setup.tools):
             return setup
         return msgspec.structs.replace(
-            setup, options=attrs.evolve(setup.options, tool_choice=forced))
+            setup, options=msgspec.structs.replace(setup.options, tool_choice=forced))
 
     # -- state -------------------------------------------------------------------------------
 

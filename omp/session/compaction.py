@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import attrs
 import msgspec
 
 from ..agent.loop import now_ms, to_llm
@@ -490,7 +489,7 @@ async def compact(model: Model, options: StreamOptions, messages: Sequence[m.Age
     if cut is None:
         return None
     summarized, kept = tuple(region[:cut]), tuple(region[cut:])
-    options = attrs.evolve(options, max_tokens=summary_max_tokens(model, settings))
+    options = msgspec.structs.replace(options, max_tokens=summary_max_tokens(model, settings))
     text = await summarize(model, options, summarized, previous_summary, custom_instructions,
                            http=http)
     details = file_operations(summarized, previous_details)
@@ -520,8 +519,8 @@ async def short_summary(model: Model, options: StreamOptions, summary: str, *,
     """
     context = Context(system_prompt=(SHORT_SUMMARY_PROMPT,), messages=(
         m.UserMessage(content=[m.TextContent(text=summary)], timestamp=now_ms()),))
-    call = ModelCall(model, context, attrs.evolve(options, max_tokens=SHORT_SUMMARY_MAX_TOKENS,
-                                                  thinking="off"))
+    call = ModelCall(model, context, msgspec.structs.replace(
+        options, max_tokens=SHORT_SUMMARY_MAX_TOKENS, thinking="off"))
     final = await call.run(discard, http=http)
     if final.stopReason == "error":
         return None

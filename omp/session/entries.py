@@ -25,7 +25,6 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import attrs
 import msgspec
 from msgspec import UNSET, UnsetType
 
@@ -209,8 +208,7 @@ _KNOWN_TYPES: Final = frozenset({
 })
 
 
-@attrs.frozen
-class RawEntry:
+class RawEntry(msgspec.Struct, frozen=True):
     """An entry kept as its JSON object: an unknown type, or fields this port cannot decode."""
 
     data: dict[str, Any]

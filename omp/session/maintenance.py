@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
+import msgspec
 import trio
 
 from ..agent.loop import Agent, TurnSetup, now_ms
@@ -179,7 +180,7 @@ class Maintenance:
         request = Context(system_prompt=(TITLE_SYSTEM_PROMPT,), messages=(m.UserMessage(
             content=[m.TextContent(text="\n\n".join(texts)[:TITLE_SOURCE_CHARS])],
             timestamp=now_ms()),))
-        options = attrs.evolve(self.turn_setup().options, thinking="off",
+        options = msgspec.structs.replace(self.turn_setup().options, thinking="off",
                                max_tokens=TITLE_MAX_TOKENS)
         call = ModelCall(self.models.model, request, options)
         final = await call.run(discard, http=self.http)

@@ -86,7 +86,7 @@ skills:                   # omp.commands.skills: where skills are found, which l
   customDirectories: []       # scanned first: their skills win
   includeSkills: []           # glob patterns on the name (empty: all)
   ignoredSkills: []
-web:                      # omp.tools.web_policy: web_fetch, web_search, read of http(s) URLs
+web:                      # omp.tools.web_settings: web_fetch, web_search, read of http(s) URLs
   enabled: false          # no network policy set: no web tools
   allowNetworks: []       # global only; CIDR networks reachable although not public
   maxBytes: 5242880       # the largest body read (after decompression)
@@ -115,7 +115,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import attrs
+import msgspec
 
 from ..commands.skills import SkillSettings
 from ..config import (
@@ -129,9 +129,9 @@ from ..config import (
     warn,
 )
 from ..subprocess_env import EnvironmentPolicy
-from ..tools.web_policy import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
-from ..tools.web_policy import WebSettings
-from ..tools.web_policy import validate as _validate_web
+from ..tools.web_settings import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
+from ..tools.web_settings import WebSettings
+from ..tools.web_settings import validate as _validate_web
 
 GLOBAL_FILES = ("config.yml", "config.yaml")
 LEGACY_FILES = ("settings.yml", "settings.yaml")
@@ -139,8 +139,7 @@ PROJECT_DIR = ".omp"
 _EXPECTED = "a mapping of settings sections (compaction, retry, ...)"
 
 
-@attrs.define(kw_only=True)
-class CompactionSettings:
+class CompactionSettings(msgspec.Struct, kw_only=True):
     """agent-core §6.1 (omp column) and §6.2."""
 
     enabled: bool = True
@@ -159,8 +158,7 @@ class CompactionSettings:
     """Compact between two turns of one run when the threshold is crossed."""
 
 
-@attrs.define(kw_only=True)
-class RetrySettings:
+class RetrySettings(msgspec.Struct, kw_only=True):
     """agent-core §5.2 (omp column)."""
 
     enabled: bool = True
@@ -172,8 +170,7 @@ class RetrySettings:
     """Longest ``retry-after`` wait honoured; a provider asking for more fails the retry."""
 
 
-@attrs.define(kw_only=True)
-class BashPattern:
+class BashPattern(msgspec.Struct, kw_only=True):
     """One ``bash.patterns`` rule (omp-surface C.2)."""
 
     match: str
@@ -181,42 +178,38 @@ class BashPattern:
     approval: Literal["allow", "deny", "prompt"]
 
 
-@attrs.define(kw_only=True)
-class BashSettings:
+class BashSettings(msgspec.Struct, kw_only=True):
     passProviderKeys: bool = False
     """Subprocesses get the provider key variables too (global file only)."""
-    patterns: list[BashPattern] = attrs.field(factory=list)
+    patterns: list[BashPattern] = msgspec.field(default_factory=list)
     """Tool approval's bash rules, in order (global file and overlays only)."""
     allowCompoundCommands: bool = False
     """``a && b``: allowed when every segment matches an ``allow`` pattern."""
 
 
-@attrs.define(kw_only=True)
-class ShellEnvironmentSettings:
+class ShellEnvironmentSettings(msgspec.Struct, kw_only=True):
     """The ``shellEnvironmentPolicy`` section (Codex's ``shell_environment_policy``, in this
     file's camelCase); ``omp.subprocess_env`` applies it."""
 
     inherit: Literal["all", "core", "none"] = "all"
     ignoreDefaultExcludes: bool = False
-    exclude: list[str] = attrs.field(factory=list)
-    includeOnly: list[str] = attrs.field(factory=list)
-    set: dict[str, str] = attrs.field(factory=dict)
+    exclude: list[str] = msgspec.field(default_factory=list)
+    includeOnly: list[str] = msgspec.field(default_factory=list)
+    set: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-@attrs.define(kw_only=True)
-class LocalModelsSettings:
+class LocalModelsSettings(msgspec.Struct, kw_only=True):
     """Local model servers (Ollama, llama.cpp, LM Studio, vLLM) asked for their models."""
 
     enabled: bool = True
     timeoutMs: int = 1000
     """How long one server may take to accept and list its models."""
-    servers: dict[str, str] = attrs.field(factory=dict)
+    servers: dict[str, str] = msgspec.field(default_factory=dict)
     """Provider → the server's OpenAI-compatible root (global file only: a repository must
     not be able to send our prompts to an address of its choosing)."""
 
 
-@attrs.define(kw_only=True)
-class TaskSettings:
+class TaskSettings(msgspec.Struct, kw_only=True):
     """The ``task`` tool and its subagents (subagents-login.md A.2)."""
 
     batch: bool = True
@@ -230,15 +223,14 @@ class TaskSettings:
     softRequestBudget: int = 200
     """Model requests per child before it is told to wrap up (0: none)."""
     softRequestBudgetNotice: bool = True
-    disabledAgents: list[str] = attrs.field(factory=list)
+    disabledAgents: list[str] = msgspec.field(default_factory=list)
     """Agent names hidden from the tool description and refused at spawn."""
-    agentModelOverrides: dict[str, Any] = attrs.field(factory=dict)
+    agentModelOverrides: dict[str, Any] = msgspec.field(default_factory=dict)
     """Agent name → model pattern or list of patterns (``provider/id`` or ``id``), over the
     agent's own (checked in ``_validate``: the converter has no string-or-list type)."""
 
 
-@attrs.define(kw_only=True)
-class AsyncSettings:
+class AsyncSettings(msgspec.Struct, kw_only=True):
     """Background (detached) execution of ``task`` children (subagents-login.md A.2)."""
 
     enabled: bool = True
@@ -252,28 +244,25 @@ ApprovalPolicy = Literal["allow", "deny", "prompt"]
 APPROVAL_POLICIES: tuple[ApprovalPolicy, ...] = ("allow", "deny", "prompt")
 
 
-@attrs.define(kw_only=True)
-class ApprovalSettings:
+class ApprovalSettings(msgspec.Struct, kw_only=True):
     """Tool approval (omp-surface C.1): ``tools.approvalMode`` and ``tools.approval``."""
 
     mode: ApprovalMode = "yolo"
     """Which tiers run without asking (``--approval-mode`` overrides it)."""
-    policies: dict[str, ApprovalPolicy] = attrs.field(factory=dict)
+    policies: dict[str, ApprovalPolicy] = msgspec.field(default_factory=dict)
     """``tools.approval``: tool name → allow / deny / prompt, honoured in every mode."""
     auto_approve: bool = False
     """``--auto-approve`` / ``--yolo``: every mode acts as ``yolo``."""
 
 
-@attrs.define(kw_only=True)
-class TodoReminderSettings:
+class TodoReminderSettings(msgspec.Struct, kw_only=True):
     """``todo.reminders`` / ``todo.remindersMax`` (omp-surface D.7)."""
 
     enabled: bool = True
     max: int = 3
 
 
-@attrs.define(kw_only=True)
-class TtsrSettings:
+class TtsrSettings(msgspec.Struct, kw_only=True):
     """``ttsr.*`` (omp-surface D.2), the original's names and defaults."""
 
     enabled: bool = True
@@ -283,7 +272,7 @@ class TtsrSettings:
     repeatGap: int = 10
     builtinRules: bool = True
     """Accepted; this runtime bundles no rules."""
-    disabledRules: list[str] = attrs.field(factory=list)
+    disabledRules: list[str] = msgspec.field(default_factory=list)
 
 
 _TTSR_CHOICES: dict[str, tuple[str, ...]] = {
@@ -292,24 +281,23 @@ _TTSR_CHOICES: dict[str, tuple[str, ...]] = {
     "repeatMode": ("once", "after-gap")}
 
 
-@attrs.define(kw_only=True)
-class Settings:
-    compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
-    retry: RetrySettings = attrs.field(factory=RetrySettings)
-    task: TaskSettings = attrs.field(factory=TaskSettings)
-    async_: AsyncSettings = attrs.field(factory=AsyncSettings)
+class Settings(msgspec.Struct, kw_only=True):
+    compaction: CompactionSettings = msgspec.field(default_factory=CompactionSettings)
+    retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
+    task: TaskSettings = msgspec.field(default_factory=TaskSettings)
+    async_: AsyncSettings = msgspec.field(default_factory=AsyncSettings)
     """The ``async`` section (a Python keyword, hence the underscore)."""
-    skills: SkillSettings = attrs.field(factory=SkillSettings)
-    web: WebSettings = attrs.field(factory=WebSettings)
-    """The network policy of the web tools (``omp.tools.web_policy``); off by default."""
+    skills: SkillSettings = msgspec.field(default_factory=SkillSettings)
+    web: WebSettings = msgspec.field(default_factory=WebSettings)
+    """The network policy of the web tools (``omp.tools.web_settings``); off by default."""
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
     must not be able to declare itself trusted."""
-    bash: BashSettings = attrs.field(factory=BashSettings)
-    environment: ShellEnvironmentSettings = attrs.field(factory=ShellEnvironmentSettings)
+    bash: BashSettings = msgspec.field(default_factory=BashSettings)
+    environment: ShellEnvironmentSettings = msgspec.field(default_factory=ShellEnvironmentSettings)
     """The ``shellEnvironmentPolicy`` section (global file and overlays only)."""
-    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
+    local_models: LocalModelsSettings = msgspec.field(default_factory=LocalModelsSettings)
     """The ``localModels`` section."""
     disabled_providers: frozenset[str] = frozenset()
     """The original's ``disabledProviders``: context-file sources left out (``agents-md``,
@@ -319,10 +307,10 @@ class Settings:
     notes: tuple[str, ...] = ()
     """What the ``--config`` overlays set that this runtime does not act on, one line per
     file (said once as a ``notice``)."""
-    approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
+    approval: ApprovalSettings = msgspec.field(default_factory=ApprovalSettings)
     """``tools.approvalMode`` / ``tools.approval`` (global file and overlays only)."""
-    todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
-    ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
+    todo_reminders: TodoReminderSettings = msgspec.field(default_factory=TodoReminderSettings)
+    ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
 
     def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
         """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
@@ -343,6 +331,11 @@ TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write
 and its URL reading ``fetch``). ``true`` never turns a web tool on: ``web.enabled`` does."""
 
 
+def _fields(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
+    """A settings section's fields by key."""
+    return {f.name: f for f in msgspec.structs.fields(cls)}
+
+
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
                                    "async": AsyncSettings, "skills": SkillSettings,
@@ -353,7 +346,7 @@ _ATTRIBUTE = {"async": "async_", "localModels": "local_models"}
 """Sections whose attribute name differs from their key (a Python keyword, or two words)."""
 _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoundCommands"}),
                 "web": _WEB_GLOBAL_ONLY,
-                "shellEnvironmentPolicy": frozenset(attrs.fields_dict(ShellEnvironmentSettings)),
+                "shellEnvironmentPolicy": frozenset(_fields(ShellEnvironmentSettings)),
                 "localModels": frozenset({"servers"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets, send a
 search key elsewhere, point the model at the user's private network, send our prompts to a
@@ -382,29 +375,27 @@ _ORIGINAL_KEYS = {
 }
 
 
-@attrs.define(kw_only=True)
-class _File:
+class _File(msgspec.Struct, kw_only=True):
     """What one settings file says about the keys we model (key names as the file has them)."""
 
-    compaction: CompactionSettings = attrs.field(factory=CompactionSettings)
-    retry: RetrySettings = attrs.field(factory=RetrySettings)
-    bash: BashSettings = attrs.field(factory=BashSettings)
-    task: TaskSettings = attrs.field(factory=TaskSettings)
-    async_: AsyncSettings = attrs.field(factory=AsyncSettings)
-    skills: SkillSettings = attrs.field(factory=SkillSettings)
-    web: WebSettings = attrs.field(factory=WebSettings)
-    shellEnvironmentPolicy: ShellEnvironmentSettings = attrs.field(
-        factory=ShellEnvironmentSettings)
-    local_models: LocalModelsSettings = attrs.field(factory=LocalModelsSettings)
+    compaction: CompactionSettings = msgspec.field(default_factory=CompactionSettings)
+    retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
+    bash: BashSettings = msgspec.field(default_factory=BashSettings)
+    task: TaskSettings = msgspec.field(default_factory=TaskSettings)
+    async_: AsyncSettings = msgspec.field(default_factory=AsyncSettings)
+    skills: SkillSettings = msgspec.field(default_factory=SkillSettings)
+    web: WebSettings = msgspec.field(default_factory=WebSettings)
+    shellEnvironmentPolicy: ShellEnvironmentSettings = msgspec.field(
+        default_factory=ShellEnvironmentSettings)
+    local_models: LocalModelsSettings = msgspec.field(default_factory=LocalModelsSettings)
     trustedProjects: list[str] | None = None
 
 
-@attrs.define
-class _Layer:
+class _Layer(msgspec.Struct):
     file: _File
     keys: dict[str, list[str]]
     """Per section, the keys this file sets (the others are its defaults, not its choice)."""
-    ignored: list[str] = attrs.field(factory=list)
+    ignored: list[str] = msgspec.field(default_factory=list)
     """Keys of the modelled sections that this runtime does not use (``section.key``)."""
 
 
@@ -488,16 +479,15 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
     return settings
 
 
-@attrs.define
-class _Extras:
+class _Extras(msgspec.Struct):
     """The top-level keys beyond the modelled sections, gathered over the files in order."""
 
-    disabled_providers: list[str] = attrs.field(factory=list)
-    disabled_tools: set[str] = attrs.field(factory=set)
-    notes: list[str] = attrs.field(factory=list)
-    approval: ApprovalSettings = attrs.field(factory=ApprovalSettings)
-    todo_reminders: TodoReminderSettings = attrs.field(factory=TodoReminderSettings)
-    ttsr: TtsrSettings = attrs.field(factory=TtsrSettings)
+    disabled_providers: list[str] = msgspec.field(default_factory=list)
+    disabled_tools: set[str] = msgspec.field(default_factory=set)
+    notes: list[str] = msgspec.field(default_factory=list)
+    approval: ApprovalSettings = msgspec.field(default_factory=ApprovalSettings)
+    todo_reminders: TodoReminderSettings = msgspec.field(default_factory=TodoReminderSettings)
+    ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
 
     def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
         """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
@@ -537,7 +527,7 @@ class _Extras:
                 return True
             self.approval.policies[tool] = policy
             return True
-        if head == "ttsr" and tail in attrs.fields_dict(TtsrSettings):
+        if head == "ttsr" and tail in _fields(TtsrSettings):
             self._ttsr(tail, value, path)
             return True
         if dotted == "ttsr.disabledRules" and value == {}:
@@ -609,7 +599,7 @@ def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
             # the converter names it: "expected a mapping"
             known[_ATTRIBUTE.get(section, section)] = value
             continue
-        fields = attrs.fields_dict(cls)
+        fields = _fields(cls)
         unknown = [str(k) for k in value if k not in fields and k not in _ORIGINAL_KEYS[section]]
         ignored += [f"{section}.{k}" for k in value if k not in fields]
         if unknown:

@@ -1,6 +1,6 @@
 """Settlement: how every input a host can wait on ends, decided in one place.
 
-The rules (rpc-behavior §3.3, §4.4, §4.7; the README states them for hosts):
+The rules (rpc-behavior §3.3, §4.4, §4.7; docs/protocol/index.md states them for hosts):
 
 * Every accepted ``prompt`` and ``abort_and_prompt`` holds a ``Ticket`` and gets exactly one
   ``prompt_result``; ``steer`` and ``follow_up`` never do (as in the original): their
@@ -64,9 +64,9 @@ class Ticket:
     still ran."""
 
 
-@attrs.define(frozen=True)
-class Activity:
-    """What the session is doing, as far as settling goes (given by the owner)."""
+class Activity(msgspec.Struct, frozen=True):
+    """What the session is doing, as far as settling goes (given by the owner; a record, so
+    a Struct: cheap to define at startup)."""
 
     running: bool
     """A run is scheduled or going."""

@@ -6,8 +6,9 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import attrs
+import msgspec
 
 from ..config import agent_dir
 from ..llm.models import OFFLINE_PROVIDER, ModelRegistry
@@ -19,7 +20,6 @@ from ..tools import default_tools
 from ..tools.base import Tool, ToolContext, UriHandler
 from ..tools.specs import WEB_SPECS
 from ..tools.todo_state import TodoState
-from ..tools.web_policy import AddressPolicy, WebAccess
 from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
 from .file import make_private_dirs
@@ -27,6 +27,9 @@ from .locations import find_sessions, looks_like_session_path, recent_sessions, 
 from .settings import Settings, load_settings
 from .sink import EventSink, NullSink
 from .system_prompt import PromptOptions, read_context_files
+
+if TYPE_CHECKING:
+    from ..tools.web_policy import WebAccess
 
 
 def create_session(*, provider: str | None = None, model: str | None = None,
@@ -177,8 +180,13 @@ def create_session(*, provider: str | None = None, model: str | None = None,
 
 
 def web_access(settings: Settings, http: HttpClient, registry: ModelRegistry,
-               environ: Mapping[str, str]) -> WebAccess:
-    """The web tools' access for a session with ``settings`` (off unless ``web.enabled``)."""
+               environ: Mapping[str, str]) -> WebAccess | None:
+    """The web tools' access for a session with ``settings``; None unless ``web.enabled``
+    (then no web tool is offered, and the policy's module is never imported)."""
+    if not settings.web.enabled:
+        return None
+    from ..tools.web_policy import AddressPolicy, WebAccess
+
     def stored_key(provider: str) -> str | None:
         entry = registry.credentials.entries.get(provider)
         key = getattr(entry, "key", None)
@@ -224,13 +232,13 @@ def _with_skill_choices(settings: Settings, skill_dirs: Sequence[Path],
     """The settings with the command line's skill choices over them."""
     chosen = settings.skills
     if skill_dirs:
-        chosen = attrs.evolve(chosen, customDirectories=[
+        chosen = msgspec.structs.replace(chosen, customDirectories=[
             *map(str, skill_dirs), *chosen.customDirectories])
     if skills is False:
-        chosen = attrs.evolve(chosen, enabled=False)
+        chosen = msgspec.structs.replace(chosen, enabled=False)
     elif isinstance(skills, Sequence) and not isinstance(skills, str):
-        chosen = attrs.evolve(chosen, includeSkills=list(skills))
-    return attrs.evolve(settings, skills=chosen)
+        chosen = msgspec.structs.replace(chosen, includeSkills=list(skills))
+    return msgspec.structs.replace(settings, skills=chosen)
 
 
 def probe_model(registry: ModelRegistry, provider: str | None, model: str) -> Model | None:

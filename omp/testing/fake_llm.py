@@ -26,7 +26,6 @@ Streaming rules, the same for every format:
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
 import os
 import re
@@ -45,6 +44,7 @@ import trio
 from msgspec import UNSET
 
 from ..groups import unwrap
+from .listen import accept_forever, one_listener
 from .script import Chunk, Reply, Script, ScriptUsage, ToolCallChunk, load_script
 
 __all__ = [
@@ -59,7 +59,6 @@ ScriptSource = Script | Sequence[Reply | dict[str, Any]] | str | bytes | os.Path
 """A script: ``Reply`` objects, their JSON-shaped dicts, JSON text, or the path of a JSON file."""
 
 _FLUSH_BYTES = 64 * 1024
-_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _RECEIVE_BYTES = 64 * 1024
 _encode = msgspec.json.Encoder().encode
 
@@ -930,34 +929,14 @@ async def serve_fake_llm(script: ScriptSource = (), *, host: str = "127.0.0.1", 
     disconnected); the function then re-raises ``Cancelled``.
     """
     replies = _to_script(script)
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    try:
-        # A name with several addresses gets one listener per address, each with its own
-        # ephemeral port: keep the first, so the fake has one address.
-        for extra in listeners[1:]:
-            await trio.aclose_forcefully(extra)
-        listener = listeners[0]
-        address, bound_port = listener.socket.getsockname()[:2]
-        shown = f"[{address}]" if ":" in address else address
-        fake = FakeLLM(base_url=f"http://{shown}:{bound_port}")
+    async with one_listener(host, port) as (listener, authority):
+        fake = FakeLLM(base_url=f"http://{authority}")
         for reply in replies:
             fake.add(reply)
         task_status.started(fake)
-        # Our own accept loop rather than trio.serve_listeners: a connection's task then ends
-        # right after it updates ``connections``, so "connections == 0" means "no task left".
-        async with trio.open_nursery() as nursery:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
-                        raise
-                    await trio.sleep(0.1)  # out of descriptors: let connections finish
-                else:
-                    nursery.start_soon(fake._handle_connection, stream)
-    finally:
-        for each in listeners:
-            await trio.aclose_forcefully(each)
+        # A connection's task ends right after it updates ``connections``, so "connections
+        # == 0" means "no task left" (omp.testing.listen.accept_forever).
+        await accept_forever(listener, fake._handle_connection)
 
 
 @asynccontextmanager

@@ -51,7 +51,7 @@ import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -61,6 +61,7 @@ import msgspec
 import trio
 
 from ..groups import unwrap
+from .listen import accept_forever, one_listener
 
 __all__ = ["FakeOAuth", "OAuthRequest", "open_fake_oauth", "serve_fake_oauth"]
 
@@ -369,22 +370,10 @@ async def serve_fake_oauth(*, host: str = "127.0.0.1", port: int = 0,
     """Serve until cancelled; ``nursery.start`` returns the running ``FakeOAuth`` (``script``:
     its settings, e.g. ``device_polls=[...]``). On cancellation the listener and every
     connection close and ``Cancelled`` propagates."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    try:
-        for extra in listeners[1:]:
-            await trio.aclose_forcefully(extra)
-        listener = listeners[0]
-        bound = listener.socket.getsockname()[1]
-        fake = FakeOAuth(base_url=f"http://{host}:{bound}", **script)
+    async with one_listener(host, port) as (listener, authority):
+        fake = FakeOAuth(base_url=f"http://{authority}", **script)
         task_status.started(fake)
-        async with trio.open_nursery() as nursery:
-            while True:
-                stream = await listener.accept()
-                nursery.start_soon(fake._handle_connection, stream)
-    finally:
-        for each in listeners:
-            with suppress(OSError):
-                await trio.aclose_forcefully(each)
+        await accept_forever(listener, fake._handle_connection)
 
 
 @asynccontextmanager

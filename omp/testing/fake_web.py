@@ -37,6 +37,7 @@ import trio
 
 from ..groups import unwrap
 from .fake_llm import RecordedRequest
+from .listen import accept_forever, one_listener
 
 __all__ = ["FakeWeb", "SearchHit", "WebPage", "open_fake_web", "redirect", "serve_fake_web"]
 
@@ -240,23 +241,10 @@ async def serve_fake_web(*, host: str = "127.0.0.1", port: int = 0,
     """Serve until cancelled; ``nursery.start`` returns the running ``FakeWeb``. With ``tls``
     (a server context) it speaks HTTPS. On cancellation the listener closes and every
     connection is dropped."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    try:
-        for extra in listeners[1:]:
-            await trio.aclose_forcefully(extra)
-        listener = listeners[0]
-        address, bound_port = listener.socket.getsockname()[:2]
-        shown = f"[{address}]" if ":" in address else address
-        scheme = "http" if tls is None else "https"
-        fake = FakeWeb(base_url=f"{scheme}://{shown}:{bound_port}")
+    async with one_listener(host, port) as (listener, authority):
+        fake = FakeWeb(base_url=f"{'http' if tls is None else 'https'}://{authority}")
         task_status.started(fake)
-        async with trio.open_nursery() as nursery:
-            while True:
-                stream = await listener.accept()
-                nursery.start_soon(fake._handle, stream, tls)
-    finally:
-        for each in listeners:
-            await trio.aclose_forcefully(each)
+        await accept_forever(listener, functools.partial(fake._handle, tls=tls))
 
 
 @asynccontextmanager

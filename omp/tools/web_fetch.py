@@ -14,8 +14,8 @@ One fetch, within ``web.timeoutSeconds`` as a whole:
    read in pieces and refused once it passes the limit (counted after decompression, so a
    small gzip bomb is no way round it). Binary content (images, archives, PDFs, anything with
    NUL bytes or an unknown non-text type) is refused with its type named.
-5. HTML becomes Markdown (``html-to-markdown``, a Rust core: see README "Web tools"; imported
-   on the first HTML page); JSON, XML and plain text are kept as they are.
+5. HTML becomes Markdown (``html-to-markdown``, a Rust core: see docs/guides/tools.md, "Web
+   tools"; imported on the first HTML page); JSON, XML and plain text are kept as they are.
 
 The text is head-truncated like ``read`` output (2000 lines or 50KB); when cut, the whole
 text is written to a private temp file (``omp-web-<hex>.md``, 0600) that the notice names,
