@@ -89,6 +89,16 @@ async def test_resume_fork_and_the_omp_extension_methods(tmp_path: Path,
             seen["replayed"] = [u for s, u in rec.updates if s == sid
                                 and u.session_update.endswith("_chunk")]
             await conn.prompt(session_id=sid, prompt=[acp.text_block("resumed here")])
+            # Modes: only "default" (no plan mode here); a change says so twice, as the
+            # original does.
+            modal = ("current_mode_update", "config_option_update")
+            await conn.set_session_mode(session_id=sid, mode_id="default")
+            await rec.wait_for(lambda _: len(rec.of(sid, modal[1])) == 1)
+            seen["mode updates"] = [u.session_update for s, u in rec.updates
+                                    if s == sid and u.session_update in modal]
+            with pytest.raises(acp.RequestError) as plan:
+                await conn.set_session_mode(session_id=sid, mode_id="plan")
+            seen["plan"] = plan.value.data
             # The library puts the "_" of an extension method in front itself.
             seen["all"] = await conn.ext_method("omp/sessions/listAll", {"limit": 2})
             seen["projects"] = await conn.ext_method("omp/projects/list", {})
@@ -113,6 +123,8 @@ async def test_resume_fork_and_the_omp_extension_methods(tmp_path: Path,
     assert "resumed here" in resumed
     assert "in the fork" not in resumed
     assert seen["replayed"] == []
+    assert seen["mode updates"] == ["current_mode_update", "config_option_update"]
+    assert seen["plan"] == {"details": "Unsupported ACP mode: plan"}
     listed = seen["all"]
     everything = {sid, fork, seen["other"], seen["stored fork"]}
     assert listed["total"] == 4

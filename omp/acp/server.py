@@ -349,7 +349,6 @@ class AcpServer:
             for c in acp.commands.slash.command_list()]))
         acp.session_info()
 
-
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:
         options = attrs.evolve(self.options, cwd=self._cwd(params.cwd), announce_offline=False)
@@ -454,16 +453,21 @@ class AcpServer:
         return w.Empty()
 
     async def set_mode(self, params: w.SetModeParams, _id: int | str) -> w.Empty:
+        """Only ``default`` (no plan mode here); then ``current_mode_update`` and
+        ``config_option_update``, as the original sends them (E.4)."""
         acp = self._session(params.sessionId)
-        if params.modeId != "default":
-            raise AcpError(f"Unsupported ACP mode: {params.modeId}")
+        acp.set_config_option("mode", params.modeId)
         self.update(acp.session_id, w.CurrentModeUpdate(currentModeId="default"))
+        self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=config_options(live(acp))))
         return w.Empty()
 
     async def set_config_option(self, params: w.SetConfigOptionParams, _id: int | str
                                 ) -> w.SetConfigOptionResult:
+        """Mode, model or thinking level; the mode also sends ``current_mode_update`` (E.4)."""
         acp = self._session(params.sessionId)
         acp.set_config_option(params.configId, params.value)
+        if params.configId == "mode":
+            self.update(acp.session_id, w.CurrentModeUpdate(currentModeId="default"))
         options = config_options(live(acp))
         self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=options))
         return w.SetConfigOptionResult(configOptions=options)
