@@ -360,7 +360,8 @@ class AcpServer:
     async def load_session(self, params: w.LoadSessionParams, _id: int | str
                            ) -> w.LoadSessionResult:
         """Open a stored session (or take the live one) and replay its history before the
-        answer (E.3, E.6)."""
+        answer (E.3, E.6). On cancellation (shutdown) a half-opened session is closed with
+        the sessions nursery."""
         acp = await self._reopen(params)
         for update in history_updates(live(acp).messages, acp.cwd):
             self.update(acp.session_id, update)
@@ -369,7 +370,8 @@ class AcpServer:
 
     async def resume_session(self, params: w.LoadSessionParams, _id: int | str
                              ) -> w.LoadSessionResult:
-        """``session/load`` without the replay (the editor kept the conversation)."""
+        """``session/load`` without the replay (the editor kept the conversation). On
+        cancellation as ``load_session``."""
         acp = await self._reopen(params)
         self._bootstrap_soon(acp)
         return w.LoadSessionResult(modes=modes(), configOptions=config_options(live(acp)))

@@ -335,7 +335,9 @@ class Wiring:
 
     async def start(self, root: trio.Nursery, stdout: trio.abc.SendStream | None, *,
                     signals: bool) -> None:
-        """Start the writer (None: nothing is written) and, with ``signals``, the watch."""
+        """Start the writer (None: nothing is written) and, with ``signals``, the watch, as
+        tasks of ``root`` (they end with it). On cancellation the watch may not have
+        started."""
         self._root = root
         if stdout is not None:
             self._writing = True
