@@ -42,6 +42,10 @@ class Recorder:
         self.buffers: dict[str, str] = {}
         """The editor's unsaved buffers by absolute path (``fs/read_text_file``)."""
         self.written: list[tuple[str, str]] = []
+        self.terminal = False
+        """Whether the editor offers ``terminal/*`` (a subclass serves them)."""
+        self.elicitation = False
+        """Whether the editor shows form elicitations (a subclass answers them)."""
 
     async def read_text_file(self, session_id: str, path: str, line: int | None = None,
                              limit: int | None = None, **kwargs: Any) -> Any:
@@ -83,10 +87,15 @@ def run_client(cwd: Path, body: Callable[[Any, Recorder], Awaitable[None]],
         # The whole environment: the library passes only a few variables by default, and the
         # test's agent directory (OMP_AGENT_DIR) must reach the process.
         async with acp.spawn_agent_process(recorder, OMP[0], *OMP[1:], "acp", *flags,
-                                           cwd=str(cwd), env=dict(os.environ)
+                                           cwd=str(cwd), env=dict(os.environ),
+                                           # elicitation/create is "unstable" in the library
+                                           use_unstable_protocol=recorder.elicitation,
                                            ) as (conn, process):
             capabilities = schema.ClientCapabilities(fs=schema.FileSystemCapabilities(
-                read_text_file=bool(recorder.buffers), write_text_file=bool(recorder.buffers)))
+                read_text_file=bool(recorder.buffers), write_text_file=bool(recorder.buffers)),
+                terminal=recorder.terminal,
+                elicitation=schema.ElicitationCapabilities(
+                    form=schema.ElicitationFormCapabilities()) if recorder.elicitation else None)
             init = await asyncio.wait_for(conn.initialize(
                 protocol_version=1, client_capabilities=capabilities), 30)
             assert init.protocol_version == 1
@@ -515,7 +524,9 @@ async def test_malformed_json_rpc_is_answered_and_the_connection_stays(
     assert by_id[2]["error"] == {"code": -32602, "message": "Invalid params", "data": {
         "details": "session/new: Expected `str`, got `int` - at `$.cwd`"}}
     assert by_id[3]["error"]["data"]["details"] == "ACP cwd must be absolute: rel"
-    assert by_id[4]["error"]["code"] == -32601
+    # An unknown request method is an extension method of nobody's (E.10, E.11).
+    assert by_id[4]["error"] == {"code": -32603, "message": "Internal error",
+                                 "data": {"details": "Unknown ACP ext method: foo/bar"}}
     assert by_id[5]["error"]["data"]["details"] == "Unsupported ACP session: nope"
     assert by_id[6]["result"]["protocolVersion"] == 1
     assert len(out) == 8  # one answer per request and per bad line; none for the notification

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 from omp.acp import wire as w
-from omp.acp.server import prompt_text, stop_reason
 from omp.acp.updates import plan_of, tool_call, tool_kind, tool_locations, tool_title
+from omp.acp.views import prompt_text, stop_reason
 from omp.protocol import events as ev
 from omp.protocol import messages as m
 from omp.protocol.commands import TodoItem, TodoPhase
@@ -101,3 +102,24 @@ def test_our_updates_fit_the_published_schema() -> None:
         data = msgspec.json.encode(w.SessionNotification(sessionId="s", update=update))
         parsed = schema.SessionNotification.model_validate_json(data)
         assert parsed.update.session_update == update.__struct_config__.tag
+
+
+def test_our_requests_to_the_editor_fit_the_published_schema() -> None:
+    terminal = w.ToolCallUpdate(toolCallId="c", status="in_progress",
+                                content=[w.ToolCallTerminal(terminalId="term-1")])
+    parsed = schema.SessionNotification.model_validate_json(
+        msgspec.json.encode(w.SessionNotification(sessionId="s", update=terminal)))
+    assert parsed.update.content[0].terminal_id == "term-1"
+    requests: list[tuple[msgspec.Struct, Any]] = [
+        (w.CreateTerminalParams(sessionId="s", command="bash", args=["-c", "ls"], cwd="/tmp",
+                                outputByteLimit=51200), schema.CreateTerminalRequest),
+        (w.TerminalParams(sessionId="s", terminalId="t"), schema.TerminalOutputRequest),
+        (w.TerminalParams(sessionId="s", terminalId="t"), schema.WaitForTerminalExitRequest),
+        (w.TerminalParams(sessionId="s", terminalId="t"), schema.KillTerminalRequest),
+        (w.TerminalParams(sessionId="s", terminalId="t"), schema.ReleaseTerminalRequest),
+        (w.CreateElicitationParams(mode="form", sessionId="s", message="Sure?", requestedSchema={
+            "type": "object", "properties": {"value": {"type": "boolean"}},
+            "required": ["value"]}), schema.CreateFormSessionElicitationRequest),
+    ]
+    for ours, theirs in requests:
+        theirs.model_validate_json(msgspec.json.encode(ours))

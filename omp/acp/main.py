@@ -2,9 +2,10 @@
 
 Not ``omp.rpc.lifecycle.run_lifecycle``: that one serves one ``Runtime`` (one session) for
 its whole life, while an ACP server starts and closes sessions as the editor asks. The parts
-are the same: the output queue and writer (``omp.rpc.output``), ``build_runtime`` for each
-session, the stdio handling (``stdio_streams``: fd 1 points at stderr meanwhile, so a stray
-print never corrupts the protocol), ``private_memory`` and ``adopt_orphans`` (omp.process).
+are the same: the output queue, the writer and the stop signals (``omp.rpc.lifecycle.Wiring``),
+``build_runtime`` for each session, the stdio handling (``stdio_streams``: fd 1 points at
+stderr meanwhile, so a stray print never corrupts the protocol), ``private_memory`` and
+``adopt_orphans`` (omp.process).
 
 Shutdown, when stdin ends or at the first SIGTERM / SIGHUP / SIGINT: every session is closed
 (its run aborted, its prompt answered), requests still running get ``SHUTDOWN_GRACE``
@@ -14,16 +15,14 @@ and the process exits 0. A second signal cancels everything at once.
 
 from __future__ import annotations
 
-import signal
 import sys
 
 import trio
 
 from ..groups import unwrap
-from ..process import adopt_orphans, can_watch_signals, private_memory, watch_stop_signals
-from ..rpc.lifecycle import _drain, new_output, stdio_streams
+from ..process import adopt_orphans, can_watch_signals, private_memory
+from ..rpc.lifecycle import Wiring, new_output, stdio_streams
 from ..rpc.options import ServeOptions
-from ..rpc.output import OutputClosedError, write_frames
 from .server import SHUTDOWN_GRACE, AcpServer
 
 TTY_HINT = ("omp acp: ACP server speaking JSON-RPC over stdio.\n"
@@ -40,32 +39,12 @@ async def serve_acp(options: ServeOptions, stdin: trio.abc.ReceiveStream,
     its own deadline)."""
     output = new_output(options, encoder_limit=sys.maxsize)
     server = AcpServer(options, output)
-    failure: OutputClosedError | None = None
-    written = trio.Event()
-    stops: list[int] = []
     reading = trio.CancelScope()
-
-    async def writer() -> None:
-        nonlocal failure
-        try:
-            await write_frames(output, stdout)
-        except OutputClosedError as exc:
-            failure = exc
-            root.cancel_scope.cancel()
-        written.set()
-
-    def on_signal(signum: int) -> None:
-        stops.append(signum)
-        if len(stops) == 1:
-            reading.cancel()  # as at EOF
-        else:
-            root.cancel_scope.cancel()
+    wiring = Wiring(output, lambda _signum: reading.cancel())  # the first: as at EOF
 
     with unwrap():
         async with trio.open_nursery() as root:
-            root.start_soon(writer)
-            if signals:
-                await root.start(watch_stop_signals, on_signal)
+            await wiring.start(root, stdout, signals=signals)
             async with trio.open_nursery() as sessions:
                 async with trio.open_nursery() as requests:
                     server._sessions_nursery = sessions
@@ -79,13 +58,8 @@ async def serve_acp(options: ServeOptions, stdin: trio.abc.ReceiveStream,
                     # after the grace; each answers with an error as it is cancelled.
                     requests.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE
                 sessions.cancel_scope.cancel()  # sessions opened during the shutdown
-            output.close()
-            await _drain(output, written)
-            root.cancel_scope.cancel()
-    if signal.SIGINT in stops:
-        raise KeyboardInterrupt
-    if failure is not None:
-        raise failure
+            await wiring.finish()
+    wiring.raise_outcome()
 
 
 async def run_acp(options: ServeOptions) -> None:

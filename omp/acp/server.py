@@ -14,36 +14,40 @@ Who owns what:
 * Each client request is a task of the requests nursery, answered exactly once (a result or an
   error). A session's extensions are loaded and started when it opens and hear
   ``session_shutdown`` when it closes; when the editor offers ``fs``, its ``read`` / ``write``
-  tools go through ``fs/read_text_file`` / ``fs/write_text_file`` (``EditorFiles``).
+  tools go through ``fs/read_text_file`` / ``fs/write_text_file``, and when it offers
+  ``terminal``, ``bash`` runs in its terminals (``omp.acp.client``).
   ``session/prompt`` goes through the same prompt dispatch as an rpc ``prompt``
   (``omp.rpc.commands.Commands``: skills, built-in slash commands, templates, the model), and
   answers when the session publishes the prompt's ``prompt_result``.
 * ``session/cancel`` is handled by the reader at once: it cancels the session's abortable work
   through its abort registry (``omp.session.aborts``, the families of rpc ``abort``), answers
   the pending prompt ``cancelled`` without waiting for the run's cleanup, and mutes the
-  session's updates until the next prompt (the original's behaviour, omp-surface E.8).
+  session's updates until the next prompt (the original's behaviour, omp-surface E.8). The
+  prompt, the cancel and the approvals of one session are ``omp.acp.session.AcpSession``'s.
+* ``session/resume`` opens like ``session/load`` without the replay; ``session/fork`` writes
+  the source's whole branch to a new file (``omp.session.file.fork_file``) and opens that.
+* The session's dialogs (its extensions', the approval gate's) are elicitations of the editor
+  (``omp.acp.dialogs``).
 
 Events become ``session/update`` notifications in ``omp.acp.updates``. Tool approval
 (``omp.session.approval``) asks the editor: each session's gate gets ``AcpSession.approve`` as
 its policy, which sends ``session/request_permission`` and remembers "always" answers. Requests
-of ours to the client have integer ids from 0 (``AcpServer.ask_client``); a response whose id
-is unknown is ignored.
+of ours to the client have integer ids from 0 (``omp.acp.client.ClientChannel``); a response
+whose id is unknown is ignored.
 
 Bad input: a line that is not JSON, or not a JSON-RPC object, is answered with an error whose
 id is null (-32700 / -32600) and the connection stays up (the original ends the connection
-silently, E.1); params that do not fit the method's schema get -32602 naming the field; an
-unknown method -32601; an error of the handler -32603 ``Internal error`` with
-``data.details``, as the original words them.
+silently, E.1); params that do not fit the method's schema get -32602 naming the field; a
+request method the protocol does not define is an extension method (``omp.acp.ext``; unknown:
+-32603 ``Unknown ACP ext method``); an error of the handler -32603 ``Internal error`` with
+``data.details``, a busy session -32003 (``omp.acp.errors``), as the original words them.
 """
 
 from __future__ import annotations
 
-import datetime
-import os
-import re
+import functools
 import sys
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +56,11 @@ import msgspec
 import trio
 
 from .. import __version__
-from ..config import ConfigError, agent_dir
-from ..llm.builder import Pace
-from ..llm.thinking import efforts
-from ..protocol import commands as cmd
-from ..protocol import events as ev
-from ..protocol import messages as m
-from ..protocol.frames import Response
+from ..config import ConfigError
 from ..protocol.framing import LineFramer, LineTooLong
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import (
-    CLEANUP_SECONDS,
-    Runtime,
+    approval_gate,
     build_runtime,
     load_extensions,
     new_output,
@@ -72,14 +69,23 @@ from ..rpc.lifecycle import (
 from ..rpc.options import ServeOptions
 from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
-from ..session import AgentSession, SessionError
-from ..session.aborts import ABORT
-from ..session.approval import ApprovalRequest
-from ..session.locations import find_sessions, sessions_dir
-from ..session.sink import Published, Update
-from ..tools.base import ToolError
+from ..session import SessionError
+from ..session.file import SessionFile, fork_file
 from . import wire as w
-from .updates import UpdateMapper, tool_call
+from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
+from .dialogs import ElicitationUI
+from .errors import AcpError, BusyError
+from .ext import ext_method
+from .session import AcpSession, live
+from .updates import UpdateMapper
+from .views import (
+    config_options,
+    history_updates,
+    mcp_entry,
+    modes,
+    stored_matches,
+    stored_sessions,
+)
 
 MCP_SETTLE_SECONDS = 10.0
 """How long ``session/new`` waits for the editor's MCP servers' first connection attempt."""
@@ -88,186 +94,6 @@ LIST_PAGE = 50
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
 READ_SIZE = 64 * 1024
-REFUSAL = re.compile(r"content[_ ]?filter|refus(al|ed)", re.IGNORECASE)
-"""An error message that says the provider refused (stop reason ``refusal``)."""
-
-
-class AcpError(Exception):
-    """A request that fails: answered -32603 ``Internal error`` with ``details`` (E.10)."""
-
-
-class ClientError(Exception):
-    """A request of ours that the client answered with an error."""
-
-
-@attrs.define(eq=False, repr=False)
-class PendingPrompt:
-    """One ``session/prompt`` waiting for its run."""
-
-    request_id: str
-    """The id it has in the session (``prompt_result.id``)."""
-    done: trio.Event = attrs.field(factory=trio.Event)
-    result: ev.PromptResult | None = None
-    cancelled: bool = False
-
-
-@attrs.define(eq=False, repr=False)
-class AcpSession:
-    """One session of the ACP server: its runtime, mapping state, the prompt going."""
-
-    server: AcpServer
-    session_id: str = ""
-    runtime: Runtime | None = None
-    commands: Commands | None = None
-    mapper: UpdateMapper | None = None
-    pending: PendingPrompt | None = None
-    muted: bool = False
-    """After ``session/cancel``: the cancelled turn's events are no longer forwarded."""
-    accepted: int = 0
-    """Tickets of the ``session/prompt`` requests read for this session so far: a prompt gets
-    its ticket when the reader reads it, so a ``session/cancel`` read after it finds it even
-    before its task started (DESIGN.md §2: work is registered when it is accepted)."""
-    cancelled_upto: int = 0
-    """The prompts with a ticket up to this one are cancelled."""
-    remembered: dict[str, bool] = attrs.field(factory=dict)
-    """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        """The session's tool-approval policy (``omp.session.approval.ApprovePolicy``): when
-        the gate resolves a call to ``prompt`` the editor is asked with
-        ``session/request_permission``; an "always" answer is remembered for the session.
-        A client error or a cancelled question is a denial. On cancellation (the turn was
-        cancelled) the question is abandoned and ``Cancelled`` propagates."""
-        if (known := self.remembered.get(request.tool_name)) is not None:
-            return known
-        call = tool_call(request.tool_call_id, request.tool_name, request.arguments, None,
-                         self.cwd)
-        tool_call_update = w.ToolCallUpdate(
-            toolCallId=call.toolCallId, title=call.title, kind=call.kind, status="pending",
-            rawInput=call.rawInput, content=call.content, locations=call.locations)
-        try:
-            choice = await self.server.request_permission(self.session_id, tool_call_update,
-                                                          PERMISSION_OPTIONS)
-        except ClientError:
-            return False
-        if choice in ("allow_always", "reject_always"):
-            self.remembered[request.tool_name] = choice == "allow_always"
-        return choice in ("allow_once", "allow_always")
-
-    @property
-    def cwd(self) -> Path:
-        assert self.runtime is not None
-        return self.runtime.session.cwd
-
-    # -- the session's sink (omp.session.sink.EventSink) ---------------------------------------
-
-    def publish(self, event: Published) -> None:
-        if isinstance(event, ev.PromptResult):
-            pending = self.pending
-            if pending is not None and event.id == pending.request_id:
-                pending.result = event
-                pending.done.set()
-            return
-        if isinstance(event, ev.SessionSettled):
-            return
-        self.forward(event)
-
-    def publish_update(self, event: Update) -> None:
-        self.forward(event)
-
-    @property
-    def pace(self) -> Pace:
-        return self.server.output
-
-    def on_frame(self, frame: msgspec.Struct) -> None:
-        """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
-        ``agent_message_chunk`` of a message of its own."""
-        if isinstance(frame, ev.Notice) and frame.source in ("mcp", "xdev"):
-            print(f"omp acp: {frame.message}", file=sys.stderr)  # no channel for it in ACP
-        if isinstance(frame, ev.CommandOutput) and not self.muted:
-            self.server.update(self.session_id, w.AgentMessageChunk(
-                content=w.TextContent(text=frame.text), messageId=str(uuid.uuid4())))
-
-    def forward(self, event: object) -> None:
-        if self.muted or self.mapper is None:
-            return
-        for update in self.mapper.updates(event):
-            self.server.update(self.session_id, update)
-
-    # -- serving ---------------------------------------------------------------------------
-
-    async def host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                   ) -> None:
-        """The session nursery and the session's MCP servers, until the session is closed;
-        then its HTTP client is closed. On cancellation the run is cancelled with it and
-        every MCP server ends."""
-        runtime = self.runtime
-        assert runtime is not None
-
-        async def serve(*, task_status: trio.TaskStatus[None]) -> None:
-            await runtime.session.serve(task_status=task_status)
-            nursery.cancel_scope.cancel()  # closed: its MCP servers end with it
-
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(serve)
-                if runtime.mcp is not None:
-                    await nursery.start(runtime.mcp.run)
-                task_status.started()
-        finally:
-            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await runtime.http.aclose()
-
-    async def close(self) -> None:
-        """Cancel the prompt, close the session (its run aborted, its nursery ended), then
-        its extensions hear ``session_shutdown``. On cancellation it stops waiting."""
-        if self.runtime is None:
-            return
-        self.cancel()
-        await self.runtime.session.close()
-        if (extensions := self.runtime.session.extensions) is not None:
-            await extensions.session_shutdown()
-
-    def cancel(self, upto: int | None = None) -> None:
-        """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the
-        prompts read so far (``upto``: those up to that ticket) that have not started yet
-        answer ``cancelled`` without starting."""
-        if self.runtime is None:
-            return
-        self.cancelled_upto = max(self.cancelled_upto, self.accepted if upto is None else upto)
-        self.runtime.aborts.cancel(*ABORT)
-        pending = self.pending
-        if pending is not None and not pending.done.is_set():
-            pending.cancelled = True
-            self.muted = True
-            pending.done.set()
-
-
-@attrs.define(eq=False, repr=False)
-class EditorFiles:
-    """The editor's files for one session (``omp.tools.base.EditorFiles``): ``read`` and
-    ``write`` of text files go through ``fs/read_text_file`` / ``fs/write_text_file``, so the
-    model sees unsaved buffers and the editor sees the change (E.9)."""
-
-    server: AcpServer
-    session_id: str
-
-    async def read_text(self, path: Path) -> str:
-        """On cancellation the question is abandoned (a late answer is ignored)."""
-        try:
-            raw = await self.server.ask_client("fs/read_text_file", w.ReadTextFileParams(
-                sessionId=self.session_id, path=str(path)))
-            return msgspec.json.decode(raw, type=w.ReadTextFileResponse).content
-        except (ClientError, msgspec.ValidationError) as exc:
-            raise ToolError(f"Cannot read {path}: {exc}") from None
-
-    async def write_text(self, path: Path, content: str) -> None:
-        """On cancellation the question is abandoned (the editor may still write)."""
-        try:
-            await self.server.ask_client("fs/write_text_file", w.WriteTextFileParams(
-                sessionId=self.session_id, path=str(path), content=content))
-        except ClientError as exc:
-            raise ToolError(f"Cannot write {path}: {exc}") from None
 
 
 @attrs.define(eq=False, repr=False)
@@ -278,12 +104,13 @@ class AcpServer:
     client_capabilities: w.ClientCapabilities = attrs.field(factory=w.ClientCapabilities)
     _sessions_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _requests_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _next_client_id: int = attrs.field(default=0, init=False)
-    _client_waits: dict[int, tuple[trio.Event, list[w.Envelope]]] = attrs.field(
-        factory=dict, init=False)
-    _prompt_counter: int = attrs.field(default=0, init=False)
+    client: ClientChannel = attrs.field(init=False)
+    """Requests of ours to the editor."""
     _tickets: dict[int | str, int] = attrs.field(factory=dict, init=False)
     """Request id → ticket of the ``session/prompt`` requests read and not yet started."""
+
+    def __attrs_post_init__(self) -> None:
+        self.client = ClientChannel(self.send)
 
     # -- output ----------------------------------------------------------------------------
 
@@ -295,42 +122,11 @@ class AcpServer:
             sessionId=session_id, update=update)))
 
     def error(self, request_id: int | str | None, code: int, message: str,
-              details: str | None = None) -> None:
-        data = {"details": details} if details is not None else msgspec.UNSET
+              details: str | None = None, data: Any = msgspec.UNSET) -> None:
+        if details is not None:
+            data = {"details": details}
         self.send(w.ErrorReply(id=request_id, error=w.ErrorObject(code=code, message=message,
                                                                    data=data)))
-
-    async def ask_client(self, method: str, params: msgspec.Struct) -> msgspec.Raw:
-        """Send a request of ours to the client and wait for its result. Raises ClientError
-        when the client answers with an error. On cancellation the wait ends (a late answer
-        is ignored)."""
-        request_id = self._next_client_id
-        self._next_client_id += 1
-        arrived = trio.Event()
-        box: list[w.Envelope] = []
-        self._client_waits[request_id] = (arrived, box)
-        try:
-            self.send(w.Request(id=request_id, method=method, params=params))
-            await arrived.wait()
-        finally:
-            self._client_waits.pop(request_id, None)
-        reply = box[0]
-        if isinstance(reply.error, w.ErrorObject):
-            raise ClientError(f"{method} failed: {reply.error.message}")
-        return reply.result if isinstance(reply.result, msgspec.Raw) else msgspec.Raw(b"null")
-
-    async def request_permission(self, session_id: str, tool_call: w.ToolCallUpdate,
-                                 options: list[w.PermissionOption]) -> str | None:
-        """Ask the editor whether a tool call may run (``session/request_permission``); the
-        chosen ``optionId``, or None when the client cancelled the question. Each session's
-        tool-approval policy (``AcpSession.approve``) asks through here. Raises ClientError
-        when the client answers with an error. On cancellation the question is abandoned."""
-        raw = await self.ask_client("session/request_permission", w.RequestPermissionParams(
-            sessionId=session_id, toolCall=tool_call, options=options))
-        answer = msgspec.json.decode(raw, type=w.RequestPermissionResponse)
-        if answer.outcome.outcome == "selected" and isinstance(answer.outcome.optionId, str):
-            return answer.outcome.optionId
-        return None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -377,10 +173,7 @@ class AcpServer:
             return
         if isinstance(envelope.id, int) and (envelope.result is not msgspec.UNSET
                                              or envelope.error is not msgspec.UNSET):
-            wait = self._client_waits.get(envelope.id)
-            if wait is not None:  # an id we never sent, or gave up on: ignored (E.1)
-                wait[1].append(envelope)
-                wait[0].set()
+            self.client.arrived(envelope)
             return
         self.error(_id(envelope), w.INVALID_REQUEST, "Invalid Request",
                    "neither a request, a notification nor a response")
@@ -409,23 +202,23 @@ class AcpServer:
                      params: msgspec.Raw | msgspec.UnsetType) -> None:
         """Run the request's handler and answer it once. On cancellation (shutdown) it is
         answered with an error saying so."""
-        route = self._routes().get(method)
-        if route is None:
-            self.error(request_id, w.METHOD_NOT_FOUND, "Method not found", method)
-            return
-        kind, handler = route
+        route = self._routes().get(method)  # None: an extension method (omp.acp.ext)
         try:
-            decoded = _decode(params, kind)
+            decoded = _decode(params, dict[str, Any] if route is None else route[0])
         except msgspec.ValidationError as exc:
             self._tickets.pop(request_id, None)
             self.error(request_id, w.INVALID_PARAMS, "Invalid params", f"{method}: {exc}")
             return
         try:
-            result = await handler(decoded, request_id)
+            result = await (ext_method(self.options, method, decoded) if route is None
+                            else route[1](decoded, request_id))
         except trio.Cancelled:
             self.error(request_id, w.INTERNAL_ERROR, "Internal error",
-                       "the agent is shutting down")
+                       "Inbound request drain timed out")
             raise
+        except BusyError as exc:
+            self.error(request_id, exc.code, str(exc), data=exc.data)
+            return
         except (AcpError, SessionError, ConfigError, ClientError) as exc:
             self.error(request_id, w.INTERNAL_ERROR, "Internal error", str(exc))
             return
@@ -438,6 +231,8 @@ class AcpServer:
             "authenticate": (w.AuthenticateParams, self.authenticate),
             "session/new": (w.NewSessionParams, self.new_session),
             "session/load": (w.LoadSessionParams, self.load_session),
+            "session/resume": (w.LoadSessionParams, self.resume_session),
+            "session/fork": (w.LoadSessionParams, self.fork_session),
             "session/prompt": (w.PromptParams, self.prompt),
             "session/close": (w.SessionIdParams, self.close_session),
             "session/list": (w.ListSessionsParams, self.list_sessions),
@@ -459,7 +254,8 @@ class AcpServer:
             agentCapabilities=w.AgentCapabilities(
                 loadSession=True, mcpCapabilities=w.McpCapabilities(http=True, sse=True),
                 promptCapabilities=w.PromptCapabilitiesOut(embeddedContext=True, image=True),
-                sessionCapabilities=w.SessionCapabilitiesOut(close=w.Empty(), list=w.Empty())))
+                sessionCapabilities=w.SessionCapabilitiesOut(
+                    close=w.Empty(), fork=w.Empty(), list=w.Empty(), resume=w.Empty())))
 
     async def authenticate(self, params: w.AuthenticateParams, _id: int | str) -> w.Empty:
         if params.methodId != "agent":
@@ -490,9 +286,17 @@ class AcpServer:
         acp.runtime = runtime
         acp.session_id = runtime.session.session_id
         acp.mapper = UpdateMapper(runtime.session.cwd, lambda: runtime.session.todos.phases)
+        # Dialogs (extensions', the approval gate's own questions) become elicitations.
+        elicitation = self.client_capabilities.elicitation
+        dialogs = ElicitationUI(self.client, acp.session_id,
+                                form=elicitation is not None and elicitation.form is not None)
+        runtime.session.use_approval(approval_gate(options, runtime.session, dialogs))
         fs = self.client_capabilities.fs
         if fs.readTextFile and fs.writeTextFile:
-            runtime.session.tool_context.files = EditorFiles(self, acp.session_id)
+            runtime.session.tool_context.files = EditorFiles(self.client, acp.session_id)
+        if self.client_capabilities.terminal:
+            runtime.session.tool_context.terminals = EditorTerminals(self.client,
+                                                                     acp.session_id)
         assert self._sessions_nursery is not None
         await self._sessions_nursery.start(acp.host)
         assert self._requests_nursery is not None
@@ -512,10 +316,10 @@ class AcpServer:
                     await mcp.wait_settled()
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
-        # as --mode rpc does; their dialogs return defaults (no UI here).
+        # as --mode rpc does, their dialogs asked of the editor.
         loaded = load_extensions(runtime)
         if loaded is not None:
-            use_extensions(runtime, loaded)
+            use_extensions(runtime, loaded, dialogs)
         if (extensions := runtime.session.extensions) is not None:
             await extensions.session_start()
         return acp
@@ -543,45 +347,88 @@ class AcpServer:
                 if not isinstance(c.input, msgspec.UnsetType) and isinstance(c.input.hint, str)
                 else msgspec.UNSET)
             for c in acp.commands.slash.command_list()]))
-        self._session_info(acp)
-
-    def _session_info(self, acp: AcpSession) -> None:
-        assert acp.runtime is not None
-        name = acp.runtime.session.session_name
-        self.update(acp.session_id, w.SessionInfoUpdate(
-            updatedAt=_now(), title=name if name else msgspec.UNSET))
+        acp.session_info()
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:
         options = attrs.evolve(self.options, cwd=self._cwd(params.cwd), announce_offline=False)
         acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
-        return w.NewSessionResult(sessionId=acp.session_id, modes=_modes(),
-                                  configOptions=config_options(_live(acp)))
+        return w.NewSessionResult(sessionId=acp.session_id, modes=modes(),
+                                  configOptions=config_options(live(acp)))
 
     async def load_session(self, params: w.LoadSessionParams, _id: int | str
                            ) -> w.LoadSessionResult:
-        cwd = self._cwd(params.cwd)
-        live = self.sessions.get(params.sessionId)
-        if live is not None:
-            assert live.runtime is not None
-            if live.runtime.session.cwd != cwd:
-                raise AcpError(f"ACP session {params.sessionId} is already loaded for "
-                               f"{live.runtime.session.cwd}, not {cwd}")
-            acp = live
-        else:
-            options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
-                                   resume=False, session=None, announce_offline=False)
-            try:
-                acp = await self._open(options, params.mcpServers)
-            except SessionError as exc:
-                if "not found" in str(exc):
-                    raise AcpError(f"ACP session not found: {params.sessionId}") from None
-                raise
-            for update in history_updates(_live(acp).messages, acp.cwd):
-                self.update(acp.session_id, update)
+        """Open a stored session (or take the live one) and replay its history before the
+        answer (E.3, E.6). On cancellation (shutdown) a half-opened session is closed with
+        the sessions nursery."""
+        acp = await self._reopen(params)
+        for update in history_updates(live(acp).messages, acp.cwd):
+            self.update(acp.session_id, update)
         self._bootstrap_soon(acp)
-        return w.LoadSessionResult(modes=_modes(), configOptions=config_options(_live(acp)))
+        return w.LoadSessionResult(modes=modes(), configOptions=config_options(live(acp)))
+
+    async def resume_session(self, params: w.LoadSessionParams, _id: int | str
+                             ) -> w.LoadSessionResult:
+        """``session/load`` without the replay (the editor kept the conversation). On
+        cancellation as ``load_session``."""
+        acp = await self._reopen(params)
+        self._bootstrap_soon(acp)
+        return w.LoadSessionResult(modes=modes(), configOptions=config_options(live(acp)))
+
+    async def _reopen(self, params: w.LoadSessionParams) -> AcpSession:
+        """The live session ``params.sessionId`` (its cwd must match), or its stored file
+        opened as a new session of this process."""
+        cwd = self._cwd(params.cwd)
+        loaded = self.sessions.get(params.sessionId)
+        if loaded is not None:
+            if loaded.cwd != cwd:
+                raise AcpError(f"ACP session {params.sessionId} is already loaded for "
+                               f"{loaded.cwd}, not {cwd}")
+            return loaded
+        options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
+                               resume=False, session=None, announce_offline=False)
+        try:
+            return await self._open(options, params.mcpServers)
+        except SessionError as exc:
+            if "not found" in str(exc):
+                raise AcpError(f"ACP session not found: {params.sessionId}") from None
+            raise
+
+    async def fork_session(self, params: w.LoadSessionParams, _id: int | str
+                           ) -> w.NewSessionResult:
+        """A new session with the whole conversation of a live or stored one, in a new file
+        next to it (its header names the source as ``parentSession``); the source is left as
+        it was. Written in a worker thread; on cancellation the thread is abandoned (its file
+        may still appear)."""
+        cwd = self._cwd(params.cwd)
+        source = self.sessions.get(params.sessionId)
+        if source is not None:
+            if source.pending is not None or source.owned or live(source).is_streaming:
+                raise AcpError("ACP session fork is unavailable while a prompt is in "
+                               f"progress: {params.sessionId}")
+            file = live(source).store.file
+            if file is None:
+                raise AcpError("ACP session cannot be forked before it is persisted: "
+                               f"{params.sessionId}")
+            fork = functools.partial(fork_file, file)
+        else:
+            found = [x for x in await trio.to_thread.run_sync(
+                stored_matches, self.options, None, abandon_on_cancel=True)
+                if x.session_id == params.sessionId]
+            if not found:
+                raise AcpError(f"ACP session not found: {params.sessionId}")
+            fork = functools.partial(_fork_stored, found[0].path)
+        try:
+            forked = await trio.to_thread.run_sync(fork, abandon_on_cancel=True)
+        except (OSError, ValueError) as exc:  # UnusableFile, SessionFormatError: ValueErrors
+            raise AcpError(f"ACP session fork failed: {params.sessionId}: {exc}") from None
+        options = attrs.evolve(self.options, cwd=cwd, resume_session=str(forked.path),
+                               resume=False, session=None, announce_offline=False)
+        acp = await self._open(options, params.mcpServers)
+        self._bootstrap_soon(acp)
+        return w.NewSessionResult(sessionId=acp.session_id, modes=modes(),
+                                  configOptions=config_options(live(acp)))
 
     async def list_sessions(self, params: w.ListSessionsParams, _id: int | str
                             ) -> w.ListSessionsResult:
@@ -608,39 +455,22 @@ class AcpServer:
         return w.Empty()
 
     async def set_mode(self, params: w.SetModeParams, _id: int | str) -> w.Empty:
+        """Only ``default`` (no plan mode here); then ``current_mode_update`` and
+        ``config_option_update``, as the original sends them (E.4)."""
         acp = self._session(params.sessionId)
-        if params.modeId != "default":
-            raise AcpError(f"Unsupported ACP mode: {params.modeId}")
+        acp.set_config_option("mode", params.modeId)
         self.update(acp.session_id, w.CurrentModeUpdate(currentModeId="default"))
+        self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=config_options(live(acp))))
         return w.Empty()
 
     async def set_config_option(self, params: w.SetConfigOptionParams, _id: int | str
                                 ) -> w.SetConfigOptionResult:
+        """Mode, model or thinking level; the mode also sends ``current_mode_update`` (E.4)."""
         acp = self._session(params.sessionId)
-        assert acp.runtime is not None
-        session = acp.runtime.session
-        if isinstance(params.value, bool):
-            raise AcpError(f"Unsupported boolean ACP config option: {params.configId}")
+        acp.set_config_option(params.configId, params.value)
         if params.configId == "mode":
-            if params.value != "default":
-                raise AcpError(f"Unsupported ACP mode: {params.value}")
-        elif params.configId == "model":
-            provider, _, model_id = params.value.partition("/")
-            known = {f"{x.provider}/{x.id}" for x in session.registry.available()}
-            if params.value not in known:
-                raise AcpError(f"Unknown ACP model: {params.value}")
-            session.set_model(provider, model_id)
-        elif params.configId == "thinking":
-            levels = ["off", *efforts(session.model)]
-            matches = [x for x in levels if x == params.value] or (
-                [x for x in levels if x.startswith(params.value)] if len(params.value) >= 2
-                else [])
-            if len(matches) != 1:
-                raise AcpError(f"Unknown ACP thinking level: {params.value}")
-            session.set_thinking_level(matches[0])
-        else:
-            raise AcpError(f"Unknown ACP config option: {params.configId}")
-        options = config_options(_live(acp))
+            self.update(acp.session_id, w.CurrentModeUpdate(currentModeId="default"))
+        options = config_options(live(acp))
         self.update(acp.session_id, w.ConfigOptionUpdate(configOptions=options))
         return w.SetConfigOptionResult(configOptions=options)
 
@@ -651,63 +481,9 @@ class AcpServer:
         return acp
 
     async def prompt(self, params: w.PromptParams, request_id: int | str) -> w.PromptResult:
-        """Send the prompt through the rpc prompt dispatch and wait for its ``prompt_result``
-        (or ``session/cancel``). A prompt while the last one still runs cancels that one
-        first (implicit cancel, E.5). On cancellation (shutdown) it stops waiting."""
+        """``AcpSession.prompt`` with the ticket it got when it was read."""
         ticket = self._tickets.pop(request_id, None)
-        acp = self._session(params.sessionId)
-        runtime, commands = acp.runtime, acp.commands
-        assert runtime is not None
-        assert commands is not None
-        session = runtime.session
-        if acp.pending is not None:
-            acp.cancel(upto=None if ticket is None else ticket - 1)
-        await session.wait_for_idle()  # the cancelled turn's cleanup, before this one starts
-        if ticket is not None and ticket <= acp.cancelled_upto:
-            return w.PromptResult(stopReason="cancelled")  # cancelled before it started
-        text, images = prompt_text(params.prompt)
-        self._prompt_counter += 1
-        pending = PendingPrompt(f"acp-{self._prompt_counter}")
-        acp.pending, acp.muted = pending, False
-        before = len(session.messages)
-        frame = cmd.Prompt(message=text, images=images or msgspec.UNSET, id=pending.request_id)
-        route = commands.route(frame)
-        scope = None if route.family is None else runtime.aborts.hold(route.family)
-        try:
-            answer = route.handler(frame, scope) if route.scoped else route.handler(frame)
-            response = answer if isinstance(answer, Response) else await answer
-            if route.after is not None:
-                route.after(response)
-            if not response.success:
-                raise AcpError(response.error or "the prompt was refused")
-            await pending.done.wait()
-        finally:
-            if scope is not None:
-                runtime.aborts.release(scope)
-            if acp.pending is pending:
-                acp.pending = None
-        added = session.messages[before:]
-        usage = usage_of(added)
-        if pending.cancelled:
-            return w.PromptResult(stopReason="cancelled", usage=usage)
-        self._end_of_turn(acp)
-        return w.PromptResult(stopReason=stop_reason(pending.result, added), usage=usage)
-
-    def _end_of_turn(self, acp: AcpSession) -> None:
-        assert acp.runtime is not None
-        session = acp.runtime.session
-        last = next((x for x in reversed(session.messages)
-                     if isinstance(x, m.AssistantMessage)), None)
-        window = session.model.contextWindow
-        if last is not None and window:
-            used = last.usage.input + last.usage.cacheRead + last.usage.cacheWrite \
-                + last.usage.output
-            cost = sum(x.usage.cost.total for x in session.messages
-                       if isinstance(x, m.AssistantMessage))
-            self.update(acp.session_id, w.UsageUpdate(
-                size=window, used=used,
-                cost=w.Cost(amount=cost, currency="USD") if cost > 0 else msgspec.UNSET))
-        self._session_info(acp)
+        return await self._session(params.sessionId).prompt(params.prompt, ticket)
 
     # -- the sessions' end -------------------------------------------------------------------
 
@@ -718,108 +494,6 @@ class AcpServer:
         sessions, self.sessions = list(self.sessions.values()), {}
         for acp in sessions:
             await acp.close()
-
-
-_DEFAULT_MODE = "Standard ACP headless mode"
-
-PERMISSION_OPTIONS = [
-    w.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
-    w.PermissionOption(optionId="allow_always", name="Always allow", kind="allow_always"),
-    w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
-    w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
-"""The original's four answers (omp-surface C.7)."""
-
-
-def _live(acp: AcpSession) -> AgentSession:
-    """The session of an opened ACP session."""
-    assert acp.runtime is not None
-    return acp.runtime.session
-
-
-def history_updates(messages: list[m.AgentMessage], cwd: Path) -> Iterator[w.SessionUpdate]:
-    """A session's history as updates, sent before ``session/load`` answers (E.6 History
-    replay)."""
-    for message in messages:
-        if isinstance(message, m.UserMessage):
-            text = message.content if isinstance(message.content, str) else "".join(
-                b.text for b in message.content if isinstance(b, m.TextContent))
-            if text:
-                yield (w.UserMessageChunk(
-                    content=w.TextContent(text=text), messageId=str(uuid.uuid4())))
-        elif isinstance(message, m.AssistantMessage):
-            mid = str(uuid.uuid4())
-            for block in message.content:
-                if isinstance(block, m.ThinkingContent) and block.thinking:
-                    yield (w.AgentThoughtChunk(
-                        content=w.TextContent(text=block.thinking), messageId=mid))
-                elif isinstance(block, m.TextContent) and block.text:
-                    yield (w.AgentMessageChunk(
-                        content=w.TextContent(text=block.text), messageId=mid))
-                elif isinstance(block, m.ToolCall):
-                    yield (tool_call(
-                        block.id, block.name, dict(block.arguments), None, cwd))
-        elif isinstance(message, m.ToolResultMessage):
-            yield (w.ToolCallUpdate(
-                toolCallId=message.toolCallId,
-                status="failed" if message.isError else "completed",
-                content=[w.ToolCallContent(content=w.TextContent(text=b.text))
-                         for b in message.content if isinstance(b, m.TextContent)]
-                or msgspec.UNSET))
-
-
-
-def stored_sessions(options: ServeOptions, cwd: Path | None) -> list[w.SessionInfo]:
-    """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
-    agent_directory = options.agent_dir or agent_dir()
-    if cwd is None:
-        directory = agent_directory / "sessions"
-    elif options.session_dir is not None:
-        directory = options.session_dir
-    elif os.environ.get("OMP_SESSION_DIR"):
-        directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
-    else:
-        directory = sessions_dir(agent_directory, cwd)
-    return [w.SessionInfo(sessionId=x.session_id, cwd=x.cwd, updatedAt=_mtime(x.path))
-            for x in find_sessions("", [directory])]
-
-
-
-def config_options(session: AgentSession) -> list[w.ConfigOption]:
-    """A session's config options: mode, model (when any is available), thinking."""
-    out = [w.ConfigOption(type="select", id="mode", name="Mode", category="mode",
-                          currentValue="default",
-                          options=[w.SelectOption(value="default", name="Default",
-                                                  description=_DEFAULT_MODE)])]
-    models = session.registry.available()
-    current = f"{session.model.provider}/{session.model.id}"
-    if models:
-        out.append(w.ConfigOption(
-            type="select", id="model", name="Model", category="model", currentValue=current,
-            options=[w.SelectOption(value=f"{x.provider}/{x.id}", name=x.name or x.id,
-                                    description=f"{x.provider}/{x.id}") for x in models]))
-    levels = efforts(session.model)
-    out.append(w.ConfigOption(
-        type="select", id="thinking", name="Thinking", category="thought_level",
-        currentValue=session.thinking_level if levels else "off",
-        options=[w.SelectOption(value="off", name="Off"),
-                 *(w.SelectOption(value=x, name=x) for x in levels)]))
-    return out
-
-
-
-def mcp_entry(server: w.McpServer) -> dict[str, Any]:
-    """A client-supplied MCP server as an entry of an MCP config file (``omp.mcp.config``)."""
-    if isinstance(server.type, str) and server.type != "stdio":
-        return {"type": server.type, "url": server.url or None,
-                "headers": {h.name: h.value for h in server.headers}}
-    return {"command": server.command or None, "args": list(server.args),
-            "env": {e.name: e.value for e in server.env}}
-
-
-def _modes() -> w.SessionModeState:
-    """Only ``default``: plan mode is not part of this runtime (``--plan`` is refused too)."""
-    return w.SessionModeState(currentModeId="default", availableModes=[
-        w.SessionMode(id="default", name="Default", description=_DEFAULT_MODE)])
 
 
 def _id(envelope: w.Envelope) -> int | str | None:
@@ -836,72 +510,6 @@ def _decode(params: msgspec.Raw | msgspec.UnsetType, kind: type[Any]) -> Any:
         raise msgspec.ValidationError(str(exc)) from None
 
 
-def _mtime(path: Path) -> str | msgspec.UnsetType:
-    try:
-        stamp = path.stat().st_mtime
-    except OSError:
-        return msgspec.UNSET
-    return datetime.datetime.fromtimestamp(stamp, datetime.UTC).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
-
-
-def prompt_text(blocks: list[w.ContentBlock]) -> tuple[str, list[m.ImageContent]]:
-    """The prompt's text and images, as the original converts the blocks (E.5): texts joined
-    with a blank line and trimmed."""
-    texts: list[str] = []
-    images: list[m.ImageContent] = []
-    for block in blocks:
-        if isinstance(block, w.TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, w.ImageBlock):
-            images.append(m.ImageContent(data=block.data, mimeType=block.mimeType))
-        elif isinstance(block, w.ResourceBlock):
-            resource = block.resource
-            if isinstance(resource.text, str):
-                texts.append(resource.text)
-            elif isinstance(resource.blob, str) and isinstance(resource.mimeType, str) \
-                    and resource.mimeType.startswith("image/"):
-                images.append(m.ImageContent(data=resource.blob, mimeType=resource.mimeType))
-            else:
-                texts.append(f"[embedded resource: {resource.uri}]")
-        elif isinstance(block, w.ResourceLinkBlock):
-            texts.append(block.title if isinstance(block.title, str) and block.title
-                         else block.name or block.uri)
-        else:
-            texts.append("[audio omitted]")
-    return "\n\n".join(texts).strip(), images
-
-
-def stop_reason(result: ev.PromptResult | None, added: list[m.AgentMessage]) -> w.StopReason:
-    """The ACP stop reason of a finished prompt (E.5)."""
-    if result is not None and result.status == "aborted":
-        return "cancelled"
-    last = next((x for x in reversed(added) if isinstance(x, m.AssistantMessage)), None)
-    if last is None:
-        return "end_turn"
-    if last.stopReason == "aborted":
-        return "cancelled"
-    if last.stopReason == "length":
-        return "max_tokens"
-    if last.stopReason == "error" and REFUSAL.search(last.errorMessage or ""):
-        return "refusal"
-    return "end_turn"
-
-
-def usage_of(added: list[m.AgentMessage]) -> w.TokenUsage | msgspec.UnsetType:
-    """The usage of this prompt's model calls; unset when there was none."""
-    calls = [x.usage for x in added if isinstance(x, m.AssistantMessage)]
-    total = sum(u.totalTokens for u in calls)
-    if not total:
-        return msgspec.UNSET
-    cached_read = sum(u.cacheRead for u in calls)
-    cached_write = sum(u.cacheWrite for u in calls)
-    return w.TokenUsage(inputTokens=sum(u.input for u in calls),
-                        outputTokens=sum(u.output for u in calls), totalTokens=total,
-                        cachedReadTokens=cached_read or msgspec.UNSET,
-                        cachedWriteTokens=cached_write or msgspec.UNSET)
+def _fork_stored(path: Path) -> SessionFile:
+    """``fork_file`` of a stored session file (blocking)."""
+    return fork_file(SessionFile.open(path))

@@ -10,9 +10,10 @@ E.6, E.7). No I/O: ``UpdateMapper.updates(event)`` returns the updates one event
 * ``tool_execution_start`` → ``tool_call`` (``pending``, title, kind, ``rawInput`` without the
   intent field ``i``, start content, locations); ``tool_execution_update`` →
   ``tool_call_update`` ``in_progress`` with the partial result as ``rawOutput``;
-  ``tool_execution_end`` → ``tool_call_update`` ``completed`` / ``failed`` with the result's
-  text (capped, the start content's duplicate left out); after the ``todo`` tool a
-  ``plan`` with every task of every phase.
+  ``tool_execution_end`` → ``tool_call_update`` ``completed`` / ``failed``; both with the
+  start content, a ``terminal`` content when the call ran in an editor terminal (its
+  ``details.terminalId``), and the result's text (capped, the start content's duplicate left
+  out); after the ``todo`` tool a ``plan`` with every task of every phase.
 * Everything else (turns, retries, compaction, notices) becomes nothing.
 """
 
@@ -110,6 +111,24 @@ def _result_text(result: ev.ToolExecutionResult) -> str:
     return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + "…"
 
 
+def _merged(start: list[w.ToolContentItem], result: ev.ToolExecutionResult
+            ) -> list[w.ToolContentItem]:
+    """The start content, then the result's: the editor terminal it ran in (``details``
+    ``terminalId``: the editor shows the terminal itself), then its text unless the start
+    content already says it."""
+    content = list(start)
+    details = result.details
+    terminal = details.get("terminalId") if isinstance(details, dict) else None
+    if isinstance(terminal, str):
+        content.append(w.ToolCallTerminal(terminalId=terminal))
+    text = _result_text(result)
+    if text and not any(isinstance(c, w.ToolCallContent)
+                        and isinstance(c.content, w.TextContent) and c.content.text == text
+                        for c in content):
+        content.append(w.ToolCallContent(content=w.TextContent(text=text)))
+    return content
+
+
 @attrs.define(eq=False, repr=False)
 class UpdateMapper:
     """One ACP session's mapping state: the open assistant message and the tool calls."""
@@ -129,8 +148,11 @@ class UpdateMapper:
         if isinstance(event, ev.ToolExecutionStart):
             return [self._tool_call(event)]
         if isinstance(event, ev.ToolExecutionUpdate):
+            content = _merged(self._start_content.get(event.toolCallId, []),
+                              event.partialResult)
             return [w.ToolCallUpdate(toolCallId=event.toolCallId, status="in_progress",
-                                     rawOutput=msgspec.to_builtins(event.partialResult))]
+                                     rawOutput=msgspec.to_builtins(event.partialResult),
+                                     content=content or msgspec.UNSET)]
         if isinstance(event, ev.ToolExecutionEnd):
             return self._tool_end(event)
         return []
@@ -174,12 +196,7 @@ class UpdateMapper:
         return call
 
     def _tool_end(self, event: ev.ToolExecutionEnd) -> list[w.SessionUpdate]:
-        content = list(self._start_content.pop(event.toolCallId, []))
-        text = _result_text(event.result)
-        if text and not any(isinstance(c, w.ToolCallContent)
-                            and isinstance(c.content, w.TextContent) and c.content.text == text
-                            for c in content):
-            content.append(w.ToolCallContent(content=w.TextContent(text=text)))
+        content = _merged(self._start_content.pop(event.toolCallId, []), event.result)
         out: list[w.SessionUpdate] = [w.ToolCallUpdate(
             toolCallId=event.toolCallId, status="failed" if event.isError else "completed",
             rawOutput=msgspec.to_builtins(event.result), content=content or msgspec.UNSET)]

@@ -97,9 +97,15 @@ class FsCapabilities(_In, frozen=True, kw_only=True):
     writeTextFile: bool = False
 
 
+class ElicitationCapabilities(_In, frozen=True, kw_only=True):
+    form: dict[str, Any] | None = None
+    """Present (``{}``): the client shows form elicitations."""
+
+
 class ClientCapabilities(_In, frozen=True, kw_only=True):
     fs: FsCapabilities = msgspec.field(default_factory=FsCapabilities)
     terminal: bool = False
+    elicitation: ElicitationCapabilities | None = None
 
 
 class InitializeParams(_In, frozen=True, kw_only=True):
@@ -137,6 +143,8 @@ class NewSessionParams(_In, frozen=True, kw_only=True):
 
 
 class LoadSessionParams(_In, frozen=True, kw_only=True):
+    """``session/load``, ``session/resume``, ``session/fork``."""
+
     sessionId: str
     cwd: str
     mcpServers: list[McpServer] = msgspec.field(default_factory=list)
@@ -241,7 +249,9 @@ class Empty(_Out, frozen=True, kw_only=True):
 
 class SessionCapabilitiesOut(_Out, frozen=True, kw_only=True):
     close: Empty
+    fork: Empty
     list: Empty
+    resume: Empty
 
 
 class AgentCapabilities(_Out, frozen=True, kw_only=True):
@@ -302,6 +312,7 @@ class SetConfigOptionResult(_Out, frozen=True, kw_only=True):
 class SessionInfo(_Out, frozen=True, kw_only=True):
     sessionId: str
     cwd: str
+    title: str | UnsetType = UNSET
     updatedAt: str | UnsetType = UNSET
 
 
@@ -374,7 +385,14 @@ class ToolCallDiff(_Out, tag="diff", tag_field="type", frozen=True, kw_only=True
     oldText: str | None = None
 
 
-ToolContentItem = ToolCallContent | ToolCallDiff
+class ToolCallTerminal(_Out, tag="terminal", tag_field="type", frozen=True, kw_only=True):
+    """ToolCallContent ``terminal``: an editor terminal of ours (``terminal/create``), shown
+    live by the editor."""
+
+    terminalId: str
+
+
+ToolContentItem = ToolCallContent | ToolCallDiff | ToolCallTerminal
 
 
 class Location(_Out, frozen=True, kw_only=True):
@@ -504,3 +522,52 @@ class PermissionOutcome(_In, frozen=True, kw_only=True):
 
 class RequestPermissionResponse(_In, frozen=True, kw_only=True):
     outcome: PermissionOutcome
+
+
+class CreateTerminalParams(_Out, frozen=True, kw_only=True):
+    sessionId: str
+    command: str
+    args: list[str]
+    cwd: str
+    outputByteLimit: int
+
+
+class CreateTerminalResponse(_In, frozen=True, kw_only=True):
+    terminalId: str
+
+
+class TerminalParams(_Out, frozen=True, kw_only=True):
+    """``terminal/output``, ``terminal/wait_for_exit``, ``terminal/kill``,
+    ``terminal/release``."""
+
+    sessionId: str
+    terminalId: str
+
+
+class TerminalExitStatus(_In, frozen=True, kw_only=True):
+    """``terminal/wait_for_exit``'s result, ``terminal/output``'s ``exitStatus``."""
+
+    exitCode: int | None = None
+    signal: str | None = None
+
+
+class TerminalOutputResponse(_In, frozen=True, kw_only=True):
+    output: str
+    truncated: bool
+    exitStatus: TerminalExitStatus | None = None
+
+
+class CreateElicitationParams(_Out, frozen=True, kw_only=True):
+    """``elicitation/create`` in form mode, tied to a session."""
+
+    mode: Literal["form"]
+    """Required on the wire (so no default: defaults are left out)."""
+    sessionId: str
+    message: str
+    requestedSchema: dict[str, Any]
+
+
+class ElicitationResponse(_In, frozen=True, kw_only=True):
+    action: str
+    """``accept``, ``decline`` or ``cancel``."""
+    content: dict[str, Any] | None = None

@@ -67,6 +67,7 @@ from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
+    from ..extensions.ui import ExtensionUI
     from ..llm.local import LocalDiscovery
     from ..mcp.manager import McpManager
 
@@ -187,8 +188,10 @@ def use_rules(runtime: Runtime) -> None:
         session.prompt_options.rules = watch.always_for("main")
 
 
-def approval_gate(options: ServeOptions, session: AgentSession, ui: HostUI) -> ApprovalGate:
-    """The settings' tool approval with the command line's over it (omp-surface C.1)."""
+def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
+                  ) -> ApprovalGate:
+    """The settings' tool approval with the command line's over it (omp-surface C.1), its
+    questions asked through ``ui``."""
     settings = session.settings.approval
     if options.approval_mode is not None:
         settings = msgspec.structs.replace(settings, mode=options.approval_mode)
@@ -336,6 +339,72 @@ class Front(Protocol):
         On cancellation it stops waiting."""
 
 
+@attrs.define(eq=False, repr=False)
+class Wiring:
+    """The writer task and the stop signals of one front end's root nursery (``run_lifecycle``,
+    ``omp.acp.main.serve_acp``).
+
+    The writer sends ``output`` to stdout; when stdout breaks, the root is cancelled and
+    ``raise_outcome`` raises the ``OutputClosedError``. The first stop signal calls ``stop``
+    (the front ends as at EOF); a second cancels the root at once; after a SIGINT
+    ``raise_outcome`` raises ``KeyboardInterrupt``."""
+
+    output: FrameQueue
+    stop: Callable[[int], None]
+    _root: trio.Nursery | None = attrs.field(default=None, init=False)
+    _writing: bool = attrs.field(default=False, init=False)
+    _written: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _error: OutputClosedError | None = attrs.field(default=None, init=False)
+    _stops: list[int] = attrs.field(factory=list, init=False)
+
+    async def start(self, root: trio.Nursery, stdout: trio.abc.SendStream | None, *,
+                    signals: bool) -> None:
+        """Start the writer (None: nothing is written) and, with ``signals``, the watch, as
+        tasks of ``root`` (they end with it). On cancellation the watch may not have
+        started."""
+        self._root = root
+        if stdout is not None:
+            self._writing = True
+            root.start_soon(self._write, stdout)
+        if signals:
+            await root.start(watch_stop_signals, self._on_signal)
+
+    async def _write(self, stdout: trio.abc.SendStream) -> None:
+        try:
+            await write_frames(self.output, stdout)
+        except OutputClosedError as exc:
+            self._error = exc
+            assert self._root is not None
+            self._root.cancel_scope.cancel()
+        self._written.set()
+
+    def _on_signal(self, signum: int) -> None:
+        self._stops.append(signum)
+        if len(self._stops) == 1:
+            self.stop(signum)
+        else:
+            assert self._root is not None
+            self._root.cancel_scope.cancel()  # asked again: stop now
+
+    async def finish(self) -> None:
+        """Close the output, let the writer send it all while the consumer reads, then
+        cancel the root (the writer, if the consumer stopped reading). On cancellation it
+        stops waiting."""
+        self.output.close()
+        if self._writing:
+            await _drain(self.output, self._written)
+        assert self._root is not None
+        self._root.cancel_scope.cancel()
+
+    def raise_outcome(self) -> None:
+        """After the root ended: ``KeyboardInterrupt`` after a SIGINT, the output's error when
+        stdout broke."""
+        if signal.SIGINT in self._stops:
+            raise KeyboardInterrupt
+        if self._error is not None:
+            raise self._error
+
+
 async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, front: Front,
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED, *,
                         signals: bool = False) -> None:
@@ -344,34 +413,11 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
     SIGINT, ``OutputClosedError`` when the output broke, ``SessionError`` when the session
     file stopped being written. On cancellation everything is cancelled at once; each
     cleanup has its own short deadline."""
-    output = runtime.output
-    output_error: OutputClosedError | None = None
-    written = trio.Event()
-    stops: list[int] = []
-
-    def on_signal(signum: int) -> None:
-        stops.append(signum)
-        if len(stops) == 1:
-            front.stop(signum)
-        else:
-            root.cancel_scope.cancel()  # asked again: stop now
-
-    async def writer(stdout: trio.abc.SendStream) -> None:
-        nonlocal output_error
-        try:
-            await write_frames(output, stdout)
-        except OutputClosedError as exc:
-            output_error = exc
-            root.cancel_scope.cancel()
-        written.set()
-
+    wiring = Wiring(runtime.output, front.stop)
     try:
         with unwrap():  # one failure leaves as itself, not in the root nursery's group
             async with trio.open_nursery() as root:
-                if stdout is not None:
-                    root.start_soon(writer, stdout)
-                if signals:
-                    await root.start(watch_stop_signals, on_signal)
+                await wiring.start(root, stdout, signals=signals)
                 await root.start(runtime.session.serve)
                 if runtime.options.deadline is not None:
                     root.start_soon(expire_at, runtime, runtime.options.deadline)
@@ -381,18 +427,12 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
                 await front.shutdown()
                 if runtime.mcp is not None:
                     runtime.mcp.close()  # every server ends, in parallel with the drain
-                output.close()
-                if stdout is not None:
-                    await _drain(output, written)
-                root.cancel_scope.cancel()  # the writer, if the consumer stopped reading
+                await wiring.finish()
     finally:
         # The HTTP client belongs to this serve(): its connections must not outlive it.
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
             await runtime.http.aclose()
-    if signal.SIGINT in stops:
-        raise KeyboardInterrupt
-    if output_error is not None:
-        raise output_error
+    wiring.raise_outcome()
     failure = runtime.session.store.persistence_failure
     if failure is not None:
         # Everything was answered; the host was told by a notice frame. Durability was not
@@ -487,10 +527,10 @@ def load_extensions(runtime: Runtime) -> LoadReport | None:
     return report
 
 
-def use_extensions(runtime: Runtime, loaded: LoadReport) -> None:
-    """Start the loaded extensions and say what loading said, as frames: load errors, an
-    untrusted project."""
-    runtime.session.use_extensions(loaded.extensions, runtime.ui)
+def use_extensions(runtime: Runtime, loaded: LoadReport, ui: ExtensionUI | None = None) -> None:
+    """Start the loaded extensions (their dialogs through ``ui``, by default the host's) and
+    say what loading said, as frames: load errors, an untrusted project."""
+    runtime.session.use_extensions(loaded.extensions, runtime.ui if ui is None else ui)
     emit = runtime.outbox.emit
     for path, error in loaded.errors:
         emit(ev.ExtensionError(extensionPath=path, event="load", error=error))

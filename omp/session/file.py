@@ -800,9 +800,19 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
     entry = file.get(entry_id)
     if not isinstance(entry, MessageEntry) or not isinstance(entry.message, UserMessage):
         raise ValueError("Invalid entry ID for branching")
-    text = message_text(entry.message)
+    return _write_branch(file, entry.parentId), message_text(entry.message)
 
-    path = file.branch_path(entry.parentId) if entry.parentId is not None else []
+
+def fork_file(file: SessionFile) -> SessionFile:
+    """The whole current branch of ``file`` (up to its leaf) into a new file next to it, as
+    ``branch_file`` writes one (ACP ``session/fork``). Blocking."""
+    return _write_branch(file, file.leaf_id)
+
+
+def _write_branch(file: SessionFile, last: str | None) -> SessionFile:
+    """A new file next to ``file`` with its branch path up to entry ``last`` (None: no entry)
+    (``branch_file``). Blocking."""
+    path = file.branch_path(last) if last is not None else []
     kept = [e for e in path if not isinstance(e, LabelEntry)]
     lines: list[bytes] = []  # the new file's entry lines, without their b"\n"
     previous: str | None = None
@@ -841,4 +851,4 @@ def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:
     lines.insert(0, msgspec.json.encode(header))
     lines.append(b"")  # the file ends with a newline
     _write_new_file(new_path, lines, fsync=file.fsync)
-    return _loaded(new_path, lines, fsync=file.fsync), text
+    return _loaded(new_path, lines, fsync=file.fsync)

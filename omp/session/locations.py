@@ -167,6 +167,8 @@ class SessionMatch(msgspec.Struct, frozen=True):
     path: Path
     session_id: str
     cwd: str
+    title: str | None = None
+    """The session's name (its header's ``title``), when it has one."""
 
 
 def find_sessions(prefix: str, directories: list[Path]) -> list[SessionMatch]:
@@ -183,7 +185,7 @@ def find_sessions(prefix: str, directories: list[Path]) -> list[SessionMatch]:
                 mtime = path.stat().st_mtime
             except OSError:
                 continue
-            found.append((mtime, SessionMatch(path, header[0], header[1])))
+            found.append((mtime, SessionMatch(path, *header)))
         if found:
             found.sort(key=lambda item: item[0], reverse=True)
             matches = [match for _, match in found]
@@ -216,8 +218,8 @@ def _session_files(directory: Path) -> list[Path]:
     return out
 
 
-def _header(path: Path) -> tuple[str, str] | None:
-    """(id, cwd) of a session file's header; None for anything else."""
+def _header(path: Path) -> tuple[str, str, str | None] | None:
+    """(id, cwd, title) of a session file's header; None for anything else."""
     try:
         if not stat.S_ISREG(path.stat().st_mode):
             return None
@@ -229,5 +231,7 @@ def _header(path: Path) -> tuple[str, str] | None:
     if not records or records[0].get("type") != "session":
         return None
     header = records[0]
-    sid, cwd = header.get("id"), header.get("cwd")
-    return (sid, cwd if isinstance(cwd, str) else "") if isinstance(sid, str) else None
+    sid, cwd, title = header.get("id"), header.get("cwd"), header.get("title")
+    if not isinstance(sid, str):
+        return None
+    return sid, cwd if isinstance(cwd, str) else "", title if isinstance(title, str) else None

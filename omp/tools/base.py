@@ -177,6 +177,47 @@ class EditorFiles(Protocol):
         ...
 
 
+@attrs.frozen
+class TerminalOutput:
+    """What an editor's terminal printed so far (ACP ``terminal/output``)."""
+
+    output: str
+    truncated: bool
+    """The editor dropped the beginning (over ``outputByteLimit``)."""
+
+
+@attrs.frozen
+class TerminalExit:
+    """How an editor's terminal command ended (ACP ``terminal/wait_for_exit``)."""
+
+    exit_code: int | None
+    signal: str | None
+    """The signal's name (``SIGTERM``) when a signal ended it."""
+
+
+class EditorTerminals(Protocol):
+    """Commands run in the editor's terminals (ACP ``terminal/*``); ``bash`` uses them when
+    the session has them. Each method raises ToolError with the editor's message; on
+    cancellation the question is abandoned (a late answer is ignored)."""
+
+    async def create(self, command: str, args: list[str], cwd: Path,
+                     output_byte_limit: int) -> str:
+        """Start ``command args`` in ``cwd``; the terminal's id."""
+        ...
+
+    async def output(self, terminal_id: str) -> TerminalOutput: ...
+
+    async def wait_for_exit(self, terminal_id: str) -> TerminalExit: ...
+
+    async def kill(self, terminal_id: str) -> None:
+        """End the command; the terminal stays until ``release``."""
+        ...
+
+    async def release(self, terminal_id: str) -> None:
+        """Kill the command if it still runs and free the terminal."""
+        ...
+
+
 URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 """A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
 
@@ -199,6 +240,9 @@ class ToolContext:
     """The editor's files (ACP mode, when the client offers ``fs``); None: the disk."""
     devices: Devices | None = None
     """``xd://`` devices (MCP tools, ``tools.xdev``); None: no device is mounted."""
+    terminals: EditorTerminals | None = None
+    """The editor's terminals (ACP mode, when the client offers ``terminal``): ``bash`` runs
+    its commands there; None: local processes."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

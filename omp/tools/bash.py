@@ -12,6 +12,9 @@ Tool results:
 * timeout: an error, ``<text>\\n\\nCommand timed out after N seconds``;
 * abort: ``Cancelled`` propagates once the process group is dead; the agent loop writes the
   aborted result.
+
+In ACP mode, when the editor offers terminals, the command runs in one of them instead
+(``omp.tools.bash_terminal``), with the same results.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from msgspec import UNSET
 from ..groups import unwrap
 from ..protocol.payloads import BashResult
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .bash_terminal import run_in_terminal
 from .shell import ShellResult, ShellRun, ShellSpawnError
 from .specs import SPECS, SpecifiedTool
 from .truncate import Elision, format_size
@@ -86,6 +90,11 @@ class BashTool(SpecifiedTool):
         timeout = args.get("timeout")
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             timeout = None
+        if self.ctx.terminals is not None:  # ACP: the editor runs it where the user sees it
+            ran = await run_in_terminal(self.ctx.terminals, command, cwd=self.ctx.cwd,
+                                        timeout=timeout, on_update=on_update)
+            return outcome(ran.text, ran.details, timed_out=ran.timed_out,
+                           exit_code=ran.exit_code, timeout=timeout)
         changed = trio.Event()
 
         async def on_output(_: str) -> None:
@@ -122,15 +131,22 @@ class BashTool(SpecifiedTool):
             await send_update()  # the last state is always sent
 
         result = run.result()
-        text = tool_output_text(result)
-        details = _details(result.truncation, result.full_output_path)
-        if result.timed_out:
-            prefix = "" if text == "(no output)" else f"{text}\n\n"
-            raise ToolError(f"{prefix}Command timed out after {format_seconds(timeout or 0)} "
-                            "seconds", details)
-        if result.exit_code:
-            raise ToolError(f"{text}\n\nCommand exited with code {result.exit_code}", details)
-        return ToolResult.text(text, details)
+        return outcome(tool_output_text(result),
+                       _details(result.truncation, result.full_output_path),
+                       timed_out=result.timed_out, exit_code=result.exit_code, timeout=timeout)
+
+
+def outcome(text: str, details: Any, *, timed_out: bool, exit_code: int | None,
+            timeout: float | None) -> ToolResult:
+    """The tool's result for a finished command (local or in the editor's terminal): the
+    output, or an error for a timeout or a non-zero exit."""
+    if timed_out:
+        prefix = "" if text == "(no output)" else f"{text}\n\n"
+        raise ToolError(f"{prefix}Command timed out after {format_seconds(timeout or 0)} "
+                        "seconds", details)
+    if exit_code:
+        raise ToolError(f"{text}\n\nCommand exited with code {exit_code}", details)
+    return ToolResult.text(text, details)
 
 
 def _count_lines(text: str) -> int:

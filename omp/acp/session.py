@@ -1,0 +1,308 @@
+r"""One ACP session (``AcpSession``): its runtime, the prompt going, the mapping of its events
+to ``session/update``\ s (it is the session's event sink), its tool-approval policy (asks the
+editor with ``session/request_permission``, remembers "always"), and ``session/cancel``.
+
+A prompt is the editor's from when it is sent to the session until its ``prompt_result``
+(``owned``); a run going while none is (an extension's, a background job's) makes a new
+prompt busy (``omp.acp.errors.BusyError``, E.5), unless a ``session/cancel`` stopped it, whose
+cleanup the prompt then waits for.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+import msgspec
+import trio
+
+from ..llm.builder import Pace
+from ..llm.thinking import efforts
+from ..protocol import commands as cmd
+from ..protocol import events as ev
+from ..protocol import messages as m
+from ..protocol.frames import Response
+from ..rpc.commands import Commands
+from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime
+from ..session import AgentSession
+from ..session.aborts import ABORT
+from ..session.approval import ApprovalRequest
+from ..session.coordinator import BUSY
+from ..session.sink import Published, Update
+from . import wire as w
+from .client import ClientError
+from .errors import AcpError, BusyError
+from .updates import UpdateMapper, tool_call
+from .views import now_iso, prompt_text, stop_reason, usage_of
+
+if TYPE_CHECKING:
+    from .server import AcpServer
+
+
+PERMISSION_OPTIONS = [
+    w.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
+    w.PermissionOption(optionId="allow_always", name="Always allow", kind="allow_always"),
+    w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
+    w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
+"""The original's four answers (omp-surface C.7)."""
+
+
+@attrs.define(eq=False, repr=False)
+class PendingPrompt:
+    """One ``session/prompt`` waiting for its run."""
+
+    request_id: str
+    """The id it has in the session (``prompt_result.id``)."""
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: ev.PromptResult | None = None
+    cancelled: bool = False
+
+
+@attrs.define(eq=False, repr=False)
+class AcpSession:
+    """One session of the ACP server: its runtime, mapping state, the prompt going."""
+
+    server: AcpServer
+    session_id: str = ""
+    runtime: Runtime | None = None
+    commands: Commands | None = None
+    mapper: UpdateMapper | None = None
+    pending: PendingPrompt | None = None
+    muted: bool = False
+    """After ``session/cancel``: the cancelled turn's events are no longer forwarded."""
+    accepted: int = 0
+    """Tickets of the ``session/prompt`` requests read for this session so far: a prompt gets
+    its ticket when the reader reads it, so a ``session/cancel`` read after it finds it even
+    before its task started (DESIGN.md §2: work is registered when it is accepted)."""
+    cancelled_upto: int = 0
+    """The prompts with a ticket up to this one are cancelled."""
+    owned: set[str] = attrs.field(factory=set)
+    """The prompts sent to the session whose ``prompt_result`` has not come yet: a run going
+    while this is empty is no prompt's of the editor (``session/prompt`` is then busy)."""
+    stopping: bool = False
+    """``session/cancel`` aborted what ran since the last prompt started: the next one waits
+    for that cleanup (and is not busy because of it)."""
+    prompts: int = 0
+    r"""``session/prompt``\ s sent to the session so far (their ids in it: ``acp-<n>``)."""
+    remembered: dict[str, bool] = attrs.field(factory=dict)
+    """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        """The session's tool-approval policy (``omp.session.approval.ApprovePolicy``): when
+        the gate resolves a call to ``prompt`` the editor is asked with
+        ``session/request_permission``; an "always" answer is remembered for the session.
+        A client error or a cancelled question is a denial. On cancellation (the turn was
+        cancelled) the question is abandoned and ``Cancelled`` propagates."""
+        if (known := self.remembered.get(request.tool_name)) is not None:
+            return known
+        call = tool_call(request.tool_call_id, request.tool_name, request.arguments, None,
+                         self.cwd)
+        tool_call_update = w.ToolCallUpdate(
+            toolCallId=call.toolCallId, title=call.title, kind=call.kind, status="pending",
+            rawInput=call.rawInput, content=call.content, locations=call.locations)
+        try:
+            choice = await self.server.client.request_permission(
+                self.session_id, tool_call_update, PERMISSION_OPTIONS)
+        except ClientError:
+            return False
+        if choice in ("allow_always", "reject_always"):
+            self.remembered[request.tool_name] = choice == "allow_always"
+        return choice in ("allow_once", "allow_always")
+
+    @property
+    def cwd(self) -> Path:
+        assert self.runtime is not None
+        return self.runtime.session.cwd
+
+    # -- requests on the session -----------------------------------------------------------
+
+    async def prompt(self, blocks: list[w.ContentBlock], ticket: int | None) -> w.PromptResult:
+        """Send the prompt through the rpc prompt dispatch and wait for its ``prompt_result``
+        (or ``session/cancel``). A prompt while the last one still runs cancels that one
+        first (implicit cancel, E.5); a run going that no prompt of the editor started makes
+        it busy (``BusyError``). ``ticket``: the one it got when it was read. On
+        cancellation (shutdown) it stops waiting."""
+        runtime, commands = self.runtime, self.commands
+        assert runtime is not None
+        assert commands is not None
+        session = runtime.session
+        if self.pending is not None:
+            self.cancel(upto=None if ticket is None else ticket - 1)
+        if self.owned or self.stopping:
+            await session.wait_for_idle()  # the cancelled work's cleanup, before this one
+            self.stopping = False
+        elif session.is_streaming:
+            raise BusyError(BUSY)  # a run no prompt of the editor started
+        if ticket is not None and ticket <= self.cancelled_upto:
+            return w.PromptResult(stopReason="cancelled")  # cancelled before it started
+        text, images = prompt_text(blocks)
+        self.prompts += 1
+        pending = PendingPrompt(f"acp-{self.prompts}")
+        self.pending, self.muted = pending, False
+        before = len(session.messages)
+        frame = cmd.Prompt(message=text, images=images or msgspec.UNSET, id=pending.request_id)
+        route = commands.route(frame)
+        scope = None if route.family is None else runtime.aborts.hold(route.family)
+        self.owned.add(pending.request_id)
+        try:
+            answer = route.handler(frame, scope) if route.scoped else route.handler(frame)
+            response = answer if isinstance(answer, Response) else await answer
+            if route.after is not None:
+                route.after(response)
+            if not response.success:
+                self.owned.discard(pending.request_id)
+                if response.error == BUSY:
+                    raise BusyError(BUSY)
+                raise AcpError(response.error or "the prompt was refused")
+            await pending.done.wait()
+        finally:
+            if scope is not None:
+                runtime.aborts.release(scope)
+            if self.pending is pending:
+                self.pending = None
+        added = session.messages[before:]
+        usage = usage_of(added)
+        if pending.cancelled:
+            return w.PromptResult(stopReason="cancelled", usage=usage)
+        self.end_of_turn()
+        return w.PromptResult(stopReason=stop_reason(pending.result, added), usage=usage)
+
+    def end_of_turn(self) -> None:
+        """The context's usage and the session's info after a prompt (E.6)."""
+        session = live(self)
+        last = next((x for x in reversed(session.messages)
+                     if isinstance(x, m.AssistantMessage)), None)
+        window = session.model.contextWindow
+        if last is not None and window:
+            used = last.usage.input + last.usage.cacheRead + last.usage.cacheWrite \
+                + last.usage.output
+            cost = sum(x.usage.cost.total for x in session.messages
+                       if isinstance(x, m.AssistantMessage))
+            self.server.update(self.session_id, w.UsageUpdate(
+                size=window, used=used,
+                cost=w.Cost(amount=cost, currency="USD") if cost > 0 else msgspec.UNSET))
+        self.session_info()
+
+    def session_info(self) -> None:
+        name = live(self).session_name
+        self.server.update(self.session_id, w.SessionInfoUpdate(
+            updatedAt=now_iso(), title=name if name else msgspec.UNSET))
+
+    def set_config_option(self, config_id: str, value: str | bool) -> None:
+        """``session/set_config_option``: the model, the thinking level (E.4). Raises
+        AcpError naming what is wrong."""
+        session = live(self)
+        if isinstance(value, bool):
+            raise AcpError(f"Unsupported boolean ACP config option: {config_id}")
+        if config_id == "mode":
+            if value != "default":
+                raise AcpError(f"Unsupported ACP mode: {value}")
+        elif config_id == "model":
+            provider, _, model_id = value.partition("/")
+            known = {f"{x.provider}/{x.id}" for x in session.registry.available()}
+            if value not in known:
+                raise AcpError(f"Unknown ACP model: {value}")
+            session.set_model(provider, model_id)
+        elif config_id == "thinking":
+            levels = ["off", *efforts(session.model)]
+            matches = [x for x in levels if x == value] or (
+                [x for x in levels if x.startswith(value)] if len(value) >= 2 else [])
+            if len(matches) != 1:
+                raise AcpError(f"Unknown ACP thinking level: {value}")
+            session.set_thinking_level(matches[0])
+        else:
+            raise AcpError(f"Unknown ACP config option: {config_id}")
+
+    # -- the session's sink (omp.session.sink.EventSink) ---------------------------------------
+
+    def publish(self, event: Published) -> None:
+        if isinstance(event, ev.PromptResult):
+            self.owned.discard(event.id)
+            pending = self.pending
+            if pending is not None and event.id == pending.request_id:
+                pending.result = event
+                pending.done.set()
+            return
+        if isinstance(event, ev.SessionSettled):
+            return
+        self.forward(event)
+
+    def publish_update(self, event: Update) -> None:
+        self.forward(event)
+
+    @property
+    def pace(self) -> Pace:
+        return self.server.output
+
+    def on_frame(self, frame: msgspec.Struct) -> None:
+        """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
+        ``agent_message_chunk`` of a message of its own."""
+        if isinstance(frame, ev.Notice) and frame.source in ("mcp", "xdev"):
+            print(f"omp acp: {frame.message}", file=sys.stderr)  # no channel for it in ACP
+        if isinstance(frame, ev.CommandOutput) and not self.muted:
+            self.server.update(self.session_id, w.AgentMessageChunk(
+                content=w.TextContent(text=frame.text), messageId=str(uuid.uuid4())))
+
+    def forward(self, event: object) -> None:
+        if self.muted or self.mapper is None:
+            return
+        for update in self.mapper.updates(event):
+            self.server.update(self.session_id, update)
+
+    # -- serving ---------------------------------------------------------------------------
+
+    async def host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                   ) -> None:
+        """The session nursery and the session's MCP servers, until the session is closed;
+        then its HTTP client is closed. On cancellation the run is cancelled with it and
+        every MCP server ends."""
+        runtime = self.runtime
+        assert runtime is not None
+
+        async def serve(*, task_status: trio.TaskStatus[None]) -> None:
+            await runtime.session.serve(task_status=task_status)
+            nursery.cancel_scope.cancel()  # closed: its MCP servers end with it
+
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve)
+                if runtime.mcp is not None:
+                    await nursery.start(runtime.mcp.run)
+                task_status.started()
+        finally:
+            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                await runtime.http.aclose()
+
+    async def close(self) -> None:
+        """Cancel the prompt, close the session (its run aborted, its nursery ended), then
+        its extensions hear ``session_shutdown``. On cancellation it stops waiting."""
+        if self.runtime is None:
+            return
+        self.cancel()
+        await self.runtime.session.close()
+        if (extensions := self.runtime.session.extensions) is not None:
+            await extensions.session_shutdown()
+
+    def cancel(self, upto: int | None = None) -> None:
+        """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the
+        prompts read so far (``upto``: those up to that ticket) that have not started yet
+        answer ``cancelled`` without starting."""
+        if self.runtime is None:
+            return
+        self.cancelled_upto = max(self.cancelled_upto, self.accepted if upto is None else upto)
+        self.runtime.aborts.cancel(*ABORT)
+        self.stopping = True
+        pending = self.pending
+        if pending is not None and not pending.done.is_set():
+            pending.cancelled = True
+            self.muted = True
+            pending.done.set()
+
+
+def live(acp: AcpSession) -> AgentSession:
+    """The session of an opened ACP session."""
+    assert acp.runtime is not None
+    return acp.runtime.session
