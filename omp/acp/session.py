@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 import msgspec
@@ -27,19 +27,30 @@ from ..protocol import messages as m
 from ..protocol.frames import Response
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime
+from ..rpc.output import FrameQueue
 from ..session import AgentSession
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
 from ..session.coordinator import BUSY
 from ..session.sink import Published, Update
 from . import wire as w
-from .client import ClientError
+from .client import ClientChannel, ClientError
 from .errors import AcpError, BusyError
 from .updates import UpdateMapper, tool_call
 from .views import now_iso, prompt_text, stop_reason, usage_of
 
-if TYPE_CHECKING:
-    from .server import AcpServer
+
+class SessionServer(Protocol):
+    """What a session needs of the server that owns it (``omp.acp.server.AcpServer``)."""
+
+    output: FrameQueue
+    """The one writer's queue (JSON-RPC messages to the editor)."""
+    client: ClientChannel
+    """Requests of ours to the editor."""
+
+    def update(self, session_id: str, update: w.SessionUpdate) -> None:
+        """Send ``session/update`` for ``session_id``."""
+        ...
 
 
 PERMISSION_OPTIONS = [
@@ -65,7 +76,7 @@ class PendingPrompt:
 class AcpSession:
     """One session of the ACP server: its runtime, mapping state, the prompt going."""
 
-    server: AcpServer
+    server: SessionServer
     session_id: str = ""
     runtime: Runtime | None = None
     commands: Commands | None = None
