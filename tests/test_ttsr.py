@@ -396,3 +396,70 @@ async def test_a_match_may_span_many_deltas(cwd: Path, isolated_agent_dir: Path)
     assert [frames[frames.index(t) - 1]["assistantMessageEvent"]["delta"]
             for t in triggered] == [" END. START", "STOP"]
     assert len(fake.requests) == 2
+
+
+async def test_rulebook_rules_are_listed_and_read_on_demand(cwd: Path,
+                                                           isolated_agent_dir: Path) -> None:
+    # A rule with only a description is a rulebook rule: its name and description are in the
+    # system prompt (not its body), `read rule://<name>` gives the model the body; an unknown
+    # name is an error naming the rules there are; `agents` chooses the sessions it is for.
+    write_rule(cwd / ".omp" / "rules", "book", "---\ndescription: How we name\n  branches\n"
+               "---\nBRANCH-RULE-BODY: use feature/<ticket>.\n")
+    write_rule(isolated_agent_dir / "rules", "commits", "---\ndescription: Commit messages\n"
+               "---\nCOMMIT-BODY.\n")
+    write_rule(cwd / ".omp" / "rules", "kid-book", "---\ndescription: For subagents\n"
+               "agents: [task]\n---\nKID-BODY.\n")
+    script = [tools_reply(tool_call("r1", "read", {"path": "rule://book"}),
+                          tool_call("r2", "read", {"path": "rule://nope"}),
+                          tool_call("r3", "read", {"path": "rule://kid-book"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    prompt_text = system_prompt(fake, 0)
+    assert ("# Skills & Rules\nRule that applies to the task → MUST read `rule://<name>` first "
+            "and follow it.\n<rules>\n- book: How we name branches\n- commits: Commit messages\n"
+            "</rules>") in prompt_text
+    for absent in ("BRANCH-RULE-BODY", "COMMIT-BODY", "kid-book", "KID-BODY"):
+        assert absent not in prompt_text
+    ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
+    assert ends["r1"]["isError"] is False
+    assert ends["r1"]["result"]["content"][0]["text"] == (
+        "BRANCH-RULE-BODY: use feature/<ticket>.")
+    for missing in ("r2", "r3"):
+        assert ends[missing]["isError"] is True
+    assert ends["r2"]["result"]["content"][0]["text"] == (
+        "Cannot read rule://nope: no rule named 'nope' (rules to read: book, commits)")
+    assert not of_type(frames, "ttsr_triggered")
+
+
+async def test_a_rulebook_rule_for_a_subagent(cwd: Path, isolated_agent_dir: Path) -> None:
+    # A rulebook rule for the `task` agent only: listed in the child's prompt, read by the
+    # child's `read`; the parent's prompt does not list it.
+    write_rule(cwd / ".omp" / "rules", "kid-book", "---\ndescription: For subagents\n"
+               "agents: [task]\n---\nKID-BODY.\n")
+    (isolated_agent_dir / "config.yml").write_text("async:\n  enabled: false\n")
+    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
+    script = [
+        {"match": {"bodyContains": "KID-BODY"},
+         **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
+        {"match": child, **tools_reply(tool_call("k1", "read", {"path": "rule://kid-book"}))},
+        {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
+        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
+            {"name": "Kid", "task": "Alpha: read the rule"}]})),
+    ]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    assert frames[-1]["status"] == "completed"
+    assert len(fake.requests) == 4
+    assert "rule://" not in system_prompt(fake, 0)
+    child_requests = [i for i, r in enumerate(fake.requests)
+                      if b"Complete assignment thoroughly:\\n\\nAlpha" in r.body]
+    assert len(child_requests) == 2
+    assert "- kid-book: For subagents" in system_prompt(fake, child_requests[0])
+    assert requests_text(fake, child_requests[1])[-1][1].endswith("KID-BODY.")

@@ -154,7 +154,8 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
 
 def use_rules(runtime: Runtime) -> None:
     """Load the rules (``omp.session.rule_sources`` says where) and give them to the session:
-    the TTSR rules watch its stream, the always-apply ones join its system prompt. A
+    the TTSR rules watch its stream, the always-apply ones join its system prompt, the
+    rulebook ones are listed there and served by ``read rule://<name>``. A
     project's rules only when the project is trusted (otherwise a notice names what was left
     out); a rule with an ``astCondition`` is refused with a notice naming its file. The rules
     machinery is imported only when a rule place exists."""
@@ -180,12 +181,15 @@ def use_rules(runtime: Runtime) -> None:
             level="warning", source="rules",
             message=f"Rule {path} was not loaded: it has an astCondition (ast-grep patterns), "
                     "which this runtime cannot check; use a regex condition instead"))
-    if found.ttsr or found.always:
+    if found.ttsr or found.always or found.rulebook:
         # Kept even when no rule watches the main session: subagents get theirs from it.
         watch = RuleWatch(found.ttsr, session.settings.ttsr, session.publish,
-                          lambda: session.messages, session.cwd, always=found.always)
+                          lambda: session.messages, session.cwd, always=found.always,
+                          rulebook=found.rulebook)
         session.between.use_rules(watch)
         session.prompt_options.rules = watch.always_for("main")
+        session.prompt_options.rulebook = session.tool_context.rulebook = (
+            watch.rulebook_for("main"))
 
 
 def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI

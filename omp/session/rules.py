@@ -17,7 +17,8 @@ Rules, in one place:
   (``alwaysApply: true``; ``RULES.md`` always), whose body the system prompt carries. A rule
   with an ``astCondition`` is refused (the caller names it in a notice): the original checks
   ast-grep patterns on finished ``edit`` / ``write`` calls, and what exactly is matched is not
-  known well enough here to copy. Rulebook rules (only a ``description``) are not loaded.
+  known well enough here to copy. Else, with a ``description``, a rulebook rule: the system
+  prompt lists its name and description, and ``read rule://<name>`` gives the model its body.
   Every session gets the rules whose ``agents`` globs match its agent (``main`` for the
   top-level session, the agent's name for a subagent's: a child of the ``task`` tool gets
   the rules its parent loaded, ``RuleWatch.for_session``; absent ``agents``: every session).
@@ -71,7 +72,7 @@ from ..config import ConfigError, read_text
 from ..llm.builder import StreamEvent
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..tools.base import ToolResult
+from ..tools.base import RulebookRule, ToolResult
 from .rule_sources import Level, rule_sources
 from .rule_sources import Source as Place
 from .settings import TtsrSettings
@@ -212,10 +213,11 @@ def _scope(tokens: list[str] | None) -> Scope | None:
     return Scope(text, thinking, tuple(tools))
 
 
-Kind = Literal["ttsr", "always", "refused", "other", "disabled"]
+Kind = Literal["ttsr", "always", "rulebook", "refused", "other", "disabled"]
 """What a rule file is to a session: a TTSR rule, an always-apply rule (its body goes into
-the system prompt), one refused (``astCondition``), one of no use here (a rulebook rule: only
-a ``description``), or turned off (``enabled: false``)."""
+the system prompt), a rulebook rule (a ``description``: listed in the system prompt, read on
+demand as ``rule://<name>``), one refused (``astCondition``), one of no use (none of these),
+or turned off (``enabled: false``)."""
 
 
 def parse_rule(path: Path, source: Place, text: str, name: str | None = None
@@ -240,6 +242,8 @@ def parse_rule(path: Path, source: Place, text: str, name: str | None = None
         return "ttsr", ttsr, parsed.problem
     if fields.get("alwaysApply") is True:
         return "always", plain, parsed.problem
+    if isinstance(fields.get("description"), str) and fields["description"].strip():
+        return "rulebook", plain, parsed.problem
     return "other", None, parsed.problem
 
 
@@ -285,6 +289,8 @@ class Discovery:
     always: list[Rule] = attrs.field(factory=list)
     """Always-apply rules (``alwaysApply: true``, ``RULES.md``): their bodies go into the
     system prompt."""
+    rulebook: list[Rule] = attrs.field(factory=list)
+    """Rules with only a ``description``: the model reads them on demand (``rule://``)."""
     problems: list[Problem] = attrs.field(factory=list)
     skipped: list[Path] = attrs.field(factory=list)
     """A project's rule places left out: the project is not trusted."""
@@ -329,6 +335,8 @@ def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
                 found.ttsr.append(rule)
             elif kind == "always" and rule is not None:
                 found.always.append(rule)
+            elif kind == "rulebook" and rule is not None:
+                found.rulebook.append(rule)
     return found
 
 
@@ -469,6 +477,8 @@ class RuleWatch:
     """Whose session this is: ``main``, or a subagent's agent name (the rules' ``agents``)."""
     always: list[Rule] = attrs.field(factory=list)
     """The always-apply rules discovered (for every agent)."""
+    rulebook: list[Rule] = attrs.field(factory=list)
+    """The rulebook rules discovered (for every agent)."""
     rules: list[Rule] = attrs.field(init=False)
     """The rules that watch this session."""
     _injected: dict[str, int] | None = None
@@ -497,12 +507,19 @@ class RuleWatch:
         """The same rules watching another session (a subagent's, ``agent`` its agent's
         name), with its own buffers and its own record of what fired."""
         return RuleWatch(self.loaded, self.settings, publish, history, self.cwd, self.home,
-                         agent, self.always)
+                         agent, self.always, self.rulebook)
 
     def always_for(self, agent: str) -> tuple[str, ...]:
         """The bodies of the always-apply rules for ``agent``'s session (its system prompt
         carries them), in discovery order."""
         return tuple(r.content for r in self.always if r.applies_to(agent) and r.content)
+
+    def rulebook_for(self, agent: str) -> tuple[RulebookRule, ...]:
+        """The rulebook rules for ``agent``'s session (its system prompt lists them, its
+        ``read`` serves them as ``rule://<name>``), in discovery order."""
+        return tuple(RulebookRule(r.name, " ".join(str(r.fields["description"]).split()),
+                                  r.content, r.path)
+                     for r in self.rulebook if r.applies_to(agent))
 
     @property
     def active(self) -> bool:
