@@ -463,3 +463,49 @@ async def test_a_rulebook_rule_for_a_subagent(cwd: Path, isolated_agent_dir: Pat
     assert len(child_requests) == 2
     assert "- kid-book: For subagents" in system_prompt(fake, child_requests[0])
     assert requests_text(fake, child_requests[1])[-1][1].endswith("KID-BODY.")
+
+
+async def test_claude_plugin_package_and_opted_in_user_rules(cwd: Path, isolated_agent_dir: Path,
+                                                             tmp_path: Path) -> None:
+    # Claude's project rules folder, the `rules/` of an extension package (`-e <dir>`) and of
+    # a plugin (`--plugin-dir`), and, only for the providers `enabledProviders` names, the
+    # other tools' user-level rules; first of a name wins (the package's over Claude's);
+    # `disabledProviders` leaves a provider out; an untrusted project's Claude rules are
+    # named in the one notice.
+    home, package, plugin = tmp_path / "home", tmp_path / "pkg", tmp_path / "plug"
+    always = "---\nalwaysApply: true\n---\n{}\n"
+    write_rule(package / "rules", "pkg", always.format("PKG-RULE."))
+    write_rule(package / "rules", "shared", always.format("PKG-SHARED."))
+    write_rule(cwd / ".claude" / "rules", "shared", always.format("CLAUDE-SHARED."))
+    write_rule(cwd / ".claude" / "rules", "cl", always.format("CLAUDE-PROJECT."))
+    write_rule(home / ".claude" / "rules", "clu", always.format("CLAUDE-USER."))
+    write_rule(plugin / "rules", "plug", always.format("PLUGIN-RULE."))
+    cursor = home / ".cursor" / "rules"
+    cursor.mkdir(parents=True)
+    (cursor / "cu.mdc").write_text(always.format("CURSOR-USER."))
+    write_rule(home / ".codeium" / "windsurf" / "memories", "global_rules",
+               always.format("WINDSURF-GLOBAL."))
+    args = [*FAKE_ARGS, "-e", str(package), "--plugin-dir", str(plugin)]
+    env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": None}
+    config = isolated_agent_dir / "config.yml"
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([text_reply("1"), text_reply("2"), text_reply("3")]) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*args, "--trust-project"], env=env) as host:
+                await prompt(host)
+            config.write_text("enabledProviders: [claude, cursor, windsurf]\n")
+            async with open_process_host(cwd, args=[*args, "--trust-project"], env=env) as host:
+                await prompt(host, "p2")
+            config.write_text("enabledProviders: ['*']\ndisabledProviders: [cursor]\n")
+            async with open_process_host(cwd, args=args, env=env) as untrusted:
+                await prompt(untrusted, "p3")
+    plain, opted, third = (system_prompt(fake, i) for i in range(3))
+    assert "PKG-RULE.\nPKG-SHARED.\nCLAUDE-PROJECT.\nPLUGIN-RULE.\n\nCurrent date" in plain
+    for absent in ("CLAUDE-SHARED", "CLAUDE-USER", "CURSOR-USER", "WINDSURF-GLOBAL"):
+        assert absent not in plain
+    assert ("PKG-RULE.\nPKG-SHARED.\nCLAUDE-PROJECT.\nCLAUDE-USER.\nPLUGIN-RULE.\nCURSOR-USER.\n"
+            "WINDSURF-GLOBAL.\n\nCurrent date") in opted
+    assert "PKG-RULE.\nPKG-SHARED.\nCLAUDE-USER.\nPLUGIN-RULE.\nWINDSURF-GLOBAL.\n\n" in third
+    (notice,) = [f for f in untrusted.startup if f["type"] == "notice"]
+    assert notice["message"].startswith(f"Project rules in {cwd / '.claude' / 'rules'} were not "
+                                        "loaded: the project is not trusted")

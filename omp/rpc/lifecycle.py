@@ -161,19 +161,23 @@ def use_rules(runtime: Runtime) -> None:
     machinery is imported only when a rule place exists."""
     options, session = runtime.options, runtime.session
     directory = session.prompt_options.agent_directory or agent_dir()
-    if not rule_sources(directory, session.cwd):
+    places = rule_sources(
+        directory, session.cwd, packages=extension_packages(options, session.cwd),
+        plugins=options.plugin_dirs, enabled_providers=session.settings.enabled_providers,
+        disabled_providers=session.settings.disabled_providers)
+    if not places:
         return
     from ..session.rules import RuleWatch, load_rules
 
     found = load_rules(
-        directory, session.cwd, settings=session.settings.ttsr,
+        places, settings=session.settings.ttsr,
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
     session.report_problems(found.problems)
     if found.skipped:
-        places = ", ".join(str(p) for p in found.skipped)
+        skipped = ", ".join(str(p) for p in found.skipped)
         runtime.notices.append(ev.Notice(
             level="warning", source="rules",
-            message=f"Project rules in {places} were not loaded: the project is not trusted "
+            message=f"Project rules in {skipped} were not loaded: the project is not trusted "
                     "(start with --trust-project, or list it under trustedProjects in "
                     "~/.omp/agent/config.yml)"))
     for path in found.refused:
@@ -190,6 +194,13 @@ def use_rules(runtime: Runtime) -> None:
         session.prompt_options.rules = watch.always_for("main")
         session.prompt_options.rulebook = session.tool_context.rulebook = (
             watch.rulebook_for("main"))
+
+
+def extension_packages(options: ServeOptions, cwd: Path) -> list[Path]:
+    """The extension package directories given with ``-e <dir>`` (relative to ``cwd``): their
+    ``rules/`` folders are rule places (a ``-e`` file is a module, not a package)."""
+    paths = [p if p.is_absolute() else cwd / p for p in map(Path, options.extensions)]
+    return [p for p in paths if p.is_dir()]
 
 
 def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI

@@ -4,8 +4,9 @@ while the model streams; a match interrupts the stream and the turn runs again w
 Rules, in one place:
 
 * Discovery (``load_rules``) in the places ``omp.session.rule_sources`` names, first of a
-  name wins: the native ``.omp/rules`` folders and ``RULES.md`` files, then Cursor's,
-  Windsurf's and Cline's project rules. A project's places load only in a trusted project
+  name wins: the native ``.omp/rules`` folders and ``RULES.md`` files, then extension
+  packages', Claude's, plugins', Cursor's, Windsurf's and Cline's rules (the other tools'
+  user-level ones only when opted in). A project's places load only in a trusted project
   (a repository's rules steer the agent like its code does, so they load when its extensions
   would). The name is the file name without its suffix; the frontmatter's ``enabled:
   false`` leaves a rule out, as does ``ttsr.disabledRules``. A file is (in the original's
@@ -73,7 +74,7 @@ from ..llm.builder import StreamEvent
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..tools.base import RulebookRule, ToolResult
-from .rule_sources import Level, rule_sources
+from .rule_sources import Level
 from .rule_sources import Source as Place
 from .settings import TtsrSettings
 
@@ -298,15 +299,15 @@ class Discovery:
     """Rule files with an ``astCondition``, which this runtime cannot check."""
 
 
-def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
+def load_rules(places: Sequence[Place], *, trusted: bool,
                settings: TtsrSettings) -> Discovery:
-    """The rules of every place ``rule_sources`` names (a project's only when ``trusted``),
-    the first of a name winning; names in ``ttsr.disabledRules`` are dropped. Blocking (small
+    """The rules of ``places`` (``rule_sources``; a project's only when ``trusted``), the
+    first of a name winning; names in ``ttsr.disabledRules`` are dropped. Blocking (small
     files, through the regular-file gate)."""
     found = Discovery()
     claimed: set[str] = set()
     disabled = set(settings.disabledRules)
-    for source in rule_sources(agent_directory, cwd):
+    for source in places:
         if source.level == "project" and not trusted:
             found.skipped.append(source.path)
             continue
