@@ -1,6 +1,7 @@
 """read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls);
 an ``http(s)://`` URL is fetched as ``web_fetch`` does (``omp.tools.web_fetch``) when the
-session's network policy allows it, else refused naming the setting.
+session's network policy allows it, else refused naming the setting; ``skill://<name>`` is
+a skill's file, ``rule://<name>`` a rulebook rule's body (``ToolContext.rulebook``).
 
 Only regular files are read (``omp.files``: a FIFO or a device is refused before it can block);
 an image is sent whole, up to ``MAX_IMAGE_BYTES``. A text file is streamed, never loaded whole:
