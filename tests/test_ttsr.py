@@ -509,3 +509,28 @@ async def test_claude_plugin_package_and_opted_in_user_rules(cwd: Path, isolated
     (notice,) = [f for f in untrusted.startup if f["type"] == "notice"]
     assert notice["message"].startswith(f"Project rules in {cwd / '.claude' / 'rules'} were not "
                                         "loaded: the project is not trusted")
+
+
+def test_rulebook_listing_joins_the_skills_section(tmp_path: Path) -> None:
+    # With skills, the rulebook lines follow them under the one "Skills & Rules" heading;
+    # without the read tool, neither is listed.
+    from omp.commands.skills import Skill
+    from omp.session.system_prompt import build_system_prompt
+    from omp.tools import default_tools
+    from omp.tools.base import RulebookRule, ToolContext
+
+    tools = default_tools(ToolContext(tmp_path))
+    skill = Skill("pdf", "PDF tools", tmp_path / "SKILL.md", "custom")
+    rule = RulebookRule("branches", "How we name branches", "BODY", tmp_path / "b.md")
+    _, block = build_system_prompt(tools=tools, cwd=tmp_path, agent_directory=tmp_path,
+                                   skills=[skill], rulebook=[rule], context=[])
+    assert ("# Skills & Rules\nMatching skill → MUST read `skill://<name>` first.\n<skills>\n"
+            "- pdf: PDF tools\n</skills>\nRule that applies to the task → MUST read "
+            "`rule://<name>` first and follow it.\n<rules>\n- branches: How we name branches\n"
+            "</rules>") in block
+    assert block.count("# Skills & Rules") == 1
+    _, bare = build_system_prompt(tools=[t for t in tools if t.name != "read"], cwd=tmp_path,
+                                  agent_directory=tmp_path, skills=[skill], rulebook=[rule],
+                                  context=[])
+    assert "rule://" not in bare
+    assert "Skills & Rules" not in bare

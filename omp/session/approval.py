@@ -312,7 +312,7 @@ class ApprovalGate:
         command = args.get("command")
         # The built-in bash only: a replacement (an extension's tool named ``bash``) declares
         # its own tier, and the bash rules are the built-in tool's own decision (C.2).
-        if tool.command_rules and isinstance(command, str):
+        if tool.command_rules() and isinstance(command, str):
             return bash_decision(command, self.bash)
         return ToolDecision(tool.approval_tier(args))
 

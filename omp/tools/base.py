@@ -105,10 +105,12 @@ class Tool(Protocol):
         """The call's approval tier (``omp.session.approval``); undeclared: ``exec``."""
         return "exec"
 
-    command_rules: bool = False
-    """True for the built-in ``bash`` only: its ``command`` is judged by ``bash.patterns`` and
-    the critical-command list. A tool of another origin named ``bash`` (an extension's, a
-    host's) is judged by its own tier, as in the original (omp-surface C.2)."""
+    def command_rules(self) -> bool:
+        """True for the built-in ``bash`` only: its ``command`` is judged by ``bash.patterns``
+        and the critical-command list. A tool of another origin named ``bash`` (an
+        extension's, a host's) is judged by its own tier, as in the original (omp-surface
+        C.2)."""
+        return False
 
     def open_call(self, call_id: str, args: dict[str, Any]) -> None:
         """Called once the arguments are valid, before ``tool_execution_start`` (a host tool

@@ -78,7 +78,6 @@ class BashTool(SpecifiedTool):
     ctx: ToolContext
 
     spec = SPECS['bash']
-    command_rules = True  # ``bash.patterns`` and the critical commands judge its calls
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:
