@@ -154,25 +154,30 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
 
 def use_rules(runtime: Runtime) -> None:
     """Load the rules (``omp.session.rule_sources`` says where) and give them to the session:
-    the TTSR rules watch its stream, the always-apply ones join its system prompt. A
+    the TTSR rules watch its stream, the always-apply ones join its system prompt, the
+    rulebook ones are listed there and served by ``read rule://<name>``. A
     project's rules only when the project is trusted (otherwise a notice names what was left
     out); a rule with an ``astCondition`` is refused with a notice naming its file. The rules
     machinery is imported only when a rule place exists."""
     options, session = runtime.options, runtime.session
     directory = session.prompt_options.agent_directory or agent_dir()
-    if not rule_sources(directory, session.cwd):
+    places = rule_sources(
+        directory, session.cwd, packages=extension_packages(options, session.cwd),
+        plugins=options.plugin_dirs, enabled_providers=session.settings.enabled_providers,
+        disabled_providers=session.settings.disabled_providers)
+    if not places:
         return
     from ..session.rules import RuleWatch, load_rules
 
     found = load_rules(
-        directory, session.cwd, settings=session.settings.ttsr,
+        places, settings=session.settings.ttsr,
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
     session.report_problems(found.problems)
     if found.skipped:
-        places = ", ".join(str(p) for p in found.skipped)
+        skipped = ", ".join(str(p) for p in found.skipped)
         runtime.notices.append(ev.Notice(
             level="warning", source="rules",
-            message=f"Project rules in {places} were not loaded: the project is not trusted "
+            message=f"Project rules in {skipped} were not loaded: the project is not trusted "
                     "(start with --trust-project, or list it under trustedProjects in "
                     "~/.omp/agent/config.yml)"))
     for path in found.refused:
@@ -180,12 +185,22 @@ def use_rules(runtime: Runtime) -> None:
             level="warning", source="rules",
             message=f"Rule {path} was not loaded: it has an astCondition (ast-grep patterns), "
                     "which this runtime cannot check; use a regex condition instead"))
-    if found.ttsr or found.always:
+    if found.ttsr or found.always or found.rulebook:
         # Kept even when no rule watches the main session: subagents get theirs from it.
         watch = RuleWatch(found.ttsr, session.settings.ttsr, session.publish,
-                          lambda: session.messages, session.cwd, always=found.always)
+                          lambda: session.messages, session.cwd, always=found.always,
+                          rulebook=found.rulebook)
         session.between.use_rules(watch)
         session.prompt_options.rules = watch.always_for("main")
+        session.prompt_options.rulebook = session.tool_context.rulebook = (
+            watch.rulebook_for("main"))
+
+
+def extension_packages(options: ServeOptions, cwd: Path) -> list[Path]:
+    """The extension package directories given with ``-e <dir>`` (relative to ``cwd``): their
+    ``rules/`` folders are rule places (a ``-e`` file is a module, not a package)."""
+    paths = [p if p.is_absolute() else cwd / p for p in map(Path, options.extensions)]
+    return [p for p in paths if p.is_dir()]
 
 
 def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI

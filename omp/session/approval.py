@@ -3,8 +3,10 @@
 Rules, in one place:
 
 * Inputs: the call's tier (``Tool.approval_tier``: ``read`` < ``write`` < ``exec``; undeclared
-  tools, host tools and ``task`` are ``exec``) and, for ``bash``, what ``bash.patterns`` and
-  the original's list of critical commands say about the command (``bash_decision``); the
+  tools, host tools and ``task`` are ``exec``) and, for the built-in ``bash`` (not a tool of
+  that name from an extension or host, which is judged by its own tier), what
+  ``bash.patterns`` and the original's list of critical commands say about the command
+  (``bash_decision``); the
   mode (``tools.approvalMode`` or ``--approval-mode``; ``--auto-approve`` acts as ``yolo``)
   and the user's policy ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the
   user's ``deny`` denies; in ``yolo`` the pattern's policy, else the user's, else allow; a
@@ -308,7 +310,9 @@ class ApprovalGate:
 
     def _decision(self, tool: Tool, args: dict[str, Any]) -> ToolDecision:
         command = args.get("command")
-        if tool.name == "bash" and isinstance(command, str):
+        # The built-in bash only: a replacement (an extension's tool named ``bash``) declares
+        # its own tier, and the bash rules are the built-in tool's own decision (C.2).
+        if tool.command_rules() and isinstance(command, str):
             return bash_decision(command, self.bash)
         return ToolDecision(tool.approval_tier(args))
 
