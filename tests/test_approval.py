@@ -372,19 +372,25 @@ async def test_one_shot_mode_has_no_ui_to_ask(cwd: Path) -> None:
     assert not (cwd / "json.txt").exists()
 
 
-async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
-                                                        isolated_agent_dir: Path) -> None:
-    (isolated_agent_dir / "config.yml").write_text(
+def subagent_touch_script(agent_dir: Path) -> list[dict[str, Any]]:
+    """A task child that touches kid.txt (asking, under always-ask) then yields; the task tool
+    itself allowed, background children off."""
+    (agent_dir / "config.yml").write_text(
         "async:\n  enabled: false\n"
         "tools:\n  approvalMode: always-ask\n  approval:\n    task: allow\n")
     child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
-    script = [
+    return [
         {"match": child, **tools_reply(touch_call("k1", "kid.txt"))},
         {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
         {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
         tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
             {"name": "Kid", "task": "Alpha: touch the file"}]})),
     ]
+
+
+async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    script = subagent_touch_script(isolated_agent_dir)
     with trio.fail_after(LIMIT):
         async with open_fake_llm(script) as fake:
             write_models_yml(isolated_agent_dir, fake.base_url)
@@ -652,17 +658,7 @@ async def test_extensions_hear_of_a_subagents_call_by_its_own_session(
         cwd: Path, tmp_path: Path, isolated_agent_dir: Path) -> None:
     log = tmp_path / "events.jsonl"
     install_watcher(isolated_agent_dir, log)
-    (isolated_agent_dir / "config.yml").write_text(
-        "async:\n  enabled: false\n"
-        "tools:\n  approvalMode: always-ask\n  approval:\n    task: allow\n")
-    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
-    script = [
-        {"match": child, **tools_reply(touch_call("k1", "kid.txt"))},
-        {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
-        {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
-        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
-            {"name": "Kid", "task": "Alpha: touch the file"}]})),
-    ]
+    script = subagent_touch_script(isolated_agent_dir)
     with trio.fail_after(LIMIT):
         async with open_fake_llm(script) as fake:
             write_models_yml(isolated_agent_dir, fake.base_url)
