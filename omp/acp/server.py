@@ -76,7 +76,7 @@ from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
 from .dialogs import ElicitationUI
 from .errors import AcpError, BusyError
 from .ext import ext_method
-from .session import AcpSession, live
+from .session import MCP_SETTLE_SECONDS, AcpSession, live
 from .updates import UpdateMapper
 from .views import (
     config_options,
@@ -87,8 +87,6 @@ from .views import (
     stored_sessions,
 )
 
-MCP_SETTLE_SECONDS = 10.0
-"""How long ``session/new`` waits for the editor's MCP servers' first connection attempt."""
 LIST_PAGE = 50
 """Sessions per ``session/list`` page (the original's)."""
 SHUTDOWN_GRACE = 5.0
@@ -305,15 +303,13 @@ class AcpServer:
                                 runtime.ui, runtime.subagents)
         for notice in runtime.notices:
             print(f"omp acp: {notice.message}", file=sys.stderr)
-        if (mcp := runtime.mcp) is not None:
-            acp.commands.slash.mcp = mcp
-            mcp.on_commands = lambda: self._bootstrap(acp) if acp.session_id in self.sessions \
-                else None
-            if servers:
-                # The editor's servers are there for the first prompt: the answer waits for
-                # their first connection attempt (bounded; a slow one mounts later).
-                with trio.move_on_after(MCP_SETTLE_SECONDS):
-                    await mcp.wait_settled()
+        acp.wire_mcp()
+        acp.editor_servers = [x.name for x in servers]
+        if (mcp := runtime.mcp) is not None and servers:
+            # The editor's servers are there for the first prompt: the answer waits for
+            # their first connection attempt (bounded; a slow one mounts later).
+            with trio.move_on_after(MCP_SETTLE_SECONDS):
+                await mcp.wait_settled()
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
         # as --mode rpc does, their dialogs asked of the editor.
@@ -325,18 +321,18 @@ class AcpServer:
         return acp
 
     def _bootstrap_soon(self, acp: AcpSession) -> None:
-        """``_bootstrap`` right after the response (a task of the requests nursery: it runs
+        """``bootstrap`` right after the response (a task of the requests nursery: it runs
         once the handler's task has queued the response, which it does without a
         checkpoint)."""
         assert self._requests_nursery is not None
 
         async def bootstrap() -> None:
             if acp.session_id in self.sessions:
-                self._bootstrap(acp)
+                self.bootstrap(acp)
 
         self._requests_nursery.start_soon(bootstrap)
 
-    def _bootstrap(self, acp: AcpSession) -> None:
+    def bootstrap(self, acp: AcpSession) -> None:
         """What follows a session's creation: its commands and its info (E.3)."""
         assert acp.commands is not None
         assert acp.runtime is not None
@@ -385,6 +381,7 @@ class AcpServer:
             if loaded.cwd != cwd:
                 raise AcpError(f"ACP session {params.sessionId} is already loaded for "
                                f"{loaded.cwd}, not {cwd}")
+            await loaded.replace_mcp(params.mcpServers)
             return loaded
         options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
                                resume=False, session=None, announce_offline=False)

@@ -1,0 +1,90 @@
+"""ACP session lifecycle details, driven by the ``agent-client-protocol`` package's client
+spawning the real ``omp acp``: a live session loaded again with other MCP servers (they replace
+its editor-given ones, omp-surface E.3) and ``session/list``'s ``_meta``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from agent_helpers import text_reply, write_models_yml
+from test_acp import PROBE, Recorder, acp, alive, run_client, schema
+
+from omp.testing.fake_llm import open_fake_llm
+
+
+def probe(name: str, mark: Path) -> Any:
+    return schema.McpServerStdio(
+        name=name, command=sys.executable, args=[str(PROBE)],
+        env=[schema.EnvVariable(name="MCP_PROBE_MARK", value=str(mark))])
+
+
+def pids(mark: Path) -> list[int]:
+    return [int(x) for x in mark.read_text().split()] if mark.exists() else []
+
+
+@pytest.mark.parametrize("method", ["load", "resume"])
+async def test_loading_a_live_session_replaces_its_editor_mcp_servers(
+        tmp_path: Path, isolated_agent_dir: Path, method: str) -> None:
+    pytest.importorskip("mcp")
+    project = tmp_path / "project"
+    project.mkdir()
+    one, two = tmp_path / "one.pids", tmp_path / "two.pids"
+    async with open_fake_llm([text_reply("first"), text_reply("second"),
+                              text_reply("third")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project),
+                                          mcp_servers=[probe("one", one)])).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("a")])
+            seen["one before"] = [alive(p) for p in pids(one)]
+            reopen = conn.load_session if method == "load" else conn.resume_session
+            await reopen(cwd=str(project), session_id=sid, mcp_servers=[probe("two", two)])
+            # Answered once the old server's process is gone and the new one connected.
+            seen["one after"] = [alive(p) for p in pids(one)]
+            seen["two after"] = [alive(p) for p in pids(two)]
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("b")])
+            await reopen(cwd=str(project), session_id=sid, mcp_servers=[])
+            seen["two at the end"] = [alive(p) for p in pids(two)]
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("c")])
+
+        await trio.to_thread.run_sync(run_client, project, body)
+        systems = [r.json()["messages"][0]["content"] for r in fake.requests]
+    assert seen["one before"] == [True]
+    assert seen["one after"] == [False]
+    assert seen["two after"] == [True]
+    assert seen["two at the end"] == [False]
+    assert "xd://mcp__one_echo" in systems[0]
+    assert "xd://mcp__two_echo" not in systems[0]
+    assert "xd://mcp__two_echo" in systems[1]
+    assert "xd://mcp__one_echo" not in systems[1]
+    assert "mcp__" not in systems[2]
+
+
+async def test_a_live_session_without_servers_gets_the_editors_on_load(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    pytest.importorskip("mcp")
+    project = tmp_path / "project"
+    project.mkdir()
+    mark = tmp_path / "late.pids"
+    async with open_fake_llm([text_reply("first"), text_reply("second")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("a")])
+            await conn.resume_session(cwd=str(project), session_id=sid,
+                                      mcp_servers=[probe("late", mark)])
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("b")])
+
+        await trio.to_thread.run_sync(run_client, project, body)
+        systems = [r.json()["messages"][0]["content"] for r in fake.requests]
+    assert "mcp__" not in systems[0]
+    assert "xd://mcp__late_echo" in systems[1]
+    # The process exited (run_client waited for it) and took the server with it.
+    assert [alive(p) for p in pids(mark)] == [False]
