@@ -88,3 +88,30 @@ async def test_a_live_session_without_servers_gets_the_editors_on_load(
     assert "xd://mcp__late_echo" in systems[1]
     # The process exited (run_client waited for it) and took the server with it.
     assert [alive(p) for p in pids(mark)] == [False]
+
+
+async def test_session_list_entries_carry_message_count_and_size(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    async with open_fake_llm([text_reply("one"), text_reply("two")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("a")])
+            seen["after one"] = (await conn.list_sessions(cwd=str(project))).sessions
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("b")])
+            seen["after two"] = (await conn.list_sessions(cwd=str(project))).sessions
+            seen["sid"] = sid
+
+        await trio.to_thread.run_sync(run_client, project, body)
+    files = list((isolated_agent_dir / "sessions").rglob(f"*{seen['sid']}*.jsonl"))
+    assert len(files) == 1
+    [first], [second] = seen["after one"], seen["after two"]
+    assert first.field_meta["messageCount"] == 2  # the prompt and the answer
+    assert second.field_meta["messageCount"] == 4
+    assert 0 < first.field_meta["size"] < second.field_meta["size"]
+    # The size is the file's (nothing is written after the second answer but the end).
+    assert second.field_meta["size"] == files[0].stat().st_size

@@ -438,10 +438,9 @@ class AcpServer:
                 raise AcpError(f"Invalid ACP session cursor: {params.cursor}")
             offset = int(params.cursor)
         cwd = self._cwd(params.cwd) if isinstance(params.cwd, str) else None
-        found = await trio.to_thread.run_sync(stored_sessions, self.options, cwd,
-                                           abandon_on_cancel=True)
-        page = found[offset:offset + LIST_PAGE]
-        more = offset + LIST_PAGE < len(found)
+        page, total = await trio.to_thread.run_sync(
+            stored_sessions, self.options, cwd, offset, LIST_PAGE, abandon_on_cancel=True)
+        more = offset + LIST_PAGE < total
         return w.ListSessionsResult(sessions=page, nextCursor=str(offset + LIST_PAGE) if more
                                     else msgspec.UNSET)
 

@@ -309,11 +309,20 @@ class SetConfigOptionResult(_Out, frozen=True, kw_only=True):
     configOptions: list[ConfigOption]
 
 
+class SessionInfoMeta(_Out, frozen=True, kw_only=True):
+    """``session/list``'s ``_meta`` of an entry (the original's): the session file's
+    ``message`` entries and its size in bytes."""
+
+    messageCount: int
+    size: int
+
+
 class SessionInfo(_Out, frozen=True, kw_only=True):
     sessionId: str
     cwd: str
     title: str | UnsetType = UNSET
     updatedAt: str | UnsetType = UNSET
+    meta: SessionInfoMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
 class ListSessionsResult(_Out, frozen=True, kw_only=True):
