@@ -1,6 +1,7 @@
 """ACP session lifecycle details, driven by the ``agent-client-protocol`` package's client
 spawning the real ``omp acp``: a live session loaded again with other MCP servers (they replace
-its editor-given ones, omp-surface E.3) and ``session/list``'s ``_meta``."""
+its editor-given ones, omp-surface E.3), ``session/list``'s ``_meta``, and the ``ask`` tool's
+questions as form elicitations (E.9)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import text_reply, write_models_yml
+from agent_helpers import text_reply, tool_call, write_models_yml
 from test_acp import PROBE, Recorder, acp, alive, run_client, schema
+from test_acp_methods import FormEditor
 
 from omp.testing.fake_llm import open_fake_llm
 
@@ -115,3 +117,50 @@ async def test_session_list_entries_carry_message_count_and_size(
     assert 0 < first.field_meta["size"] < second.field_meta["size"]
     # The size is the file's (nothing is written after the second answer but the end).
     assert second.field_meta["size"] == files[0].stat().st_size
+
+
+@pytest.mark.parametrize("forms", [True, False])
+async def test_the_ask_tool_asks_through_form_elicitations(
+        tmp_path: Path, isolated_agent_dir: Path, forms: bool) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    questions = [{"question": "Which colour?", "options": ["red", "blue"]},
+                 {"question": "Your name?"}]
+    script = [{"match": {"bodyContains": "ask me"},
+               "chunks": [tool_call("q1", "ask", {"questions": questions})], "stop": "toolUse"},
+              text_reply("thanks")]
+    async with open_fake_llm(script if forms else [text_reply("no tool")]) as fake:
+        write_models_yml(isolated_agent_dir, fake.base_url)
+        editor = FormEditor() if forms else Recorder()
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            seen["sid"] = sid
+            seen["stop"] = (await conn.prompt(session_id=sid,
+                                              prompt=[acp.text_block("ask me")])).stop_reason
+            seen["ends"] = [u for u in rec.of(sid, "tool_call_update")
+                            if u.status in ("completed", "failed")]
+
+        await trio.to_thread.run_sync(
+            lambda: run_client(project, body, recorder=editor))
+        offered = [t["function"]["name"] for t in fake.requests[0].json()["tools"]]
+        last = fake.requests[-1].json()["messages"]
+    assert seen["stop"] == "end_turn"
+    if not forms:
+        assert "ask" not in offered  # nobody could answer it
+        assert seen["ends"] == []
+        return
+    assert "ask" in offered
+    assert isinstance(editor, FormEditor)
+    sid = seen["sid"]
+    assert editor.forms == [
+        (sid, "Which colour?", {"type": "object", "required": ["value"], "properties": {
+            "value": {"type": "string", "enum": ["red", "blue"]}}}),
+        (sid, "Your name?", {"type": "object", "required": ["value"], "properties": {
+            "value": {"type": "string"}}})]
+    [end] = seen["ends"]
+    assert end.status == "completed"
+    result = [m for m in last if m["role"] == "tool"][-1]["content"]
+    text = result if isinstance(result, str) else result[0]["text"]
+    assert text == "Which colour?: blue\nYour name?: Ada"

@@ -27,7 +27,8 @@ Who owns what:
 * ``session/resume`` opens like ``session/load`` without the replay; ``session/fork`` writes
   the source's whole branch to a new file (``omp.session.file.fork_file``) and opens that.
 * The session's dialogs (its extensions', the approval gate's) are elicitations of the editor
-  (``omp.acp.dialogs``).
+  (``omp.acp.dialogs``); when the editor offers form elicitations the session also has the
+  ``ask`` tool, its questions asked the same way.
 
 Events become ``session/update`` notifications in ``omp.acp.updates``. Tool approval
 (``omp.session.approval``) asks the editor: each session's gate gets ``AcpSession.approve`` as
@@ -71,6 +72,7 @@ from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
 from ..session import SessionError
 from ..session.file import SessionFile, fork_file
+from ..tools.ask import AskTool
 from . import wire as w
 from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
 from .dialogs import ElicitationUI
@@ -289,6 +291,10 @@ class AcpServer:
         dialogs = ElicitationUI(self.client, acp.session_id,
                                 form=elicitation is not None and elicitation.form is not None)
         runtime.session.use_approval(approval_gate(options, runtime.session, dialogs))
+        if dialogs.form and (options.tools is None or "ask" in options.tools):
+            # The model's questions become the editor's forms (omp-surface E.9); with no
+            # forms every answer would be "(no answer)", so the tool is not offered then.
+            runtime.session.toolset.own.append(AskTool(dialogs))
         fs = self.client_capabilities.fs
         if fs.readTextFile and fs.writeTextFile:
             runtime.session.tool_context.files = EditorFiles(self.client, acp.session_id)
