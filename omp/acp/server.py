@@ -24,6 +24,9 @@ Who owns what:
   the pending prompt ``cancelled`` without waiting for the run's cleanup, and mutes the
   session's updates until the next prompt (the original's behaviour, omp-surface E.8). The
   prompt, the cancel and the approvals of one session are ``omp.acp.session.AcpSession``'s.
+* ``session/load`` / ``session/resume`` of a live session replace the MCP servers the editor
+  gave it (``AcpSession.replace_mcp``). An editor that declares ``auth.terminal`` is offered
+  the ``terminal`` login method (``omp.acp.terminal_auth``).
 * ``session/resume`` opens like ``session/load`` without the replay; ``session/fork`` writes
   the source's whole branch to a new file (``omp.session.file.fork_file``) and opens that.
 * The session's dialogs (its extensions', the approval gate's) are elicitations of the editor
@@ -79,6 +82,7 @@ from .dialogs import ElicitationUI
 from .errors import AcpError, BusyError
 from .ext import ext_method
 from .session import MCP_SETTLE_SECONDS, AcpSession, live
+from .terminal_auth import FLAG as TERMINAL_AUTH_FLAG
 from .updates import UpdateMapper
 from .views import (
     config_options,
@@ -94,6 +98,15 @@ LIST_PAGE = 50
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
 READ_SIZE = 64 * 1024
+AGENT_AUTH = w.AuthMethod(
+    id="agent", name="Use existing local credentials",
+    description="Authenticate via the provider keys/OAuth state already configured under ~/.omp.")
+TERMINAL_AUTH = w.AuthMethod(
+    type="terminal", id="terminal", name="Set up Oh My Pi in terminal",
+    description="Log in to a provider in a terminal: paste an API key or complete an OAuth "
+                "login.",
+    args=[TERMINAL_AUTH_FLAG])
+"""Offered when the editor declares ``auth.terminal`` (the original's texts, E.2)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -247,18 +260,23 @@ class AcpServer:
         return w.InitializeResult(
             protocolVersion=w.PROTOCOL_VERSION,
             agentInfo=w.Implementation(name="oh-my-pi", title="Oh My Pi", version=__version__),
-            authMethods=[w.AuthMethod(
-                id="agent", name="Use existing local credentials",
-                description="Authenticate via the provider keys/OAuth state already "
-                            "configured under ~/.omp.")],
+            authMethods=[AGENT_AUTH, *([TERMINAL_AUTH] if self._terminal_auth else [])],
             agentCapabilities=w.AgentCapabilities(
                 loadSession=True, mcpCapabilities=w.McpCapabilities(http=True, sse=True),
                 promptCapabilities=w.PromptCapabilitiesOut(embeddedContext=True, image=True),
                 sessionCapabilities=w.SessionCapabilitiesOut(
                     close=w.Empty(), fork=w.Empty(), list=w.Empty(), resume=w.Empty())))
 
+    @property
+    def _terminal_auth(self) -> bool:
+        """The editor runs a ``terminal`` auth method (``omp.acp.terminal_auth``)."""
+        return self.client_capabilities.auth.terminal
+
     async def authenticate(self, params: w.AuthenticateParams, _id: int | str) -> w.Empty:
-        if params.methodId != "agent":
+        """``agent``, and ``terminal`` when offered: nothing to do here, a credential is read
+        from ``auth.json`` when a session needs it (the terminal login stored it there)."""
+        if params.methodId != "agent" and not (params.methodId == "terminal"
+                                               and self._terminal_auth):
             raise AcpError(f"Unknown ACP auth method: {params.methodId}")
         return w.Empty()
 
