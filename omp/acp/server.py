@@ -327,6 +327,8 @@ class AcpServer:
                                 runtime.ui, runtime.subagents)
         for notice in runtime.notices:
             print(f"omp acp: {notice.message}", file=sys.stderr)
+        acp.announce_commands = lambda: self.bootstrap(acp) if acp.session_id in self.sessions \
+            else None
         acp.wire_mcp()
         acp.editor_servers = [x.name for x in servers]
         if (mcp := runtime.mcp) is not None and servers:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 import msgspec
@@ -28,19 +29,30 @@ from ..protocol import messages as m
 from ..protocol.frames import Response
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, use_mcp
+from ..rpc.output import FrameQueue
 from ..session import AgentSession
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
 from ..session.coordinator import BUSY
 from ..session.sink import Published, Update
 from . import wire as w
-from .client import ClientError
+from .client import ClientChannel, ClientError
 from .errors import AcpError, BusyError
 from .updates import UpdateMapper, tool_call
 from .views import mcp_entry, now_iso, prompt_text, stop_reason, usage_of
 
-if TYPE_CHECKING:
-    from .server import AcpServer
+
+class SessionServer(Protocol):
+    """What a session needs of the server that owns it (``omp.acp.server.AcpServer``)."""
+
+    output: FrameQueue
+    """The one writer's queue (JSON-RPC messages to the editor)."""
+    client: ClientChannel
+    """Requests of ours to the editor."""
+
+    def update(self, session_id: str, update: w.SessionUpdate) -> None:
+        """Send ``session/update`` for ``session_id``."""
+        ...
 
 
 MCP_SETTLE_SECONDS = 10.0
@@ -69,7 +81,7 @@ class PendingPrompt:
 class AcpSession:
     """One session of the ACP server: its runtime, mapping state, the prompt going."""
 
-    server: AcpServer
+    server: SessionServer
     session_id: str = ""
     runtime: Runtime | None = None
     commands: Commands | None = None
@@ -93,6 +105,9 @@ class AcpSession:
     r"""``session/prompt``\ s sent to the session so far (their ids in it: ``acp-<n>``)."""
     remembered: dict[str, bool] = attrs.field(factory=dict)
     """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
+    announce_commands: Callable[[], None] | None = None
+    """Sends the session's commands again (``available_commands_update``), set by the server:
+    called when its MCP servers' prompts changed."""
     editor_servers: list[str] = attrs.field(factory=list)
     """The names of the MCP servers the editor gave this session (the last request's)."""
     _nursery: trio.Nursery | None = None
@@ -291,8 +306,7 @@ class AcpSession:
         assert self.commands is not None
         if (mcp := self.runtime.mcp) is not None:
             self.commands.slash.mcp = mcp
-            mcp.on_commands = lambda: self.server.bootstrap(self) \
-                if self.session_id in self.server.sessions else None
+            mcp.on_commands = self.announce_commands
 
     async def replace_mcp(self, servers: list[w.McpServer]) -> None:
         """``session/load`` / ``resume`` of this live session: the editor's servers become
