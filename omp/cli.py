@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "gets an ask tool whose questions go to the host; text: print the final "
                         "answer; json: write the session header and the run's events as JSON "
                         "lines; acp: the Agent Client Protocol for editors (also `omp acp`)")
+    parser.add_argument("--acp-terminal-auth", action="store_true",
+                        help="with acp: log in to a provider in this terminal (what an editor "
+                        "runs for the ACP auth method `terminal`), then exit")
     parser.add_argument("-p", "--print", action="store_true",
                         help="run the messages once and print the final answer (--mode text)")
     models = parser.add_argument_group("model")
@@ -455,6 +458,12 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
     if args.max_line_bytes is not None:
         options.max_line_bytes = args.max_line_bytes
     try:
+        if mode == "acp" and args.acp_terminal_auth:
+            from .acp.terminal_auth import terminal_login
+
+            return trio.run(terminal_login, options)
+        if args.acp_terminal_auth:
+            raise UsageError("--acp-terminal-auth is for `omp acp`")
         if mode == "acp":
             from .acp.main import run_acp  # only now: --mode rpc never imports ACP
 

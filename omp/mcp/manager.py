@@ -10,6 +10,8 @@ response. (The original waits up to 250 ms for them before its ``ready``, which 
 the race: here a host that needs a server's tools waits for the ``notice`` that mounts them.)
 ``close`` (the server's shutdown) cancels the nursery: every connection closes and every stdio
 server's process group is ended (``omp.mcp.transport``), within ``KILL_GRACE`` plus a second.
+``replace`` (an ACP editor's new set of servers for a live session) ends some connections the
+same way, each in a cancel scope of its own, and connects others in the same nursery.
 
 Whenever a connection's lists change, the session's ``mcp_tools`` are replaced (the next model
 call has them), one ``notice`` says which tools were mounted / unmounted (the original's
@@ -29,7 +31,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -45,6 +47,10 @@ from ..protocol.messages import CustomMessage
 from .config import ServerConfig
 from .devices import catalogue
 from .notifications import ResourceUpdates
+
+CLOSE_SECONDS = 5.0
+"""``replace``: how long one ended connection may take to close (a stdio server's group gets
+``KILL_GRACE`` after SIGTERM)."""
 
 if TYPE_CHECKING:
     from ..login.store import Credentials
@@ -75,6 +81,11 @@ class McpManager:
     _mounted: list[str] = attrs.field(factory=list, init=False)
     _prompt_names: list[str] = attrs.field(factory=list, init=False)
     _started: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _serving: dict[str, tuple[trio.CancelScope, trio.Event]] = attrs.field(factory=dict,
+                                                                          init=False)
+    """Each connection's task: its scope, and set when the task ended."""
+    _connection: Callable[[ServerConfig], Connection] = attrs.field(init=False)
+    """Builds a connection of this manager (set by ``run``)."""
 
     @property
     def enabled(self) -> list[ServerConfig]:
@@ -104,20 +115,59 @@ class McpManager:
             env = dict(os.environ)
             oauth = None if self.credentials is None else McpOAuth(self.credentials,
                                                                    self.session.http.get)
+            self._connection = functools.partial(
+                Connection, cwd=self.session.cwd, on_change=self._changed, emit=self.emit,
+                environ=env, policy=self.session.tool_context.environment, oauth=oauth,
+                on_auth_required=self._auth_required, subscribe=updates is not None,
+                on_resource_updated=None if updates is None else functools.partial(
+                    _updated, updates))
             for config in self.enabled:
-                self.connections[config.name] = Connection(
-                    config, self.session.cwd, self._changed, self.emit, env,
-                    self.session.tool_context.environment, oauth=oauth,
-                    on_auth_required=self._auth_required, subscribe=updates is not None,
-                    on_resource_updated=None if updates is None else functools.partial(
-                        _updated, updates))
-            self._started.set()
+                self.connections[config.name] = self._connection(config)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self._started.set()
                 if updates is not None:
                     nursery.start_soon(updates.run)
                 for connection in self.connections.values():
-                    nursery.start_soon(connection.run)
+                    await nursery.start(self._serve, connection)
+                # Open until ``close``, though ``replace`` may have ended every connection.
+                await trio.sleep_forever()
+
+    async def _serve(self, connection: Connection, *,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """One connection's task, in a scope of its own (``replace`` ends it alone)."""
+        with trio.CancelScope() as scope:
+            self._serving[connection.name] = (scope, done := trio.Event())
+            task_status.started()
+            try:
+                await connection.run()
+            finally:
+                done.set()
+
+    async def replace(self, remove: Collection[str], add: Sequence[ServerConfig]) -> None:
+        """End the connections named in ``remove`` (and those ``add`` renames), then connect
+        ``add``: an ACP editor's new set of servers for a live session. Waits for the ended
+        ones' transports to close (their process groups ended), at most ``CLOSE_SECONDS``
+        each, and for nothing of the new ones (``wait_settled`` does). On cancellation it
+        stops waiting; the ended connections still close in the manager's nursery."""
+        await self._started.wait()
+        assert self._nursery is not None
+        gone = [name for name in {*remove, *(c.name for c in add)} if name in self.connections]
+        for name in gone:
+            if (serving := self._serving.pop(name, None)) is not None:
+                scope, done = serving
+                scope.cancel()
+                with trio.move_on_after(CLOSE_SECONDS):
+                    await done.wait()
+            del self.connections[name]
+        self.servers = [*(s for s in self.servers if s.name not in gone
+                          and s.name not in {c.name for c in add}), *add]
+        for config in add:
+            if config.enabled:
+                connection = self.connections[config.name] = self._connection(config)
+                await self._nursery.start(self._serve, connection)
+        if gone:
+            self._changed(None)  # their tools are unmounted now, not at the next change
 
     def _tell_updates(self, text: str) -> None:
         """Resource updates into the conversation (``omp.mcp.notifications``)."""
@@ -195,7 +245,7 @@ class McpManager:
                 for c in self.connections.values() if c.state == "connected"
                 for p in c.prompts]
 
-    def _changed(self, connection: Connection) -> None:
+    def _changed(self, connection: Connection | None) -> None:
         tools = self.tools()
         self.session.toolset.set_mcp(tools)
         self.session.mcp.own_instructions = self.instructions_block()

@@ -41,7 +41,7 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
-from ..mcp.config import load_servers, parse_entry
+from ..mcp.config import ServerConfig, load_servers, parse_entry
 from ..process import (
     adopt_orphans,
     can_watch_signals,
@@ -262,23 +262,30 @@ def _load_mcp(runtime: Runtime) -> None:
             f"{session.cwd} is not trusted (start with --trust-project, or list it under "
             "trustedProjects in ~/.omp/agent/config.yml)")))
     if loaded.servers:
-        # Imported only when a server is configured (nothing new before ``ready`` otherwise).
-        from ..mcp.manager import McpManager
-        from ..mcp.resources import McpUris
+        use_mcp(runtime, loaded.servers)
 
-        runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit,
-                                 credentials=session.registry.credentials)
-        if runtime.ui.enabled:
-            # OAuth flows of HTTP servers talk to the user through the host's UI.
-            runtime.mcp.host_ui = runtime.ui
-        # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
-        context = session.tool_context
-        context.uris = McpUris(context.uris, runtime.mcp)
-        if session.settings.xdev:
-            from ..mcp.devices import McpDevices
 
-            # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
-            context.devices = McpDevices(session.toolset.devices, lambda: session.approval)
+def use_mcp(runtime: Runtime, servers: Sequence[ServerConfig]) -> None:
+    """Give the runtime its ``McpManager`` for ``servers`` (its ``run`` is for the caller to
+    start): the session's ``mcp://`` reads, its ``xd://`` devices, the host's OAuth UI."""
+    session = runtime.session
+    # Imported only when a server is configured (nothing new before ``ready`` otherwise).
+    from ..mcp.manager import McpManager
+    from ..mcp.resources import McpUris
+
+    runtime.mcp = McpManager(servers, session, runtime.outbox.emit,
+                             credentials=session.registry.credentials)
+    if runtime.ui.enabled:
+        # OAuth flows of HTTP servers talk to the user through the host's UI.
+        runtime.mcp.host_ui = runtime.ui
+    # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
+    context = session.tool_context
+    context.uris = McpUris(context.uris, runtime.mcp)
+    if session.settings.xdev:
+        from ..mcp.devices import McpDevices
+
+        # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
+        context.devices = McpDevices(session.toolset.devices, lambda: session.approval)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
