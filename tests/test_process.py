@@ -293,3 +293,20 @@ async def test_a_huge_session_name_is_refused_and_get_state_keeps_working() -> N
     assert state.success is True
     assert isinstance(state.data, dict)
     assert state.data["sessionName"] == "n" * 1000
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux procfs")
+def test_the_children_at_the_start_are_the_ones_a_full_scan_finds() -> None:
+    from omp.process import _children, _children_at_start
+
+    before = _children_at_start()
+    kids = [subprocess.Popen(["sleep", "30"]) for _ in range(3)]
+    try:
+        found = _children_at_start()
+        assert {k.pid for k in kids} <= found
+        assert found - before == {k.pid for k in kids}
+        assert found == {p.pid for p in _children(frozenset())}
+    finally:
+        for kid in kids:
+            kid.kill()
+            kid.wait()
