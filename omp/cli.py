@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     request, stall = StreamOptions().first_event_timeout, StreamOptions().idle_timeout
     parser = argparse.ArgumentParser(
         prog="omp",
+        # Written out: every option in the usage line is 14 lines of noise above a usage error,
+        # and argparse builds that line at every start (parse_intermixed_args), about 1 ms.
+        usage="omp [options] [@FILE ...] [MESSAGE ...]\n       omp acp|models|schema ...",
         description="A coding-agent runtime on trio. With --mode rpc it reads JSON commands, one "
         "per line, on stdin and writes JSON frames, one per line, on stdout. With messages "
         "(or a piped stdin) it runs them once, one prompt each, and exits. Subcommands: "
