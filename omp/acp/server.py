@@ -293,11 +293,11 @@ class AcpServer:
         if servers:
             # The editor's servers join those of the MCP config files (omp.mcp), as entries
             # of the same shape; a bad one is said on stderr (a notice) and skipped.
-            options = attrs.evolve(options, mcp_servers={
+            options = msgspec.structs.replace(options, mcp_servers={
                 **options.mcp_servers, **{x.name: mcp_entry(x) for x in servers}})
         acp = AcpSession(self)
         # Tool approval asks the editor, where --mode rpc shows its host a dialog.
-        options = attrs.evolve(options, approve=acp.approve)
+        options = msgspec.structs.replace(options, approve=acp.approve)
         outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
                         aside=acp.on_frame)
         runtime = build_runtime(options, outbox, ui=False, sink=acp)
@@ -373,7 +373,8 @@ class AcpServer:
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:
-        options = attrs.evolve(self.options, cwd=self._cwd(params.cwd), announce_offline=False)
+        options = msgspec.structs.replace(self.options, cwd=self._cwd(params.cwd),
+                                          announce_offline=False)
         acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
         return w.NewSessionResult(sessionId=acp.session_id, modes=modes(),
@@ -409,7 +410,7 @@ class AcpServer:
                                f"{loaded.cwd}, not {cwd}")
             await loaded.replace_mcp(params.mcpServers)
             return loaded
-        options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
+        options = msgspec.structs.replace(self.options, cwd=cwd, resume_session=params.sessionId,
                                resume=False, session=None, announce_offline=False)
         try:
             return await self._open(options, params.mcpServers)
@@ -446,7 +447,7 @@ class AcpServer:
             forked = await trio.to_thread.run_sync(fork, abandon_on_cancel=True)
         except (OSError, ValueError) as exc:  # UnusableFile, SessionFormatError: ValueErrors
             raise AcpError(f"ACP session fork failed: {params.sessionId}: {exc}") from None
-        options = attrs.evolve(self.options, cwd=cwd, resume_session=str(forked.path),
+        options = msgspec.structs.replace(self.options, cwd=cwd, resume_session=str(forked.path),
                                resume=False, session=None, announce_offline=False)
         acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
