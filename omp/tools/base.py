@@ -184,8 +184,7 @@ class EditorFiles(Protocol):
         ...
 
 
-@attrs.frozen
-class TerminalOutput:
+class TerminalOutput(msgspec.Struct, frozen=True):
     """What an editor's terminal printed so far (ACP ``terminal/output``)."""
 
     output: str
@@ -193,8 +192,7 @@ class TerminalOutput:
     """The editor dropped the beginning (over ``outputByteLimit``)."""
 
 
-@attrs.frozen
-class TerminalExit:
+class TerminalExit(msgspec.Struct, frozen=True):
     """How an editor's terminal command ended (ACP ``terminal/wait_for_exit``)."""
 
     exit_code: int | None
