@@ -48,6 +48,10 @@ LAZY_MODULES: dict[str, str] = {
                        "helpers): only a login or a token refresh needs them; a start reads "
                        "auth.json (omp.login.store) and nothing else",
     "omp.login.oauth": "see omp.login.flows",
+    "omp.subagents.child": "~3 ms with omp.subagents.progress (a child's session, sink and "
+                           "progress records): loaded with the first spawn; a start only "
+                           "offers the task tool",
+    "omp.subagents.progress": "see omp.subagents.child",
     "omp.mcp.connection": "1-2 s with the mcp SDK (pydantic models): only when an MCP server "
                           "is configured, and then in a worker thread after ready",
     "omp.mcp.manager": "~3 ms with its attrs classes: only when an MCP server is configured",

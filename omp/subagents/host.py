@@ -35,7 +35,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import msgspec
@@ -54,7 +54,6 @@ from ..tools.base import OnUpdate, Tool, ToolResult
 from ..tools.task import EMPTY_DETAILS, TaskItem, TaskTool
 from ..tools.yield_tool import YieldState
 from .agents import AgentDef, discover_agents
-from .child import Child, build_child, last_text
 from .envelope import (
     CANCELLED_BY_CALLER,
     ChildOutcome,
@@ -65,8 +64,12 @@ from .envelope import (
     spawned_text,
     truncate_tail,
 )
-from .progress import ProgressPump, ProgressTracker
 from .registry import SubagentRegistry
+
+if TYPE_CHECKING:
+    # A child's machinery loads with the first spawn (omp.lazy).
+    from .child import Child
+    from .progress import ProgressPump, ProgressTracker
 
 CLEANUP_SECONDS = 10.0
 """How long an aborted child may take to write its terminal entries (A.8 cleanup grace)."""
@@ -214,6 +217,9 @@ class SubagentHost:
         On cancellation (the parent's abort) the inline children are aborted and have ended
         before ``Cancelled`` propagates (``cancelled_text`` then holds their envelopes);
         background children are not affected."""
+        from .child import Child  # lazy: omp.lazy says why
+        from .progress import ProgressTracker
+
         started = trio.current_time()
         await self._reload()
         settings = self.session.settings
@@ -437,6 +443,9 @@ class SubagentHost:
         # A job cancelled before its first step (shutdown's cancel_jobs) must not register its
         # child afterwards: nothing would wait for it, and it would write to a closed output.
         await trio.lowlevel.checkpoint_if_cancelled()
+        from .child import build_child  # lazy: omp.lazy says why
+        from .progress import ProgressPump
+
         parent = self.session
         tracker = child.tracker
         state = YieldState()
@@ -529,6 +538,8 @@ class SubagentHost:
 
     def _conclude(self, child: Child, state: YieldState, session: AgentSession, *,
                   cancelled: bool, failure: str | None) -> None:
+        from .child import last_text  # lazy: omp.lazy says why
+
         tracker = child.tracker
         status, code, output, stderr, data = assemble(
             state.result, last_text(session), cancelled=cancelled, requests=tracker.requests,
