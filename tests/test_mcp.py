@@ -30,7 +30,7 @@ from agent_helpers import (
     write_models_yml,
 )
 
-from omp.client import RpcClient
+from omp.client import RpcClient, UiHandler
 from omp.process import kill_process_group
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
@@ -97,9 +97,10 @@ class open_host:
     """The fake LLM serving ``script`` and ``omp --mode rpc`` in ``cwd`` using it."""
 
     def __init__(self, cwd: Path, agent_dir: Path, script: Sequence[dict[str, Any]] = (),
-                 args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+                 args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 ui: UiHandler | None = None) -> None:
         self._cwd, self._agent_dir, self._script = cwd, agent_dir, list(script)
-        self._args, self._env = list(args), env
+        self._args, self._env, self._ui = list(args), env, ui
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Host:
@@ -108,7 +109,7 @@ class open_host:
             write_models_yml(self._agent_dir, fake.base_url)
             client = await stack.enter_async_context(RpcClient.spawn(
                 args=[*FAKE_ARGS, *self._args], cwd=self._cwd, max_buffered_events=math.inf,
-                env=self._env))
+                env=self._env, ui=self._ui))
             host = Host(client, fake)
             self._stack = stack.pop_all()
         return host

@@ -200,7 +200,8 @@ def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
     session.settings.approval = settings
     return ApprovalGate(settings, ui, options.approve, session.settings.bash,
                         observer=lambda: session.extensions,
-                        session_id=lambda: session.session_id)
+                        session_id=lambda: session.session_id,
+                        devices=lambda: session.tool_context.devices)
 
 
 def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
@@ -263,7 +264,7 @@ def _load_mcp(runtime: Runtime) -> None:
             from ..mcp.devices import McpDevices
 
             # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
-            context.devices = McpDevices(session.toolset.devices, lambda: session.approval)
+            context.devices = McpDevices(session.toolset.devices)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
