@@ -21,7 +21,10 @@ OAuth (``omp.mcp.auth``): the connections of HTTP servers send the tokens stored
 ``credentials``; a server that refuses us starts the flow by itself once (``_auth_required``),
 ``/mcp reauth`` again (``authorize``), as a task of the manager's nursery (so the command that
 asked is answered at once, and shutdown cancels a flow that waits for the browser), talking to
-the user through the host's UI (``host_ui``; none in one-shot modes: no flow runs there).
+the user through the host's UI (``host_ui``; none in one-shot modes: no flow runs there). A
+flow is registered in the abort registry (``aborts``, family ``login``, as the ``login``
+command's) when it is started, synchronously: ``abort`` cancels it, even one written in the
+same write as the ``/mcp reauth`` that started it, and says so in a ``notice``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .notifications import ResourceUpdates
 if TYPE_CHECKING:
     from ..login.store import Credentials
     from ..session import AgentSession
+    from ..session.aborts import AbortRegistry
     from ..tools.base import Tool
     from .connection import Connection
 
@@ -66,8 +70,12 @@ class McpManager:
     host_ui: Dialogs | None = None
     """The host's UI for OAuth flows (``open_url``, the paste dialog); None: no flow runs
     (one-shot modes, ``--no-ui``)."""
+    aborts: AbortRegistry | None = None
+    """Where a running OAuth flow is registered (``abort`` cancels it); None: only shutdown
+    does."""
     login_ui: LoginUI | None = attrs.field(default=None, init=False)
-    _authorizing: set[str] = attrs.field(factory=set, init=False)
+    _authorizing: dict[str, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    """The OAuth flow of each server that has one running."""
     _auto_tried: set[str] = attrs.field(factory=set, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
@@ -144,28 +152,44 @@ class McpManager:
         if connection.oauth is None or self.login_ui is None or self._nursery is None:
             return ("/mcp reauth needs a host that answers UI requests (RPC mode with its "
                     "extension UI).")
-        if name in self._authorizing:
+        running = self._authorizing.get(name)
+        if running is not None and not running.cancel_called:
             return f'Authorization of "{name}" is already in progress.'
-        self._authorizing.add(name)
-        self._nursery.start_soon(self._authorize, connection)
+        # Registered now, before the next line is read: an ``abort`` right behind the
+        # command that started the flow finds it (the task enters the scope cancelled).
+        scope = (self.aborts.hold("login") if self.aborts is not None
+                 else trio.CancelScope())
+        self._authorizing[name] = scope
+        self._nursery.start_soon(self._authorize, connection, scope)
         return f'Authorizing "{name}": complete the login in your browser.'
 
-    async def _authorize(self, connection: Connection) -> None:
-        """One OAuth flow; its end is said as a ``notice``. On cancellation (shutdown)
-        nothing is stored."""
+    async def _authorize(self, connection: Connection, scope: trio.CancelScope) -> None:
+        """One OAuth flow in ``scope``; its end is said as a ``notice``. On cancellation
+        nothing is stored: an abort (``scope``) is said, shutdown (``Cancelled`` from the
+        manager's scope) propagates."""
         assert connection.oauth is not None
         assert self.login_ui is not None
+        name = connection.name
         try:
-            await connection.oauth.authorize(connection.config, self.login_ui,
-                                             connection.challenge or "")
+            with scope:
+                await connection.oauth.authorize(connection.config, self.login_ui,
+                                                 connection.challenge or "")
         except (LoginError, UiDisconnected, OSError) as exc:
             self.emit(ev.Notice(level="warning", source="mcp", message=connection.redact(
-                f'MCP server "{connection.name}": authorization failed: {exc}')))
+                f'MCP server "{name}": authorization failed: {exc}')))
             return
         finally:
-            self._authorizing.discard(connection.name)
+            if self._authorizing.get(name) is scope:
+                del self._authorizing[name]
+            if self.aborts is not None:
+                self.aborts.release(scope)
+        if scope.cancelled_caught:
+            if not self._scope.cancel_called:  # an abort, not the shutdown: say it
+                self.emit(ev.Notice(level="info", source="mcp", message=(
+                    f'MCP server "{name}": authorization cancelled')))
+            return
         self.emit(ev.Notice(level="info", source="mcp",
-                            message=f'MCP server "{connection.name}" authorized.'))
+                            message=f'MCP server "{name}" authorized.'))
         connection.reconnect()
 
     def close(self) -> None:

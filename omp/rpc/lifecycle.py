@@ -253,7 +253,8 @@ def _load_mcp(runtime: Runtime) -> None:
         from ..mcp.resources import McpUris
 
         runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit,
-                                 credentials=session.registry.credentials)
+                                 credentials=session.registry.credentials,
+                                 aborts=runtime.aborts)
         if runtime.ui.enabled:
             # OAuth flows of HTTP servers talk to the user through the host's UI.
             runtime.mcp.host_ui = runtime.ui

@@ -100,6 +100,14 @@ class Builtin(msgspec.Struct, frozen=True):
     subcommands: tuple[tuple[str, str], ...] = ()
     awaits: bool = False
     """The handler is async (it must run in the serial lane as a task, not in place)."""
+    awaits_for: Callable[[str], bool] | None = None
+    """With ``awaits``: which argument texts await; the others are answered in place, when
+    they are read (``/mcp``: only ``test`` connects; ``reauth`` registers its flow with the
+    abort registry before the next line, so an ``abort`` right behind it cancels the flow)."""
+
+    def waits(self, args: str) -> bool:
+        """Whether ``/<name> <args>`` must run in the serial lane as a task."""
+        return self.awaits and (self.awaits_for is None or self.awaits_for(args))
 
     def entry(self) -> payloads.AvailableCommand:
         return payloads.AvailableCommand(
@@ -505,21 +513,29 @@ def _changelog(call: Call) -> Outcome:
     return LOCAL
 
 
-async def _mcp(call: Call) -> Outcome:
-    """``/mcp ...``; ``test`` connects to a server (on cancellation the connection is
-    closed), the rest answers at once."""
+def _mcp_awaits(args: str) -> bool:
+    return args.split()[:1] == ["test"]
+
+
+def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
+    """``/mcp ...``; ``test`` connects to a server (awaited: on cancellation the connection
+    is closed), the rest answers at once."""
     words = call.args.split()
     s = call.session
-    if words[:1] == ["test"]:
-        text = await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp, s.cwd,
-                              call.slash.agent_directory, trusted=call.slash.project_trusted,
-                              policy=s.tool_context.environment,
-                              credentials=s.registry.credentials, http=s.http.get,
-                              settings=s.settings)
-    else:
-        text = mcp_command(call.args, call.slash.mcp, s.cwd, call.slash.agent_directory)
-    call.output(text)
-    return LOCAL
+    if not _mcp_awaits(call.args):
+        call.output(mcp_command(call.args, call.slash.mcp, s.cwd, call.slash.agent_directory))
+        return LOCAL
+
+    async def test() -> Outcome:
+        call.output(await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp,
+                                   s.cwd, call.slash.agent_directory,
+                                   trusted=call.slash.project_trusted,
+                                   policy=s.tool_context.environment,
+                                   credentials=s.registry.credentials, http=s.http.get,
+                                   settings=s.settings))
+        return LOCAL
+
+    return test()
 
 
 def _tools(call: Call) -> Outcome:
@@ -715,7 +731,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("reload-plugins", "Reload extensions, skills, prompt templates and file commands",
             _reload, awaits=True),
     Builtin("force", "Force the next turn to use a tool", _force, hint="<tool> [prompt]"),
-    Builtin("mcp", "Manage MCP servers", _mcp, awaits=True,
+    Builtin("mcp", "Manage MCP servers", _mcp, awaits=True, awaits_for=_mcp_awaits,
             hint="[list|add|remove|test|enable|disable|reconnect|reauth|help]",
             subcommands=(("list", "List configured servers and their state"),
                          ("add", "Add a server"), ("remove", "Remove a server"),
