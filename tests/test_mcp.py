@@ -350,7 +350,12 @@ async def test_mcp_help_and_unknown(tmp_path: Path, isolated_agent_dir: Path) ->
             help_text = await host.command_output("/mcp")
             unknown = await host.command_output("/mcp frob")
             listed = await host.command_output("/mcp list")
+            reload = await host.command_output("/mcp reload")
+            notifications = await host.command_output("/mcp notifications")
     assert help_text.splitlines()[0] == "MCP server management"
+    assert reload == ("No MCP servers running. Servers configured now start with the next "
+                      "session (this one had none to manage).")
+    assert notifications == "No MCP servers running."
     assert unknown == "Unknown /mcp subcommand: frob. Use /mcp help for available subcommands."
     assert listed == "No MCP servers configured."
 
@@ -547,6 +552,9 @@ async def test_resource_updates_reach_the_model(tmp_path: Path,
             await host.mounted("mcp__probe_touch_doc")
             first = await host.prompt("touch it")
             await host.prompt("anything new?")
+            subscriptions = await host.command_output("/mcp notifications")
+    assert subscriptions == ("MCP notifications are on (updates gathered for 0 ms).\n"
+                             "probe: probe://doc/1")
     (end,) = of_type(first, "tool_execution_end")
     assert result_text(end).startswith("told")
     last = host.fake.requests[-1].body.decode()

@@ -21,6 +21,7 @@ from test_mcp import (
     open_host,
     result_text,
     start_http_probe,
+    stdio_entry,
     write_mcp,
 )
 
@@ -189,3 +190,46 @@ async def test_abort_cancels_an_oauth_flow(tmp_path: Path, isolated_agent_dir: P
     assert oauth.issued == []
     assert "mcp_oauth" not in ((isolated_agent_dir / "auth.json").read_text()
                                if (isolated_agent_dir / "auth.json").exists() else "")
+
+
+async def test_unauth_forgets_the_tokens(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """``/mcp unauth``: the stored tokens leave ``auth.json`` (the other entries stay), the
+    server is reconnected without them and refuses us; no flow starts by itself."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    write_mcp(isolated_agent_dir / "mcp.json", {"remote": {"url": url},
+                                                "local": stdio_entry()})
+    async with open_fake_oauth() as oauth:
+        tokens = oauth.issue(resource=url)
+        (isolated_agent_dir / "auth.json").write_text(json.dumps({
+            "other": {"type": "api_key", "key": "sk-other"},
+            f"mcp_oauth:profile:default:{url}": {
+                "type": "oauth", "access": tokens["access_token"],
+                "refresh": tokens["refresh_token"], "expires": 2**41,
+                "clientId": oauth.client_id, "tokenUrl": oauth.token_url, "resource": url}}))
+        server = await start_http_probe(port, extra=["--auth", oauth.base_url])
+        try:
+            with trio.fail_after(LIMIT):
+                async with open_host(cwd, isolated_agent_dir) as host:
+                    await host.mounted("mcp__remote_echo", "mcp__local_echo")
+                    said = [await host.command_output(c) for c in (
+                        "/mcp unauth remote", "/mcp unauth remote", "/mcp unauth local",
+                        "/mcp unauth nope", "/mcp unauth")]
+                    await host.until(lambda f: f["type"] == "notice"
+                                     and "requires OAuth authorization" in f["message"])
+                    listed = await host.command_output("/mcp list")
+        finally:
+            await kill_process_group(server)
+    assert said == ['Removed the OAuth credentials of "remote".',
+                    'No OAuth credentials stored for "remote".',
+                    'Server "local" is a stdio server: OAuth applies to HTTP and SSE servers.',
+                    'Server "nope" not found. Run /mcp list to see configured servers.',
+                    "Server name required. Usage: /mcp unauth <name>"]
+    assert json.loads((isolated_agent_dir / "auth.json").read_text()) == {
+        "other": {"type": "api_key", "key": "sk-other"}}
+    assert "remote | http | enabled" in listed
+    assert not [f for f in host.frames if is_open_url(f)]
+    assert notices(host, "warning") == [
+        'MCP server "remote": requires OAuth authorization: run /mcp reauth remote']

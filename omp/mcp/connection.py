@@ -134,6 +134,11 @@ class Connection:
     def timeout(self) -> float | None:
         return self.config.timeout_seconds(self.environ)
 
+    @property
+    def subscribed(self) -> frozenset[str]:
+        """The resources this connection is subscribed to (``mcp.notifications``)."""
+        return frozenset(self._subscribed)
+
     # -- the connection's life -----------------------------------------------------------
 
     async def run(self) -> None:

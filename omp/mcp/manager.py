@@ -45,7 +45,7 @@ from ..login.flows import Dialogs, LoginUI
 from ..login.oauth import LoginError
 from ..protocol import events as ev
 from ..protocol.messages import CustomMessage
-from .config import ServerConfig
+from .config import LoadedServers, ServerConfig
 from .devices import catalogue
 from .notifications import ResourceUpdates
 
@@ -71,6 +71,8 @@ class McpManager:
     """The host's UI for OAuth flows (``open_url``, the paste dialog); None: no flow runs
     (one-shot modes, ``--no-ui``)."""
     aborts: AbortRegistry | None = None
+    loader: Callable[[], LoadedServers] | None = None
+    """Reads the configuration again, as at startup (``/mcp reload``); None: no reload."""
     """Where a running OAuth flow is registered (``abort`` cancels it); None: only shutdown
     does."""
     login_ui: LoginUI | None = attrs.field(default=None, init=False)
@@ -83,6 +85,9 @@ class McpManager:
     _mounted: list[str] = attrs.field(factory=list, init=False)
     _prompt_names: list[str] = attrs.field(factory=list, init=False)
     _started: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _make: Callable[[ServerConfig], Connection] | None = attrs.field(default=None, init=False)
+    _scopes: dict[str, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    """Each connection's own scope (``/mcp reload`` stops one server)."""
 
     @property
     def enabled(self) -> list[ServerConfig]:
@@ -112,20 +117,104 @@ class McpManager:
             env = dict(os.environ)
             oauth = None if self.credentials is None else McpOAuth(self.credentials,
                                                                    self.session.http.get)
-            for config in self.enabled:
-                self.connections[config.name] = Connection(
+            def make(config: ServerConfig) -> Connection:
+                return Connection(
                     config, self.session.cwd, self._changed, self.emit, env,
                     self.session.tool_context.environment, oauth=oauth,
                     on_auth_required=self._auth_required, subscribe=updates is not None,
                     on_resource_updated=None if updates is None else functools.partial(
                         _updated, updates))
+
+            self._make = make
+            for config in self.enabled:
+                self.connections[config.name] = make(config)
             self._started.set()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if updates is not None:
                     nursery.start_soon(updates.run)
                 for connection in self.connections.values():
-                    nursery.start_soon(connection.run)
+                    self._start(connection)
+
+    def _start(self, connection: Connection) -> None:
+        assert self._nursery is not None
+        scope = self._scopes[connection.name] = trio.CancelScope()
+
+        async def serve() -> None:
+            with scope:
+                await connection.run()
+
+        self._nursery.start_soon(serve)
+
+    def reload(self) -> str:
+        """``/mcp reload``: read the configuration again and apply it now: servers added or
+        enabled start, servers removed or disabled stop (their processes ended), servers
+        whose entry changed start again; the others keep their connections."""
+        if self.loader is None or self._nursery is None or self._make is None:
+            return "MCP servers are still starting; try /mcp reload again in a moment."
+        loaded = self.loader()
+        for problem in loaded.problems:
+            self.emit(ev.Notice(level="warning", source="mcp", message=problem))
+        fresh = {s.name: s for s in loaded.servers if s.enabled}
+        stopped, started = [], []
+        for name, connection in list(self.connections.items()):
+            if fresh.get(name) != connection.config:
+                self._scopes.pop(name).cancel()
+                if (flow := self._authorizing.get(name)) is not None:
+                    flow.cancel()
+                del self.connections[name]
+                stopped.append(name)
+        for name, config in fresh.items():
+            if name not in self.connections:
+                self.connections[name] = connection = self._make(config)
+                self._start(connection)
+                started.append(name)
+        self.servers = loaded.servers
+        self._changed(None)
+        restarted = [n for n in started if n in stopped]
+        parts = [f"{verb} {', '.join(names)}" for verb, names in (
+            ("started", [n for n in started if n not in restarted]),
+            ("stopped", [n for n in stopped if n not in restarted]),
+            ("restarted", restarted)) if names]
+        return "MCP runtime reloaded: " + ("; ".join(parts) if parts
+                                           else "no server changed") + "."
+
+    async def unauthorize(self, name: str) -> str:
+        """``/mcp unauth``: forget the server's stored OAuth tokens (``auth.json``), cancel
+        its flow in progress and reconnect it without them. On cancellation the file is
+        still written (``Credentials.remove``)."""
+        from .auth import credential_id
+
+        config = next((s for s in self.servers if s.name == name), None)
+        if config is None:
+            return f'Server "{name}" not found. Run /mcp list to see configured servers.'
+        if config.transport == "stdio":
+            return f'Server "{name}" is a stdio server: OAuth applies to HTTP and SSE servers.'
+        if (flow := self._authorizing.get(name)) is not None:
+            flow.cancel()
+        removed = (self.credentials is not None
+                   and await self.credentials.remove(credential_id(config)))
+        if not removed:
+            return f'No OAuth credentials stored for "{name}".'
+        self._auto_tried.add(name)  # no flow by itself now: the user just logged out
+        if (connection := self.connections.get(name)) is not None:
+            connection.reconnect()
+        return f'Removed the OAuth credentials of "{name}".'
+
+    def notifications(self) -> str:
+        """``/mcp notifications``: whether resource updates reach the conversation, and
+        which resources each server is subscribed to."""
+        settings = self.session.settings
+        if not settings.mcp_notifications:
+            return ("MCP notifications are off: set mcp.notifications: true in config.yml to "
+                    "subscribe to the servers' resources.")
+        lines = [f"MCP notifications are on (updates gathered for "
+                 f"{settings.mcp_notification_debounce_ms} ms)."]
+        for connection in self.connections.values():
+            uris = sorted(connection.subscribed)
+            lines.append(f"{connection.name}: " + (", ".join(uris) if uris
+                                                   else "no subscribed resources"))
+        return "\n".join(lines)
 
     def _tell_updates(self, text: str) -> None:
         """Resource updates into the conversation (``omp.mcp.notifications``)."""
@@ -219,7 +308,7 @@ class McpManager:
                 for c in self.connections.values() if c.state == "connected"
                 for p in c.prompts]
 
-    def _changed(self, connection: Connection) -> None:
+    def _changed(self, connection: Connection | None) -> None:
         tools = self.tools()
         self.session.toolset.set_mcp(tools)
         self.session.mcp.own_instructions = self.instructions_block()

@@ -25,6 +25,7 @@ written); a second one cancels everything at once; SIGINT ends in ``KeyboardInte
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -236,11 +237,14 @@ def _load_mcp(runtime: Runtime) -> None:
         except ValueError as exc:
             notices.append(ev.Notice(level="warning", source="mcp",
                                      message=f"MCP server skipped: {exc}"))
-    loaded = load_servers(
-        session.cwd, session.prompt_options.agent_directory or agent_dir(),
+    # ``/mcp reload`` reads the files again the same way (the servers given to ``serve()``
+    # and the project's trust as they were at startup).
+    load = functools.partial(
+        load_servers, session.cwd, session.prompt_options.agent_directory or agent_dir(),
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects),
         extra=given, enabled_providers=session.settings.enabled_providers,
         disabled_providers=session.settings.disabled_providers)
+    loaded = load()
     notices += [ev.Notice(level="warning", source="mcp", message=p) for p in loaded.problems]
     if loaded.untrusted:
         notices.append(ev.Notice(level="warning", source="mcp", message=(
@@ -254,7 +258,7 @@ def _load_mcp(runtime: Runtime) -> None:
 
         runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit,
                                  credentials=session.registry.credentials,
-                                 aborts=runtime.aborts)
+                                 aborts=runtime.aborts, loader=load)
         if runtime.ui.enabled:
             # OAuth flows of HTTP servers talk to the user through the host's UI.
             runtime.mcp.host_ui = runtime.ui

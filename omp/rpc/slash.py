@@ -48,7 +48,7 @@ from ..commands import (
     split_command,
 )
 from ..config import ConfigError, agent_dir
-from ..mcp.commands import mcp_command, mcp_test
+from ..mcp.commands import mcp_command, mcp_test, mcp_unauth
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -514,19 +514,22 @@ def _changelog(call: Call) -> Outcome:
 
 
 def _mcp_awaits(args: str) -> bool:
-    return args.split()[:1] == ["test"]
+    return args.split()[:1] in (["test"], ["unauth"])
 
 
 def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
     """``/mcp ...``; ``test`` connects to a server (awaited: on cancellation the connection
-    is closed), the rest answers at once."""
+    is closed), ``unauth`` rewrites ``auth.json`` (awaited), the rest answers at once."""
     words = call.args.split()
     s = call.session
     if not _mcp_awaits(call.args):
         call.output(mcp_command(call.args, call.slash.mcp, s.cwd, call.slash.agent_directory))
         return LOCAL
 
-    async def test() -> Outcome:
+    async def awaited() -> Outcome:
+        if words[0] == "unauth":
+            call.output(await mcp_unauth(words[1] if len(words) > 1 else None, call.slash.mcp))
+            return LOCAL
         call.output(await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp,
                                    s.cwd, call.slash.agent_directory,
                                    trusted=call.slash.project_trusted,
@@ -535,7 +538,7 @@ def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
                                    settings=s.settings))
         return LOCAL
 
-    return test()
+    return awaited()
 
 
 def _tools(call: Call) -> Outcome:
@@ -732,11 +735,14 @@ BUILTINS: tuple[Builtin, ...] = (
             _reload, awaits=True),
     Builtin("force", "Force the next turn to use a tool", _force, hint="<tool> [prompt]"),
     Builtin("mcp", "Manage MCP servers", _mcp, awaits=True, awaits_for=_mcp_awaits,
-            hint="[list|add|remove|test|enable|disable|reconnect|reauth|help]",
+            hint="[list|add|remove|test|enable|disable|reconnect|reauth|unauth|reload|help]",
             subcommands=(("list", "List configured servers and their state"),
                          ("add", "Add a server"), ("remove", "Remove a server"),
                          ("test", "Connect to a server once"),
                          ("reauth", "Authorize a server with OAuth"),
+                         ("unauth", "Forget a server's OAuth tokens"),
+                         ("reload", "Apply the MCP configuration now"),
+                         ("notifications", "Show the resource subscriptions"),
                          ("enable", "Enable a server"), ("disable", "Disable a server"),
                          ("reconnect", "Reconnect servers now"),
                          ("prompts", "List prompts"), ("resources", "List resources"),
