@@ -13,6 +13,7 @@ from test_mcp import LIMIT, open_host, result_text, stdio_entry, write_mcp
 
 from omp.client import UiAnswer, UiHandler
 from omp.mcp.devices import schema_type
+from omp.mcp.naming import alias_candidates
 from omp.protocol.events import ExtensionUiRequest
 
 ADD_DOC = """# mcp__probe_add_numbers2 — probe/Add-Numbers2
@@ -188,3 +189,40 @@ async def test_a_device_without_a_policy_of_its_own_has_the_write_policy(
     assert result_text(ends["own"]).startswith("hi")
     assert ends["fallback"]["isError"] is True
     assert result_text(ends["fallback"]).startswith('Tool "write" is blocked by user policy.')
+
+
+async def test_names_the_model_makes_up(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """omp-surface B.6: an unregistered ``mcp__...`` name that stands for exactly one tool
+    runs it (Claude Code's ``mcp__<server>__<tool>``, the raw tool name, another case); the
+    call keeps the name the model used."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    (isolated_agent_dir / "config.yml").write_text(
+        "tools:\n  approval:\n    mcp__probe_fail: deny\n")
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    script = [tools_reply(tool_call("claude", "mcp__probe__Add-Numbers2", {"a": 1, "b": 4}),
+                          tool_call("case", "mcp__Probe_Echo", {"text": "cased"}),
+                          tool_call("unknown", "mcp__probe__nope", {}),
+                          tool_call("policy", "mcp__probe__fail", {})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_add_numbers2", "mcp__probe_echo")
+            frames = await host.prompt("call them")
+    ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
+    assert ends["claude"]["toolName"] == "mcp__probe__Add-Numbers2"
+    assert json.loads(result_text(ends["claude"])) == {"sum": 5}
+    assert ends["claude"]["result"]["details"]["mcpToolName"] == "Add-Numbers2"
+    assert result_text(ends["case"]).startswith("cased")
+    assert ends["unknown"]["isError"] is True
+    assert result_text(ends["unknown"]) == "Tool mcp__probe__nope not found"
+    # The policy is the tool's own, whatever name the model used.
+    assert result_text(ends["policy"]).startswith('Tool "mcp__probe_fail" is blocked by user')
+
+
+def test_alias_candidates() -> None:
+    assert alias_candidates("mcp__probe__add-numbers2") == ["mcp__probe_add_numbers2"]
+    # The server's prefix leaves the tool's name when minted, not when sanitised whole.
+    assert alias_candidates("mcp__git__git_log") == ["mcp__git_log", "mcp__git_git_log"]
+    assert alias_candidates("mcp__a__b") == ["mcp__a_b"]
+    assert alias_candidates("mcp__Probe_Echo") == ["mcp__probe_echo"]
