@@ -353,8 +353,8 @@ async def test_command_values(tmp_path: Path) -> None:
 
 
 def test_other_tools_files(tmp_path: Path) -> None:
-    """Codex, Gemini, Cursor, Windsurf and VS Code files (omp-surface B.1): project files with
-    no opt-in, user files only with ``enabledProviders``, in the original's order."""
+    """Codex, Gemini, opencode, Cursor, Windsurf and VS Code files (omp-surface B.1): project
+    files with no opt-in, user files only with ``enabledProviders``, in the original's order."""
     cwd, agent, home = tmp_path / "p", tmp_path / "agent", tmp_path / "home"
     (cwd / ".codex").mkdir(parents=True)
     (cwd / ".codex" / "config.toml").write_text(
@@ -365,6 +365,20 @@ def test_other_tools_files(tmp_path: Path) -> None:
     write(cwd / ".gemini" / "settings.json", {"gem-sse": {"url": "http://g/sse"},
                                               "gem-http": {"httpUrl": "http://g/mcp"},
                                               "remote": {"command": "loses"}})
+    (cwd / ".opencode").mkdir()
+    (cwd / ".opencode" / "opencode.jsonc").write_text("""{
+      // opencode's own format, with comments and trailing commas
+      "mcp": {
+        "oc-local": {"type": "local", "command": ["oc-cmd", "--flag"],
+                     "environment": {"K": "v"}, "enabled": true, /* on */ },
+        "oc-remote": {"type": "remote", "url": "https://o.example/mcp",
+                      "headers": {"X-Key": "k//not-a-comment"}, "timeout": 7000},
+        "shared": {"type": "local", "command": ["opencode-cmd"]},
+      },
+    }""")
+    (home / ".config" / "opencode").mkdir(parents=True)
+    (home / ".config" / "opencode" / "opencode.json").write_text(
+        json.dumps({"mcp": {"user-oc": {"type": "local", "command": ["uoc"]}}}))
     write(cwd / ".cursor" / "mcp.json", {"shared": {"command": "cursor-cmd"}})
     write(cwd / ".windsurf" / "mcp_config.json", {"wind": {"serverUrl": "http://w/mcp"}})
     (cwd / ".vscode").mkdir()
@@ -378,13 +392,18 @@ def test_other_tools_files(tmp_path: Path) -> None:
 
     loaded = load_servers(cwd, agent, trusted=True, environ=env, home=home)
     by_name = {s.name: s for s in loaded.servers}
-    assert list(by_name) == ["codex-one", "remote", "gem-sse", "gem-http", "shared", "wind",
-                             "vs", "last"]
+    assert list(by_name) == ["codex-one", "remote", "gem-sse", "gem-http", "oc-local",
+                             "oc-remote", "shared", "wind", "vs", "last"]
+    local, remote = by_name["oc-local"], by_name["oc-remote"]
+    assert (local.transport, local.command, local.args, local.env) == (
+        "stdio", "oc-cmd", ("--flag",), {"K": "v"})
+    assert (remote.transport, remote.url, remote.headers, remote.timeout_ms) == (
+        "http", "https://o.example/mcp", {"X-Key": "k//not-a-comment"}, 7000)
     assert (by_name["codex-one"].command, by_name["codex-one"].args,
             by_name["codex-one"].timeout_ms) == ("codex-cmd", ("-x",), 5000)
     assert by_name["remote"].headers == {"Authorization": "Bearer tok"}
     assert (by_name["gem-sse"].transport, by_name["gem-http"].transport) == ("sse", "http")
-    assert by_name["shared"].command == "cursor-cmd"
+    assert by_name["shared"].command == "opencode-cmd"  # opencode (55) before Cursor (50)
     assert by_name["wind"].url == "http://w/mcp"
     assert by_name["vs"].transport == "sse"
     assert loaded.problems == ()
@@ -398,7 +417,8 @@ def test_other_tools_files(tmp_path: Path) -> None:
     assert {s.name: s.command for s in some.servers}["vs"] == "mcp-json-loses"
     every = load_servers(cwd, agent, trusted=True, environ=env, home=home,
                          enabled_providers={"all"})
-    assert {"user-cursor", "user-claude"} <= {s.name for s in every.servers}
+    assert {"user-cursor", "user-claude", "user-oc"} <= {s.name for s in every.servers}
+    assert "user-oc" not in names
     # A project's files need a trusted project, like every project server.
     untrusted = load_servers(cwd, agent, trusted=False, environ=env, home=home,
                              enabled_providers={"cursor"})

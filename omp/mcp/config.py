@@ -217,8 +217,8 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     users = dict(user_sources(home or Path.home(), env))
     if opted_in("claude", enabled_providers, env):
         sources.append(("claude", "user", users["claude"], native))
-    for provider, path in project_sources(cwd):
-        sources.append((provider, "project", [path], foreign(provider)))
+    for provider, paths in project_sources(cwd):
+        sources.append((provider, "project", paths, foreign(provider)))
         if provider in users and opted_in(provider, enabled_providers, env):
             sources.append((provider, "user", users[provider], foreign(provider)))
     sources += [("mcp-json", "project", files, native) for files in projects[3:]]
@@ -246,21 +246,29 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
 # -- other tools' files (their formats: ``omp.mcp.foreign``) --------------------------------
 
 
-def project_sources(cwd: Path) -> list[tuple[str, Path]]:
-    return [("codex", cwd / ".codex" / "config.toml"),
-            ("gemini", cwd / ".gemini" / "settings.json"),
-            ("cursor", cwd / ".cursor" / "mcp.json"),
-            ("windsurf", cwd / ".windsurf" / "mcp_config.json"),
-            ("vscode", cwd / ".vscode" / "mcp.json")]
+def project_sources(cwd: Path) -> list[tuple[str, list[Path]]]:
+    """By provider, in the original's order, its project files (alternatives: the first
+    non-empty counts)."""
+    return [("codex", [cwd / ".codex" / "config.toml"]),
+            ("gemini", [cwd / ".gemini" / "settings.json"]),
+            ("opencode", [cwd / "opencode.json", cwd / "opencode.jsonc",
+                          cwd / ".opencode" / "opencode.json",
+                          cwd / ".opencode" / "opencode.jsonc"]),
+            ("cursor", [cwd / ".cursor" / "mcp.json"]),
+            ("windsurf", [cwd / ".windsurf" / "mcp_config.json"]),
+            ("vscode", [cwd / ".vscode" / "mcp.json"])]
 
 
 def user_sources(home: Path, environ: Mapping[str, str]) -> list[tuple[str, list[Path]]]:
     """By provider, its user files (alternatives: the first non-empty counts)."""
     claude = Path(environ["CLAUDE_CONFIG_DIR"]) if environ.get("CLAUDE_CONFIG_DIR") else None
+    xdg = Path(environ["XDG_CONFIG_HOME"]) if environ.get("XDG_CONFIG_HOME") else None
+    opencode = (xdg or home / ".config") / "opencode"
     return [("claude", [claude / ".claude.json", claude / "mcp.json"] if claude
              else [home / ".claude.json", home / ".claude" / "mcp.json"]),
             ("codex", [home / ".codex" / "config.toml"]),
             ("gemini", [home / ".gemini" / "settings.json"]),
+            ("opencode", [opencode / "opencode.json", opencode / "opencode.jsonc"]),
             ("cursor", [home / ".cursor" / "mcp.json"]),
             ("windsurf", [home / ".codeium" / "windsurf" / "mcp_config.json"])]
 
