@@ -247,6 +247,28 @@ async def test_trusted_project_servers_start_and_project_beats_user(
         f"a | stdio | enabled | {sys.executable} [project] | connected"]
 
 
+async def test_a_plugin_dirs_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """``--plugin-dir`` (omp-surface A.4): the plugin's ``.mcp.json`` servers run, named
+    ``<plugin>:<server>`` (tools ``mcp__myplug_probe_*``), in an untrusted project too."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    plugin = tmp_path / "plugin"
+    (plugin / ".claude-plugin").mkdir(parents=True)
+    (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps({"name": "myplug"}))
+    (plugin / ".mcp.json").write_text(json.dumps({"probe": stdio_entry()}))  # the flat shape
+    script = [tools_reply(tool_call("c", "mcp__myplug_probe_echo", {"text": "from a plugin"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script,
+                             args=["--plugin-dir", str(plugin)]) as host:
+            await host.mounted("mcp__myplug_probe_echo")
+            listed = await host.command_output("/mcp list")
+            frames = await host.prompt("call it")
+    assert listed == f"myplug:probe | stdio | enabled | {sys.executable} [plugin] | connected"
+    (end,) = of_type(frames, "tool_execution_end")
+    assert result_text(end).startswith("from a plugin")
+
+
 async def test_a_server_that_crashes_mid_call_reconnects(tmp_path: Path,
                                                          isolated_agent_dir: Path) -> None:
     cwd = tmp_path / "project"

@@ -493,3 +493,44 @@ async def test_resource_updates_are_told_together(autojump_clock: trio.testing.M
               'Use read(path="mcp://<uri>") to inspect if relevant.'),
         (2.7, "[MCP notification] 1 resource(s) updated:\n- mcp://x://y (other)\n"
               'Use read(path="mcp://<uri>") to inspect if relevant.')]
+
+
+def test_plugin_dir_servers(tmp_path: Path) -> None:
+    """``--plugin-dir`` plugins' servers (omp-surface A.4, B.1): named ``<plugin>:<server>``,
+    from the manifest's ``mcpServers`` or the plugin's ``.mcp.json`` (nested or flat), the
+    plugin's root in ``${CLAUDE_PLUGIN_ROOT}``; no project trust needed; values literal."""
+    cwd, agent = tmp_path / "p", tmp_path / "agent"
+    cwd.mkdir()
+    named, flat, inline, outside = (tmp_path / n for n in ("named", "flat", "inline", "out"))
+    (named / ".claude-plugin").mkdir(parents=True)
+    (named / ".claude-plugin" / "plugin.json").write_text(json.dumps({"name": "myplug"}))
+    write(named / ".mcp.json", {"probe": {"command": "${CLAUDE_PLUGIN_ROOT}/bin/server",
+                                          "env": {"KEY": "!echo not-run"}}})
+    flat.mkdir()
+    (flat / ".mcp.json").write_text(json.dumps({"$schema": "x", "tool": {"url": "http://f/mcp"}}))
+    (inline / "plugin.json").parent.mkdir()
+    (inline / "plugin.json").write_text(json.dumps({
+        "name": "inl", "mcpServers": {"s": {"command": "${OMP_PLUGIN_ROOT}/s"}}}))
+    (outside / "plugin.json").parent.mkdir()
+    (outside / "plugin.json").write_text(json.dumps({"mcpServers": "../flat/.mcp.json"}))
+    write(agent / "mcp.json", {"myplug:probe": {"command": "user-wins"}})
+    loaded = load_servers(cwd, agent, trusted=False, environ={}, home=tmp_path / "home",
+                          plugin_dirs=[named, flat, inline, outside])
+    by_name = {s.name: s for s in loaded.servers}
+    assert list(by_name) == ["myplug:probe", "flat:tool", "inl:s"]
+    assert by_name["myplug:probe"].command == "user-wins"  # the user's file comes first
+    assert by_name["flat:tool"].url == "http://f/mcp"
+    assert by_name["flat:tool"].scope == "plugin"
+    assert by_name["inl:s"].command == f"{inline.resolve()}/s"
+    assert loaded.problems == (f"MCP config skipped: {outside / 'plugin.json'}: mcpServers "
+                               "must name a file inside the plugin",)
+    alone = load_servers(cwd, tmp_path / "none", trusted=False, environ={},
+                         home=tmp_path / "home", plugin_dirs=[named])
+    (probe,) = alone.servers
+    assert probe.command == f"{named.resolve()}/bin/server"
+    assert probe.literal is True
+    assert probe.env == {"KEY": "!echo not-run"}
+    skipped = load_servers(cwd, tmp_path / "none", trusted=False, environ={},
+                           home=tmp_path / "home", plugin_dirs=[named],
+                           disabled_providers={"claude-plugins"})
+    assert skipped.servers == ()

@@ -7,12 +7,15 @@ is never used, even when the winner is disabled):
 1. ``<cwd>/.omp/mcp.json``, ``<cwd>/.omp/.mcp.json`` (project, the original's native files);
 2. ``<agentDir>/mcp.json``, ``<agentDir>/.mcp.json`` (user);
 3. the first non-empty of ``<cwd>/.claude/.mcp.json``, ``<cwd>/.claude/mcp.json`` (project);
-4. with ``enabledProviders``: Claude's user files; then Codex, Gemini, Cursor, Windsurf and VS
-   Code files, project (and, opted in, user) ones (``omp.mcp.foreign``);
+4. with ``enabledProviders``: Claude's user files; the ``--plugin-dir`` plugins' servers
+   (``plugin_servers``: the manifest's ``mcpServers`` or the plugin's ``.mcp.json``, each
+   named ``<plugin>:<server>``); then Codex, Gemini, opencode, Cursor, Windsurf and VS Code
+   files, project (and, opted in, user) ones (``omp.mcp.foreign``);
 5. ``<cwd>/mcp.json``, ``<cwd>/.mcp.json`` (project, Claude Desktop / Claude Code shape).
 
-A provider named in ``disabledProviders`` (``native``, ``claude``, ``codex``, ``gemini``,
-``cursor``, ``windsurf``, ``vscode``, ``mcp-json``) is not read.
+A provider named in ``disabledProviders`` (``native``, ``claude``, ``claude-plugins``,
+``codex``, ``gemini``, ``opencode``, ``cursor``, ``windsurf``, ``vscode``, ``mcp-json``) is not
+read.
 
 Every file is ``{"mcpServers": {"<name>": {entry}}}``. A project's servers run code from the
 repository, so they are used only in a trusted project (``--trust-project`` or
@@ -48,7 +51,7 @@ import attrs
 from ..config import ConfigError, read_json_mapping
 
 Transport = Literal["stdio", "http", "sse"]
-Scope = Literal["user", "project", "host"]
+Scope = Literal["user", "project", "host", "plugin"]
 DEFAULT_TIMEOUT_MS = 30_000.0
 """Connection and per-request timeout when an entry has no ``timeout`` (the original's)."""
 TIMEOUT_VARIABLE = "OMP_MCP_TIMEOUT_MS"
@@ -80,6 +83,9 @@ class ServerConfig:
     scope: Scope = "user"
     source: Path | None = None
     """The file it came from (None: given to ``serve()``)."""
+    literal: bool = False
+    """A plugin's entry: its ``env`` / ``headers`` values are used as written (no ``!command``
+    run, no variable looked up at connect time), as the original exempts them."""
 
     def timeout_seconds(self, environ: Mapping[str, str] | None = None) -> float | None:
         """Connect and per-request timeout: ``$OMP_MCP_TIMEOUT_MS``, else the entry's, else
@@ -169,7 +175,8 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
                  extra: Sequence[ServerConfig] = (),
                  enabled_providers: Collection[str] = (),
                  disabled_providers: Collection[str] = (),
-                 home: Path | None = None) -> LoadedServers:
+                 home: Path | None = None,
+                 plugin_dirs: Sequence[Path] = ()) -> LoadedServers:
     """Every configured server (``extra``, given to ``serve()``, first: the host's choice wins
     over the files), then the files in the original's order (the module; other tools' files:
     ``omp.mcp.foreign``, their user files only for ``enabled_providers``; a provider in
@@ -217,6 +224,12 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     users = dict(user_sources(home or Path.home(), env))
     if opted_in("claude", enabled_providers, env):
         sources.append(("claude", "user", users["claude"], native))
+
+    def plugin(directory: Path, scope: Scope) -> list[ServerConfig]:
+        return plugin_servers(directory, env, problems)
+
+    # ``--plugin-dir``: the user's choice on the command line (no project trust needed).
+    sources += [("claude-plugins", "plugin", [d], plugin) for d in plugin_dirs]
     for provider, paths in project_sources(cwd):
         sources.append((provider, "project", paths, foreign(provider)))
         if provider in users and opted_in(provider, enabled_providers, env):
@@ -241,6 +254,61 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     # A project server that a user server of its name replaces anyway is not news.
     left_out = tuple(dict.fromkeys(n for n in untrusted if n not in taken))
     return LoadedServers(tuple(servers), left_out, tuple(problems))
+
+
+# -- plugins ----------------------------------------------------------------------------------
+
+
+def plugin_name(directory: Path) -> str:
+    """A Claude-Code-style plugin's name: its manifest's ``name`` (``.claude-plugin/plugin.json``,
+    else ``plugin.json``), else the directory's name."""
+    for manifest in (directory / ".claude-plugin" / "plugin.json", directory / "plugin.json"):
+        raw = _read_quietly(manifest)
+        if raw is not None and isinstance(raw.get("name"), str) and raw["name"].strip():
+            return str(raw["name"]).strip()
+    return directory.resolve().name
+
+
+def plugin_servers(directory: Path, environ: Mapping[str, str], problems: list[str]
+                   ) -> list[ServerConfig]:
+    """The MCP servers of the plugin in ``directory`` (omp-surface A.4): its manifest's
+    ``mcpServers`` (an object, or the path of a file inside the plugin), else its
+    ``.mcp.json``; a file nested (``{"mcpServers": ...}``) or flat (``{"<name>": ...}``).
+    Each is named ``<plugin>:<server>``; ``${CLAUDE_PLUGIN_ROOT}`` / ``${OMP_PLUGIN_ROOT}`` are
+    the plugin's directory."""
+    name = plugin_name(directory)
+    servers: Any = None
+    path = directory / ".mcp.json"
+    for manifest in (directory / ".claude-plugin" / "plugin.json", directory / "plugin.json"):
+        declared = (_read_quietly(manifest) or {}).get("mcpServers")
+        if isinstance(declared, dict):
+            servers, path = declared, manifest
+            break
+        if isinstance(declared, str):
+            path = (directory / declared).resolve()
+            if not path.is_relative_to(directory.resolve()):
+                problems.append(f"MCP config skipped: {manifest}: mcpServers must name a file "
+                                "inside the plugin")
+                return []
+            break
+    if servers is None:
+        raw = _read(path, problems)
+        if raw is None:
+            return []
+        servers = raw["mcpServers"] if isinstance(raw.get("mcpServers"), dict) else {
+            k: v for k, v in raw.items() if not str(k).startswith("$")}  # flat; not "$schema"
+    root = str(directory.resolve())
+    env = {**environ, "CLAUDE_PLUGIN_ROOT": root, "OMP_PLUGIN_ROOT": root}
+    found = _entries({"mcpServers": {f"{name}:{k}": v for k, v in servers.items()}}, path,
+                     "plugin", env, problems)
+    return [attrs.evolve(s, literal=True) for s in found]
+
+
+def _read_quietly(path: Path) -> dict[Any, Any] | None:
+    try:
+        return read_json_mapping(path, "an object") if path.is_file() else None
+    except (ConfigError, OSError):
+        return None
 
 
 # -- other tools' files (their formats: ``omp.mcp.foreign``) --------------------------------

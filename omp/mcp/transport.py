@@ -61,21 +61,24 @@ async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, 
         async with _stdio(config, cwd, environ, policy, secrets) as streams:
             yield streams
     else:
-        headers = await resolve_values(config.headers, environ, cwd, policy, secrets)
+        headers = await resolve_values(config.headers, environ, cwd, policy, secrets,
+                                       literal=config.literal)
         async with _http(config, headers, environ, auth) as streams:
             yield streams
 
 
 async def resolve_values(values: Mapping[str, str], environ: Mapping[str, str], cwd: Path,
-                         policy: EnvironmentPolicy, secrets: set[str] | None = None
-                         ) -> dict[str, str]:
+                         policy: EnvironmentPolicy, secrets: set[str] | None = None, *,
+                         literal: bool = False) -> dict[str, str]:
     """Connect-time values of an entry's ``env`` / ``headers`` (omp-surface B.2): a value
     starting with ``!`` is a shell command whose trimmed stdout is the value (run with
     ``/bin/sh -c`` in the project directory, the session's environment, at most
     ``COMMAND_SECONDS``, as its own process group); a value naming a set variable is that
     variable's value; anything else is literal. A key whose value comes out empty (a command
-    that failed, timed out or printed nothing) is left out. On cancellation a running
-    command's group is ended."""
+    that failed, timed out or printed nothing) is left out. ``literal`` (a plugin's entry):
+    every value as written. On cancellation a running command's group is ended."""
+    if literal:
+        return {k: v for k, v in values.items() if v}
     out: dict[str, str] = {}
     for key, raw in values.items():
         if raw.startswith("!"):
@@ -123,7 +126,8 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
                  policy: EnvironmentPolicy, secrets: set[str] | None
                  ) -> AsyncIterator[Streams]:
     assert config.command is not None
-    values = await resolve_values(config.env, environ, cwd, policy, secrets)
+    values = await resolve_values(config.env, environ, cwd, policy, secrets,
+                                  literal=config.literal)
     env = child_environment(policy, values, environ=environ)
     where = cwd / config.cwd if config.cwd else cwd
     proc = await open_process_group([config.command, *config.args], stdin=subprocess.PIPE,

@@ -243,7 +243,8 @@ def _load_mcp(runtime: Runtime) -> None:
         load_servers, session.cwd, session.prompt_options.agent_directory or agent_dir(),
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects),
         extra=given, enabled_providers=session.settings.enabled_providers,
-        disabled_providers=session.settings.disabled_providers)
+        disabled_providers=session.settings.disabled_providers,
+        plugin_dirs=options.plugin_dirs)
     loaded = load()
     notices += [ev.Notice(level="warning", source="mcp", message=p) for p in loaded.problems]
     if loaded.untrusted:
