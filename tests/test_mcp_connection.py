@@ -534,3 +534,45 @@ def test_plugin_dir_servers(tmp_path: Path) -> None:
                            home=tmp_path / "home", plugin_dirs=[named],
                            disabled_providers={"claude-plugins"})
     assert skipped.servers == ()
+
+
+async def test_a_stdio_server_gets_its_stored_login(tmp_path: Path) -> None:
+    """omp-surface B.11: a stdio server with ``auth.credentialId`` gets that stored OAuth
+    login's access token as ``OAUTH_ACCESS_TOKEN``; it is redacted like other secrets. Without
+    the id nothing is given."""
+    import httpx
+
+    from omp.login.store import Credentials, OAuthTokens
+    from omp.mcp.auth import McpOAuth
+    from omp.mcp.connection import Connection, McpTool
+
+    token = "at-stdio-secret-123"
+    credentials = Credentials(None, {"my-login": OAuthTokens(token, None, 2**41)})
+    async with httpx.AsyncClient() as client:
+        oauth = McpOAuth(credentials, lambda: client)
+        given = parse_entry("probe", probe(auth={"type": "oauth", "credentialId": "my-login"}))
+        plain = parse_entry("plain", probe())
+        seen = Recorder()
+
+        async def no_update(_: object) -> None:
+            return None
+
+        got = {}
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                for config in (given, plain):
+                    connection = Connection(config, tmp_path, seen.on_change, seen.emit,
+                                            oauth=oauth)
+                    nursery.start_soon(connection.run)
+                    await connection.wait_settled()
+                    env = {t.name: McpTool.of(connection, t) for t in connection.tools}["env"]
+                    result = await env.execute("c", {"name": "OAUTH_ACCESS_TOKEN"},
+                                               on_update=no_update)
+                    text = result.content[0].text  # type: ignore[union-attr]
+                    got[config.name] = (text.split("\n", 1)[0],
+                                        connection.redact(f"token {token}"))
+                nursery.cancel_scope.cancel()
+    assert got["probe"] == (token, "token [redacted]")
+    assert got["plain"][0] == "<unset>"
+    with pytest.raises(ValueError, match=r'"auth\.credentialId" a string'):
+        parse_entry("bad", probe(auth={"credentialId": 3}))

@@ -80,6 +80,9 @@ class ServerConfig:
     """``oauth.scope``: space-separated scopes to ask for."""
     oauth_callback_port: int | None = None
     """``oauth.callbackPort``: the loopback port of the OAuth redirect."""
+    credential_id: str | None = None
+    """``auth.credentialId``: where the server's OAuth tokens are kept in ``auth.json`` (else
+    under its URL, ``omp.mcp.auth.credential_id``); a stdio server gets them only so."""
     scope: Scope = "user"
     source: Path | None = None
     """The file it came from (None: given to ``serve()``)."""
@@ -443,6 +446,11 @@ def parse_entry(name: str, entry: Any, environ: Mapping[str, str] | None = None,
     if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                              or not 0 < port < 65536):
         raise ValueError(f'{where}: "oauth.callbackPort" must be a port number')
+    auth = entry.get("auth") or {}
+    credential = auth.get("credentialId") if isinstance(auth, dict) else None
+    if not isinstance(auth, dict) or (credential is not None and not isinstance(credential,
+                                                                                 str)):
+        raise ValueError(f'{where}: "auth" must be an object, "auth.credentialId" a string')
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ValueError(f'{where}: "args" must be a list of strings')
@@ -452,7 +460,8 @@ def parse_entry(name: str, entry: Any, environ: Mapping[str, str] | None = None,
         url=url, headers=mapping("headers"), enabled=_enabled(entry.get("enabled"), where),
         timeout_ms=_timeout(entry.get("timeout"), where), scope=scope, source=source,
         oauth_client_id=expand(client_id, env) if client_id else None,
-        oauth_scope=scopes or None, oauth_callback_port=port)
+        oauth_scope=scopes or None, oauth_callback_port=port,
+        credential_id=expand(credential, env) if credential else None)
 
 
 def _enabled(value: Any, where: str) -> bool:

@@ -188,7 +188,7 @@ class McpManager:
         config = next((s for s in self.servers if s.name == name), None)
         if config is None:
             return f'Server "{name}" not found. Run /mcp list to see configured servers.'
-        if config.transport == "stdio":
+        if config.transport == "stdio" and config.credential_id is None:
             return f'Server "{name}" is a stdio server: OAuth applies to HTTP and SSE servers.'
         if (flow := self._authorizing.get(name)) is not None:
             flow.cancel()

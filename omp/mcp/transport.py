@@ -51,14 +51,16 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
 async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
                          policy: EnvironmentPolicy = DEFAULT_POLICY,
                          auth: httpx.Auth | None = None,
-                         secrets: set[str] | None = None) -> AsyncIterator[Streams]:
+                         secrets: set[str] | None = None,
+                         extra_env: Mapping[str, str] | None = None) -> AsyncIterator[Streams]:
     """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
     through the session's ``policy``, then the entry's ``env``; an HTTP server's requests
     pass ``auth``, ``omp.mcp.auth.BearerAuth``; the values ``!command``s printed are added to
-    ``secrets``, for redaction). Raises OSError when a stdio server cannot be
+    ``secrets``, for redaction; ``extra_env``: more of a stdio server's environment, over the
+    entry's, e.g. its ``OAUTH_ACCESS_TOKEN``). Raises OSError when a stdio server cannot be
     started. On exit (cancellation included) everything it started is ended."""
     if config.transport == "stdio":
-        async with _stdio(config, cwd, environ, policy, secrets) as streams:
+        async with _stdio(config, cwd, environ, policy, secrets, extra_env or {}) as streams:
             yield streams
     else:
         headers = await resolve_values(config.headers, environ, cwd, policy, secrets,
@@ -123,11 +125,12 @@ async def _command_value(command: str, environ: Mapping[str, str], cwd: Path,
 
 @contextlib.asynccontextmanager
 async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
-                 policy: EnvironmentPolicy, secrets: set[str] | None
-                 ) -> AsyncIterator[Streams]:
+                 policy: EnvironmentPolicy, secrets: set[str] | None,
+                 extra_env: Mapping[str, str]) -> AsyncIterator[Streams]:
     assert config.command is not None
     values = await resolve_values(config.env, environ, cwd, policy, secrets,
                                   literal=config.literal)
+    values.update(extra_env)
     env = child_environment(policy, values, environ=environ)
     where = cwd / config.cwd if config.cwd else cwd
     proc = await open_process_group([config.command, *config.args], stdin=subprocess.PIPE,
