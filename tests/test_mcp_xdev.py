@@ -5,16 +5,20 @@ devices with ``read`` and ``write``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 import trio
 from agent_helpers import of_type, text_reply, tool_call, tools_reply
 from test_mcp import LIMIT, open_host, result_text, stdio_entry, write_mcp
 
 from omp.client import UiAnswer, UiHandler
+from omp.config import ConfigError
 from omp.mcp.devices import schema_type
 from omp.mcp.naming import alias_candidates
 from omp.protocol.events import ExtensionUiRequest
+from omp.session.settings import Settings, load_settings
 
 ADD_DOC = """# mcp__probe_add_numbers2 — probe/Add-Numbers2
 
@@ -226,3 +230,38 @@ def test_alias_candidates() -> None:
     assert alias_candidates("mcp__git__git_log") == ["mcp__git_log", "mcp__git_git_log"]
     assert alias_candidates("mcp__a__b") == ["mcp__a_b"]
     assert alias_candidates("mcp__Probe_Echo") == ["mcp__probe_echo"]
+
+
+def test_xdev_docs_settings(tmp_path: Path) -> None:
+    (tmp_path / "config.yml").write_text(
+        "tools:\n  xdevDocs: inline\n  xdevInlineDevices: ['mcp__a_*']\n")
+    settings = load_settings(tmp_path, tmp_path)
+    assert (settings.xdev_docs, settings.xdev_inline_devices) == ("inline", ("mcp__a_*",))
+    assert (Settings().xdev_docs, Settings().xdev_inline_devices) == ("builtins", ())
+    for text, key in (("tools:\n  xdevDocs: everything\n", "$.tools.xdevDocs"),
+                      ("tools:\n  xdevInlineDevices: mcp__a\n", "$.tools.xdevInlineDevices")):
+        (tmp_path / "config.yml").write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            load_settings(tmp_path, tmp_path)
+
+
+async def test_device_docs_inline(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """``tools.xdevInlineDevices`` (``builtins`` mode): the matching devices' docs are in the
+    system prompt, the others are on demand; ``tools.xdevDocs: inline``: every device's."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    systems = []
+    for config in ("tools:\n  xdevInlineDevices: ['mcp__probe_add_*']\n",
+                   "tools:\n  xdevDocs: inline\n"):
+        (isolated_agent_dir / "config.yml").write_text(config)
+        with trio.fail_after(LIMIT):
+            async with open_host(cwd, isolated_agent_dir, [text_reply("ok")]) as host:
+                await host.mounted("mcp__probe_add_numbers2", "mcp__probe_echo")
+                await host.prompt("hi")
+        systems.append(json.loads(host.fake.requests[0].body)["messages"][0]["content"])
+    some, every = systems
+    assert "\n## Device docs\n" + ADD_DOC in some
+    assert "# mcp__probe_echo — " not in some
+    assert ADD_DOC in every
+    assert "# mcp__probe_echo — probe/echo\n\nEcho the text back." in every

@@ -5,8 +5,9 @@ tools: they are *mounted* as devices the model drives with the ordinary ``read``
 tools, and the system prompt lists them (``catalogue``). ``read xd://`` lists the devices,
 ``read xd://<name>`` gives one device's docs (its description and its input schema as a
 TypeScript-style type), ``write xd://<name>`` with a JSON object as ``content`` executes the
-tool with that object as its arguments. A call by the minted name still runs (the session keeps
-the tools callable, ``ToolSet.devices``).
+tool with that object as its arguments. ``tools.xdevDocs: inline`` (or a name matching
+``tools.xdevInlineDevices``) puts the docs in the system prompt too. A call by the minted
+name still runs (the session keeps the tools callable, ``ToolSet.devices``).
 
 ``McpDevices`` is the session's ``omp.tools.base.Devices``; it reads the session's MCP tools at
 each use, so a server that connects or changes is seen at once. Approval (omp-surface C.2) is
@@ -16,11 +17,13 @@ back to ``tools.approval.write``); content that is no JSON object, or a device n
 ``exec`` under ``write``'s policy. ``?`` (the docs) is ``read``. The device's call itself asks
 nothing more. Differences from the original: ``xd://<name>`` dispatches MCP tools only (the
 original also dispatches the active top-level tools that way, which would run ``bash`` under
-``write``'s approval tier), and ``tools.xdevDocs`` is not read (the ``builtins`` catalogue).
+``write``'s approval tier); ``tools.xdevDocs: catalog`` ("lists only" in the spec, with
+nothing more said) lists the devices as ``builtins`` does.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -128,9 +131,12 @@ def device_doc(tool: Tool) -> str:
                       f"Execute by writing JSON to xd://{tool.name}."])
 
 
-def catalogue(tools: Sequence[Tool]) -> str | None:
+def catalogue(tools: Sequence[Tool], docs: str = "builtins",
+              inline: Sequence[str] = ()) -> str | None:
     """The system prompt's device catalogue and routes (the original's sections), or None
-    when no device is mounted."""
+    when no device is mounted. ``docs`` (``tools.xdevDocs``) ``inline``: every device's docs
+    follow; else those of the devices ``inline`` (``tools.xdevInlineDevices``, globs) names,
+    in ``builtins`` mode."""
     if not tools:
         return None
     lines = ["## Additional devices (docs on demand)"]
@@ -140,7 +146,11 @@ def catalogue(tools: Sequence[Tool]) -> str | None:
     for tool in tools:
         original = getattr(getattr(tool, "tool", None), "name", tool.name)
         lines.append(f'- "{original}" → `xd://{tool.name}`')
-    return "\n".join(lines)
+    inlined = [t for t in tools if docs == "inline" or (
+        docs == "builtins" and any(fnmatch.fnmatchcase(t.name, g) for g in inline))]
+    if inlined:
+        lines += ["", "## Device docs", *(f"{device_doc(t)}\n" for t in inlined)]
+    return "\n".join(lines).rstrip("\n")
 
 
 def schema_type(schema: Any, indent: str = "") -> str:

@@ -337,7 +337,8 @@ class McpManager:
         None when there is neither."""
         devices = None
         if self.session.settings.xdev:
-            devices = catalogue(self.tools())
+            settings = self.session.settings
+            devices = catalogue(self.tools(), settings.xdev_docs, settings.xdev_inline_devices)
         found = [(c.name, c.instructions) for c in self.connections.values()
                  if c.instructions and c.state == "connected"]
         if not found:
