@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     request, stall = StreamOptions().first_event_timeout, StreamOptions().idle_timeout
     parser = argparse.ArgumentParser(
         prog="omp",
+        # Written out: every option in the usage line is 14 lines of noise above a usage error,
+        # and argparse builds that line at every start (parse_intermixed_args), about 1 ms.
+        usage="omp [options] [@FILE ...] [MESSAGE ...]\n       omp acp|models|schema ...",
         description="A coding-agent runtime on trio. With --mode rpc it reads JSON commands, one "
         "per line, on stdin and writes JSON frames, one per line, on stdout. With messages "
         "(or a piped stdin) it runs them once, one prompt each, and exits. Subcommands: "
@@ -119,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "gets an ask tool whose questions go to the host; text: print the final "
                         "answer; json: write the session header and the run's events as JSON "
                         "lines; acp: the Agent Client Protocol for editors (also `omp acp`)")
+    parser.add_argument("--acp-terminal-auth", action="store_true",
+                        help="with acp: log in to a provider in this terminal (what an editor "
+                        "runs for the ACP auth method `terminal`), then exit")
     parser.add_argument("-p", "--print", action="store_true",
                         help="run the messages once and print the final answer (--mode text)")
     models = parser.add_argument_group("model")
@@ -455,6 +461,12 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
     if args.max_line_bytes is not None:
         options.max_line_bytes = args.max_line_bytes
     try:
+        if mode == "acp" and args.acp_terminal_auth:
+            from .acp.terminal_auth import terminal_login
+
+            return trio.run(terminal_login, options)
+        if args.acp_terminal_auth:
+            raise UsageError("--acp-terminal-auth is for `omp acp`")
         if mode == "acp":
             from .acp.main import run_acp  # only now: --mode rpc never imports ACP
 

@@ -341,6 +341,12 @@ def _struct_hook(cls: type[msgspec.Struct], converter: cattrs.Converter
     hints = typing.get_type_hints(cls)
     names = msgspec.structs.fields(cls)
     fields = {f.encode_name: (f.name, hints[f.name]) for f in names}
+    required = [f.encode_name for f in names if f.required]
+
+    def noted(exc: Exception, key: str) -> Exception:
+        exc.__notes__ = [*getattr(exc, "__notes__", []), AttributeValidationNote(
+            f"Structuring class {cls.__qualname__} @ attribute {key}", key, fields[key][1])]
+        return exc
 
     def structure(raw: dict[Any, Any], _: Any) -> Any:
         values: dict[str, Any] = {}
@@ -352,9 +358,9 @@ def _struct_hook(cls: type[msgspec.Struct], converter: cattrs.Converter
             try:
                 values[name] = converter.structure(value, type_)
             except Exception as exc:
-                exc.__notes__ = [*getattr(exc, "__notes__", []), AttributeValidationNote(
-                    f"Structuring class {cls.__qualname__} @ attribute {key}", key, type_)]
-                errors.append(exc)
+                errors.append(noted(exc, key))
+        # cattrs words a KeyError as "required field missing".
+        errors += [noted(KeyError(key), key) for key in required if key not in raw]
         unknown = set(raw) - set(fields)
         if unknown:
             errors.append(ForbiddenExtraKeysError("", cls, unknown))

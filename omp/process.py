@@ -233,6 +233,25 @@ def _children(exclude: frozenset[int]) -> list[_Stat]:
     return [p for p in _processes() or () if p.ppid == me and p.pid not in exclude]
 
 
+def _children_at_start() -> frozenset[int]:
+    """The children this process has when it starts serving: the kernel's list of each
+    thread's children (``/proc/self/task/*/children``), one small file instead of every
+    process's ``stat`` (a busy machine has thousands); the whole scan where the kernel has no
+    such list. (That list may miss a child being reparented meanwhile, which at the start
+    only an orphan of the process that exec'd us could be: the scans at the end stay whole.)"""
+    try:
+        tasks = os.listdir("/proc/self/task")
+        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as f:
+            pids = {int(pid) for pid in f.read().split()}
+    except (OSError, ValueError):
+        return frozenset(p.pid for p in _children(frozenset()))
+    for tid in tasks:
+        with contextlib.suppress(OSError, ValueError), \
+                open(f"/proc/self/task/{tid}/children", "rb") as f:
+            pids.update(int(pid) for pid in f.read().split())
+    return frozenset(pids)
+
+
 def _signal_orphan(p: _Stat, sig: int) -> None:
     # An orphan that leads its group (``setsid x``) takes its group with it; else only itself.
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -428,7 +447,7 @@ async def adopt_orphans() -> AsyncIterator[None]:
     if previous is None:
         yield
         return
-    orphanage = _Orphanage(frozenset(p.pid for p in _children(frozenset())))
+    orphanage = _Orphanage(_children_at_start())
     try:
         if not _pidfds_work():  # no way to tell trio's children from orphans: only the end
             yield

@@ -372,19 +372,25 @@ async def test_one_shot_mode_has_no_ui_to_ask(cwd: Path) -> None:
     assert not (cwd / "json.txt").exists()
 
 
-async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
-                                                        isolated_agent_dir: Path) -> None:
-    (isolated_agent_dir / "config.yml").write_text(
+def subagent_touch_script(agent_dir: Path) -> list[dict[str, Any]]:
+    """A task child that touches kid.txt (asking, under always-ask) then yields; the task tool
+    itself allowed, background children off."""
+    (agent_dir / "config.yml").write_text(
         "async:\n  enabled: false\n"
         "tools:\n  approvalMode: always-ask\n  approval:\n    task: allow\n")
     child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
-    script = [
+    return [
         {"match": child, **tools_reply(touch_call("k1", "kid.txt"))},
         {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
         {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
         tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
             {"name": "Kid", "task": "Alpha: touch the file"}]})),
     ]
+
+
+async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
+                                                        isolated_agent_dir: Path) -> None:
+    script = subagent_touch_script(isolated_agent_dir)
     with trio.fail_after(LIMIT):
         async with open_fake_llm(script) as fake:
             write_models_yml(isolated_agent_dir, fake.base_url)
@@ -652,17 +658,7 @@ async def test_extensions_hear_of_a_subagents_call_by_its_own_session(
         cwd: Path, tmp_path: Path, isolated_agent_dir: Path) -> None:
     log = tmp_path / "events.jsonl"
     install_watcher(isolated_agent_dir, log)
-    (isolated_agent_dir / "config.yml").write_text(
-        "async:\n  enabled: false\n"
-        "tools:\n  approvalMode: always-ask\n  approval:\n    task: allow\n")
-    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
-    script = [
-        {"match": child, **tools_reply(touch_call("k1", "kid.txt"))},
-        {"match": child, **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
-        {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
-        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
-            {"name": "Kid", "task": "Alpha: touch the file"}]})),
-    ]
+    script = subagent_touch_script(isolated_agent_dir)
     with trio.fail_after(LIMIT):
         async with open_fake_llm(script) as fake:
             write_models_yml(isolated_agent_dir, fake.base_url)
@@ -685,3 +681,55 @@ async def test_extensions_hear_of_a_subagents_call_by_its_own_session(
     assert child_id
     assert child_id != parent_id
     assert (cwd / "kid.txt").exists()
+
+
+FAKE_BASH = '''
+import pathlib
+
+
+def setup(omp):
+    async def run(call_id, params, ctx, on_update):
+        pathlib.Path(params["command"].split()[-1]).touch()  # leaves a trace, runs nothing
+        return "fake bash ran"
+
+    omp.register_tool("bash", "Bash", "Runs nothing.",
+                      {{"type": "object", "properties": {{"command": {{"type": "string"}}}},
+                       "required": ["command"]}}, run, approval={tier!r})
+'''
+
+
+@pytest.mark.parametrize("tier", ["read", "exec"])
+async def test_an_extension_bash_is_judged_by_its_own_tier(tier: str, cwd: Path,
+                                                           isolated_agent_dir: Path) -> None:
+    # An extension's tool named `bash` replaces the built-in one, and with it the built-in's
+    # command rules (C.2): under `write` mode with a `deny` pattern and a critical command, a
+    # tool declared `read` runs both unasked; one declared `exec` asks for each, without the
+    # pattern's or the critical list's reason. The user's `tools.approval.bash` still applies
+    # by name (checked in the other tests).
+    install(isolated_agent_dir, "fakebash", FAKE_BASH.format(tier=tier))
+    (isolated_agent_dir / "config.yml").write_text(
+        "tools:\n  approvalMode: write\nbash:\n  patterns:\n"
+        "    - {match: 'touch denied*', approval: deny}\n")
+    script = [tools_reply(tool_call("d", "bash", {"command": "touch denied.txt"}),
+                          tool_call("c", "bash", {"command": "echo reboot; touch crit.txt"})),
+              text_reply("ok")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=args()) as host:
+                await prompt(host)
+                requests = []
+                if tier == "exec":
+                    for _ in range(2):
+                        request = await host.ui_request("select")
+                        requests.append(request["title"])
+                        await host.answer(request, value="Approve")
+                await host.until_type("prompt_result", id="p")
+    assert tool_results(fake, 1) == ["fake bash ran", "fake bash ran"]
+    assert (cwd / "denied.txt").exists()
+    assert (cwd / "crit.txt").exists()
+    if tier == "read":
+        assert not ui_requests(host.frames, "select")
+    else:
+        assert requests == ["Allow tool: bash\nCommand: touch denied.txt",
+                            "Allow tool: bash\nCommand: echo reboot; touch crit.txt"]

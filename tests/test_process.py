@@ -293,3 +293,20 @@ async def test_a_huge_session_name_is_refused_and_get_state_keeps_working() -> N
     assert state.success is True
     assert isinstance(state.data, dict)
     assert state.data["sessionName"] == "n" * 1000
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux procfs")
+def test_the_kernels_children_list_finds_the_children_a_full_scan_finds() -> None:
+    from omp.process import _children, _children_at_start
+
+    kids = [subprocess.Popen(["sleep", "30"]) for _ in range(3)]
+    pids = {k.pid for k in kids}
+    try:
+        # (Other children of this test process may come and go meanwhile: only ours are
+        # compared.)
+        assert pids <= _children_at_start()
+        assert pids <= {p.pid for p in _children(frozenset())}
+    finally:
+        for kid in kids:
+            kid.kill()
+            kid.wait()

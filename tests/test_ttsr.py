@@ -396,3 +396,141 @@ async def test_a_match_may_span_many_deltas(cwd: Path, isolated_agent_dir: Path)
     assert [frames[frames.index(t) - 1]["assistantMessageEvent"]["delta"]
             for t in triggered] == [" END. START", "STOP"]
     assert len(fake.requests) == 2
+
+
+async def test_rulebook_rules_are_listed_and_read_on_demand(cwd: Path,
+                                                           isolated_agent_dir: Path) -> None:
+    # A rule with only a description is a rulebook rule: its name and description are in the
+    # system prompt (not its body), `read rule://<name>` gives the model the body; an unknown
+    # name is an error naming the rules there are; `agents` chooses the sessions it is for.
+    write_rule(cwd / ".omp" / "rules", "book", "---\ndescription: How we name\n  branches\n"
+               "---\nBRANCH-RULE-BODY: use feature/<ticket>.\n")
+    write_rule(isolated_agent_dir / "rules", "commits", "---\ndescription: Commit messages\n"
+               "---\nCOMMIT-BODY.\n")
+    write_rule(cwd / ".omp" / "rules", "kid-book", "---\ndescription: For subagents\n"
+               "agents: [task]\n---\nKID-BODY.\n")
+    script = [tools_reply(tool_call("r1", "read", {"path": "rule://book"}),
+                          tool_call("r2", "read", {"path": "rule://nope"}),
+                          tool_call("r3", "read", {"path": "rule://kid-book"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    prompt_text = system_prompt(fake, 0)
+    assert ("# Skills & Rules\nRule that applies to the task → MUST read `rule://<name>` first "
+            "and follow it.\n<rules>\n- book: How we name branches\n- commits: Commit messages\n"
+            "</rules>") in prompt_text
+    for absent in ("BRANCH-RULE-BODY", "COMMIT-BODY", "kid-book", "KID-BODY"):
+        assert absent not in prompt_text
+    ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
+    assert ends["r1"]["isError"] is False
+    assert ends["r1"]["result"]["content"][0]["text"] == (
+        "BRANCH-RULE-BODY: use feature/<ticket>.")
+    for missing in ("r2", "r3"):
+        assert ends[missing]["isError"] is True
+    assert ends["r2"]["result"]["content"][0]["text"] == (
+        "Cannot read rule://nope: no rule named 'nope' (rules to read: book, commits)")
+    assert not of_type(frames, "ttsr_triggered")
+
+
+async def test_a_rulebook_rule_for_a_subagent(cwd: Path, isolated_agent_dir: Path) -> None:
+    # A rulebook rule for the `task` agent only: listed in the child's prompt, read by the
+    # child's `read`; the parent's prompt does not list it.
+    write_rule(cwd / ".omp" / "rules", "kid-book", "---\ndescription: For subagents\n"
+               "agents: [task]\n---\nKID-BODY.\n")
+    (isolated_agent_dir / "config.yml").write_text("async:\n  enabled: false\n")
+    child = {"bodyContains": "Complete assignment thoroughly:\\n\\nAlpha"}
+    script = [
+        {"match": {"bodyContains": "KID-BODY"},
+         **tools_reply(tool_call("y1", "yield", {"data": {"ok": True}}))},
+        {"match": child, **tools_reply(tool_call("k1", "read", {"path": "rule://kid-book"}))},
+        {"match": {"bodyContains": "task-result"}, **text_reply("All done")},
+        tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
+            {"name": "Kid", "task": "Alpha: read the rule"}]})),
+    ]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+                frames = await prompt(host)
+    assert frames[-1]["status"] == "completed"
+    assert len(fake.requests) == 4
+    assert "rule://" not in system_prompt(fake, 0)
+    child_requests = [i for i, r in enumerate(fake.requests)
+                      if b"Complete assignment thoroughly:\\n\\nAlpha" in r.body]
+    assert len(child_requests) == 2
+    assert "- kid-book: For subagents" in system_prompt(fake, child_requests[0])
+    assert requests_text(fake, child_requests[1])[-1][1].endswith("KID-BODY.")
+
+
+async def test_claude_plugin_package_and_opted_in_user_rules(cwd: Path, isolated_agent_dir: Path,
+                                                             tmp_path: Path) -> None:
+    # Claude's project rules folder, the `rules/` of an extension package (`-e <dir>`) and of
+    # a plugin (`--plugin-dir`), and, only for the providers `enabledProviders` names, the
+    # other tools' user-level rules; first of a name wins (the package's over Claude's);
+    # `disabledProviders` leaves a provider out; an untrusted project's Claude rules are
+    # named in the one notice.
+    home, package, plugin = tmp_path / "home", tmp_path / "pkg", tmp_path / "plug"
+    always = "---\nalwaysApply: true\n---\n{}\n"
+    write_rule(package / "rules", "pkg", always.format("PKG-RULE."))
+    write_rule(package / "rules", "shared", always.format("PKG-SHARED."))
+    write_rule(cwd / ".claude" / "rules", "shared", always.format("CLAUDE-SHARED."))
+    write_rule(cwd / ".claude" / "rules", "cl", always.format("CLAUDE-PROJECT."))
+    write_rule(home / ".claude" / "rules", "clu", always.format("CLAUDE-USER."))
+    write_rule(plugin / "rules", "plug", always.format("PLUGIN-RULE."))
+    cursor = home / ".cursor" / "rules"
+    cursor.mkdir(parents=True)
+    (cursor / "cu.mdc").write_text(always.format("CURSOR-USER."))
+    write_rule(home / ".codeium" / "windsurf" / "memories", "global_rules",
+               always.format("WINDSURF-GLOBAL."))
+    args = [*FAKE_ARGS, "-e", str(package), "--plugin-dir", str(plugin)]
+    env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": None}
+    config = isolated_agent_dir / "config.yml"
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm([text_reply("1"), text_reply("2"), text_reply("3")]) as fake:
+            write_models_yml(isolated_agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=[*args, "--trust-project"], env=env) as host:
+                await prompt(host)
+            config.write_text("enabledProviders: [claude, cursor, windsurf]\n")
+            async with open_process_host(cwd, args=[*args, "--trust-project"], env=env) as host:
+                await prompt(host, "p2")
+            config.write_text("enabledProviders: ['*']\ndisabledProviders: [cursor]\n")
+            async with open_process_host(cwd, args=args, env=env) as untrusted:
+                await prompt(untrusted, "p3")
+    plain, opted, third = (system_prompt(fake, i) for i in range(3))
+    assert "PKG-RULE.\nPKG-SHARED.\nCLAUDE-PROJECT.\nPLUGIN-RULE.\n\nCurrent date" in plain
+    for absent in ("CLAUDE-SHARED", "CLAUDE-USER", "CURSOR-USER", "WINDSURF-GLOBAL"):
+        assert absent not in plain
+    assert ("PKG-RULE.\nPKG-SHARED.\nCLAUDE-PROJECT.\nCLAUDE-USER.\nPLUGIN-RULE.\nCURSOR-USER.\n"
+            "WINDSURF-GLOBAL.\n\nCurrent date") in opted
+    assert "PKG-RULE.\nPKG-SHARED.\nCLAUDE-USER.\nPLUGIN-RULE.\nWINDSURF-GLOBAL.\n\n" in third
+    (notice,) = [f for f in untrusted.startup if f["type"] == "notice"]
+    assert notice["message"].startswith(f"Project rules in {cwd / '.claude' / 'rules'} were not "
+                                        "loaded: the project is not trusted")
+
+
+def test_rulebook_listing_joins_the_skills_section(tmp_path: Path) -> None:
+    # With skills, the rulebook lines follow them under the one "Skills & Rules" heading;
+    # without the read tool, neither is listed.
+    from omp.commands.skills import Skill
+    from omp.session.system_prompt import build_system_prompt
+    from omp.tools import default_tools
+    from omp.tools.base import RulebookRule, ToolContext
+
+    tools = default_tools(ToolContext(tmp_path))
+    skill = Skill("pdf", "PDF tools", tmp_path / "SKILL.md", "custom")
+    rule = RulebookRule("branches", "How we name branches", "BODY", tmp_path / "b.md")
+    _, block = build_system_prompt(tools=tools, cwd=tmp_path, agent_directory=tmp_path,
+                                   skills=[skill], rulebook=[rule], context=[])
+    assert ("# Skills & Rules\nMatching skill → MUST read `skill://<name>` first.\n<skills>\n"
+            "- pdf: PDF tools\n</skills>\nRule that applies to the task → MUST read "
+            "`rule://<name>` first and follow it.\n<rules>\n- branches: How we name branches\n"
+            "</rules>") in block
+    assert block.count("# Skills & Rules") == 1
+    _, bare = build_system_prompt(tools=[t for t in tools if t.name != "read"], cwd=tmp_path,
+                                  agent_directory=tmp_path, skills=[skill], rulebook=[rule],
+                                  context=[])
+    assert "rule://" not in bare
+    assert "Skills & Rules" not in bare

@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import msgspec
 import trio
 
-from ..extensions.ui import NotifyType, Option
+from ..extensions.ui import HeadlessUI, Option
 from . import wire as w
 from .client import ClientChannel, ClientError
 
 
 @attrs.define(eq=False, repr=False)
-class ElicitationUI:
-    """One session's dialogs, asked of the editor."""
+class ElicitationUI(HeadlessUI):
+    """One session's dialogs, asked of the editor (``editor`` and the presentation calls are
+    the headless ones: the original maps neither)."""
 
     channel: ClientChannel
     session_id: str
@@ -80,23 +81,3 @@ class ElicitationUI:
             schema["description"] = placeholder  # a form has no placeholder; the nearest
         value = await self._ask(title, schema, timeout)
         return value if isinstance(value, str) else None
-
-    async def editor(self, title: str, prefill: str | None = None) -> str | None:
-        await trio.lowlevel.checkpoint()
-        return None
-
-    def notify(self, message: str, type: NotifyType | None = None) -> None:
-        pass
-
-    def set_status(self, key: str, text: str | None = None) -> None:
-        pass
-
-    def set_widget(self, key: str, lines: Sequence[str] | None = None, *,
-                   placement: Literal["aboveEditor", "belowEditor"] | None = None) -> None:
-        pass
-
-    def set_title(self, title: str) -> None:
-        pass
-
-    def set_editor_text(self, text: str) -> None:
-        pass

@@ -24,10 +24,14 @@ Who owns what:
   the pending prompt ``cancelled`` without waiting for the run's cleanup, and mutes the
   session's updates until the next prompt (the original's behaviour, omp-surface E.8). The
   prompt, the cancel and the approvals of one session are ``omp.acp.session.AcpSession``'s.
+* ``session/load`` / ``session/resume`` of a live session replace the MCP servers the editor
+  gave it (``AcpSession.replace_mcp``). An editor that declares ``auth.terminal`` is offered
+  the ``terminal`` login method (``omp.acp.terminal_auth``).
 * ``session/resume`` opens like ``session/load`` without the replay; ``session/fork`` writes
   the source's whole branch to a new file (``omp.session.file.fork_file``) and opens that.
 * The session's dialogs (its extensions', the approval gate's) are elicitations of the editor
-  (``omp.acp.dialogs``).
+  (``omp.acp.dialogs``); when the editor offers form elicitations the session also has the
+  ``ask`` tool, its questions asked the same way.
 
 Events become ``session/update`` notifications in ``omp.acp.updates``. Tool approval
 (``omp.session.approval``) asks the editor: each session's gate gets ``AcpSession.approve`` as
@@ -71,12 +75,14 @@ from ..rpc.outbox import Outbox
 from ..rpc.output import FrameQueue
 from ..session import SessionError
 from ..session.file import SessionFile, fork_file
+from ..tools.ask import AskTool
 from . import wire as w
 from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
 from .dialogs import ElicitationUI
 from .errors import AcpError, BusyError
 from .ext import ext_method
-from .session import AcpSession, live
+from .session import MCP_SETTLE_SECONDS, AcpSession, live
+from .terminal_auth import FLAG as TERMINAL_AUTH_FLAG
 from .updates import UpdateMapper
 from .views import (
     config_options,
@@ -87,13 +93,20 @@ from .views import (
     stored_sessions,
 )
 
-MCP_SETTLE_SECONDS = 10.0
-"""How long ``session/new`` waits for the editor's MCP servers' first connection attempt."""
 LIST_PAGE = 50
 """Sessions per ``session/list`` page (the original's)."""
 SHUTDOWN_GRACE = 5.0
 """After stdin ended and the sessions closed: how long requests still running may take."""
 READ_SIZE = 64 * 1024
+AGENT_AUTH = w.AuthMethod(
+    id="agent", name="Use existing local credentials",
+    description="Authenticate via the provider keys/OAuth state already configured under ~/.omp.")
+TERMINAL_AUTH = w.AuthMethod(
+    type="terminal", id="terminal", name="Set up Oh My Pi in terminal",
+    description="Log in to a provider in a terminal: paste an API key or complete an OAuth "
+                "login.",
+    args=[TERMINAL_AUTH_FLAG])
+"""Offered when the editor declares ``auth.terminal`` (the original's texts, E.2)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -247,18 +260,23 @@ class AcpServer:
         return w.InitializeResult(
             protocolVersion=w.PROTOCOL_VERSION,
             agentInfo=w.Implementation(name="oh-my-pi", title="Oh My Pi", version=__version__),
-            authMethods=[w.AuthMethod(
-                id="agent", name="Use existing local credentials",
-                description="Authenticate via the provider keys/OAuth state already "
-                            "configured under ~/.omp.")],
+            authMethods=[AGENT_AUTH, *([TERMINAL_AUTH] if self._terminal_auth else [])],
             agentCapabilities=w.AgentCapabilities(
                 loadSession=True, mcpCapabilities=w.McpCapabilities(http=True, sse=True),
                 promptCapabilities=w.PromptCapabilitiesOut(embeddedContext=True, image=True),
                 sessionCapabilities=w.SessionCapabilitiesOut(
                     close=w.Empty(), fork=w.Empty(), list=w.Empty(), resume=w.Empty())))
 
+    @property
+    def _terminal_auth(self) -> bool:
+        """The editor runs a ``terminal`` auth method (``omp.acp.terminal_auth``)."""
+        return self.client_capabilities.auth.terminal
+
     async def authenticate(self, params: w.AuthenticateParams, _id: int | str) -> w.Empty:
-        if params.methodId != "agent":
+        """``agent``, and ``terminal`` when offered: nothing to do here, a credential is read
+        from ``auth.json`` when a session needs it (the terminal login stored it there)."""
+        if params.methodId != "agent" and not (params.methodId == "terminal"
+                                               and self._terminal_auth):
             raise AcpError(f"Unknown ACP auth method: {params.methodId}")
         return w.Empty()
 
@@ -275,11 +293,11 @@ class AcpServer:
         if servers:
             # The editor's servers join those of the MCP config files (omp.mcp), as entries
             # of the same shape; a bad one is said on stderr (a notice) and skipped.
-            options = attrs.evolve(options, mcp_servers={
+            options = msgspec.structs.replace(options, mcp_servers={
                 **options.mcp_servers, **{x.name: mcp_entry(x) for x in servers}})
         acp = AcpSession(self)
         # Tool approval asks the editor, where --mode rpc shows its host a dialog.
-        options = attrs.evolve(options, approve=acp.approve)
+        options = msgspec.structs.replace(options, approve=acp.approve)
         outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
                         aside=acp.on_frame)
         runtime = build_runtime(options, outbox, ui=False, sink=acp)
@@ -291,6 +309,10 @@ class AcpServer:
         dialogs = ElicitationUI(self.client, acp.session_id,
                                 form=elicitation is not None and elicitation.form is not None)
         runtime.session.use_approval(approval_gate(options, runtime.session, dialogs))
+        if dialogs.form and (options.tools is None or "ask" in options.tools):
+            # The model's questions become the editor's forms (omp-surface E.9); with no
+            # forms every answer would be "(no answer)", so the tool is not offered then.
+            runtime.session.toolset.own.append(AskTool(dialogs))
         fs = self.client_capabilities.fs
         if fs.readTextFile and fs.writeTextFile:
             runtime.session.tool_context.files = EditorFiles(self.client, acp.session_id)
@@ -305,15 +327,15 @@ class AcpServer:
                                 runtime.ui, runtime.subagents)
         for notice in runtime.notices:
             print(f"omp acp: {notice.message}", file=sys.stderr)
-        if (mcp := runtime.mcp) is not None:
-            acp.commands.slash.mcp = mcp
-            mcp.on_commands = lambda: self._bootstrap(acp) if acp.session_id in self.sessions \
-                else None
-            if servers:
-                # The editor's servers are there for the first prompt: the answer waits for
-                # their first connection attempt (bounded; a slow one mounts later).
-                with trio.move_on_after(MCP_SETTLE_SECONDS):
-                    await mcp.wait_settled()
+        acp.announce_commands = lambda: self.bootstrap(acp) if acp.session_id in self.sessions \
+            else None
+        acp.wire_mcp()
+        acp.editor_servers = [x.name for x in servers]
+        if (mcp := runtime.mcp) is not None and servers:
+            # The editor's servers are there for the first prompt: the answer waits for
+            # their first connection attempt (bounded; a slow one mounts later).
+            with trio.move_on_after(MCP_SETTLE_SECONDS):
+                await mcp.wait_settled()
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
         # as --mode rpc does, their dialogs asked of the editor.
@@ -325,18 +347,18 @@ class AcpServer:
         return acp
 
     def _bootstrap_soon(self, acp: AcpSession) -> None:
-        """``_bootstrap`` right after the response (a task of the requests nursery: it runs
+        """``bootstrap`` right after the response (a task of the requests nursery: it runs
         once the handler's task has queued the response, which it does without a
         checkpoint)."""
         assert self._requests_nursery is not None
 
         async def bootstrap() -> None:
             if acp.session_id in self.sessions:
-                self._bootstrap(acp)
+                self.bootstrap(acp)
 
         self._requests_nursery.start_soon(bootstrap)
 
-    def _bootstrap(self, acp: AcpSession) -> None:
+    def bootstrap(self, acp: AcpSession) -> None:
         """What follows a session's creation: its commands and its info (E.3)."""
         assert acp.commands is not None
         assert acp.runtime is not None
@@ -351,7 +373,8 @@ class AcpServer:
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:
-        options = attrs.evolve(self.options, cwd=self._cwd(params.cwd), announce_offline=False)
+        options = msgspec.structs.replace(self.options, cwd=self._cwd(params.cwd),
+                                          announce_offline=False)
         acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
         return w.NewSessionResult(sessionId=acp.session_id, modes=modes(),
@@ -385,8 +408,9 @@ class AcpServer:
             if loaded.cwd != cwd:
                 raise AcpError(f"ACP session {params.sessionId} is already loaded for "
                                f"{loaded.cwd}, not {cwd}")
+            await loaded.replace_mcp(params.mcpServers)
             return loaded
-        options = attrs.evolve(self.options, cwd=cwd, resume_session=params.sessionId,
+        options = msgspec.structs.replace(self.options, cwd=cwd, resume_session=params.sessionId,
                                resume=False, session=None, announce_offline=False)
         try:
             return await self._open(options, params.mcpServers)
@@ -423,7 +447,7 @@ class AcpServer:
             forked = await trio.to_thread.run_sync(fork, abandon_on_cancel=True)
         except (OSError, ValueError) as exc:  # UnusableFile, SessionFormatError: ValueErrors
             raise AcpError(f"ACP session fork failed: {params.sessionId}: {exc}") from None
-        options = attrs.evolve(self.options, cwd=cwd, resume_session=str(forked.path),
+        options = msgspec.structs.replace(self.options, cwd=cwd, resume_session=str(forked.path),
                                resume=False, session=None, announce_offline=False)
         acp = await self._open(options, params.mcpServers)
         self._bootstrap_soon(acp)
@@ -441,10 +465,9 @@ class AcpServer:
                 raise AcpError(f"Invalid ACP session cursor: {params.cursor}")
             offset = int(params.cursor)
         cwd = self._cwd(params.cwd) if isinstance(params.cwd, str) else None
-        found = await trio.to_thread.run_sync(stored_sessions, self.options, cwd,
-                                           abandon_on_cancel=True)
-        page = found[offset:offset + LIST_PAGE]
-        more = offset + LIST_PAGE < len(found)
+        page, total = await trio.to_thread.run_sync(
+            stored_sessions, self.options, cwd, offset, LIST_PAGE, abandon_on_cancel=True)
+        more = offset + LIST_PAGE < total
         return w.ListSessionsResult(sessions=page, nextCursor=str(offset + LIST_PAGE) if more
                                     else msgspec.UNSET)
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 import msgspec
@@ -21,26 +22,41 @@ import trio
 
 from ..llm.builder import Pace
 from ..llm.thinking import efforts
+from ..mcp.config import parse_entry
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.frames import Response
 from ..rpc.commands import Commands
-from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime
+from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, use_mcp
+from ..rpc.output import FrameQueue
 from ..session import AgentSession
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
 from ..session.coordinator import BUSY
 from ..session.sink import Published, Update
 from . import wire as w
-from .client import ClientError
+from .client import ClientChannel, ClientError
 from .errors import AcpError, BusyError
 from .updates import UpdateMapper, tool_call
-from .views import now_iso, prompt_text, stop_reason, usage_of
+from .views import mcp_entry, now_iso, prompt_text, stop_reason, usage_of
 
-if TYPE_CHECKING:
-    from .server import AcpServer
 
+class SessionServer(Protocol):
+    """What a session needs of the server that owns it (``omp.acp.server.AcpServer``)."""
+
+    output: FrameQueue
+    """The one writer's queue (JSON-RPC messages to the editor)."""
+    client: ClientChannel
+    """Requests of ours to the editor."""
+
+    def update(self, session_id: str, update: w.SessionUpdate) -> None:
+        """Send ``session/update`` for ``session_id``."""
+        ...
+
+
+MCP_SETTLE_SECONDS = 10.0
+"""How long opening a session waits for the editor's MCP servers' first connection attempt."""
 
 PERMISSION_OPTIONS = [
     w.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
@@ -65,7 +81,7 @@ class PendingPrompt:
 class AcpSession:
     """One session of the ACP server: its runtime, mapping state, the prompt going."""
 
-    server: AcpServer
+    server: SessionServer
     session_id: str = ""
     runtime: Runtime | None = None
     commands: Commands | None = None
@@ -89,6 +105,13 @@ class AcpSession:
     r"""``session/prompt``\ s sent to the session so far (their ids in it: ``acp-<n>``)."""
     remembered: dict[str, bool] = attrs.field(factory=dict)
     """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
+    announce_commands: Callable[[], None] | None = None
+    """Sends the session's commands again (``available_commands_update``), set by the server:
+    called when its MCP servers' prompts changed."""
+    editor_servers: list[str] = attrs.field(factory=list)
+    """The names of the MCP servers the editor gave this session (the last request's)."""
+    _nursery: trio.Nursery | None = None
+    """The session's own (``host``): its nursery's and its MCP servers' tasks."""
 
     async def approve(self, request: ApprovalRequest) -> bool:
         """The session's tool-approval policy (``omp.session.approval.ApprovePolicy``): when
@@ -268,6 +291,7 @@ class AcpSession:
 
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await nursery.start(serve)
                 if runtime.mcp is not None:
                     await nursery.start(runtime.mcp.run)
@@ -275,6 +299,43 @@ class AcpSession:
         finally:
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
                 await runtime.http.aclose()
+
+    def wire_mcp(self) -> None:
+        """``/mcp`` and the commands update see the session's MCP manager."""
+        assert self.runtime is not None
+        assert self.commands is not None
+        if (mcp := self.runtime.mcp) is not None:
+            self.commands.slash.mcp = mcp
+            mcp.on_commands = self.announce_commands
+
+    async def replace_mcp(self, servers: list[w.McpServer]) -> None:
+        """``session/load`` / ``resume`` of this live session: the editor's servers become
+        ``servers`` (the old ones end, their processes within the manager's close deadline;
+        the new ones connect, their first attempt awaited at most ``MCP_SETTLE_SECONDS``),
+        as the original reconnects (omp-surface E.3). The MCP config files' servers stay.
+        An entry that does not parse is said on stderr and skipped. On cancellation it stops
+        waiting; what was started stays the session's."""
+        runtime = self.runtime
+        assert runtime is not None
+        assert self._nursery is not None
+        parsed = []
+        for server in servers:
+            try:
+                parsed.append(parse_entry(server.name, mcp_entry(server)))
+            except ValueError as exc:
+                print(f"omp acp: MCP server skipped: {exc}", file=sys.stderr)
+        if runtime.mcp is None:
+            if not parsed:
+                return
+            use_mcp(runtime, parsed)
+            assert runtime.mcp is not None
+            await self._nursery.start(runtime.mcp.run)
+            self.wire_mcp()
+        else:
+            await runtime.mcp.replace(self.editor_servers, parsed)
+        self.editor_servers = [x.name for x in parsed]
+        with trio.move_on_after(MCP_SETTLE_SECONDS):
+            await runtime.mcp.wait_settled()
 
     async def close(self) -> None:
         """Cancel the prompt, close the session (its run aborted, its nursery ended), then

@@ -77,16 +77,49 @@ def stored_matches(options: ServeOptions, cwd: Path | None) -> list[SessionMatch
     return find_sessions("", [directory])
 
 
-def session_info(match: SessionMatch) -> w.SessionInfo:
+def session_info(match: SessionMatch, meta: bool = False) -> w.SessionInfo:
+    """An entry of a listing; ``meta``: with ``_meta`` (``session/list``), which reads the
+    whole file (blocking)."""
     return w.SessionInfo(sessionId=match.session_id, cwd=match.cwd,
                          title=match.title if match.title else msgspec.UNSET,
-                         updatedAt=mtime_iso(match.path))
+                         updatedAt=mtime_iso(match.path),
+                         meta=file_meta(match.path) if meta else msgspec.UNSET)
 
 
-def stored_sessions(options: ServeOptions, cwd: Path | None) -> list[w.SessionInfo]:
-    """``session/list``'s entries of ``cwd`` (None: of every project), newest first
-    (blocking)."""
-    return [session_info(x) for x in stored_matches(options, cwd)]
+class _Entry(msgspec.Struct):
+    type: str | None = None
+
+
+_entry = msgspec.json.Decoder(_Entry)
+
+
+def file_meta(path: Path) -> w.SessionInfoMeta | msgspec.UnsetType:
+    """A session file's ``message`` entries (of every branch: the file is a tree) and its
+    size in bytes; unset when it cannot be read (blocking). A line that is not an entry (a
+    torn last line) is not counted."""
+    count = 0
+    try:
+        with path.open("rb") as f:
+            for line in f:
+                if b'"message"' not in line:
+                    continue  # cheap: no message entry without the word
+                try:
+                    count += _entry.decode(line).type == "message"
+                except msgspec.DecodeError:
+                    continue
+            size = f.tell()
+    except OSError:
+        return msgspec.UNSET
+    return w.SessionInfoMeta(messageCount=count, size=size)
+
+
+def stored_sessions(options: ServeOptions, cwd: Path | None, offset: int, count: int
+                    ) -> tuple[list[w.SessionInfo], int]:
+    """A page of ``session/list``: ``count`` entries of ``cwd`` (None: of every project)
+    from ``offset``, newest first, each with its ``_meta``; and how many there are in all
+    (blocking: only the page's files are read whole)."""
+    found = stored_matches(options, cwd)
+    return [session_info(x, meta=True) for x in found[offset:offset + count]], len(found)
 
 
 def config_options(session: AgentSession) -> list[w.ConfigOption]:

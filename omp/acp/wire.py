@@ -102,10 +102,16 @@ class ElicitationCapabilities(_In, frozen=True, kw_only=True):
     """Present (``{}``): the client shows form elicitations."""
 
 
+class AuthCapabilities(_In, frozen=True, kw_only=True):
+    terminal: bool = False
+    """The editor can run the agent's command in a terminal to log in (``terminal`` auth)."""
+
+
 class ClientCapabilities(_In, frozen=True, kw_only=True):
     fs: FsCapabilities = msgspec.field(default_factory=FsCapabilities)
     terminal: bool = False
     elicitation: ElicitationCapabilities | None = None
+    auth: AuthCapabilities = msgspec.field(default_factory=AuthCapabilities)
 
 
 class InitializeParams(_In, frozen=True, kw_only=True):
@@ -228,6 +234,10 @@ class AuthMethod(_Out, frozen=True, kw_only=True):
     id: str
     name: str
     description: str
+    type: Literal["terminal"] | UnsetType = UNSET
+    """Unset: an agent method (the agent authenticates by itself)."""
+    args: list[str] | UnsetType = UNSET
+    """``terminal``: what the editor adds to the agent's command to run the login."""
 
 
 # Capabilities have no defaults: ``omit_defaults`` would leave out what we offer.
@@ -309,11 +319,20 @@ class SetConfigOptionResult(_Out, frozen=True, kw_only=True):
     configOptions: list[ConfigOption]
 
 
+class SessionInfoMeta(_Out, frozen=True, kw_only=True):
+    """``session/list``'s ``_meta`` of an entry (the original's): the session file's
+    ``message`` entries and its size in bytes."""
+
+    messageCount: int
+    size: int
+
+
 class SessionInfo(_Out, frozen=True, kw_only=True):
     sessionId: str
     cwd: str
     title: str | UnsetType = UNSET
     updatedAt: str | UnsetType = UNSET
+    meta: SessionInfoMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
 class ListSessionsResult(_Out, frozen=True, kw_only=True):

@@ -11,7 +11,6 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
-import attrs
 import msgspec
 
 from ..config import problem, read_yaml_mapping, structure
@@ -21,41 +20,37 @@ from ..protocol.payloads import Model, ModelCost, ModelThinking
 from .types import Api
 
 
-@attrs.define(kw_only=True)
-class CostConfig:
+class CostConfig(msgspec.Struct, kw_only=True):
     input: float = 0.0
     output: float = 0.0
     cacheRead: float = 0.0
     cacheWrite: float = 0.0
 
 
-@attrs.define(kw_only=True)
-class ThinkingConfig:
+class ThinkingConfig(msgspec.Struct, kw_only=True):
     mode: Literal["effort", "budget", "google-level", "anthropic-adaptive",
                   "anthropic-budget-effort"] = "effort"
-    efforts: list[Literal["minimal", "low", "medium", "high", "xhigh", "max"]] = attrs.field(
-        factory=list)
+    efforts: list[Literal["minimal", "low", "medium", "high", "xhigh", "max"]] = msgspec.field(
+        default_factory=list)
     defaultLevel: ThinkingLevel | None = None
 
 
-@attrs.define(kw_only=True)
-class ModelConfig:
+class ModelConfig(msgspec.Struct, kw_only=True):
     id: str
     name: str | None = None
     api: Api | None = None
     baseUrl: str | None = None
     reasoning: bool = False
-    input: list[Literal["text", "image"]] = attrs.field(factory=lambda: ["text"])
+    input: list[Literal["text", "image"]] = msgspec.field(default_factory=lambda: ["text"])
     contextWindow: int = 128000
     maxTokens: int = 16384
-    cost: CostConfig = attrs.field(factory=CostConfig)
-    headers: dict[str, str] = attrs.field(factory=dict)
-    compat: dict[str, Any] = attrs.field(factory=dict)
+    cost: CostConfig = msgspec.field(default_factory=CostConfig)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    compat: dict[str, Any] = msgspec.field(default_factory=dict)
     thinking: ThinkingConfig | None = None
 
 
-@attrs.define(kw_only=True)
-class ModelOverride:
+class ModelOverride(msgspec.Struct, kw_only=True):
     name: str | None = None
     reasoning: bool | None = None
     input: list[Literal["text", "image"]] | None = None
@@ -67,24 +62,22 @@ class ModelOverride:
     thinking: ThinkingConfig | None = None
 
 
-@attrs.define(kw_only=True)
-class ProviderConfig:
+class ProviderConfig(msgspec.Struct, kw_only=True):
     baseUrl: str | None = None
     api: Api | None = None
     apiKey: str | None = None
     auth: Literal["apiKey", "none"] = "apiKey"
-    headers: dict[str, str] = attrs.field(factory=dict)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
     authHeader: bool = False
-    compat: dict[str, Any] = attrs.field(factory=dict)
+    compat: dict[str, Any] = msgspec.field(default_factory=dict)
     oauth: OAuthConfig | None = None
     """Log in with OAuth 2.0 (``login``); requests then carry the token as a Bearer header."""
-    models: list[ModelConfig] = attrs.field(factory=list)
-    modelOverrides: dict[str, ModelOverride] = attrs.field(factory=dict)
+    models: list[ModelConfig] = msgspec.field(default_factory=list)
+    modelOverrides: dict[str, ModelOverride] = msgspec.field(default_factory=dict)
 
 
-@attrs.define(kw_only=True)
-class ModelsFile:
-    providers: dict[str, ProviderConfig] = attrs.field(factory=dict)
+class ModelsFile(msgspec.Struct, kw_only=True):
+    providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
 
 
 def load_models_file(path: Path) -> ModelsFile:

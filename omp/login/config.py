@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-import attrs
+import msgspec
 
 
-@attrs.define(kw_only=True)
-class OAuthConfig:
+class OAuthConfig(msgspec.Struct, kw_only=True):
     """One provider's OAuth client registration (a public client: no secret)."""
 
     flow: Literal["device", "pkce"]
@@ -23,7 +22,7 @@ class OAuthConfig:
     """``flow: device``: where the device code is requested."""
     authorizationUrl: str | None = None
     """``flow: pkce``: where the browser is sent."""
-    scopes: list[str] = attrs.field(factory=list)
+    scopes: list[str] = msgspec.field(default_factory=list)
     redirectPort: int = 0
     """``flow: pkce``: the loopback port of the redirect; 0 = any free port."""
     resource: str | None = None

@@ -86,14 +86,6 @@ def mcp_command(args: str, manager: McpManager | None, cwd: Path, agent_director
         if manager is None:
             return f'Server "{rest[0]}" is not running. Run /mcp list to see configured servers.'
         return manager.authorize(rest[0])
-    if verb == "reload":
-        if manager is None:
-            return (f"{NONE_RUNNING} Servers configured now start with the next session "
-                    "(this one had none to manage).")
-        text = manager.reload()
-        if manager.on_commands is not None:
-            manager.on_commands()  # the original's reload re-announces the commands
-        return text
     if verb == "notifications":
         return NONE_RUNNING if manager is None else manager.notifications()
     if verb == "prompts":
@@ -298,6 +290,19 @@ def remove(words: list[str], cwd: Path, agent_directory: Path) -> str:
             return f'Removed server "{name}" from {scope} config.'
     where = scopes[0] if len(scopes) == 1 else "user or project"
     return f'Server "{name}" not found in {where} config.'
+
+
+async def mcp_reload(manager: McpManager | None) -> str:
+    """``/mcp reload``: the configuration read again and applied to the live servers (those
+    stopped are ended before this returns); the command list announced again. On
+    cancellation it stops waiting."""
+    if manager is None:
+        return (f"{NONE_RUNNING} Servers configured now start with the next session (this "
+                "one had none to manage).")
+    text = await manager.reload()
+    if manager.on_commands is not None:
+        manager.on_commands()  # the original's reload re-announces the commands
+    return text
 
 
 async def mcp_unauth(name: str | None, manager: McpManager | None) -> str:

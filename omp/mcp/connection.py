@@ -624,6 +624,9 @@ class McpTool:
         """MCP tools are ``write`` (omp-surface C.2): a server may change anything."""
         return "write"
 
+    def command_rules(self) -> bool:
+        return False  # a server's tool, whatever its name: its tier alone
+
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate) -> ToolResult:
         """``tools/call`` on the server. On cancellation (abort) the server is told and

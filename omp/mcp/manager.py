@@ -10,6 +10,8 @@ response. (The original waits up to 250 ms for them before its ``ready``, which 
 the race: here a host that needs a server's tools waits for the ``notice`` that mounts them.)
 ``close`` (the server's shutdown) cancels the nursery: every connection closes and every stdio
 server's process group is ended (``omp.mcp.transport``), within ``KILL_GRACE`` plus a second.
+``replace`` (an ACP editor's new set of servers for a live session) ends some connections the
+same way, each in a cancel scope of its own, and connects others in the same nursery.
 
 Whenever a connection's lists change, the session's ``mcp_tools`` are replaced (the next model
 call has them), one ``notice`` says which tools were mounted / unmounted (the original's
@@ -25,6 +27,9 @@ the user through the host's UI (``host_ui``; none in one-shot modes: no flow run
 flow is registered in the abort registry (``aborts``, family ``login``, as the ``login``
 command's) when it is started, synchronously: ``abort`` cancels it, even one written in the
 same write as the ``/mcp reauth`` that started it, and says so in a ``notice``.
+
+``/mcp reload`` (``reload``) reads the configuration again (``loader``) and applies the
+difference with ``replace``; ``/mcp unauth`` (``unauthorize``) forgets a server's tokens.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -48,6 +53,10 @@ from ..protocol.messages import CustomMessage
 from .config import LoadedServers, ServerConfig
 from .devices import catalogue
 from .notifications import ResourceUpdates
+
+CLOSE_SECONDS = 5.0
+"""``replace``: how long one ended connection may take to close (a stdio server's group gets
+``KILL_GRACE`` after SIGTERM)."""
 
 if TYPE_CHECKING:
     from ..login.store import Credentials
@@ -71,10 +80,11 @@ class McpManager:
     """The host's UI for OAuth flows (``open_url``, the paste dialog); None: no flow runs
     (one-shot modes, ``--no-ui``)."""
     aborts: AbortRegistry | None = None
-    loader: Callable[[], LoadedServers] | None = None
-    """Reads the configuration again, as at startup (``/mcp reload``); None: no reload."""
     """Where a running OAuth flow is registered (``abort`` cancels it); None: only shutdown
     does."""
+    loader: Callable[[], LoadedServers] | None = None
+    """Reads the configuration again, as at startup (``/mcp reload``); None: the servers
+    were given (an ACP editor's), there is nothing to reload."""
     login_ui: LoginUI | None = attrs.field(default=None, init=False)
     _authorizing: dict[str, trio.CancelScope] = attrs.field(factory=dict, init=False)
     """The OAuth flow of each server that has one running."""
@@ -85,9 +95,11 @@ class McpManager:
     _mounted: list[str] = attrs.field(factory=list, init=False)
     _prompt_names: list[str] = attrs.field(factory=list, init=False)
     _started: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _make: Callable[[ServerConfig], Connection] | None = attrs.field(default=None, init=False)
-    _scopes: dict[str, trio.CancelScope] = attrs.field(factory=dict, init=False)
-    """Each connection's own scope (``/mcp reload`` stops one server)."""
+    _serving: dict[str, tuple[trio.CancelScope, trio.Event]] = attrs.field(factory=dict,
+                                                                          init=False)
+    """Each connection's task: its scope, and set when the task ended."""
+    _connection: Callable[[ServerConfig], Connection] = attrs.field(init=False)
+    """Builds a connection of this manager (set by ``run``)."""
 
     @property
     def enabled(self) -> list[ServerConfig]:
@@ -117,104 +129,59 @@ class McpManager:
             env = dict(os.environ)
             oauth = None if self.credentials is None else McpOAuth(self.credentials,
                                                                    self.session.http.get)
-            def make(config: ServerConfig) -> Connection:
-                return Connection(
-                    config, self.session.cwd, self._changed, self.emit, env,
-                    self.session.tool_context.environment, oauth=oauth,
-                    on_auth_required=self._auth_required, subscribe=updates is not None,
-                    on_resource_updated=None if updates is None else functools.partial(
-                        _updated, updates))
-
-            self._make = make
+            self._connection = functools.partial(
+                Connection, cwd=self.session.cwd, on_change=self._changed, emit=self.emit,
+                environ=env, policy=self.session.tool_context.environment, oauth=oauth,
+                on_auth_required=self._auth_required, subscribe=updates is not None,
+                on_resource_updated=None if updates is None else functools.partial(
+                    _updated, updates))
             for config in self.enabled:
-                self.connections[config.name] = make(config)
-            self._started.set()
+                self.connections[config.name] = self._connection(config)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self._started.set()
                 if updates is not None:
                     nursery.start_soon(updates.run)
                 for connection in self.connections.values():
-                    self._start(connection)
+                    await nursery.start(self._serve, connection)
+                # Open until ``close``, though ``replace`` may have ended every connection.
+                await trio.sleep_forever()
 
-    def _start(self, connection: Connection) -> None:
-        assert self._nursery is not None
-        scope = self._scopes[connection.name] = trio.CancelScope()
-
-        async def serve() -> None:
-            with scope:
+    async def _serve(self, connection: Connection, *,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """One connection's task, in a scope of its own (``replace`` ends it alone)."""
+        with trio.CancelScope() as scope:
+            self._serving[connection.name] = (scope, done := trio.Event())
+            task_status.started()
+            try:
                 await connection.run()
+            finally:
+                done.set()
 
-        self._nursery.start_soon(serve)
-
-    def reload(self) -> str:
-        """``/mcp reload``: read the configuration again and apply it now: servers added or
-        enabled start, servers removed or disabled stop (their processes ended), servers
-        whose entry changed start again; the others keep their connections."""
-        if self.loader is None or self._nursery is None or self._make is None:
-            return "MCP servers are still starting; try /mcp reload again in a moment."
-        loaded = self.loader()
-        for problem in loaded.problems:
-            self.emit(ev.Notice(level="warning", source="mcp", message=problem))
-        fresh = {s.name: s for s in loaded.servers if s.enabled}
-        stopped, started = [], []
-        for name, connection in list(self.connections.items()):
-            if fresh.get(name) != connection.config:
-                self._scopes.pop(name).cancel()
-                if (flow := self._authorizing.get(name)) is not None:
-                    flow.cancel()
-                del self.connections[name]
-                stopped.append(name)
-        for name, config in fresh.items():
-            if name not in self.connections:
-                self.connections[name] = connection = self._make(config)
-                self._start(connection)
-                started.append(name)
-        self.servers = loaded.servers
-        self._changed(None)
-        restarted = [n for n in started if n in stopped]
-        parts = [f"{verb} {', '.join(names)}" for verb, names in (
-            ("started", [n for n in started if n not in restarted]),
-            ("stopped", [n for n in stopped if n not in restarted]),
-            ("restarted", restarted)) if names]
-        return "MCP runtime reloaded: " + ("; ".join(parts) if parts
-                                           else "no server changed") + "."
-
-    async def unauthorize(self, name: str) -> str:
-        """``/mcp unauth``: forget the server's stored OAuth tokens (``auth.json``), cancel
-        its flow in progress and reconnect it without them. On cancellation the file is
-        still written (``Credentials.remove``)."""
-        from .auth import credential_id
-
-        config = next((s for s in self.servers if s.name == name), None)
-        if config is None:
-            return f'Server "{name}" not found. Run /mcp list to see configured servers.'
-        if config.transport == "stdio" and config.credential_id is None:
-            return f'Server "{name}" is a stdio server: OAuth applies to HTTP and SSE servers.'
-        if (flow := self._authorizing.get(name)) is not None:
-            flow.cancel()
-        removed = (self.credentials is not None
-                   and await self.credentials.remove(credential_id(config)))
-        if not removed:
-            return f'No OAuth credentials stored for "{name}".'
-        self._auto_tried.add(name)  # no flow by itself now: the user just logged out
-        if (connection := self.connections.get(name)) is not None:
-            connection.reconnect()
-        return f'Removed the OAuth credentials of "{name}".'
-
-    def notifications(self) -> str:
-        """``/mcp notifications``: whether resource updates reach the conversation, and
-        which resources each server is subscribed to."""
-        settings = self.session.settings
-        if not settings.mcp_notifications:
-            return ("MCP notifications are off: set mcp.notifications: true in config.yml to "
-                    "subscribe to the servers' resources.")
-        lines = [f"MCP notifications are on (updates gathered for "
-                 f"{settings.mcp_notification_debounce_ms} ms)."]
-        for connection in self.connections.values():
-            uris = sorted(connection.subscribed)
-            lines.append(f"{connection.name}: " + (", ".join(uris) if uris
-                                                   else "no subscribed resources"))
-        return "\n".join(lines)
+    async def replace(self, remove: Collection[str], add: Sequence[ServerConfig]) -> None:
+        """End the connections named in ``remove`` (and those ``add`` renames), then connect
+        ``add``: an ACP editor's new set of servers for a live session. Waits for the ended
+        ones' transports to close (their process groups ended), at most ``CLOSE_SECONDS``
+        each, and for nothing of the new ones (``wait_settled`` does). On cancellation it
+        stops waiting; the ended connections still close in the manager's nursery."""
+        await self._started.wait()
+        assert self._nursery is not None
+        gone = [name for name in {*remove, *(c.name for c in add)} if name in self.connections]
+        for name in gone:
+            if (serving := self._serving.pop(name, None)) is not None:
+                scope, done = serving
+                scope.cancel()
+                with trio.move_on_after(CLOSE_SECONDS):
+                    await done.wait()
+            del self.connections[name]
+        self.servers = [*(s for s in self.servers if s.name not in gone
+                          and s.name not in {c.name for c in add}), *add]
+        for config in add:
+            if config.enabled:
+                connection = self.connections[config.name] = self._connection(config)
+                await self._nursery.start(self._serve, connection)
+        if gone:
+            self._changed(None)  # their tools are unmounted now, not at the next change
 
     def _tell_updates(self, text: str) -> None:
         """Resource updates into the conversation (``omp.mcp.notifications``)."""
@@ -280,6 +247,72 @@ class McpManager:
         self.emit(ev.Notice(level="info", source="mcp",
                             message=f'MCP server "{name}" authorized.'))
         connection.reconnect()
+
+    async def reload(self) -> str:
+        """``/mcp reload``: read the configuration again and apply it now (``replace``):
+        servers added or enabled start, servers removed or disabled stop (their process
+        groups ended before this returns, at most ``CLOSE_SECONDS`` each), servers whose
+        entry changed start again; the others keep their connections. On cancellation it
+        stops waiting; the ended connections still close."""
+        if self.loader is None:
+            return ("This session's MCP servers were given to it, not read from files: "
+                    "nothing to reload.")
+        await self._started.wait()
+        loaded = self.loader()
+        for problem in loaded.problems:
+            self.emit(ev.Notice(level="warning", source="mcp", message=problem))
+        fresh = {s.name: s for s in loaded.servers}
+        before = {s.name: s for s in self.servers}
+        connected = set(self.connections)
+        changed = [n for n, s in before.items() if fresh.get(n) != s]
+        added = [s for n, s in fresh.items() if n not in before or n in changed]
+        await self.replace([n for n in changed if n not in fresh], added)
+        self.servers = list(loaded.servers)
+        now = {n for n, s in fresh.items() if s.enabled}
+        restarted = [n for n in changed if n in connected and n in now]
+        parts = [f"{verb} {', '.join(names)}" for verb, names in (
+            ("started", [n for n in fresh if n in now and n not in connected]),
+            ("stopped", [n for n in before if n in connected and n not in now]),
+            ("restarted", restarted)) if names]
+        return "MCP runtime reloaded: " + ("; ".join(parts) if parts
+                                           else "no server changed") + "."
+
+    async def unauthorize(self, name: str) -> str:
+        """``/mcp unauth``: forget the server's stored OAuth tokens (``auth.json``), cancel
+        its flow in progress and reconnect it without them. On cancellation the file is
+        still written (``Credentials.remove``)."""
+        from .auth import credential_id
+
+        config = next((s for s in self.servers if s.name == name), None)
+        if config is None:
+            return f'Server "{name}" not found. Run /mcp list to see configured servers.'
+        if config.transport == "stdio" and config.credential_id is None:
+            return f'Server "{name}" is a stdio server: OAuth applies to HTTP and SSE servers.'
+        if (flow := self._authorizing.get(name)) is not None:
+            flow.cancel()
+        removed = (self.credentials is not None
+                   and await self.credentials.remove(credential_id(config)))
+        if not removed:
+            return f'No OAuth credentials stored for "{name}".'
+        self._auto_tried.add(name)  # no flow by itself now: the user just logged out
+        if (connection := self.connections.get(name)) is not None:
+            connection.reconnect()
+        return f'Removed the OAuth credentials of "{name}".'
+
+    def notifications(self) -> str:
+        """``/mcp notifications``: whether resource updates reach the conversation, and
+        which resources each server is subscribed to."""
+        settings = self.session.settings
+        if not settings.mcp_notifications:
+            return ("MCP notifications are off: set mcp.notifications: true in config.yml to "
+                    "subscribe to the servers' resources.")
+        lines = [f"MCP notifications are on (updates gathered for "
+                 f"{settings.mcp_notification_debounce_ms} ms)."]
+        for connection in self.connections.values():
+            uris = sorted(connection.subscribed)
+            lines.append(f"{connection.name}: " + (", ".join(uris) if uris
+                                                   else "no subscribed resources"))
+        return "\n".join(lines)
 
     def close(self) -> None:
         """End every connection (the tasks end in ``run``'s nursery)."""

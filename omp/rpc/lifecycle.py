@@ -42,7 +42,7 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
-from ..mcp.config import load_servers, parse_entry
+from ..mcp.config import LoadedServers, ServerConfig, load_servers, parse_entry
 from ..process import (
     adopt_orphans,
     can_watch_signals,
@@ -155,25 +155,30 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
 
 def use_rules(runtime: Runtime) -> None:
     """Load the rules (``omp.session.rule_sources`` says where) and give them to the session:
-    the TTSR rules watch its stream, the always-apply ones join its system prompt. A
+    the TTSR rules watch its stream, the always-apply ones join its system prompt, the
+    rulebook ones are listed there and served by ``read rule://<name>``. A
     project's rules only when the project is trusted (otherwise a notice names what was left
     out); a rule with an ``astCondition`` is refused with a notice naming its file. The rules
     machinery is imported only when a rule place exists."""
     options, session = runtime.options, runtime.session
     directory = session.prompt_options.agent_directory or agent_dir()
-    if not rule_sources(directory, session.cwd):
+    places = rule_sources(
+        directory, session.cwd, packages=extension_packages(options, session.cwd),
+        plugins=options.plugin_dirs, enabled_providers=session.settings.enabled_providers,
+        disabled_providers=session.settings.disabled_providers)
+    if not places:
         return
     from ..session.rules import RuleWatch, load_rules
 
     found = load_rules(
-        directory, session.cwd, settings=session.settings.ttsr,
+        places, settings=session.settings.ttsr,
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
     session.report_problems(found.problems)
     if found.skipped:
-        places = ", ".join(str(p) for p in found.skipped)
+        skipped = ", ".join(str(p) for p in found.skipped)
         runtime.notices.append(ev.Notice(
             level="warning", source="rules",
-            message=f"Project rules in {places} were not loaded: the project is not trusted "
+            message=f"Project rules in {skipped} were not loaded: the project is not trusted "
                     "(start with --trust-project, or list it under trustedProjects in "
                     "~/.omp/agent/config.yml)"))
     for path in found.refused:
@@ -181,12 +186,22 @@ def use_rules(runtime: Runtime) -> None:
             level="warning", source="rules",
             message=f"Rule {path} was not loaded: it has an astCondition (ast-grep patterns), "
                     "which this runtime cannot check; use a regex condition instead"))
-    if found.ttsr or found.always:
+    if found.ttsr or found.always or found.rulebook:
         # Kept even when no rule watches the main session: subagents get theirs from it.
         watch = RuleWatch(found.ttsr, session.settings.ttsr, session.publish,
-                          lambda: session.messages, session.cwd, always=found.always)
+                          lambda: session.messages, session.cwd, always=found.always,
+                          rulebook=found.rulebook)
         session.between.use_rules(watch)
         session.prompt_options.rules = watch.always_for("main")
+        session.prompt_options.rulebook = session.tool_context.rulebook = (
+            watch.rulebook_for("main"))
+
+
+def extension_packages(options: ServeOptions, cwd: Path) -> list[Path]:
+    """The extension package directories given with ``-e <dir>`` (relative to ``cwd``): their
+    ``rules/`` folders are rule places (a ``-e`` file is a module, not a package)."""
+    paths = [p if p.is_absolute() else cwd / p for p in map(Path, options.extensions)]
+    return [p for p in paths if p.is_dir()]
 
 
 def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
@@ -253,24 +268,33 @@ def _load_mcp(runtime: Runtime) -> None:
             f"{session.cwd} is not trusted (start with --trust-project, or list it under "
             "trustedProjects in ~/.omp/agent/config.yml)")))
     if loaded.servers:
-        # Imported only when a server is configured (nothing new before ``ready`` otherwise).
-        from ..mcp.manager import McpManager
-        from ..mcp.resources import McpUris
+        use_mcp(runtime, loaded.servers, load)
 
-        runtime.mcp = McpManager(loaded.servers, session, runtime.outbox.emit,
-                                 credentials=session.registry.credentials,
-                                 aborts=runtime.aborts, loader=load)
-        if runtime.ui.enabled:
-            # OAuth flows of HTTP servers talk to the user through the host's UI.
-            runtime.mcp.host_ui = runtime.ui
-        # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
-        context = session.tool_context
-        context.uris = McpUris(context.uris, runtime.mcp)
-        if session.settings.xdev:
-            from ..mcp.devices import McpDevices
 
-            # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
-            context.devices = McpDevices(session.toolset.devices)
+def use_mcp(runtime: Runtime, servers: Sequence[ServerConfig],
+            loader: Callable[[], LoadedServers] | None = None) -> None:
+    """Give the runtime its ``McpManager`` for ``servers`` (its ``run`` is for the caller to
+    start): the session's ``mcp://`` reads, its ``xd://`` devices, the host's OAuth UI;
+    ``loader`` reads the configuration again (``/mcp reload``; None: nothing to reload)."""
+    session = runtime.session
+    # Imported only when a server is configured (nothing new before ``ready`` otherwise).
+    from ..mcp.manager import McpManager
+    from ..mcp.resources import McpUris
+
+    runtime.mcp = McpManager(servers, session, runtime.outbox.emit,
+                             credentials=session.registry.credentials, aborts=runtime.aborts,
+                             loader=loader)
+    if runtime.ui.enabled:
+        # OAuth flows of HTTP servers talk to the user through the host's UI.
+        runtime.mcp.host_ui = runtime.ui
+    # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
+    context = session.tool_context
+    context.uris = McpUris(context.uris, runtime.mcp)
+    if session.settings.xdev:
+        from ..mcp.devices import McpDevices
+
+        # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
+        context.devices = McpDevices(session.toolset.devices)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
+import msgspec
 
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
 from ..session.approval import ApprovePolicy
@@ -16,10 +16,10 @@ from .commands import CustomHandler
 from .output import DEFAULT_SPILL_LIMIT
 
 
-# eq=False: options hold callables and handlers, whose equality means nothing (and the
-# generated __eq__ costs startup time, omp.lazy).
-@attrs.define(eq=False)
-class ServeOptions:
+# A Struct: defining it costs nothing at startup, where an attrs class compiles an __init__ and
+# a __repr__ of every field (omp.lazy). eq=False: options hold callables and handlers, whose
+# equality means nothing.
+class ServeOptions(msgspec.Struct, eq=False):
     """How ``serve`` behaves; every field has the default ``omp --mode rpc`` uses."""
 
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
@@ -68,7 +68,7 @@ class ServeOptions:
     """Where tools work and context files are looked up; default: the process's cwd."""
     announce_offline: bool = True
     """Say once on stderr when no key exists and the offline model is used."""
-    commands: Mapping[str, CustomHandler] = attrs.field(factory=dict)
+    commands: Mapping[str, CustomHandler] = msgspec.field(default_factory=dict)
     """Extra commands for embedding hosts: ``type`` → async handler of the command (a
     ``CustomCommand``: ``type``, ``id``, ``params`` the whole JSON object as sent); its return
     value becomes the response's ``data``, an exception its ``error``. They run in the
@@ -94,7 +94,7 @@ class ServeOptions:
     skills: Sequence[str] | bool | None = None
     """``--no-skills`` (False: none), ``--skills`` (glob patterns: only those), None: as the
     settings say."""
-    mcp_servers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    mcp_servers: Mapping[str, Mapping[str, Any]] = msgspec.field(default_factory=dict)
     """MCP servers given by an embedding host, ``name`` → an entry as in ``mcp.json``
     (``{"command": ..., "args": [...]}`` or ``{"url": ...}``); they win over the files'."""
     rules: bool = True

@@ -48,7 +48,7 @@ from ..commands import (
     split_command,
 )
 from ..config import ConfigError, agent_dir
-from ..mcp.commands import mcp_command, mcp_test, mcp_unauth
+from ..mcp.commands import mcp_command, mcp_reload, mcp_test, mcp_unauth
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -514,12 +514,13 @@ def _changelog(call: Call) -> Outcome:
 
 
 def _mcp_awaits(args: str) -> bool:
-    return args.split()[:1] in (["test"], ["unauth"])
+    return args.split()[:1] in (["test"], ["unauth"], ["reload"])
 
 
 def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
     """``/mcp ...``; ``test`` connects to a server (awaited: on cancellation the connection
-    is closed), ``unauth`` rewrites ``auth.json`` (awaited), the rest answers at once."""
+    is closed), ``unauth`` rewrites ``auth.json``, ``reload`` waits for the servers it stops
+    (all three awaited in the serial lane); the rest answers at once."""
     words = call.args.split()
     s = call.session
     if not _mcp_awaits(call.args):
@@ -529,6 +530,9 @@ def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
     async def awaited() -> Outcome:
         if words[0] == "unauth":
             call.output(await mcp_unauth(words[1] if len(words) > 1 else None, call.slash.mcp))
+            return LOCAL
+        if words[0] == "reload":
+            call.output(await mcp_reload(call.slash.mcp))
             return LOCAL
         call.output(await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp,
                                    s.cwd, call.slash.agent_directory,

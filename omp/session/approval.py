@@ -3,8 +3,10 @@
 Rules, in one place:
 
 * Inputs: the call's tier (``Tool.approval_tier``: ``read`` < ``write`` < ``exec``; undeclared
-  tools, host tools and ``task`` are ``exec``) and, for ``bash``, what ``bash.patterns`` and
-  the original's list of critical commands say about the command (``bash_decision``); the
+  tools, host tools and ``task`` are ``exec``) and, for the built-in ``bash`` (not a tool of
+  that name from an extension or host, which is judged by its own tier), what
+  ``bash.patterns`` and the original's list of critical commands say about the command
+  (``bash_decision``); the
   mode (``tools.approvalMode`` or ``--approval-mode``; ``--auto-approve`` acts as ``yolo``)
   and the user's policy ``tools.approval.<tool>``. A ``write`` to an ``xd://`` device (an MCP
   tool, ``omp.mcp.devices``) has the device's own tier on its JSON arguments and the policy
@@ -325,7 +327,9 @@ class ApprovalGate:
     def _decision(self, tool: Tool, args: dict[str, Any]) -> tuple[ToolDecision, str]:
         """The tool's decision on the call and the key of the user's policy for it."""
         command = args.get("command")
-        if tool.name == "bash" and isinstance(command, str):
+        # The built-in bash only: a replacement (an extension's tool named ``bash``) declares
+        # its own tier, and the bash rules are the built-in tool's own decision (C.2).
+        if tool.command_rules() and isinstance(command, str):
             return bash_decision(command, self.bash), tool.name
         path = args.get("path")
         if tool.name == "write" and isinstance(path, str) and path.startswith(DEVICE_SCHEME):

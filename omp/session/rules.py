@@ -4,8 +4,9 @@ while the model streams; a match interrupts the stream and the turn runs again w
 Rules, in one place:
 
 * Discovery (``load_rules``) in the places ``omp.session.rule_sources`` names, first of a
-  name wins: the native ``.omp/rules`` folders and ``RULES.md`` files, then Cursor's,
-  Windsurf's and Cline's project rules. A project's places load only in a trusted project
+  name wins: the native ``.omp/rules`` folders and ``RULES.md`` files, then extension
+  packages', Claude's, plugins', Cursor's, Windsurf's and Cline's rules (the other tools'
+  user-level ones only when opted in). A project's places load only in a trusted project
   (a repository's rules steer the agent like its code does, so they load when its extensions
   would). The name is the file name without its suffix; the frontmatter's ``enabled:
   false`` leaves a rule out, as does ``ttsr.disabledRules``. A file is (in the original's
@@ -17,7 +18,8 @@ Rules, in one place:
   (``alwaysApply: true``; ``RULES.md`` always), whose body the system prompt carries. A rule
   with an ``astCondition`` is refused (the caller names it in a notice): the original checks
   ast-grep patterns on finished ``edit`` / ``write`` calls, and what exactly is matched is not
-  known well enough here to copy. Rulebook rules (only a ``description``) are not loaded.
+  known well enough here to copy. Else, with a ``description``, a rulebook rule: the system
+  prompt lists its name and description, and ``read rule://<name>`` gives the model its body.
   Every session gets the rules whose ``agents`` globs match its agent (``main`` for the
   top-level session, the agent's name for a subagent's: a child of the ``task`` tool gets
   the rules its parent loaded, ``RuleWatch.for_session``; absent ``agents``: every session).
@@ -71,8 +73,8 @@ from ..config import ConfigError, read_text
 from ..llm.builder import StreamEvent
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..tools.base import ToolResult
-from .rule_sources import Level, rule_sources
+from ..tools.base import RulebookRule, ToolResult
+from .rule_sources import Level
 from .rule_sources import Source as Place
 from .settings import TtsrSettings
 
@@ -212,10 +214,11 @@ def _scope(tokens: list[str] | None) -> Scope | None:
     return Scope(text, thinking, tuple(tools))
 
 
-Kind = Literal["ttsr", "always", "refused", "other", "disabled"]
+Kind = Literal["ttsr", "always", "rulebook", "refused", "other", "disabled"]
 """What a rule file is to a session: a TTSR rule, an always-apply rule (its body goes into
-the system prompt), one refused (``astCondition``), one of no use here (a rulebook rule: only
-a ``description``), or turned off (``enabled: false``)."""
+the system prompt), a rulebook rule (a ``description``: listed in the system prompt, read on
+demand as ``rule://<name>``), one refused (``astCondition``), one of no use (none of these),
+or turned off (``enabled: false``)."""
 
 
 def parse_rule(path: Path, source: Place, text: str, name: str | None = None
@@ -240,6 +243,8 @@ def parse_rule(path: Path, source: Place, text: str, name: str | None = None
         return "ttsr", ttsr, parsed.problem
     if fields.get("alwaysApply") is True:
         return "always", plain, parsed.problem
+    if isinstance(fields.get("description"), str) and fields["description"].strip():
+        return "rulebook", plain, parsed.problem
     return "other", None, parsed.problem
 
 
@@ -285,6 +290,8 @@ class Discovery:
     always: list[Rule] = attrs.field(factory=list)
     """Always-apply rules (``alwaysApply: true``, ``RULES.md``): their bodies go into the
     system prompt."""
+    rulebook: list[Rule] = attrs.field(factory=list)
+    """Rules with only a ``description``: the model reads them on demand (``rule://``)."""
     problems: list[Problem] = attrs.field(factory=list)
     skipped: list[Path] = attrs.field(factory=list)
     """A project's rule places left out: the project is not trusted."""
@@ -292,15 +299,15 @@ class Discovery:
     """Rule files with an ``astCondition``, which this runtime cannot check."""
 
 
-def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
+def load_rules(places: Sequence[Place], *, trusted: bool,
                settings: TtsrSettings) -> Discovery:
-    """The rules of every place ``rule_sources`` names (a project's only when ``trusted``),
-    the first of a name winning; names in ``ttsr.disabledRules`` are dropped. Blocking (small
+    """The rules of ``places`` (``rule_sources``; a project's only when ``trusted``), the
+    first of a name winning; names in ``ttsr.disabledRules`` are dropped. Blocking (small
     files, through the regular-file gate)."""
     found = Discovery()
     claimed: set[str] = set()
     disabled = set(settings.disabledRules)
-    for source in rule_sources(agent_directory, cwd):
+    for source in places:
         if source.level == "project" and not trusted:
             found.skipped.append(source.path)
             continue
@@ -329,6 +336,8 @@ def load_rules(agent_directory: Path, cwd: Path, *, trusted: bool,
                 found.ttsr.append(rule)
             elif kind == "always" and rule is not None:
                 found.always.append(rule)
+            elif kind == "rulebook" and rule is not None:
+                found.rulebook.append(rule)
     return found
 
 
@@ -469,6 +478,8 @@ class RuleWatch:
     """Whose session this is: ``main``, or a subagent's agent name (the rules' ``agents``)."""
     always: list[Rule] = attrs.field(factory=list)
     """The always-apply rules discovered (for every agent)."""
+    rulebook: list[Rule] = attrs.field(factory=list)
+    """The rulebook rules discovered (for every agent)."""
     rules: list[Rule] = attrs.field(init=False)
     """The rules that watch this session."""
     _injected: dict[str, int] | None = None
@@ -497,12 +508,19 @@ class RuleWatch:
         """The same rules watching another session (a subagent's, ``agent`` its agent's
         name), with its own buffers and its own record of what fired."""
         return RuleWatch(self.loaded, self.settings, publish, history, self.cwd, self.home,
-                         agent, self.always)
+                         agent, self.always, self.rulebook)
 
     def always_for(self, agent: str) -> tuple[str, ...]:
         """The bodies of the always-apply rules for ``agent``'s session (its system prompt
         carries them), in discovery order."""
         return tuple(r.content for r in self.always if r.applies_to(agent) and r.content)
+
+    def rulebook_for(self, agent: str) -> tuple[RulebookRule, ...]:
+        """The rulebook rules for ``agent``'s session (its system prompt lists them, its
+        ``read`` serves them as ``rule://<name>``), in discovery order."""
+        return tuple(RulebookRule(r.name, " ".join(str(r.fields["description"]).split()),
+                                  r.content, r.path)
+                     for r in self.rulebook if r.applies_to(agent))
 
     @property
     def active(self) -> bool:

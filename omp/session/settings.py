@@ -308,13 +308,14 @@ class Settings(msgspec.Struct, kw_only=True):
     local_models: LocalModelsSettings = msgspec.field(default_factory=LocalModelsSettings)
     """The ``localModels`` section."""
     disabled_providers: frozenset[str] = frozenset()
-    """The original's ``disabledProviders``: context-file sources left out (``agents-md``,
-    ``claude``, ``native``)."""
+    """The original's ``disabledProviders``: context-file, MCP and rule sources left out
+    (``agents-md``, ``claude``, ``native``, ``cursor``, ...)."""
     disabled_tools: frozenset[str] = frozenset()
     """Built-in tools a ``<tool>.enabled: false`` turned off."""
     enabled_providers: frozenset[str] = frozenset()
-    """The original's ``enabledProviders``: other tools' user-level MCP files that are read
-    (``claude``, ``codex``, ``gemini``, ``cursor``, ``windsurf``; ``*`` / ``all``: every one)."""
+    """The original's ``enabledProviders``: other tools' user-level MCP files and rules that
+    are read (``claude``, ``codex``, ``gemini``, ``cursor``, ``windsurf``; ``*`` / ``all``:
+    every one)."""
     notes: tuple[str, ...] = ()
     """What the ``--config`` overlays set that this runtime does not act on, one line per
     file (said once as a ``notice``)."""

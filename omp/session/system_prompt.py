@@ -4,7 +4,8 @@ Block 1 says who the agent is, which tools it has and how to use them; ``--syste
 replaces it whole. Block 2 is about this project and this moment: the context files (the global
 ``AGENTS.md`` of the agent directory, then one per directory from the filesystem root down to
 the cwd; the settings' ``disabledProviders`` leaves sources out), the skills the model may read
-(``skill://<name>``, when it has the ``read`` tool), the ``--append-system-prompt`` text, the
+(``skill://<name>``, when it has the ``read`` tool) and the rulebook rules it may read
+(``rule://<name>``, likewise), the always-apply rules, the ``--append-system-prompt`` text, the
 date and the cwd. Block 1 changes only with the tool set, so a provider can cache it across
 sessions.
 
@@ -34,7 +35,7 @@ from ..commands.skills import Skill, skills_prompt
 from ..config import agent_dir
 from ..files import UnusableFile, describe_kind, read_part, read_regular
 from ..protocol.events import Notice
-from ..tools.base import Tool
+from ..tools.base import RulebookRule, Tool
 
 CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
 """Per directory, the first of these that can be read is that directory's context file."""
@@ -60,7 +61,8 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
                         skills: Sequence[Skill] = (),
                         context: ContextFiles | None = None,
                         disabled_context: frozenset[str] = frozenset(),
-                        rules: Sequence[str] = ()) -> list[str]:
+                        rules: Sequence[str] = (),
+                        rulebook: Sequence[RulebookRule] = ()) -> list[str]:
     """The system prompt blocks for a session in ``cwd`` with ``tools`` active.
 
     ``custom`` (``--system-prompt``) replaces the first block; ``append``
@@ -71,13 +73,33 @@ def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Pa
     sake.
     """
     main = custom if custom is not None else _main_block(tools)
-    # Skills are read on demand through ``read``'s skill:// URIs: without it, no listing.
-    listing = skills_prompt(skills) if any(t.name == "read" for t in tools) else ""
+    # Skills and rulebook rules are read on demand through ``read``'s skill:// and rule://
+    # URIs: without it, no listing.
+    readable = any(t.name == "read" for t in tools)
+    listing = (_join(skills_prompt(skills), rulebook_prompt(rulebook, heading=not skills))
+               if readable else "")
     if context is None:
         context, _ = read_context_files(cwd, agent_directory, disabled_context)
     return [main, _project_block(context=context, cwd=cwd, append=append,
                                  today=today or datetime.date.today(), model_name=model_name,
                                  skills=listing, rules=rules)]
+
+
+def _join(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+def rulebook_prompt(rules: Sequence[RulebookRule], *, heading: bool = True) -> str:
+    """The system-prompt lines that offer the rulebook rules (``""`` for none): the
+    original's "Skills & Rules" section (its heading only when no skill came before), one
+    line per rule with its description. The sentence is ours: the spec does not quote the
+    original's."""
+    if not rules:
+        return ""
+    lines = ["# Skills & Rules"] if heading else []
+    lines += ["Rule that applies to the task → MUST read `rule://<name>` first and follow it.",
+              "<rules>", *(f"- {r.name}: {r.description}" for r in rules), "</rules>"]
+    return "\n".join(lines)
 
 
 PROMPT_FILE_SUFFIXES = (".md", ".markdown", ".txt", ".prompt")
@@ -319,6 +341,8 @@ class PromptOptions:
     """The context files as read (None: not yet; the first ``build`` reads them, blocking)."""
     rules: tuple[str, ...] = ()
     """The bodies of the always-apply rules (``alwaysApply``, ``RULES.md``)."""
+    rulebook: tuple[RulebookRule, ...] = ()
+    """The rules the model reads on demand (``rule://<name>``)."""
     problems: list[str] = attrs.field(factory=list)
     """Context files left out since the last ``take_notices``, and why."""
 
@@ -328,7 +352,8 @@ class PromptOptions:
                                                  self.disabled_context))
         return build_system_prompt(
             tools=tools, cwd=self.cwd, agent_directory=self.directory, custom=self.custom,
-            append=self.append, skills=self.skills, context=self.context, rules=self.rules)
+            append=self.append, skills=self.skills, context=self.context, rules=self.rules,
+            rulebook=self.rulebook)
 
     @property
     def directory(self) -> Path:

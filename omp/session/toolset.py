@@ -83,7 +83,7 @@ class ToolSet:
         instructions = self.mcp.instructions()
         key = (*((t.name, t.description) for t in tools), id(options.skills), self.prompt_extra,
                options.custom, options.append, id(options.context), options.rules,
-               instructions)
+               options.rulebook, instructions)
         if self._prompt is None or self._prompt[0] != key:
             blocks = options.build(tools)
             extra = [b for b in (instructions, self.prompt_extra) if b is not None]

@@ -76,7 +76,10 @@ async def build_child(host: Host, child: Child, context: str | None,
             thinking = level
     depth = parent.task_depth + 1
     devices = parent.tool_context.devices
-    tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris,
+    rules = parent.between.rules
+    # The rulebook rules for this agent: listed in its prompt, served by its ``read``.
+    rulebook = rules.rulebook_for(agent.name) if rules is not None else ()
+    tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris, rulebook=rulebook,
                                web=parent.tool_context.web,
                                environment=parent.tool_context.environment,
                                devices=devices.for_subagent() if devices is not None else None)
@@ -115,15 +118,16 @@ async def build_child(host: Host, child: Child, context: str | None,
         # file is read again on the event loop for a child.
         prompt_options=PromptOptions(parent.cwd, host.agent_directory,
                                      context=parent.prompt_options.context,
-                                     rules=(parent.between.rules.always_for(agent.name)
-                                            if parent.between.rules is not None else ())),
+                                     rules=(rules.always_for(agent.name)
+                                            if rules is not None else ()),
+                                     rulebook=rulebook),
         prompt_extra=_subagent_block(agent, context), settings=parent.settings,
         auto_retry=parent.auto_retry, auto_compaction=parent.auto_compaction,
         http=parent.http, task_depth=depth, file=file, tools_from=own_tools, sink=sink,
         # The parent's MCP servers, through the same connections (never a second one per
         # child), under the same approval policy.
         mcp=McpTools(parent=parent.mcp), approval=parent.approval)
-    if (rules := parent.between.rules) is not None:
+    if rules is not None:
         # The rules the parent loaded, those whose ``agents`` name this agent.
         session.between.use_rules(rules.for_session(agent.name, session.publish,
                                                     lambda: session.messages))

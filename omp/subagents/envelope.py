@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import attrs
+import msgspec
 
 from ..agent.loop import now_ms
 from ..protocol import messages as m
@@ -29,8 +29,7 @@ ASYNC_RESULT = "async-result"
 Status = Literal["completed", "failed", "cancelled"]
 
 
-@attrs.define(eq=False, repr=False)
-class ChildOutcome:
+class ChildOutcome(msgspec.Struct, eq=False):
     """One child's end, as the parent sees it."""
 
     id: str

@@ -45,6 +45,9 @@ class LazyTool(Tool):
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return self._spec.approval
 
+    def command_rules(self) -> bool:
+        return self._spec.command_rules
+
     @property
     def implementation(self) -> Tool:
         if self._tool is None:

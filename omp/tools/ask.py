@@ -3,7 +3,8 @@
 Each question goes to the host as one dialog: ``select`` when it offers options, ``input``
 otherwise. The answers come back as the tool's result, one ``question: answer`` line each; an
 unanswered question (dismissed, timed out) says so. Only offered when a UI exists: in plain
-``--mode rpc`` there is no ``ask`` tool. Cancellation (abort) closes the open dialog (the host
+``--mode rpc`` there is no ``ask`` tool; in ``omp acp`` it is offered when the editor shows form
+elicitations (``omp.acp.dialogs``). Cancellation (abort) closes the open dialog (the host
 gets ``cancel``) and propagates.
 """
 

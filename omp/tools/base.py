@@ -105,6 +105,13 @@ class Tool(Protocol):
         """The call's approval tier (``omp.session.approval``); undeclared: ``exec``."""
         return "exec"
 
+    def command_rules(self) -> bool:
+        """True for the built-in ``bash`` only: its ``command`` is judged by ``bash.patterns``
+        and the critical-command list. A tool of another origin named ``bash`` (an
+        extension's, a host's) is judged by its own tier, as in the original (omp-surface
+        C.2)."""
+        return False
+
     def open_call(self, call_id: str, args: dict[str, Any]) -> None:
         """Called once the arguments are valid, before ``tool_execution_start`` (a host tool
         writes its request here)."""
@@ -183,8 +190,7 @@ class EditorFiles(Protocol):
         ...
 
 
-@attrs.frozen
-class TerminalOutput:
+class TerminalOutput(msgspec.Struct, frozen=True):
     """What an editor's terminal printed so far (ACP ``terminal/output``)."""
 
     output: str
@@ -192,8 +198,7 @@ class TerminalOutput:
     """The editor dropped the beginning (over ``outputByteLimit``)."""
 
 
-@attrs.frozen
-class TerminalExit:
+class TerminalExit(msgspec.Struct, frozen=True):
     """How an editor's terminal command ended (ACP ``terminal/wait_for_exit``)."""
 
     exit_code: int | None
@@ -224,6 +229,20 @@ class EditorTerminals(Protocol):
         ...
 
 
+class RulebookRule(msgspec.Struct, frozen=True):
+    """A rule the model reads on demand (omp-surface D.1, the original's "rulebook": a rule
+    file with a ``description`` and no condition): listed in the system prompt, served by
+    ``read rule://<name>``."""
+
+    name: str
+    description: str
+    content: str
+    """The body, without its frontmatter."""
+    path: Path
+
+
+RULE_URI_SCHEME = "rule://"
+
 URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 """A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
 
@@ -237,6 +256,8 @@ class ToolContext:
     uris: UriHandler | None = None
     skills: Sequence[Skill] = ()
     """The session's skills: ``read`` serves their ``skill://`` URIs."""
+    rulebook: Sequence[RulebookRule] = ()
+    """The session's rulebook rules: ``read`` serves their ``rule://`` URIs."""
     environment: EnvironmentPolicy = DEFAULT_POLICY
     """What the subprocesses of the tools inherit (``Settings.environment_policy``)."""
     web: WebAccess | None = None

@@ -1,6 +1,7 @@
 """read: a text file (offset/limit, head-truncated), an image, or a directory (listed like ls);
 an ``http(s)://`` URL is fetched as ``web_fetch`` does (``omp.tools.web_fetch``) when the
-session's network policy allows it, else refused naming the setting.
+session's network policy allows it, else refused naming the setting; ``skill://<name>`` is
+a skill's file, ``rule://<name>`` a rulebook rule's body (``ToolContext.rulebook``).
 
 Only regular files are read (``omp.files``: a FIFO or a device is refused before it can block);
 an image is sent whole, up to ``MAX_IMAGE_BYTES``. A text file is streamed, never loaded whole:
@@ -26,7 +27,16 @@ import trio
 from ..commands.skills import SKILL_URI_SCHEME, SkillUriError, resolve_skill_uri
 from ..files import UnusableFile, open_regular
 from ..protocol.messages import ImageContent, TextContent
-from .base import DEVICE_SCHEME, URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult, UriResource
+from .base import (
+    DEVICE_SCHEME,
+    RULE_URI_SCHEME,
+    URL_LIKE,
+    OnUpdate,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    UriResource,
+)
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
 from .truncate import (
@@ -228,6 +238,17 @@ def _editor_text(path: Path) -> bool:
         return True
 
 
+def rule_text(ctx: ToolContext, uri: str) -> str:
+    """The body of the rulebook rule ``rule://<name>`` names; ToolError naming the rules there
+    are when none has that name."""
+    name = uri.removeprefix(RULE_URI_SCHEME).strip("/")
+    for rule in ctx.rulebook:
+        if rule.name == name:
+            return rule.content
+    known = ", ".join(r.name for r in ctx.rulebook) or "none"
+    raise ToolError(f"Cannot read {uri}: no rule named {name!r} (rules to read: {known})")
+
+
 def _read_text(data: bytes, shown_path: str, offset: int | None, limit: int | None
                ) -> ToolResult:
     """A text given whole, windowed and truncated as a file is."""
@@ -317,6 +338,13 @@ class ReadTool(SpecifiedTool):
             return await self._ctx.devices.read(shown_path)
         if (url := self._ctx.host_url(shown_path)) is not None and self._ctx.uris is not None:
             return host_read_result(url, await self._ctx.uris.read(url))
+        offset = None if args.get("offset") is None else int(args["offset"])
+        limit = None if args.get("limit") is None else max(1, int(args["limit"]))
+        if shown_path.startswith(RULE_URI_SCHEME):
+            # A rulebook rule: its body, as the rule file's text would read without its
+            # frontmatter (offset / limit as for a file).
+            return _read_text(rule_text(self._ctx, shown_path).encode(), shown_path, offset,
+                              limit)
         if shown_path.startswith(SKILL_URI_SCHEME):
             try:
                 path = resolve_skill_uri(self._ctx.skills, shown_path)
@@ -332,8 +360,6 @@ class ReadTool(SpecifiedTool):
                             f"{shown_path.partition('://')[0]}:// URLs; read a file path.")
         else:
             path = resolve_path(self._ctx, shown_path)
-        offset = None if args.get("offset") is None else int(args["offset"])
-        limit = None if args.get("limit") is None else max(1, int(args["limit"]))
         if self._ctx.files is not None and _editor_text(path):
             # The editor's text (an unsaved buffer too), shown as a file's would be.
             text = await self._ctx.files.read_text(path)

@@ -22,6 +22,8 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     read_only: bool
     approval: Tier = "exec"
     """The approval tier of every call (omp-surface C.2)."""
+    command_rules: bool = False
+    """``bash.patterns`` and the critical commands judge the calls (``Tool.command_rules``)."""
 
 
 class SpecifiedTool(Tool):
@@ -52,6 +54,9 @@ class SpecifiedTool(Tool):
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return self.spec.approval
 
+    def command_rules(self) -> bool:
+        return self.spec.command_rules
+
 
 SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     ToolSpec(
@@ -75,7 +80,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'description': 'Maximum number of lines to read'}},
          'required': ['path']}),
     ToolSpec(
-        name='bash', label='bash', read_only=False,
+        name='bash', label='bash', read_only=False, command_rules=True,
         description=(
             'Execute a bash command in the current working directory. Returns '
             'stdout and stderr. Output is truncated to last 2000 lines or 50KB '
