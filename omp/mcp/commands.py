@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..config import ConfigError
 from ..files import replace_file
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 from .config import ServerConfig, load_servers
@@ -308,8 +309,6 @@ async def mcp_reload(manager: McpManager | None) -> str:
 async def mcp_unauth(name: str | None, manager: McpManager | None) -> str:
     """``/mcp unauth <name>``: the server's stored OAuth tokens forgotten (``auth.json``),
     the server reconnected without them. On cancellation the file is still written."""
-    from ..config import ConfigError
-
     if name is None:
         return "Server name required. Usage: /mcp unauth <name>"
     if manager is None:
