@@ -60,6 +60,8 @@ LAZY_MODULES: dict[str, str] = {
     "omp.mcp.auth": "with httpx ~29 ms: OAuth of HTTP MCP servers, with omp.mcp.connection "
                     "after ready",
     "omp.mcp.foreign": "~1 ms: only when another tool's MCP file (Codex, Gemini, ...) exists",
+    "omp.mcp.naming": "only when the model calls an mcp__ name that is no tool (an alias, "
+                      "omp.session.mcp_tools); the manager imports it with a server",
     "tomllib": "~2 ms: only when a Codex config.toml exists",
     "shlex": "~1 ms: only /mcp add splits its arguments",
 }

@@ -30,7 +30,7 @@ from agent_helpers import (
     write_models_yml,
 )
 
-from omp.client import RpcClient
+from omp.client import RpcClient, UiHandler
 from omp.process import kill_process_group
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
@@ -97,9 +97,10 @@ class open_host:
     """The fake LLM serving ``script`` and ``omp --mode rpc`` in ``cwd`` using it."""
 
     def __init__(self, cwd: Path, agent_dir: Path, script: Sequence[dict[str, Any]] = (),
-                 args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+                 args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 ui: UiHandler | None = None) -> None:
         self._cwd, self._agent_dir, self._script = cwd, agent_dir, list(script)
-        self._args, self._env = list(args), env
+        self._args, self._env, self._ui = list(args), env, ui
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Host:
@@ -108,7 +109,7 @@ class open_host:
             write_models_yml(self._agent_dir, fake.base_url)
             client = await stack.enter_async_context(RpcClient.spawn(
                 args=[*FAKE_ARGS, *self._args], cwd=self._cwd, max_buffered_events=math.inf,
-                env=self._env))
+                env=self._env, ui=self._ui))
             host = Host(client, fake)
             self._stack = stack.pop_all()
         return host
@@ -246,6 +247,28 @@ async def test_trusted_project_servers_start_and_project_beats_user(
         f"a | stdio | enabled | {sys.executable} [project] | connected"]
 
 
+async def test_a_plugin_dirs_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """``--plugin-dir`` (omp-surface A.4): the plugin's ``.mcp.json`` servers run, named
+    ``<plugin>:<server>`` (tools ``mcp__myplug_probe_*``), in an untrusted project too."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    plugin = tmp_path / "plugin"
+    (plugin / ".claude-plugin").mkdir(parents=True)
+    (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps({"name": "myplug"}))
+    (plugin / ".mcp.json").write_text(json.dumps({"probe": stdio_entry()}))  # the flat shape
+    script = [tools_reply(tool_call("c", "mcp__myplug_probe_echo", {"text": "from a plugin"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script,
+                             args=["--plugin-dir", str(plugin)]) as host:
+            await host.mounted("mcp__myplug_probe_echo")
+            listed = await host.command_output("/mcp list")
+            frames = await host.prompt("call it")
+    assert listed == f"myplug:probe | stdio | enabled | {sys.executable} [plugin] | connected"
+    (end,) = of_type(frames, "tool_execution_end")
+    assert result_text(end).startswith("from a plugin")
+
+
 async def test_a_server_that_crashes_mid_call_reconnects(tmp_path: Path,
                                                          isolated_agent_dir: Path) -> None:
     cwd = tmp_path / "project"
@@ -349,7 +372,12 @@ async def test_mcp_help_and_unknown(tmp_path: Path, isolated_agent_dir: Path) ->
             help_text = await host.command_output("/mcp")
             unknown = await host.command_output("/mcp frob")
             listed = await host.command_output("/mcp list")
+            reload = await host.command_output("/mcp reload")
+            notifications = await host.command_output("/mcp notifications")
     assert help_text.splitlines()[0] == "MCP server management"
+    assert reload == ("No MCP servers running. Servers configured now start with the next "
+                      "session (this one had none to manage).")
+    assert notifications == "No MCP servers running."
     assert unknown == "Unknown /mcp subcommand: frob. Use /mcp help for available subcommands."
     assert listed == "No MCP servers configured."
 
@@ -546,6 +574,9 @@ async def test_resource_updates_reach_the_model(tmp_path: Path,
             await host.mounted("mcp__probe_touch_doc")
             first = await host.prompt("touch it")
             await host.prompt("anything new?")
+            subscriptions = await host.command_output("/mcp notifications")
+    assert subscriptions == ("MCP notifications are on (updates gathered for 0 ms).\n"
+                             "probe: probe://doc/1")
     (end,) = of_type(first, "tool_execution_end")
     assert result_text(end).startswith("told")
     last = host.fake.requests[-1].body.decode()

@@ -1,7 +1,7 @@
-"""``/mcp add``, ``remove`` and ``test`` (omp-surface B.12) through the real ``omp --mode rpc``
-process: the files the original writes, its texts, and a temporary connection to a real MCP
-server (FastMCP) that was added after startup (no server configured when the process
-started)."""
+"""``/mcp add``, ``remove``, ``test`` and ``reload`` (omp-surface B.12) through the real
+``omp --mode rpc`` process: the files the original writes, its texts, a temporary connection
+to a real MCP server (FastMCP) that was added after startup (no server configured when the
+process started), and the live servers following the files on ``/mcp reload``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import trio
-from test_mcp import LIMIT, PROBE, Host, open_host
+from test_mcp import LIMIT, PROBE, Host, alive, open_host, stdio_entry, write_mcp
 
 from omp.mcp.commands import add, remove
 
@@ -99,3 +100,56 @@ def test_add_texts(tmp_path: Path) -> None:
         "Invalid --scope value. Use project or user.")
     assert remove(["h", "--scope", "user"], tmp_path, agent) == (
         'Server "h" not found in user config.')
+
+
+async def gone(pid: int) -> None:
+    """Until process ``pid`` has ended (polled: another process's end gives no event here)."""
+    while alive(pid):  # noqa: ASYNC110 (no event to wait on: the process is not ours)
+        await trio.sleep(0.05)
+
+
+async def test_reload_applies_the_configuration(tmp_path: Path,
+                                                isolated_agent_dir: Path) -> None:
+    """``/mcp reload`` reads the files again and applies them to the live servers: a new
+    server starts, a changed one starts again, a removed or disabled one stops (its process
+    ended), an unchanged one keeps its connection."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    marks = {n: tmp_path / f"{n}.starts" for n in ("probe", "second")}
+
+    def entry(name: str, **extra: Any) -> dict[str, Any]:
+        env = {"MCP_PROBE_MARK": str(marks[name]), **extra.pop("env", {})}
+        return stdio_entry(env=env, **extra)
+
+    def starts(name: str) -> list[int]:
+        return [int(p) for p in marks[name].read_text().split()]
+
+    user = isolated_agent_dir / "mcp.json"
+    write_mcp(user, {"probe": entry("probe")})
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir) as host:
+            await host.mounted("mcp__probe_echo")
+            unchanged = await host.command_output("/mcp reload")
+            write_mcp(user, {"probe": entry("probe", env={"CHANGED": "1"}),
+                             "second": entry("second")})
+            changed = await host.command_output("/mcp reload")
+            await host.mounted("mcp__probe_echo", "mcp__second_echo")
+            await host.until(lambda f: f["type"] == "available_commands_update" and any(
+                c["name"] == "second:greet" for c in f["commands"]))
+            write_mcp(user, {"second": entry("second", enabled=False)})
+            stopped = await host.command_output("/mcp reload")
+            listed = await host.command_output("/mcp list")
+            await gone(starts("probe")[-1])
+            await gone(starts("second")[-1])
+    assert unchanged == "MCP runtime reloaded: no server changed."
+    assert changed == "MCP runtime reloaded: started second; restarted probe."
+    assert stopped == "MCP runtime reloaded: stopped probe, second."
+    assert len(starts("probe")) == 2
+    assert len(starts("second")) == 1
+    assert listed.splitlines() == [f"second | stdio | disabled | {sys.executable} [user] | "
+                                   "disabled"]
+    said = [f["message"] for f in host.frames if f["type"] == "notice"
+            and f.get("source") == "xdev"]
+    assert said[-1].startswith("xd://: unmounted mcp__probe_")
+    assert "mcp__second_echo" in said[-1]
+    assert not [f for f in host.frames if f["type"] == "notice" and f["level"] == "warning"]

@@ -353,8 +353,8 @@ async def test_command_values(tmp_path: Path) -> None:
 
 
 def test_other_tools_files(tmp_path: Path) -> None:
-    """Codex, Gemini, Cursor, Windsurf and VS Code files (omp-surface B.1): project files with
-    no opt-in, user files only with ``enabledProviders``, in the original's order."""
+    """Codex, Gemini, opencode, Cursor, Windsurf and VS Code files (omp-surface B.1): project
+    files with no opt-in, user files only with ``enabledProviders``, in the original's order."""
     cwd, agent, home = tmp_path / "p", tmp_path / "agent", tmp_path / "home"
     (cwd / ".codex").mkdir(parents=True)
     (cwd / ".codex" / "config.toml").write_text(
@@ -365,6 +365,20 @@ def test_other_tools_files(tmp_path: Path) -> None:
     write(cwd / ".gemini" / "settings.json", {"gem-sse": {"url": "http://g/sse"},
                                               "gem-http": {"httpUrl": "http://g/mcp"},
                                               "remote": {"command": "loses"}})
+    (cwd / ".opencode").mkdir()
+    (cwd / ".opencode" / "opencode.jsonc").write_text("""{
+      // opencode's own format, with comments and trailing commas
+      "mcp": {
+        "oc-local": {"type": "local", "command": ["oc-cmd", "--flag"],
+                     "environment": {"K": "v"}, "enabled": true, /* on */ },
+        "oc-remote": {"type": "remote", "url": "https://o.example/mcp",
+                      "headers": {"X-Key": "k//not-a-comment"}, "timeout": 7000},
+        "shared": {"type": "local", "command": ["opencode-cmd"]},
+      },
+    }""")
+    (home / ".config" / "opencode").mkdir(parents=True)
+    (home / ".config" / "opencode" / "opencode.json").write_text(
+        json.dumps({"mcp": {"user-oc": {"type": "local", "command": ["uoc"]}}}))
     write(cwd / ".cursor" / "mcp.json", {"shared": {"command": "cursor-cmd"}})
     write(cwd / ".windsurf" / "mcp_config.json", {"wind": {"serverUrl": "http://w/mcp"}})
     (cwd / ".vscode").mkdir()
@@ -378,13 +392,18 @@ def test_other_tools_files(tmp_path: Path) -> None:
 
     loaded = load_servers(cwd, agent, trusted=True, environ=env, home=home)
     by_name = {s.name: s for s in loaded.servers}
-    assert list(by_name) == ["codex-one", "remote", "gem-sse", "gem-http", "shared", "wind",
-                             "vs", "last"]
+    assert list(by_name) == ["codex-one", "remote", "gem-sse", "gem-http", "oc-local",
+                             "oc-remote", "shared", "wind", "vs", "last"]
+    local, remote = by_name["oc-local"], by_name["oc-remote"]
+    assert (local.transport, local.command, local.args, local.env) == (
+        "stdio", "oc-cmd", ("--flag",), {"K": "v"})
+    assert (remote.transport, remote.url, remote.headers, remote.timeout_ms) == (
+        "http", "https://o.example/mcp", {"X-Key": "k//not-a-comment"}, 7000)
     assert (by_name["codex-one"].command, by_name["codex-one"].args,
             by_name["codex-one"].timeout_ms) == ("codex-cmd", ("-x",), 5000)
     assert by_name["remote"].headers == {"Authorization": "Bearer tok"}
     assert (by_name["gem-sse"].transport, by_name["gem-http"].transport) == ("sse", "http")
-    assert by_name["shared"].command == "cursor-cmd"
+    assert by_name["shared"].command == "opencode-cmd"  # opencode (55) before Cursor (50)
     assert by_name["wind"].url == "http://w/mcp"
     assert by_name["vs"].transport == "sse"
     assert loaded.problems == ()
@@ -398,7 +417,8 @@ def test_other_tools_files(tmp_path: Path) -> None:
     assert {s.name: s.command for s in some.servers}["vs"] == "mcp-json-loses"
     every = load_servers(cwd, agent, trusted=True, environ=env, home=home,
                          enabled_providers={"all"})
-    assert {"user-cursor", "user-claude"} <= {s.name for s in every.servers}
+    assert {"user-cursor", "user-claude", "user-oc"} <= {s.name for s in every.servers}
+    assert "user-oc" not in names
     # A project's files need a trusted project, like every project server.
     untrusted = load_servers(cwd, agent, trusted=False, environ=env, home=home,
                              enabled_providers={"cursor"})
@@ -473,3 +493,86 @@ async def test_resource_updates_are_told_together(autojump_clock: trio.testing.M
               'Use read(path="mcp://<uri>") to inspect if relevant.'),
         (2.7, "[MCP notification] 1 resource(s) updated:\n- mcp://x://y (other)\n"
               'Use read(path="mcp://<uri>") to inspect if relevant.')]
+
+
+def test_plugin_dir_servers(tmp_path: Path) -> None:
+    """``--plugin-dir`` plugins' servers (omp-surface A.4, B.1): named ``<plugin>:<server>``,
+    from the manifest's ``mcpServers`` or the plugin's ``.mcp.json`` (nested or flat), the
+    plugin's root in ``${CLAUDE_PLUGIN_ROOT}``; no project trust needed; values literal."""
+    cwd, agent = tmp_path / "p", tmp_path / "agent"
+    cwd.mkdir()
+    named, flat, inline, outside = (tmp_path / n for n in ("named", "flat", "inline", "out"))
+    (named / ".claude-plugin").mkdir(parents=True)
+    (named / ".claude-plugin" / "plugin.json").write_text(json.dumps({"name": "myplug"}))
+    write(named / ".mcp.json", {"probe": {"command": "${CLAUDE_PLUGIN_ROOT}/bin/server",
+                                          "env": {"KEY": "!echo not-run"}}})
+    flat.mkdir()
+    (flat / ".mcp.json").write_text(json.dumps({"$schema": "x", "tool": {"url": "http://f/mcp"}}))
+    (inline / "plugin.json").parent.mkdir()
+    (inline / "plugin.json").write_text(json.dumps({
+        "name": "inl", "mcpServers": {"s": {"command": "${OMP_PLUGIN_ROOT}/s"}}}))
+    (outside / "plugin.json").parent.mkdir()
+    (outside / "plugin.json").write_text(json.dumps({"mcpServers": "../flat/.mcp.json"}))
+    write(agent / "mcp.json", {"myplug:probe": {"command": "user-wins"}})
+    loaded = load_servers(cwd, agent, trusted=False, environ={}, home=tmp_path / "home",
+                          plugin_dirs=[named, flat, inline, outside])
+    by_name = {s.name: s for s in loaded.servers}
+    assert list(by_name) == ["myplug:probe", "flat:tool", "inl:s"]
+    assert by_name["myplug:probe"].command == "user-wins"  # the user's file comes first
+    assert by_name["flat:tool"].url == "http://f/mcp"
+    assert by_name["flat:tool"].scope == "plugin"
+    assert by_name["inl:s"].command == f"{inline.resolve()}/s"
+    assert loaded.problems == (f"MCP config skipped: {outside / 'plugin.json'}: mcpServers "
+                               "must name a file inside the plugin",)
+    alone = load_servers(cwd, tmp_path / "none", trusted=False, environ={},
+                         home=tmp_path / "home", plugin_dirs=[named])
+    (probe,) = alone.servers
+    assert probe.command == f"{named.resolve()}/bin/server"
+    assert probe.literal is True
+    assert probe.env == {"KEY": "!echo not-run"}
+    skipped = load_servers(cwd, tmp_path / "none", trusted=False, environ={},
+                           home=tmp_path / "home", plugin_dirs=[named],
+                           disabled_providers={"claude-plugins"})
+    assert skipped.servers == ()
+
+
+async def test_a_stdio_server_gets_its_stored_login(tmp_path: Path) -> None:
+    """omp-surface B.11: a stdio server with ``auth.credentialId`` gets that stored OAuth
+    login's access token as ``OAUTH_ACCESS_TOKEN``; it is redacted like other secrets. Without
+    the id nothing is given."""
+    import httpx
+
+    from omp.login.store import Credentials, OAuthTokens
+    from omp.mcp.auth import McpOAuth
+    from omp.mcp.connection import Connection, McpTool
+
+    token = "at-stdio-secret-123"
+    credentials = Credentials(None, {"my-login": OAuthTokens(token, None, 2**41)})
+    async with httpx.AsyncClient() as client:
+        oauth = McpOAuth(credentials, lambda: client)
+        given = parse_entry("probe", probe(auth={"type": "oauth", "credentialId": "my-login"}))
+        plain = parse_entry("plain", probe())
+        seen = Recorder()
+
+        async def no_update(_: object) -> None:
+            return None
+
+        got = {}
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                for config in (given, plain):
+                    connection = Connection(config, tmp_path, seen.on_change, seen.emit,
+                                            oauth=oauth)
+                    nursery.start_soon(connection.run)
+                    await connection.wait_settled()
+                    env = {t.name: McpTool.of(connection, t) for t in connection.tools}["env"]
+                    result = await env.execute("c", {"name": "OAUTH_ACCESS_TOKEN"},
+                                               on_update=no_update)
+                    text = result.content[0].text  # type: ignore[union-attr]
+                    got[config.name] = (text.split("\n", 1)[0],
+                                        connection.redact(f"token {token}"))
+                nursery.cancel_scope.cancel()
+    assert got["probe"] == (token, "token [redacted]")
+    assert got["plain"][0] == "<unset>"
+    with pytest.raises(ValueError, match=r'"auth\.credentialId" a string'):
+        parse_entry("bad", probe(auth={"credentialId": 3}))

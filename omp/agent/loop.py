@@ -238,6 +238,9 @@ class TurnSetup(msgspec.Struct, frozen=True, kw_only=True):
     unlisted: tuple[Tool, ...] = ()
     """Tools the model may call by name that are not offered to it (MCP tools mounted as
     ``xd://`` devices)."""
+    alias: Callable[[str], Tool | None] | None = None
+    """The tool a name that is none of the tools' stands for (the MCP tools' aliases,
+    ``mcp__<server>__<tool>``), or None; asked once per such call."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -323,6 +326,8 @@ class _Turn:
 
     model: Model
     tools: dict[str, Tool] = attrs.field(factory=dict)
+    alias: Callable[[str], Tool | None] | None = None
+    """``TurnSetup.alias``."""
     call: ModelCall | None = None
     """The model call while it streams."""
     message_started: bool = False
@@ -517,7 +522,8 @@ class Agent:
         setup = self.setup()
         hooks = self.hooks
         turn = self._turn = _Turn(setup.model, {t.name: t for t in (*setup.unlisted,
-                                                                   *setup.tools)})
+                                                                   *setup.tools)},
+                                  setup.alias)
         index = self._turn_index
         self._turn_index += 1
         if hooks.active:
@@ -657,6 +663,12 @@ class Agent:
     async def _execute(self, turn: _Turn, calls: Sequence[m.ToolCall]
                        ) -> list[m.ToolResultMessage]:
         by_name = turn.tools
+        for call in calls:
+            # A name the model made up for a tool (an alias) runs that tool under the name
+            # it used (hosts see the call as made).
+            if call.name not in by_name and turn.alias is not None and (
+                    aliased := turn.alias(call.name)) is not None:
+                by_name[call.name] = aliased
         self._steering_arrived = trio.Event()
         if self.steering:
             self._steering_arrived.set()

@@ -154,6 +154,15 @@ def write_credential(path: Path, provider: str, credential: Credential) -> None:
     replace_file(path, data)
 
 
+def remove_credential(path: Path, provider: str) -> None:
+    """Take ``provider``'s entry out of ``auth.json``, keeping every other entry; atomic,
+    0600. Blocks (file I/O); raises as ``write_credential``."""
+    raw = _read_raw(path)
+    if raw is None or raw.pop(provider, None) is None:
+        return
+    replace_file(path, msgspec.json.format(msgspec.json.encode(raw), indent=2) + b"\n")
+
+
 @attrs.define(eq=False, repr=False)
 class Credentials:
     """A registry's credentials from ``auth.json`` (``path`` None: kept in memory only)."""
@@ -182,6 +191,16 @@ class Credentials:
         self.entries[provider] = credential
         if self.path is not None:
             await trio.to_thread.run_sync(write_credential, self.path, provider, credential)
+
+    async def remove(self, provider: str) -> bool:
+        """Forget ``provider``'s credential, in memory and in ``auth.json``; False when none
+        was kept. The file is rewritten in a worker thread; on cancellation the write still
+        completes."""
+        if self.entries.pop(provider, None) is None:
+            return False
+        if self.path is not None:
+            await trio.to_thread.run_sync(remove_credential, self.path, provider)
+        return True
 
     # -- the login in progress ----------------------------------------------------------------
 

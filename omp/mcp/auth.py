@@ -49,8 +49,9 @@ _RESOURCE_METADATA = re.compile(r'resource_metadata="([^"]+)"')
 
 
 def credential_id(config: ServerConfig) -> str:
-    """Where a server's tokens are stored (the original's id)."""
-    return f"mcp_oauth:profile:{PROFILE}:{config.url}"
+    """Where a server's tokens are stored (the original's id): ``auth.credentialId``, else
+    under the server's URL."""
+    return config.credential_id or f"mcp_oauth:profile:{PROFILE}:{config.url}"
 
 
 def wants_oauth(config: ServerConfig) -> bool:

@@ -6,9 +6,12 @@ this runtime has live connections to report); ``add``, ``remove``, ``enable`` / 
 the native files (``<cwd>/.omp/mcp.json``, ``<agentDir>/mcp.json``) as the original does, for
 the next session (the live connections stay as they are); ``test <name>`` makes a temporary
 connection to a configured server (``mcp_test``); ``reconnect [name]`` reconnects live servers
-now and ``reauth <name>`` runs a server's OAuth flow (the original's are TUI-only); ``prompts``
-and ``resources`` list what the connected servers offer (no temporary connections).
-``unauth``, ``notifications``, ``reload`` and the Smithery commands are not here and say so.
+now and ``reauth <name>`` runs a server's OAuth flow, ``unauth <name>`` forgets its tokens
+(``mcp_unauth``), ``reload`` reads the configuration again and applies it to the live servers,
+``notifications`` says what ``mcp.notifications`` subscribed to (the original's are TUI-only;
+its ``reload`` in RPC only re-announces the commands); ``prompts`` and ``resources`` list what
+the connected servers offer (no temporary connections). The Smithery commands are not here and
+say so.
 The file ``add`` writes holds ``mcpServers`` only (the original's writer also adds a
 ``$schema`` URL).
 """
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..config import ConfigError
 from ..files import replace_file
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 from .config import ServerConfig, load_servers
@@ -46,12 +50,15 @@ HELP = f"""MCP server management
 /mcp disable <name>       Disable a server (from the next session)
 /mcp reconnect [name]     Reconnect one server, or every server, now
 /mcp reauth <name>        Authorize an HTTP/SSE server with OAuth (browser login)
+/mcp unauth <name>        Forget the OAuth tokens of an HTTP/SSE server
+/mcp reload               Read the MCP configuration again and apply it now
+/mcp notifications        Show the resource subscriptions (mcp.notifications)
 /mcp prompts              List the prompts of connected servers
 /mcp resources            List the resources of connected servers
 /mcp help                 Show this help"""
 
-ABSENT = ("unauth", "notifications", "reload",
-          "smithery-search", "smithery-login", "smithery-logout")
+ABSENT = ("smithery-search", "smithery-login", "smithery-logout")
+NONE_RUNNING = "No MCP servers running."
 
 
 def mcp_command(args: str, manager: McpManager | None, cwd: Path, agent_directory: Path
@@ -80,6 +87,8 @@ def mcp_command(args: str, manager: McpManager | None, cwd: Path, agent_director
         if manager is None:
             return f'Server "{rest[0]}" is not running. Run /mcp list to see configured servers.'
         return manager.authorize(rest[0])
+    if verb == "notifications":
+        return NONE_RUNNING if manager is None else manager.notifications()
     if verb == "prompts":
         lines = [f"{c.name}/{p.name} — {p.description or ''}".rstrip(" —")
                  for c in _connected(manager) for p in c.prompts]
@@ -123,7 +132,7 @@ def _reconnect(manager: McpManager | None, name: str | None) -> str:
         if not connections:
             return f'Server "{name}" is not running. Run /mcp list to see configured servers.'
     if not connections:
-        return "No MCP servers running."
+        return NONE_RUNNING
     for connection in connections:
         connection.reconnect()
     return "\n".join(f'Reconnecting "{c.name}".' for c in connections)
@@ -282,6 +291,32 @@ def remove(words: list[str], cwd: Path, agent_directory: Path) -> str:
             return f'Removed server "{name}" from {scope} config.'
     where = scopes[0] if len(scopes) == 1 else "user or project"
     return f'Server "{name}" not found in {where} config.'
+
+
+async def mcp_reload(manager: McpManager | None) -> str:
+    """``/mcp reload``: the configuration read again and applied to the live servers (those
+    stopped are ended before this returns); the command list announced again. On
+    cancellation it stops waiting."""
+    if manager is None:
+        return (f"{NONE_RUNNING} Servers configured now start with the next session (this "
+                "one had none to manage).")
+    text = await manager.reload()
+    if manager.on_commands is not None:
+        manager.on_commands()  # the original's reload re-announces the commands
+    return text
+
+
+async def mcp_unauth(name: str | None, manager: McpManager | None) -> str:
+    """``/mcp unauth <name>``: the server's stored OAuth tokens forgotten (``auth.json``),
+    the server reconnected without them. On cancellation the file is still written."""
+    if name is None:
+        return "Server name required. Usage: /mcp unauth <name>"
+    if manager is None:
+        return f'Server "{name}" not found. Run /mcp list to see configured servers.'
+    try:
+        return await manager.unauthorize(name)
+    except (ConfigError, OSError) as exc:
+        return f'The OAuth credentials of "{name}" could not be removed: {exc}'
 
 
 async def mcp_test(name: str | None, manager: McpManager | None, cwd: Path,

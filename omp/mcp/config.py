@@ -7,12 +7,15 @@ is never used, even when the winner is disabled):
 1. ``<cwd>/.omp/mcp.json``, ``<cwd>/.omp/.mcp.json`` (project, the original's native files);
 2. ``<agentDir>/mcp.json``, ``<agentDir>/.mcp.json`` (user);
 3. the first non-empty of ``<cwd>/.claude/.mcp.json``, ``<cwd>/.claude/mcp.json`` (project);
-4. with ``enabledProviders``: Claude's user files; then Codex, Gemini, Cursor, Windsurf and VS
-   Code files, project (and, opted in, user) ones (``omp.mcp.foreign``);
+4. with ``enabledProviders``: Claude's user files; the ``--plugin-dir`` plugins' servers
+   (``plugin_servers``: the manifest's ``mcpServers`` or the plugin's ``.mcp.json``, each
+   named ``<plugin>:<server>``); then Codex, Gemini, opencode, Cursor, Windsurf and VS Code
+   files, project (and, opted in, user) ones (``omp.mcp.foreign``);
 5. ``<cwd>/mcp.json``, ``<cwd>/.mcp.json`` (project, Claude Desktop / Claude Code shape).
 
-A provider named in ``disabledProviders`` (``native``, ``claude``, ``codex``, ``gemini``,
-``cursor``, ``windsurf``, ``vscode``, ``mcp-json``) is not read.
+A provider named in ``disabledProviders`` (``native``, ``claude``, ``claude-plugins``,
+``codex``, ``gemini``, ``opencode``, ``cursor``, ``windsurf``, ``vscode``, ``mcp-json``) is not
+read.
 
 Every file is ``{"mcpServers": {"<name>": {entry}}}``. A project's servers run code from the
 repository, so they are used only in a trusted project (``--trust-project`` or
@@ -48,7 +51,7 @@ import attrs
 from ..config import ConfigError, read_json_mapping
 
 Transport = Literal["stdio", "http", "sse"]
-Scope = Literal["user", "project", "host"]
+Scope = Literal["user", "project", "host", "plugin"]
 DEFAULT_TIMEOUT_MS = 30_000.0
 """Connection and per-request timeout when an entry has no ``timeout`` (the original's)."""
 TIMEOUT_VARIABLE = "OMP_MCP_TIMEOUT_MS"
@@ -77,9 +80,15 @@ class ServerConfig:
     """``oauth.scope``: space-separated scopes to ask for."""
     oauth_callback_port: int | None = None
     """``oauth.callbackPort``: the loopback port of the OAuth redirect."""
+    credential_id: str | None = None
+    """``auth.credentialId``: where the server's OAuth tokens are kept in ``auth.json`` (else
+    under its URL, ``omp.mcp.auth.credential_id``); a stdio server gets them only so."""
     scope: Scope = "user"
     source: Path | None = None
     """The file it came from (None: given to ``serve()``)."""
+    literal: bool = False
+    """A plugin's entry: its ``env`` / ``headers`` values are used as written (no ``!command``
+    run, no variable looked up at connect time), as the original exempts them."""
 
     def timeout_seconds(self, environ: Mapping[str, str] | None = None) -> float | None:
         """Connect and per-request timeout: ``$OMP_MCP_TIMEOUT_MS``, else the entry's, else
@@ -169,7 +178,8 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
                  extra: Sequence[ServerConfig] = (),
                  enabled_providers: Collection[str] = (),
                  disabled_providers: Collection[str] = (),
-                 home: Path | None = None) -> LoadedServers:
+                 home: Path | None = None,
+                 plugin_dirs: Sequence[Path] = ()) -> LoadedServers:
     """Every configured server (``extra``, given to ``serve()``, first: the host's choice wins
     over the files), then the files in the original's order (the module; other tools' files:
     ``omp.mcp.foreign``, their user files only for ``enabled_providers``; a provider in
@@ -217,8 +227,14 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     users = dict(user_sources(home or Path.home(), env))
     if opted_in("claude", enabled_providers, env):
         sources.append(("claude", "user", users["claude"], native))
-    for provider, path in project_sources(cwd):
-        sources.append((provider, "project", [path], foreign(provider)))
+
+    def plugin(directory: Path, scope: Scope) -> list[ServerConfig]:
+        return plugin_servers(directory, env, problems)
+
+    # ``--plugin-dir``: the user's choice on the command line (no project trust needed).
+    sources += [("claude-plugins", "plugin", [d], plugin) for d in plugin_dirs]
+    for provider, paths in project_sources(cwd):
+        sources.append((provider, "project", paths, foreign(provider)))
         if provider in users and opted_in(provider, enabled_providers, env):
             sources.append((provider, "user", users[provider], foreign(provider)))
     sources += [("mcp-json", "project", files, native) for files in projects[3:]]
@@ -243,24 +259,87 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     return LoadedServers(tuple(servers), left_out, tuple(problems))
 
 
+# -- plugins ----------------------------------------------------------------------------------
+
+
+def plugin_name(directory: Path) -> str:
+    """A Claude-Code-style plugin's name: its manifest's ``name`` (``.claude-plugin/plugin.json``,
+    else ``plugin.json``), else the directory's name."""
+    for manifest in (directory / ".claude-plugin" / "plugin.json", directory / "plugin.json"):
+        raw = _read_quietly(manifest)
+        if raw is not None and isinstance(raw.get("name"), str) and raw["name"].strip():
+            return str(raw["name"]).strip()
+    return directory.resolve().name
+
+
+def plugin_servers(directory: Path, environ: Mapping[str, str], problems: list[str]
+                   ) -> list[ServerConfig]:
+    """The MCP servers of the plugin in ``directory`` (omp-surface A.4): its manifest's
+    ``mcpServers`` (an object, or the path of a file inside the plugin), else its
+    ``.mcp.json``; a file nested (``{"mcpServers": ...}``) or flat (``{"<name>": ...}``).
+    Each is named ``<plugin>:<server>``; ``${CLAUDE_PLUGIN_ROOT}`` / ``${OMP_PLUGIN_ROOT}`` are
+    the plugin's directory."""
+    name = plugin_name(directory)
+    servers: Any = None
+    path = directory / ".mcp.json"
+    for manifest in (directory / ".claude-plugin" / "plugin.json", directory / "plugin.json"):
+        declared = (_read_quietly(manifest) or {}).get("mcpServers")
+        if isinstance(declared, dict):
+            servers, path = declared, manifest
+            break
+        if isinstance(declared, str):
+            path = (directory / declared).resolve()
+            if not path.is_relative_to(directory.resolve()):
+                problems.append(f"MCP config skipped: {manifest}: mcpServers must name a file "
+                                "inside the plugin")
+                return []
+            break
+    if servers is None:
+        raw = _read(path, problems)
+        if raw is None:
+            return []
+        servers = raw["mcpServers"] if isinstance(raw.get("mcpServers"), dict) else {
+            k: v for k, v in raw.items() if not str(k).startswith("$")}  # flat; not "$schema"
+    root = str(directory.resolve())
+    env = {**environ, "CLAUDE_PLUGIN_ROOT": root, "OMP_PLUGIN_ROOT": root}
+    found = _entries({"mcpServers": {f"{name}:{k}": v for k, v in servers.items()}}, path,
+                     "plugin", env, problems)
+    return [attrs.evolve(s, literal=True) for s in found]
+
+
+def _read_quietly(path: Path) -> dict[Any, Any] | None:
+    try:
+        return read_json_mapping(path, "an object") if path.is_file() else None
+    except (ConfigError, OSError):
+        return None
+
+
 # -- other tools' files (their formats: ``omp.mcp.foreign``) --------------------------------
 
 
-def project_sources(cwd: Path) -> list[tuple[str, Path]]:
-    return [("codex", cwd / ".codex" / "config.toml"),
-            ("gemini", cwd / ".gemini" / "settings.json"),
-            ("cursor", cwd / ".cursor" / "mcp.json"),
-            ("windsurf", cwd / ".windsurf" / "mcp_config.json"),
-            ("vscode", cwd / ".vscode" / "mcp.json")]
+def project_sources(cwd: Path) -> list[tuple[str, list[Path]]]:
+    """By provider, in the original's order, its project files (alternatives: the first
+    non-empty counts)."""
+    return [("codex", [cwd / ".codex" / "config.toml"]),
+            ("gemini", [cwd / ".gemini" / "settings.json"]),
+            ("opencode", [cwd / "opencode.json", cwd / "opencode.jsonc",
+                          cwd / ".opencode" / "opencode.json",
+                          cwd / ".opencode" / "opencode.jsonc"]),
+            ("cursor", [cwd / ".cursor" / "mcp.json"]),
+            ("windsurf", [cwd / ".windsurf" / "mcp_config.json"]),
+            ("vscode", [cwd / ".vscode" / "mcp.json"])]
 
 
 def user_sources(home: Path, environ: Mapping[str, str]) -> list[tuple[str, list[Path]]]:
     """By provider, its user files (alternatives: the first non-empty counts)."""
     claude = Path(environ["CLAUDE_CONFIG_DIR"]) if environ.get("CLAUDE_CONFIG_DIR") else None
+    xdg = Path(environ["XDG_CONFIG_HOME"]) if environ.get("XDG_CONFIG_HOME") else None
+    opencode = (xdg or home / ".config") / "opencode"
     return [("claude", [claude / ".claude.json", claude / "mcp.json"] if claude
              else [home / ".claude.json", home / ".claude" / "mcp.json"]),
             ("codex", [home / ".codex" / "config.toml"]),
             ("gemini", [home / ".gemini" / "settings.json"]),
+            ("opencode", [opencode / "opencode.json", opencode / "opencode.jsonc"]),
             ("cursor", [home / ".cursor" / "mcp.json"]),
             ("windsurf", [home / ".codeium" / "windsurf" / "mcp_config.json"])]
 
@@ -367,6 +446,11 @@ def parse_entry(name: str, entry: Any, environ: Mapping[str, str] | None = None,
     if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                              or not 0 < port < 65536):
         raise ValueError(f'{where}: "oauth.callbackPort" must be a port number')
+    auth = entry.get("auth") or {}
+    credential = auth.get("credentialId") if isinstance(auth, dict) else None
+    if not isinstance(auth, dict) or (credential is not None and not isinstance(credential,
+                                                                                 str)):
+        raise ValueError(f'{where}: "auth" must be an object, "auth.credentialId" a string')
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ValueError(f'{where}: "args" must be a list of strings')
@@ -376,7 +460,8 @@ def parse_entry(name: str, entry: Any, environ: Mapping[str, str] | None = None,
         url=url, headers=mapping("headers"), enabled=_enabled(entry.get("enabled"), where),
         timeout_ms=_timeout(entry.get("timeout"), where), scope=scope, source=source,
         oauth_client_id=expand(client_id, env) if client_id else None,
-        oauth_scope=scopes or None, oauth_callback_port=port)
+        oauth_scope=scopes or None, oauth_callback_port=port,
+        credential_id=expand(credential, env) if credential else None)
 
 
 def _enabled(value: Any, where: str) -> bool:

@@ -134,6 +134,11 @@ class Connection:
     def timeout(self) -> float | None:
         return self.config.timeout_seconds(self.environ)
 
+    @property
+    def subscribed(self) -> frozenset[str]:
+        """The resources this connection is subscribed to (``mcp.notifications``)."""
+        return frozenset(self._subscribed)
+
     # -- the connection's life -----------------------------------------------------------
 
     async def run(self) -> None:
@@ -219,14 +224,24 @@ class Connection:
         timeout = self.timeout
         self.challenge = None
         auth = None
+        extra_env: dict[str, str] = {}
         if self.oauth is not None and wants_oauth(self.config):
             auth = BearerAuth(self.oauth, credential_id(self.config), self._challenged)
+        elif (self.oauth is not None and self.config.transport == "stdio"
+              and self.config.credential_id is not None):
+            # A stdio server's stored login reaches it as ``OAUTH_ACCESS_TOKEN`` (B.11),
+            # refreshed first when it expired; a secret like the ``!command`` values.
+            token = await self.oauth.bearer(self.config.credential_id)
+            if token is not None:
+                extra_env["OAUTH_ACCESS_TOKEN"] = token
+                self._printed.add(token)
         # One scope around the whole connection (the transport's and the SDK's nurseries
         # open inside it): its deadline is the connect timeout, lifted once connected.
         with trio.CancelScope(deadline=math.inf if timeout is None
                               else trio.current_time() + timeout) as deadline:
             async with open_transport(self.config, self.cwd, self.environ, self.policy,
-                                      auth, self._printed) as (read, write, closed), ClientSession(
+                                      auth, self._printed, extra_env) as (
+                    read, write, closed), ClientSession(
                     read, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                     list_roots_callback=self._roots) as session, trio.open_nursery() as nursery:
                 # The handshake ends early when the connection is dropped meanwhile (the

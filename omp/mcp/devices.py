@@ -5,30 +5,32 @@ tools: they are *mounted* as devices the model drives with the ordinary ``read``
 tools, and the system prompt lists them (``catalogue``). ``read xd://`` lists the devices,
 ``read xd://<name>`` gives one device's docs (its description and its input schema as a
 TypeScript-style type), ``write xd://<name>`` with a JSON object as ``content`` executes the
-tool with that object as its arguments. A call by the minted name still runs (the session keeps
-the tools callable, ``ToolSet.devices``).
+tool with that object as its arguments. ``tools.xdevDocs: inline`` (or a name matching
+``tools.xdevInlineDevices``) puts the docs in the system prompt too. A call by the minted
+name still runs (the session keeps the tools callable, ``ToolSet.devices``).
 
 ``McpDevices`` is the session's ``omp.tools.base.Devices``; it reads the session's MCP tools at
-each use, so a server that connects or changes is seen at once. A device's call passes the
-user's policy for that tool (``tools.approval.<name>: deny`` refuses it as a direct call would
-be refused); the approval mode's question was asked for the ``write`` call itself (the same
-tier, ``write``). Differences from the original: ``xd://<name>`` dispatches MCP tools only (the
+each use, so a server that connects or changes is seen at once. Approval (omp-surface C.2) is
+the gate's, once, for the ``write`` call: ``approval`` tells it the device's own tier on the
+parsed arguments and the device's name as the policy key (``tools.approval.<device>``, falling
+back to ``tools.approval.write``); content that is no JSON object, or a device not mounted, is
+``exec`` under ``write``'s policy. ``?`` (the docs) is ``read``. The device's call itself asks
+nothing more. Differences from the original: ``xd://<name>`` dispatches MCP tools only (the
 original also dispatches the active top-level tools that way, which would run ``bash`` under
-``write``'s approval tier), and ``tools.xdevDocs`` is not read (the ``builtins`` catalogue).
+``write``'s approval tier); ``tools.xdevDocs: catalog`` ("lists only" in the spec, with
+nothing more said) lists the devices as ``builtins`` does.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from ..tools.base import DEVICE_SCHEME, OnUpdate, Tool, ToolError, ToolResult
-
-if TYPE_CHECKING:
-    from ..agent.loop import ToolGate
+from ..tools.base import DEVICE_SCHEME, OnUpdate, Tier, Tool, ToolError, ToolResult
 
 USAGE = ("Read xd://<name> for a device's docs and JSON schema; write a JSON object of "
          "arguments to xd://<name> to execute it.")
@@ -38,8 +40,6 @@ USAGE = ("Read xd://<name> for a device's docs and JSON schema; write a JSON obj
 class McpDevices:
     tools: Callable[[], Sequence[Tool]]
     """The session's MCP tools (``ToolSet.devices``), read at each use."""
-    gate: Callable[[], ToolGate | None]
-    """The session's approval gate, for the policies of the device's own name."""
 
     def for_subagent(self) -> McpDevices:
         """The devices as a subagent calls them: each tool's ``for_subagent`` view."""
@@ -48,10 +48,27 @@ class McpDevices:
         def views() -> list[Tool]:
             return [getattr(t, "for_subagent", lambda t=t: t)() for t in tools()]
 
-        return McpDevices(views, self.gate)
+        return McpDevices(views)
 
     def _mounted(self) -> dict[str, Tool]:
         return {t.name: t for t in self.tools()}
+
+    def approval(self, url: str, content: object) -> tuple[Tier, str | None]:
+        """The device's tier on ``content`` and its name (the policy key); ``exec`` for
+        arguments that are no JSON object or a device not mounted (omp-surface C.2)."""
+        name = url[len(DEVICE_SCHEME):].strip("/")
+        tool = self._mounted().get(name)
+        if tool is None or not isinstance(content, str):
+            return "exec", None
+        if content.strip() == "?":
+            return "read", name
+        try:
+            args = json.loads(content)
+        except ValueError:
+            return "exec", None
+        if not isinstance(args, dict):
+            return "exec", None
+        return tool.approval_tier(args), name
 
     async def read(self, url: str) -> ToolResult:
         name = url[len(DEVICE_SCHEME):].strip("/")
@@ -85,9 +102,6 @@ class McpDevices:
         except ValueError as exc:
             raise ToolError(f"xd://{name} expects a JSON args object as content ({exc}). "
                             "Write `?` for docs.") from None
-        gate = self.gate()
-        if gate is not None and (denied := gate.precheck(tool, dict(args))) is not None:
-            raise ToolError(denied, _details(name, args, {}))
         try:
             result = await tool.execute(call_id, args, on_update=on_update)
         except ToolError as exc:
@@ -117,9 +131,12 @@ def device_doc(tool: Tool) -> str:
                       f"Execute by writing JSON to xd://{tool.name}."])
 
 
-def catalogue(tools: Sequence[Tool]) -> str | None:
+def catalogue(tools: Sequence[Tool], docs: str = "builtins",
+              inline: Sequence[str] = ()) -> str | None:
     """The system prompt's device catalogue and routes (the original's sections), or None
-    when no device is mounted."""
+    when no device is mounted. ``docs`` (``tools.xdevDocs``) ``inline``: every device's docs
+    follow; else those of the devices ``inline`` (``tools.xdevInlineDevices``, globs) names,
+    in ``builtins`` mode."""
     if not tools:
         return None
     lines = ["## Additional devices (docs on demand)"]
@@ -129,7 +146,11 @@ def catalogue(tools: Sequence[Tool]) -> str | None:
     for tool in tools:
         original = getattr(getattr(tool, "tool", None), "name", tool.name)
         lines.append(f'- "{original}" → `xd://{tool.name}`')
-    return "\n".join(lines)
+    inlined = [t for t in tools if docs == "inline" or (
+        docs == "builtins" and any(fnmatch.fnmatchcase(t.name, g) for g in inline))]
+    if inlined:
+        lines += ["", "## Device docs", *(f"{device_doc(t)}\n" for t in inlined)]
+    return "\n".join(lines).rstrip("\n")
 
 
 def schema_type(schema: Any, indent: str = "") -> str:

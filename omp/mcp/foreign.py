@@ -8,16 +8,21 @@ Providers, highest priority first (after the native files and Claude's project f
   ``tool_timeout_sec``);
 * ``gemini`` — ``mcpServers`` of ``.gemini/settings.json`` (``url`` is SSE, ``httpUrl``
   streamable HTTP);
+* ``opencode`` — the ``mcp`` key of ``opencode.json`` / ``opencode.jsonc`` (in the project's
+  root or its ``.opencode/``; the user's in ``$XDG_CONFIG_HOME/opencode/``, default
+  ``~/.config/opencode/``), JSON with comments and trailing commas: ``"type": "local"`` with
+  ``command`` as a list (program, then arguments) and ``environment``, ``"type": "remote"``
+  with ``url`` and ``headers``; ``enabled``, ``timeout`` (ms) as ours;
 * ``cursor`` — ``.cursor/mcp.json``; ``windsurf`` — ``.windsurf/mcp_config.json``
   (``serverUrl``);
 * ``vscode`` — ``.vscode/mcp.json`` (``{"servers": ...}`` or ``{"mcp": {"servers": ...}}``).
 
 Project files (in the session's cwd) need no opt-in (but a trusted project, as every project
 server); the user files (``~/.codex/config.toml``, ``~/.gemini/settings.json``,
-``~/.cursor/mcp.json``, ``~/.codeium/windsurf/mcp_config.json``, and Claude's ``~/.claude.json``
-/ ``~/.claude/mcp.json``) are read only when the setting ``enabledProviders`` names the
-provider (or ``*`` / ``all``); ``CLAUDE_CONFIG_DIR`` set enables Claude's. A provider named in
-``disabledProviders`` is not read at all. opencode's files are not read (JSONC).
+``~/.cursor/mcp.json``, ``~/.codeium/windsurf/mcp_config.json``, opencode's, and Claude's
+``~/.claude.json`` / ``~/.claude/mcp.json``) are read only when the setting
+``enabledProviders`` names the provider (or ``*`` / ``all``); ``CLAUDE_CONFIG_DIR`` set enables
+Claude's. A provider named in ``disabledProviders`` is not read at all.
 
 Which files and who may read them is ``omp.mcp.config``'s (it runs at every start); this module
 is imported only when one of these files exists.
@@ -26,6 +31,7 @@ is imported only when one of these files exists.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +56,17 @@ def read_entries(provider: str, path: Path) -> Entries | None:
         return {str(k): _codex(v) for k, v in servers.items()} if isinstance(servers,
                                                                              dict) else {}
     try:
+        if provider == "opencode":
+            text = strip_jsonc(text)
         raw = json.loads(text) if text.strip() else {}
     except ValueError as exc:
         raise ValueError(f"{path}: not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: not a JSON object")
+    if provider == "opencode":
+        servers = raw.get("mcp")
+        return ({str(k): _opencode(v) for k, v in servers.items()}
+                if isinstance(servers, dict) else {})
     if provider == "vscode":
         servers = raw.get("servers", (raw.get("mcp") or {}).get("servers")
                           if isinstance(raw.get("mcp"), dict) else None)
@@ -96,6 +108,35 @@ def _gemini(entry: Any) -> Any:
     elif "url" in entry:
         out.update(type="sse", url=entry["url"])
     return out
+
+
+def _opencode(entry: Any) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    out = {k: entry[k] for k in ("enabled", "timeout", "headers", "url") if k in entry}
+    command = entry.get("command")
+    if isinstance(command, list) and command:
+        out.update(command=command[0], args=command[1:])
+    elif command is not None:
+        out["command"] = command  # parse_entry names what is wrong with it
+    if "environment" in entry:
+        out["env"] = entry["environment"]
+    return out
+
+
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_COMMENTS = re.compile(_STRING + r"|//[^\n]*|/\*.*?\*/", re.DOTALL)
+_TRAILING_COMMAS = re.compile(_STRING + r"|,(?=\s*[}\]])")
+
+
+def strip_jsonc(text: str) -> str:
+    """JSON with comments (``//``, ``/* */``) and trailing commas as plain JSON; strings are
+    left as they are (a ``//`` in a URL stays). Comments go first: a comma may stand before
+    one."""
+    def keep_strings(match: re.Match[str]) -> str:
+        return match.group(0) if match.group(0).startswith('"') else ""
+
+    return _TRAILING_COMMAS.sub(keep_strings, _COMMENTS.sub(keep_strings, text))
 
 
 def _windsurf(entry: Any) -> Any:

@@ -23,7 +23,13 @@ OAuth (``omp.mcp.auth``): the connections of HTTP servers send the tokens stored
 ``credentials``; a server that refuses us starts the flow by itself once (``_auth_required``),
 ``/mcp reauth`` again (``authorize``), as a task of the manager's nursery (so the command that
 asked is answered at once, and shutdown cancels a flow that waits for the browser), talking to
-the user through the host's UI (``host_ui``; none in one-shot modes: no flow runs there).
+the user through the host's UI (``host_ui``; none in one-shot modes: no flow runs there). A
+flow is registered in the abort registry (``aborts``, family ``login``, as the ``login``
+command's) when it is started, synchronously: ``abort`` cancels it, even one written in the
+same write as the ``/mcp reauth`` that started it, and says so in a ``notice``.
+
+``/mcp reload`` (``reload``) reads the configuration again (``loader``) and applies the
+difference with ``replace``; ``/mcp unauth`` (``unauthorize``) forgets a server's tokens.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from ..login.flows import Dialogs, LoginUI
 from ..login.oauth import LoginError
 from ..protocol import events as ev
 from ..protocol.messages import CustomMessage
-from .config import ServerConfig
+from .config import LoadedServers, ServerConfig
 from .devices import catalogue
 from .notifications import ResourceUpdates
 
@@ -55,6 +61,7 @@ CLOSE_SECONDS = 5.0
 if TYPE_CHECKING:
     from ..login.store import Credentials
     from ..session import AgentSession
+    from ..session.aborts import AbortRegistry
     from ..tools.base import Tool
     from .connection import Connection
 
@@ -72,8 +79,15 @@ class McpManager:
     host_ui: Dialogs | None = None
     """The host's UI for OAuth flows (``open_url``, the paste dialog); None: no flow runs
     (one-shot modes, ``--no-ui``)."""
+    aborts: AbortRegistry | None = None
+    """Where a running OAuth flow is registered (``abort`` cancels it); None: only shutdown
+    does."""
+    loader: Callable[[], LoadedServers] | None = None
+    """Reads the configuration again, as at startup (``/mcp reload``); None: the servers
+    were given (an ACP editor's), there is nothing to reload."""
     login_ui: LoginUI | None = attrs.field(default=None, init=False)
-    _authorizing: set[str] = attrs.field(factory=set, init=False)
+    _authorizing: dict[str, trio.CancelScope] = attrs.field(factory=dict, init=False)
+    """The OAuth flow of each server that has one running."""
     _auto_tried: set[str] = attrs.field(factory=set, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
@@ -194,29 +208,111 @@ class McpManager:
         if connection.oauth is None or self.login_ui is None or self._nursery is None:
             return ("/mcp reauth needs a host that answers UI requests (RPC mode with its "
                     "extension UI).")
-        if name in self._authorizing:
+        running = self._authorizing.get(name)
+        if running is not None and not running.cancel_called:
             return f'Authorization of "{name}" is already in progress.'
-        self._authorizing.add(name)
-        self._nursery.start_soon(self._authorize, connection)
+        # Registered now, before the next line is read: an ``abort`` right behind the
+        # command that started the flow finds it (the task enters the scope cancelled).
+        scope = (self.aborts.hold("login") if self.aborts is not None
+                 else trio.CancelScope())
+        self._authorizing[name] = scope
+        self._nursery.start_soon(self._authorize, connection, scope)
         return f'Authorizing "{name}": complete the login in your browser.'
 
-    async def _authorize(self, connection: Connection) -> None:
-        """One OAuth flow; its end is said as a ``notice``. On cancellation (shutdown)
-        nothing is stored."""
+    async def _authorize(self, connection: Connection, scope: trio.CancelScope) -> None:
+        """One OAuth flow in ``scope``; its end is said as a ``notice``. On cancellation
+        nothing is stored: an abort (``scope``) is said, shutdown (``Cancelled`` from the
+        manager's scope) propagates."""
         assert connection.oauth is not None
         assert self.login_ui is not None
+        name = connection.name
         try:
-            await connection.oauth.authorize(connection.config, self.login_ui,
-                                             connection.challenge or "")
+            with scope:
+                await connection.oauth.authorize(connection.config, self.login_ui,
+                                                 connection.challenge or "")
         except (LoginError, UiDisconnected, OSError) as exc:
             self.emit(ev.Notice(level="warning", source="mcp", message=connection.redact(
-                f'MCP server "{connection.name}": authorization failed: {exc}')))
+                f'MCP server "{name}": authorization failed: {exc}')))
             return
         finally:
-            self._authorizing.discard(connection.name)
+            if self._authorizing.get(name) is scope:
+                del self._authorizing[name]
+            if self.aborts is not None:
+                self.aborts.release(scope)
+        if scope.cancelled_caught:
+            if not self._scope.cancel_called:  # an abort, not the shutdown: say it
+                self.emit(ev.Notice(level="info", source="mcp", message=(
+                    f'MCP server "{name}": authorization cancelled')))
+            return
         self.emit(ev.Notice(level="info", source="mcp",
-                            message=f'MCP server "{connection.name}" authorized.'))
+                            message=f'MCP server "{name}" authorized.'))
         connection.reconnect()
+
+    async def reload(self) -> str:
+        """``/mcp reload``: read the configuration again and apply it now (``replace``):
+        servers added or enabled start, servers removed or disabled stop (their process
+        groups ended before this returns, at most ``CLOSE_SECONDS`` each), servers whose
+        entry changed start again; the others keep their connections. On cancellation it
+        stops waiting; the ended connections still close."""
+        if self.loader is None:
+            return ("This session's MCP servers were given to it, not read from files: "
+                    "nothing to reload.")
+        await self._started.wait()
+        loaded = self.loader()
+        for problem in loaded.problems:
+            self.emit(ev.Notice(level="warning", source="mcp", message=problem))
+        fresh = {s.name: s for s in loaded.servers}
+        before = {s.name: s for s in self.servers}
+        connected = set(self.connections)
+        changed = [n for n, s in before.items() if fresh.get(n) != s]
+        added = [s for n, s in fresh.items() if n not in before or n in changed]
+        await self.replace([n for n in changed if n not in fresh], added)
+        self.servers = list(loaded.servers)
+        now = {n for n, s in fresh.items() if s.enabled}
+        restarted = [n for n in changed if n in connected and n in now]
+        parts = [f"{verb} {', '.join(names)}" for verb, names in (
+            ("started", [n for n in fresh if n in now and n not in connected]),
+            ("stopped", [n for n in before if n in connected and n not in now]),
+            ("restarted", restarted)) if names]
+        return "MCP runtime reloaded: " + ("; ".join(parts) if parts
+                                           else "no server changed") + "."
+
+    async def unauthorize(self, name: str) -> str:
+        """``/mcp unauth``: forget the server's stored OAuth tokens (``auth.json``), cancel
+        its flow in progress and reconnect it without them. On cancellation the file is
+        still written (``Credentials.remove``)."""
+        from .auth import credential_id
+
+        config = next((s for s in self.servers if s.name == name), None)
+        if config is None:
+            return f'Server "{name}" not found. Run /mcp list to see configured servers.'
+        if config.transport == "stdio" and config.credential_id is None:
+            return f'Server "{name}" is a stdio server: OAuth applies to HTTP and SSE servers.'
+        if (flow := self._authorizing.get(name)) is not None:
+            flow.cancel()
+        removed = (self.credentials is not None
+                   and await self.credentials.remove(credential_id(config)))
+        if not removed:
+            return f'No OAuth credentials stored for "{name}".'
+        self._auto_tried.add(name)  # no flow by itself now: the user just logged out
+        if (connection := self.connections.get(name)) is not None:
+            connection.reconnect()
+        return f'Removed the OAuth credentials of "{name}".'
+
+    def notifications(self) -> str:
+        """``/mcp notifications``: whether resource updates reach the conversation, and
+        which resources each server is subscribed to."""
+        settings = self.session.settings
+        if not settings.mcp_notifications:
+            return ("MCP notifications are off: set mcp.notifications: true in config.yml to "
+                    "subscribe to the servers' resources.")
+        lines = [f"MCP notifications are on (updates gathered for "
+                 f"{settings.mcp_notification_debounce_ms} ms)."]
+        for connection in self.connections.values():
+            uris = sorted(connection.subscribed)
+            lines.append(f"{connection.name}: " + (", ".join(uris) if uris
+                                                   else "no subscribed resources"))
+        return "\n".join(lines)
 
     def close(self) -> None:
         """End every connection (the tasks end in ``run``'s nursery)."""
@@ -274,7 +370,8 @@ class McpManager:
         None when there is neither."""
         devices = None
         if self.session.settings.xdev:
-            devices = catalogue(self.tools())
+            settings = self.session.settings
+            devices = catalogue(self.tools(), settings.xdev_docs, settings.xdev_inline_devices)
         found = [(c.name, c.instructions) for c in self.connections.values()
                  if c.instructions and c.state == "connected"]
         if not found:

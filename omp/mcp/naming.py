@@ -7,8 +7,9 @@ tool name that starts with ``<server>_`` loses that prefix. A name over 64 chara
 Bun's Wyhash; this uses BLAKE2b (the standard library has no Wyhash), so only such very long
 names differ from the original's.
 
-The original's leniency for names the model makes up (``mcp__<server>__<tool>`` resolving to
-the minted name) is not here: a call by any other name is ``Tool ... not found``.
+Names the model makes up are accepted as the original accepts them (``alias_candidates``,
+used by ``omp.session.mcp_tools.McpTools.alias``): ``mcp__<server>__<tool>`` (Claude Code's
+form, even with the server's raw name) and a name that only differs in case or punctuation.
 """
 
 from __future__ import annotations
@@ -48,3 +49,19 @@ def _base36(n: int) -> str:
         if n == 0:
             return out
 
+
+
+def alias_candidates(name: str) -> list[str]:
+    """The minted names an unregistered ``mcp__...`` name may stand for (omp-surface B.6):
+    the suffix read as ``<server>__<tool>`` at each ``__`` in it, minted again, then the
+    whole suffix sanitised."""
+    suffix = name[len("mcp__"):]
+    found = []
+    start = 0
+    while (at := suffix.find("__", start)) != -1:
+        left, right = suffix[:at], suffix[at + 2:]
+        if left and right:
+            found.append(mint_name(left, right))
+        start = at + 1
+    found.append("mcp__" + sanitize(suffix, "tool"))
+    return list(dict.fromkeys(found))

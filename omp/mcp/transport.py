@@ -51,31 +51,36 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
 async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
                          policy: EnvironmentPolicy = DEFAULT_POLICY,
                          auth: httpx.Auth | None = None,
-                         secrets: set[str] | None = None) -> AsyncIterator[Streams]:
+                         secrets: set[str] | None = None,
+                         extra_env: Mapping[str, str] | None = None) -> AsyncIterator[Streams]:
     """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
     through the session's ``policy``, then the entry's ``env``; an HTTP server's requests
     pass ``auth``, ``omp.mcp.auth.BearerAuth``; the values ``!command``s printed are added to
-    ``secrets``, for redaction). Raises OSError when a stdio server cannot be
+    ``secrets``, for redaction; ``extra_env``: more of a stdio server's environment, over the
+    entry's, e.g. its ``OAUTH_ACCESS_TOKEN``). Raises OSError when a stdio server cannot be
     started. On exit (cancellation included) everything it started is ended."""
     if config.transport == "stdio":
-        async with _stdio(config, cwd, environ, policy, secrets) as streams:
+        async with _stdio(config, cwd, environ, policy, secrets, extra_env or {}) as streams:
             yield streams
     else:
-        headers = await resolve_values(config.headers, environ, cwd, policy, secrets)
+        headers = await resolve_values(config.headers, environ, cwd, policy, secrets,
+                                       literal=config.literal)
         async with _http(config, headers, environ, auth) as streams:
             yield streams
 
 
 async def resolve_values(values: Mapping[str, str], environ: Mapping[str, str], cwd: Path,
-                         policy: EnvironmentPolicy, secrets: set[str] | None = None
-                         ) -> dict[str, str]:
+                         policy: EnvironmentPolicy, secrets: set[str] | None = None, *,
+                         literal: bool = False) -> dict[str, str]:
     """Connect-time values of an entry's ``env`` / ``headers`` (omp-surface B.2): a value
     starting with ``!`` is a shell command whose trimmed stdout is the value (run with
     ``/bin/sh -c`` in the project directory, the session's environment, at most
     ``COMMAND_SECONDS``, as its own process group); a value naming a set variable is that
     variable's value; anything else is literal. A key whose value comes out empty (a command
-    that failed, timed out or printed nothing) is left out. On cancellation a running
-    command's group is ended."""
+    that failed, timed out or printed nothing) is left out. ``literal`` (a plugin's entry):
+    every value as written. On cancellation a running command's group is ended."""
+    if literal:
+        return {k: v for k, v in values.items() if v}
     out: dict[str, str] = {}
     for key, raw in values.items():
         if raw.startswith("!"):
@@ -120,10 +125,12 @@ async def _command_value(command: str, environ: Mapping[str, str], cwd: Path,
 
 @contextlib.asynccontextmanager
 async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
-                 policy: EnvironmentPolicy, secrets: set[str] | None
-                 ) -> AsyncIterator[Streams]:
+                 policy: EnvironmentPolicy, secrets: set[str] | None,
+                 extra_env: Mapping[str, str]) -> AsyncIterator[Streams]:
     assert config.command is not None
-    values = await resolve_values(config.env, environ, cwd, policy, secrets)
+    values = await resolve_values(config.env, environ, cwd, policy, secrets,
+                                  literal=config.literal)
+    values.update(extra_env)
     env = child_environment(policy, values, environ=environ)
     where = cwd / config.cwd if config.cwd else cwd
     proc = await open_process_group([config.command, *config.args], stdin=subprocess.PIPE,

@@ -234,7 +234,8 @@ class Commands:
         if isinstance(frame, CustomCommand):
             return Route(self.run_custom, "serial", family="command")
         if isinstance(frame, cmd.Prompt) and frame.message.startswith("/") and (
-                found := self.slash.builtin_for(frame.message)) is not None and found[0].awaits:
+                found := self.slash.builtin_for(frame.message)) is not None and found[0].waits(
+                    found[1]):
             return Route(self.prompt_builtin, "serial", after=self.after_prompt,
                          family="command")
         if isinstance(frame, cmd.Prompt) and self.slash.mcp_prompt_for(frame.message):

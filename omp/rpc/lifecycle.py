@@ -25,6 +25,7 @@ written); a second one cancels everything at once; SIGINT ends in ``KeyboardInte
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -41,7 +42,7 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
-from ..mcp.config import ServerConfig, load_servers, parse_entry
+from ..mcp.config import LoadedServers, ServerConfig, load_servers, parse_entry
 from ..process import (
     adopt_orphans,
     can_watch_signals,
@@ -215,7 +216,8 @@ def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
     session.settings.approval = settings
     return ApprovalGate(settings, ui, options.approve, session.settings.bash,
                         observer=lambda: session.extensions,
-                        session_id=lambda: session.session_id)
+                        session_id=lambda: session.session_id,
+                        devices=lambda: session.tool_context.devices)
 
 
 def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
@@ -250,11 +252,15 @@ def _load_mcp(runtime: Runtime) -> None:
         except ValueError as exc:
             notices.append(ev.Notice(level="warning", source="mcp",
                                      message=f"MCP server skipped: {exc}"))
-    loaded = load_servers(
-        session.cwd, session.prompt_options.agent_directory or agent_dir(),
+    # ``/mcp reload`` reads the files again the same way (the servers given to ``serve()``
+    # and the project's trust as they were at startup).
+    load = functools.partial(
+        load_servers, session.cwd, session.prompt_options.agent_directory or agent_dir(),
         trusted=project_trusted(options, session.cwd, session.settings.trusted_projects),
         extra=given, enabled_providers=session.settings.enabled_providers,
-        disabled_providers=session.settings.disabled_providers)
+        disabled_providers=session.settings.disabled_providers,
+        plugin_dirs=options.plugin_dirs)
+    loaded = load()
     notices += [ev.Notice(level="warning", source="mcp", message=p) for p in loaded.problems]
     if loaded.untrusted:
         notices.append(ev.Notice(level="warning", source="mcp", message=(
@@ -262,19 +268,22 @@ def _load_mcp(runtime: Runtime) -> None:
             f"{session.cwd} is not trusted (start with --trust-project, or list it under "
             "trustedProjects in ~/.omp/agent/config.yml)")))
     if loaded.servers:
-        use_mcp(runtime, loaded.servers)
+        use_mcp(runtime, loaded.servers, load)
 
 
-def use_mcp(runtime: Runtime, servers: Sequence[ServerConfig]) -> None:
+def use_mcp(runtime: Runtime, servers: Sequence[ServerConfig],
+            loader: Callable[[], LoadedServers] | None = None) -> None:
     """Give the runtime its ``McpManager`` for ``servers`` (its ``run`` is for the caller to
-    start): the session's ``mcp://`` reads, its ``xd://`` devices, the host's OAuth UI."""
+    start): the session's ``mcp://`` reads, its ``xd://`` devices, the host's OAuth UI;
+    ``loader`` reads the configuration again (``/mcp reload``; None: nothing to reload)."""
     session = runtime.session
     # Imported only when a server is configured (nothing new before ``ready`` otherwise).
     from ..mcp.manager import McpManager
     from ..mcp.resources import McpUris
 
     runtime.mcp = McpManager(servers, session, runtime.outbox.emit,
-                             credentials=session.registry.credentials)
+                             credentials=session.registry.credentials, aborts=runtime.aborts,
+                             loader=loader)
     if runtime.ui.enabled:
         # OAuth flows of HTTP servers talk to the user through the host's UI.
         runtime.mcp.host_ui = runtime.ui
@@ -285,7 +294,7 @@ def use_mcp(runtime: Runtime, servers: Sequence[ServerConfig]) -> None:
         from ..mcp.devices import McpDevices
 
         # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
-        context.devices = McpDevices(session.toolset.devices, lambda: session.approval)
+        context.devices = McpDevices(session.toolset.devices)
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:

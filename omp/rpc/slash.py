@@ -48,7 +48,7 @@ from ..commands import (
     split_command,
 )
 from ..config import ConfigError, agent_dir
-from ..mcp.commands import mcp_command, mcp_test
+from ..mcp.commands import mcp_command, mcp_reload, mcp_test, mcp_unauth
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -100,6 +100,14 @@ class Builtin(msgspec.Struct, frozen=True):
     subcommands: tuple[tuple[str, str], ...] = ()
     awaits: bool = False
     """The handler is async (it must run in the serial lane as a task, not in place)."""
+    awaits_for: Callable[[str], bool] | None = None
+    """With ``awaits``: which argument texts await; the others are answered in place, when
+    they are read (``/mcp``: only ``test`` connects; ``reauth`` registers its flow with the
+    abort registry before the next line, so an ``abort`` right behind it cancels the flow)."""
+
+    def waits(self, args: str) -> bool:
+        """Whether ``/<name> <args>`` must run in the serial lane as a task."""
+        return self.awaits and (self.awaits_for is None or self.awaits_for(args))
 
     def entry(self) -> payloads.AvailableCommand:
         return payloads.AvailableCommand(
@@ -505,21 +513,36 @@ def _changelog(call: Call) -> Outcome:
     return LOCAL
 
 
-async def _mcp(call: Call) -> Outcome:
-    """``/mcp ...``; ``test`` connects to a server (on cancellation the connection is
-    closed), the rest answers at once."""
+def _mcp_awaits(args: str) -> bool:
+    return args.split()[:1] in (["test"], ["unauth"], ["reload"])
+
+
+def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
+    """``/mcp ...``; ``test`` connects to a server (awaited: on cancellation the connection
+    is closed), ``unauth`` rewrites ``auth.json``, ``reload`` waits for the servers it stops
+    (all three awaited in the serial lane); the rest answers at once."""
     words = call.args.split()
     s = call.session
-    if words[:1] == ["test"]:
-        text = await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp, s.cwd,
-                              call.slash.agent_directory, trusted=call.slash.project_trusted,
-                              policy=s.tool_context.environment,
-                              credentials=s.registry.credentials, http=s.http.get,
-                              settings=s.settings)
-    else:
-        text = mcp_command(call.args, call.slash.mcp, s.cwd, call.slash.agent_directory)
-    call.output(text)
-    return LOCAL
+    if not _mcp_awaits(call.args):
+        call.output(mcp_command(call.args, call.slash.mcp, s.cwd, call.slash.agent_directory))
+        return LOCAL
+
+    async def awaited() -> Outcome:
+        if words[0] == "unauth":
+            call.output(await mcp_unauth(words[1] if len(words) > 1 else None, call.slash.mcp))
+            return LOCAL
+        if words[0] == "reload":
+            call.output(await mcp_reload(call.slash.mcp))
+            return LOCAL
+        call.output(await mcp_test(words[1] if len(words) > 1 else None, call.slash.mcp,
+                                   s.cwd, call.slash.agent_directory,
+                                   trusted=call.slash.project_trusted,
+                                   policy=s.tool_context.environment,
+                                   credentials=s.registry.credentials, http=s.http.get,
+                                   settings=s.settings))
+        return LOCAL
+
+    return awaited()
 
 
 def _tools(call: Call) -> Outcome:
@@ -715,12 +738,15 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("reload-plugins", "Reload extensions, skills, prompt templates and file commands",
             _reload, awaits=True),
     Builtin("force", "Force the next turn to use a tool", _force, hint="<tool> [prompt]"),
-    Builtin("mcp", "Manage MCP servers", _mcp, awaits=True,
-            hint="[list|add|remove|test|enable|disable|reconnect|reauth|help]",
+    Builtin("mcp", "Manage MCP servers", _mcp, awaits=True, awaits_for=_mcp_awaits,
+            hint="[list|add|remove|test|enable|disable|reconnect|reauth|unauth|reload|help]",
             subcommands=(("list", "List configured servers and their state"),
                          ("add", "Add a server"), ("remove", "Remove a server"),
                          ("test", "Connect to a server once"),
                          ("reauth", "Authorize a server with OAuth"),
+                         ("unauth", "Forget a server's OAuth tokens"),
+                         ("reload", "Apply the MCP configuration now"),
+                         ("notifications", "Show the resource subscriptions"),
                          ("enable", "Enable a server"), ("disable", "Disable a server"),
                          ("reconnect", "Reconnect servers now"),
                          ("prompts", "List prompts"), ("resources", "List resources"),

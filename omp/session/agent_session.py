@@ -310,7 +310,8 @@ class AgentSession:
         """What the next model call of this session is made with."""
         return TurnSetup(model=self.models.model, options=self.models.stream_options(),
                          system_prompt=tuple(self.system_prompt), tools=tuple(self.tools),
-                         http=self.http, unlisted=tuple(self.toolset.devices()))
+                         http=self.http, unlisted=tuple(self.toolset.devices()),
+                         alias=self.toolset.alias)
 
     def _agent_turn_setup(self) -> TurnSetup:
         """``turn_setup`` for the agent's model calls: a ``/force`` applies to one of them."""

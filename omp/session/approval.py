@@ -8,12 +8,15 @@ Rules, in one place:
   ``bash.patterns`` and the original's list of critical commands say about the command
   (``bash_decision``); the
   mode (``tools.approvalMode`` or ``--approval-mode``; ``--auto-approve`` acts as ``yolo``)
-  and the user's policy ``tools.approval.<tool>``. Resolution (C.3): a pattern's or the
-  user's ``deny`` denies; in ``yolo`` the pattern's policy, else the user's, else allow; a
-  ``prompt`` pattern asks; else the pattern's, then the user's ``allow`` / ``prompt``; else
-  the tier within the mode's maximum allows and anything above it prompts. A critical
-  command asks like a ``prompt`` pattern below ``yolo`` (with the reason ``Critical pattern
-  detected``) and runs in ``yolo``.
+  and the user's policy ``tools.approval.<tool>``. A ``write`` to an ``xd://`` device (an MCP
+  tool, ``omp.mcp.devices``) has the device's own tier on its JSON arguments and the policy
+  ``tools.approval.<device>``, falling back to ``tools.approval.write``; arguments that are no
+  JSON object, or a device not mounted, are ``exec`` under ``write``'s policy.
+  Resolution (C.3): a pattern's or the user's ``deny`` denies; in ``yolo`` the pattern's
+  policy, else the user's, else allow; a ``prompt`` pattern asks; else the pattern's, then
+  the user's ``allow`` / ``prompt``; else the tier within the mode's maximum allows and
+  anything above it prompts. A critical command asks like a ``prompt`` pattern below
+  ``yolo`` (with the reason ``Critical pattern detected``) and runs in ``yolo``.
 * A ``deny`` is known before anything else runs: the loop asks ``precheck`` before the
   extensions' ``tool_call`` handlers (extensions.md: a denied call never reaches them), and
   ``check`` again on the arguments they may have rewritten, right before the call is
@@ -54,7 +57,7 @@ import attrs
 import msgspec
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
-from ..tools.base import Tier, Tool
+from ..tools.base import DEVICE_SCHEME, Devices, Tier, Tool
 from .settings import ApprovalPolicy, ApprovalSettings, BashSettings
 
 APPROVE = "Approve"
@@ -104,6 +107,10 @@ def _no_observer() -> ApprovalObserver | None:
 
 def _no_session() -> str:
     return ""
+
+
+def _no_devices() -> Devices | None:
+    return None
 
 
 class ToolDecision(msgspec.Struct, frozen=True):
@@ -299,33 +306,50 @@ class ApprovalGate:
     """The extensions as they are now (they may be replaced while the gate lives)."""
     session_id: Callable[[], str] = _no_session
     """The id of the session whose calls pass here (for the observer's events)."""
+    devices: Callable[[], Devices | None] = _no_devices
+    """The session's ``xd://`` devices as they are now (for the tier and policy of a device
+    write). A subagent's gate keeps its parent's: its devices are the parent's, by the same
+    names."""
 
     def for_session(self, session_id: Callable[[], str]) -> ApprovalGate:
         """The same gate (settings, host, policy, observer) for another session's calls: a
         subagent's, which ask through its parent's host and report their own session id."""
         return attrs.evolve(self, session_id=session_id)
 
-    def _user(self, name: str) -> ApprovalPolicy | None:
-        return self.settings.policies.get(name)
+    def _user(self, key: str, tool: Tool) -> tuple[ApprovalPolicy | None, str]:
+        """The user's policy for the call and the key it was found under: ``key``'s, else the
+        tool's own (C.3)."""
+        policies = self.settings.policies
+        if key != tool.name and (policy := policies.get(key)) is not None:
+            return policy, key
+        return policies.get(tool.name), tool.name
 
-    def _decision(self, tool: Tool, args: dict[str, Any]) -> ToolDecision:
+    def _decision(self, tool: Tool, args: dict[str, Any]) -> tuple[ToolDecision, str]:
+        """The tool's decision on the call and the key of the user's policy for it."""
         command = args.get("command")
         # The built-in bash only: a replacement (an extension's tool named ``bash``) declares
         # its own tier, and the bash rules are the built-in tool's own decision (C.2).
         if tool.command_rules() and isinstance(command, str):
-            return bash_decision(command, self.bash)
-        return ToolDecision(tool.approval_tier(args))
+            return bash_decision(command, self.bash), tool.name
+        path = args.get("path")
+        if tool.name == "write" and isinstance(path, str) and path.startswith(DEVICE_SCHEME):
+            devices = self.devices()
+            tier, key = (devices.approval(path, args.get("content")) if devices is not None
+                         else ("exec", None))
+            return ToolDecision(tier), key or tool.name
+        return ToolDecision(tool.approval_tier(args)), tool.name
 
-    def _denial(self, tool: Tool, decision: ToolDecision) -> str:
+    def _denial(self, tool: Tool, decision: ToolDecision, key: str) -> str:
         if decision.policy == "deny":
             return tool_denied_text(tool.name, decision.reason)
-        return user_denied_text(tool.name)
+        return user_denied_text(key)
 
     def precheck(self, tool: Tool, args: dict[str, Any]) -> str | None:
         """The denial text when the call is denied without asking; None otherwise."""
-        decision = self._decision(tool, args)
-        if decision.policy == "deny" or self._user(tool.name) == "deny":
-            return self._denial(tool, decision)
+        decision, key = self._decision(tool, args)
+        user, found = self._user(key, tool)
+        if decision.policy == "deny" or user == "deny":
+            return self._denial(tool, decision, found)
         return None
 
     async def check(self, call_id: str, tool: Tool, args: dict[str, Any]) -> str | None:
@@ -335,12 +359,13 @@ class ApprovalGate:
         On cancellation (abort) the host's dialog gets its ``cancel`` and ``Cancelled``
         propagates; the call did not run.
         """
-        decided = self._decision(tool, args)
-        outcome = resolve(decided, self._user(tool.name), self.settings)
+        decided, key = self._decision(tool, args)
+        user, found = self._user(key, tool)
+        outcome = resolve(decided, user, self.settings)
         if outcome == "allow":
             return None
         if outcome == "deny":
-            return self._denial(tool, decided)
+            return self._denial(tool, decided, found)
         observer = self.observer()
         if observer is None:
             return (await self._ask(call_id, tool, args, decided))[0]

@@ -2,7 +2,8 @@
 ``omp.mcp.manager``), or, in a subagent, its parent's (the same connections, each tool through
 its ``for_subagent`` view, read at each use so that a server that connects or changes is seen).
 Which of them the model is offered as function tools and which are ``xd://`` devices is the
-session's choice (``tools.xdev``, ``ToolSet.devices``)."""
+session's choice (``tools.xdev``, ``ToolSet.devices``). A call by a name the model made up for
+one of them (``mcp__<server>__<tool>``) finds it through ``alias``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,19 @@ class McpTools:
         if not xdev:
             return []
         return [t for t in self.tools() if active is None or t.name in active]
+
+    def alias(self, name: str, active: set[str] | None) -> Tool | None:
+        """The tool an unregistered ``mcp__...`` name stands for (omp-surface B.6): each way
+        of reading it as ``mcp__<server>__<tool>`` (at every ``__``), and the whole name
+        sanitised, minted again; exactly one of them must be a tool (the active ones), else
+        None (the call stays "not found")."""
+        if not name.startswith("mcp__"):
+            return None
+        from ..mcp.naming import alias_candidates  # only for a name the model made up
+
+        tools = {t.name: t for t in self.tools() if active is None or t.name in active}
+        found = {c for c in alias_candidates(name) if c in tools}
+        return tools[found.pop()] if len(found) == 1 else None
 
     def instructions(self) -> str | None:
         return self.own_instructions if self.parent is None else self.parent.instructions()

@@ -28,7 +28,9 @@ Files, lowest precedence first:
    as the original ignores it); a project's own file cannot set either (a repository must not
    wave its own tool calls through). Todo reminders (D.7): ``todo.reminders`` (bool) and
    ``todo.remindersMax`` (a whole number). MCP tool exposure (B.6): ``tools.xdev`` (bool,
-   default true: MCP tools are ``xd://`` devices); ``mcp.notifications`` (bool, default false)
+   default true: MCP tools are ``xd://`` devices), ``tools.xdevDocs`` (``builtins``, ``inline``
+   or ``catalog``) and ``tools.xdevInlineDevices`` (a list of globs); ``mcp.notifications``
+   (bool, default false)
    and ``mcp.notificationDebounceMs`` (a whole number, default 500): resource updates. TTSR
    rules (D.2): ``ttsr.enabled``, ``ttsr.contextMode``, ``ttsr.interruptMode``,
    ``ttsr.repeatMode``, ``ttsr.repeatGap``, ``ttsr.builtinRules``, ``ttsr.disabledRules``; a
@@ -324,6 +326,12 @@ class Settings(msgspec.Struct, kw_only=True):
     xdev: bool = True
     """``tools.xdev`` (omp-surface B.6): MCP tools are ``xd://`` devices driven through
     ``read`` / ``write`` rather than function tools sent to the model."""
+    xdev_docs: str = "builtins"
+    """``tools.xdevDocs``: ``inline`` puts every device's docs and schema in the system
+    prompt; ``builtins`` and ``catalog`` list the devices (docs on demand)."""
+    xdev_inline_devices: tuple[str, ...] = ()
+    """``tools.xdevInlineDevices``: globs of device names whose docs the system prompt
+    carries in ``builtins`` mode."""
     mcp_notifications: bool = False
     """``mcp.notifications`` (B.10): subscribe to the servers' resources and tell the model
     when they change."""
@@ -495,9 +503,14 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         disabled_tools=frozenset(extras.disabled_tools),
                         notes=tuple(extras.notes), approval=extras.approval,
                         todo_reminders=extras.todo_reminders, ttsr=extras.ttsr,
-                        xdev=extras.xdev, mcp_notifications=extras.mcp_notifications,
+                        xdev=extras.xdev, xdev_docs=extras.xdev_docs,
+                        xdev_inline_devices=tuple(extras.xdev_inline_devices),
+                        mcp_notifications=extras.mcp_notifications,
                         mcp_notification_debounce_ms=extras.mcp_notification_debounce_ms)
     return settings
+
+
+XDEV_DOCS = ("builtins", "inline", "catalog")
 
 
 class _Extras(msgspec.Struct):
@@ -511,6 +524,8 @@ class _Extras(msgspec.Struct):
     todo_reminders: TodoReminderSettings = msgspec.field(default_factory=TodoReminderSettings)
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
     xdev: bool = True
+    xdev_docs: str = "builtins"
+    xdev_inline_devices: list[str] = msgspec.field(default_factory=list)
     mcp_notifications: bool = False
     mcp_notification_debounce_ms: int = 500
 
@@ -573,6 +588,18 @@ class _Extras(msgspec.Struct):
             if not isinstance(value, bool):
                 raise problem(path, "$.tools.xdev", f"expected true or false (got {value!r})")
             self.xdev = value
+            return True
+        if dotted == "tools.xdevDocs":
+            if value not in XDEV_DOCS:
+                raise problem(path, "$.tools.xdevDocs", f"expected one of "
+                              f"{', '.join(XDEV_DOCS)} (got {value!r})")
+            self.xdev_docs = value
+            return True
+        if dotted == "tools.xdevInlineDevices":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise problem(path, "$.tools.xdevInlineDevices",
+                              f"expected a list of names or globs (got {value!r})")
+            self.xdev_inline_devices = list(value)
             return True
         if dotted == "mcp.notifications":
             if not isinstance(value, bool):

@@ -57,6 +57,11 @@ class ToolSet:
         """The MCP tools mounted as ``xd://`` devices (the active ones)."""
         return self.mcp.devices(self.xdev, self._active)
 
+    def alias(self, name: str) -> Tool | None:
+        """The active MCP tool an unregistered ``mcp__...`` name stands for (the original's
+        aliases, ``McpTools.alias``), or None."""
+        return self.mcp.alias(name, self._active)
+
     def set_active(self, names: Sequence[str]) -> None:
         """Only these tools (unknown names are ignored) from the next model call on."""
         known = {t.name for t in self.all()}

@@ -154,6 +154,12 @@ class Devices(Protocol):
         """The devices as a subagent of this session drives them."""
         ...
 
+    def approval(self, url: str, content: object) -> tuple[Tier, str | None]:
+        """What the approval gate weighs for writing ``content`` to ``url`` (omp-surface C.2):
+        the device's own tier on the parsed arguments and its name as the user policy's key;
+        ``("exec", None)`` for content that is no JSON object or a device not mounted."""
+        ...
+
     async def read(self, url: str) -> ToolResult:
         """Raises ToolError naming what is wrong."""
         ...
