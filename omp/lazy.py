@@ -52,6 +52,9 @@ LAZY_MODULES: dict[str, str] = {
                            "progress records): loaded with the first spawn; a start only "
                            "offers the task tool",
     "omp.subagents.progress": "see omp.subagents.child",
+    "omp.mcp.config": "~3 ms with the MCP config files read: loaded once ready is written "
+                      "(omp.rpc.lifecycle.load_mcp), and with /mcp",
+    "omp.mcp.commands": "/mcp and the servers' prompts: loaded with their first use",
     "omp.mcp.connection": "1-2 s with the mcp SDK (pydantic models): only when an MCP server "
                           "is configured, and then in a worker thread after ready",
     "omp.mcp.manager": "~3 ms with its attrs classes: only when an MCP server is configured",

@@ -78,7 +78,7 @@ NOT_BEFORE_READY = (
     "omp.llm.local", "omp.session.rules", "omp.session.export_html", "omp.extensions.loader",
     "omp.mcp.manager", "omp.mcp.connection", "omp.tools.web_policy", "omp.tools.read",
     "omp.tools.bash", "omp.tools.web_fetch", "omp.login.flows", "omp.login.oauth",
-    "omp.subagents.child", "omp.subagents.progress",
+    "omp.subagents.child", "omp.subagents.progress", "omp.mcp",
 )
 """Modules (packages: their submodules too) a start with no configuration does not need before
 ``ready``; each is imported where it is first used."""

@@ -67,6 +67,7 @@ from ..rpc.lifecycle import (
     approval_gate,
     build_runtime,
     load_extensions,
+    load_mcp,
     new_output,
     use_extensions,
 )
@@ -301,6 +302,7 @@ class AcpServer:
         outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
                         aside=acp.on_frame)
         runtime = build_runtime(options, outbox, ui=False, sink=acp)
+        load_mcp(runtime)
         acp.runtime = runtime
         acp.session_id = runtime.session.session_id
         acp.mapper = UpdateMapper(runtime.session.cwd, lambda: runtime.session.todos.phases)

@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from ..config import ConfigError, read_json_mapping
+from ..session.settings import opted_in
 
 Transport = Literal["stdio", "http", "sse"]
 Scope = Literal["user", "project", "host", "plugin"]
@@ -342,13 +343,6 @@ def user_sources(home: Path, environ: Mapping[str, str]) -> list[tuple[str, list
             ("opencode", [opencode / "opencode.json", opencode / "opencode.jsonc"]),
             ("cursor", [home / ".cursor" / "mcp.json"]),
             ("windsurf", [home / ".codeium" / "windsurf" / "mcp_config.json"])]
-
-
-def opted_in(provider: str, enabled: Collection[str], environ: Mapping[str, str]) -> bool:
-    """Whether the user files of ``provider`` are read (``enabledProviders``)."""
-    if "*" in enabled or "all" in enabled or provider in enabled:
-        return True
-    return provider == "claude" and bool(environ.get("CLAUDE_CONFIG_DIR"))
 
 
 def _read(path: Path, problems: list[str]) -> dict[Any, Any] | None:

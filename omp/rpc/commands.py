@@ -37,7 +37,6 @@ import attrs
 import msgspec
 import trio
 
-from ..mcp.commands import prompt_arguments
 from ..protocol import commands as cmd
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -388,6 +387,8 @@ class Commands:
         if found is None:  # the server went away since the command was read
             return self._prompt_text(frame, "prompt", frame.message, frame.images or [], None,
                                      None)
+        from ..mcp.commands import prompt_arguments  # lazy: omp.lazy says why
+
         connection, prompt, args = found
         try:
             text = await connection.prompt_text(prompt, prompt_arguments(args))

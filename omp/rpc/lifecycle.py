@@ -42,7 +42,6 @@ from ..config import agent_dir
 from ..extensions.discovery import discover
 from ..groups import unwrap
 from ..llm.stream import HttpClient
-from ..mcp.config import LoadedServers, ServerConfig, load_servers, parse_entry
 from ..process import (
     adopt_orphans,
     can_watch_signals,
@@ -70,6 +69,7 @@ if TYPE_CHECKING:
     from ..extensions.loader import LoadReport
     from ..extensions.ui import ExtensionUI
     from ..llm.local import LocalDiscovery
+    from ..mcp.config import LoadedServers, ServerConfig
     from ..mcp.manager import McpManager
 
 DRAIN_STALL_SECONDS = 1.0
@@ -149,7 +149,6 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
                       session, found[0] if found else None)
     if options.rules:
         use_rules(runtime)
-    _load_mcp(runtime)
     return runtime
 
 
@@ -240,9 +239,14 @@ def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
     return runtime.discovery
 
 
-def _load_mcp(runtime: Runtime) -> None:
+def load_mcp(runtime: Runtime) -> None:
     """The MCP servers of the files and of ``options.mcp_servers``; project servers only in
-    a trusted project (otherwise one notice names them)."""
+    a trusted project (otherwise one notice names them). Each front calls it once the
+    runtime is built and before it routes a command: ``--mode rpc`` once ``ready`` is written
+    (reading the files and importing ``omp.mcp`` cost a start about 3 ms), the one-shot modes
+    before their prompts, ACP for each session it opens."""
+    from ..mcp.config import load_servers, parse_entry  # lazy: omp.lazy says why
+
     options, session = runtime.options, runtime.session
     notices = runtime.notices
     given = []

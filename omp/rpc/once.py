@@ -51,6 +51,7 @@ from .lifecycle import (
     Runtime,
     build_runtime,
     load_extensions,
+    load_mcp,
     new_output,
     run_on_stdio,
     startup_notices,
@@ -318,6 +319,7 @@ async def run_once(options: ServeOptions, prompts: Sequence[Prompt],
     if text:  # printed at the end with the answer: stdout is the protocol's until then
         outbox.aside = sink.note_command_output
     runtime = build_runtime(options, outbox, ui=False, sink=sink, require_credentials=True)
+    load_mcp(runtime)
     front = OnceFront(runtime, sink, prompts, header=not text,
                       stall_notice_seconds=_stall_notice_seconds())
     await run_on_stdio(runtime, lambda _stdin: front, write=not text)

@@ -57,6 +57,7 @@ from .lifecycle import (
     build_runtime,
     extensions_wanted,
     load_extensions,
+    load_mcp,
     new_output,
     project_trusted,
     run_lifecycle,
@@ -176,6 +177,7 @@ class RpcServer:
         # An output that broke meanwhile has cancelled everything (the writer did): stop here.
         await trio.lowlevel.checkpoint_if_cancelled()
         self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
+        load_mcp(self.runtime)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
         self.commands.slash.project_trusted = project_trusted(

@@ -48,7 +48,6 @@ from ..commands import (
     split_command,
 )
 from ..config import ConfigError, agent_dir
-from ..mcp.commands import mcp_command, mcp_reload, mcp_test, mcp_unauth
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
@@ -521,6 +520,8 @@ def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
     """``/mcp ...``; ``test`` connects to a server (awaited: on cancellation the connection
     is closed), ``unauth`` rewrites ``auth.json``, ``reload`` waits for the servers it stops
     (all three awaited in the serial lane); the rest answers at once."""
+    from ..mcp.commands import mcp_command, mcp_reload, mcp_test, mcp_unauth  # lazy: omp.lazy
+
     words = call.args.split()
     s = call.session
     if not _mcp_awaits(call.args):

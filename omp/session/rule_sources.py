@@ -28,7 +28,7 @@ from typing import Literal
 
 import msgspec
 
-from ..mcp.config import opted_in
+from .settings import opted_in
 
 Level = Literal["user", "project"]
 
@@ -78,7 +78,7 @@ def rule_sources(agent_directory: Path, cwd: Path, *,
     caller leaves them out of an untrusted project). ``packages``: the extension package
     directories given with ``-e``; ``plugins``: the ``--plugin-dir`` directories; the other
     tools' user folders only for the providers ``enabled_providers`` opts into (as for their
-    MCP files, ``omp.mcp.config.opted_in``); a provider in ``disabled_providers`` is not
+    MCP files, ``omp.session.settings.opted_in``); a provider in ``disabled_providers`` is not
     read."""
     cwd = Path(cwd).absolute()
     home = Path.home() if home is None else home

@@ -119,7 +119,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -355,6 +355,15 @@ TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write
                  "fetch": "web_fetch", "web_search": "web_search"}
 """``<key>.enabled`` → the built-in tool it turns off (the original calls grep ``search``
 and its URL reading ``fetch``). ``true`` never turns a web tool on: ``web.enabled`` does."""
+
+
+def opted_in(provider: str, enabled: Collection[str], environ: Mapping[str, str]) -> bool:
+    """Whether another tool's user-level files (MCP servers, rules) of ``provider`` are read:
+    ``enabledProviders`` names it (or ``*`` / ``all``); Claude's also when
+    ``CLAUDE_CONFIG_DIR`` is set."""
+    if "*" in enabled or "all" in enabled or provider in enabled:
+        return True
+    return provider == "claude" and bool(environ.get("CLAUDE_CONFIG_DIR"))
 
 
 def _fields(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
