@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import attrs
+import msgspec
 
 from ..config import ConfigError, read_json_mapping
 from ..session.settings import opted_in
@@ -59,18 +59,17 @@ TIMEOUT_VARIABLE = "OMP_MCP_TIMEOUT_MS"
 """Overrides every server's timeout (``0``: no MCP timeout at all)."""
 
 
-@attrs.frozen
-class ServerConfig:
+class ServerConfig(msgspec.Struct, frozen=True):
     """One MCP server as configured."""
 
     name: str
     transport: Transport
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = attrs.field(factory=dict)
+    env: Mapping[str, str] = msgspec.field(default_factory=dict)
     cwd: str | None = None
     url: str | None = None
-    headers: Mapping[str, str] = attrs.field(factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     enabled: bool = True
     timeout_ms: float | None = None
     """The entry's ``timeout``; None: the default (see ``timeout_seconds``)."""
@@ -128,8 +127,7 @@ def describe_location(url: str | None) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-@attrs.frozen
-class LoadedServers:
+class LoadedServers(msgspec.Struct, frozen=True):
     """What loading found."""
 
     servers: tuple[ServerConfig, ...] = ()
@@ -254,7 +252,7 @@ def load_servers(cwd: Path, agent_directory: Path, *, trusted: bool,
     servers = []
     for server in taken.values():
         enabled = (server.enabled or server.name in forced) and server.name not in disabled
-        servers.append(attrs.evolve(server, enabled=enabled))
+        servers.append(msgspec.structs.replace(server, enabled=enabled))
     # A project server that a user server of its name replaces anyway is not news.
     left_out = tuple(dict.fromkeys(n for n in untrusted if n not in taken))
     return LoadedServers(tuple(servers), left_out, tuple(problems))
@@ -305,7 +303,7 @@ def plugin_servers(directory: Path, environ: Mapping[str, str], problems: list[s
     env = {**environ, "CLAUDE_PLUGIN_ROOT": root, "OMP_PLUGIN_ROOT": root}
     found = _entries({"mcpServers": {f"{name}:{k}": v for k, v in servers.items()}}, path,
                      "plugin", env, problems)
-    return [attrs.evolve(s, literal=True) for s in found]
+    return [msgspec.structs.replace(s, literal=True) for s in found]
 
 
 def _read_quietly(path: Path) -> dict[Any, Any] | None:
