@@ -69,11 +69,26 @@ class Host:
             if predicate(frame):
                 return got
 
-    async def mounted(self, *names: str) -> None:
-        """Until a notice has mounted every one of ``names``."""
+    def mark(self) -> int:
+        """Where the frames read so far end (for ``seen`` and ``mounted``)."""
+        return len(self.frames)
+
+    async def seen(self, predicate: Callable[[Frame], bool], since: int) -> Frame:
+        """The first frame matching ``predicate`` read since ``since`` (a ``mark()``), waiting
+        for it if none has come yet: it may have come while another command's answer was
+        awaited (``command_output`` reads every frame before that answer)."""
+        for frame in self.frames[since:]:
+            if predicate(frame):
+                return frame
+        return (await self.until(predicate))[-1]
+
+    async def mounted(self, *names: str, since: int | None = None) -> None:
+        """Until notices have mounted every one of ``names`` (counting those read since
+        ``since``, a ``mark()``, when given)."""
         missing = set(names)
+        seen = self.frames[since:] if since is not None else []
         while missing:
-            frame = await self.next()
+            frame = seen.pop(0) if seen else await self.next()
             # ``xd://: mounted ...`` (tools.xdev, the default) or ``mcp: mounted ...``.
             if frame["type"] == "notice" and frame.get("source") in ("mcp", "xdev"):
                 message = frame["message"].removeprefix("mcp: ").removeprefix("xd://: ")

@@ -132,10 +132,11 @@ async def test_reload_applies_the_configuration(tmp_path: Path,
             unchanged = await host.command_output("/mcp reload")
             write_mcp(user, {"probe": entry("probe", env={"CHANGED": "1"}),
                              "second": entry("second")})
+            mark = host.mark()
             changed = await host.command_output("/mcp reload")
-            await host.mounted("mcp__probe_echo", "mcp__second_echo")
-            await host.until(lambda f: f["type"] == "available_commands_update" and any(
-                c["name"] == "second:greet" for c in f["commands"]))
+            await host.mounted("mcp__probe_echo", "mcp__second_echo", since=mark)
+            await host.seen(lambda f: f["type"] == "available_commands_update" and any(
+                c["name"] == "second:greet" for c in f["commands"]), since=mark)
             write_mcp(user, {"second": entry("second", enabled=False)})
             stopped = await host.command_output("/mcp reload")
             listed = await host.command_output("/mcp list")

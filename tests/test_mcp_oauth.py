@@ -214,11 +214,13 @@ async def test_unauth_forgets_the_tokens(tmp_path: Path, isolated_agent_dir: Pat
             with trio.fail_after(LIMIT):
                 async with open_host(cwd, isolated_agent_dir) as host:
                     await host.mounted("mcp__remote_echo", "mcp__local_echo")
+                    mark = host.mark()
                     said = [await host.command_output(c) for c in (
                         "/mcp unauth remote", "/mcp unauth remote", "/mcp unauth local",
                         "/mcp unauth nope", "/mcp unauth")]
-                    await host.until(lambda f: f["type"] == "notice"
-                                     and "requires OAuth authorization" in f["message"])
+                    await host.seen(lambda f: f["type"] == "notice"
+                                    and "requires OAuth authorization" in f["message"],
+                                    since=mark)
                     listed = await host.command_output("/mcp list")
         finally:
             await kill_process_group(server)
