@@ -31,6 +31,7 @@ by name.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import time
@@ -115,6 +116,25 @@ def read_catalog() -> Catalog:
     return msgspec.json.decode(data, type=Catalog)
 
 
+@functools.cache
+def catalog_models() -> tuple[Catalog, tuple[Model, ...]]:
+    """The shipped catalog and its models, decoded once per process and shared by every
+    registry (one per session: a program embedding a thousand sessions would otherwise hold a
+    thousand copies, about 100 KiB each). Both are immutable (frozen Structs); a registry
+    replaces a model in its own list, never changes one."""
+    catalog = read_catalog()
+    models = []
+    for cm in catalog.models:
+        p = catalog.providers[cm.provider]
+        compat = {**p.compat, **(cm.compat or {})} or msgspec.UNSET
+        models.append(Model(
+            id=cm.id, name=cm.name, api=p.api, provider=cm.provider, baseUrl=p.baseUrl,
+            reasoning=cm.reasoning, input=list(cm.input), cost=cm.cost,
+            contextWindow=cm.contextWindow, maxTokens=cm.maxTokens, thinking=cm.thinking,
+            compat=compat))
+    return catalog, tuple(models)
+
+
 # --- the registry -----------------------------------------------------------------------------
 
 
@@ -174,18 +194,11 @@ class ModelRegistry:
         return registry
 
     def _load_catalog(self) -> None:
-        catalog = read_catalog()
+        catalog, models = catalog_models()
         for name, p in catalog.providers.items():
             self.providers[name] = ProviderAuth(env=tuple(p.env), auth=p.auth)
             self.catalog_providers[name] = p
-        for cm in catalog.models:
-            p = catalog.providers[cm.provider]
-            compat = {**p.compat, **(cm.compat or {})} or msgspec.UNSET
-            self.models.append(Model(
-                id=cm.id, name=cm.name, api=p.api, provider=cm.provider, baseUrl=p.baseUrl,
-                reasoning=cm.reasoning, input=list(cm.input), cost=cm.cost,
-                contextWindow=cm.contextWindow, maxTokens=cm.maxTokens, thinking=cm.thinking,
-                compat=compat))
+        self.models.extend(models)
 
     def apply(self, file: ModelsFile) -> None:
         """Add or override providers and models from a parsed models.yml."""
