@@ -336,3 +336,16 @@ def test_startup_choices(tmp_path: Path) -> None:
     assert session.registry.api_key("anthropic") == "sk-cli"
     with pytest.raises(SessionError, match="--api-key needs --provider"):
         create_session(api_key="k", agent_directory=tmp_path, environ={})
+
+
+def test_registries_share_the_catalogs_models(tmp_path: Path) -> None:
+    """One registry per session: the shipped catalog's models (immutable) are decoded once
+    per process and shared, not copied per session (bench_many's idle memory per session)."""
+    first = ModelRegistry.load(tmp_path / "a", environ={})
+    second = ModelRegistry.load(tmp_path / "b", environ={})
+    assert len(first.models) > 50
+    assert all(a is b for a, b in zip(first.models, second.models, strict=True))
+    # Each registry's list is its own: a change to one (models.yml, a local server) is not
+    # seen by the other.
+    first.models.pop()
+    assert len(second.models) == len(first.models) + 1
