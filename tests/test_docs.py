@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -68,13 +69,32 @@ def test_relative_links_resolve_inside_the_repository(page: Path) -> None:
     assert not broken_links(page)
 
 
+RELATIVE_PATH = re.compile(r"(?:\.\./)+[\w./-]+")
+
+
+def paths_outside(page: Path, text: str) -> list[str]:
+    """Relative paths written anywhere in ``text`` (``page``'s: prose and code too, a reader
+    follows them as well as links) that lead out of the repository, which a reader of the docs
+    never has beside it, or to nothing in it. Nothing outside the repository is read."""
+    root = os.path.normpath(ROOT)
+    found = []
+    for written in RELATIVE_PATH.findall(text):
+        target = os.path.normpath(page.parent / written.split("#")[0])
+        if not target.startswith(root + os.sep) or not os.path.exists(target):
+            found.append(written)
+    return found
+
+
 def test_no_page_points_outside_the_repository_in_prose() -> None:
-    # Paths written as code (the spec folder beside the clone) are links a reader follows too.
-    # Nothing is read outside the repository: the pages are searched for the name of the
-    # project's design folder beside the clone, which a reader of the docs never has.
-    outside = "/".join(("..", "shared", ""))
-    offenders = [str(p.relative_to(ROOT)) for p in PAGES if outside in p.read_text()]
+    offenders = {str(p.relative_to(ROOT)): found for p in PAGES
+                 if (found := paths_outside(p, p.read_text()))}
     assert not offenders
+
+
+def test_a_path_out_of_the_repository_is_found() -> None:
+    page = ROOT / "docs" / "guides" / "x.md"
+    assert paths_outside(page, "see `../../../design/notes.md`, ../../spec/x.md and "
+                               "../index.md") == ["../../../design/notes.md", "../../spec/x.md"]
 
 
 def test_the_docs_cover_the_pages_the_site_lists() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from test_mcp import LIMIT, PROBE, Host, alive, open_host, stdio_entry, write_mcp
+from test_mcp import LIMIT, PROBE, Host, open_host, stdio_entry, write_mcp
 
 from omp.mcp.commands import add, remove
 
@@ -103,9 +103,16 @@ def test_add_texts(tmp_path: Path) -> None:
 
 
 async def gone(pid: int) -> None:
-    """Until process ``pid`` has ended (polled: another process's end gives no event here)."""
-    while alive(pid):  # noqa: ASYNC110 (no event to wait on: the process is not ours)
-        await trio.sleep(0.05)
+    """Until process ``pid`` (the server's child, not ours to wait for) has ended: its pidfd
+    becomes readable when it exits (a zombie counts as ended)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
 
 
 async def test_reload_applies_the_configuration(tmp_path: Path,

@@ -373,17 +373,17 @@ def test_other_tools_files(tmp_path: Path) -> None:
                      "environment": {"K": "v"}, "enabled": true, /* on */ },
         "oc-remote": {"type": "remote", "url": "https://o.example/mcp",
                       "headers": {"X-Key": "k//not-a-comment"}, "timeout": 7000},
-        "shared": {"type": "local", "command": ["opencode-cmd"]},
+        "both": {"type": "local", "command": ["opencode-cmd"]},
       },
     }""")
     (home / ".config" / "opencode").mkdir(parents=True)
     (home / ".config" / "opencode" / "opencode.json").write_text(
         json.dumps({"mcp": {"user-oc": {"type": "local", "command": ["uoc"]}}}))
-    write(cwd / ".cursor" / "mcp.json", {"shared": {"command": "cursor-cmd"}})
+    write(cwd / ".cursor" / "mcp.json", {"both": {"command": "cursor-cmd"}})
     write(cwd / ".windsurf" / "mcp_config.json", {"wind": {"serverUrl": "http://w/mcp"}})
     (cwd / ".vscode").mkdir()
     (cwd / ".vscode" / "mcp.json").write_text(json.dumps(
-        {"servers": {"shared": {"command": "vscode-cmd"}, "vs": {"type": "sse",
+        {"servers": {"both": {"command": "vscode-cmd"}, "vs": {"type": "sse",
                                                                "url": "http://v/sse"}}}))
     write(cwd / ".mcp.json", {"vs": {"command": "mcp-json-loses"}, "last": {"command": "l"}})
     write(home / ".cursor" / "mcp.json", {"user-cursor": {"command": "uc"}})
@@ -393,7 +393,7 @@ def test_other_tools_files(tmp_path: Path) -> None:
     loaded = load_servers(cwd, agent, trusted=True, environ=env, home=home)
     by_name = {s.name: s for s in loaded.servers}
     assert list(by_name) == ["codex-one", "remote", "gem-sse", "gem-http", "oc-local",
-                             "oc-remote", "shared", "wind", "vs", "last"]
+                             "oc-remote", "both", "wind", "vs", "last"]
     local, remote = by_name["oc-local"], by_name["oc-remote"]
     assert (local.transport, local.command, local.args, local.env) == (
         "stdio", "oc-cmd", ("--flag",), {"K": "v"})
@@ -403,7 +403,7 @@ def test_other_tools_files(tmp_path: Path) -> None:
             by_name["codex-one"].timeout_ms) == ("codex-cmd", ("-x",), 5000)
     assert by_name["remote"].headers == {"Authorization": "Bearer tok"}
     assert (by_name["gem-sse"].transport, by_name["gem-http"].transport) == ("sse", "http")
-    assert by_name["shared"].command == "opencode-cmd"  # opencode (55) before Cursor (50)
+    assert by_name["both"].command == "opencode-cmd"  # opencode (55) before Cursor (50)
     assert by_name["wind"].url == "http://w/mcp"
     assert by_name["vs"].transport == "sse"
     assert loaded.problems == ()
@@ -476,6 +476,8 @@ async def test_resource_updates_are_told_together(autojump_clock: trio.testing.M
 
     told: list[tuple[float, str]] = []
     updates = ResourceUpdates(lambda text: told.append((trio.current_time(), text)), 0.5)
+    # The sleeps are the point: updates arriving at chosen times on the virtual clock
+    # (autojump), 0.2 s apart within one 0.5 s debounce, then after it.
     async with trio.open_nursery() as nursery:
         nursery.start_soon(updates.run)
         await trio.sleep(1)

@@ -475,8 +475,8 @@ async def test_claude_plugin_package_and_opted_in_user_rules(cwd: Path, isolated
     home, package, plugin = tmp_path / "home", tmp_path / "pkg", tmp_path / "plug"
     always = "---\nalwaysApply: true\n---\n{}\n"
     write_rule(package / "rules", "pkg", always.format("PKG-RULE."))
-    write_rule(package / "rules", "shared", always.format("PKG-SHARED."))
-    write_rule(cwd / ".claude" / "rules", "shared", always.format("CLAUDE-SHARED."))
+    write_rule(package / "rules", "same-name", always.format("PKG-SHARED."))
+    write_rule(cwd / ".claude" / "rules", "same-name", always.format("CLAUDE-SHARED."))
     write_rule(cwd / ".claude" / "rules", "cl", always.format("CLAUDE-PROJECT."))
     write_rule(home / ".claude" / "rules", "clu", always.format("CLAUDE-USER."))
     write_rule(plugin / "rules", "plug", always.format("PLUGIN-RULE."))
