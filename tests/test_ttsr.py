@@ -5,7 +5,9 @@ requests."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -16,6 +18,7 @@ from omp.session.rules import reach
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
 LIMIT = 90
+TRUSTED = [*FAKE_ARGS, "--trust-project"]
 RULE = """---
 description: never say the F word
 condition: "FORBIDDEN"
@@ -202,11 +205,7 @@ async def test_a_tool_argument_rule_that_does_not_interrupt(cwd: Path,
                "scope: \"tool:bash\"\ninterruptMode: never\n---\nNever echo secrets.\n")
     script = [tools_reply(tool_call("c1", "bash", {"command": "echo secret"})),
               text_reply("Noted.")]
-    with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=FAKE_ARGS) as host:
-                frames = await prompt(host)
+    frames, fake = await prompt_once(cwd, isolated_agent_dir, script, FAKE_ARGS)
     (triggered,) = of_type(frames, "ttsr_triggered")
     at = frames.index(triggered)
     assert frames[at - 1]["assistantMessageEvent"]["type"] == "toolcall_delta"
@@ -242,11 +241,7 @@ async def test_rules_in_a_subagents_session(cwd: Path, isolated_agent_dir: Path)
         tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
             {"name": "Kid", "task": "Alpha: say hello"}]})),
     ]
-    with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
-                frames = await prompt(host)
+    frames, fake = await prompt_once(cwd, isolated_agent_dir, script, TRUSTED)
     assert frames[-1]["status"] == "completed"
     assert not of_type(frames, "ttsr_triggered")  # the main session's own frames
     assert len(fake.requests) == 4
@@ -261,6 +256,17 @@ async def test_rules_in_a_subagents_session(cwd: Path, isolated_agent_dir: Path)
     assert "ONLY-FOR-TASK" not in system_prompt(fake, 0)
     final = of_type(frames, "message_end")[-1]["message"]
     assert final["content"][0]["text"] == "All FORBIDDEN done"
+
+
+async def prompt_once(cwd: Path, agent_dir: Path, script: list[Any],
+                      args: Sequence[str]) -> tuple[list[Frame], FakeLLM]:
+    """One prompt through the real process with the fake LLM serving ``script``: its frames
+    up to its ``prompt_result``, and the fake (its requests)."""
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as fake:
+            write_models_yml(agent_dir, fake.base_url)
+            async with open_process_host(cwd, args=list(args)) as host:
+                return await prompt(host), fake
 
 
 def system_prompt(fake: FakeLLM, index: int) -> str:
@@ -413,11 +419,7 @@ async def test_rulebook_rules_are_listed_and_read_on_demand(cwd: Path,
                           tool_call("r2", "read", {"path": "rule://nope"}),
                           tool_call("r3", "read", {"path": "rule://kid-book"})),
               text_reply("done")]
-    with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
-                frames = await prompt(host)
+    frames, fake = await prompt_once(cwd, isolated_agent_dir, script, TRUSTED)
     prompt_text = system_prompt(fake, 0)
     assert ("# Skills & Rules\nRule that applies to the task → MUST read `rule://<name>` first "
             "and follow it.\n<rules>\n- book: How we name branches\n- commits: Commit messages\n"
@@ -450,11 +452,7 @@ async def test_a_rulebook_rule_for_a_subagent(cwd: Path, isolated_agent_dir: Pat
         tools_reply(tool_call("t1", "task", {"context": "Goal", "tasks": [
             {"name": "Kid", "task": "Alpha: read the rule"}]})),
     ]
-    with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
-                frames = await prompt(host)
+    frames, fake = await prompt_once(cwd, isolated_agent_dir, script, TRUSTED)
     assert frames[-1]["status"] == "completed"
     assert len(fake.requests) == 4
     assert "rule://" not in system_prompt(fake, 0)
