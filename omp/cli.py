@@ -276,8 +276,18 @@ def entry() -> int:
     extension code started and left running (``threading.Thread`` is non-daemon by default)
     would keep the interpreter waiting for them after the server is done, so when any is still
     alive the process ends at once with ``main``'s status (stdout and stderr flushed first),
-    saying so on stderr."""
+    saying so on stderr. The session files' writer threads are ours and are waited for first
+    (at most ``WRITERS_EXIT_SECONDS``): a server ended by a signal leaves them writing the
+    last lines, which ending at once would lose."""
     code = main()
+    from omp.session.writer import WRITERS_EXIT_SECONDS, join_writers
+
+    unwritten = join_writers()
+    if unwritten:
+        print(f"omp: gave up waiting for the disk after {WRITERS_EXIT_SECONDS:g} s: "
+              f"{len(unwritten)} session file(s) may lack their last lines "
+              f"({', '.join(unwritten[:5])})", file=sys.stderr)
+        code = code or 1
     lingering = [t.name for t in threading.enumerate()
                  if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if lingering:

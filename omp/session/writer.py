@@ -21,8 +21,10 @@ The trade-off, and why it is this one:
   being written; the queue grows only while the disk is slow, which is exactly when writing on
   the loop would have frozen the session (those lines would not exist yet: nothing would have
   happened after the first slow write). A normal exit loses nothing: the thread is not a
-  daemon, so the interpreter waits for it, and :meth:`LineWriter.flush` waits for it
-  explicitly (the session does at the end of each run and at ``close``).
+  daemon, so the interpreter waits for it; ``omp``'s own exit, which does not wait for threads
+  extensions leave running, waits for these first (:func:`join_writers`, bounded by
+  ``WRITERS_EXIT_SECONDS``); and :meth:`LineWriter.flush` waits for it explicitly (the session
+  does at the end of each run and at ``close``).
 * The cost on the loop is queueing the bytes, plus starting the thread when none runs (tens of
   microseconds; the thread ends when it has nothing to write, so an idle session holds none).
 * What the host sees may run a little ahead of the file: an append returns before its line is
@@ -51,6 +53,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -60,7 +63,12 @@ import trio
 
 from omp.files import UnusableFile, open_regular
 
-__all__ = ["LineWriter", "on_loop", "open_for_write", "write_all"]
+__all__ = ["WRITERS_EXIT_SECONDS", "LineWriter", "join_writers", "on_loop", "open_for_write",
+           "write_all"]
+
+WRITERS_EXIT_SECONDS: Final = 10.0
+"""How long the process's exit waits for writer threads still writing (:func:`join_writers`):
+long enough for a busy disk, bounded for one that hangs (a dead network filesystem)."""
 
 _APPEND: Final = -1
 """The offset of a queued append (anything else is a ``pwrite`` at that offset)."""
@@ -123,8 +131,8 @@ class LineWriter:
                 return
             self._running = True
         try:
-            threading.Thread(target=self._drain, name=f"omp-session-writer {self.path.name}",
-                             daemon=False).start()
+            _WriterThread(target=self._drain, name=f"omp-session-writer {self.path.name}",
+                          daemon=False).start()
         except RuntimeError:  # no thread to be had (the interpreter is shutting down)
             self._drain()
 
@@ -212,6 +220,22 @@ class LineWriter:
                 os.fsync(fd)
         finally:
             os.close(fd)
+
+
+class _WriterThread(threading.Thread):
+    """A :class:`LineWriter`'s thread: the type :func:`join_writers` knows it by."""
+
+
+def join_writers(timeout: float = WRITERS_EXIT_SECONDS) -> list[str]:
+    """Wait (at most ``timeout`` seconds in all) for every writer thread still writing, and
+    return the names of those still alive after it. The process's exit calls this before it
+    looks for threads left running: a session torn down by a signal (cancelled, not closed)
+    leaves its writer writing its last lines, and they must reach the file."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if isinstance(thread, _WriterThread):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in threading.enumerate() if isinstance(t, _WriterThread) and t.is_alive()]
 
 
 def on_loop(report: Callable[[OSError], None]) -> Callable[[OSError], None] | None:
