@@ -243,8 +243,7 @@ class TurnSetup(msgspec.Struct, frozen=True, kw_only=True):
     ``mcp__<server>__<tool>``), or None; asked once per such call."""
 
 
-@attrs.define(eq=False, repr=False)
-class RunResult:
+class RunResult(msgspec.Struct, eq=False):
     """How an attempt ended, and what it added (``agent_end.messages``)."""
 
     outcome: Outcome
@@ -320,27 +319,26 @@ def to_llm(messages: Sequence[m.AgentMessage]) -> tuple[LlmMessage, ...]:
     return tuple(out)
 
 
-@attrs.define(eq=False, repr=False)
-class _Turn:
+class _Turn(msgspec.Struct, eq=False):
     """The ledger of one open turn: what ``close_open`` must close if the run is cancelled."""
 
     model: Model
-    tools: dict[str, Tool] = attrs.field(factory=dict)
+    tools: dict[str, Tool] = msgspec.field(default_factory=dict)
     alias: Callable[[str], Tool | None] | None = None
     """``TurnSetup.alias``."""
     call: ModelCall | None = None
     """The model call while it streams."""
     message_started: bool = False
     """``message_start`` of the streaming assistant message was written."""
-    ended_tool_calls: set[int] = attrs.field(factory=set)
+    ended_tool_calls: set[int] = msgspec.field(default_factory=set)
     """Content indexes of tool calls whose ``toolcall_end`` was streamed."""
     assistant: m.AssistantMessage | None = None
     """The turn's assistant message once it ended."""
-    started: dict[str, Tool | None] = attrs.field(factory=dict)
+    started: dict[str, Tool | None] = msgspec.field(default_factory=dict)
     """Tool calls whose ``tool_execution_start`` was written, with the tool running them."""
-    results: dict[str, m.ToolResultMessage] = attrs.field(factory=dict)
+    results: dict[str, m.ToolResultMessage] = msgspec.field(default_factory=dict)
     """Tool calls that ended, with their result."""
-    gating: set[str] = attrs.field(factory=set)
+    gating: set[str] = msgspec.field(default_factory=set)
     """Tool calls whose ``tool_call`` hooks are deciding (not started yet)."""
 
 

@@ -148,10 +148,9 @@ class StreamEvent:
         return f"StreamEvent({self.type!r}, index={self.content_index}, delta={self.delta!r})"
 
 
-@attrs.define(eq=False, repr=False)
-class _Block:
+class _Block(msgspec.Struct, eq=False):
     kind: Literal["text", "thinking", "redactedThinking", "toolCall"]
-    parts: list[str] = attrs.field(factory=list)
+    parts: list[str] = msgspec.field(default_factory=list)
     signature: str | None = None
     """text: textSignature; thinking: thinkingSignature (appended in pieces for Anthropic)."""
     tool_id: str = ""

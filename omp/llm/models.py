@@ -40,7 +40,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import attrs
 import msgspec
 
 from ..config import agent_dir, present
@@ -149,31 +148,30 @@ class ProviderAuth(msgspec.Struct, kw_only=True):
     auth_header: bool = False
 
 
-@attrs.define(eq=False, repr=False)
-class ModelRegistry:
-    models: list[Model] = attrs.field(factory=list)
-    providers: dict[str, ProviderAuth] = attrs.field(factory=dict)
-    model_headers: dict[tuple[str, str], dict[str, str]] = attrs.field(factory=dict)
-    environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ)
-    credentials: Credentials = attrs.field(factory=Credentials)
+class ModelRegistry(msgspec.Struct, eq=False):
+    models: list[Model] = msgspec.field(default_factory=list)
+    providers: dict[str, ProviderAuth] = msgspec.field(default_factory=dict)
+    model_headers: dict[tuple[str, str], dict[str, str]] = msgspec.field(default_factory=dict)
+    environ: Mapping[str, str] = msgspec.field(default_factory=lambda: os.environ)
+    credentials: Credentials = msgspec.field(default_factory=Credentials)
     """``auth.json``: stored keys and OAuth logins, and the locks of their refreshes."""
-    oauth: dict[str, OAuthConfig] = attrs.field(factory=dict)
+    oauth: dict[str, OAuthConfig] = msgspec.field(default_factory=dict)
     """The providers whose models.yml entry has an ``oauth`` block."""
-    cli_keys: dict[str, str] = attrs.field(factory=dict)
+    cli_keys: dict[str, str] = msgspec.field(default_factory=dict)
     """``--api-key``, for the provider it was given with."""
-    url_credentials: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    url_credentials: dict[tuple[str, str], str] = msgspec.field(default_factory=dict)
     """The ``authorization`` header value for a model whose base URL had credentials in it,
     by (provider, id); the model itself keeps the URL without them."""
-    catalog_providers: dict[str, CatalogProvider] = attrs.field(factory=dict)
+    catalog_providers: dict[str, CatalogProvider] = msgspec.field(default_factory=dict)
     """The catalog's entry of each built-in provider (name, quirks, discovery)."""
-    base_urls: dict[str, str] = attrs.field(factory=dict)
+    base_urls: dict[str, str] = msgspec.field(default_factory=dict)
     """A models.yml ``baseUrl`` given for a built-in provider (a local server elsewhere)."""
-    discovered: set[tuple[str, str]] = attrs.field(factory=set)
+    discovered: set[tuple[str, str]] = msgspec.field(default_factory=set)
     """(provider, id) of the models a local server listed (``set_local_models``)."""
-    server_urls: dict[str, str] = attrs.field(factory=dict)
+    server_urls: dict[str, str] = msgspec.field(default_factory=dict)
     """``localModels.servers``: where the local servers are (``use_local_servers``)."""
 
-    def __attrs_post_init__(self) -> None:
+    def __post_init__(self) -> None:
         self._hide_url_credentials()
 
     @classmethod

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import msgspec
 import trio
 
@@ -163,14 +162,13 @@ def remove_credential(path: Path, provider: str) -> None:
     replace_file(path, msgspec.json.format(msgspec.json.encode(raw), indent=2) + b"\n")
 
 
-@attrs.define(eq=False, repr=False)
-class Credentials:
+class Credentials(msgspec.Struct, eq=False):
     """A registry's credentials from ``auth.json`` (``path`` None: kept in memory only)."""
 
     path: Path | None = None
-    entries: dict[str, Credential] = attrs.field(factory=dict)
-    _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
-    _login: trio.CancelScope | None = attrs.field(default=None, init=False)
+    entries: dict[str, Credential] = msgspec.field(default_factory=dict)
+    _locks: dict[str, trio.Lock] = msgspec.field(default_factory=dict)
+    _login: trio.CancelScope | None = None
 
     @classmethod
     def load(cls, path: Path) -> Credentials:

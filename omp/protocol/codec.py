@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from itertools import accumulate
 from typing import Any
 
-import attrs
 import msgspec
 from msgspec import UNSET
 
@@ -301,8 +300,7 @@ RESPONSE_TOO_DEEP = "RPC response was nested too deeply to encode"
 FRAME_TOO_DEEP = "RPC frame was nested too deeply to encode"
 
 
-@attrs.define(eq=False, repr=False)
-class FrameEncoder:
+class FrameEncoder(msgspec.Struct, eq=False):
     """Encodes outbound frames to lines and enforces the frame-size limit.
 
     In protocol v1 an oversized frame is replaced (responses by an error response, events by a
@@ -314,11 +312,11 @@ class FrameEncoder:
     max_frame_bytes: int = MAX_FRAME_BYTES
     max_reassembled_bytes: int = MAX_REASSEMBLED_FRAME_BYTES
     protocol_version: int = 1
-    _encoder: msgspec.json.Encoder = attrs.field(factory=msgspec.json.Encoder, init=False)
-    _chunk_counter: int = attrs.field(default=0, init=False)
+    _encoder: msgspec.json.Encoder = msgspec.field(default_factory=msgspec.json.Encoder)
+    _chunk_counter: int = 0
     # Messages of the current run as written in message_end frames (None: written shrunk, so
     # it can no longer be found equal in agent_end).
-    _streamed: list[Any] = attrs.field(factory=list, init=False)
+    _streamed: list[Any] = msgspec.field(default_factory=list)
 
     def encode(self, frame: msgspec.Struct) -> bytes:
         """The frame as one or more ``\\n``-terminated lines."""
@@ -474,14 +472,13 @@ class ChunkError(ValueError):
     """A chunk sequence that breaks the rules of rpc-behavior §1.8."""
 
 
-@attrs.define(eq=False, repr=False)
-class ChunkAssembler:
+class ChunkAssembler(msgspec.Struct, eq=False):
     """Reassembles ``rpc_chunk`` lines into the logical frame's UTF-8 JSON bytes."""
 
     max_reassembled_bytes: int = MAX_REASSEMBLED_FRAME_BYTES
-    _current: RpcChunk | None = attrs.field(default=None, init=False)
-    _parts: list[bytes] = attrs.field(factory=list, init=False)
-    _size: int = attrs.field(default=0, init=False)
+    _current: RpcChunk | None = None
+    _parts: list[bytes] = msgspec.field(default_factory=list)
+    _size: int = 0
 
     @property
     def in_progress(self) -> bool:

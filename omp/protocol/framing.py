@@ -14,7 +14,6 @@ Bytes are handed on undecoded: the codec decodes UTF-8 (leniently) together with
 
 from __future__ import annotations
 
-import attrs
 import msgspec
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -30,15 +29,14 @@ class LineTooLong(msgspec.Struct, frozen=True):
 Line = bytes | LineTooLong
 
 
-@attrs.define(eq=False, repr=False)
-class LineFramer:
+class LineFramer(msgspec.Struct, eq=False):
     """Feed it chunks as they arrive; it returns the complete lines they finish."""
 
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-    _partial: bytearray = attrs.field(factory=bytearray, init=False)
+    _partial: bytearray = msgspec.field(default_factory=bytearray)
     # True while skipping the rest of an over-long line; cleared by the next newline.
-    _discarding: bool = attrs.field(default=False, init=False)
-    _closed: bool = attrs.field(default=False, init=False)
+    _discarding: bool = False
+    _closed: bool = False
 
     def feed(self, data: bytes | bytearray) -> list[Line]:
         if self._closed:

@@ -243,13 +243,12 @@ def validate_host_tools(tools: list[cmd.HostToolDefinition], builtin: set[str]
     return None
 
 
-@attrs.define(eq=False, repr=False)
-class HostUris:
+class HostUris(msgspec.Struct, eq=False):
     """The URL schemes the host serves, as the ``read`` / ``write`` tools' UriHandler."""
 
     registry: ControlRegistry
     emit: Emit
-    schemes: dict[str, cmd.HostUriSchemeDefinition] = attrs.field(factory=dict)
+    schemes: dict[str, cmd.HostUriSchemeDefinition] = msgspec.field(default_factory=dict)
 
     def _scheme(self, url: str) -> cmd.HostUriSchemeDefinition | None:
         return self.schemes.get(url.partition("://")[0].lower())
@@ -318,8 +317,7 @@ def normalize_schemes(schemes: list[cmd.HostUriSchemeDefinition]
 
 
 
-@attrs.define(eq=False, repr=False)
-class HostUI:
+class HostUI(msgspec.Struct, eq=False):
     """``ctx.ui`` over RPC: ``extension_ui_request`` frames, answers in the control lane
     (rpc-behavior §8).
 

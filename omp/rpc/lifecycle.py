@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-import attrs
 import msgspec
 import trio
 
@@ -81,8 +80,7 @@ DEADLINE_EXCEEDED = "Deadline exceeded"
 """The aborted message's ``errorMessage`` when ``--max-time`` passes (the original's)."""
 
 
-@attrs.define(eq=False, repr=False)
-class Runtime:
+class Runtime(msgspec.Struct, eq=False):
     """What one ``serve()`` owns (DESIGN.md §2: resources belong to a ``serve()``)."""
 
     options: ServeOptions
@@ -100,7 +98,7 @@ class Runtime:
     discovery: LocalDiscovery | None = None
     """The local model servers being asked, from right after ``ready``
     (``start_local_discovery``; None before, or when that is off)."""
-    notices: list[ev.Notice] = attrs.field(factory=list)
+    notices: list[ev.Notice] = msgspec.field(default_factory=list)
     """Said once at startup (``startup_notices``), beside the settings' own."""
 
 
@@ -374,8 +372,7 @@ class Front(Protocol):
         On cancellation it stops waiting."""
 
 
-@attrs.define(eq=False, repr=False)
-class Wiring:
+class Wiring(msgspec.Struct, eq=False):
     """The writer task and the stop signals of one front end's root nursery (``run_lifecycle``,
     ``omp.acp.main.serve_acp``).
 
@@ -386,11 +383,11 @@ class Wiring:
 
     output: FrameQueue
     stop: Callable[[int], None]
-    _root: trio.Nursery | None = attrs.field(default=None, init=False)
-    _writing: bool = attrs.field(default=False, init=False)
-    _written: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _error: OutputClosedError | None = attrs.field(default=None, init=False)
-    _stops: list[int] = attrs.field(factory=list, init=False)
+    _root: trio.Nursery | None = None
+    _writing: bool = False
+    _written: trio.Event = msgspec.field(default_factory=trio.Event)
+    _error: OutputClosedError | None = None
+    _stops: list[int] = msgspec.field(default_factory=list)
 
     async def start(self, root: trio.Nursery, stdout: trio.abc.SendStream | None, *,
                     signals: bool) -> None:

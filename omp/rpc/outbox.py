@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import msgspec
 
 from ..agent.loop import AssistantUpdate
@@ -24,8 +23,7 @@ from ..session.sink import Published, Update
 from .output import FrameQueue
 
 
-@attrs.define(eq=False, repr=False)
-class EventView:
+class EventView(msgspec.Struct, eq=False):
     """How the host wants session events (``set_event_filter``)."""
 
     types: frozenset[str] | None = None
@@ -33,10 +31,9 @@ class EventView:
     message_updates: str = "snapshot"
 
 
-@attrs.define(eq=False, repr=False)
-class Outbox:
+class Outbox(msgspec.Struct, eq=False):
     output: FrameQueue
-    view: EventView = attrs.field(factory=EventView)
+    view: EventView = msgspec.field(default_factory=EventView)
     message_ids: bool = True
     """Stamp ``messageId`` on message frames (rpc; ``--mode json`` writes them as the original)."""
     discard: bool = False
@@ -44,8 +41,8 @@ class Outbox:
     aside: Callable[[msgspec.Struct], None] | None = None
     """Sees every frame emitted here, also when they are discarded (``omp -p`` prints the
     ``command_output`` of a slash command this way)."""
-    _open_ids: list[str] = attrs.field(factory=list, init=False)
-    _counter: int = attrs.field(default=0, init=False)
+    _open_ids: list[str] = msgspec.field(default_factory=list)
+    _counter: int = 0
 
     def emit(self, frame: msgspec.Struct) -> None:
         """Queue a frame the host did not ask for (side frames, session events); never waits.

@@ -79,8 +79,7 @@ class SpillLimitError(OutputClosedError):
     """The host fell so far behind that the spill file reached its size bound."""
 
 
-@attrs.define(eq=False, repr=False)
-class ByteSpool:
+class ByteSpool(msgspec.Struct, eq=False):
     """Encoded output not yet sent: in memory up to ``memory_limit``, past it in a temp file.
 
     Order is kept by one rule: while the file holds unsent bytes, new bytes go to the file too,
@@ -92,15 +91,15 @@ class ByteSpool:
     memory_limit: int = 8 * 1024 * 1024
     file_limit: int = DEFAULT_SPILL_LIMIT
     """Largest size of the temp file; ``append`` raises ``SpillLimitError`` past it."""
-    spilled_bytes: int = attrs.field(default=0, init=False)
+    spilled_bytes: int = 0
     """How many bytes ever went through the file (for tests and diagnostics)."""
-    _memory: bytearray = attrs.field(factory=bytearray, init=False)
-    _file: IO[bytes] | None = attrs.field(default=None, init=False)
-    _file_read: int = attrs.field(default=0, init=False)
-    _file_write: int = attrs.field(default=0, init=False)
+    _memory: bytearray = msgspec.field(default_factory=bytearray)
+    _file: IO[bytes] | None = None
+    _file_read: int = 0
+    _file_write: int = 0
 
     # Bytes taken by the sender whose send has not finished yet: still unsent for the host.
-    _sending: int = attrs.field(default=0, init=False)
+    _sending: int = 0
 
     @property
     def pending(self) -> int:

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import attrs
 import msgspec
 import trio
 from msgspec import UNSET
@@ -25,8 +24,7 @@ from ..session.stats import session_stats
 from .paging import PageError, encode_tree, page
 
 
-@attrs.define(eq=False, repr=False)
-class SessionCommands:
+class SessionCommands(msgspec.Struct, eq=False):
     session: AgentSession
 
     async def change_session(self, frame: cmd.NewSession | cmd.SwitchSession | cmd.OpenSession

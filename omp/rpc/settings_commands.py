@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import attrs
 import msgspec
 import trio
 
@@ -30,8 +29,7 @@ if TYPE_CHECKING:
 NO_SUBAGENT_BUS = "Subagent event bus is unavailable"
 
 
-@attrs.define(eq=False, repr=False)
-class SettingsCommands:
+class SettingsCommands(msgspec.Struct, eq=False):
     session: AgentSession
     controls: ControlRegistry
     emit: Emit
@@ -40,8 +38,8 @@ class SettingsCommands:
     """The local model servers being asked, set right after ``ready`` by the server
     (``start_local_discovery``): the model commands wait for it (at most its timeout) so that
     what they see includes them."""
-    subagent_level: str = attrs.field(default="off", init=False)
-    _login_running: bool = attrs.field(default=False, init=False)
+    subagent_level: str = "off"
+    _login_running: bool = False
 
     def get_messages(self, frame: cmd.GetMessages) -> Response:
         return ok("get_messages", frame.id,

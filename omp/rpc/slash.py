@@ -117,8 +117,7 @@ class Builtin(msgspec.Struct, frozen=True):
                          for n, d in self.subcommands] if self.subcommands else msgspec.UNSET)
 
 
-@attrs.define(eq=False, repr=False)
-class Call:
+class Call(msgspec.Struct, eq=False):
     """One built-in invocation: its argument text and what it may use."""
 
     slash: Slash

@@ -29,7 +29,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Literal
 
-import attrs
+import msgspec
 import trio
 
 Family = Literal["run", "retry", "maintenance", "bash", "login", "command"]
@@ -38,18 +38,16 @@ ABORT: tuple[Family, ...] = ("run", "retry", "maintenance", "bash", "login")
 EVERY: tuple[Family, ...] = ("run", "retry", "maintenance", "bash", "login", "command")
 
 
-@attrs.define(eq=False, repr=False)
-class _Unit:
+class _Unit(msgspec.Struct, eq=False):
     family: Family
     holders: int = 0
     done: trio.Event | None = None
 
 
-@attrs.define(eq=False, repr=False)
-class AbortRegistry:
+class AbortRegistry(msgspec.Struct, eq=False):
     """The abortable work of one ``serve()`` (or of one subagent's session)."""
 
-    _units: dict[trio.CancelScope, _Unit] = attrs.field(factory=dict, init=False)
+    _units: dict[trio.CancelScope, _Unit] = msgspec.field(default_factory=dict)
 
     def hold(self, family: Family, scope: trio.CancelScope | None = None, *,
              done: trio.Event | None = None) -> trio.CancelScope:

@@ -449,8 +449,7 @@ class AgentSession:
         await self.runs.wait_for_idle()
 
 
-@attrs.define(eq=False, repr=False)
-class _AgentEvents:
+class _AgentEvents(msgspec.Struct, eq=False):
     """The agent's sink: the session (which persists finished messages) then its host."""
 
     session: AgentSession

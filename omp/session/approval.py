@@ -53,7 +53,6 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
-import attrs
 import msgspec
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
@@ -292,15 +291,14 @@ def title(tool_name: str, args: dict[str, Any], reason: str | None = None) -> st
     return "\n".join([*lines, *detail_lines(tool_name, args)])
 
 
-@attrs.define(eq=False, repr=False)
-class ApprovalGate:
+class ApprovalGate(msgspec.Struct, eq=False):
     """The gate of one ``serve()`` (shared by its subagents): settings, the host's UI, and an
     embedding program's policy function (used in place of the dialog when given)."""
 
     settings: ApprovalSettings
     ui: ExtensionUI
     policy: ApprovePolicy | None = None
-    bash: BashSettings = attrs.field(factory=BashSettings)
+    bash: BashSettings = msgspec.field(default_factory=BashSettings)
     """``bash.patterns`` / ``bash.allowCompoundCommands``."""
     observer: Callable[[], ApprovalObserver | None] = _no_observer
     """The extensions as they are now (they may be replaced while the gate lives)."""
@@ -314,7 +312,7 @@ class ApprovalGate:
     def for_session(self, session_id: Callable[[], str]) -> ApprovalGate:
         """The same gate (settings, host, policy, observer) for another session's calls: a
         subagent's, which ask through its parent's host and report their own session id."""
-        return attrs.evolve(self, session_id=session_id)
+        return msgspec.structs.replace(self, session_id=session_id)
 
     def _user(self, key: str, tool: Tool) -> tuple[ApprovalPolicy | None, str]:
         """The user's policy for the call and the key it was found under: ``key``'s, else the

@@ -27,7 +27,6 @@ import random
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
-import attrs
 import msgspec
 import trio
 
@@ -67,8 +66,7 @@ JOBS_EXIT_SECONDS = 5.0
 session, whose own shutdown steps have deadlines of their own)."""
 
 
-@attrs.define(eq=False, repr=False)
-class RunCoordinator:
+class RunCoordinator(msgspec.Struct, eq=False):
     agent: Agent
     host: RunHost
     """What a run needs from its session (compaction, settings, the publish path)."""
@@ -80,22 +78,22 @@ class RunCoordinator:
     """The extensions' ``agent_end`` handler when one listens (looked up per run)."""
     written: Callable[[], Awaitable[None]]
     """Waits until the session file has every line appended so far (``SessionStore``)."""
-    rng: random.Random = attrs.field(factory=random.Random)
-    settlement: Settlement = attrs.field(factory=Settlement)
-    job_epoch: int = attrs.field(default=0, init=False)
+    rng: random.Random = msgspec.field(default_factory=random.Random)
+    settlement: Settlement = msgspec.field(default_factory=Settlement)
+    job_epoch: int = 0
     """Bumped whenever the background jobs are cancelled (a session change, ``close``): what
     belonged to an older epoch is dropped."""
-    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _run: Run | None = attrs.field(default=None, init=False)
+    _nursery: trio.Nursery | None = None
+    _run: Run | None = None
     """The run scheduled or going; None when idle."""
-    _jobs: dict[int, trio.CancelScope] = attrs.field(factory=dict, init=False)
-    _job_counter: int = attrs.field(default=0, init=False)
-    _job_tasks: int = attrs.field(default=0, init=False)
+    _jobs: dict[int, trio.CancelScope] = msgspec.field(default_factory=dict)
+    _job_counter: int = 0
+    _job_tasks: int = 0
     """Job tasks not yet returned, cancelled ones included (``close`` waits for them)."""
-    _no_job_tasks: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _deferred: list[m.AgentMessage] = attrs.field(factory=list, init=False)
-    _closing: bool = attrs.field(default=False, init=False)
-    expired: str | None = attrs.field(default=None, init=False)
+    _no_job_tasks: trio.Event = msgspec.field(default_factory=trio.Event)
+    _deferred: list[m.AgentMessage] = msgspec.field(default_factory=list)
+    _closing: bool = False
+    expired: str | None = None
     """Why no run may go on any more (``--max-time``: ``Deadline exceeded``); None until then."""
 
     # -- state -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import attrs
+import msgspec
 
 from ..agent.loop import Agent, RunResult
 from ..protocol import messages as m
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from .rules import RuleWatch
 
 
-@attrs.define(eq=False, repr=False)
-class Interjections:
+class Interjections(msgspec.Struct, eq=False):
     agent: Agent
     publish: Callable[[Published], None]
     record: Callable[[m.AgentMessage], None]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import attrs
 import msgspec
 import trio
 
@@ -49,8 +48,7 @@ TITLE_MAX_CHARS = 80
 """Longest title kept."""
 
 
-@attrs.define(eq=False, repr=False)
-class Maintenance:
+class Maintenance(msgspec.Struct, eq=False):
     agent: Agent
     models: ModelControl
     store: SessionStore
@@ -59,7 +57,7 @@ class Maintenance:
     http: HttpClient
     aborts: AbortRegistry
     turn_setup: Callable[[], TurnSetup]
-    running: bool = attrs.field(default=False, init=False)
+    running: bool = False
     """A manual compaction or handoff is in progress."""
 
     def context_usage(self) -> tuple[int, int] | None:

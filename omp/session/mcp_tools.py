@@ -7,16 +7,15 @@ one of them (``mcp__<server>__<tool>``) finds it through ``alias``."""
 
 from __future__ import annotations
 
-import attrs
+import msgspec
 
 from ..tools.base import Tool
 
 
-@attrs.define(eq=False, repr=False)
-class McpTools:
+class McpTools(msgspec.Struct, eq=False):
     parent: McpTools | None = None
     """A subagent's: its parent session's."""
-    own: list[Tool] = attrs.field(factory=list)
+    own: list[Tool] = msgspec.field(default_factory=list)
     own_instructions: str | None = None
     """The ``## MCP Server Instructions`` block (and the device catalogue), if any."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-import attrs
 import msgspec
 
 from ..llm import thinking
@@ -28,8 +27,7 @@ from .file import SessionFile
 from .sink import Published
 
 
-@attrs.define(eq=False, repr=False)
-class ModelControl:
+class ModelControl(msgspec.Struct, eq=False):
     registry: ModelRegistry
     model: Model
     publish: Callable[[Published], None]

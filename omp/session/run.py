@@ -85,8 +85,7 @@ class RunHost(Protocol):
         ...
 
 
-@attrs.define(eq=False, repr=False)
-class RunReport:
+class RunReport(msgspec.Struct, eq=False):
     """How a run ended: what ``agent_end`` and ``prompt_result`` say."""
 
     outcome: Outcome

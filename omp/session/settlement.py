@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import attrs
 import msgspec
 
 from ..agent.loop import Input
@@ -48,8 +47,7 @@ Status = Literal["completed", "aborted", "error"]
 Frames = list[Published]
 
 
-@attrs.define(eq=False, repr=False)
-class Ticket:
+class Ticket(msgspec.Struct, eq=False):
     """An accepted input awaiting its one ``prompt_result``."""
 
     request_id: RequestId | None
@@ -80,11 +78,10 @@ class Activity(msgspec.Struct, frozen=True):
         return not self.running and not self.queued and not self.jobs
 
 
-@attrs.define(eq=False, repr=False)
-class Settlement:
+class Settlement(msgspec.Struct, eq=False):
     """The open tickets and the stretch of activity of one session."""
 
-    tickets: list[Ticket] = attrs.field(factory=list)
+    tickets: list[Ticket] = msgspec.field(default_factory=list)
     active: bool = False
     """A stretch of activity has begun and its ``session_settled`` is not written yet."""
 

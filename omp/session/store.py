@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import attrs
 import msgspec
 import trio
 
@@ -59,8 +58,7 @@ class Adopted(msgspec.Struct, frozen=True):
     """The file has no entries yet: its first ones (model, thinking level) are to be written."""
 
 
-@attrs.define(eq=False, repr=False)
-class SessionStore:
+class SessionStore(msgspec.Struct, eq=False):
     cwd: Path
     publish: Callable[[Published], None]
     """Where a persistence failure's ``notice`` goes."""
@@ -69,14 +67,14 @@ class SessionStore:
     file: SessionFile | None = None
     persistence_failure: str | None = None
     """Why the session file stopped being written, once it did."""
-    startup_notes: list[str] = attrs.field(factory=list)
+    startup_notes: list[str] = msgspec.field(default_factory=list)
     """What the start passed over that a host should hear once (``--continue`` skipping an
     unusable newer file); ``omp.rpc.lifecycle.startup_notices`` takes them."""
-    _session_id: str = attrs.field(factory=lambda: str(uuid.uuid4()), init=False)
-    _started: str = attrs.field(factory=lambda: iso_timestamp(datetime.now(UTC)), init=False)
+    _session_id: str = msgspec.field(default_factory=lambda: str(uuid.uuid4()))
+    _started: str = msgspec.field(default_factory=lambda: iso_timestamp(datetime.now(UTC)))
     """When the in-memory session began (its header's ``timestamp``)."""
-    _name: str | None = attrs.field(default=None, init=False)
-    _left: list[SessionFile] = attrs.field(factory=list, init=False)
+    _name: str | None = None
+    _left: list[SessionFile] = msgspec.field(default_factory=list)
     """Files this session left (``adopt``) while their writer threads still had lines queued:
     they are written before any file is read again (``_written_all``), since it may be one."""
 

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import attrs
+import msgspec
 
 from ..commands.skills import Skill, skills_prompt
 from ..config import agent_dir
@@ -325,8 +325,7 @@ def _resolved(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-@attrs.define(eq=False, repr=False)
-class PromptOptions:
+class PromptOptions(msgspec.Struct, eq=False):
     """What a session's system prompt is built from, kept so it can be rebuilt when the tools
     change (``set_host_tools``)."""
 
@@ -343,7 +342,7 @@ class PromptOptions:
     """The bodies of the always-apply rules (``alwaysApply``, ``RULES.md``)."""
     rulebook: tuple[RulebookRule, ...] = ()
     """The rules the model reads on demand (``rule://<name>``)."""
-    problems: list[str] = attrs.field(factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
     """Context files left out since the last ``take_notices``, and why."""
 
     def build(self, tools: Sequence[Tool]) -> list[str]:

@@ -90,14 +90,13 @@ _NOUNS = ("Falcon", "Otter", "Badger", "Heron", "Lynx", "Marten", "Osprey", "Rav
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
-@attrs.define(eq=False, repr=False)
-class JobInfo:
+class JobInfo(msgspec.Struct, eq=False):
     """A background child as ``/jobs`` lists it."""
 
     id: str
     agent: str
     status: Literal["queued", "running"] = "queued"
-    started: float = attrs.field(factory=time.monotonic)
+    started: float = msgspec.field(default_factory=time.monotonic)
 
 
 @attrs.define(eq=False, repr=False)
@@ -581,8 +580,7 @@ class SubagentHost:
             assignment=child.assignment, progress=child.tracker.snapshot(),
             sessionFile=_opt(child.session_file), detached=child.detached))
 
-@attrs.define(eq=False, repr=False)
-class _ChildEvents:
+class _ChildEvents(msgspec.Struct, eq=False):
     """A child's sink: its progress tracker, and its own events on the bus (``events``)."""
 
     id: str

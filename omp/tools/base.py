@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import attrs
 import msgspec
 
 from ..protocol.messages import ImageContent, TextContent
@@ -247,8 +246,7 @@ URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 """A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
 
 
-@attrs.define(eq=False, repr=False)
-class ToolContext:
+class ToolContext(msgspec.Struct, eq=False):
     """What built-in tools share: where relative paths resolve, who serves host URLs, and
     the web tools' network access."""
 

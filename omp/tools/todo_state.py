@@ -7,19 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
+import msgspec
 
 from ..protocol.commands import TodoItem, TodoPhase, TodoStatus
 
 OPEN_STATUSES: tuple[TodoStatus, ...] = ("pending", "in_progress", "blocked")
 
 
-@attrs.define(eq=False, repr=False)
-class TodoState:
+class TodoState(msgspec.Struct, eq=False):
     """The session's todo phases. ``phases`` is replaced, never mutated in place, so a reader
     holding the old list keeps a consistent snapshot."""
 
-    phases: list[TodoPhase] = attrs.Factory(list)
+    phases: list[TodoPhase] = msgspec.field(default_factory=list)
     version: int = 0
     """Bumped by every ``replace``: whether the list was touched since (todo reminders)."""
 

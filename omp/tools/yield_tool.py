@@ -50,12 +50,11 @@ class YieldResult(msgspec.Struct, frozen=True):
     error: str | None = None
 
 
-@attrs.define(eq=False, repr=False)
-class YieldState:
+class YieldState(msgspec.Struct, eq=False):
     """What a child has yielded so far; read by its driver after each run."""
 
     result: YieldResult | None = None
-    sections: dict[str, Any] = attrs.field(factory=dict)
+    sections: dict[str, Any] = msgspec.field(default_factory=dict)
     failures: int = 0
     """Consecutive failing calls (the driver stops the child after too many)."""
 
