@@ -2,7 +2,9 @@
 
 Who owns what: a ``LocalDiscovery`` belongs to the ``serve()`` that starts it
 (``omp.rpc.lifecycle.start_local_discovery``, which imports this module once ``ready`` is written).
-Its one task runs in that serve's root nursery, so it never delays ``ready``; it writes what each
+Its one task runs in that serve's root nursery, so it never delays ``ready``; its probes begin
+once the server's start-up job is done (``after``: their threads would otherwise take the
+interpreter from it and delay the first response); it writes what each
 server lists into the session's ``ModelRegistry`` (``set_local_models``) and then sets
 ``finished``. ``get_available_models`` and ``set_model`` wait for ``finished`` (at most the
 discovery's timeout), so a host asking right after ``ready`` sees the local models. ``omp models``
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import sys
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -70,17 +72,21 @@ class LocalDiscovery:
 
     started: bool = False
 
-    def start(self, nursery: trio.Nursery) -> None:
-        """Run the discovery as a task of ``nursery`` (the serve's root nursery)."""
+    def start(self, nursery: trio.Nursery,
+              after: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Run the discovery as a task of ``nursery`` (the serve's root nursery); from now on
+        ``wait`` waits for it. ``after``: what the probes wait for before they begin."""
         self.started = True
-        nursery.start_soon(self.run)
+        nursery.start_soon(self.run, after)
 
-    async def run(self) -> None:
-        """Probe every server at once and record what they list. Never raises for a server
-        that is missing, slow or strange. On cancellation the probes stop; ``finished`` is
-        set either way."""
+    async def run(self, after: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Probe every server at once (once ``after`` returned, when given) and record what
+        they list. Never raises for a server that is missing, slow or strange. On
+        cancellation the probes stop; ``finished`` is set either way."""
         self.started = True
         try:
+            if after is not None:
+                await after()
             async with trio.open_nursery() as nursery:
                 for server in self.servers:
                     nursery.start_soon(self._probe, server)

@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -218,10 +218,13 @@ def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
 
 
 def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
-                          environ: Mapping[str, str] | None = None) -> LocalDiscovery | None:
+                          environ: Mapping[str, str] | None = None, *,
+                          after: Callable[[], Awaitable[object]] | None = None
+                          ) -> LocalDiscovery | None:
     """Start asking the local model servers for their models (``localModels`` in
-    ``config.yml``) as a task of ``nursery``; None when it is off (there, or
-    ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is written: its module is imported then."""
+    ``config.yml``) as a task of ``nursery``, its probes beginning once ``after`` returned;
+    None when it is off (there, or ``OMP_LOCAL_MODELS=0``). Called once ``ready`` is
+    written: its module is imported then."""
     from ..llm.local import LocalDiscovery, turned_off  # lazy: omp.lazy says why
 
     session = runtime.session
@@ -233,7 +236,7 @@ def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
         return None
     runtime.discovery = LocalDiscovery(session.registry, runtime.http, servers,
                                        timeout=chosen.timeoutMs / 1000)
-    runtime.discovery.start(nursery)
+    runtime.discovery.start(nursery, after)
     return runtime.discovery
 
 

@@ -143,6 +143,8 @@ class RpcServer:
     """``end_input`` was called: the reader reads no more."""
     _receive_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     """Around the reader's wait for input, which ``end_input`` cancels."""
+    _started: trio.Event = attrs.field(factory=trio.Event, init=False)
+    """The start's serial job is done (extensions loaded, commands announced)."""
 
     def __attrs_post_init__(self) -> None:
         runtime = self.runtime
@@ -176,7 +178,8 @@ class RpcServer:
             await self.output.wait_drained()
         # An output that broke meanwhile has cancelled everything (the writer did): stop here.
         await trio.lowlevel.checkpoint_if_cancelled()
-        self.commands.settings.discovery = start_local_discovery(self.runtime, nursery)
+        self.commands.settings.discovery = start_local_discovery(
+            self.runtime, nursery, after=self._after_start)
         load_mcp(self.runtime)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
@@ -216,13 +219,23 @@ class RpcServer:
         if (extensions := self.session.extensions) is not None:
             await extensions.session_start()
         self.output.put_nowait(self.commands.available_commands_update())
+        self._started.set()
+
+    async def _after_start(self) -> None:
+        """Wait until the start's serial job is done (at most ``READY_FLUSH_SECONDS``: an
+        extension's ``session_start`` may take its time) and what it queued is written. The
+        background work of a start (the local servers' probes, the MCP servers) waits for
+        it: their threads (getaddrinfo, importing the SDK) take the interpreter in turns, and
+        the host's first command, answered right after that job, would wait for them. On
+        cancellation, stops waiting."""
+        with trio.move_on_after(READY_FLUSH_SECONDS):
+            await self._started.wait()
+            await self.output.wait_drained()
 
     async def _start_mcp(self, mcp: McpManager) -> None:
-        """The MCP servers, once ``ready`` is out (importing the SDK in a thread still takes
-        the GIL in turns: not while ``ready`` waits to be written). On cancellation
-        (shutdown) every server ends."""
-        with trio.move_on_after(READY_FLUSH_SECONDS):
-            await self.output.wait_drained()
+        """The MCP servers, once the start's serial job is done (``_after_start``). On
+        cancellation (shutdown) every server ends."""
+        await self._after_start()
         await mcp.run()
 
     def _announce_commands(self) -> None:
