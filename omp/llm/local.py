@@ -35,7 +35,6 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import attrs
 import msgspec
 import trio
 
@@ -58,16 +57,15 @@ def turned_off(environ: Mapping[str, str]) -> bool:
     return environ.get("OMP_LOCAL_MODELS", "").strip().lower() in OFF_WORDS
 
 
-@attrs.define(eq=False, repr=False)
-class LocalDiscovery:
+class LocalDiscovery(msgspec.Struct, eq=False):
     """Asks the local servers for their models, once (see the module docstring)."""
 
     registry: ModelRegistry
     http: HttpClient
     servers: list[LocalServer]
     timeout: float = DEFAULT_TIMEOUT
-    finished: trio.Event = attrs.field(factory=trio.Event)
-    found: dict[str, int] = attrs.field(factory=dict)
+    finished: trio.Event = msgspec.field(default_factory=trio.Event)
+    found: dict[str, int] = msgspec.field(default_factory=dict)
     """Provider → how many models its server listed (servers not found are absent)."""
 
     started: bool = False
