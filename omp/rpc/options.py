@@ -112,3 +112,7 @@ class ServeOptions(msgspec.Struct, eq=False):
     deadline: float | None = None
     """``--max-time``: the ``time.monotonic()`` at which the run going is aborted (``Deadline
     exceeded``) and no other one starts."""
+    on_ready: Callable[[], object] | None = None
+    """Called once ``ready`` has reached the host (or after at most half a second of a host
+    that does not read), before the start's work that follows it: the ``omp`` command turns
+    the garbage collector on there (``omp.cli``)."""

@@ -178,6 +178,8 @@ class RpcServer:
             await self.output.wait_drained()
         # An output that broke meanwhile has cancelled everything (the writer did): stop here.
         await trio.lowlevel.checkpoint_if_cancelled()
+        if (on_ready := self.runtime.options.on_ready) is not None:
+            on_ready()
         self.commands.settings.discovery = start_local_discovery(
             self.runtime, nursery, after=self._after_start)
         load_mcp(self.runtime)
