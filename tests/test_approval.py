@@ -10,6 +10,8 @@ runs, so "did not run" is checked on disk, not only in frames.
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import trio
 from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
 from extension_helpers import (
     FAKE_ARGS,
+    ProcessHost,
     RawHost,
     index_of,
     install,
@@ -71,6 +74,17 @@ def args(*extra: str) -> list[str]:
     return [*FAKE_ARGS, *extra]
 
 
+@asynccontextmanager
+async def fake_and_host(script: list[dict[str, Any]], agent_dir: Path, cwd: Path,
+                        *extra: str) -> AsyncIterator[tuple[FakeLLM, ProcessHost]]:
+    """The fake LLM answering with ``script``, ``models.yml`` pointing at it, and the real
+    ``omp --mode rpc`` on the fake model working in ``cwd``, with the flags ``extra``."""
+    async with open_fake_llm(script) as fake:
+        write_models_yml(agent_dir, fake.base_url)
+        async with open_process_host(cwd, args=args(*extra)) as host:
+            yield fake, host
+
+
 # --- the dialog ------------------------------------------------------------------------------
 
 
@@ -79,16 +93,14 @@ async def test_approved_call_runs_after_the_dialog(cwd: Path, tmp_path: Path,
     script = [tools_reply(touch_call("c1", "ran.txt")), text_reply("done")]
     config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--config", config)) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                # Asked before the call is announced, and nothing ran yet.
-                assert not of_type(host.frames, "tool_execution_start")
-                assert not (cwd / "ran.txt").exists()
-                await host.answer(request, value="Approve")
-                frames = await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--config", config) as (_, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            # Asked before the call is announced, and nothing ran yet.
+            assert not of_type(host.frames, "tool_execution_start")
+            assert not (cwd / "ran.txt").exists()
+            await host.answer(request, value="Approve")
+            frames = await host.until_type("prompt_result", id="p")
     assert {k: v for k, v in request.items() if k != "id"} == {
         "type": "extension_ui_request", "method": "select",
         "title": "Allow tool: bash\nCommand: touch ran.txt", "options": ["Approve", "Deny"]}
@@ -105,14 +117,13 @@ async def test_denied_call_returns_the_denial_to_the_model(cwd: Path, tmp_path: 
               text_reply("gave up")]
     config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--config", config)) as host:
-                await prompt(host)
-                await host.answer(await host.ui_request("select"), value="Deny")
-                # An answer that is not one of the options (a host offering "always"): denied.
-                await host.answer(await host.ui_request("select"), value="Always allow")
-                frames = await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--config",
+                                 config) as (fake, host):
+            await prompt(host)
+            await host.answer(await host.ui_request("select"), value="Deny")
+            # An answer that is not one of the options (a host offering "always"): denied.
+            await host.answer(await host.ui_request("select"), value="Always allow")
+            frames = await host.until_type("prompt_result", id="p")
     ends = of_type(host.frames, "tool_execution_end")
     assert [(e["isError"], result_text(e), e["result"]["details"]) for e in ends] == [
         (True, DENIED, {}), (True, DENIED, {})]
@@ -135,15 +146,13 @@ async def test_a_host_side_timeout_or_cancel_denies(cwd: Path, tmp_path: Path,
               text_reply("ok")]
     config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--config", config)) as host:
-                await prompt(host)
-                first = await host.ui_request("select")
-                assert "timeout" not in first
-                await host.answer(first, cancelled=True, timedOut=True)
-                await host.answer(await host.ui_request("select"), cancelled=True)
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--config", config) as (_, host):
+            await prompt(host)
+            first = await host.ui_request("select")
+            assert "timeout" not in first
+            await host.answer(first, cancelled=True, timedOut=True)
+            await host.answer(await host.ui_request("select"), cancelled=True)
+            await host.until_type("prompt_result", id="p")
     assert [result_text(e) for e in of_type(host.frames, "tool_execution_end")] == [
         DENIED, DENIED]
     assert not (cwd / "one.txt").exists()
@@ -155,19 +164,18 @@ async def test_abort_while_the_dialog_is_pending(cwd: Path, tmp_path: Path,
     script = [tools_reply(touch_call("c1", "late.txt")), text_reply("after")]
     config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--config", config)) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                await host.send({"id": "a", "type": "abort"})
-                frames = await host.until_type("prompt_result", id="p")
-                if not of_type(host.frames, "response", id="a"):
-                    await host.until_type("response", id="a")
-                # A late answer is ignored: nothing runs, nothing is written for it.
-                await host.answer(request, value="Approve")
-                await host.send({"id": "s", "type": "get_state"})
-                after = await host.until_type("response", id="s")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--config",
+                                 config) as (fake, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            await host.send({"id": "a", "type": "abort"})
+            frames = await host.until_type("prompt_result", id="p")
+            if not of_type(host.frames, "response", id="a"):
+                await host.until_type("response", id="a")
+            # A late answer is ignored: nothing runs, nothing is written for it.
+            await host.answer(request, value="Approve")
+            await host.send({"id": "s", "type": "get_state"})
+            after = await host.until_type("response", id="s")
     (cancel,) = ui_requests(host.frames, "cancel")
     assert cancel["targetId"] == request["id"]
     assert index_of(host.frames, "extension_ui_request", method="cancel") < index_of(
@@ -193,13 +201,12 @@ async def test_approval_mode_flag_over_the_config(cwd: Path, tmp_path: Path,
                           tool_call("l", "ls", {}), touch_call("b", "b.txt")),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--approval-mode", "write")) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                await host.answer(request, value="Deny")
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--approval-mode",
+                                 "write") as (_, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            await host.answer(request, value="Deny")
+            await host.until_type("prompt_result", id="p")
     assert request["title"] == "Allow tool: bash\nCommand: touch b.txt"
     assert len(ui_requests(host.frames, "select")) == 1
     assert (cwd / "w.txt").read_text() == "hi"
@@ -216,13 +223,11 @@ async def test_per_tool_policies_from_the_global_config(cwd: Path,
                           tool_call("l", "ls", {})),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                await host.answer(request, value="Approve")
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (_, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            await host.answer(request, value="Approve")
+            await host.until_type("prompt_result", id="p")
     # bash: allowed without asking; write: denied by policy; ls (read-only): asked, as told.
     assert request["title"] == "Allow tool: ls"
     ends = {e["toolCallId"]: e for e in of_type(host.frames, "tool_execution_end")}
@@ -242,11 +247,9 @@ async def test_auto_approve_and_the_default_never_ask(cwd: Path, tmp_path: Path,
                         (["--config", config, "--yolo"], "yolo.txt"), ([], "default.txt")):
         script = [tools_reply(touch_call("c", name)), text_reply("ok")]
         with trio.fail_after(LIMIT):
-            async with open_fake_llm(script) as fake:
-                write_models_yml(isolated_agent_dir, fake.base_url)
-                async with open_process_host(cwd, args=args(*extra)) as host:
-                    await prompt(host)
-                    await host.until_type("prompt_result", id="p")
+            async with fake_and_host(script, isolated_agent_dir, cwd, *extra) as (_, host):
+                await prompt(host)
+                await host.until_type("prompt_result", id="p")
         assert not ui_requests(host.frames, "select"), extra
         assert (cwd / name).exists(), extra
 
@@ -259,13 +262,11 @@ async def test_a_project_cannot_approve_its_own_calls(cwd: Path,
         "tools:\n  approvalMode: yolo\n  approval:\n    bash: allow\n")
     script = [tools_reply(touch_call("c", "p.txt")), text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                await prompt(host)
-                await host.answer(await host.ui_request("select"), value="Deny")
-                await host.until_type("prompt_result", id="p")
-                stderr = host.stderr
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (_, host):
+            await prompt(host)
+            await host.answer(await host.ui_request("select"), value="Deny")
+            await host.until_type("prompt_result", id="p")
+            stderr = host.stderr
     assert not (cwd / "p.txt").exists()
     assert "$.tools.approvalMode: ignored" in stderr
     assert "$.tools.approval.bash: ignored" in stderr
@@ -289,12 +290,10 @@ async def test_without_ui_a_call_that_needs_approval_fails(cwd: Path, tmp_path: 
                                                            isolated_agent_dir: Path) -> None:
     script = [tools_reply(touch_call("c", "x.txt")), text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(
-                    cwd, args=args("--no-ui", "--approval-mode", "always-ask")) as host:
-                await prompt(host)
-                frames = await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--no-ui", "--approval-mode",
+                                 "always-ask") as (_, host):
+            await prompt(host)
+            frames = await host.until_type("prompt_result", id="p")
     assert not ui_requests(host.frames)
     (end,) = of_type(frames, "tool_execution_end")
     assert result_text(end) == (
@@ -310,15 +309,13 @@ async def test_host_gone_while_the_dialog_is_pending(cwd: Path, tmp_path: Path,
                                                      isolated_agent_dir: Path) -> None:
     script = [tools_reply(touch_call("c", "gone.txt")), text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--approval-mode", "always-ask")
-                                         ) as host:
-                await prompt(host)
-                await host.ui_request("select")
-                await host.close_input()
-                rest = await host.rest()
-                code = await host.wait()
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--approval-mode",
+                                 "always-ask") as (_, host):
+            await prompt(host)
+            await host.ui_request("select")
+            await host.close_input()
+            rest = await host.rest()
+            code = await host.wait()
     assert code == 0
     assert of_type(rest, "agent_end")
     assert not (cwd / "gone.txt").exists()
@@ -392,14 +389,12 @@ async def test_a_subagent_asks_through_the_parents_host(cwd: Path,
                                                         isolated_agent_dir: Path) -> None:
     script = subagent_touch_script(isolated_agent_dir)
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                assert not (cwd / "kid.txt").exists()
-                await host.answer(request, value="Approve")
-                frames = await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (_, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            assert not (cwd / "kid.txt").exists()
+            await host.answer(request, value="Approve")
+            frames = await host.until_type("prompt_result", id="p")
     assert request["title"] == "Allow tool: bash\nCommand: touch kid.txt"
     assert len(ui_requests(host.frames, "select")) == 1  # task itself: allowed by policy
     assert (cwd / "kid.txt").exists()
@@ -423,14 +418,12 @@ async def test_bash_patterns(cwd: Path, isolated_agent_dir: Path) -> None:
                           touch_call("a", "asked.txt"), touch_call("o", "ok.txt")),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                await host.answer(request, value="Approve")
-                await host.until_type("prompt_result", id="p")
-                stderr = host.stderr
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (_, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            await host.answer(request, value="Approve")
+            await host.until_type("prompt_result", id="p")
+            stderr = host.stderr
     assert request["title"] == ("Allow tool: bash\nReason: Prompt required by bash pattern: "
                                 "touch asked*\nCommand: touch asked.txt")
     ends = {e["toolCallId"]: e for e in of_type(host.frames, "tool_execution_end")}
@@ -445,14 +438,12 @@ async def test_bash_patterns(cwd: Path, isolated_agent_dir: Path) -> None:
     script = [tools_reply(touch_call("o", "ok2.txt"), touch_call("x", "other.txt")),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--approval-mode", "always-ask")
-                                         ) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                await host.answer(request, value="Deny")
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--approval-mode",
+                                 "always-ask") as (_, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            await host.answer(request, value="Deny")
+            await host.until_type("prompt_result", id="p")
     assert request["title"] == "Allow tool: bash\nCommand: touch other.txt"
     assert (cwd / "ok2.txt").exists()
     assert not (cwd / "other.txt").exists()
@@ -519,13 +510,11 @@ async def test_a_critical_command_asks_despite_an_allow_policy(cwd: Path,
                           tool_call("c", "bash", {"command": "echo reboot > flag.txt"})),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                await prompt(host)
-                request = await host.ui_request("select")
-                await host.answer(request, value="Deny")
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (fake, host):
+            await prompt(host)
+            request = await host.ui_request("select")
+            await host.answer(request, value="Deny")
+            await host.until_type("prompt_result", id="p")
     assert request["title"] == ("Allow tool: bash\nReason: Critical pattern detected\n"
                                 "Command: echo reboot > flag.txt")
     assert len(ui_requests(host.frames, "select")) == 1
@@ -537,11 +526,9 @@ async def test_a_critical_command_asks_despite_an_allow_policy(cwd: Path,
     script = [tools_reply(tool_call("c", "bash", {"command": "echo reboot > flag.txt"})),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                await prompt(host)
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (_, host):
+            await prompt(host)
+            await host.until_type("prompt_result", id="p")
     assert not ui_requests(host.frames, "select")
     assert (cwd / "flag.txt").exists()
 
@@ -602,19 +589,17 @@ async def test_extensions_hear_of_each_call_that_asks(cwd: Path, tmp_path: Path,
                           touch_call("c2", "two.txt")),
               text_reply("done")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--approval-mode", "always-ask")
-                                         ) as host:
-                session_id = await session_id_of(host)
-                await prompt(host)
-                first = await host.ui_request("select")
-                at_first = watched(log)
-                await host.answer(first, value="Deny")
-                second = await host.ui_request("select")
-                at_second = watched(log)
-                await host.answer(second, value="Approve")
-                frames = await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--approval-mode",
+                                 "always-ask") as (_, host):
+            session_id = await session_id_of(host)
+            await prompt(host)
+            first = await host.ui_request("select")
+            at_first = watched(log)
+            await host.answer(first, value="Deny")
+            second = await host.ui_request("select")
+            at_second = watched(log)
+            await host.answer(second, value="Approve")
+            frames = await host.until_type("prompt_result", id="p")
     common = {"session_id": session_id, "tool_name": "bash", "approval_mode": "always-ask",
               "reason": None}
     requested_1 = ("tool_approval_requested", {**common, "tool_call_id": "c1"})
@@ -639,12 +624,10 @@ async def test_extensions_hear_why_a_call_asks_and_why_it_failed(cwd: Path, tmp_
     script = [tools_reply(tool_call("c", "bash", {"command": "echo reboot > flag.txt"})),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args("--no-ui", "--approval-mode", "write")
-                                         ) as host:
-                await prompt(host)
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--no-ui", "--approval-mode",
+                                 "write") as (_, host):
+            await prompt(host)
+            await host.until_type("prompt_result", id="p")
     common = {"tool_call_id": "c", "tool_name": "bash", "approval_mode": "write"}
     assert [(kind, {k: v for k, v in fields.items() if k != "session_id"})
             for kind, fields in watched(log)] == [
@@ -660,16 +643,14 @@ async def test_extensions_hear_of_a_subagents_call_by_its_own_session(
     install_watcher(isolated_agent_dir, log)
     script = subagent_touch_script(isolated_agent_dir)
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                parent_id = await session_id_of(host)
-                await host.send({"id": "sub", "type": "set_subagent_subscription",
-                                 "level": "progress"})
-                await host.until_type("response", id="sub")
-                await prompt(host)
-                await host.answer(await host.ui_request("select"), value="Approve")
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (_, host):
+            parent_id = await session_id_of(host)
+            await host.send({"id": "sub", "type": "set_subagent_subscription",
+                             "level": "progress"})
+            await host.until_type("response", id="sub")
+            await prompt(host)
+            await host.answer(await host.ui_request("select"), value="Approve")
+            await host.until_type("prompt_result", id="p")
     assert [f["payload"]["status"] for f in of_type(host.frames, "subagent_lifecycle")] == [
         "started", "completed"]
     ((kind_1, call_1, child_id), (kind_2, call_2, child_id_2)) = [
@@ -714,17 +695,15 @@ async def test_an_extension_bash_is_judged_by_its_own_tier(tier: str, cwd: Path,
                           tool_call("c", "bash", {"command": "echo reboot; touch crit.txt"})),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=args()) as host:
-                await prompt(host)
-                requests = []
-                if tier == "exec":
-                    for _ in range(2):
-                        request = await host.ui_request("select")
-                        requests.append(request["title"])
-                        await host.answer(request, value="Approve")
-                await host.until_type("prompt_result", id="p")
+        async with fake_and_host(script, isolated_agent_dir, cwd) as (fake, host):
+            await prompt(host)
+            requests = []
+            if tier == "exec":
+                for _ in range(2):
+                    request = await host.ui_request("select")
+                    requests.append(request["title"])
+                    await host.answer(request, value="Approve")
+            await host.until_type("prompt_result", id="p")
     assert tool_results(fake, 1) == ["fake bash ran", "fake bash ran"]
     assert (cwd / "denied.txt").exists()
     assert (cwd / "crit.txt").exists()
