@@ -10,6 +10,7 @@ before its work begins. ``import omp`` alone imports nothing else, so that this 
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import trio
 from extension_helpers import install, open_process_host
+
+import omp
 
 LIMIT = 60
 
@@ -87,3 +90,24 @@ def test_importing_the_package_imports_nothing_else_until_a_name_is_used() -> No
                           check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [b"False", b"True", b"ServeOptions"]
+
+
+async def test_on_ready_is_called_once_between_ready_and_the_commands_list() -> None:
+    # ServeOptions.on_ready, as an embedding program sees it: once, after ready went out and
+    # before the start's work that follows (the extensions, then available_commands_update).
+    seen: list[bytes] = []
+    calls: list[bytes] = []
+    options = omp.ServeOptions(persist=False, announce_offline=False,
+                               on_ready=lambda: calls.append(b"".join(seen)))
+    to_server, server_in = omp.memory_pipe()
+    server_out, from_server = omp.memory_pipe()
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(omp.serve, server_in, server_out,
+                                                 options=options))
+            while b"available_commands_update" not in b"".join(seen):
+                seen.append(await from_server.receive_some())
+            await to_server.aclose()  # EOF: serve() returns
+    assert len(calls) == 1
+    assert b"available_commands_update" not in calls[0]
+    assert b"".join(seen).startswith(b'{"type":"ready"')
