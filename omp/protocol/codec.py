@@ -79,7 +79,8 @@ def decode_line(line: Line) -> cmd.Inbound | Response:
                     f"Failed to parse command: line of {line.size} bytes exceeds the "
                     f"{line.limit}-byte limit; it was skipped up to the next newline",
                     FRAME_TOO_LARGE)
-    if nesting_exceeds(line, MAX_NESTING_DEPTH):
+    # A line no longer than the limit cannot nest deeper than it: most commands skip the call.
+    if len(line) > MAX_NESTING_DEPTH and nesting_exceeds(line, MAX_NESTING_DEPTH):
         return _too_deep()
     try:
         return _decode(line)
