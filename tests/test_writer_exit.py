@@ -36,15 +36,25 @@ def test_join_writers_waits_for_a_writer_and_names_one_it_gave_up_on(tmp_path: P
 
 
 EXIT_SCRIPT = """
-import sys, time
+import sys, threading
 from pathlib import Path
 from omp import cli
 from omp.session.writer import LineWriter
 
 marker = Path(sys.argv[1])
+joined = threading.Event()
+join = threading.Thread.join
+
+def joining(self, timeout=None):
+    joined.set()
+    return join(self, timeout)
+
+threading.Thread.join = joining
 
 def slow_disk(exc):
-    time.sleep(0.5)  # the disk, slower than main's return: the thread outlives main
+    # The disk answers only once someone waits for it: the thread outlives main, and it ends
+    # (writing the marker) only if the exit waits for it instead of ending the process.
+    joined.wait()
     marker.write_text("reported")
 
 def main():
