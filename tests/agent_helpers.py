@@ -13,7 +13,7 @@ import contextlib
 import math
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +53,15 @@ def write_models_yml(agent_dir: Path, base_url: str, api: str = "openai-completi
         "    models:\n"
         # JSON is YAML: the model as one flow mapping.
         f"      - {msgspec.json.encode(model).decode()}\n")
+
+
+@contextlib.asynccontextmanager
+async def fake_provider(script: Any, agent_dir: Path) -> AsyncIterator[FakeLLM]:
+    """The fake LLM answering with ``script``, declared as provider ``fake`` in
+    ``agent_dir``'s ``models.yml`` (``write_models_yml``) while it runs."""
+    async with open_fake_llm(script) as fake:
+        write_models_yml(agent_dir, fake.base_url)
+        yield fake
 
 
 def to_frame(event: Event) -> Frame:

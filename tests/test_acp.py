@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import text_reply, tool_call, write_models_yml
+from agent_helpers import fake_provider, text_reply, tool_call, write_models_yml
 
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
@@ -196,8 +196,7 @@ async def test_cancel_mid_stream_answers_cancelled_at_once_and_two_sessions_run(
     slow = {"match": {"bodyContains": "slow please"},
             "chunks": [{"text": "slow "}, {"delay": 60.0}, {"text": "never"}]}
     script = [slow, text_reply("quick answer")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir) as fake:
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -233,8 +232,7 @@ async def test_a_prompt_during_a_turn_cancels_that_turn_first(
     project.mkdir()
     slow = {"match": {"bodyContains": "slow please"},
             "chunks": [{"text": "slow "}, {"delay": 60.0}, {"text": "never"}]}
-    async with open_fake_llm([slow, text_reply("second answer")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([slow, text_reply("second answer")], isolated_agent_dir):
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -269,8 +267,7 @@ async def test_cancel_during_a_tool_leaves_nothing_running(tmp_path: Path,
     command = f"sleep 60 & echo $! > {pid_file}; echo started; wait"
     script = [{"chunks": [tool_call("call_s", "bash", {"command": command})], "stop": "toolUse"},
               text_reply("never")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir):
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -301,8 +298,7 @@ async def test_load_replays_a_saved_session_then_continues(tmp_path: Path,
     project = tmp_path / "project"
     project.mkdir()
     script = [text_reply("first answer"), text_reply("second answer")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir) as fake:
         saved: dict[str, Any] = {}
 
         async def first(conn: Any, rec: Recorder) -> None:
@@ -351,8 +347,7 @@ async def test_tool_approval_asks_the_editor_and_remembers_always(
                "stop": "toolUse"} for n in ("one", "two", "three")]
     script.append(text_reply("done"))
     recorder = Recorder(answers=["reject_once", "allow_always"])
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir):
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -391,8 +386,7 @@ async def test_read_and_write_go_through_the_editor_when_it_offers_fs(
               text_reply("done")]
     recorder = Recorder()
     recorder.buffers[str(project / "notes.txt")] = "unsaved buffer line\n"
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir):
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -429,8 +423,7 @@ async def test_extensions_load_per_session_and_hear_its_end(
         "    omp.register_command('shout', 'Say it loud', shout)\n"
         "    omp.on('session_start', started)\n"
         "    omp.on('session_shutdown', ended)\n")
-    async with open_fake_llm([text_reply("heard")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("heard")], isolated_agent_dir) as fake:
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -464,8 +457,7 @@ async def test_the_editors_mcp_servers_give_the_session_their_tools(
     mark = tmp_path / "probe.pids"
     script = [{"chunks": [tool_call("c1", "mcp__probe_echo", {"text": "hi there"})],
                "stop": "toolUse"}, text_reply("done")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir) as fake:
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -535,8 +527,7 @@ async def test_malformed_json_rpc_is_answered_and_the_connection_stays(
 async def test_stdin_closing_and_a_cancel_before_the_prompt_started(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     script = [text_reply("slow ", 60.0, "never")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir) as fake:
         process = await trio.lowlevel.open_process(
             [*OMP, "acp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path)
         assert process.stdin is not None

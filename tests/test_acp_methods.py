@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import text_reply, write_models_yml
+from agent_helpers import fake_provider, text_reply
 from test_acp import Recorder, acp, run_client, schema, text_of
-
-from omp.testing.fake_llm import open_fake_llm
 
 
 async def test_a_prompt_while_a_run_of_nobodys_goes_is_busy(
@@ -30,8 +28,7 @@ async def test_a_prompt_while_a_run_of_nobodys_goes_is_busy(
         "    omp.on('session_start', started)\n")
     slow = {"match": {"bodyContains": "autonomous work"},
             "chunks": [{"text": "working "}, {"delay": 60.0}, {"text": "never"}]}
-    async with open_fake_llm([slow, text_reply("after the stop")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([slow, text_reply("after the stop")], isolated_agent_dir):
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -62,8 +59,7 @@ async def test_resume_fork_and_the_omp_extension_methods(tmp_path: Path,
     other.mkdir()
     script = [text_reply("first answer"), text_reply("forked answer"),
               text_reply("resumed answer"), text_reply("elsewhere")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir) as fake:
         seen: dict[str, Any] = {}
 
         async def first(conn: Any, rec: Recorder) -> None:
@@ -177,8 +173,7 @@ async def test_extension_dialogs_become_form_elicitations(
     project.mkdir()
     extension = tmp_path / "ext.py"
     extension.write_text(DIALOGS)
-    async with open_fake_llm([text_reply("noted")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("noted")], isolated_agent_dir) as fake:
         editor = FormEditor() if forms else Recorder()
         seen: dict[str, Any] = {}
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import text_reply, tool_call, write_models_yml
+from agent_helpers import fake_provider, text_reply, tool_call, write_models_yml
 from test_acp import PROBE, Recorder, acp, alive, run_client, schema
 from test_acp_methods import FormEditor
 
@@ -74,8 +74,8 @@ async def test_a_live_session_without_servers_gets_the_editors_on_load(
     project = tmp_path / "project"
     project.mkdir()
     mark = tmp_path / "late.pids"
-    async with open_fake_llm([text_reply("first"), text_reply("second")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("first"), text_reply("second")],
+                             isolated_agent_dir) as fake:
 
         async def body(conn: Any, rec: Recorder) -> None:
             sid = (await conn.new_session(cwd=str(project))).session_id
@@ -96,8 +96,7 @@ async def test_session_list_entries_carry_message_count_and_size(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    async with open_fake_llm([text_reply("one"), text_reply("two")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("one"), text_reply("two")], isolated_agent_dir):
         seen: dict[str, Any] = {}
 
         async def body(conn: Any, rec: Recorder) -> None:
@@ -129,8 +128,8 @@ async def test_the_ask_tool_asks_through_form_elicitations(
     script = [{"match": {"bodyContains": "ask me"},
                "chunks": [tool_call("q1", "ask", {"questions": questions})], "stop": "toolUse"},
               text_reply("thanks")]
-    async with open_fake_llm(script if forms else [text_reply("no tool")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script if forms else [text_reply("no tool")],
+                             isolated_agent_dir) as fake:
         editor = FormEditor() if forms else Recorder()
         seen: dict[str, Any] = {}
 

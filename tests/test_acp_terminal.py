@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import text_reply, tool_call, write_models_yml
+from agent_helpers import fake_provider, text_reply, tool_call
 from test_acp import Recorder, acp, alive, run_client, schema
 
-from omp.testing.fake_llm import open_fake_llm
 from omp.tools.base import TerminalExit, ToolError
 from omp.tools.bash_terminal import exit_status
 
@@ -131,8 +130,7 @@ async def test_bash_runs_in_the_editors_terminal(tmp_path: Path,
          "stop": "toolUse"},
         text_reply("done"),
     ]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir) as fake:
         editor = TerminalEditor()
         seen: dict[str, Any] = {}
 
@@ -190,8 +188,7 @@ async def test_cancel_kills_and_releases_the_terminal_at_once(
     script = [{"chunks": [tool_call("call_s", "bash", {"command": "echo started; sleep 60"})],
                "stop": "toolUse"},
               text_reply("next answer")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir):
         editor = TerminalEditor()
         seen: dict[str, Any] = {}
 
@@ -232,8 +229,7 @@ async def test_an_editor_refusal_is_the_tools_error_and_the_terminal_is_released
     script = [{"chunks": [tool_call("call_r", "bash", {"command": "sleep 60"})],
                "stop": "toolUse"},
               text_reply("understood")]
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir) as fake:
         editor = TerminalEditor()
         editor.refuse_wait = True
         seen: dict[str, Any] = {}

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
+from agent_helpers import fake_provider, text_reply, tool_call, tools_reply, write_models_yml
 from extension_helpers import (
     FAKE_ARGS,
     ProcessHost,
@@ -35,7 +35,7 @@ from extension_helpers import (
 import omp
 from omp.session.approval import ApprovalRequest, ToolDecision, bash_decision, resolve
 from omp.session.settings import ApprovalSettings, BashPattern, BashSettings
-from omp.testing.fake_llm import FakeLLM, open_fake_llm
+from omp.testing.fake_llm import FakeLLM
 
 LIMIT = 90
 """Seconds (real time) any one test may take."""
@@ -79,10 +79,9 @@ async def fake_and_host(script: list[dict[str, Any]], agent_dir: Path, cwd: Path
                         *extra: str) -> AsyncIterator[tuple[FakeLLM, ProcessHost]]:
     """The fake LLM answering with ``script``, ``models.yml`` pointing at it, and the real
     ``omp --mode rpc`` on the fake model working in ``cwd``, with the flags ``extra``."""
-    async with open_fake_llm(script) as fake:
-        write_models_yml(agent_dir, fake.base_url)
-        async with open_process_host(cwd, args=args(*extra)) as host:
-            yield fake, host
+    async with fake_provider(script, agent_dir) as fake, \
+            open_process_host(cwd, args=args(*extra)) as host:
+        yield fake, host
 
 
 # --- the dialog ------------------------------------------------------------------------------
@@ -335,8 +334,7 @@ async def test_an_embedding_policy_function_replaces_the_dialog(
     script = [tools_reply(touch_call("y", "yes.txt"), touch_call("n", "no.txt")),
               text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
+        async with fake_provider(script, isolated_agent_dir):
             options = omp.ServeOptions(model="fake/fake-model", persist=False, cwd=cwd,
                                        approval_mode="always-ask", approve=approve,
                                        discover_extensions=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from agent_helpers import text_reply, write_models_yml
+from agent_helpers import fake_provider, text_reply, write_models_yml
 
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
@@ -85,8 +85,7 @@ async def test_version_and_thinking_prefixes(tmp_path: Path) -> None:
 
 
 async def test_max_time_aborts_the_run(tmp_path: Path, isolated_agent_dir: Path) -> None:
-    async with open_fake_llm([text_reply("slow", 30.0, "never")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("slow", 30.0, "never")], isolated_agent_dir):
         started = trio.current_time()
         result = await omp("--model", "fake/fake-model", "--no-session", "--max-time", "1.5",
                            "--mode", "json", "hello", cwd=tmp_path)
@@ -111,8 +110,7 @@ async def test_a_config_overlay_turns_off_context_files_and_tools(
     overlay.write_text("disabledProviders: [agents-md]\nfind: {enabled: false}\n"
                        "tools: {approvalMode: yolo}\nlsp: {enabled: true}\n"
                        "theme: {dark: titanium}\nretry: {maxRetries: 1}\n")
-    async with open_fake_llm([text_reply("ok"), text_reply("ok")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("ok"), text_reply("ok")], isolated_agent_dir) as fake:
         plain = await omp("--model", "fake/fake-model", "--no-session", "-p", "hi", cwd=tmp_path)
         result = await omp("--model", "fake/fake-model", "--no-session", "--config",
                            str(overlay), "--mode", "json", "hi", cwd=tmp_path)
@@ -234,8 +232,7 @@ async def test_an_unusable_at_file_stops_before_any_model_call(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "dir").mkdir()
-    async with open_fake_llm([]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([], isolated_agent_dir) as fake:
         for name, error in (("missing.txt", f"omp: File not found: {tmp_path / 'missing.txt'}"),
                             ("fifo", "a FIFO"), ("dir", "a directory")):
             result = await omp("--model", "fake/fake-model", "--no-session", "-p", f"@{name}",
@@ -275,8 +272,7 @@ async def test_models_json_lists_what_has_credentials(tmp_path: Path,
 
 async def test_subcommand_names_are_never_prompts(tmp_path: Path,
                                                   isolated_agent_dir: Path) -> None:
-    async with open_fake_llm([text_reply("one"), text_reply("two")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("one"), text_reply("two")], isolated_agent_dir) as fake:
         model = ["--model", "fake/fake-model", "--no-session"]
         # ``omp acp`` serves ACP on stdio (tests/test_acp.py); the word never reaches the model.
         initialize = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":' \
@@ -350,8 +346,7 @@ async def test_export_writes_html(tmp_path: Path) -> None:
 async def test_json_mode_writes_what_the_original_writes(tmp_path: Path,
                                                          isolated_agent_dir: Path) -> None:
     deltas = [f"w{i} " for i in range(1200)]
-    async with open_fake_llm([text_reply(*deltas), text_reply("second")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply(*deltas), text_reply("second")], isolated_agent_dir):
         result = await omp("--model", "fake/fake-model", "--no-session", "--mode", "json",
                            "first", "then", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -377,8 +372,7 @@ async def test_json_mode_writes_what_the_original_writes(tmp_path: Path,
 async def test_json_mode_exit_code_follows_the_last_answer(tmp_path: Path,
                                                            isolated_agent_dir: Path) -> None:
     failing = {"status": 400, "body": {"error": {"message": "bad thing"}}}
-    async with open_fake_llm([failing]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([failing], isolated_agent_dir):
         result = await omp("--model", "fake/fake-model", "--no-session", "--mode", "json", "x",
                            cwd=tmp_path)
     assert result.returncode == 1
@@ -390,8 +384,7 @@ async def test_json_mode_exit_code_follows_the_last_answer(tmp_path: Path,
 
 async def test_a_stalled_stream_is_said_on_stderr(tmp_path: Path,
                                                   isolated_agent_dir: Path) -> None:
-    async with open_fake_llm([text_reply("a", 2.5, "b")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("a", 2.5, "b")], isolated_agent_dir):
         result = await omp("--model", "fake/fake-model", "--no-session", "-p", "x",
                            cwd=tmp_path,
                            env={**os.environ, "OMP_STALL_NOTICE_SECONDS": "1"})
@@ -414,8 +407,7 @@ async def test_one_shot_prompts_go_through_the_slash_commands(tmp_path: Path,
     commands = tmp_path / ".omp" / "commands"
     commands.mkdir(parents=True)
     (commands / "greet.md").write_text("Say hello to $ARGUMENTS.\n")
-    async with open_fake_llm([text_reply("hello bob")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("hello bob")], isolated_agent_dir) as fake:
         result = await omp("--model", "fake/fake-model", "--no-session", "-p", "/usage",
                            "/model", "/greet bob", cwd=tmp_path)
         assert result.returncode == 0, result.stderr

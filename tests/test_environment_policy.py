@@ -20,13 +20,13 @@ import pytest
 import trio
 from agent_helpers import (
     Frame,
+    fake_provider,
     of_type,
     text_reply,
     to_frame,
     tool_call,
     tool_result_text,
     tools_reply,
-    write_models_yml,
 )
 
 from omp.client import RpcClient
@@ -34,7 +34,6 @@ from omp.config import ConfigError
 from omp.files import OwnProcessFile, read_regular
 from omp.session.settings import ShellEnvironmentSettings, load_settings
 from omp.subprocess_env import CORE_VARIABLES, EnvironmentPolicy, child_environment
-from omp.testing.fake_llm import open_fake_llm
 from omp.tools.base import ToolContext, ToolError
 from omp.tools.edit import EditTool
 from omp.tools.shell import run_shell
@@ -257,8 +256,7 @@ async def test_no_secret_reaches_a_command_a_frame_a_file_or_the_export(
         tool_call("grep", "grep", {"pattern": "SECRET", "path": "/proc/self/environ"})),
         text_reply("done")]
     frames: list[Frame] = []
-    async with open_fake_llm(script) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider(script, isolated_agent_dir):
         with trio.fail_after(LIMIT):
             async with RpcClient.spawn(
                     command=server_command("--mode", "rpc", "--model", "fake/fake-model"),

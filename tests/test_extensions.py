@@ -21,7 +21,7 @@ import msgspec
 import pytest
 import trio
 import trio.testing
-from agent_helpers import text_reply, write_models_yml
+from agent_helpers import fake_provider, text_reply
 from extension_helpers import (
     FAKE_ARGS,
     GATE,
@@ -43,7 +43,6 @@ import omp
 from omp.extensions import ExtensionAPI, ExtensionContext
 from omp.extensions.discovery import _group_may_be_declared, discover
 from omp.extensions.loader import load
-from omp.testing.fake_llm import open_fake_llm
 
 LIMIT = 90
 """Seconds (real time) any process test may take."""
@@ -1184,8 +1183,8 @@ async def test_context_replaces_what_one_call_sends(cwd: Path,
             omp.on("context", squash)
     ''')
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([text_reply("one"), text_reply("two")]) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
+        async with fake_provider([text_reply("one"), text_reply("two")],
+                                 isolated_agent_dir) as fake:
             async with open_process_host(cwd, args=FAKE_ARGS) as host:
                 await prompt(host, "first question", "p1")
                 await prompt(host, "second question", "p2")
@@ -1214,8 +1213,8 @@ async def test_before_agent_start_adds_a_message_and_changes_the_system_prompt(
             omp.on("before_agent_start", prime)
     ''')
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([text_reply("ok"), text_reply("plain")]) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
+        async with fake_provider([text_reply("ok"), text_reply("plain")],
+                                 isolated_agent_dir) as fake:
             async with open_process_host(cwd, args=FAKE_ARGS) as host:
                 frames = await prompt(host, "hello [note]", "p1")
                 await prompt(host, "no note", "p2")

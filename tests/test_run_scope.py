@@ -24,11 +24,10 @@ import msgspec
 import pytest
 import trio
 import trio.testing
-from agent_helpers import child_pids, text_reply, write_models_yml
+from agent_helpers import child_pids, fake_provider, text_reply
 
 import omp
 from omp.client import RpcClient
-from omp.testing.fake_llm import open_fake_llm
 
 LIMIT = 60
 OMP = [sys.executable, "-m", "omp", "--mode", "rpc", "--model", "offline/echo", "--no-session"]
@@ -171,8 +170,7 @@ async def test_one_serve_returning_does_not_break_anothers_model_call(
     script = [text_reply("quick"),
               text_reply("slow", 0.3, " but", 0.3, " complete.")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
+        async with fake_provider(script, isolated_agent_dir):
             options = omp.ServeOptions(model="fake/fake-model", cwd=tmp_path, persist=False,
                                        agent_dir=isolated_agent_dir)
             async with trio.open_nursery() as nursery:

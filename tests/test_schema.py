@@ -23,14 +23,19 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from agent_helpers import STEP_TIMEOUT, text_reply, tool_call, tools_reply, write_models_yml
+from agent_helpers import (
+    STEP_TIMEOUT,
+    fake_provider,
+    text_reply,
+    tool_call,
+    tools_reply,
+)
 from schema_helpers import SCHEMA_DIR, Direction, FrameLog, FrameValidator, shared_validator
 
 from omp.client import Event, RpcClient
 from omp.protocol import commands as cmd
 from omp.protocol.events import HostToolCall
 from omp.protocol.schema import RESPONSE_DATA, Part, build_schema, command_tags, encode_schema
-from omp.testing.fake_llm import open_fake_llm
 
 FILES: dict[Part, str] = {"all": "omp-rpc", "commands": "commands", "events": "events"}
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
@@ -135,32 +140,30 @@ async def test_every_frame_of_a_varied_exchange_matches_the_schema(
         return await client.request(command)
 
     with trio.fail_after(120):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with RpcClient.spawn(
-                    args=("--mode", "rpc", "--model", "fake/fake-model", "--no-session"),
-                    cwd=tmp_path, max_buffered_events=math.inf,
-                    host_tools={"lookup": _lookup}) as client:
-                sent.append(msgspec.to_builtins(cmd.SetHostTools(tools=[LOOKUP])))
-                assert await client.set_host_tools([LOOKUP]) == ["lookup"]
-                assert (await request(client, cmd.Prompt(message="What is a wren?"))).success
-                first = await _settled(client)
-                for command in (cmd.GetState(), cmd.GetMessages(), cmd.GetSessionStats(),
-                                cmd.GetAvailableModels(), cmd.GetAvailableThinkingLevels(),
-                                cmd.GetLastAssistantText(), cmd.GetAvailableCommands(),
-                                cmd.Bash(command="printf 'a\\nb\\n'"),
-                                cmd.SetEventFilter(messageUpdates="delta")):
-                    response = await request(client, command)
-                    assert response.success, response
-                assert (await request(client, cmd.Prompt(message="Now in deltas"))).success
-                second = await _settled(client)
-                refused = [await client.request(bad) for bad in (
-                    {"type": "no_such_command", "id": "bad-1"},
-                    {"type": "prompt", "message": 5, "id": "bad-2"},
-                    {"type": "set_thinking_level", "level": "huge", "id": "bad-3"},
-                    {"type": "switch_session", "sessionPath": str(tmp_path / "none.jsonl"),
-                     "id": "bad-4"})]
-                assert [r.success for r in refused] == [False] * 4
+        async with fake_provider(script, isolated_agent_dir), RpcClient.spawn(
+                args=("--mode", "rpc", "--model", "fake/fake-model", "--no-session"),
+                cwd=tmp_path, max_buffered_events=math.inf,
+                host_tools={"lookup": _lookup}) as client:
+            sent.append(msgspec.to_builtins(cmd.SetHostTools(tools=[LOOKUP])))
+            assert await client.set_host_tools([LOOKUP]) == ["lookup"]
+            assert (await request(client, cmd.Prompt(message="What is a wren?"))).success
+            first = await _settled(client)
+            for command in (cmd.GetState(), cmd.GetMessages(), cmd.GetSessionStats(),
+                            cmd.GetAvailableModels(), cmd.GetAvailableThinkingLevels(),
+                            cmd.GetLastAssistantText(), cmd.GetAvailableCommands(),
+                            cmd.Bash(command="printf 'a\\nb\\n'"),
+                            cmd.SetEventFilter(messageUpdates="delta")):
+                response = await request(client, command)
+                assert response.success, response
+            assert (await request(client, cmd.Prompt(message="Now in deltas"))).success
+            second = await _settled(client)
+            refused = [await client.request(bad) for bad in (
+                {"type": "no_such_command", "id": "bad-1"},
+                {"type": "prompt", "message": 5, "id": "bad-2"},
+                {"type": "set_thinking_level", "level": "huge", "id": "bad-3"},
+                {"type": "switch_session", "sessionPath": str(tmp_path / "none.jsonl"),
+                 "id": "bad-4"})]
+            assert [r.success for r in refused] == [False] * 4
     for frame in sent:
         assert not validator.problems(frame, "in"), frame
     types = set(validate_frames.types)

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
+from agent_helpers import fake_provider, text_reply, tool_call, tools_reply
 from extension_helpers import (
     FAKE_ARGS,
     OFFLINE_ARGS,
@@ -27,7 +27,6 @@ from extension_helpers import (
 )
 
 from omp.rpc.slash import BUILTINS
-from omp.testing.fake_llm import open_fake_llm
 
 LIMIT = 90
 """Seconds (real time) any test may take."""
@@ -230,8 +229,7 @@ async def test_rename_inline_and_generated(cwd: Path, home: Path,
                                            isolated_agent_dir: Path) -> None:
     title = text_reply("Parser refactor plan")
     title["match"] = {"bodyContains": "You name conversations"}
-    async with open_fake_llm([text_reply("Sure."), title]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([text_reply("Sure."), title], isolated_agent_dir):
         with trio.fail_after(LIMIT):
             async with host_for(cwd, home, FAKE_ARGS) as host:
                 named = await prompt(host, "/rename My title", "a")
@@ -295,8 +293,8 @@ async def test_compact_runs_in_the_background(cwd: Path, home: Path,
 async def test_retry_runs_the_failed_turn_again(cwd: Path, home: Path,
                                                 isolated_agent_dir: Path) -> None:
     failure = {"status": 400, "body": {"error": {"message": "bad request", "type": "invalid"}}}
-    async with open_fake_llm([failure, text_reply("second time lucky")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([failure, text_reply("second time lucky")],
+                             isolated_agent_dir) as fake:
         with trio.fail_after(LIMIT):
             async with host_for(cwd, home, FAKE_ARGS) as host:
                 nothing = await prompt(host, "/retry", "r0")
@@ -320,8 +318,7 @@ async def test_force_makes_the_next_model_call_use_a_tool(cwd: Path, home: Path,
                                                           isolated_agent_dir: Path) -> None:
     (cwd / "notes.txt").write_text("forced read\n")
     call = tools_reply(tool_call("c1", "read", {"path": "notes.txt"}))
-    async with open_fake_llm([call, text_reply("done")]) as fake:
-        write_models_yml(isolated_agent_dir, fake.base_url)
+    async with fake_provider([call, text_reply("done")], isolated_agent_dir) as fake:
         with trio.fail_after(LIMIT):
             async with host_for(cwd, home, FAKE_ARGS) as host:
                 unknown = await prompt(host, "/force nope hi", "u")

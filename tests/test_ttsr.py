@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import text_reply, tool_call, tools_reply, write_models_yml
+from agent_helpers import fake_provider, text_reply, tool_call, tools_reply, write_models_yml
 from extension_helpers import FAKE_ARGS, Frame, RawHost, of_type, open_process_host
 
 from omp.session.rules import reach
@@ -71,15 +71,14 @@ async def test_a_rule_cuts_the_stream_and_the_turn_runs_again(cwd: Path,
     path = write_rule(cwd / ".omp" / "rules")
     script = [STREAMED, text_reply("Clean answer"), text_reply("Again FORBIDDEN, unchecked")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
-                frames = await prompt(host)
-                await fake.wait_for_disconnect()  # the cut stream's connection was dropped
-                await host.send({"id": "m", "type": "get_messages"})
-                (messages,) = of_type(await host.until_type("response", id="m"), "response")
-                # Once per session: the same word later goes through.
-                again = await prompt(host, "p2", "once more")
+        async with fake_provider(script, isolated_agent_dir) as fake, \
+                open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+            frames = await prompt(host)
+            await fake.wait_for_disconnect()  # the cut stream's connection was dropped
+            await host.send({"id": "m", "type": "get_messages"})
+            (messages,) = of_type(await host.until_type("response", id="m"), "response")
+            # Once per session: the same word later goes through.
+            again = await prompt(host, "p2", "once more")
     (triggered,) = of_type(frames, "ttsr_triggered")
     at = frames.index(triggered)
     assert frames[at - 1]["assistantMessageEvent"]["delta"] == "IDDEN word"
@@ -118,10 +117,9 @@ async def test_an_untrusted_projects_rules_are_not_loaded(cwd: Path,
                                                           isolated_agent_dir: Path) -> None:
     write_rule(cwd / ".omp" / "rules")
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([STREAMED]) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=FAKE_ARGS) as host:
-                frames = await prompt(host)
+        async with fake_provider([STREAMED], isolated_agent_dir) as fake, \
+                open_process_host(cwd, args=FAKE_ARGS) as host:
+            frames = await prompt(host)
     assert not of_type(frames, "ttsr_triggered")
     (notice,) = [f for f in host.startup if f["type"] == "notice"]
     assert notice["message"].startswith(f"Project rules in {cwd / '.omp' / 'rules'} were not "
@@ -137,10 +135,9 @@ async def test_a_rule_that_does_not_interrupt(cwd: Path, isolated_agent_dir: Pat
     write_rule(isolated_agent_dir / "rules", "quiet", "---\ncondition: FORB\n"
                "interruptMode: never\nscope: text\n---\nBe polite.\n")
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([STREAMED, text_reply("Sorry.")]) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=FAKE_ARGS) as host:
-                frames = await prompt(host)
+        async with fake_provider([STREAMED, text_reply("Sorry.")], isolated_agent_dir) as fake, \
+                open_process_host(cwd, args=FAKE_ARGS) as host:
+            frames = await prompt(host)
     (triggered,) = of_type(frames, "ttsr_triggered")
     assert triggered["rules"][0]["interruptMode"] == "never"
     assert triggered["rules"][0]["scope"] == ["text"]
@@ -165,15 +162,14 @@ async def test_abort_during_the_retried_turn(cwd: Path, isolated_agent_dir: Path
     write_rule(cwd / ".omp" / "rules")
     script = [STREAMED, text_reply("Slow", 30.0, " clean")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
-                await host.send({"id": "p", "type": "prompt", "message": "say hi"})
-                await host.until_type("ttsr_triggered")
-                await host.until(lambda f: f["type"] == "message_update"
-                                 and f["assistantMessageEvent"].get("delta") == "Slow")
-                await host.send({"id": "a", "type": "abort"})
-                await host.until_type("prompt_result", id="p")
+        async with fake_provider(script, isolated_agent_dir) as fake, \
+                open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+            await host.send({"id": "p", "type": "prompt", "message": "say hi"})
+            await host.until_type("ttsr_triggered")
+            await host.until(lambda f: f["type"] == "message_update"
+                             and f["assistantMessageEvent"].get("delta") == "Slow")
+            await host.send({"id": "a", "type": "abort"})
+            await host.until_type("prompt_result", id="p")
     frames = host.frames
     assert len(of_type(frames, "agent_end")) == 1
     assert of_type(frames, "prompt_result")[0]["status"] == "aborted"
@@ -189,10 +185,9 @@ async def test_no_rules_flag_and_disabled_rules(cwd: Path, isolated_agent_dir: P
     overlay.write_text("ttsr:\n  disabledRules: [no-forbidden]\n")
     for extra in (["--no-rules"], ["--config", str(overlay)]):
         with trio.fail_after(LIMIT):
-            async with open_fake_llm([STREAMED]) as fake:
-                write_models_yml(isolated_agent_dir, fake.base_url)
-                async with open_process_host(cwd, args=[*FAKE_ARGS, *extra]) as host:
-                    frames = await prompt(host)
+            async with fake_provider([STREAMED], isolated_agent_dir) as fake, \
+                    open_process_host(cwd, args=[*FAKE_ARGS, *extra]) as host:
+                frames = await prompt(host)
         assert not of_type(frames, "ttsr_triggered"), extra
         assert len(fake.requests) == 1, extra
 
@@ -297,8 +292,7 @@ async def test_always_apply_rules_join_the_system_prompt(cwd: Path, isolated_age
     overlay.write_text("ttsr:\n  disabledRules: [turned-off]\n")
     script = [text_reply("one"), text_reply("two")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
+        async with fake_provider(script, isolated_agent_dir) as fake:
             async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project",
                                                     "--config", str(overlay)]) as host:
                 await prompt(host)
@@ -331,10 +325,9 @@ async def test_other_tools_rules_and_an_ast_condition(cwd: Path,
                           "astCondition: console.log($$$)\n---\nNo logging.\n")
     script = [STREAMED, text_reply("Clean answer")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
-                frames = await prompt(host)
+        async with fake_provider(script, isolated_agent_dir) as fake, \
+                open_process_host(cwd, args=[*FAKE_ARGS, "--trust-project"]) as host:
+            frames = await prompt(host)
     (notice,) = [f for f in host.startup if f["type"] == "notice"]
     assert notice["message"] == (
         f"Rule {ast_rule} was not loaded: it has an astCondition (ast-grep patterns), which "
@@ -358,14 +351,13 @@ async def test_a_quiet_match_in_an_aborted_message_is_dropped(cwd: Path,
     script = [text_reply("Hello ", 0.2, "there FORB", 0.2, "IDDEN", 30.0, " never seen"),
               text_reply("Next answer")]
     with trio.fail_after(LIMIT):
-        async with open_fake_llm(script) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=FAKE_ARGS) as host:
-                await host.send({"id": "p", "type": "prompt", "message": "say hi"})
-                await host.until_type("ttsr_triggered")
-                await host.send({"id": "a", "type": "abort"})
-                aborted = await host.until_type("prompt_result", id="p")
-                after = await prompt(host, "p2", "again")
+        async with fake_provider(script, isolated_agent_dir) as fake, \
+                open_process_host(cwd, args=FAKE_ARGS) as host:
+            await host.send({"id": "p", "type": "prompt", "message": "say hi"})
+            await host.until_type("ttsr_triggered")
+            await host.send({"id": "a", "type": "abort"})
+            aborted = await host.until_type("prompt_result", id="p")
+            after = await prompt(host, "p2", "again")
     assert aborted[-1]["status"] == "aborted"
     assert after[-1]["status"] == "completed"
     assert len(fake.requests) == 2
@@ -393,10 +385,9 @@ async def test_a_match_may_span_many_deltas(cwd: Path, isolated_agent_dir: Path)
     stream = text_reply("BEGIN ", "x" * 1500, "x" * 1500, " END. START", "a" * 1250, "a" * 1250,
                         "STOP", " done")
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([stream, text_reply("Understood.")]) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
-            async with open_process_host(cwd, args=FAKE_ARGS) as host:
-                frames = await prompt(host)
+        async with fake_provider([stream, text_reply("Understood.")], isolated_agent_dir) as fake, \
+                open_process_host(cwd, args=FAKE_ARGS) as host:
+            frames = await prompt(host)
     triggered = of_type(frames, "ttsr_triggered")
     assert [[r["name"] for r in t["rules"]] for t in triggered] == [["unbounded"], ["bounded"]]
     assert [frames[frames.index(t) - 1]["assistantMessageEvent"]["delta"]
@@ -487,8 +478,8 @@ async def test_claude_plugin_package_and_opted_in_user_rules(cwd: Path, isolated
     env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": None}
     config = isolated_agent_dir / "config.yml"
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([text_reply("1"), text_reply("2"), text_reply("3")]) as fake:
-            write_models_yml(isolated_agent_dir, fake.base_url)
+        async with fake_provider([text_reply("1"), text_reply("2"), text_reply("3")],
+                                 isolated_agent_dir) as fake:
             async with open_process_host(cwd, args=[*args, "--trust-project"], env=env) as host:
                 await prompt(host)
             config.write_text("enabledProviders: [claude, cursor, windsurf]\n")
