@@ -297,8 +297,9 @@ class AcpServer:
             options = msgspec.structs.replace(options, mcp_servers={
                 **options.mcp_servers, **{x.name: mcp_entry(x) for x in servers}})
         acp = AcpSession(self)
-        # Tool approval asks the editor, where --mode rpc shows its host a dialog.
-        options = msgspec.structs.replace(options, approve=acp.approve)
+        # Tool approval asks the editor, where --mode rpc shows its host a dialog. Each
+        # session aborts its own work: a registry of its own.
+        options = msgspec.structs.replace(options, approve=acp.approve, aborts=None)
         outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
                         aside=acp.on_frame)
         runtime = build_runtime(options, outbox, ui=False, sink=acp)

@@ -111,7 +111,7 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
     could log in); otherwise it starts and a prompt fails with the login hint."""
     output = outbox.output
     controls = ControlRegistry()
-    aborts = AbortRegistry()
+    aborts = AbortRegistry() if options.aborts is None else options.aborts
     http = HttpClient()
     host_ui = HostUI(controls, outbox.emit, enabled=ui and options.ui,
                      emit_title=emit_title_enabled(os.environ))

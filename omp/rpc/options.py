@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
+from ..session.aborts import AbortRegistry
 from ..session.approval import ApprovePolicy
 from ..session.settings import ApprovalMode
 from .commands import CustomHandler
@@ -116,3 +117,7 @@ class ServeOptions(msgspec.Struct, eq=False):
     """Called once ``ready`` has reached the host (or after at most half a second of a host
     that does not read), before the start's work that follows it: the ``omp`` command turns
     the garbage collector on there (``omp.cli``)."""
+    aborts: AbortRegistry | None = None
+    """The registry of this ``serve()``'s abortable work (what ``abort``, ``abort_bash`` and
+    shutdown cancel); None: a new one. A test or an embedding program may pass its own to see
+    what is in flight (``AbortRegistry.in_flight``). One registry serves one ``serve()``."""

@@ -99,3 +99,11 @@ class AbortRegistry(msgspec.Struct, eq=False):
     def live(self, family: Family) -> int:
         """How many units of ``family`` are registered."""
         return sum(1 for unit in self._units.values() if unit.family == family)
+
+    def in_flight(self) -> dict[Family, int]:
+        """How many units of each family are registered (families with none left out): empty
+        whenever the server is idle, and once ``serve()`` has returned."""
+        counts: dict[Family, int] = {}
+        for unit in self._units.values():
+            counts[unit.family] = counts.get(unit.family, 0) + 1
+        return counts
