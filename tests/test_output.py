@@ -307,7 +307,9 @@ async def test_the_spill_file_leaves_nothing_in_tmpdir(tmp_path: Path) -> None:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = {**os.environ, "TMPDIR": str(tmpdir)}
-    commands = b'{"type":"get_state"}\n' * 100_000
+    # Each answer is about 10 KB (it holds the system prompt): 3,000 of them are 30 MB, more
+    # than the 8 MiB kept in memory and the pipe together.
+    commands = b'{"type":"get_state"}\n' * 3_000
     with trio.fail_after(60):
         process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "omp", "--mode", "rpc", "--no-session", "--model",
