@@ -10,8 +10,9 @@ closed its input, as it saw the frames then, not what the server was doing).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -46,17 +47,42 @@ class RecordingSendStream(trio.abc.SendStream):
         self.inner = inner
         self.sent: list[Frame] = []
         self._partial = b""
+        self._held: bytearray | None = None
+        # The client's own lock guards its sends, not the one write of ``together``.
+        self._lock = trio.StrictFIFOLock()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        """Record, then send; on cancellation the data counts as written (memory streams
-        never block: the host's writer is never cancelled halfway)."""
+        """Record, then send (inside ``together``: keep for its one write); on cancellation the
+        data counts as written (memory streams never block: the host's writer is never
+        cancelled halfway)."""
         *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
         for line in lines:
             if line:
                 decoded = msgspec.json.decode(line)
                 assert isinstance(decoded, dict), line
                 self.sent.append(decoded)
-        await self.inner.send_all(data)
+        if self._held is not None:
+            self._held += data
+            await trio.lowlevel.checkpoint()
+            return
+        async with self._lock:
+            await self.inner.send_all(data)
+
+    @contextlib.asynccontextmanager
+    async def together(self) -> AsyncIterator[None]:
+        """What is sent in the block reaches the server in one ``send_all``, at its end (also
+        when the block is cancelled: what the host wrote counts as written)."""
+        assert self._held is None, "together() does not nest"
+        held = self._held = bytearray()
+        try:
+            yield
+        finally:
+            self._held = None
+            if held:
+                # Shielded without a deadline: an unbounded memory stream never blocks.
+                with trio.CancelScope(shield=True):
+                    async with self._lock:
+                        await self.inner.send_all(held)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.inner.wait_send_all_might_not_block()
@@ -452,7 +478,23 @@ RUN_ABORTED_AFTER = frozenset({
     "message_start", "message_update", "message_end", "turn_start", "tool_execution_start",
     "tool_execution_update", "tool_execution_end", "auto_retry_start",
     "auto_compaction_start", "host_tool_call", "host_uri_request"})
-"""What a run writes to go on: never after its aborted assistant message."""
+"""What a run writes to go on: never after its aborted assistant message, but the synthetic
+results of the tool calls that message kept (``closes_aborted_calls``)."""
+
+
+def closes_aborted_calls(frame: Frame, aborted: Frame) -> bool:
+    """Whether ``frame`` belongs to the synthetic result of a tool call that the aborted
+    assistant message ``aborted`` kept (complete calls streamed before the abort): each is
+    announced and ended at once, not executed, before the aborted turn's ``turn_end``."""
+    kept = {b["id"] for b in aborted["content"] if b.get("type") == "toolCall"}
+    t = frame["type"]
+    if t in ("tool_execution_start", "tool_execution_end"):
+        return frame["toolCallId"] in kept
+    if t in ("message_start", "message_end"):
+        message = frame["message"]
+        return (message["role"] == "toolResult" and message["toolCallId"] in kept
+                and message["details"].get("executed") is False)
+    return False
 
 
 @attrs.frozen
@@ -500,6 +542,7 @@ def check_run_outcomes(frames: Sequence[Frame], stops: Stops, *, abort_reason: s
     run_start: int | None = None
     last: tuple[int, Frame] | None = None
     aborted_at: int | None = None
+    aborted: Frame | None = None
     compaction_aborted = retry_cancelled = False
     owned: set[int] = set()
     for i, f in enumerate(frames):
@@ -509,13 +552,14 @@ def check_run_outcomes(frames: Sequence[Frame], stops: Stops, *, abort_reason: s
             compaction_aborted = retry_cancelled = False
         if run_start is None:
             continue
-        if aborted_at is not None and t in RUN_ABORTED_AFTER:
+        if (aborted_at is not None and aborted is not None and t in RUN_ABORTED_AFTER
+                and not closes_aborted_calls(f, aborted)):
             raise fail_at(frames, i, f"{t} after the run's aborted assistant message at "
                                      f"{aborted_at}")
         if t == "message_end" and f["message"]["role"] == "assistant":
             last = (i, f["message"])
             if f["message"]["stopReason"] == "aborted":
-                aborted_at = i
+                aborted_at, aborted = i, f["message"]
         elif t == "auto_compaction_end" and f.get("aborted"):
             compaction_aborted = True
         elif t == "auto_retry_end" and f.get("finalError") == RETRY_CANCELLED:
@@ -664,3 +708,52 @@ def phase(frames: Sequence[Frame], since: int = 0) -> str:
     if tools:
         return "tools+host" if host else "tools"
     return "in-turn" if turn else "between-turns"
+
+
+# --- the abort registry ----------------------------------------------------------------------
+
+
+def check_cut_together(frames: Sequence[Frame], together: tuple[str, str] | None,
+                       disruption: str) -> None:
+    """A command and the ``abort`` (or ``abort_bash``) written right behind it in one write:
+    the command was registered when its line was read, so the abort found it. A prompt's
+    run is aborted (its ``prompt_result`` says so), an RPC ``bash`` is answered cancelled."""
+    if together is None:
+        return
+    command_id, _ = together
+    if command_id == "p1" and disruption in ("abort", "abort_eof"):
+        results = [i for i, f in enumerate(frames)
+                   if f["type"] == "prompt_result" and f.get("id") == "p1"]
+        for i in results:
+            if frames[i]["status"] != "aborted":
+                raise fail_at(frames, i, "the prompt written with an abort behind it was not "
+                                         "aborted (the run did not adopt the prompt's scope?)")
+    if command_id == "b1" and disruption in ("abort", "abort_bash", "abort_eof"):
+        for i in responses_by_id(frames).get("b1", []):
+            if not (frames[i].get("data") or {}).get("cancelled"):
+                raise fail_at(frames, i, f"the RPC bash written with {disruption} behind it was "
+                                         "not cancelled (registered after the next line?)")
+
+
+def check_rpc_bash_cut(frames: Sequence[Frame], *, abort_id: str | None, sent_at: int | None,
+                       cut_before: bool) -> None:
+    """An ``abort`` or ``abort_bash`` sent while the RPC ``b1`` ran a command that cannot end by
+    itself before ``cut_before`` says it could (its own timeout): ``b1`` is answered cancelled,
+    not timed out (``abort`` cancels the bash family too)."""
+    if abort_id is None or sent_at is None or not cut_before:
+        return
+    for i in responses_by_id(frames).get("b1", []):
+        if i < sent_at:
+            return  # answered before the abort was sent
+        data = frames[i].get("data") or {}
+        if not data.get("cancelled") or data.get("timedOut"):
+            raise fail_at(frames, i, f"the RPC bash running when {abort_id!r} was sent was not "
+                                     "cancelled by it")
+
+
+def check_registry(idle: dict[str, int] | None, final: dict[str, int] | None) -> None:
+    """The abort registry holds nothing once the session is idle (every unit is released by
+    the time its end is visible) and nothing once ``serve()`` has returned."""
+    assert final == {}, f"the abort registry still holds {final} after serve() returned"
+    if idle is not None:
+        assert idle == {}, f"the abort registry holds {idle} while the session is idle"
