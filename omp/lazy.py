@@ -69,6 +69,7 @@ LAZY_MODULES: dict[str, str] = {
                       "omp.session.mcp_tools); the manager imports it with a server",
     "tomllib": "~2 ms: only when a Codex config.toml exists",
     "shlex": "~1 ms: only /mcp add splits its arguments",
+    "difflib": "~1 ms: only a config.yml key nobody knows (a typo) looks for the closest one",
 }
 """Module (or package: its submodules too) → what importing it at startup would cost."""
 

@@ -485,6 +485,32 @@ async def test_the_editors_mcp_servers_give_the_session_their_tools(
     assert [alive(int(pid)) for pid in mark.read_text().split()] == [False]
 
 
+async def test_a_request_that_fails_unexpectedly_is_answered_and_the_next_one_works(
+        tmp_path: Path) -> None:
+    """A handler's unforeseen exception is that request's -32603 naming it, and the process
+    goes on answering. The cwd of the bad ``session/new`` cannot be examined: its stat fails
+    with ENAMETOOLONG (a name over the file system's 255 bytes). That fails for root as well
+    (these tests may run as root), where a directory under a mode-000 one would not: root
+    reads it anyway."""
+    project = tmp_path / "project"
+    project.mkdir()
+    too_long = str(tmp_path / ("x" * 300))
+    seen: dict[str, Any] = {}
+
+    async def body(conn: Any, rec: Recorder) -> None:
+        with pytest.raises(acp.RequestError) as bad:
+            await conn.new_session(cwd=too_long)
+        seen["code"], seen["data"] = bad.value.code, bad.value.data
+        new = await conn.new_session(cwd=str(project))  # the connection is still up
+        await rec.wait_for(lambda _: bool(rec.of(new.session_id, "session_info_update")))
+        seen["opened"] = new.session_id
+
+    await trio.to_thread.run_sync(run_client, project, body, "--model", "offline/echo")
+    assert seen["code"] == -32603
+    assert seen["data"] == {"details": f"OSError: [Errno 36] File name too long: {too_long!r}"}
+    assert seen["opened"]  # and run_client saw the process exit 0 at EOF
+
+
 # -- raw JSON-RPC ------------------------------------------------------------------------------
 
 

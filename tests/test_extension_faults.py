@@ -6,6 +6,8 @@ is named in a ``notice``."""
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,48 @@ async def test_a_handler_that_blocks_the_loop_is_named(cwd: Path,
     assert notice["message"].startswith(f"Extension {path} held the event loop for 1.")
     assert "(its turn_start handler;" in notice["message"]
     assert frames[-1]["status"] == "completed"
+
+
+BLOCKS_THEN_WAITS = '''
+import time
+
+import trio
+
+def setup(omp):
+    async def on_turn_start(event, ctx):
+        time.sleep(1.2)  # holds the loop...
+        await trio.sleep(0)  # ...up to a checkpoint, where the watch times the step that ended
+
+    omp.on("turn_start", on_turn_start)
+'''
+IDLE = 2.0
+"""Real seconds the server spends with no extension code running between the two prompts."""
+
+
+def held_for(frames: list[Frame]) -> float:
+    """The seconds the extension's notice says it held the event loop."""
+    (notice,) = [f for f in of_type(frames, "notice") if f.get("source") == "extension"]
+    found = re.search(r"held the event loop for ([0-9.]+) s", notice["message"])
+    assert found is not None, notice
+    return float(found.group(1))
+
+
+async def test_a_slow_handler_after_an_idle_spell_reports_only_its_own_step(
+        cwd: Path, isolated_agent_dir: Path) -> None:
+    """The step timer starts afresh with each handler: neither the time since the process
+    started (the first handler) nor the idle spell since the last handler's step (the
+    second) is counted as the handler's own."""
+    install(isolated_agent_dir, "blocks_then_waits", BLOCKS_THEN_WAITS)
+    reported: list[tuple[float, float]] = []
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd) as host:
+            for n in (1, 2):
+                sent = time.perf_counter()
+                frames = await prompt(host, "hello", f"p{n}")
+                # The handler's step lies inside this round trip, so it cannot be longer.
+                reported.append((held_for(frames), time.perf_counter() - sent))
+                assert frames[-1]["status"] == "completed"
+                await trio.sleep(IDLE)
+    for held, round_trip in reported:
+        assert held >= 1.2  # its own time.sleep
+        assert held <= round_trip + 0.05  # (the notice rounds to a tenth)

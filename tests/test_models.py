@@ -78,6 +78,36 @@ def test_environment_keys_pick_the_default(tmp_path: Path) -> None:
     assert reg.default_model().provider == "anthropic"
 
 
+def test_the_start_model_order_of_the_models_guide(tmp_path: Path) -> None:
+    """docs/guides/models.md, "Models and keys": the built-in defaults, then the other catalog
+    providers, then the providers models.yml adds (in the file's order, when they have
+    credentials), then the offline model."""
+    write(tmp_path, "models.yml", """\
+providers:
+  keyed:
+    baseUrl: http://127.0.0.1:9/v1
+    api: openai-completions
+    apiKey: KEYED_KEY
+    models: [{id: k1}]
+  keyless:
+    baseUrl: http://127.0.0.1:9/v1
+    api: openai-completions
+    auth: none
+    models: [{id: free-1}, {id: free-2}]
+""")
+
+    def start(**environ: str) -> tuple[str, str]:
+        model = registry(tmp_path, **environ).default_model()
+        return model.provider, model.id
+
+    assert start() == ("keyless", "free-1")  # keyed's variable is not set
+    assert start(KEYED_KEY="k") == ("keyed", "k1")  # the file's order
+    assert start(KEYED_KEY="k", GROQ_API_KEY="g")[0] == "groq"  # the catalog's first
+    assert start(GROQ_API_KEY="g", OPENAI_API_KEY="o") == ("openai", "gpt-5.1")
+    write(tmp_path, "models.yml", "providers: {}\n")
+    assert start() == ("offline", "echo")
+
+
 def test_valid_models_yml(tmp_path: Path) -> None:
     write(tmp_path, "models.yml", VALID_YML)
     reg = registry(tmp_path, MY_LOCAL_KEY="local-secret")

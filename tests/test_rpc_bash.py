@@ -189,6 +189,23 @@ async def test_abort_bash_answers_at_once_and_cancels_every_running_command(
         assert "started-" in message["output"]
 
 
+async def test_a_cancelled_commands_counts_agree_with_its_totals(tmp_path: Path) -> None:
+    """``outputLines`` / ``outputBytes`` count the output the command wrote as it is shown, like
+    ``totalLines`` / ``totalBytes``: the ``[Command cancelled]`` notice line in front of it is
+    not the command's (it made an output of 2 lines answer ``outputLines: 3``)."""
+    with trio.fail_after(LIMIT):
+        async with spawn(tmp_path) as client:
+            await client.send(cmd.Bash(id="b", command="echo one; touch started; sleep 300"))
+            await wait_for_files(tmp_path / "started")
+            await client.send(cmd.AbortBash(id="stop"))
+            answers = await responses(client, {"stop", "b"})
+    (data,) = [a["data"] for a in answers if a["id"] == "b"]
+    assert data["cancelled"] is True
+    assert data["output"] == "[Command cancelled]\none\n"
+    assert (data["totalLines"], data["totalBytes"]) == (2, 4)
+    assert (data["outputLines"], data["outputBytes"]) == (2, 4)
+
+
 async def test_bash_result_fields(tmp_path: Path) -> None:
     with trio.fail_after(LIMIT):
         async with spawn(tmp_path) as client:

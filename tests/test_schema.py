@@ -18,7 +18,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -34,6 +34,7 @@ from schema_helpers import SCHEMA_DIR, Direction, FrameLog, FrameValidator, shar
 
 from omp.client import Event, RpcClient
 from omp.protocol import commands as cmd
+from omp.protocol import messages as m
 from omp.protocol.events import HostToolCall
 from omp.protocol.schema import RESPONSE_DATA, Part, build_schema, command_tags, encode_schema
 
@@ -92,12 +93,33 @@ def test_every_command_has_its_response_data_and_a_definition() -> None:
     ("out", {"type": "response", "command": "abort", "success": True, "data": {"x": 1}},
      "CommandResponse"),
     ("out", {"type": "prompt_result", "id": "p", "status": 3}, "3 is not one of"),
+    # A failed response says why.
+    ("out", {"type": "response", "id": 1, "command": "get_state", "success": False},
+     "'error' is a required property"),
+    # A delta is one of the stream's events, as in the snapshot form.
+    ("out", {"type": "message_update",
+             "assistantMessageEvent": {"type": "bogus_delta", "contentIndex": 0, "delta": "x"}},
+     "'bogus_delta' is not one of"),
     ("out", {"type": "prompt", "message": "hi"}, "no schema defines an 'out' frame"),
 ])
 def test_the_schema_rejects_wrong_frames(direction: Direction, frame: dict[str, Any],
                                          expected: str) -> None:
     problems = shared_validator().problems(frame, direction)
     assert any(expected in p for p in problems), problems
+
+
+def test_a_delta_of_every_kind_the_stream_forwards_is_accepted() -> None:
+    """Delta mode's ``type`` values are the tags of the snapshot form's events: a kind added to
+    the stream is accepted in both forms, or the schema would fail a correct server."""
+    validator = shared_validator()
+    kinds = [t.__struct_config__.tag for t in get_args(m.AssistantUpdateEvent)]
+    assert "text_delta" in kinds
+    for kind in kinds:
+        frame = {"type": "message_update",
+                 "assistantMessageEvent": {"type": kind, "contentIndex": 0}}
+        assert not validator.problems(frame), kind
+    assert not validator.problems(
+        {"type": "response", "command": "get_state", "success": False, "error": "no"})
 
 
 # --- a real server's frames ----------------------------------------------------------------

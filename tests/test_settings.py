@@ -411,3 +411,43 @@ async def test_a_bad_config_yml_stops_startup_with_one_line(
         capture_stdout=True, capture_stderr=True, check=False)
     assert (proc.returncode, proc.stdout) == (1, b"")  # no ready: nothing was accepted
     assert proc.stderr.decode() == f"omp: {path}: {message}\n"  # no traceback
+
+
+OFFLINE_LINE = ("omp: no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY, "
+                "GEMINI_API_KEY or another provider's key: `omp models --all` lists them; or add "
+                "a provider to models.yml); using the offline model offline/echo")
+"""What a start with no model chosen and no key anywhere says on stderr."""
+
+
+async def start_on_no_model(cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    """``omp --mode rpc`` with no model chosen (so it says it falls back to the offline one),
+    its input closed at once."""
+    with trio.fail_after(TEST_TIMEOUT):
+        return await trio.run_process([sys.executable, "-m", "omp", "--mode", "rpc"], stdin=b"",
+                                      cwd=cwd, capture_stdout=True, capture_stderr=True,
+                                      check=False)
+
+
+async def test_a_config_error_is_said_before_the_offline_model_line(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    path = write(isolated_agent_dir, "config.yml", "retry:\n  maxRetries: four\n")
+    proc = await start_on_no_model(tmp_path)
+    assert (proc.returncode, proc.stdout) == (1, b"")
+    # The user's mistake is the first thing they read (the start stops there).
+    assert proc.stderr.decode().splitlines()[0] == (
+        f"omp: {path}: $.retry.maxRetries: expected an integer (got 'four')")
+
+
+async def test_a_misspelt_top_level_key_is_a_warning_naming_the_closest_key(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    # The original's own keys (ORIGINAL_CONFIG: theme, modelRoles, statusLine...) are no
+    # mistake, even though this runtime does not use them.
+    path = write(isolated_agent_dir, "config.yml",
+                 ORIGINAL_CONFIG + "compactoin:\n  enabled: false\nqwertyuiop: 1\n")
+    proc = await start_on_no_model(tmp_path)
+    assert proc.returncode == 0  # a warning, not a failed start
+    assert b'"type":"ready"' in proc.stdout
+    assert proc.stderr.decode().splitlines() == [
+        f"omp: warning: {path}: $.compactoin: unknown key ignored (did you mean compaction?)",
+        f"omp: warning: {path}: $.qwertyuiop: unknown key ignored",
+        OFFLINE_LINE]

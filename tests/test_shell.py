@@ -576,7 +576,8 @@ async def test_bash_result_cancelled(work: Path) -> None:
             nursery.cancel_scope.cancel()
     assert wire(bash_result(run.result())) == {
         "output": "[Command cancelled]\npartial\n", "cancelled": True, "truncated": False,
-        "totalLines": 2, "totalBytes": 8, "outputLines": 3, "outputBytes": 28}
+        # The counts are of the command's output, without the notice line (as the totals).
+        "totalLines": 2, "totalBytes": 8, "outputLines": 2, "outputBytes": 8}
 
 
 async def test_bash_result_timed_out(work: Path) -> None:
@@ -585,7 +586,7 @@ async def test_bash_result_timed_out(work: Path) -> None:
     assert wire(bash_result(result)) == {
         "output": "[Command timed out after 0.5 seconds]\npartial\n", "cancelled": True,
         "timedOut": True, "truncated": False, "totalLines": 2, "totalBytes": 8,
-        "outputLines": 3, "outputBytes": 46}
+        "outputLines": 2, "outputBytes": 8}
 
 
 async def test_bash_result_truncated(work: Path) -> None:

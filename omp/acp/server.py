@@ -44,7 +44,9 @@ id is null (-32700 / -32600) and the connection stays up (the original ends the 
 silently, E.1); params that do not fit the method's schema get -32602 naming the field; a
 request method the protocol does not define is an extension method (``omp.acp.ext``; unknown:
 -32603 ``Unknown ACP ext method``); an error of the handler -32603 ``Internal error`` with
-``data.details``, a busy session -32003 (``omp.acp.errors``), as the original words them.
+``data.details``, a busy session -32003 (``omp.acp.errors``), as the original words them. Any
+other exception of a handler is -32603 too (``details``: its type and message): it fails that
+request alone, never the connection.
 """
 
 from __future__ import annotations
@@ -235,6 +237,13 @@ class AcpServer:
             return
         except (AcpError, SessionError, ConfigError, ClientError) as exc:
             self.error(request_id, w.INTERNAL_ERROR, "Internal error", str(exc))
+            return
+        except Exception as exc:
+            # Anything else (an OSError stat-ing a cwd, a bug of ours) fails this request
+            # alone, as the original and the rpc front answer it: left to the requests
+            # nursery it would end the process, and every later request with it.
+            self.error(request_id, w.INTERNAL_ERROR, "Internal error",
+                       f"{type(exc).__name__}: {exc}")
             return
         self.send(w.Result(id=request_id, result=result))
 

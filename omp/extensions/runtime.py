@@ -213,12 +213,16 @@ class Extensions:
         if not watch.longest:
             trio.lowlevel.add_instrument(watch)
         watch.longest[task] = 0.0
-        started = time.perf_counter()
+        # The step running now began before this watch: its extension code starts here. Left
+        # as it was, ``step_start`` is the start of whatever step the instrument saw last
+        # (a handler's, minutes ago), and the first ``after_task_step`` would count the idle
+        # time between them as this handler's.
+        watch.step_start = time.perf_counter()
         try:
             yield
         finally:
             # The step running now (the last one) is not over: count it up to here.
-            current = time.perf_counter() - max(started, watch.step_start)
+            current = time.perf_counter() - watch.step_start
             longest = max(watch.longest.pop(task), current)
             if not watch.longest:
                 trio.lowlevel.remove_instrument(watch)

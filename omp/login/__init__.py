@@ -3,7 +3,7 @@ configured for it in ``models.yml``, API-key login for the others, and ``auth.js
 
 * ``omp.login.config`` — the ``oauth:`` block of a provider;
 * ``omp.login.store`` — ``auth.json`` (read, atomic 0600 writes) and ``Credentials``, the
-  registry's copy with its per-provider refresh locks and the login in progress;
+  registry's copy with its per-provider refresh locks;
 * ``omp.login.oauth`` — token endpoint exchanges and refresh (RFC 6749, 8628, 7636);
 * ``omp.login.flows`` — the interactive flows over a ``LoginUI``.
 

@@ -15,16 +15,14 @@ half, and the secrets are never readable by others, not even for a moment. The d
 created 0700.
 
 ``Credentials`` is the registry's copy. It also owns, per provider, the ``trio.Lock`` that makes
-a refresh happen once however many calls need it at the same time, and the cancel scope of the
-login in progress (one at a time; ``abort`` cancels it). Nothing here is module-global.
+a refresh happen once however many calls need it at the same time. Nothing here is
+module-global.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +166,6 @@ class Credentials(msgspec.Struct, eq=False):
     path: Path | None = None
     entries: dict[str, Credential] = msgspec.field(default_factory=dict)
     _locks: dict[str, trio.Lock] = msgspec.field(default_factory=dict)
-    _login: trio.CancelScope | None = None
 
     @classmethod
     def load(cls, path: Path) -> Credentials:
@@ -198,29 +195,4 @@ class Credentials(msgspec.Struct, eq=False):
             return False
         if self.path is not None:
             await trio.to_thread.run_sync(remove_credential, self.path, provider)
-        return True
-
-    # -- the login in progress ----------------------------------------------------------------
-
-    @property
-    def login_running(self) -> bool:
-        return self._login is not None
-
-    @contextlib.contextmanager
-    def login_scope(self) -> Iterator[trio.CancelScope]:
-        """The cancel scope of a login; raises RuntimeError when one is already running."""
-        if self._login is not None:
-            raise RuntimeError("A login is already in progress")
-        scope = self._login = trio.CancelScope()
-        try:
-            with scope:
-                yield scope
-        finally:
-            self._login = None
-
-    def cancel_login(self) -> bool:
-        """Cancel the login in progress (``abort``); False when none is running."""
-        if self._login is None:
-            return False
-        self._login.cancel()
         return True

@@ -134,10 +134,17 @@ class MessageUpdate(_Frame, tag="message_update", frozen=True, kw_only=True, omi
     messageId: str | UnsetType = UNSET
 
 
+DeltaKind = Literal["start", "text_start", "text_delta", "text_end", "thinking_start",
+                    "thinking_delta", "thinking_end", "toolcall_start", "toolcall_delta",
+                    "toolcall_end", "image_end"]
+"""The ``type`` of a delta: the tag of one of the events ``MessageUpdate`` forwards
+(``AssistantUpdateEvent``), so the schema names them as it does for the snapshot form."""
+
+
 class DeltaEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """An ``assistantMessageEvent`` without its ``partial`` snapshot (delta mode)."""
 
-    type: str
+    type: DeltaKind
     contentIndex: int
     delta: str | UnsetType = UNSET
     content: str | UnsetType = UNSET

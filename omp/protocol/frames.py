@@ -41,6 +41,7 @@ class Response(Tagged, msgspec.Struct, tag_field="type", tag="response", frozen=
     success: bool
     data: Any = UNSET
     error: str | UnsetType = UNSET
+    """Why it failed: present whenever ``success`` is false (the schema requires it)."""
     code: str | UnsetType = UNSET
 
 

@@ -265,9 +265,13 @@ class BashResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cancelled: bool
     truncated: bool
     totalLines: int
+    """Of everything the command wrote: newlines + 1, or 0 when it wrote nothing."""
     totalBytes: int
     outputLines: int
+    """Of ``output`` without its notice line, counted as ``totalLines``: equal to it unless the
+    output was elided."""
     outputBytes: int
+    """Of ``output`` without its notice line (UTF-8)."""
     # Omitted when cancelled or timed out (never ``null``).
     exitCode: int | UnsetType = UNSET
     # Only on normal completion.

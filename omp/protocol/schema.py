@@ -10,7 +10,7 @@ Struct becomes one entry of ``$defs`` under its class name (msgspec's
 * ``SessionEvent``, ``SideFrame``, ``TransportFrame`` (``ready``, ``response``, ``rpc_chunk``,
   ``rpc_frame_error``); ``Outbound``: any of them.
 * ``CommandResponse``: a ``response`` whose ``data``, when it succeeded, has the shape the
-  command it answers defines (``RESPONSE_DATA``).
+  command it answers defines (``RESPONSE_DATA``), and which has an ``error`` when it failed.
 
 Unions are ``anyOf`` (``message_update`` has two shapes, snapshot and delta, with one tag), and
 objects allow keys they do not list, as the decoders do: a newer server may add keys.
@@ -133,8 +133,11 @@ def _outbound_defs() -> tuple[list[Any], dict[str, Any]]:
 
 
 def _command_response(data_schemas: dict[str, Any]) -> dict[str, Any]:
-    """``Response`` plus, per command, the shape of ``data`` when ``success`` is true."""
-    rules: list[dict[str, Any]] = []
+    """``Response`` plus, per command, the shape of ``data`` when ``success`` is true; a failed
+    one must say why (``error``: ours always does, and so do the original's)."""
+    rules: list[dict[str, Any]] = [{
+        "if": {"properties": {"success": {"const": False}}, "required": ["success"]},
+        "then": {"required": ["error"]}}]
     for command, schema in data_schemas.items():
         when = {"properties": {"command": {"const": command}, "success": {"const": True}},
                 "required": ["command", "success"]}
@@ -142,7 +145,8 @@ def _command_response(data_schemas: dict[str, Any]) -> dict[str, Any]:
                 else {"properties": {"data": schema}})
         rules.append({"if": when, "then": then})
     return {
-        "description": "A response; when it succeeded, its data is the answered command's.",
+        "description": "A response; when it succeeded, its data is the answered command's; "
+                       "when it failed, its error says why.",
         "allOf": [{"$ref": "#/$defs/Response"}, *rules],
     }
 

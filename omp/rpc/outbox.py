@@ -113,8 +113,12 @@ def message_update_frame(update: AssistantUpdate, mode: str,
     an answer's frames linear in its length). The one conversion for rpc and ``--mode json``."""
     stream_event = update.event
     if mode == "delta":
+        kind = stream_event.type
+        # ``done`` and ``error`` end a stream with ``message_end``; no update carries them.
+        assert kind != "done", kind
+        assert kind != "error", kind
         return ev.MessageUpdateDelta(messageId=message_id, assistantMessageEvent=ev.DeltaEvent(
-            type=stream_event.type, contentIndex=stream_event.content_index,
+            type=kind, contentIndex=stream_event.content_index,
             delta=stream_event.delta if stream_event.type.endswith("_delta") else msgspec.UNSET,
             content=stream_event.content if stream_event.type in ("text_end", "thinking_end")
             else msgspec.UNSET,

@@ -37,7 +37,10 @@ Files, lowest precedence first:
    wrong value is an error naming the key.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
-``lsp``, ...): they are ignored silently. Inside the sections we do model (``compaction``,
+``lsp``, ...): they are ignored silently (``_ORIGINAL_TOP_LEVEL`` lists the original's top-level
+keys). Any other top-level key, in any of the files (most likely a typo: ``compactoin``), is
+ignored with a warning on stderr naming the file, ``$.key`` and the closest known key when one
+is close; the start goes on. Inside the sections we do model (``compaction``,
 ``retry``, ``bash``, ``task``, ``async``, ``skills``; ``localModels`` is ours) the original has
 more keys than we use, and adds some between versions, so an unmodelled key is never an error: a
 key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a
@@ -410,6 +413,40 @@ _ORIGINAL_KEYS = {
 }
 
 
+# The top-level keys of the original omp's config.yml (its settings schema: the first part of
+# each setting's path, across recent versions, and the older files' keys). A user's file may
+# hold any of them; none is a misspelling. Ours are ``_OWN_TOP_LEVEL``.
+_ORIGINAL_TOP_LEVEL = frozenset({
+    "advisor", "ask", "astEdit", "astGrep", "async", "auth", "autoResume",
+    "autocompleteMaxVisible", "autolearn", "bash", "bashInterceptor", "branchSummary",
+    "browser", "checkpoint", "codexResets", "collab", "collapseChangelog", "colorBlindMode",
+    "commands", "commit", "compaction", "completion", "composer", "computer",
+    "contextPromotion", "cycleOrder", "debug", "defaultThinkingLevel", "dev",
+    "disabledExtensions", "disabledProviders", "display", "doubleEscapeAction", "edit",
+    "emojiAutocomplete", "enabledModels", "enabledProviders", "env", "error", "eval", "exa",
+    "extendedContext", "extensionHandlers", "extensions", "externalThinking", "features",
+    "fetch", "followUpMode", "gc", "generate_image", "git", "github", "glob", "goal", "grep",
+    "hideThinkingBlock", "hindsight", "images", "includeModelInPrompt",
+    "includeWorkspaceTree", "inlineToolDescriptors", "interruptMode", "irc", "isolation",
+    "lastChangelogVersion", "launch", "live", "loop", "lsp", "magicKeywords", "marketplace",
+    "mcp", "memories", "memory", "minP", "mnemopi", "model", "modelProviderOrder",
+    "modelRoleStorage", "modelRoles", "modelTags", "notifications", "omitThinking", "paste",
+    "personality", "plan", "power", "presencePenalty", "prewalk", "proseOnlyThinking",
+    "provider", "providers", "python", "queueMode", "read", "readLineNumbers", "recap",
+    "repetitionPenalty", "retry", "searxng", "secrets", "security", "setupVersion", "share",
+    "sharpshooter", "shellMinimizer", "shellPath", "showHardwareCursor", "skillful", "skills",
+    "snapcompact", "speech", "speechgen", "spelling", "startup", "statusLine", "steeringMode",
+    "stt", "symbolPreset", "task", "tasks", "temperature", "terminal", "textVerbosity",
+    "theme", "thinkingBudgets", "tier", "title", "todo", "todoCompletion", "tools", "topK",
+    "topP", "treeFilterMode", "tts", "ttsr", "tui", "update", "vault", "voice", "web_search",
+    "workspace", "worktree"})
+_OWN_TOP_LEVEL = frozenset({*_SECTIONS, *TOOL_SWITCHES, "trustedProjects", "disabledProviders",
+                            "enabledProviders", "tools", "ttsr", "todo", "mcp"})
+"""The top-level keys this runtime reads (``_SECTIONS``, ``_Extras``)."""
+_KNOWN_TOP_LEVEL_SET = _ORIGINAL_TOP_LEVEL | _OWN_TOP_LEVEL
+_KNOWN_TOP_LEVEL = sorted(_KNOWN_TOP_LEVEL_SET)
+
+
 class _File(msgspec.Struct, kw_only=True):
     """What one settings file says about the keys we model (key names as the file has them)."""
 
@@ -544,6 +581,7 @@ class _Extras(msgspec.Struct):
         unused: list[str] = []
         for key, value in raw.items():
             name = str(key)
+            _check_top_level(name, path)
             if name in _SECTIONS or name == "trustedProjects":
                 continue
             if name in ("disabledProviders", "enabledProviders"):
@@ -659,6 +697,19 @@ class _Extras(msgspec.Struct):
             raise problem(path, where, f"must be one of {', '.join(_TTSR_CHOICES[key])} "
                           f"(got {value!r})")
         setattr(self.ttsr, key, value)
+
+
+def _check_top_level(name: str, path: Path) -> None:
+    """Say on stderr that a top-level key neither we nor the original know is ignored (most
+    likely a typo: ``compactoin``), naming the closest known key when one is close."""
+    head = name.partition(".")[0]  # a dotted key counts as its parts
+    if head in _KNOWN_TOP_LEVEL_SET:
+        return
+    import difflib  # only for a key that is wrong
+
+    close = difflib.get_close_matches(head, _KNOWN_TOP_LEVEL, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    warn(f"{path}: $.{name}: unknown key ignored{hint}")
 
 
 def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:

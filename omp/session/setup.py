@@ -60,8 +60,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     alone picks that provider's first model; ``models`` (``--models``): the first of them found,
     when ``model`` is not given. ``api_key`` is for the chosen provider. With nothing chosen and
     no credentials anywhere, the offline model is used and (``announce_offline``) said so once on
-    stderr. ``thinking`` ``auto``: the model's default effort (``high`` clamped to it; ``off``
-    for a model without reasoning).
+    stderr, after whatever the settings files had to say. ``thinking`` ``auto``: the model's
+    default effort (``high`` clamped to it; ``off`` for a model without reasoning).
 
     ``require_credentials`` False: a chosen model whose provider has no credential yet is
     taken all the same (rpc: the host can still ``login``; a prompt fails with the hint until
@@ -97,6 +97,7 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             registry.local_model(chosen.provider, chosen.id)
     else:
         registry = probe
+    offline_notice: str | None = None
     if chosen is None:
         chosen = registry.default_model()
         if chosen.provider == OFFLINE_PROVIDER and announce_offline:
@@ -106,8 +107,7 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                 "no API key configured (set ANTHROPIC_API_KEY, OPENAI_API_KEY, "
                 "GEMINI_API_KEY or another provider's key: `omp models --all` lists them; or "
                 "add a provider to models.yml)")
-            print(f"omp: {why}; using the offline model {chosen.provider}/{chosen.id}",
-                  file=sys.stderr)
+            offline_notice = f"omp: {why}; using the offline model {chosen.provider}/{chosen.id}"
     elif require_credentials and not registry.has_credentials(chosen.provider):
         raise SessionError(f"No API key for {chosen.provider}/{chosen.id}: "
                            f"{registry.missing_key_hint(chosen.provider)}")
@@ -126,6 +126,10 @@ def create_session(*, provider: str | None = None, model: str | None = None,
                                            env)
     settings = _with_skill_choices(
         load_settings(agent_directory, cwd, config_files), skill_dirs, skills)
+    if offline_notice is not None:
+        # Said after the settings were read: a mistake in config.yml (an error that stops the
+        # start, or a warning) is the first thing the user reads, not this line.
+        print(offline_notice, file=sys.stderr)
     registry.use_local_servers(settings.local_models.servers)
     if (chosen.provider, chosen.id) in registry.discovered:
         # A local model named before its server was asked: at the server the settings name.

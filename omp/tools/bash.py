@@ -159,10 +159,14 @@ def bash_result(result: ShellResult) -> BashResult:
     ``output`` is the whole output, or its head and tail around the elision marker line (no
     notice: ``truncated``, ``elidedLines``, ``elidedBytes`` and ``fullOutputPath`` say it),
     prefixed with ``[Command cancelled]\\n`` or ``[Command timed out after N seconds]\\n``; a
-    timeout also counts as ``cancelled``. ``exitCode`` and ``workingDir`` (the command's cwd: a
-    ``cd`` does not outlive its command) only on normal completion.
+    timeout also counts as ``cancelled``. ``outputLines`` and ``outputBytes`` count the
+    command's output as shown, without that notice line (as the original counts them), so a
+    cancelled command's output that was not cut has ``totalLines`` lines.
+    ``exitCode`` and ``workingDir`` (the command's cwd: a ``cd`` does not outlive its command)
+    only on normal completion.
     """
-    output = result.output
+    shown = result.output
+    output = shown
     if result.timed_out:
         output = f"[Command timed out after {format_seconds(result.timeout or 0)} seconds]\n" \
             + output
@@ -176,8 +180,8 @@ def bash_result(result: ShellResult) -> BashResult:
         truncated=result.truncation.truncated,
         totalLines=result.total_lines,
         totalBytes=result.total_bytes,
-        outputLines=_count_lines(output),
-        outputBytes=len(output.encode("utf-8", "surrogatepass")),
+        outputLines=_count_lines(shown),
+        outputBytes=len(shown.encode("utf-8", "surrogatepass")),
         exitCode=result.exit_code if completed and result.exit_code is not None else UNSET,
         fullOutputPath=(str(result.full_output_path) if result.full_output_path is not None
                         else UNSET),
