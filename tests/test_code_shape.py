@@ -95,3 +95,17 @@ def test_a_plain_start_imports_none_of_the_lazy_modules_before_ready(tmp_path: P
     early = sorted(m for m in modules
                    if any(m == lazy or m.startswith(lazy + ".") for lazy in NOT_BEFORE_READY))
     assert not early, f"imported before ready: {early} (see omp/lazy.py)"
+
+
+def test_the_lowest_versions_session_names_test_files_that_exist() -> None:
+    """``noxfile.LOWEST_TESTS`` is a list of file names (read from the source: nox is not
+    installed where the tests run); a renamed or removed file must not drop out unnoticed."""
+    noxfile = ROOT.parent / "noxfile.py"
+    names: list[str] = []
+    for node in ast.parse(noxfile.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List) and any(
+                isinstance(t, ast.Name) and t.id == "LOWEST_TESTS" for t in node.targets):
+            names = [ast.literal_eval(e) for e in node.value.elts]
+    assert len(names) > 10, "LOWEST_TESTS not found in noxfile.py"
+    missing = [n for n in names if not (ROOT.parent / "tests" / n).is_file()]
+    assert missing == [], f"noxfile.LOWEST_TESTS names files that do not exist: {missing}"
