@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
+import msgspec
 import procfs
 import pytest
 import trio
@@ -325,6 +326,27 @@ class Scenario:
 
     def spawns(self) -> bool:
         return any("task" in step.calls for step in self.steps)
+
+    def first_write(self) -> bool:
+        """``p1`` and the ``abort`` behind it are written before the host has read ``ready``
+        (no warm-up): the server's start holds its serial lane when it reads them (for a
+        virtual moment: ``slow_start``), so ``p1`` waits in the lane when the abort is read (a
+        prompt read while the lane is idle is handled at once, its run registered before the
+        next line)."""
+        aimed = self.disrupt_on
+        return (aimed is not None and aimed.together and aimed.aim == "prompt"
+                and self.disruption == "abort" and not self.warm_up)
+
+
+def slow_start(omp: Any) -> None:
+    """An extension whose ``session_start`` takes a virtual moment, so that the server's start
+    (the serial lane's first job) still runs when the reader has read the host's first write:
+    virtual time passes only once every task waits, the reader included."""
+
+    async def started(event: Any, ctx: Any) -> None:
+        await trio.sleep(0.05)
+
+    omp.on("session_start", started)
 
 
 # Strategies are built once: building them inside every draw costs more than the example.
@@ -810,6 +832,12 @@ class Host:
         client = self.client
         assert client is not None
         scenario = self.scenario
+        aimed = scenario.disrupt_on
+        start, since = trio.current_time(), len(self.record.frames)
+        with_prompt = aimed is not None and aimed.together and aimed.aim == "prompt"
+        if scenario.first_write():
+            self.record.disrupted_during = "before ready"
+            self.disrupted.set()
         calls = {kind for step in scenario.steps for kind in step.calls}
         if "host" in calls:
             await client.set_host_tools([LOOKUP])
@@ -821,14 +849,12 @@ class Host:
             await self.command("prompt", id="w0", message="Warm up")
             await self.until(lambda: any(f["type"] == "prompt_result"
                                          for f in self.record.frames))
-        start = trio.current_time()
-        since = len(self.record.frames)
-        aimed = scenario.disrupt_on
-        if aimed is not None and aimed.together and aimed.aim == "prompt":
-            async with self.written_together("p1"):
-                await self.command("prompt", id="p1", message="Look around")
-                await self.disrupt(scenario.disruption, since, serve_scope)
-            if self.gone:
+            start, since = trio.current_time(), len(self.record.frames)
+        if scenario.first_write():
+            aimed = None  # written with the abort before ready (``write_first``)
+        elif with_prompt:
+            # In one write with the disruption behind it.
+            if not await self.prompt_with_disruption(serve_scope, since):
                 return
             aimed = None
         else:
@@ -881,6 +907,27 @@ class Host:
                 if self.gone:
                     return
         await self.settle()
+
+    async def write_first(self, recorder: RecordingSendStream) -> None:
+        """``first_write``: ``p1`` and ``abort`` in one write before the client reads ``ready``
+        (a run that made a scope of its own instead of adopting its prompt's would escape the
+        abort then)."""
+        lines = [{"type": "prompt", "id": "p1", "message": "Look around"},
+                 {"type": "abort", "id": "d1"}]
+        for frame in lines:
+            self.record.sent_at[frame["id"]] = 0
+            self.record.sent_time[frame["id"]] = trio.current_time()
+            self.record.commands.append((frame["id"], frame["type"]))
+        self.record.prompt_ids.append("p1")
+        self.record.together = ("p1", "d1")
+        await recorder.send_all(b"".join(msgspec.json.encode(f) + b"\n" for f in lines))
+
+    async def prompt_with_disruption(self, serve_scope: trio.CancelScope, since: int) -> bool:
+        """``p1`` and the disruption in one write; False when that closed the host's input."""
+        async with self.written_together("p1"):
+            await self.command("prompt", id="p1", message="Look around")
+            await self.disrupt(self.scenario.disruption, since, serve_scope)
+        return not self.gone
 
     @contextlib.asynccontextmanager
     async def written_together(self, command_id: str) -> AsyncIterator[None]:
@@ -1020,11 +1067,14 @@ async def run_example(scenario: Scenario, cwd: Path, agent_dir: Path) -> Record:
         write_models_yml(agent_dir, fake.base_url)
         options = ServeOptions(model="fake/fake-model", cwd=cwd, agent_dir=agent_dir,
                                persist=False, announce_offline=False, aborts=aborts,
+                               extension_objects=[slow_start] if scenario.first_write() else [],
                                approval_mode="always-ask" if scenario.approval else None)
         to_server, server_in = trio.testing.memory_stream_one_way_pair()
         server_out, from_server = trio.testing.memory_stream_one_way_pair()
         recorder = host.recorder = RecordingSendStream(to_server)
         record.sent = recorder.sent
+        if scenario.first_write():
+            await host.write_first(recorder)
         serve_scope = trio.CancelScope()
         returned = trio.Event()
         async with trio.open_nursery() as nursery:
