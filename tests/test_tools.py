@@ -489,17 +489,18 @@ def sparse(path: Path, head: bytes = b"", size: int = 2 << 30) -> None:
         file.truncate(size)
 
 
-async def test_read_limits_hold_on_a_sparse_two_gib_file(ctx: ToolContext) -> None:
-    """A 2 GiB file that is one line: the answer is the one-line notice, and memory stays
-    flat (it is streamed in 1 MiB chunks, the line never held)."""
-    sparse(ctx.cwd / "huge.log")
+async def test_read_limits_hold_on_a_sparse_file_of_one_huge_line(ctx: ToolContext) -> None:
+    """A 256 MiB file that is one line: the answer is the one-line notice, and memory stays
+    flat (it is streamed in 1 MiB chunks, the line never held: the peak is an eighth of the
+    line). 256 MiB rather than gigabytes: the same proof in a tenth of the suite's time."""
+    sparse(ctx.cwd / "huge.log", size=256 << 20)
     tracemalloc.start()
     try:
         text = await text_of(ReadTool(ctx), path="huge.log")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert text == ("[Line 1 is 2048.0MB, exceeds 50.0KB limit. Use bash: sed -n '1p' huge.log "
+    assert text == ("[Line 1 is 256.0MB, exceeds 50.0KB limit. Use bash: sed -n '1p' huge.log "
                     "| head -c 51200]")
     assert peak < 32 * 1024 * 1024
 
