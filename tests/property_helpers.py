@@ -94,22 +94,6 @@ class RecordingSendStream(trio.abc.SendStream):
 # --- what is left running ------------------------------------------------------------------------
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid`` (Linux ``/proc``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
-
-
 def recorded_pids(path: os.PathLike[str] | str) -> list[int]:
     """The pids a shell command appended to ``path`` (``echo $$ >> path``), if it got so far."""
     try:

@@ -89,7 +89,6 @@ from agent_helpers import (
     Frame,
     assert_tool_calls_paired,
     check_message_ids,
-    child_pids,
     to_frame,
     tool_call,
     write_models_yml,
@@ -112,7 +111,6 @@ from property_helpers import (
     check_runs,
     check_sagas,
     check_subagents,
-    group_members,
     leftover_tasks,
     phase,
     recorded_pids,
@@ -1120,10 +1118,10 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     frames = record.frames
     assert record.leftover == [], record.leftover
     check_registry(record.idle_in_flight, record.final_in_flight)
-    assert child_pids(os.getpid()) == []
+    assert procfs.children(os.getpid()) == []
     for name in (BASH_TOOL_PIDS, RPC_BASH_PIDS):
         for pid in recorded_pids(cwd / name):
-            assert group_members(pid) == [], f"{name}: process group {pid} outlived serve()"
+            assert procfs.group_members(pid) == [], f"{name}: process group {pid} outlived serve()"
     assert record.returned_at is not None
     if record.cancelled_at is not None:
         took = record.returned_at - record.cancelled_at
@@ -1266,7 +1264,7 @@ def shard(number: int) -> Callable[..., None]:
 
     def test(scenario: Scenario, tmp_path: Path) -> None:
         cwd, agent_dir = make_dirs(tmp_path, scenario)
-        children = set(child_pids(os.getpid()))  # an earlier test's are not this example's
+        children = set(procfs.children(os.getpid()))  # an earlier test's are not this example's
         clock = trio.testing.MockClock(autojump_threshold=0)
         record = trio.run(watched, scenario, cwd, agent_dir, clock=clock)
         report_coverage(scenario, record)
