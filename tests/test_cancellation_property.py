@@ -125,7 +125,7 @@ from omp.protocol.commands import HostToolDefinition
 from omp.protocol.events import ExtensionUiRequest, HostToolCall, HostUriRequest
 from omp.rpc import lifecycle
 from omp.rpc.server import ServeOptions
-from omp.session.aborts import AbortRegistry
+from omp.session.aborts import AbortRegistry, Family
 from omp.testing.fake_llm import open_fake_llm
 from omp.tools import shell
 
@@ -617,10 +617,10 @@ class Record:
     """For each command sent, when (virtual time)."""
     together: tuple[str, str] | None = None
     """The ids of the command and the disruption written in one write (``Trigger.together``)."""
-    idle_in_flight: dict[str, int] | None = None
+    idle_in_flight: dict[Family, int] | None = None
     """What the abort registry held once the host saw the session idle (``Host.settle``); None:
     the example never got there."""
-    final_in_flight: dict[str, int] | None = None
+    final_in_flight: dict[Family, int] | None = None
     """What it held once ``serve()`` had returned."""
     disrupted_during: str | None = None
     aim_hit: bool | None = None
