@@ -197,22 +197,6 @@ def request_messages(fake: FakeLLM, index: int) -> list[dict[str, Any]]:
 # --- processes ---------------------------------------------------------------------------------
 
 
-def child_pids(pid: int) -> list[int]:
-    """Live (non-zombie) processes whose parent is ``pid`` (Linux ``/proc``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != b"Z":
-            found.append(int(entry))
-    return found
-
-
 def process_gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -1,8 +1,16 @@
-"""What the tests read of other processes in Linux ``/proc``: one parser for ``stat`` and the
-questions the tests ask of it (children, process groups, sessions, a process that is dying).
+"""What the tests read of other processes in Linux ``/proc``: the one parser of ``stat`` (and of
+``status``, ``cmdline``, ``comm``, ``fd``) and the questions the tests ask of them (is a process
+alive, its children, process groups, sessions, zombies, a process that is dying, memory and CPU
+use).
 
 ``stat``'s second field is the command name in parentheses, which may itself hold spaces and
 parentheses, so the fields after it are split from the last ``)``.
+
+Live means neither ``Z`` (a zombie: exited, not reaped yet) nor ``X`` (dead: being reaped), the
+same everywhere here: a zombie runs nothing and holds nothing but its process slot, so a test
+that wants a process ended counts it as gone. (When a shell dies first its jobs are re-parented
+to PID 1, which in a container is often not a real init and never reaps them: a killed job can
+stay a zombie indefinitely.)
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ PF_EXITING = 0x4
 """``flags`` bit the kernel sets once a process has begun to exit (``include/linux/sched.h``)."""
 SIGKILL_BIT = 1 << 8
 """SIGKILL (9) in the pending-signal masks of ``/proc/<pid>/status``."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""The unit of ``utime`` and ``stime``, per second."""
 
 
 class Stat(NamedTuple):
@@ -27,6 +37,10 @@ class Stat(NamedTuple):
     pgrp: int
     session: int
     flags: int
+    utime: int
+    """CPU time spent in user mode, in clock ticks (``CLOCK_TICKS`` a second)."""
+    stime: int
+    """CPU time spent in the kernel, in clock ticks."""
 
     @property
     def live(self) -> bool:
@@ -43,7 +57,7 @@ def stat(pid: int | str) -> Stat | None:
         return None
     fields = text.rsplit(b")", 1)[1].split()
     return Stat(int(pid), fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]),
-                int(fields[6]))
+                int(fields[6]), int(fields[11]), int(fields[12]))
 
 
 def processes() -> Iterator[Stat]:
@@ -53,9 +67,20 @@ def processes() -> Iterator[Stat]:
             yield found
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is live (a zombie or dead process counts as gone)."""
+    found = stat(pid)
+    return found is not None and found.live
+
+
 def children(pid: int) -> list[int]:
     """Live processes whose parent is ``pid``."""
     return [p.pid for p in processes() if p.ppid == pid and p.live]
+
+
+def zombie_children(pid: int) -> list[int]:
+    """Zombies whose parent is ``pid``: exited and not reaped (each holds a process slot)."""
+    return [p.pid for p in processes() if p.ppid == pid and p.state == "Z"]
 
 
 def group_members(pgid: int) -> list[int]:
@@ -68,6 +93,20 @@ def session_members(sid: int) -> list[int]:
     return [p.pid for p in processes() if p.session == sid and p.live]
 
 
+def status_field(pid: int, name: str) -> str | None:
+    """The value of ``name:`` in ``/proc/<pid>/status``, or None when it has none or is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as file:
+            lines = file.read().decode().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key == name:
+            return value.strip()
+    return None
+
+
 def dying(pid: int) -> bool:
     """Whether ``pid`` has been sent SIGKILL or has begun to exit, and is not dead yet: only
     the kernel's own pace, never anything of ours, decides when it is gone."""
@@ -76,15 +115,31 @@ def dying(pid: int) -> bool:
         return False
     if found.flags & PF_EXITING:
         return True
-    try:
-        with open(f"/proc/{pid}/status", "rb") as file:
-            lines = file.read().splitlines()
-    except OSError:
-        return False
-    for line in lines:
-        if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & SIGKILL_BIT:
-            return True
-    return False
+    return any((mask := status_field(pid, name)) is not None and int(mask, 16) & SIGKILL_BIT
+               for name in ("SigPnd", "ShdPnd"))
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time ``pid`` has used so far (user + kernel), in seconds."""
+    found = stat(pid)
+    if found is None:
+        raise ProcessLookupError(pid)
+    return (found.utime + found.stime) / CLOCK_TICKS
+
+
+def peak_rss_mb(pid: int) -> float:
+    """``pid``'s peak resident memory (``VmHWM``) since it started or ``reset_peak_rss``, MiB."""
+    value = status_field(pid, "VmHWM")
+    if value is None:
+        raise AssertionError(f"no VmHWM for process {pid}")
+    return int(value.split()[0]) / 1024
+
+
+def reset_peak_rss(pid: int) -> float:
+    """Start ``VmHWM`` afresh at the current resident size (``clear_refs`` 5); that size, MiB."""
+    with open(f"/proc/{pid}/clear_refs", "w") as file:
+        file.write("5")
+    return peak_rss_mb(pid)
 
 
 def comm(pid: int) -> str:
@@ -94,3 +149,24 @@ def comm(pid: int) -> str:
             return file.read().strip()
     except OSError:
         return ""
+
+
+def cmdline(pid: int) -> bytes:
+    """The arguments ``pid`` was started with, each ended by a NUL (``b""`` when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read()
+    except OSError:
+        return b""
+
+
+def open_files(pid: int) -> list[str]:
+    """Where ``pid``'s open file descriptors point (a deleted file's ends in ``(deleted)``)."""
+    directory = f"/proc/{pid}/fd"
+    targets = []
+    for fd in os.listdir(directory):
+        try:
+            targets.append(os.readlink(f"{directory}/{fd}"))
+        except OSError:
+            continue  # closed meanwhile
+    return targets

@@ -20,6 +20,8 @@ import msgspec
 import trio
 from agent_helpers import Frame
 
+from omp.session.aborts import Family
+
 RUN_FRAMES = frozenset({
     "turn_start", "turn_end", "message_start", "message_update", "message_end",
     "tool_execution_start", "tool_execution_update", "tool_execution_end", "auto_retry_start",
@@ -92,22 +94,6 @@ class RecordingSendStream(trio.abc.SendStream):
 
 
 # --- what is left running ------------------------------------------------------------------------
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid`` (Linux ``/proc``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
 
 
 def recorded_pids(path: os.PathLike[str] | str) -> list[int]:
@@ -751,7 +737,7 @@ def check_rpc_bash_cut(frames: Sequence[Frame], *, abort_id: str | None, sent_at
                                      "cancelled by it")
 
 
-def check_registry(idle: dict[str, int] | None, final: dict[str, int] | None) -> None:
+def check_registry(idle: dict[Family, int] | None, final: dict[Family, int] | None) -> None:
     """The abort registry holds nothing once the session is idle (every unit is released by
     the time its end is visible) and nothing once ``serve()`` has returned."""
     assert final == {}, f"the abort registry still holds {final} after serve() returned"

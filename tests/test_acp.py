@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import procfs
 import pytest
 import trio
 from agent_helpers import fake_provider, text_reply, tool_call, write_models_yml
@@ -249,15 +250,6 @@ async def test_a_prompt_during_a_turn_cancels_that_turn_first(
     assert seen["said"] == "slow second answer"
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 async def test_cancel_during_a_tool_leaves_nothing_running(tmp_path: Path,
                                                            isolated_agent_dir: Path) -> None:
     project = tmp_path / "project"
@@ -278,13 +270,13 @@ async def test_cancel_during_a_tool_leaves_nothing_running(tmp_path: Path,
             await rec.wait_for(lambda _: any(
                 u.status == "in_progress" and "started" in json.dumps(u.raw_output)
                 for u in rec.of(sid, "tool_call_update")))
-            seen["before"] = alive(int(pid_file.read_text()))
+            seen["before"] = procfs.alive(int(pid_file.read_text()))
             await conn.cancel(session_id=sid)
             seen["stop"] = (await prompt).stop_reason
             # The next prompt runs after the cancelled turn's cleanup: nothing of it is left.
             seen["next"] = (await conn.prompt(session_id=sid,
                                               prompt=[acp.text_block("again")])).stop_reason
-            seen["after"] = alive(int(pid_file.read_text()))
+            seen["after"] = procfs.alive(int(pid_file.read_text()))
 
         await trio.to_thread.run_sync(run_client, project, body)
     assert seen["before"] is True
@@ -482,7 +474,7 @@ async def test_the_editors_mcp_servers_give_the_session_their_tools(
     assert status == "completed"
     assert text.startswith("hi there")
     # The process exited (run_client waited for it) and took its server with it.
-    assert [alive(int(pid)) for pid in mark.read_text().split()] == [False]
+    assert [procfs.alive(int(pid)) for pid in mark.read_text().split()] == [False]
 
 
 async def test_a_request_that_fails_unexpectedly_is_answered_and_the_next_one_works(

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import procfs
 import pytest
 import trio
 from agent_helpers import fake_provider, text_reply, tool_call, write_models_yml
-from test_acp import PROBE, Recorder, acp, alive, run_client, schema
+from test_acp import PROBE, Recorder, acp, run_client, schema
 from test_acp_methods import FormEditor
 
 from omp.testing.fake_llm import open_fake_llm
@@ -44,15 +45,15 @@ async def test_loading_a_live_session_replaces_its_editor_mcp_servers(
             sid = (await conn.new_session(cwd=str(project),
                                           mcp_servers=[probe("one", one)])).session_id
             await conn.prompt(session_id=sid, prompt=[acp.text_block("a")])
-            seen["one before"] = [alive(p) for p in pids(one)]
+            seen["one before"] = [procfs.alive(p) for p in pids(one)]
             reopen = conn.load_session if method == "load" else conn.resume_session
             await reopen(cwd=str(project), session_id=sid, mcp_servers=[probe("two", two)])
             # Answered once the old server's process is gone and the new one connected.
-            seen["one after"] = [alive(p) for p in pids(one)]
-            seen["two after"] = [alive(p) for p in pids(two)]
+            seen["one after"] = [procfs.alive(p) for p in pids(one)]
+            seen["two after"] = [procfs.alive(p) for p in pids(two)]
             await conn.prompt(session_id=sid, prompt=[acp.text_block("b")])
             await reopen(cwd=str(project), session_id=sid, mcp_servers=[])
-            seen["two at the end"] = [alive(p) for p in pids(two)]
+            seen["two at the end"] = [procfs.alive(p) for p in pids(two)]
             await conn.prompt(session_id=sid, prompt=[acp.text_block("c")])
 
         await trio.to_thread.run_sync(run_client, project, body)
@@ -89,7 +90,7 @@ async def test_a_live_session_without_servers_gets_the_editors_on_load(
     assert "mcp__" not in systems[0]
     assert "xd://mcp__late_echo" in systems[1]
     # The process exited (run_client waited for it) and took the server with it.
-    assert [alive(p) for p in pids(mark)] == [False]
+    assert [procfs.alive(p) for p in pids(mark)] == [False]
 
 
 async def test_session_list_entries_carry_message_count_and_size(

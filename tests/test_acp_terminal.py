@@ -11,10 +11,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import procfs
 import pytest
 import trio
 from agent_helpers import fake_provider, text_reply, tool_call
-from test_acp import Recorder, acp, alive, run_client, schema
+from test_acp import Recorder, acp, run_client, schema
 
 from omp.tools.base import TerminalExit, ToolError
 from omp.tools.bash_terminal import exit_status
@@ -201,14 +202,14 @@ async def test_cancel_kills_and_releases_the_terminal_at_once(
                 c.type == "content" and c.content.text == "started\n"
                 for u in rec.of(sid, "tool_call_update") for c in contents(u)))
             terminal = editor.terminals["term-1"]
-            seen["before"] = alive(terminal.process.pid)
+            seen["before"] = procfs.alive(terminal.process.pid)
             loop = asyncio.get_running_loop()
             started = loop.time()
             await conn.cancel(session_id=sid)
             seen["stop"] = (await prompt).stop_reason
             await editor.released.wait()
             seen["elapsed"] = loop.time() - started
-            seen["after"] = alive(terminal.process.pid)
+            seen["after"] = procfs.alive(terminal.process.pid)
             # The session goes on after the cancelled turn.
             seen["next"] = (await conn.prompt(session_id=sid,
                                               prompt=[acp.text_block("again")])).stop_reason

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import procfs
 import pytest
 import trio
 from agent_helpers import (
@@ -22,7 +23,6 @@ from agent_helpers import (
     Frame,
     assert_tool_calls_paired,
     check_message_ids,
-    child_pids,
     frame_types,
     index_of,
     kinds,
@@ -224,7 +224,7 @@ async def test_abort_while_a_tool_runs(tmp_path: Path, isolated_agent_dir: Path)
             # By the time the abort is answered the sleep is dead and reaped.
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
-            assert child_pids(agent.pid) == []
+            assert procfs.children(agent.pid) == []
             assert await agent.quiet() == []
             requests = len(agent.fake.requests)
 
@@ -269,7 +269,7 @@ async def test_abort_while_two_read_only_tools_run(tmp_path: Path,
                 if frame["type"] == "host_uri_request":
                     asked.add(frame["url"])
             frames = await abort_and_collect(agent)
-            assert child_pids(agent.pid) == []
+            assert procfs.children(agent.pid) == []
 
     assert_aborted_run_tail(frames, during_tools=True)
     assert_tool_calls_paired(frames)
@@ -466,7 +466,7 @@ async def test_abort_at_any_moment_keeps_the_protocol(tmp_path: Path, isolated_a
             await agent.until_response(abort_id)
             # Whether the abort hit the run or came after it, the run has been reported.
             assert "session_settled" in frame_types(agent.frames)
-            assert child_pids(agent.pid) == []
+            assert procfs.children(agent.pid) == []
             frames = agent.frames
             connections = {r.connection for r in agent.fake.requests}
         assert agent.client.returncode == 0
@@ -520,6 +520,6 @@ async def in_process_example(cwd: Path, agent_dir: Path, pause: float) -> list[F
                     if frame["type"] == "response" and frame.get("id") == "abort-1":
                         break
                 assert "session_settled" in frame_types(frames)
-                assert child_pids(os.getpid()) == []
+                assert procfs.children(os.getpid()) == []
     return [f for f in frames if f["type"] not in ("available_commands_update", "response")
             or f.get("id") == "p1"]

@@ -90,7 +90,6 @@ from agent_helpers import (
     Frame,
     assert_tool_calls_paired,
     check_message_ids,
-    child_pids,
     to_frame,
     tool_call,
     write_models_yml,
@@ -113,7 +112,6 @@ from property_helpers import (
     check_runs,
     check_sagas,
     check_subagents,
-    group_members,
     leftover_tasks,
     phase,
     recorded_pids,
@@ -128,7 +126,7 @@ from omp.protocol.commands import HostToolDefinition
 from omp.protocol.events import ExtensionUiRequest, HostToolCall, HostUriRequest
 from omp.rpc import lifecycle
 from omp.rpc.server import ServeOptions
-from omp.session.aborts import AbortRegistry
+from omp.session.aborts import AbortRegistry, Family
 from omp.testing.fake_llm import open_fake_llm
 from omp.tools import shell
 
@@ -641,10 +639,10 @@ class Record:
     """For each command sent, when (virtual time)."""
     together: tuple[str, str] | None = None
     """The ids of the command and the disruption written in one write (``Trigger.together``)."""
-    idle_in_flight: dict[str, int] | None = None
+    idle_in_flight: dict[Family, int] | None = None
     """What the abort registry held once the host saw the session idle (``Host.settle``); None:
     the example never got there."""
-    final_in_flight: dict[str, int] | None = None
+    final_in_flight: dict[Family, int] | None = None
     """What it held once ``serve()`` had returned."""
     disrupted_during: str | None = None
     aim_hit: bool | None = None
@@ -1170,10 +1168,10 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     frames = record.frames
     assert record.leftover == [], record.leftover
     check_registry(record.idle_in_flight, record.final_in_flight)
-    assert child_pids(os.getpid()) == []
+    assert procfs.children(os.getpid()) == []
     for name in (BASH_TOOL_PIDS, RPC_BASH_PIDS):
         for pid in recorded_pids(cwd / name):
-            assert group_members(pid) == [], f"{name}: process group {pid} outlived serve()"
+            assert procfs.group_members(pid) == [], f"{name}: process group {pid} outlived serve()"
     assert record.returned_at is not None
     if record.cancelled_at is not None:
         took = record.returned_at - record.cancelled_at
@@ -1316,7 +1314,7 @@ def shard(number: int) -> Callable[..., None]:
 
     def test(scenario: Scenario, tmp_path: Path) -> None:
         cwd, agent_dir = make_dirs(tmp_path, scenario)
-        children = set(child_pids(os.getpid()))  # an earlier test's are not this example's
+        children = set(procfs.children(os.getpid()))  # an earlier test's are not this example's
         clock = trio.testing.MockClock(autojump_threshold=0)
         record = trio.run(watched, scenario, cwd, agent_dir, clock=clock)
         report_coverage(scenario, record)

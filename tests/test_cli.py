@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import procfs
 import trio
 from agent_helpers import write_models_yml
 
@@ -213,7 +214,7 @@ async def test_ctrl_c_in_print_mode_is_one_line() -> None:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
             assert proc.stderr is not None
-            while not any(comm(pid) == "sleep" for pid in children_of(proc.pid)):  # noqa: ASYNC110
+            while not any(procfs.comm(pid) == "sleep" for pid in children_of(proc.pid)):  # noqa: ASYNC110
                 await trio.sleep(0.02)
             proc.send_signal(signal.SIGINT)
             err = b""
@@ -229,29 +230,5 @@ async def test_ctrl_c_in_print_mode_is_one_line() -> None:
 
 def children_of(pid: int) -> list[int]:
     """Processes whose session is led by a child of ``pid`` (the shell and what it runs)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        session = int(fields[3])
-        try:
-            with open(f"/proc/{session}/stat") as f:
-                leader_parent = int(f.read().rpartition(")")[2].split()[1])
-        except OSError:
-            continue
-        if leader_parent == pid:
-            out.append(int(name))
-    return out
-
-
-def comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+    return [p.pid for p in procfs.processes()
+            if (leader := procfs.stat(p.session)) is not None and leader.ppid == pid]

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import httpx
 import msgspec
+import procfs
 import pytest
 import trio
 import trio.testing
@@ -587,20 +588,6 @@ async def test_a_huge_or_compressed_reply_is_refused() -> None:
         "corp authorization server said invalid_grant: unknown refresh token")
 
 
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident memory (``VmHWM``), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
-def reset_peak_rss(pid: int) -> float:
-    """Start ``VmHWM`` afresh at the current resident size (``clear_refs`` 5); that size, MiB."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return peak_rss_mb(pid)
-
-
 async def test_a_300_mb_token_reply_fails_the_login_and_costs_no_memory(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     """Through the process: the 300 MB reply took its RSS to 655 MB."""
@@ -609,13 +596,13 @@ async def test_a_300_mb_token_reply_fails_the_login_and_costs_no_memory(
             write_corp(isolated_agent_dir, "http://127.0.0.1:9", oauth.oauth_block("pkce"))
             async with open_process_host(work(tmp_path), args=ARGS) as host:
                 assert host.process is not None
-                before = reset_peak_rss(host.process.pid)
+                before = procfs.reset_peak_rss(host.process.pid)
                 opened, paste = await open_pkce(host)
                 _, redirect = await browse(opened["url"])
                 assert redirect is not None
                 await host.answer(paste, value=redirect)
                 response = await login_response(host)
-                growth = peak_rss_mb(host.process.pid) - before
+                growth = procfs.peak_rss_mb(host.process.pid) - before
     print(f"a 300 MB token reply: peak RSS +{growth:.1f} MiB")
     assert response["success"] is False
     assert response["error"] == (f"corp request to {oauth.token_url} was answered with more "

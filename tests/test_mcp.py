@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 import attrs
+import procfs
 import trio
 from agent_helpers import (
     FAKE_ARGS,
@@ -138,19 +139,6 @@ def result_text(frame: Frame) -> str:
     return "\n".join(c["text"] for c in frame["result"]["content"] if c["type"] == "text")
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone for our purposes (its parent has not reaped it yet).
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 # --- tools called by the model -----------------------------------------------------------------
 
 
@@ -216,11 +204,11 @@ async def test_stdin_closed_ends_three_servers_and_their_children(
             pids = [int(result_text(f).split("\n")[0]) for f in
                     of_type(frames, "tool_execution_end")]
             assert len(pids) == 6
-            assert all(alive(p) for p in pids)
+            assert all(procfs.alive(p) for p in pids)
             started = trio.current_time()  # leaving the block closes its stdin
         took = trio.current_time() - started
     assert host.client.returncode == 0
-    assert not [p for p in pids if alive(p)]
+    assert not [p for p in pids if procfs.alive(p)]
     assert took < 5.0
 
 
@@ -543,13 +531,13 @@ async def test_sigterm_ends_the_servers(tmp_path: Path, isolated_agent_dir: Path
             frames = await host.prompt("start a child")
             pids = [int(result_text(f).split("\n")[0])
                     for f in of_type(frames, "tool_execution_end")]
-            assert all(alive(p) for p in pids)
+            assert all(procfs.alive(p) for p in pids)
             assert host.client.pid is not None
             os.kill(host.client.pid, signal.SIGTERM)
             async for _ in host.client.events:  # until the server's output ends
                 pass
     assert host.client.returncode == 0
-    assert not [p for p in pids if alive(p)]
+    assert not [p for p in pids if procfs.alive(p)]
 
 
 async def test_legacy_sse_server(tmp_path: Path, isolated_agent_dir: Path) -> None:

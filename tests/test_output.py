@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -10,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import procfs
 import pytest
 import trio
 import trio.testing
@@ -336,9 +336,4 @@ async def test_the_spill_file_leaves_nothing_in_tmpdir(tmp_path: Path) -> None:
 
 def spilled(pid: int) -> bool:
     """Whether the process holds its (deleted) spill file open."""
-    fds = f"/proc/{pid}/fd"
-    targets = []
-    for fd in os.listdir(fds):
-        with contextlib.suppress(OSError):
-            targets.append(os.readlink(f"{fds}/{fd}"))
-    return any(t.endswith("(deleted)") for t in targets)
+    return any(t.endswith("(deleted)") for t in procfs.open_files(pid))

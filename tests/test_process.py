@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import procfs
 import pytest
 import trio
 
@@ -27,25 +28,12 @@ MIB = 1024 * 1024
 LIMIT = 120  # seconds; generous on purpose
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting to be reaped counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 async def wait_gone(pid: int, seconds: float = 10) -> bool:
     # Not our child, so there is nothing to wait on but its /proc entry.
     with trio.move_on_after(seconds):
-        while alive(pid):  # noqa: ASYNC110
+        while procfs.alive(pid):  # noqa: ASYNC110
             await trio.sleep(0.05)
-    return not alive(pid)
+    return not procfs.alive(pid)
 
 
 def big_todos(total: int) -> cmd.SetTodos:
@@ -127,7 +115,7 @@ async def test_eof_makes_the_server_exit_zero_promptly() -> None:
         closed = trio.current_time() - closing
     assert client.returncode == 0  # it exited by itself: no signal was needed
     assert closed < 15
-    assert not alive(pid)
+    assert not procfs.alive(pid)
 
 
 async def test_v2_chunked_frame_from_the_process_is_reassembled() -> None:
@@ -148,7 +136,7 @@ async def test_no_process_is_left_after_the_client_closes() -> None:
         async with RpcClient.spawn() as client:
             pid = client.pid
             assert pid is not None
-            assert alive(pid)
+            assert procfs.alive(pid)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # exited and reaped, not a zombie
 

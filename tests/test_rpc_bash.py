@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import procfs
 import pytest
 import trio
 from offline_rpc import LIMIT, as_dict, drain, frames_until, spawn, tmpdir
@@ -55,46 +56,6 @@ async def wait_for_files(*paths: Path) -> None:
         await trio.sleep(0.02)
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """``/proc/<pid>/stat`` after the command name: state, ppid, pgrp, session, ..."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2:].split()
-
-
-def session_members(sid: int) -> list[int]:
-    """The live processes (zombies excluded) whose session id is ``sid``."""
-    members = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := _stat_fields(int(name))) is not None \
-                and int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
-            members.append(int(name))
-    return members
-
-
-def is_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # Still in the process table. When the shell dies first, its jobs are re-parented to PID 1;
-    # in a container PID 1 is often not a real init and never reaps them, so a killed job can
-    # stay a zombie ('Z') indefinitely. A zombie runs nothing and holds nothing: it is gone.
-    fields = _stat_fields(pid)
-    return fields is None or fields[0] in (b"Z", b"X")
-
-
-def comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 @asynccontextmanager
 async def orphan_watch(tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
     """Wait (via ``find()``) for ``ORPHAN_COMMAND``'s shell and both sleeps; on the way out,
@@ -108,10 +69,10 @@ async def orphan_watch(tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
             await trio.sleep(0.02)
         sid = int(text)
         # The sleeps start after the pid is written.
-        while sorted(comm(p) for p in session_members(sid)) != [  # noqa: ASYNC110
+        while sorted(procfs.comm(p) for p in procfs.session_members(sid)) != [  # noqa: ASYNC110
                 "bash", "sleep", "sleep"]:
             await trio.sleep(0.02)
-        found.extend(session_members(sid))
+        found.extend(procfs.session_members(sid))
         assert sid in found
         return list(found)
 
@@ -119,12 +80,12 @@ async def orphan_watch(tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
         yield find
     finally:
         for pid in found:
-            if not is_gone(pid):
+            if procfs.alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
 def assert_all_gone(pids: list[int]) -> None:
-    survivors = {pid: comm(pid) for pid in pids if not is_gone(pid)}
+    survivors = {pid: procfs.comm(pid) for pid in pids if procfs.alive(pid)}
     assert survivors == {}, f"processes outlived their command: {survivors}"
 
 
@@ -369,7 +330,7 @@ ESCAPING = {
 def kill_escaped(tmp_path: Path) -> None:
     """SIGKILL the escaped process if it is still there (a failing test leaves nothing)."""
     pid_file = tmp_path / "escaped.pid"
-    if pid_file.exists() and not is_gone(pid := int(pid_file.read_text())):
+    if pid_file.exists() and procfs.alive(pid := int(pid_file.read_text())):
         os.kill(pid, signal.SIGKILL)
 
 
@@ -392,9 +353,9 @@ async def test_a_command_whose_child_escapes_with_setsid_answers_at_once(
                     result = (await client.call(cmd.Bash(command=command)))["output"]
                 elapsed = trio.current_time() - sent
                 escaped = int((tmp_path / "escaped.pid").read_text())
-                assert not is_gone(escaped)  # still running: the command did not wait for it
+                assert procfs.alive(escaped)  # still running: the command did not wait for it
             # The server adopted the orphan (child subreaper) and ended it when it exited.
-            ended = is_gone(escaped)
+            ended = not procfs.alive(escaped)
     finally:
         kill_escaped(tmp_path)
     assert result.startswith("started\n")
@@ -416,7 +377,7 @@ async def test_abort_bash_does_not_wait_for_an_escaped_child(tmp_path: Path) -> 
                 await client.send(cmd.AbortBash(id="stop"))
                 answers = await responses(client, {"stop", "b"})
                 elapsed = trio.current_time() - sent
-            ended = is_gone(escaped)
+            ended = not procfs.alive(escaped)
     finally:
         kill_escaped(tmp_path)
     assert answers[1]["data"]["cancelled"] is True
@@ -427,23 +388,13 @@ async def test_abort_bash_does_not_wait_for_an_escaped_child(tmp_path: Path) -> 
 # --- orphans are reaped as they exit -------------------------------------------------------------
 
 
-def zombie_children(pid: int) -> list[int]:
-    """The zombies whose parent is ``pid``: exited, never reaped (each holds a process slot)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := _stat_fields(int(name))) is not None \
-                and int(fields[1]) == pid and fields[0] == b"Z":
-            found.append(int(name))
-    return found
-
-
 async def zombies_left(pid: int, seconds: float) -> list[int]:
     """``pid``'s zombie children once there are none, or when ``seconds`` have passed."""
     with trio.move_on_after(seconds):
         # The reaper's work has no event a host can wait on: look at /proc until it is done.
-        while zombie_children(pid):  # noqa: ASYNC110
+        while procfs.zombie_children(pid):  # noqa: ASYNC110
             await trio.sleep(0.02)
-    return zombie_children(pid)
+    return procfs.zombie_children(pid)
 
 
 async def test_orphans_are_reaped_as_they_exit(tmp_path: Path) -> None:

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import procfs
 import pytest
 import trio
 import trio.testing
-from agent_helpers import child_pids, fake_provider, text_reply
+from agent_helpers import fake_provider, text_reply
 
 import omp
 from omp.client import RpcClient
@@ -122,7 +123,7 @@ async def test_cancelling_an_embedded_serve_returns_within_a_second(tmp_path: Pa
             cancel_scope.cancel()
     assert returned_after is not None
     assert returned_after < 1.0, returned_after
-    assert child_pids(os.getpid()) == []
+    assert procfs.children(os.getpid()) == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the tool's process did not outlive serve()
 

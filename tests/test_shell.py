@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import procfs
 import pytest
 import trio
 
@@ -27,19 +28,6 @@ from omp.tools.bash import BashTool, bash_result
 from omp.tools.shell import ShellRun, ShellSpawnError, run_shell
 
 LIMIT = 30  # seconds; generous on purpose, the tests take well under one each
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting for its reaper counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat_line.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def pids_in(output: str) -> list[int]:
@@ -231,7 +219,7 @@ async def test_background_children_do_not_outlive_the_command(work: Path) -> Non
     [grandchild] = pids_in(result.output)
     assert result.exit_code == 0
     assert time.monotonic() - start < 3
-    assert not alive(grandchild)
+    assert not procfs.alive(grandchild)
 
 
 async def test_timeout_kills_the_whole_group(work: Path) -> None:
@@ -247,8 +235,8 @@ async def test_timeout_kills_the_whole_group(work: Path) -> None:
     [grandchild] = pids_in(result.output)
     assert "shell=" in result.output
     assert run.pid is not None
-    assert not alive(grandchild)
-    assert not alive(run.pid)
+    assert not procfs.alive(grandchild)
+    assert not procfs.alive(run.pid)
 
 
 async def test_a_process_ignoring_sigterm_is_killed(work: Path) -> None:
@@ -261,7 +249,7 @@ async def test_a_process_ignoring_sigterm_is_killed(work: Path) -> None:
     assert result.output == "ready\n"
     assert time.monotonic() - start < 4  # timeout + 2 s grace + slack
     assert run.pid is not None
-    assert not alive(run.pid)
+    assert not procfs.alive(run.pid)
 
 
 # --- omp.process.kill_process_group (the one helper for every subprocess group) -------------
@@ -295,7 +283,7 @@ async def test_kill_process_group_runs_to_the_end_when_the_caller_is_cancelled(w
         elapsed = time.monotonic() - start
     assert len(pids) == 2
     assert proc.returncode == -signal.SIGKILL
-    assert not any(alive(pid) for pid in pids)
+    assert not any(procfs.alive(pid) for pid in pids)
     assert 0.5 <= elapsed < 0.5 + REAP_TIMEOUT + 0.5
 
 
@@ -309,19 +297,6 @@ async def test_kill_process_group_is_gentle_first_and_quick_when_empty(work: Pat
         start = time.monotonic()
         await kill_process_group(proc)  # the group is empty: nothing to signal or wait for
         assert time.monotonic() - start < 0.1
-
-
-def zombie_children(pid: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            stat_line = Path(f"/proc/{name}/stat").read_text() if name.isdigit() else ""
-        except OSError:
-            continue
-        fields = stat_line.rpartition(")")[2].split()
-        if fields and fields[0] == "Z" and int(fields[1]) == pid:
-            found.append(int(name))
-    return found
 
 
 def test_adopt_orphans_reaps_by_polling_off_the_main_thread(work: Path) -> None:
@@ -338,13 +313,13 @@ def test_adopt_orphans_reaps_by_polling_off_the_main_thread(work: Path) -> None:
                     "while [ ! -s orphan.pid ]; do sleep 0.01; done; exit 4", cwd=work)
                 with trio.move_on_after(10 * REAP_POLL):
                     # Nothing tells the test that the reaper ran: look at /proc.
-                    while zombie_children(os.getpid()):  # noqa: ASYNC110
+                    while procfs.zombie_children(os.getpid()):  # noqa: ASYNC110
                         await trio.sleep(0.01)
-                left = zombie_children(os.getpid())
+                left = procfs.zombie_children(os.getpid())
                 orphan = int((work / "orphan.pid").read_text())
                 scope.cancel()
                 await trio.sleep_forever()
-        return result.exit_code, left, zombie_children(os.getpid()), orphan
+        return result.exit_code, left, procfs.zombie_children(os.getpid()), orphan
 
     found: list[tuple[int | None, list[int], list[int], int]] = []
     thread = threading.Thread(target=lambda: found.append(trio.run(main)))
@@ -355,7 +330,7 @@ def test_adopt_orphans_reaps_by_polling_off_the_main_thread(work: Path) -> None:
     assert exit_code == 4
     assert left == []
     assert after == []
-    assert not alive(orphan)
+    assert not procfs.alive(orphan)
 
 
 async def test_cancellation_kills_the_group_and_keeps_the_partial_result(work: Path) -> None:
@@ -382,8 +357,8 @@ async def test_cancellation_kills_the_group_and_keeps_the_partial_result(work: P
     assert result.exit_code is None
     [grandchild] = pids_in(result.output)
     assert run.pid is not None
-    assert not alive(grandchild)
-    assert not alive(run.pid)
+    assert not procfs.alive(grandchild)
+    assert not procfs.alive(run.pid)
 
 
 async def test_run_shell_lets_cancelled_propagate(work: Path) -> None:
@@ -412,7 +387,7 @@ async def test_an_on_output_error_propagates_as_itself_and_kills_the_command(wor
     with trio.fail_after(LIMIT), pytest.raises(ValueError, match="host gone"):
         await run.run()
     [shell] = pids_in(run.result().output)
-    assert not alive(shell)
+    assert not procfs.alive(shell)
     assert run.result().exit_code is None
 
 
@@ -541,7 +516,7 @@ async def test_tool_cancellation_propagates_and_kills_the_group(work: Path) -> N
                 "c1", {"command": "sleep 60 & echo pid=$!; sleep 60"}, on_update=updates)
     assert scope.cancelled_caught
     [grandchild] = pids_in(text_of(updates.results[0]))
-    assert not alive(grandchild)
+    assert not procfs.alive(grandchild)
 
 
 # --- BashResult for the RPC bash command ----------------------------------------------------

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import procfs
 import pytest
 import trio
 from offline_rpc import LIMIT, OFFLINE, drain, spawn, tmpdir
@@ -39,33 +40,8 @@ GROUP_COMMAND = "echo $$ > shell.pid; sleep 300 & sleep 300; wait"
 ESCAPE_COMMAND = "setsid sleep 300 & echo $! > escaped.pid; sleep 300"
 
 
-def stat(pid: int) -> list[str] | None:
-    """``/proc/<pid>/stat`` after the command name (state, ppid, pgrp, ...)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rpartition(")")[2].split()
-
-
-def is_gone(pid: int) -> bool:
-    """Not running: no such process, or a zombie (which runs nothing and holds nothing)."""
-    fields = stat(pid)
-    return fields is None or fields[0] in ("Z", "X")
-
-
 def leads_a_session(pid: int) -> bool:
-    fields = stat(pid)
-    return fields is not None and int(fields[3]) == pid
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := stat(int(name))) is not None \
-                and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(name))
-    return members
+    return (found := procfs.stat(pid)) is not None and found.session == pid
 
 
 def pid_in(path: Path) -> int | None:
@@ -85,9 +61,9 @@ async def read_pid(path: Path) -> int:
 
 async def wait_gone(pid: int, seconds: float) -> bool:
     with trio.move_on_after(seconds):
-        while not is_gone(pid):  # noqa: ASYNC110 (not our child: nothing to wait on)
+        while procfs.alive(pid):  # noqa: ASYNC110 (not our child: nothing to wait on)
             await trio.sleep(0.01)
-    return is_gone(pid)
+    return not procfs.alive(pid)
 
 
 @asynccontextmanager
@@ -98,7 +74,7 @@ async def watched(tmp_path: Path) -> AsyncIterator[list[int]]:
         yield found
     finally:
         for pid in found:
-            if not is_gone(pid):
+            if procfs.alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -106,14 +82,14 @@ async def start_children(tmp_path: Path, found: list[int]) -> list[int]:
     """Wait for ``GROUP_COMMAND``'s three processes; returns (and records) their pids."""
     shell = await read_pid(tmp_path / "shell.pid")
     found.append(shell)
-    while len(members := group_members(shell)) < 3:  # noqa: ASYNC110
+    while len(members := procfs.group_members(shell)) < 3:  # noqa: ASYNC110
         await trio.sleep(0.02)
     found.extend(members)
     return members
 
 
 def assert_all_gone(pids: list[int]) -> None:
-    survivors = [pid for pid in pids if not is_gone(pid)]
+    survivors = [pid for pid in pids if procfs.alive(pid)]
     assert survivors == [], f"processes outlived the server: {survivors}"
 
 
@@ -283,7 +259,7 @@ async def test_one_shot_ends_what_its_tools_left_behind(tmp_path: Path) -> None:
             escaped = await read_pid(tmp_path / "escaped.pid")
             found.append(escaped)
             assert result.returncode == 0
-            assert is_gone(escaped)
+            assert not procfs.alive(escaped)
 
 
 # --- one-shot modes ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import procfs
 import pytest
 import trio
 from agent_helpers import (
@@ -61,20 +62,6 @@ def zero_device(path: Path) -> Path:
 
 def temp_files(directory: Path, prefix: str) -> list[Path]:
     return list(directory.glob(f"{prefix}*"))
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time the process has used so far (user + system)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident memory (``VmHWM``), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 # --- omp.files -------------------------------------------------------------------------------
@@ -176,7 +163,7 @@ async def test_switch_session_refuses_special_files_at_once(tmp_path: Path) -> N
             assert after["data"]["sessionFile"] == before["data"]["sessionFile"]
             assert (await request(client, "get_messages"))[0]["data"] == messages["data"]
             assert len(messages["data"]["messages"]) == 2
-            assert peak_rss_mb(client.pid or 0) < 400
+            assert procfs.peak_rss_mb(client.pid or 0) < 400
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
@@ -197,7 +184,7 @@ async def test_open_session_and_continue_skip_special_files(tmp_path: Path,
             assert response["data"]["resumed"] is False
             assert Path(response["data"]["sessionFile"]).parent == directory
             assert took < ANSWERED
-            assert peak_rss_mb(client.pid or 0) < 400
+            assert procfs.peak_rss_mb(client.pid or 0) < 400
 
         async with RpcClient.spawn(
                 args=["--mode", "rpc", "--model", "offline/echo", "--continue",
@@ -205,7 +192,7 @@ async def test_open_session_and_continue_skip_special_files(tmp_path: Path,
                 max_buffered_events=math.inf) as client:
             state, _ = await request(client, "get_state")
             assert state["data"]["messageCount"] == 0
-            assert peak_rss_mb(client.pid or 0) < 400
+            assert procfs.peak_rss_mb(client.pid or 0) < 400
 
 
 async def test_export_html_replaces_only_a_regular_file_and_writes_it_private(
@@ -297,9 +284,9 @@ async def test_abort_during_a_long_read_is_answered_at_once(tmp_path: Path,
             took = await abort_while_running(agent)
             state = await agent.data("get_state")
             await trio.sleep(0.2)  # the thread's chunk in progress
-            before = cpu_seconds(agent.pid)
+            before = procfs.cpu_seconds(agent.pid)
             await trio.sleep(1)
-            busy = cpu_seconds(agent.pid) - before
+            busy = procfs.cpu_seconds(agent.pid) - before
     print(f"abort during a 2 GiB read answered in {took * 1000:.1f} ms")
     assert took < ABORT_LATENCY
     assert state["isStreaming"] is False
@@ -346,12 +333,6 @@ async def test_stdin_eof_during_a_long_read_ends_the_process(tmp_path: Path,
 # --- grep through the process ----------------------------------------------------------------
 
 
-def reset_peak_rss(pid: int) -> float:
-    """Start ``VmHWM`` afresh at the current resident size (``clear_refs`` 5); that size, MiB."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return peak_rss_mb(pid)
-
-
 async def test_grep_refuses_a_fifo_and_a_device(tmp_path: Path, isolated_agent_dir: Path) -> None:
     """Before: rg waited for a FIFO's writer, or read ``/dev/zero``, until the run was aborted."""
     os.mkfifo(tmp_path / "pipe")
@@ -388,14 +369,14 @@ async def test_grep_over_a_10_mib_single_line(tmp_path: Path, isolated_agent_dir
             # The first grep loads the tool and what it imports; the second is measured.
             await agent.send("prompt", message="warm up")
             await agent.until_settled()
-            before = reset_peak_rss(agent.pid)
+            before = procfs.reset_peak_rss(agent.pid)
             await agent.send("prompt", message="search the long line")
             await agent.until(lambda f: f["type"] == "tool_execution_start")
             started = time.monotonic()
             end = (await agent.until(lambda f: f["type"] == "tool_execution_end"))[-1]
             took = time.monotonic() - started
             await agent.until_settled()
-            growth = peak_rss_mb(agent.pid) - before
+            growth = procfs.peak_rss_mb(agent.pid) - before
     print(f"grep over a 10 MiB line: {took:.2f} s, peak RSS +{growth:.1f} MiB")
     text = tool_result_text(end["result"])
     assert text.startswith("one-line.txt:1: " + "a" * 500 + "... [truncated]\n\n")

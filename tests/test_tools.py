@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import procfs
 import pytest
 import trio
 from hypothesis import given, settings
@@ -867,18 +868,7 @@ async def test_find_nothing_and_errors(ctx: ToolContext) -> None:
 
 def processes_with(token: str) -> list[int]:
     """Live (not zombie) processes whose command line holds ``token``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        if token.encode() in cmdline and stat.rpartition(")")[2].split()[0] != "Z":
-            found.append(int(name))
-    return found
+    return [p.pid for p in procfs.processes() if p.live and token.encode() in procfs.cmdline(p.pid)]
 
 
 @pytest.fixture
