@@ -190,7 +190,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
         if self._closing:
             return
         if self._run is not None:
-            self.agent.steering.append(message)  # not queue_steering: an aside, no interrupt
+            self.agent.queue_aside(message)  # joins at the next boundary, interrupts nothing
         elif self._nursery is not None:
             self.start_run([message])
 
@@ -338,8 +338,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
         their results dropped."""
         self.cancel_jobs()
         await self.abort()
-        self.agent.steering.clear()
-        self.agent.follow_ups.clear()
+        self.agent.clear_queues()
         self._deferred.clear()
         self._publish_all(self.settlement.abort_all(self.activity))
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import OnUpdate, Tier, Tool, ToolContext, ToolResult
+import trio
+
+from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
 from .specs import SPECS, WEB_SPECS, ToolSpec
 from .todo_state import TodoState
 
@@ -38,9 +40,8 @@ class LazyTool(Tool):
     def parameters(self) -> dict[str, Any]:
         return self._spec.parameters
 
-    @property
-    def read_only(self) -> bool:
-        return self._spec.read_only
+    def concurrency(self, args: dict[str, Any]) -> Concurrency:
+        return concurrency_of(self._spec.concurrency, args)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return self._spec.approval
@@ -58,9 +59,10 @@ class LazyTool(Tool):
         return dict(self.implementation.prepare_arguments(args))
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """The implementation's ``execute``; cancellation behaves as it documents."""
-        return await self.implementation.execute(call_id, args, on_update=on_update)
+        return await self.implementation.execute(call_id, args, on_update=on_update,
+                                                 steered=steered)
 
 
 def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]:

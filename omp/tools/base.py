@@ -1,10 +1,14 @@
 """The Tool protocol: what the agent loop runs when the model calls a tool.
 
 A tool is an instance of a ``Tool`` subclass: a name, a label for humans, a description and a
-JSON-schema ``parameters`` object for the model, ``read_only`` (read-only calls of one assistant
-message run concurrently; the others one at a time, in call order), and ``execute``; and, with
-defaults, what a tool may add to how the loop handles its calls (``lenient_arguments``,
+JSON-schema ``parameters`` object for the model, and ``execute``; and, with defaults, what a tool
+may add to how the loop handles its calls (``concurrency``, ``lenient_arguments``,
 ``abort_text``, ``prepare_arguments``, ``open_call``, ``approval_tier``).
+
+``concurrency`` is the original's scheduling mode of a call (``omp.agent.loop`` applies it):
+``shared`` (the default) runs beside the other calls of its batch; ``exclusive`` waits for every
+call before it and holds back every call after it. A tool declares it per call, from the call's
+arguments (``bash`` is exclusive only with ``pty``).
 
 The loop validates the arguments against ``parameters`` before ``execute`` runs, so a tool gets
 a dict that matches its schema. A tool reports failure by raising ``ToolError`` (its message is
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
+import trio
 
 from ..protocol.messages import ImageContent, TextContent
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
@@ -54,6 +59,18 @@ OnUpdate = Callable[[ToolResult], Awaitable[None]]
 """Streams a partial result (``tool_execution_update``); awaiting it may wait for the host."""
 
 
+Concurrency = Literal["shared", "exclusive"]
+"""How a call runs beside the other calls of its batch (``Tool.concurrency``)."""
+ConcurrencyRule = Concurrency | Callable[[dict[str, Any]], Concurrency]
+"""A tool's declared mode: one for every call, or a function of the call's arguments."""
+
+
+def concurrency_of(rule: ConcurrencyRule, args: dict[str, Any]) -> Concurrency:
+    """The mode ``rule`` gives a call with ``args`` (a rule's exception propagates: the loop
+    then runs the call ``exclusive``, the safe mode, as the original does)."""
+    return rule(args) if callable(rule) else rule
+
+
 Tier = Literal["read", "write", "exec"]
 """How much a call may change (omp-surface C.2): which approval mode runs it without asking
 (``always-ask``: ``read``; ``write``: ``read`` and ``write``; ``yolo``: all)."""
@@ -72,12 +89,13 @@ class Tool(Protocol):
     @property
     def parameters(self) -> dict[str, Any]: ...
 
-    @property
-    def read_only(self) -> bool: ...
-
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Run the call. Raises ToolError for failures the model should see.
+
+        ``steered`` is set once the user steers while the call's batch runs (``interruptMode:
+        immediate``): a tool that can hand its work to the background without losing it
+        (``bash``: its command becomes a background job) returns early; any other ignores it.
 
         On cancellation (abort), stops at once, cleans up (kills and waits for any subprocess)
         and lets ``Cancelled`` propagate.
@@ -86,6 +104,11 @@ class Tool(Protocol):
 
     # What a tool may add to the loop's handling of its calls. Every tool class subclasses
     # ``Tool`` and so has these defaults; a tool that needs one overrides it.
+
+    def concurrency(self, args: dict[str, Any]) -> Concurrency:
+        """How the call with ``args`` (as prepared) runs beside the other calls of its batch;
+        undeclared: ``shared``."""
+        return "shared"
 
     lenient_arguments: bool = False
     """True: the loop does not hold the call to ``parameters`` (the tool checks its own

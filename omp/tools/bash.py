@@ -80,7 +80,7 @@ class BashTool(SpecifiedTool):
     spec = SPECS['bash']
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Run the command in the session cwd, streaming its output (middle-elided when long).
 
         On cancellation (abort) the command's process group is killed and waited for, no
