@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import msgspec
 import trio
@@ -269,6 +269,75 @@ URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 """A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
 
 
+JobStatus = Literal["completed", "failed", "cancelled"]
+T = TypeVar("T")
+T_in = TypeVar("T_in", contravariant=True)
+
+
+class JobRefused(Exception):
+    """Nothing could become a background job: ``async.maxJobs`` jobs run, or the session is
+    closing. The message says which (the original's words for the limit)."""
+
+
+class Settled(msgspec.Struct, frozen=True):
+    """How a background job ended: what the model is told of it."""
+
+    text: str
+    status: JobStatus = "completed"
+    duration_ms: float = 0.0
+    output_file: Path | None = None
+    """The file that keeps the job's whole output (a command's): the delivery names it."""
+
+
+class HandOff(Protocol[T_in]):
+    """How work started with ``BackgroundJobs.hand_off`` decides, once, where it ends."""
+
+    def finish(self, value: T_in) -> None:
+        """It ended inside the call: ``hand_off`` returns ``value``; the work returns now."""
+
+    def background(self, type: str, label: str, value: Callable[[str], T_in]) -> bool:
+        """It leaves the call as a new job: ``hand_off`` returns ``value(job id)``, and the
+        work goes on as the job (what it returns is delivered). False, and nothing changed,
+        when no job can start now (``JobRefused``)."""
+        ...
+
+
+class BackgroundJobs(Protocol):
+    """A session's background jobs as a tool uses them (``omp.session.jobs.Jobs``): each job
+    outlives the call that started it (not an ``abort``; a session change and the close cancel
+    it) and what it returns is delivered to the model once, when it ends."""
+
+    @property
+    def async_enabled(self) -> bool:
+        """``async.enabled``: a call may ask for a job outright (``bash`` ``async: true``)."""
+        ...
+
+    def auto_background_after(self) -> float | None:
+        """``bash.autoBackground``: seconds a command may run in its call before it becomes a
+        job (0: at once); None when off."""
+        ...
+
+    @property
+    def at_capacity(self) -> bool:
+        """``async.maxJobs`` jobs run: no other can start now."""
+        ...
+
+    def launch(self, type: str, label: str,
+               work: Callable[[], Awaitable[Settled | None]]) -> str:
+        """Run ``work`` as a new job now; returns its id. ``work`` must not raise. Raises
+        JobRefused."""
+        ...
+
+    async def hand_off(self, work: Callable[[HandOff[T]], Awaitable[Settled | None]]) -> T:
+        """Run ``work`` under the caller until it calls ``finish`` or ``background`` (see
+        ``HandOff``) and return the value it gave. Its exception before that is raised here;
+        it must not raise after ``background``. Raises JobRefused when the session is closing.
+
+        On cancellation before ``background`` the work is cancelled with the caller;
+        afterwards it is not."""
+        ...
+
+
 class ToolContext(msgspec.Struct, eq=False):
     """What built-in tools share: where relative paths resolve, who serves host URLs, and
     the web tools' network access."""
@@ -291,6 +360,9 @@ class ToolContext(msgspec.Struct, eq=False):
     terminals: EditorTerminals | None = None
     """The editor's terminals (ACP mode, when the client offers ``terminal``): ``bash`` runs
     its commands there; None: local processes."""
+    jobs: BackgroundJobs | None = None
+    """The session's background jobs (a main session's, set by the session): ``bash`` moves
+    long commands there; None (a subagent): every command runs in its call."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""
