@@ -2,8 +2,9 @@
 
 The calls of one assistant message run by the original's rule: ``shared`` calls together, an
 ``exclusive`` one after every call before it and before every call after it; their frames come
-in the order they start and end; an abort ends each once and leaves no process. Commands wait
-for files the test creates, so what a test asserts is an order of events, never a duration.
+in the order they start and end; an abort ends each once and leaves no process; a steer moves a
+running command to the background at once. Commands wait for files the test creates, so what a
+test asserts is an order of events, never a duration.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agent_helpers import (
     check_message_ids,
     child_pids,
     index_of,
+    kinds,
     of_type,
     open_agent,
     request_messages,
@@ -29,6 +31,8 @@ from agent_helpers import (
 )
 
 TEST_TIMEOUT = 60
+BACKGROUNDED_EARLY = ("Backgrounded early to handle an incoming message; the command keeps "
+                      "running.")
 
 
 def gated(name: str, then: str = "") -> str:
@@ -196,3 +200,98 @@ async def test_abort_during_a_batch_ends_every_call_once_and_leaves_no_process(
     assert not (tmp_path / "w.txt").exists()
     (result,) = [f for f in of_type(frames, "prompt_result") if f.get("id") == "p1"]
     assert result["status"] == "aborted"
+
+
+async def test_a_steer_moves_a_running_command_to_the_background(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    # interruptMode immediate (the default). The call answers at once, with the original's
+    # texts, while its command still runs; the steer reaches the model; the command's output
+    # comes later, delivered on its own.
+    script = [
+        tools_reply(tool_call("slow", "bash", {"command": "echo early output; " + gated("s")}),
+                    tool_call("sib", "bash", {"command": "echo sibling"})),
+        text_reply("Changed course."),
+        {"match": {"bodyContains": "Background job bg_1"}, **text_reply("Saw the output.")},
+    ]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Run it", id="p1")
+            pid = await pid_of(tmp_path / "s.pid")
+            # The sibling has ended (else it would move to the background too, as bg_1).
+            await agent.until(lambda f: f["type"] == "tool_execution_end"
+                              and f["toolCallId"] == "sib")
+            if not any(f["type"] == "tool_execution_update"
+                       and "early output" in tool_result_text(f["partialResult"])
+                       for f in agent.frames):
+                await agent.until(lambda f: f["type"] == "tool_execution_update"
+                                  and "early output" in tool_result_text(f["partialResult"]))
+            await agent.send("steer", message="Stop, do something else")
+            await agent.until(lambda f: f["type"] == "tool_execution_end"
+                              and f["toolCallId"] == "slow")
+            # The answer came while the command still runs (it waits for s.go).
+            assert not dead(pid)
+            first_end = await agent.until(lambda f: f["type"] == "agent_end")
+            assert first_end[-1]["isTerminal"] is False  # the job will wake the session
+            assert not dead(pid)
+            (tmp_path / "s.go").touch()
+            await agent.until_settled()
+            frames = agent.frames
+            third_request = request_messages(agent.fake, 2)
+            assert child_pids(agent.pid) == []
+
+    assert_tool_calls_paired(frames)
+    check_message_ids(frames)
+    results = results_by_id(frames)
+    answer = tool_result_text(results["slow"])
+    assert answer == ("early output\n\n" + BACKGROUNDED_EARLY + "\n\n"
+                      "Backgrounded as job bg_1; result will be delivered automatically.")
+    assert results["slow"]["isError"] is False
+    assert results["slow"]["details"]["async"] == {"state": "running", "jobId": "bg_1",
+                                                   "type": "bash"}
+    assert tool_result_text(results["sib"]) == "sibling\n"  # not skipped
+    # The steer enters right after the batch, before the next assistant message.
+    first_turn_end = index_of(frames, lambda f: f["type"] == "turn_end")
+    assert kinds(frames[first_turn_end + 1:first_turn_end + 4]) == [
+        "turn_start", "message_start:user", "message_end:user"]
+    # The job's output arrives later, as its own delivery, once.
+    deliveries = [f["message"] for f in of_type(frames, "message_end")
+                  if f["message"]["role"] == "custom"
+                  and f["message"]["customType"] == "async-result"]
+    (delivery,) = deliveries
+    assert delivery["content"].startswith(
+        "<system-notice>\nBackground job bg_1 has completed. Resume your work using the "
+        "result below.\nearly output\ns done\n")
+    output_file = results["slow"]["details"]["fullOutputPath"]
+    assert f"Full output: {output_file}" in delivery["content"]
+    assert await trio.Path(output_file).read_text() == "early output\ns done\n"
+    assert delivery["details"]["jobs"][0]["jobId"] == "bg_1"
+    assert delivery["details"]["jobs"][0]["type"] == "bash"
+    assert index_of(frames, lambda f: f is first_end[-1]) < index_of(
+        frames, lambda f: f["type"] == "message_end" and f["message"] is delivery)
+    assert "s done" in str(third_request[-1]["content"])
+
+
+async def test_a_command_past_the_threshold_becomes_a_job(tmp_path: Path,
+                                                         isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text(
+        "bash:\n  autoBackground:\n    thresholdMs: 200\n")
+    script = [tools_reply(tool_call("slow", "bash", {"command": gated("s")})),
+              text_reply("It runs in the background."),
+              {"match": {"bodyContains": "Background job bg_1"}, **text_reply("Done now.")}]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Run it", id="p1")
+            pid = await pid_of(tmp_path / "s.pid")
+            await agent.until(lambda f: f["type"] == "tool_execution_end")
+            assert not dead(pid)  # it answered while the command runs
+            await agent.until(lambda f: f["type"] == "agent_end")
+            (tmp_path / "s.go").touch()
+            await agent.until_settled()
+            frames = agent.frames
+
+    results = results_by_id(frames)
+    assert tool_result_text(results["slow"]) == (
+        "Backgrounded as job bg_1; result will be delivered automatically.")
+    (delivery,) = [f["message"] for f in of_type(frames, "message_end")
+                   if f["message"]["role"] == "custom"]
+    assert "s done" in delivery["content"]

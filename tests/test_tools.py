@@ -1080,6 +1080,10 @@ def test_names_and_concurrency(ctx: ToolContext) -> None:
     bash = offered["bash"]
     assert bash.concurrency({"command": "ls", "pty": True}) == "exclusive"
     assert bash.concurrency({"command": "ls", "pty": False}) == "shared"
+    # ``async`` is offered only where commands can become background jobs.
+    assert "async" not in bash.parameters["properties"]
+    background = {t.name: t for t in default_tools(ctx, background=True)}["bash"]
+    assert background.parameters["properties"]["async"]["type"] == "boolean"
     for tool in all_tools(ctx):
         summary, _, details = tool.description.partition("\n\n")
         assert summary, tool.name

@@ -8,7 +8,7 @@ from typing import Any
 import trio
 
 from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
-from .specs import SPECS, WEB_SPECS, ToolSpec
+from .specs import SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
 
 
@@ -100,11 +100,13 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
     return load
 
 
-def default_tools(ctx: ToolContext, todos: TodoState | None = None) -> list[Tool]:
+def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
+                  background: bool = False) -> list[Tool]:
     """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
-    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``)."""
+    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``). With
+    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``."""
     state = TodoState() if todos is None else todos
-    specs = list(SPECS.items())
+    specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
     if ctx.web is not None and ctx.web.enabled:
         specs += WEB_SPECS.items()
     return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]

@@ -168,6 +168,8 @@ class ShellRun:
     _spill_failed: bool = attrs.field(default=False, init=False)
     _spill_fd: int | None = attrs.field(default=None, init=False)
     _spill_path: Path | None = attrs.field(default=None, init=False)
+    _spill_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    """One writer of the spill file at a time (the pump, and ``keep_output``)."""
     _result: ShellResult | None = attrs.field(default=None, init=False)
 
     @_elider.default
@@ -307,24 +309,43 @@ class ShellRun:
                 self._spilling = True
         return self._decoder.decode(data) if self.on_output is not None else ""
 
-    async def _flush_spill(self) -> None:
-        """Write what the spill file lacks. The thread calls are not cancellable, and the buffer
-        is only cleared after a write completed, so the file always ends up complete."""
-        if not self._spilling or not self._unspilled:
+    async def keep_output(self) -> Path | None:
+        """From now on keep the whole output in the spill file, what was read so far
+        included, as for an output over ``max_bytes`` (a command that becomes a background
+        job); returns the file's path, None when no temp file can be made. On cancellation
+        the file may not exist yet (if it does, the run still closes it)."""
+        self._spilling = not self._spill_failed
+        await self._flush_spill(create=True)
+        return self._spill_path
+
+    async def _flush_spill(self, *, create: bool = False) -> None:
+        """Write what the spill file lacks (``create``: make the file even with nothing to
+        write). The thread calls are not cancellable, and the buffer is only cleared after a
+        write completed, so the file always ends up complete."""
+        if not self._spilling or not (self._unspilled or create):
             return
-        if self._spill_fd is None:
-            try:
-                self._spill_fd, self._spill_path = await trio.to_thread.run_sync(
-                    _create_spill_file)
-            except OSError:  # no usable temp dir: show the tail without the full copy
-                self._spilling, self._spill_failed = False, True
-                self._unspilled.clear()
-                return
-        chunk, fd = bytes(self._unspilled), self._spill_fd
-        assert fd is not None
-        with contextlib.suppress(OSError):  # disk full: the file keeps what fit
-            await trio.to_thread.run_sync(_write_all, fd, chunk)
-        del self._unspilled[:len(chunk)]
+        async with self._spill_lock:  # the pump and ``keep_output`` may both get here
+            if self._result is not None:
+                return  # the run has ended (and closed the file)
+            if self._spill_fd is None:
+                try:
+                    fd, path = await trio.to_thread.run_sync(_create_spill_file)
+                except OSError:  # no usable temp dir: show the tail without the full copy
+                    self._spilling, self._spill_failed = False, True
+                    self._unspilled.clear()
+                    return
+                self._spill_fd, self._spill_path = fd, path
+                if self._result is not None:  # it ended meanwhile, without this file
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        path.unlink()  # (rare: not worth a thread)
+                    self._spill_fd = self._spill_path = None
+                    return
+            chunk, fd = bytes(self._unspilled), self._spill_fd
+            if chunk:
+                with contextlib.suppress(OSError):  # disk full: the file keeps what fit
+                    await trio.to_thread.run_sync(_write_all, fd, chunk)
+                del self._unspilled[:len(chunk)]
 
     def _finish(self, proc: trio.Process | None) -> None:
         if self._spill_fd is not None:

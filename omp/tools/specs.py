@@ -296,3 +296,24 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
          'required': ['query']}),
 ]}
 
+
+BACKGROUND_NOTE = (' Commands run beside the other calls of the same message. A command still '
+                   'running after a while (or when the user sends a message) becomes a '
+                   'background job; `async: true` makes it one at once. A job\'s output is '
+                   'delivered to you when it ends: do not poll for it.')
+
+
+def bash_spec(*, background: bool) -> ToolSpec:
+    """``bash`` as a session offers it: with the ``async`` argument (and a word on background
+    jobs) when the session runs commands as background jobs, as the original offers it only
+    when ``async.enabled``."""
+    spec = SPECS['bash']
+    if not background:
+        return spec
+    properties = {**spec.parameters['properties'], 'async': {
+        'type': 'boolean',
+        'description': 'Start the command as a background job: the call returns at once and '
+                       'the output is delivered when the command ends'}}
+    return msgspec.structs.replace(
+        spec, description=spec.description + BACKGROUND_NOTE,
+        parameters={**spec.parameters, 'properties': properties})
