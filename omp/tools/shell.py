@@ -8,7 +8,9 @@ streamed to ``on_output``. What is kept in memory is bounded: the first bytes an
 (``truncate.MiddleElider``). An output over ``max_bytes`` is shown as its head and its tail with
 the middle elided (``truncate`` describes the windows and the marker line), and the FULL raw
 output is also written to a private temp file (``omp-bash-<16 hex>.log``, mode 0600), which is
-named in the results (``full_output_path``) and left for the model or the host to read.
+named in the results (``full_output_path``) and left for the model or the host to read. A
+command that becomes a background job keeps its whole output in that file from then on,
+whatever its length (``ShellRun.keep_output``).
 
 No process outlives its command: when the shell exits, whatever it left running in its group
 (``sleep 100 &``) is killed; on timeout or cancellation the whole group is killed. Killing is
