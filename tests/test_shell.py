@@ -204,6 +204,12 @@ async def test_keep_output_spills_a_short_output_from_the_start(work: Path) -> N
     assert result.output == "before\nafter\n"  # shown as before: whole
     assert await run.keep_output() == kept  # once it ended, nothing more is made
     assert [p.name for p in kept.parent.iterdir()] == [kept.name]
+    kept.unlink()
+    # ``keep_whole``: from the start (a command started as a job).
+    with trio.fail_after(LIMIT):
+        whole = await ShellRun("echo hi", cwd=work, keep_whole=True).run()
+    assert whole.full_output_path is not None
+    assert whole.full_output_path.read_text() == "hi\n"
 
 
 async def test_elision_keeps_memory_bounded(work: Path) -> None:

@@ -167,11 +167,10 @@ class BashTool(SpecifiedTool):
             raise ToolError("Async bash execution is disabled. Enable async.enabled to use "
                             "async mode.")
         run = ShellRun(command, cwd=self.ctx.cwd, timeout=timeout,
-                       environment=self.ctx.environment)
+                       environment=self.ctx.environment, keep_whole=True)
 
         async def job() -> Settled:
             started = trio.current_time()
-            await run.keep_output()
             try:
                 await run.run()
             except ShellSpawnError as exc:

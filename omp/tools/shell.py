@@ -10,7 +10,7 @@ the middle elided (``truncate`` describes the windows and the marker line), and 
 output is also written to a private temp file (``omp-bash-<16 hex>.log``, mode 0600), which is
 named in the results (``full_output_path``) and left for the model or the host to read. A
 command that becomes a background job keeps its whole output in that file from then on,
-whatever its length (``ShellRun.keep_output``).
+whatever its length (``ShellRun.keep_output``; ``keep_whole``: from the start).
 
 No process outlives its command: when the shell exits, whatever it left running in its group
 (``sleep 100 &``) is killed; on timeout or cancellation the whole group is killed. Killing is
@@ -148,6 +148,9 @@ class ShellRun:
     """Of ``max_bytes``, the window shown from the start of an elided output."""
     environment: EnvironmentPolicy = DEFAULT_POLICY
     """What the command inherits (a session's: ``ToolContext.environment``)."""
+    keep_whole: bool = False
+    """Keep the whole output in the spill file from the start, however short (a command that
+    starts as a background job); ``keep_output`` does the same from its call on."""
 
     pid: int | None = attrs.field(default=None, init=False)
     """The shell's pid, which is also its process group id; set once it has started."""
@@ -166,13 +169,17 @@ class ShellRun:
         factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"), init=False)
     _elider: MiddleElider = attrs.field(init=False)
     _unspilled: bytearray = attrs.field(factory=bytearray, init=False)
-    _spilling: bool = attrs.field(default=False, init=False)
+    _spilling: bool = attrs.field(init=False)
     _spill_failed: bool = attrs.field(default=False, init=False)
     _spill_fd: int | None = attrs.field(default=None, init=False)
     _spill_path: Path | None = attrs.field(default=None, init=False)
     _spill_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     """One writer of the spill file at a time (the pump, and ``keep_output``)."""
     _result: ShellResult | None = attrs.field(default=None, init=False)
+
+    @_spilling.default
+    def _spill_from_start(self) -> bool:
+        return self.keep_whole
 
     @_elider.default
     def _make_elider(self) -> MiddleElider:
