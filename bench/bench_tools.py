@@ -12,6 +12,10 @@ Prints:
      timed from `tool_execution_start` to `tool_execution_end` and from the prompt to its
      `prompt_result`), beside ripgrep itself on the same tree as the floor (median of --runs
      each). No target was set; the overhead over the floor is printed.
+  3. a batch of 8 shared `bash` calls, `sleep 0.2` each (`--batch` sets the count), made by the
+     offline model in one message: from the first `tool_execution_start` to the last
+     `tool_execution_end` (median of --runs). The calls run together (issue 33), so the batch
+     takes about one command, not eight. Target: <= 0.35 s.
 
 The omp processes run with `--no-session` in the environment of `isolation.isolated_env`: agent
 directory, HOME and TMPDIR (where the bash executor spills long output) in the benchmark's own
@@ -44,6 +48,7 @@ from omp.tools.grep import ripgrep_path
 
 OFFLINE = ("--mode", "rpc", "--no-session", "--model", "offline/echo")
 RSS_GROWTH_TARGET_MIB = 20
+BATCH_TARGET_S = 0.35
 MIB = 1024 * 1024
 
 
@@ -175,19 +180,54 @@ async def bench_grep(workdir: Path, runs: int, dirs: int) -> None:
     print(f"   prompt -> result    {whole * 1000:8.1f} ms  (two offline model turns included)")
 
 
+# --- 3. a batch of shared calls -------------------------------------------------------------
+
+
+async def bench_batch(workdir: Path, runs: int, calls: int) -> None:
+    directive = " ".join(f"[[tool bash {json.dumps({'command': 'sleep 0.2'})}]]"
+                         for _ in range(calls))
+    spans: list[float] = []
+    async with spawn(workdir) as client:
+        for n in range(runs):
+            await client.call(cmd.Prompt(id=f"b{n}", message=directive))
+            first_start: float | None = None
+            last_end = 0.0
+            ends = 0
+            while True:
+                frame = as_dict(await client.events.receive())
+                if frame["type"] == "tool_execution_start" and first_start is None:
+                    first_start = time.perf_counter()
+                elif frame["type"] == "tool_execution_end":
+                    last_end = time.perf_counter()
+                    ends += 1
+                elif frame["type"] == "prompt_result" and frame.get("id") == f"b{n}":
+                    break
+            if first_start is None or ends != calls:
+                raise RuntimeError(f"the batch ended {ends} of {calls} calls")
+            spans.append(last_end - first_start)
+    span = statistics.median(spans)
+    verdict = "ok" if span <= BATCH_TARGET_S else "OVER TARGET"
+    print(f"3. a batch of {calls} shared bash calls, `sleep 0.2` each ({runs} runs, median)")
+    print(f"   first start -> last end  {span * 1000:8.1f} ms  (one after the other: "
+          f"{calls * 200} ms; target <= {BATCH_TARGET_S * 1000:.0f} ms: {verdict})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="grep repetitions (median)")
     parser.add_argument("--mb", type=int, default=100, help="MB the bash command prints")
     parser.add_argument("--dirs", type=int, default=100, help="directories of 100 files to grep")
+    parser.add_argument("--batch", type=int, default=8, help="shared bash calls in one batch")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
     try:
         (workdir / "bash").mkdir()
         (workdir / "grep").mkdir()
+        (workdir / "batch").mkdir()
         trio.run(bench_bash, workdir / "bash", args.mb)
         trio.run(bench_grep, workdir / "grep", args.runs, args.dirs)
+        trio.run(bench_batch, workdir / "batch", args.runs, args.batch)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

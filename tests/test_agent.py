@@ -154,15 +154,19 @@ async def test_two_tool_calls_are_paired_and_answered_in_a_second_turn(
     assert second["stopReason"] == "stop"
     assert assistant_text(second) == "Both files read."
 
+    # The results come in the order the calls ended (they run together): turn_end, the run's
+    # messages and the next request all have that order.
+    ended_order = [f["toolCallId"] for f in of_type(frames, "tool_execution_end")]
+    assert sorted(ended_order) == ["call_a", "call_b"]
     turn_end = of_type(frames, "turn_end")[0]
-    assert [r["toolCallId"] for r in turn_end["toolResults"]] == ["call_a", "call_b"]
+    assert [r["toolCallId"] for r in turn_end["toolResults"]] == ended_order
     assert turn_end["message"] == first
     by_id = results_for(frames)
     assert "alpha contents" in tool_result_text(by_id["call_a"])
     assert "beta contents" in tool_result_text(by_id["call_b"])
     assert not by_id["call_a"]["isError"]
     assert not by_id["call_b"]["isError"]
-    # read is read-only: both calls start before either ends (agent-core §2.5, omp).
+    # read is shared: both calls start before either ends (agent-core §2.5, omp).
     starts = [i for i, f in enumerate(frames) if f["type"] == "tool_execution_start"]
     ends = [i for i, f in enumerate(frames) if f["type"] == "tool_execution_end"]
     assert max(starts) < min(ends)
@@ -174,14 +178,14 @@ async def test_two_tool_calls_are_paired_and_answered_in_a_second_turn(
     (agent_end,) = of_type(frames, "agent_end")
     assert [m["role"] for m in agent_end["messages"]] == [
         "user", "assistant", "toolResult", "toolResult", "assistant"]
-    assert [m["toolCallId"] for m in agent_end["messages"][2:4]] == ["call_a", "call_b"]
+    assert [m["toolCallId"] for m in agent_end["messages"][2:4]] == ended_order
 
     # The second model call carries both results, paired with the calls by id.
     assert requests == 2
-    tool_messages = [m for m in second_request if m["role"] == "tool"]
-    assert [m["tool_call_id"] for m in tool_messages] == ["call_a", "call_b"]
-    assert "alpha contents" in str(tool_messages[0]["content"])
-    assert "beta contents" in str(tool_messages[1]["content"])
+    tool_messages = {m["tool_call_id"]: m for m in second_request if m["role"] == "tool"}
+    assert list(tool_messages) == ended_order
+    assert "alpha contents" in str(tool_messages["call_a"]["content"])
+    assert "beta contents" in str(tool_messages["call_b"]["content"])
     assistant_calls = next(m for m in second_request if m["role"] == "assistant")["tool_calls"]
     assert [c["id"] for c in assistant_calls] == ["call_a", "call_b"]
     assert last == {"text": "Both files read."}
@@ -189,10 +193,10 @@ async def test_two_tool_calls_are_paired_and_answered_in_a_second_turn(
     assert result["status"] == "completed"
 
 
-async def test_read_only_calls_end_in_completion_order_but_enter_context_in_call_order(
+async def test_shared_calls_end_and_enter_the_context_in_completion_order(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     # ``read`` of a host URL waits for the host's answer, so the test decides which of two
-    # concurrent read-only calls finishes first (the host answers the second one first).
+    # concurrent shared calls finishes first (the host answers the second one first).
     script = [
         tools_reply(tool_call("call_1", "read", {"path": "db://first"}),
                     tool_call("call_2", "read", {"path": "db://second"})),
@@ -222,20 +226,23 @@ async def test_read_only_calls_end_in_completion_order_but_enter_context_in_call
     assert_tool_calls_paired(frames)
     assert [f["toolCallId"] for f in of_type(frames, "tool_execution_end")] == [
         "call_2", "call_1"]
+    # As the original writes them: results in the order the calls ended, in the frames, in
+    # turn_end and in the context the next request carries.
     turn_end = of_type(frames, "turn_end")[0]
-    assert [r["toolCallId"] for r in turn_end["toolResults"]] == ["call_1", "call_2"]
-    assert "needle one" in tool_result_text(turn_end["toolResults"][0])
-    assert "needle two" in tool_result_text(turn_end["toolResults"][1])
+    assert [r["toolCallId"] for r in turn_end["toolResults"]] == ["call_2", "call_1"]
+    assert "needle two" in tool_result_text(turn_end["toolResults"][0])
+    assert "needle one" in tool_result_text(turn_end["toolResults"][1])
     assert [m["tool_call_id"] for m in second_request if m["role"] == "tool"] == [
-        "call_1", "call_2"]
+        "call_2", "call_1"]
 
 
 # --- scenario 3: steering during a slow tool ---------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["immediate", "wait"])
-async def test_steer_during_a_slow_tool(tmp_path: Path, isolated_agent_dir: Path,
-                                        mode: str) -> None:
+async def test_steer_during_a_slow_tool_in_wait_mode(tmp_path: Path,
+                                                    isolated_agent_dir: Path) -> None:
+    # ``interruptMode: wait``: the calls run to their ends and the steer waits for the batch.
+    # (``immediate``, where a running command moves to the background: test_tool_batches.py.)
     script = [
         tools_reply(tool_call("call_slow", "bash", {"command": "sleep 1; echo slow done"}),
                     tool_call("call_next", "bash", {"command": "echo ran > next.txt"})),
@@ -243,7 +250,7 @@ async def test_steer_during_a_slow_tool(tmp_path: Path, isolated_agent_dir: Path
     ]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
-            await agent.data("set_interrupt_mode", mode=mode)
+            await agent.data("set_interrupt_mode", mode="wait")
             await agent.send("prompt", message="Run both", id="p1")
             await agent.until(lambda f: f["type"] == "tool_execution_start"
                               and f["toolCallId"] == "call_slow")
@@ -259,13 +266,8 @@ async def test_steer_during_a_slow_tool(tmp_path: Path, isolated_agent_dir: Path
     assert prompt_results(frames, steer_id) == []  # steer never gets a prompt_result
     results = results_for(frames)
     assert tool_result_text(results["call_slow"]).strip() == "slow done"
-    if mode == "immediate":
-        assert tool_result_text(results["call_next"]) == "Skipped due to queued user message."
-        assert results["call_next"]["isError"] is True
-        assert not (tmp_path / "next.txt").exists()
-    else:
-        assert results["call_next"]["isError"] is False
-        assert (tmp_path / "next.txt").read_text() == "ran\n"
+    assert results["call_next"]["isError"] is False
+    assert (tmp_path / "next.txt").read_text() == "ran\n"
 
     # The steer enters the next turn: after turn_end, before the next assistant message.
     first_turn_end = index_of(frames, lambda f: f["type"] == "turn_end")

@@ -209,9 +209,11 @@ async def test_black_hole_hangs_connects() -> None:
 
 
 async def test_abort_while_a_tool_runs(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    # ``write`` is exclusive: it waits for the command, so the abort finds it not started.
     script = [tools_reply(tool_call("call_sleep", "bash",
                                     {"command": "echo $$ > pid.txt; exec sleep 30"}),
-                          tool_call("call_later", "bash", {"command": "touch later.txt"}))]
+                          tool_call("call_later", "write",
+                                    {"path": "later.txt", "content": "later"}))]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Sleep", id="p1")
@@ -241,7 +243,8 @@ async def test_abort_while_a_tool_runs(tmp_path: Path, isolated_agent_dir: Path)
     # one ended, and an error result.
     assert later_result["toolCallId"] == "call_later"
     assert later_result["isError"] is True
-    assert "not executed" in tool_result_text(later_result)
+    assert tool_result_text(later_result) == (
+        "Tool was not executed because the run was aborted: Interrupted by user.")
     assert not (tmp_path / "later.txt").exists()
     assert index_of(frames, lambda f: f["type"] == "tool_execution_start"
                     and f["toolCallId"] == "call_later") > index_of(
@@ -251,9 +254,9 @@ async def test_abort_while_a_tool_runs(tmp_path: Path, isolated_agent_dir: Path)
     assert the_prompt_result(frames, "p1")["status"] == "aborted"
 
 
-async def test_abort_while_two_read_only_tools_run(tmp_path: Path,
-                                                   isolated_agent_dir: Path) -> None:
-    # Two reads of host URLs the host never answers: read-only calls that run at once and take
+async def test_abort_while_two_shared_tools_run(tmp_path: Path,
+                                                isolated_agent_dir: Path) -> None:
+    # Two reads of host URLs the host never answers: shared calls that run at once and take
     # as long as the test wants. (A grep over a FIFO, the old way, is refused now; a grep over
     # a sparse terabyte fills the page cache and slows the tests after it.)
     script = [tools_reply(tool_call("call_1", "read", {"path": "db://one"}),

@@ -40,7 +40,7 @@ from omp.testing.fake_llm import FakeLLM
 LIMIT = 90
 """Seconds (real time) any one test may take."""
 DENIED = "Tool call denied by user: bash"
-NOT_EXECUTED = "Tool was not executed because the run was aborted."
+NOT_EXECUTED = "Tool was not executed because the run was aborted: Interrupted by user."
 
 
 @pytest.fixture
@@ -64,6 +64,15 @@ def tool_results(fake: FakeLLM, index: int) -> list[str]:
     """The tool results the model was sent in request ``index``."""
     messages = fake.requests[index].json()["messages"]
     return [str(m["content"]) for m in messages if m["role"] == "tool"]
+
+
+def tool_result_of(fake: FakeLLM, index: int, call_id: str) -> str:
+    """The result of call ``call_id`` the model was sent in request ``index`` (results come in
+    the order the calls ended)."""
+    messages = fake.requests[index].json()["messages"]
+    (found,) = [str(m["content"]) for m in messages
+                if m["role"] == "tool" and m["tool_call_id"] == call_id]
+    return found
 
 
 async def prompt(host: RawHost, message: str = "go", request_id: str = "p") -> None:
@@ -342,9 +351,10 @@ async def test_an_embedding_policy_function_replaces_the_dialog(
                 await prompt(host)
                 await host.until_type("prompt_result", id="p")
     assert not ui_requests(host.frames, "select")
-    assert [(r.tool_call_id, r.tool_name, r.tier, r.title) for r in asked] == [
-        ("y", "bash", "exec", "Allow tool: bash\nCommand: touch yes.txt"),
-        ("n", "bash", "exec", "Allow tool: bash\nCommand: touch no.txt")]
+    # (in either order: the two calls are shared, both are asked about at once)
+    assert sorted((r.tool_call_id, r.tool_name, r.tier, r.title) for r in asked) == [
+        ("n", "bash", "exec", "Allow tool: bash\nCommand: touch no.txt"),
+        ("y", "bash", "exec", "Allow tool: bash\nCommand: touch yes.txt")]
     assert (cwd / "yes.txt").exists()
     assert not (cwd / "no.txt").exists()
     ends = {e["toolCallId"]: e for e in of_type(host.frames, "tool_execution_end")}
@@ -518,7 +528,7 @@ async def test_a_critical_command_asks_despite_an_allow_policy(cwd: Path,
     assert len(ui_requests(host.frames, "select")) == 1
     assert (cwd / "plain.txt").exists()
     assert not (cwd / "flag.txt").exists()
-    assert tool_results(fake, 1)[1] == DENIED
+    assert tool_result_of(fake, 1, "c") == DENIED
     # yolo (the default): it runs unasked, as in the original.
     (isolated_agent_dir / "config.yml").write_text("")
     script = [tools_reply(tool_call("c", "bash", {"command": "echo reboot > flag.txt"})),
@@ -580,6 +590,7 @@ async def test_extensions_hear_of_each_call_that_asks(cwd: Path, tmp_path: Path,
                                                       isolated_agent_dir: Path) -> None:
     # always-ask: a read runs unasked (no events); each bash asks, and the extension hears of
     # it before the dialog and of the answer after it. Its "block" answer changes nothing.
+    # The two bash calls are shared: both dialogs are up at once.
     log = tmp_path / "events.jsonl"
     install_watcher(isolated_agent_dir, log)
     (cwd / "a.txt").write_text("hello")
@@ -591,12 +602,13 @@ async def test_extensions_hear_of_each_call_that_asks(cwd: Path, tmp_path: Path,
                                  "always-ask") as (_, host):
             session_id = await session_id_of(host)
             await prompt(host)
-            first = await host.ui_request("select")
-            at_first = watched(log)
-            await host.answer(first, value="Deny")
-            second = await host.ui_request("select")
-            at_second = watched(log)
-            await host.answer(second, value="Approve")
+            dialogs = {}
+            for _ in range(2):
+                request = await host.ui_request("select")
+                dialogs[request["title"].rpartition("touch ")[2]] = request
+            asked = watched(log)
+            await host.answer(dialogs["one.txt"], value="Deny")
+            await host.answer(dialogs["two.txt"], value="Approve")
             frames = await host.until_type("prompt_result", id="p")
     common = {"session_id": session_id, "tool_name": "bash", "approval_mode": "always-ask",
               "reason": None}
@@ -605,9 +617,13 @@ async def test_extensions_hear_of_each_call_that_asks(cwd: Path, tmp_path: Path,
                                               "reason": "denied by user", "approved": False})
     requested_2 = ("tool_approval_requested", {**common, "tool_call_id": "c2"})
     resolved_2 = ("tool_approval_resolved", {**common, "tool_call_id": "c2", "approved": True})
-    assert at_first == [requested_1]
-    assert at_second == [requested_1, resolved_1, requested_2]
-    assert watched(log) == [requested_1, resolved_1, requested_2, resolved_2]
+    # Each call is heard of before its dialog, and of its answer after it.
+    assert sorted(asked, key=str) == sorted([requested_1, requested_2], key=str)
+    events = watched(log)
+    assert sorted(events, key=str) == sorted([requested_1, resolved_1, requested_2,
+                                              resolved_2], key=str)
+    assert events.index(requested_1) < events.index(resolved_1)
+    assert events.index(requested_2) < events.index(resolved_2)
     assert not of_type(frames, "extension_error")
     assert not (cwd / "one.txt").exists()
     assert (cwd / "two.txt").exists()
@@ -707,6 +723,6 @@ async def test_an_extension_bash_is_judged_by_its_own_tier(tier: str, cwd: Path,
     assert (cwd / "crit.txt").exists()
     if tier == "read":
         assert not ui_requests(host.frames, "select")
-    else:
-        assert requests == ["Allow tool: bash\nCommand: touch denied.txt",
-                            "Allow tool: bash\nCommand: echo reboot; touch crit.txt"]
+    else:  # (in either order: the calls are shared, both dialogs are up at once)
+        assert sorted(requests) == ["Allow tool: bash\nCommand: echo reboot; touch crit.txt",
+                                    "Allow tool: bash\nCommand: touch denied.txt"]

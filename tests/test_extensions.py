@@ -41,6 +41,7 @@ from extension_helpers import (
 
 import omp
 from omp.extensions import ExtensionAPI, ExtensionContext
+from omp.extensions.api import Extension
 from omp.extensions.discovery import _group_may_be_declared, discover
 from omp.extensions.loader import load
 
@@ -1033,8 +1034,11 @@ async def test_the_model_calls_extension_tools(cwd: Path, isolated_agent_dir: Pa
             frames = await prompt(host, 'count [[tool word_count {"text": "one two three"}]] '
                                         'and [[tool failing {}]] and [[tool word_count {}]]')
     ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
-    first, second, third = (ends[f["toolCallId"]]
-                            for f in of_type(frames, "tool_execution_start"))
+    # In call order (the calls are shared: they start and end in whatever order they run).
+    (assistant, *_) = [f["message"] for f in of_type(frames, "message_end")
+                       if f["message"]["role"] == "assistant"]
+    first, second, third = (ends[b["id"]] for b in assistant["content"]
+                            if b["type"] == "toolCall")
     assert (first["toolName"], first["isError"], result_text(first)) == (
         "word_count", False, "3 words")
     assert first["result"]["details"] == {"words": 3, "cwd": str(cwd)}
@@ -1044,6 +1048,54 @@ async def test_the_model_calls_extension_tools(cwd: Path, isolated_agent_dir: Pa
     assert third["isError"] is True
     assert "text" in result_text(third)
     assert frames[-1]["status"] == "completed"
+
+
+MODES = '''
+import trio
+
+
+def setup(omp):
+    async def step(call_id, params, ctx, on_update):
+        await trio.sleep(0.05)  # long enough for a sibling that may run to start
+        return "stepped"
+
+    schema = {"type": "object", "properties": {"alone": {"type": "boolean"}}}
+    omp.register_tool("step", "Step", "One step.", schema, step, concurrency="exclusive")
+    omp.register_tool("hop", "Hop", "One hop.", schema, step,
+                      concurrency=lambda args: "exclusive" if args.get("alone") else "shared")
+'''
+
+
+async def test_an_extension_tool_declares_how_its_calls_run(cwd: Path,
+                                                          isolated_agent_dir: Path) -> None:
+    install(isolated_agent_dir, "modes", MODES)
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd) as host:
+            exclusive = await prompt(host, "[[tool step {}]] [[tool step {}]]", "p1")
+            shared = await prompt(host, "[[tool hop {}]] [[tool hop {}]]", "p2")
+            alone = await prompt(host, '[[tool hop {"alone": true}]] [[tool hop {}]]', "p3")
+
+    def order(frames: list[dict[str, Any]]) -> list[str]:
+        return [f["type"].removeprefix("tool_execution_") for f in frames
+                if f["type"] in ("tool_execution_start", "tool_execution_end")]
+
+    assert order(exclusive) == ["start", "end", "start", "end"]
+    assert order(shared) == ["start", "start", "end", "end"]
+    assert order(alone) == ["start", "end", "start", "end"]
+    for frames in (exclusive, shared, alone):
+        assert [result_text(f) for f in of_type(frames, "tool_execution_end")] == [
+            "stepped", "stepped"]
+
+
+def test_a_tool_concurrency_is_shared_exclusive_or_a_function() -> None:
+    api = ExtensionAPI(Extension("x.py", "x"))
+    with pytest.raises(ValueError, match='concurrency must be "shared", "exclusive"'):
+        api.register_tool("t", "T", "d", {"type": "object"}, _never,
+                          concurrency="parallel")  # type: ignore[arg-type]
+
+
+async def _never(call_id: str, params: dict[str, Any], ctx: Any, on_update: Any) -> str:
+    raise AssertionError("not called")
 
 
 async def test_tool_result_handlers_chain_and_tool_call_may_replace_input(

@@ -168,6 +168,38 @@ async def test_output_within_the_limit_is_whole_and_not_spilled(work: Path) -> N
     assert result.full_output_path is None
 
 
+async def test_keep_output_spills_a_short_output_from_the_start(work: Path) -> None:
+    # A command that becomes a background job: what it printed before and after is kept whole,
+    # however short, in a private file.
+    run = ShellRun("echo before; while [ ! -e go ]; do sleep 0.01; done; echo after", cwd=work)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            seen = trio.Event()
+
+            async def on_output(_: str) -> None:
+                seen.set()
+
+            run.on_output = on_output
+            nursery.start_soon(run.run)
+            await seen.wait()  # "before" was read
+            kept = await run.keep_output()
+            (work / "go").touch()
+    result = run.result()
+    assert kept is not None
+    assert result.full_output_path == kept
+    assert kept.read_text() == "before\nafter\n"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert result.output == "before\nafter\n"  # shown as before: whole
+    assert await run.keep_output() == kept  # once it ended, nothing more is made
+    assert [p.name for p in kept.parent.iterdir()] == [kept.name]
+    kept.unlink()
+    # ``keep_whole``: from the start (a command started as a job).
+    with trio.fail_after(LIMIT):
+        whole = await ShellRun("echo hi", cwd=work, keep_whole=True).run()
+    assert whole.full_output_path is not None
+    assert whole.full_output_path.read_text() == "hi\n"
+
+
 async def test_elision_keeps_memory_bounded(work: Path) -> None:
     # 3 MB of 100-byte lines with a 1000-byte budget (400 head, 600 tail): the spill file has
     # everything, the result whole lines at both ends

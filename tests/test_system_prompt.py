@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 from omp.session.system_prompt import (
     CONTEXT_FILE_MAX_BYTES,
@@ -30,10 +31,9 @@ class ReadTool(Tool):
     label: str = "Read"
     description: str = "Read file contents\n\nText files come back with line numbers."
     parameters: dict[str, Any] = attrs.field(factory=lambda: {"type": "object"})
-    read_only: bool = True
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         return ToolResult.text("contents")
 
 
@@ -43,10 +43,9 @@ class BashTool(Tool):
     label: str = "Bash"
     description: str = "  Execute bash commands (ls, grep, find, etc.)  \nOutput is truncated."
     parameters: dict[str, Any] = attrs.field(factory=lambda: {"type": "object"})
-    read_only: bool = False
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         return ToolResult.text("")
 
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from omp.protocol.commands import TodoItem, TodoPhase
 from omp.protocol.messages import ImageContent, TextContent
+from omp.tools import default_tools
 from omp.tools import read as read_module
 from omp.tools.base import Tool, ToolContext, ToolError, ToolResult
 from omp.tools.edit import EditTool
@@ -1058,9 +1059,22 @@ def test_schemas_are_the_specs(ctx: ToolContext) -> None:
     assert set(todo_schema["properties"]) == {"op", "list", "task", "phase", "items", "reason"}
 
 
-def test_names_and_read_only(ctx: ToolContext) -> None:
-    assert {t.name: t.read_only for t in all_tools(ctx)} == {
-        "read": True, "write": False, "ls": True, "find": True, "grep": True, "todo": False}
+def test_names_and_concurrency(ctx: ToolContext) -> None:
+    # The original's modes: what changes files or state runs alone, the rest side by side.
+    assert {t.name: t.concurrency({}) for t in all_tools(ctx)} == {
+        "read": "shared", "write": "exclusive", "ls": "shared", "find": "shared",
+        "grep": "shared", "todo": "exclusive"}
+    offered = {t.name: t for t in default_tools(ctx)}
+    assert {name: t.concurrency({}) for name, t in offered.items()} == {
+        "read": "shared", "bash": "shared", "edit": "exclusive", "write": "exclusive",
+        "grep": "shared", "find": "shared", "ls": "shared", "todo": "exclusive"}
+    bash = offered["bash"]
+    assert bash.concurrency({"command": "ls", "pty": True}) == "exclusive"
+    assert bash.concurrency({"command": "ls", "pty": False}) == "shared"
+    # ``async`` is offered only where commands can become background jobs.
+    assert "async" not in bash.parameters["properties"]
+    background = {t.name: t for t in default_tools(ctx, background=True)}["bash"]
+    assert background.parameters["properties"]["async"]["type"] == "boolean"
     for tool in all_tools(ctx):
         summary, _, details = tool.description.partition("\n\n")
         assert summary, tool.name

@@ -588,7 +588,9 @@ async def test_web_tools_through_the_rpc_process(tmp_path: Path, isolated_agent_
             await agent.send("prompt", message="Look it up", id="p1")
             frames = await agent.until_settled()
     (turn_end, _) = of_type(frames, "turn_end")
-    fetched, searched = turn_end["toolResults"]
+    # (shared calls: their results come in the order they ended)
+    results = {r["toolCallId"]: r for r in turn_end["toolResults"]}
+    fetched, searched = results["f1"], results["s1"]
     assert not fetched["isError"]
     assert not searched["isError"]
     assert tool_result_text(fetched).endswith("\n\n# Doc\n\nbody\n")

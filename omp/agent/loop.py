@@ -13,11 +13,23 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
   A turn whose model call failed ends the attempt (the saga decides what follows).
 * Tool calls: a call the approval ``gate`` denies by policy is refused before the extensions'
   ``tool_call`` hooks; arguments are validated against the tool's schema, then the gate decides
-  (it may ask the user) before the call is announced; read-only calls that
-  follow each other run concurrently, any other call runs alone, in call order. Frames of a call
-  (``tool_execution_end``, its toolResult ``message_start``/``message_end``) are written as it
-  completes; results enter the context in call order. With ``interruptMode: immediate``, once
-  steering is queued the calls not started yet are skipped.
+  (it may ask the user) before the call is announced.
+* The calls of one assistant message are one batch, scheduled by the original's rule: each
+  call is ``shared`` or ``exclusive`` (``Tool.concurrency`` of its prepared arguments; a rule
+  that raises counts as ``exclusive``). A shared call starts once every exclusive call before
+  it has ended; an exclusive call starts once every call before it has ended, and every call
+  after it waits for it. So consecutive shared calls run together, in one nursery owned by the
+  turn; each call runs in its own cancel scope, entered in the turn's ledger before its task
+  starts. ``tool_execution_start`` is written when a call starts; its ``tool_execution_end``
+  and toolResult ``message_start``/``message_end`` when it ends, so in the order the calls
+  end, which is also the order the results enter the context and ``turn_end.toolResults``;
+  the next model call has every result of the batch.
+* Steering during a batch (``interruptMode: immediate``): every call of the batch is given the
+  batch's ``steered`` event, set once a steering message is queued (asides, such as a
+  background job's delivered result, do not count). No call is skipped or cut for it: a tool
+  that can step aside does (``bash`` moves its running command to a background job and
+  answers at once), the others finish, and the message enters at the next turn boundary.
+  ``wait``: ``steered`` is never set.
 * A ``watch`` (TTSR rules) sees every streamed event as it is published; when it says so the
   model call is cut (a cancel scope of its own): the message ends ``aborted`` without its tool
   calls, its turn ends, the attempt ends, and the result's ``cut`` tells the run saga why.
@@ -30,9 +42,11 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
   ``Cancelled``. The loop keeps a ledger of what is open (the turn, the streaming message, the
   tool calls started and ended); after the scope has caught the cancellation, the caller calls
   ``close_open``, which writes the frames that close it, synchronously: the partial assistant
-  message ends ``aborted`` (half-streamed tool calls dropped), cancelled and unstarted calls get
-  error results, ``turn_end``; an abort during tools adds a turn with an empty aborted assistant
-  message, so the run always ends with the aborted assistant message (rpc-behavior §4.3).
+  message ends ``aborted`` (half-streamed tool calls dropped), each call of the batch that had
+  not ended gets exactly one end (a running one its abort result, one not yet started the
+  original's "not executed" result), ``turn_end``; an abort during tools adds a turn with an
+  empty aborted assistant message, so the run always ends with the aborted assistant message
+  (rpc-behavior §4.3).
 """
 
 from __future__ import annotations
@@ -54,11 +68,12 @@ from ..llm.types import Context, LlmMessage, StreamOptions, ToolSpec
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.payloads import Model
-from ..tools.base import Tool, ToolError, ToolResult
+from ..tools.base import Concurrency, Tool, ToolError, ToolResult
 
 ABORT_REASON = "Interrupted by user"
 NOT_EXECUTED_ABORTED = "Tool was not executed because the run was aborted."
-SKIPPED_FOR_STEERING = "Skipped due to queued user message."
+NOT_STARTED_ABORTED = "Tool was not executed because the run was aborted: {reason}."
+"""A call of the batch that had not started when the run was aborted (the original's text)."""
 LENGTH_NOT_EXECUTED = (
     "Tool call was not executed because the assistant hit its output token limit (stop_reason: "
     "length) before the arguments could complete; the recorded arguments are truncated and "
@@ -337,9 +352,11 @@ class _Turn(msgspec.Struct, eq=False):
     started: dict[str, Tool | None] = msgspec.field(default_factory=dict)
     """Tool calls whose ``tool_execution_start`` was written, with the tool running them."""
     results: dict[str, m.ToolResultMessage] = msgspec.field(default_factory=dict)
-    """Tool calls that ended, with their result."""
+    """Tool calls that ended, with their result, in the order they ended."""
     gating: set[str] = msgspec.field(default_factory=set)
     """Tool calls whose ``tool_call`` hooks are deciding (not started yet)."""
+    scopes: dict[str, trio.CancelScope] = msgspec.field(default_factory=dict)
+    """Each call's cancel scope, entered here before its task is started."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -371,13 +388,35 @@ class Agent:
     _turn_index: int = 0
     _system_prompt: list[str] | None = None
     """The system prompt a ``before_agent_start`` hook set for the rest of the attempt."""
-    _steering_arrived: trio.Event = attrs.field(factory=trio.Event)
+    _steered: trio.Event = attrs.field(factory=trio.Event)
+    """The current batch's ``steered`` event (``_execute``)."""
+    _asides: set[int] = attrs.field(factory=set)
+    """Identities of the queued steering messages that are asides (``queue_aside``)."""
 
     # -- queues ------------------------------------------------------------------------------
 
     def queue_steering(self, message: Input) -> None:
+        """Queue a steering message: it enters at the next turn boundary; during a tool batch
+        in ``immediate`` mode it sets the batch's ``steered`` event."""
         self.steering.append(message)
-        self._steering_arrived.set()
+        if self.interrupt_mode == "immediate":
+            self._steered.set()
+
+    def queue_aside(self, message: Input) -> None:
+        """Queue a message that joins at the next turn boundary like steering but interrupts
+        nothing (a background job's delivered result)."""
+        self.steering.append(message)
+        self._asides.add(id(message))
+
+    def clear_queues(self) -> None:
+        """Drop every queued steering message, aside and follow-up."""
+        self.steering.clear()
+        self.follow_ups.clear()
+        self._asides.clear()
+
+    def _interrupting(self) -> bool:
+        """Whether a steering message that is no aside is queued."""
+        return any(id(x) not in self._asides for x in self.steering)
 
     def queue_follow_up(self, message: Input) -> None:
         self.follow_ups.append(message)
@@ -386,8 +425,9 @@ class Agent:
         if not queue:
             return []
         taken = list(queue) if mode == "all" else [queue[0]]
-        for _ in taken:
+        for message in taken:
             queue.popleft()
+            self._asides.discard(id(message))
         return taken
 
     @property
@@ -464,11 +504,13 @@ class Agent:
             self._end_turn(final, results)
             return self._result("aborted")
         assistant = turn.assistant
-        results = []
+        # The calls that ended keep their results, in the order they ended; the others end
+        # now, once each, in call order.
+        results = list(turn.results.values())
         for call in _tool_calls(assistant):
             if call.id in turn.results:
-                results.append(turn.results[call.id])
-            elif call.id in turn.gating:
+                continue
+            if call.id in turn.gating:
                 # Aborted while an extension decided about it: reported as blocked.
                 self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
                                                         args=call.arguments))
@@ -483,7 +525,7 @@ class Agent:
                 results.append(self._finish(call, ToolResult.text(
                     text, {"__synthetic": True, "source": "aborted", "executed": True}), True))
             else:
-                results.append(self._synthetic(call, NOT_EXECUTED_ABORTED,
+                results.append(self._synthetic(call, NOT_STARTED_ABORTED.format(reason=reason),
                                                "not_executed_aborted"))
         self._end_turn(assistant, results)
         # The run ends the way an abort while streaming ends it: with an aborted assistant
@@ -660,6 +702,9 @@ class Agent:
 
     async def _execute(self, turn: _Turn, calls: Sequence[m.ToolCall]
                        ) -> list[m.ToolResultMessage]:
+        """Run the batch by the scheduling rule (module docstring); the results in the order
+        the calls ended. On cancellation (abort) every call of the batch is cancelled with it
+        and the ledger says which had ended, were running or had not started."""
         by_name = turn.tools
         for call in calls:
             # A name the model made up for a tool (an alias) runs that tool under the name
@@ -667,40 +712,43 @@ class Agent:
             if call.name not in by_name and turn.alias is not None and (
                     aliased := turn.alias(call.name)) is not None:
                 by_name[call.name] = aliased
-        self._steering_arrived = trio.Event()
-        if self.steering:
-            self._steering_arrived.set()
-        # Consecutive read-only calls form one concurrent group; any other call is alone.
-        groups: list[list[m.ToolCall]] = []
-        for call in calls:
-            tool = by_name.get(call.name)
-            if tool is not None and tool.read_only and groups and all(
-                    (t := by_name.get(c.name)) is not None and t.read_only for c in groups[-1]):
-                groups[-1].append(call)
-            else:
-                groups.append([call])
-        for group in groups:
-            if self.interrupt_mode == "immediate" and self._steering_arrived.is_set():
-                for call in group:
-                    turn.results[call.id] = self._synthetic(call, SKIPPED_FOR_STEERING,
-                                                            "interrupt_skipped")
-                continue
-            async with trio.open_nursery() as nursery:
-                for call in group:
-                    nursery.start_soon(self._run_tool, turn, call)
-        return [turn.results[c.id] for c in calls]
+        steered = self._steered = trio.Event()
+        if self.interrupt_mode == "immediate" and self._interrupting():
+            steered.set()
+        async with trio.open_nursery() as batch:
+            last_exclusive: list[trio.Event] = []
+            shared_since: list[trio.Event] = []
+            for call in calls:
+                tool = by_name.get(call.name)
+                args = _prepared(tool, call)
+                done = trio.Event()
+                if _concurrency(tool, args) == "exclusive":
+                    after = [*last_exclusive, *shared_since]
+                    last_exclusive, shared_since = [done], []
+                else:
+                    after = list(last_exclusive)
+                    shared_since.append(done)
+                scope = turn.scopes[call.id] = trio.CancelScope()
+                batch.start_soon(self._scheduled, turn, call, args, after, scope, done, steered)
+        return list(turn.results.values())
 
-    async def _run_tool(self, turn: _Turn, call: m.ToolCall) -> None:
+    async def _scheduled(self, turn: _Turn, call: m.ToolCall, args: dict[str, Any],
+                         after: list[trio.Event], scope: trio.CancelScope, done: trio.Event,
+                         steered: trio.Event) -> None:
+        """One call of the batch: it waits for the calls it must follow, then runs in its
+        scope; ``done`` releases the calls that wait for it (also when it is cancelled)."""
+        try:
+            for event in after:
+                await event.wait()
+            with scope:
+                await self._run_tool(turn, call, args, steered)
+        finally:
+            done.set()
+
+    async def _run_tool(self, turn: _Turn, call: m.ToolCall, args: dict[str, Any],
+                        steered: trio.Event) -> None:
         tool = turn.tools.get(call.name)
         hooks = self.hooks
-        # A tool may accept older argument forms: it rewrites them before validation, and
-        # hosts see the arguments as prepared (rpc-behavior §4.1).
-        args = call.arguments
-        if tool is not None:
-            try:
-                args = tool.prepare_arguments(dict(call.arguments))
-            except Exception:
-                args = call.arguments  # validation below reports what is wrong
         gate = self.gate if tool is not None else None
         if gate is not None and tool is not None and (
                 denied := gate.precheck(tool, dict(args))) is not None:
@@ -752,7 +800,8 @@ class Agent:
 
         is_error = False
         try:
-            result = await tool.execute(call.id, dict(args), on_update=on_update)
+            result = await tool.execute(call.id, dict(args), on_update=on_update,
+                                        steered=steered)
         except ToolError as exc:
             result, is_error = ToolResult.text(str(exc) or "Tool failed with no output.",
                                                exc.details), True
@@ -783,6 +832,29 @@ def _result_message(call: m.ToolCall, result: ToolResult, is_error: bool
     return m.ToolResultMessage(toolCallId=call.id, toolName=call.name,
                                content=list(result.content), isError=is_error,
                                timestamp=now_ms(), details=details)
+
+
+def _prepared(tool: Tool | None, call: m.ToolCall) -> dict[str, Any]:
+    """The call's arguments as its tool prepares them: older forms rewritten before
+    validation, and hosts see the arguments as prepared (rpc-behavior §4.1)."""
+    if tool is None:
+        return call.arguments
+    try:
+        return tool.prepare_arguments(dict(call.arguments))
+    except Exception:
+        return call.arguments  # validation reports what is wrong
+
+
+def _concurrency(tool: Tool | None, args: dict[str, Any]) -> Concurrency:
+    """The call's scheduling mode; ``exclusive`` (the safe one) when its tool's rule fails,
+    as in the original. A call of no known tool fails at once, beside the others."""
+    if tool is None:
+        return "shared"
+    try:
+        mode = tool.concurrency(args)
+    except Exception:
+        return "exclusive"
+    return "exclusive" if mode == "exclusive" else "shared"
 
 
 def _tool_calls(message: m.AssistantMessage) -> list[m.ToolCall]:

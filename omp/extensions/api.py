@@ -28,7 +28,7 @@ from .events import EVENT_TYPES
 from .ui import ExtensionUI
 
 if TYPE_CHECKING:
-    from ..tools.base import OnUpdate, Tier
+    from ..tools.base import ConcurrencyRule, OnUpdate, Tier
 
 NOT_INITIALIZED = ("Extension runtime not initialized. Action methods cannot be called during "
                    "extension loading.")
@@ -111,6 +111,8 @@ class RegisteredTool:
     execute: ToolExecute
     approval: Tier = "exec"
     """The tool's approval tier (omp-surface C.2): ``read``, ``write`` or ``exec``."""
+    concurrency: ConcurrencyRule = "shared"
+    """How its calls run beside the other calls of a batch (``omp.tools.base.Concurrency``)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -199,21 +201,27 @@ class ExtensionAPI:
 
     def register_tool(self, name: str, label: str, description: str,
                       parameters: dict[str, Any], execute: ToolExecute, *,
-                      approval: Tier = "exec") -> None:
+                      approval: Tier = "exec", concurrency: ConcurrencyRule = "shared") -> None:
         """A tool the model can call: ``parameters`` is a JSON schema of type object;
         ``execute(call_id, params, ctx, on_update)`` returns the result (a string, a list of
         content blocks, or ``{"content": [...], "details": ..., "isError": bool}``); raising
         makes an error result with the exception's message. ``approval``: its tier for tool
-        approval (``read``, ``write``, ``exec``; the original's default ``exec``)."""
+        approval (``read``, ``write``, ``exec``; the original's default ``exec``).
+        ``concurrency``: ``shared`` (the default: its calls run beside the other calls of the
+        same message), ``exclusive`` (a call waits for every call before it, and every call
+        after it waits for it), or a function of the call's arguments returning one of them."""
         if approval not in ("read", "write", "exec"):
             raise ValueError(f'Tool "{name}" approval must be "read", "write" or "exec" '
                              f"(got {approval!r})")
+        if not callable(concurrency) and concurrency not in ("shared", "exclusive"):
+            raise ValueError(f'Tool "{name}" concurrency must be "shared", "exclusive" or a '
+                             f"function of the arguments (got {concurrency!r})")
         if not name or not isinstance(name, str):
             raise ValueError("register_tool needs a name")
         if parameters.get("type", "object") != "object":
             raise ValueError(f'Tool "{name}" parameters must be a JSON schema of type "object"')
         self.extension.tools[name] = RegisteredTool(name, label or name, description,
-                                                    parameters, execute, approval)
+                                                    parameters, execute, approval, concurrency)
 
     def register_command(self, name: str, description: str, handler: CommandHandler) -> None:
         """A slash command ``/name``: ``handler(args, ctx)`` runs when a prompt starts with it."""

@@ -45,7 +45,15 @@ from ..agent.loop import CallDecision
 from ..groups import only_cancelled
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..tools.base import OnUpdate, Tier, Tool, ToolError, ToolResult
+from ..tools.base import (
+    Concurrency,
+    OnUpdate,
+    Tier,
+    Tool,
+    ToolError,
+    ToolResult,
+    concurrency_of,
+)
 from .api import (
     Extension,
     ExtensionAPI,
@@ -424,7 +432,6 @@ class ExtensionTool(Tool):
 
     registered: RegisteredTool
     extensions: Extensions
-    read_only: bool = False
 
     @property
     def name(self) -> str:
@@ -445,8 +452,12 @@ class ExtensionTool(Tool):
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return self.registered.approval
 
+    def concurrency(self, args: dict[str, Any]) -> Concurrency:
+        """What the extension declared (a rule that raises: the loop runs the call alone)."""
+        return concurrency_of(self.registered.concurrency, args)
+
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Run the extension's ``execute``; its exception is the error result. On cancellation
         the extension's code is cancelled with it."""
         try:

@@ -52,7 +52,7 @@ from ..groups import unwrap, unwrapped
 from ..protocol import events as ev
 from ..protocol.messages import ImageContent, TextContent
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
-from ..tools.base import OnUpdate, ResultContent, Tier, ToolError, ToolResult
+from ..tools.base import Concurrency, OnUpdate, ResultContent, Tier, ToolError, ToolResult
 from ..tools.truncate import elide_middle
 from .auth import BearerAuth, McpOAuth, credential_id, wants_oauth
 from .config import ServerConfig, resolve_value
@@ -587,8 +587,11 @@ class McpTool:
 
     lenient_arguments = True
     """The server checks its arguments (its schema may use what our validator refuses)."""
-    read_only = False
     abort_text = None
+
+    def concurrency(self, args: dict[str, Any]) -> Concurrency:
+        """``shared``, as the original runs MCP tools: the server decides what may overlap."""
+        return "shared"
 
     @classmethod
     def of(cls, connection: Connection, tool: types.Tool) -> McpTool:
@@ -628,7 +631,7 @@ class McpTool:
         return False  # a server's tool, whatever its name: its tier alone
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """``tools/call`` on the server. On cancellation (abort) the server is told and
         ``Cancelled`` propagates."""
         arguments = _prepare(args if isinstance(args, dict) else {}, self.tool.inputSchema)

@@ -156,9 +156,8 @@ class HostTool(Tool):
     label: str
     description: str
     parameters: dict[str, Any]
-    # A host tool may do anything; treated like the built-in tools that change things: run
-    # alone, in call order.
-    read_only: bool = False
+    # ``shared`` (the Tool default), as in the original: the calls of one batch reach the
+    # host together, and the host decides what may run at once.
     _pending: dict[str, PendingRequest] = attrs.field(factory=dict)
 
     @property
@@ -167,7 +166,7 @@ class HostTool(Tool):
         return f'Host tool "{self.name}" was aborted'
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Ask the host to run the call; waits (no timeout) for its result.
 
         On cancellation writes ``host_tool_cancel`` and lets ``Cancelled`` propagate.

@@ -142,7 +142,7 @@ class Commands:
         self.files = SessionCommands(self.session)
         self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents)
         self.routes = self._route_table()
-        self.slash = Slash(self.session, self.emit, self.spawn, self.subagents)
+        self.slash = Slash(self.session, self.emit, self.spawn)
 
     @property
     def output(self) -> FrameQueue:

@@ -55,7 +55,6 @@ from ..session import SessionError
 from ..session.compaction import estimate_context_tokens, estimate_tokens
 from ..session.settings import load_settings
 from ..session.system_prompt import read_context_files
-from ..subagents import SubagentHost, jobs_report
 
 if TYPE_CHECKING:
     from ..mcp.manager import McpManager
@@ -140,8 +139,6 @@ class Slash:
     session: AgentSession
     emit: Emit
     spawn: Spawn
-    subagents: SubagentHost | None = None
-    """The session's subagent host (``/jobs``)."""
     home: Path | None = None
     """Where the user's ``~/.agent(s)``, ``~/.claude`` folders are (default: the real home)."""
     templates: list[PromptTemplate] = attrs.field(factory=list, init=False)
@@ -497,7 +494,7 @@ async def _session(call: Call) -> Outcome:
 
 
 def _jobs(call: Call) -> Outcome:
-    call.output(jobs_report(call.slash.subagents))
+    call.output(call.session.jobs.report())
     return LOCAL
 
 

@@ -4,7 +4,9 @@
   the views of it;
 * ``models`` (``omp.session.model_control.ModelControl``): the model, thinking level, fast mode;
 * ``runs`` (``omp.session.coordinator.RunCoordinator``): the runs, their tickets and
-  settlement, the background jobs; it owns the session nursery (``serve``);
+  settlement, the background jobs' tasks; it owns the session nursery (``serve``);
+* ``jobs`` (``omp.session.jobs.Jobs``): the background jobs as ``/jobs`` lists them, their
+  limit and their delivery (a main session's are its tools' too: ``ToolContext.jobs``);
 * ``maintenance`` (``omp.session.maintenance.Maintenance``): compaction, handoff, the title;
 * ``toolset`` (``omp.session.toolset.ToolSet``): the tools offered (own, extensions', MCP
   servers', host's) and the system prompt built from them (once per change of its inputs);
@@ -48,6 +50,7 @@ from .coordinator import BUSY, RunCoordinator
 from .errors import SessionError
 from .file import SessionFile
 from .interjections import Interjections
+from .jobs import Jobs
 from .maintenance import Maintenance
 from .mcp_tools import McpTools
 from .model_control import ModelControl
@@ -117,6 +120,7 @@ class AgentSession:
     models: ModelControl = attrs.field(init=False)
     agent: Agent = attrs.field(init=False)
     runs: RunCoordinator = attrs.field(init=False)
+    jobs: Jobs = attrs.field(init=False)
     maintenance: Maintenance = attrs.field(init=False)
     between: Interjections = attrs.field(init=False)
     """What a run changes in the context between attempts (rules, todo reminders)."""
@@ -131,6 +135,11 @@ class AgentSession:
         self.runs = RunCoordinator(self.agent, self, self.publish, self.aborts,
                                    self._record, self._agent_end_hook, self.store.written,
                                    random.Random())
+        self.jobs = Jobs(self.runs, self.settings)
+        if self.task_depth == 0:
+            # A subagent runs its commands in their calls: its result must not wait for jobs
+            # that outlive its ``yield`` (as it never spawns in the background).
+            self.tool_context.jobs = self.jobs
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
         self.between = Interjections(self.agent, self.publish, self._record, TodoReminders(

@@ -4,8 +4,11 @@ Who owns what:
 
 * ``RunCoordinator.serve`` owns the session nursery. Each run (``omp.session.run.Run``: the
   saga and its cancel scope) is driven by one task in it, and at most one run exists at a time;
-  background jobs (detached subagents, their delivery) are tasks in it too, each in a scope of
-  its own that a session change or the close cancels (a plain ``abort`` does not).
+  background jobs (``omp.session.jobs``: detached subagents, commands moved to the background,
+  their delivery) are tasks in it too, each in a scope of its own that a session change or the
+  close cancels (a plain ``abort`` does not), and both wait for them to return. A job starts
+  there (``start_job``), or is handed over by a tool call (``hand_off``: started under the call
+  with ``nursery.start``, it becomes a job when it reports ``started``).
 * A run's scope is registered in the ``AbortRegistry`` synchronously, by the call that accepts
   the work (a host's prompt brings the scope the RPC reader registered for it when it read the
   line), so an ``abort`` read right after the prompt finds it. A run whose scope was cancelled
@@ -25,7 +28,7 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 import trio
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
 from .sink import Published
 
 ASYNC_RESULT = "async-result"
-"""``customType`` of the message that delivers background job results."""
+"""``customType`` of the message that delivers background job results (``omp.session.jobs``)."""
 SHUTDOWN_REASON = "Request was aborted"
 """The aborted message's ``errorMessage`` when the session closes (rpc-behavior §1.9)."""
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
@@ -57,13 +60,15 @@ extension API, which knows nothing of tickets; trio gives each task its own cont
 started meanwhile by another task (a background result, a resumed steer) is never taken for
 the command's."""
 
+T = TypeVar("T")
 Publish = Callable[[Published], None]
 AgentEndHook = Callable[[list[m.AgentMessage]], Awaitable[None]]
 
 
 JOBS_EXIT_SECONDS = 5.0
-"""How long ``close`` waits for the background jobs it cancelled to return (each ends its child
-session, whose own shutdown steps have deadlines of their own)."""
+"""How long ``close`` and a session change wait for the background jobs they cancelled to
+return (a child ends its session, a command its process group: each step has a deadline of
+its own)."""
 
 
 class RunCoordinator(msgspec.Struct, eq=False):
@@ -135,11 +140,9 @@ class RunCoordinator(msgspec.Struct, eq=False):
         self._closing = True
         self.cancel_jobs()
         await self.abort(SHUTDOWN_REASON)
-        if self._job_tasks:
-            # The cancelled jobs still write their ends (a child's terminal lifecycle frame):
-            # before the output closes behind this, not into it after.
-            with trio.move_on_after(JOBS_EXIT_SECONDS):
-                await self._no_job_tasks.wait()
+        # The cancelled jobs still write their ends (a child's terminal lifecycle frame):
+        # before the output closes behind this, not into it after.
+        await self._jobs_ended()
         self._publish_all(self.settlement.abort_all(self.activity, closing=True))
         await self.written()  # its last lines, before the exit status is known
         if self._nursery is not None:
@@ -190,7 +193,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
         if self._closing:
             return
         if self._run is not None:
-            self.agent.steering.append(message)  # not queue_steering: an aside, no interrupt
+            self.agent.queue_aside(message)  # joins at the next boundary, interrupts nothing
         elif self._nursery is not None:
             self.start_run([message])
 
@@ -334,12 +337,14 @@ class RunCoordinator(msgspec.Struct, eq=False):
 
     async def reset(self) -> None:
         """Stop whatever runs and empty the queues (before a session change): prompts still
-        waiting for their result are answered ``aborted``; background jobs are cancelled and
-        their results dropped."""
+        waiting for their result are answered ``aborted``; background jobs are cancelled, their
+        results dropped, and waited for (at most ``JOBS_EXIT_SECONDS``). On cancellation,
+        stops waiting."""
         self.cancel_jobs()
         await self.abort()
-        self.agent.steering.clear()
-        self.agent.follow_ups.clear()
+        # Their processes are gone before the new session starts (DESIGN.md §2).
+        await self._jobs_ended()
+        self.agent.clear_queues()
         self._deferred.clear()
         self._publish_all(self.settlement.abort_all(self.activity))
 
@@ -348,7 +353,12 @@ class RunCoordinator(msgspec.Struct, eq=False):
         if not self._closing:
             self._publish_all(self.settlement.settle(self.activity))
 
-    # -- background jobs (detached subagents) ------------------------------------------------
+    # -- background jobs (omp.session.jobs) -------------------------------------------------
+
+    @property
+    def accepting_jobs(self) -> bool:
+        """Whether work can still become a job (not once the session closes)."""
+        return self._nursery is not None and not self._closing
 
     def start_job(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work`` as a background job in the session nursery. A plain ``abort`` does not
@@ -361,24 +371,69 @@ class RunCoordinator(msgspec.Struct, eq=False):
         key = self._job_counter
         scope = self._jobs[key] = trio.CancelScope()
         self.settlement.begin()
-        if self._job_tasks == 0:
-            self._no_job_tasks = trio.Event()
-        self._job_tasks += 1
         self._nursery.start_soon(self._run_job, key, scope, work)
 
     async def _run_job(self, key: int, scope: trio.CancelScope,
                        work: Callable[[], Awaitable[None]]) -> None:
+        with self._job_task(key, scope), scope:
+            await work()
+
+    async def hand_off(self, work: Callable[[trio.TaskStatus[T], Callable[[], None]],
+                                            Awaitable[None]]) -> T:
+        """Run ``work`` in the session nursery, but under the caller until it calls
+        ``task_status.started(value)``; returns ``value``. Before that, ``work`` may call the
+        second argument, ``promote()``: from then on it is a background job as ``start_job``
+        makes them (trio reparents the task at ``started``). ``work`` must not raise once
+        promoted. Raises SessionError when the session is closed.
+
+        On cancellation before ``started``, ``work`` is cancelled with the caller and
+        ``Cancelled`` propagates; afterwards the caller's cancellation does not reach it."""
+        if self._nursery is None or self._closing:
+            raise SessionError("The session is closed")
+        self._job_counter += 1
+        result: T = await self._nursery.start(self._run_handed, self._job_counter,
+                                              trio.CancelScope(), work)
+        return result
+
+    async def _run_handed(self, key: int, scope: trio.CancelScope,
+                          work: Callable[[trio.TaskStatus[T], Callable[[], None]],
+                                         Awaitable[None]],
+                          *, task_status: trio.TaskStatus[T]) -> None:
+        def promote() -> None:
+            self._jobs[key] = scope
+            self.settlement.begin()
+
+        with self._job_task(key, scope), scope:
+            await work(task_status, promote)
+
+    @contextlib.contextmanager
+    def _job_task(self, key: int, scope: trio.CancelScope) -> Iterator[None]:
+        """Counts a job task while it runs (``close`` waits for them); at its end a job the
+        session still knows (not cancelled by ``cancel_jobs``) is forgotten."""
+        if self._job_tasks == 0:
+            self._no_job_tasks = trio.Event()
+        self._job_tasks += 1
         try:
-            with scope:
-                await work()
+            yield
         finally:
             self._job_tasks -= 1
             if self._job_tasks == 0:
                 self._no_job_tasks.set()
-        # Cancelled by cancel_jobs, the job is already forgotten; otherwise it ends here.
-        if self._jobs.get(key) is scope:
-            del self._jobs[key]
+            # Cancelled by ``cancel_jobs``, the job is already forgotten; otherwise it ends
+            # here (also a handed-off one whose caller was cancelled as it became a job).
+            ended = self._jobs.get(key) is scope
+            if ended:
+                del self._jobs[key]
+        if ended:
             self.settle()
+
+    async def _jobs_ended(self) -> None:
+        """Wait (at most ``JOBS_EXIT_SECONDS``) until every job task has returned: after
+        ``cancel_jobs`` and an abort, until the cancelled ones have cleaned up. On
+        cancellation, stops waiting."""
+        if self._job_tasks:
+            with trio.move_on_after(JOBS_EXIT_SECONDS):
+                await self._no_job_tasks.wait()
 
     def cancel_jobs(self) -> None:
         """Cancel every background job now (a session change, ``close``): whatever they

@@ -67,6 +67,9 @@ retry:
 trustedProjects:          # global file only
   - ~/src/my-project
 bash:
+  autoBackground:         # a `bash` call's command still running after thresholdMs (or when
+    enabled: true         # the user steers) becomes a background job, its output delivered
+    thresholdMs: 60000    # when it ends (0: every command starts as a job)
   passProviderKeys: false # global file only; true: commands and ripgrep get the provider keys
 shellEnvironmentPolicy:   # global file only; what every subprocess inherits (omp.subprocess_env)
   inherit: all            # all | core (HOME, PATH, USER...) | none
@@ -82,8 +85,8 @@ task:
   disabledAgents: []
   agentModelOverrides: {} # agent name -> model pattern(s)
 async:
-  enabled: true           # background children (false: every child runs inline)
-  maxJobs: 100
+  enabled: true           # background children and `bash` `async: true` (false: inline)
+  maxJobs: 100            # background jobs at once (subagents and commands)
 localModels:              # local model servers, asked after `ready` (omp.llm.local)
   enabled: true           # false (or OMP_LOCAL_MODELS=0): none is asked
   timeoutMs: 1000         # per server: connect and list its models
@@ -189,7 +192,17 @@ class BashPattern(msgspec.Struct, kw_only=True):
     approval: Literal["allow", "deny", "prompt"]
 
 
+class AutoBackgroundSettings(msgspec.Struct, kw_only=True):
+    """``bash.autoBackground``: a ``bash`` call's command still running after ``thresholdMs``
+    becomes a background job (``omp.session.jobs``; 0: at once)."""
+
+    enabled: bool = True
+    thresholdMs: int = 60_000
+
+
 class BashSettings(msgspec.Struct, kw_only=True):
+    autoBackground: AutoBackgroundSettings = msgspec.field(
+        default_factory=AutoBackgroundSettings)
     passProviderKeys: bool = False
     """Subprocesses get the provider key variables too (global file only)."""
     patterns: list[BashPattern] = msgspec.field(default_factory=list)
@@ -242,7 +255,8 @@ class TaskSettings(msgspec.Struct, kw_only=True):
 
 
 class AsyncSettings(msgspec.Struct, kw_only=True):
-    """Background (detached) execution of ``task`` children (subagents-login.md A.2)."""
+    """Background jobs (``omp.session.jobs``): detached ``task`` children (subagents-login.md
+    A.2) and ``bash`` with ``async: true``."""
 
     enabled: bool = True
     maxJobs: int = 100
@@ -390,6 +404,10 @@ _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoun
 search key elsewhere, point the model at the user's private network, send our prompts to a
 server of its choosing, or approve its own commands)."""
 
+_NESTED: dict[tuple[str, str], type[msgspec.Struct]] = {
+    ("bash", "autoBackground"): AutoBackgroundSettings}
+"""Keys of a section that are sections themselves."""
+
 # Keys of these sections that the original omp defines (its settings schema, across recent
 # versions) and we do not model: a user's file may hold them, so they are no mistake.
 _ORIGINAL_KEYS = {
@@ -401,7 +419,7 @@ _ORIGINAL_KEYS = {
     "retry": frozenset({
         "modelFallback", "fallbackChains", "fallbackRevertPolicy", "waitForUsageReset",
         "usageAwareFallback", "usageReservePct", "usageReservePolicy"}),
-    "bash": frozenset({"autoBackground"}),
+    "bash": frozenset(),
     "task": frozenset({
         "agentIdleTtlMs", "eager", "enableEffort", "maxEffort", "enableLsp",
         "agentServiceTierOverrides", "agentPrewalk", "agentAdvisor", "prewalk", "isolation"}),
@@ -533,7 +551,15 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
     for layer in layers:
         for section, keys in layer.keys.items():
             values = getattr(layer.file, _ATTRIBUTE.get(section, section))
-            merged[section].update((key, getattr(values, key)) for key in keys)
+            for key in keys:
+                outer, _, inner = key.partition(".")
+                if inner:  # a key of a nested section: merged key by key
+                    merged[section].setdefault(outer, {})[inner] = getattr(
+                        getattr(values, outer), inner)
+                else:
+                    merged[section][key] = getattr(values, key)
+    bash = merged["bash"]
+    bash["autoBackground"] = AutoBackgroundSettings(**bash.get("autoBackground", {}))
     settings = Settings(compaction=CompactionSettings(**merged["compaction"]),
                         retry=RetrySettings(**merged["retry"]), trusted_projects=trusted,
                         bash=BashSettings(**merged["bash"]),
@@ -743,7 +769,19 @@ def _layer(raw: dict[Any, Any], path: Path) -> _Layer:
         chosen = {k: v for k, v in value.items()
                   if k in fields and (v is not None or fields[k].default is None)}
         known[_ATTRIBUTE.get(section, section)] = chosen
-        keys[section] = list(chosen)
+        keys[section] = []
+        for key, inner in chosen.items():
+            nested = _NESTED.get((section, key))
+            if nested is None or not isinstance(inner, dict):
+                keys[section].append(key)
+                continue
+            # A nested section's keys are merged one by one, like a section's.
+            inner_fields = _fields(nested)
+            stray = sorted(str(k) for k in inner if k not in inner_fields)
+            if stray:
+                warn(f"{path}: $.{section}.{key}: unknown key(s) ignored: {', '.join(stray)}")
+            chosen[key] = {k: v for k, v in inner.items() if k in inner_fields and v is not None}
+            keys[section] += [f"{key}.{k}" for k in chosen[key]]
     if "trustedProjects" in raw:
         known["trustedProjects"] = raw["trustedProjects"]
     file = structure(known, _File, path)
@@ -789,6 +827,7 @@ def _validate(file: _File, path: Path) -> None:
             raise problem(path, f"$.task.agentModelOverrides.{name}",
                           "must be a model pattern or a list of them")
     checks += (("task.maxRuntimeMs", file.task.maxRuntimeMs),
+               ("bash.autoBackground.thresholdMs", file.bash.autoBackground.thresholdMs),
                ("task.softRequestBudget", file.task.softRequestBudget),
                ("localModels.timeoutMs", file.local_models.timeoutMs))
     for name, url in file.local_models.servers.items():

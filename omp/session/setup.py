@@ -144,7 +144,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         secret_variables |= frozenset(KEY_VARIABLES)
     context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
                           environment=settings.environment_policy(secret_variables))
-    active = list(default_tools(context, todos)) if tools is None else list(tools)
+    active = (list(default_tools(context, todos, background=settings.async_.enabled))
+              if tools is None else list(tools))
     if tool_names is not None:
         by_name = {t.name: t for t in active}
         unknown = [n for n in tool_names if n not in by_name]

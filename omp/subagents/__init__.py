@@ -1,8 +1,8 @@
 """Subagents: the ``task`` tool's children, their registry and their RPC frames.
 
 ``install`` gives a session the ``task`` tool (when its depth allows spawning) and the registry
-of its ``serve()``; ``jobs_report`` is what ``/jobs`` prints. See ``omp.subagents.host`` for who
-owns each child and how cancellation reaches it.
+of its ``serve()``. Background children are jobs of the session (``omp.session.jobs``). See
+``omp.subagents.host`` for who owns each child and how cancellation reaches it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from ..session.agent_session import AgentSession
 from .agents import BUNDLED as BUNDLED
 from .agents import AgentDef as AgentDef
 from .agents import discover_agents as discover_agents
-from .host import NO_JOBS as NO_JOBS
 from .host import SubagentHost as SubagentHost
-from .host import jobs_report as jobs_report
 from .registry import SubagentRegistry as SubagentRegistry
 from .registry import UnknownSubagent as UnknownSubagent
 from .registry import read_messages as read_messages

@@ -1,5 +1,6 @@
 """What a finished child becomes for its parent (A.8 "Final output assembly", the
-``<task-result>`` envelope, A.9's texts and A.10's ``async-result`` message). Pure functions.
+``<task-result>`` envelope, A.9's texts, a background child's job text). Pure functions;
+``omp.session.jobs`` delivers a job's text in an ``async-result`` message (A.10).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..agent.loop import now_ms
-from ..protocol import messages as m
 from ..tools.yield_tool import YieldResult
 from .agents import AgentSource
 
@@ -19,12 +18,9 @@ MAX_OUTPUT_BYTES = 500_000
 MAX_OUTPUT_LINES = 5_000
 PREVIEW_OVER_CHARS = 5_000
 PREVIEW_HEAD_CHARS = 2_500
-DELIVERY_MAX_CHARS = 12_000
-DELIVERY_HEAD_CHARS = 4_000
 NO_YIELD_WARNING = "SYSTEM WARNING: Subagent exited without calling yield tool after 3 reminders."
 NULL_DATA_WARNING = "SYSTEM WARNING: Subagent called yield with null data."
 CANCELLED_BY_CALLER = "Cancelled by caller"
-ASYNC_RESULT = "async-result"
 
 Status = Literal["completed", "failed", "cancelled"]
 
@@ -175,31 +171,3 @@ def spawned_text(ids: Sequence[str], agents: Sequence[str]) -> str:
 def job_text(outcome: ChildOutcome) -> str:
     """A background job's result: the envelope and the follow-up hint."""
     return f"{envelope(outcome)}\n\n{follow_up_hint(outcome)}"
-
-
-def async_result_message(jobs: Sequence[tuple[ChildOutcome, str]]) -> m.CustomMessage:
-    """One ``async-result`` message delivering every settled job in ``jobs`` (A.10)."""
-    def clipped(text: str) -> str:
-        if len(text) <= DELIVERY_MAX_CHARS:
-            return text
-        return (text[:DELIVERY_HEAD_CHARS]
-                + f"\n[Output truncated. Showing first {DELIVERY_HEAD_CHARS:,} characters.]")
-
-    if len(jobs) == 1:
-        outcome, text = jobs[0]
-        verb = "has completed" if outcome.status == "completed" else "has failed" if (
-            outcome.status == "failed") else "was cancelled"
-        body = (f"Background job {outcome.id} {verb}. Resume your work using the result below."
-                f"\n{clipped(text)}")
-    else:
-        parts = [f"{len(jobs)} background jobs have completed. Resume your work using the "
-                 "results below."]
-        for outcome, text in jobs:
-            parts.append(f"── Job {outcome.id} ({outcome.id}) ──\n{clipped(text)}")
-        body = "\n".join(parts)
-    return m.CustomMessage(
-        customType=ASYNC_RESULT, content=f"<system-notice>\n{body}\n</system-notice>",
-        display=True, attribution="agent", timestamp=now_ms(),
-        details={"meta": {"source": {"type": "report", "value": "background job delivery"}},
-                 "jobs": [{"jobId": o.id, "type": "task", "label": o.id,
-                           "durationMs": round(o.duration_ms)} for o, _ in jobs]})

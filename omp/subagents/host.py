@@ -12,10 +12,10 @@ Who owns what (DESIGN.md §2; subagents-login.md A.7 to A.11):
 * Inline children (``async.enabled: false``, ``blocking`` agents, and every spawn made by a
   child) run in a nursery owned by the parent's ``task`` call: the parent's ``abort`` cancels
   them (envelope ``status="cancelled"``) and the call returns only once they have ended.
-* Background children are jobs of the parent session (``RunCoordinator.start_job``): a plain
-  ``abort`` leaves them running; a session change and shutdown cancel them, and a cancelled
-  job delivers nothing. A settled job's result waits ``FLUSH_DELAY`` (so results settling
-  together are batched) and is delivered as one ``async-result`` message.
+* Background children are jobs of the parent session (``omp.session.jobs``: the rows ``/jobs``
+  lists, ``async.maxJobs``, delivery as ``async-result`` messages): a plain ``abort`` leaves
+  them running; a session change and shutdown cancel them, and a cancelled job delivers
+  nothing.
 * ``task.maxConcurrency`` is one ``trio.CapacityLimiter`` per session, resized from the
   settings before every acquire; settings and agent files are read again at every spawn.
 * Progress, lifecycle and events go to the ``SubagentRegistry`` of the ``serve()`` (one per
@@ -32,7 +32,6 @@ import functools
 import math
 import random
 import re
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -50,7 +49,7 @@ from ..protocol.events import SESSION_EVENT_TYPES
 from ..session.agent_session import AgentSession
 from ..session.errors import SessionError
 from ..session.settings import load_settings
-from ..tools.base import OnUpdate, Tool, ToolResult
+from ..tools.base import JobRefused, OnUpdate, Settled, Tool, ToolResult
 from ..tools.task import EMPTY_DETAILS, TaskItem, TaskTool
 from ..tools.yield_tool import YieldState
 from .agents import AgentDef, discover_agents
@@ -58,7 +57,6 @@ from .envelope import (
     CANCELLED_BY_CALLER,
     ChildOutcome,
     assemble,
-    async_result_message,
     envelope,
     job_text,
     spawned_text,
@@ -73,8 +71,6 @@ if TYPE_CHECKING:
 
 CLEANUP_SECONDS = 10.0
 """How long an aborted child may take to write its terminal entries (A.8 cleanup grace)."""
-FLUSH_DELAY = 0.001
-"""Seconds between a job settling and its delivery: results settling together are batched."""
 MAX_REMINDERS = 3
 MAX_YIELD_FAILURES = 6
 RUNTIME_LIMIT = "Subagent runtime limit exceeded (task.maxRuntimeMs={limit})"
@@ -82,21 +78,11 @@ FIRST_MESSAGE = "Complete assignment thoroughly:\n\n{assignment}"
 REMINDER = ("<system-reminder>\nYour last turn had no tool call (reminder {n} of {total}). "
             "Resume work, or yield a section, or yield the result, or yield an error for a real "
             "blocker. Never end with text only.\n</system-reminder>")
-NO_JOBS = "No background jobs."
 _ADJECTIVES = ("Swift", "Quiet", "Bright", "Bold", "Calm", "Clever", "Eager", "Keen", "Lucky",
                "Nimble", "Brave", "Sharp", "Steady", "Vivid", "Witty", "Gentle")
 _NOUNS = ("Falcon", "Otter", "Badger", "Heron", "Lynx", "Marten", "Osprey", "Raven", "Wren",
           "Fox", "Hare", "Kestrel", "Panda", "Seal", "Tiger", "Wolf")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-
-
-class JobInfo(msgspec.Struct, eq=False):
-    """A background child as ``/jobs`` lists it."""
-
-    id: str
-    agent: str
-    status: Literal["queued", "running"] = "queued"
-    started: float = msgspec.field(default_factory=time.monotonic)
 
 
 @attrs.define(eq=False, repr=False)
@@ -113,13 +99,9 @@ class SubagentHost:
     spawns: str = "*"
     """Which agents this session may spawn: ``*``, a comma-separated list, or none."""
     limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(32))
-    jobs: dict[str, JobInfo] = attrs.field(factory=dict)
     _agents: list[AgentDef] = attrs.field(factory=list)
     _used_ids: set[str] = attrs.field(factory=set)
     _cancelled: str | None = None
-    _pending: list[tuple[ChildOutcome, str]] = attrs.field(factory=list)
-    _pending_epoch: int = 0
-    _flush_epoch: int | None = None
     _rng: random.Random = attrs.field(factory=random.Random)
 
     def nested_tool(self, session: AgentSession, prefix: str, spawns: str) -> Tool:
@@ -383,45 +365,21 @@ class SubagentHost:
     # -- background -----------------------------------------------------------------------------
 
     def _start_job(self, child: Child, context: str | None) -> str | None:
-        limit = min(100, max(1, self.session.settings.async_.maxJobs))
-        if len(self.jobs) >= limit:
-            return (f"Background job limit reached ({limit}). Wait for running jobs to finish "
-                    "or cancel one.")
-        info = self.jobs[child.id] = JobInfo(child.id, child.agent.name)
-        epoch = self.session.runs.job_epoch
+        jobs = self.session.jobs
         try:
-            self.session.runs.start_job(functools.partial(self._job, child, context, info, epoch))
-        except SessionError as exc:
-            del self.jobs[child.id]
+            job = jobs.register("task", child.id, id=child.id, note=f"agent {child.agent.name}")
+            jobs.start(job, functools.partial(self._job, child, context))
+        except JobRefused as exc:
             return str(exc)
         return None
 
-    async def _job(self, child: Child, context: str | None, info: JobInfo,
-                   epoch: int) -> None:
+    async def _job(self, child: Child, context: str | None) -> Settled | None:
         """One background child. Cancelled (a session change, shutdown): it delivers nothing."""
-        try:
-            info.status = "running"
-            await self._run_child(child, context, None)
-        finally:
-            if self.jobs.get(child.id) is info:
-                del self.jobs[child.id]
+        await self._run_child(child, context, None)
         outcome = child.outcome
-        if outcome is None or self.session.runs.job_epoch != epoch:
-            return
-        if self._pending_epoch != epoch:
-            self._pending, self._pending_epoch = [], epoch
-        self._pending.append((outcome, job_text(outcome)))
-        if self._flush_epoch != epoch:
-            self._flush_epoch = epoch
-            self.session.runs.start_job(functools.partial(self._flush, epoch))
-
-    async def _flush(self, epoch: int) -> None:
-        """Deliver every result settled by now as one message (cancelled: dropped)."""
-        await trio.sleep(FLUSH_DELAY)
-        self._flush_epoch = None
-        batch, self._pending = self._pending, []
-        if batch and self.session.runs.job_epoch == epoch:
-            self.session.runs.deliver_async_result(async_result_message(batch))
+        if outcome is None:
+            return None
+        return Settled(job_text(outcome), outcome.status, outcome.duration_ms)
 
     # -- one child ------------------------------------------------------------------------------
 
@@ -619,16 +577,3 @@ def _last_assistant(session: AgentSession) -> m.AssistantMessage | None:
 
 def _opt(value: str | None) -> Any:
     return msgspec.UNSET if value is None else value
-
-
-def jobs_report(host: SubagentHost | None) -> str:
-    """``/jobs``: the session's background jobs, one line each, or ``NO_JOBS``."""
-    if host is None or not host.jobs:
-        return NO_JOBS
-    now = time.monotonic()
-    lines = [f"Background jobs ({len(host.jobs)}):"]
-    for job in host.jobs.values():
-        lines.append(f"- {job.id} [task] {job.status}, agent {job.agent}, "
-                     f"{now - job.started:.1f}s")
-    return "\n".join(lines)
-

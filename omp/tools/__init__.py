@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import OnUpdate, Tier, Tool, ToolContext, ToolResult
-from .specs import SPECS, WEB_SPECS, ToolSpec
+import trio
+
+from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
+from .specs import SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
 
 
@@ -38,9 +40,8 @@ class LazyTool(Tool):
     def parameters(self) -> dict[str, Any]:
         return self._spec.parameters
 
-    @property
-    def read_only(self) -> bool:
-        return self._spec.read_only
+    def concurrency(self, args: dict[str, Any]) -> Concurrency:
+        return concurrency_of(self._spec.concurrency, args)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return self._spec.approval
@@ -58,9 +59,10 @@ class LazyTool(Tool):
         return dict(self.implementation.prepare_arguments(args))
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """The implementation's ``execute``; cancellation behaves as it documents."""
-        return await self.implementation.execute(call_id, args, on_update=on_update)
+        return await self.implementation.execute(call_id, args, on_update=on_update,
+                                                 steered=steered)
 
 
 def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]:
@@ -98,11 +100,13 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
     return load
 
 
-def default_tools(ctx: ToolContext, todos: TodoState | None = None) -> list[Tool]:
+def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
+                  background: bool = False) -> list[Tool]:
     """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
-    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``)."""
+    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``). With
+    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``."""
     state = TodoState() if todos is None else todos
-    specs = list(SPECS.items())
+    specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
     if ctx.web is not None and ctx.web.enabled:
         specs += WEB_SPECS.items()
     return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import trio
 
 from ..extensions.ui import ExtensionUI, UiDisconnected
 from .base import OnUpdate, Tier, Tool, ToolError, ToolResult
@@ -47,13 +48,12 @@ class AskTool(Tool):
         "Ask the user one or more questions and wait for the answers. Give options when the "
         "answer is one of a few choices. Use it only when you cannot go on without the user.")
     parameters: dict[str, Any] = attrs.field(factory=lambda: PARAMETERS)
-    read_only: bool = False
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return "read"  # the original's tier (omp-surface C.2)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Ask each question in turn. On cancellation the open dialog is cancelled."""
         lines = []
         for item in args["questions"]:

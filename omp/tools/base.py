@@ -1,10 +1,14 @@
 """The Tool protocol: what the agent loop runs when the model calls a tool.
 
 A tool is an instance of a ``Tool`` subclass: a name, a label for humans, a description and a
-JSON-schema ``parameters`` object for the model, ``read_only`` (read-only calls of one assistant
-message run concurrently; the others one at a time, in call order), and ``execute``; and, with
-defaults, what a tool may add to how the loop handles its calls (``lenient_arguments``,
+JSON-schema ``parameters`` object for the model, and ``execute``; and, with defaults, what a tool
+may add to how the loop handles its calls (``concurrency``, ``lenient_arguments``,
 ``abort_text``, ``prepare_arguments``, ``open_call``, ``approval_tier``).
+
+``concurrency`` is the original's scheduling mode of a call (``omp.agent.loop`` applies it):
+``shared`` (the default) runs beside the other calls of its batch; ``exclusive`` waits for every
+call before it and holds back every call after it. A tool declares it per call, from the call's
+arguments (``bash`` is exclusive only with ``pty``).
 
 The loop validates the arguments against ``parameters`` before ``execute`` runs, so a tool gets
 a dict that matches its schema. A tool reports failure by raising ``ToolError`` (its message is
@@ -18,9 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import msgspec
+import trio
 
 from ..protocol.messages import ImageContent, TextContent
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
@@ -54,6 +59,18 @@ OnUpdate = Callable[[ToolResult], Awaitable[None]]
 """Streams a partial result (``tool_execution_update``); awaiting it may wait for the host."""
 
 
+Concurrency = Literal["shared", "exclusive"]
+"""How a call runs beside the other calls of its batch (``Tool.concurrency``)."""
+ConcurrencyRule = Concurrency | Callable[[dict[str, Any]], Concurrency]
+"""A tool's declared mode: one for every call, or a function of the call's arguments."""
+
+
+def concurrency_of(rule: ConcurrencyRule, args: dict[str, Any]) -> Concurrency:
+    """The mode ``rule`` gives a call with ``args`` (a rule's exception propagates: the loop
+    then runs the call ``exclusive``, the safe mode, as the original does)."""
+    return rule(args) if callable(rule) else rule
+
+
 Tier = Literal["read", "write", "exec"]
 """How much a call may change (omp-surface C.2): which approval mode runs it without asking
 (``always-ask``: ``read``; ``write``: ``read`` and ``write``; ``yolo``: all)."""
@@ -72,12 +89,13 @@ class Tool(Protocol):
     @property
     def parameters(self) -> dict[str, Any]: ...
 
-    @property
-    def read_only(self) -> bool: ...
-
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Run the call. Raises ToolError for failures the model should see.
+
+        ``steered`` is set once the user steers while the call's batch runs (``interruptMode:
+        immediate``): a tool that can hand its work to the background without losing it
+        (``bash``: its command becomes a background job) returns early; any other ignores it.
 
         On cancellation (abort), stops at once, cleans up (kills and waits for any subprocess)
         and lets ``Cancelled`` propagate.
@@ -86,6 +104,11 @@ class Tool(Protocol):
 
     # What a tool may add to the loop's handling of its calls. Every tool class subclasses
     # ``Tool`` and so has these defaults; a tool that needs one overrides it.
+
+    def concurrency(self, args: dict[str, Any]) -> Concurrency:
+        """How the call with ``args`` (as prepared) runs beside the other calls of its batch;
+        undeclared: ``shared``."""
+        return "shared"
 
     lenient_arguments: bool = False
     """True: the loop does not hold the call to ``parameters`` (the tool checks its own
@@ -246,6 +269,75 @@ URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 """A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
 
 
+JobStatus = Literal["completed", "failed", "cancelled"]
+T = TypeVar("T")
+T_in = TypeVar("T_in", contravariant=True)
+
+
+class JobRefused(Exception):
+    """Nothing could become a background job: ``async.maxJobs`` jobs run, or the session is
+    closing. The message says which (the original's words for the limit)."""
+
+
+class Settled(msgspec.Struct, frozen=True):
+    """How a background job ended: what the model is told of it."""
+
+    text: str
+    status: JobStatus = "completed"
+    duration_ms: float = 0.0
+    output_file: Path | None = None
+    """The file that keeps the job's whole output (a command's): the delivery names it."""
+
+
+class HandOff(Protocol[T_in]):
+    """How work started with ``BackgroundJobs.hand_off`` decides, once, where it ends."""
+
+    def finish(self, value: T_in) -> None:
+        """It ended inside the call: ``hand_off`` returns ``value``; the work returns now."""
+
+    def background(self, type: str, label: str, value: Callable[[str], T_in]) -> bool:
+        """It leaves the call as a new job: ``hand_off`` returns ``value(job id)``, and the
+        work goes on as the job (what it returns is delivered). False, and nothing changed,
+        when no job can start now (``JobRefused``)."""
+        ...
+
+
+class BackgroundJobs(Protocol):
+    """A session's background jobs as a tool uses them (``omp.session.jobs.Jobs``): each job
+    outlives the call that started it (not an ``abort``; a session change and the close cancel
+    it) and what it returns is delivered to the model once, when it ends."""
+
+    @property
+    def async_enabled(self) -> bool:
+        """``async.enabled``: a call may ask for a job outright (``bash`` ``async: true``)."""
+        ...
+
+    def auto_background_after(self) -> float | None:
+        """``bash.autoBackground``: seconds a command may run in its call before it becomes a
+        job (0: at once); None when off."""
+        ...
+
+    @property
+    def at_capacity(self) -> bool:
+        """``async.maxJobs`` jobs run: no other can start now."""
+        ...
+
+    def launch(self, type: str, label: str,
+               work: Callable[[], Awaitable[Settled | None]]) -> str:
+        """Run ``work`` as a new job now; returns its id. ``work`` must not raise. Raises
+        JobRefused."""
+        ...
+
+    async def hand_off(self, work: Callable[[HandOff[T]], Awaitable[Settled | None]]) -> T:
+        """Run ``work`` under the caller until it calls ``finish`` or ``background`` (see
+        ``HandOff``) and return the value it gave. Its exception before that is raised here;
+        it must not raise after ``background``. Raises JobRefused when the session is closing.
+
+        On cancellation before ``background`` the work is cancelled with the caller;
+        afterwards it is not."""
+        ...
+
+
 class ToolContext(msgspec.Struct, eq=False):
     """What built-in tools share: where relative paths resolve, who serves host URLs, and
     the web tools' network access."""
@@ -268,6 +360,9 @@ class ToolContext(msgspec.Struct, eq=False):
     terminals: EditorTerminals | None = None
     """The editor's terminals (ACP mode, when the client offers ``terminal``): ``bash`` runs
     its commands there; None: local processes."""
+    jobs: BackgroundJobs | None = None
+    """The session's background jobs (a main session's, set by the session): ``bash`` moves
+    long commands there; None (a subagent): every command runs in its call."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

@@ -161,7 +161,7 @@ class EditTool(SpecifiedTool):
         return prepare_edit_arguments(args)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Apply the edits in a worker thread. On cancellation ``Cancelled`` propagates at
         once and the thread is abandoned: it writes nothing unless its write had already
         begun, and that write is atomic, so the file ends up either untouched or fully

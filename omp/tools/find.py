@@ -157,7 +157,7 @@ class FindTool(SpecifiedTool):
         self._ctx = ctx
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """List the files and directories under ``args["path"]`` that match ``args["pattern"]``.
 
         On cancellation rg's process group is killed and reaped, then ``Cancelled`` propagates.

@@ -268,7 +268,7 @@ class GrepTool(SpecifiedTool):
         self._ctx = ctx
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Run ripgrep over ``args["path"]`` and format what it finds.
 
         On cancellation rg's process group is killed and reaped, then ``Cancelled`` propagates.

@@ -106,7 +106,7 @@ class LsTool(SpecifiedTool):
         self._ctx = ctx
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """List ``args["path"]``.
 
         On cancellation the listing thread is abandoned (it only reads) and ``Cancelled``

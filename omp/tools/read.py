@@ -327,7 +327,7 @@ class ReadTool(SpecifiedTool):
         self._ctx = ctx
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Read ``args["path"]``.
 
         On cancellation the reading thread is abandoned (it only reads, and stops at its next

@@ -8,7 +8,9 @@ streamed to ``on_output``. What is kept in memory is bounded: the first bytes an
 (``truncate.MiddleElider``). An output over ``max_bytes`` is shown as its head and its tail with
 the middle elided (``truncate`` describes the windows and the marker line), and the FULL raw
 output is also written to a private temp file (``omp-bash-<16 hex>.log``, mode 0600), which is
-named in the results (``full_output_path``) and left for the model or the host to read.
+named in the results (``full_output_path``) and left for the model or the host to read. A
+command that becomes a background job keeps its whole output in that file from then on,
+whatever its length (``ShellRun.keep_output``; ``keep_whole``: from the start).
 
 No process outlives its command: when the shell exits, whatever it left running in its group
 (``sleep 100 &``) is killed; on timeout or cancellation the whole group is killed. Killing is
@@ -146,6 +148,9 @@ class ShellRun:
     """Of ``max_bytes``, the window shown from the start of an elided output."""
     environment: EnvironmentPolicy = DEFAULT_POLICY
     """What the command inherits (a session's: ``ToolContext.environment``)."""
+    keep_whole: bool = False
+    """Keep the whole output in the spill file from the start, however short (a command that
+    starts as a background job); ``keep_output`` does the same from its call on."""
 
     pid: int | None = attrs.field(default=None, init=False)
     """The shell's pid, which is also its process group id; set once it has started."""
@@ -164,11 +169,17 @@ class ShellRun:
         factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"), init=False)
     _elider: MiddleElider = attrs.field(init=False)
     _unspilled: bytearray = attrs.field(factory=bytearray, init=False)
-    _spilling: bool = attrs.field(default=False, init=False)
+    _spilling: bool = attrs.field(init=False)
     _spill_failed: bool = attrs.field(default=False, init=False)
     _spill_fd: int | None = attrs.field(default=None, init=False)
     _spill_path: Path | None = attrs.field(default=None, init=False)
+    _spill_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    """One writer of the spill file at a time (the pump, and ``keep_output``)."""
     _result: ShellResult | None = attrs.field(default=None, init=False)
+
+    @_spilling.default
+    def _spill_from_start(self) -> bool:
+        return self.keep_whole
 
     @_elider.default
     def _make_elider(self) -> MiddleElider:
@@ -307,24 +318,43 @@ class ShellRun:
                 self._spilling = True
         return self._decoder.decode(data) if self.on_output is not None else ""
 
-    async def _flush_spill(self) -> None:
-        """Write what the spill file lacks. The thread calls are not cancellable, and the buffer
-        is only cleared after a write completed, so the file always ends up complete."""
-        if not self._spilling or not self._unspilled:
+    async def keep_output(self) -> Path | None:
+        """From now on keep the whole output in the spill file, what was read so far
+        included, as for an output over ``max_bytes`` (a command that becomes a background
+        job); returns the file's path, None when no temp file can be made. On cancellation
+        the file may not exist yet (if it does, the run still closes it)."""
+        self._spilling = not self._spill_failed
+        await self._flush_spill(create=True)
+        return self._spill_path
+
+    async def _flush_spill(self, *, create: bool = False) -> None:
+        """Write what the spill file lacks (``create``: make the file even with nothing to
+        write). The thread calls are not cancellable, and the buffer is only cleared after a
+        write completed, so the file always ends up complete."""
+        if not self._spilling or not (self._unspilled or create):
             return
-        if self._spill_fd is None:
-            try:
-                self._spill_fd, self._spill_path = await trio.to_thread.run_sync(
-                    _create_spill_file)
-            except OSError:  # no usable temp dir: show the tail without the full copy
-                self._spilling, self._spill_failed = False, True
-                self._unspilled.clear()
-                return
-        chunk, fd = bytes(self._unspilled), self._spill_fd
-        assert fd is not None
-        with contextlib.suppress(OSError):  # disk full: the file keeps what fit
-            await trio.to_thread.run_sync(_write_all, fd, chunk)
-        del self._unspilled[:len(chunk)]
+        async with self._spill_lock:  # the pump and ``keep_output`` may both get here
+            if self._result is not None:
+                return  # the run has ended (and closed the file)
+            if self._spill_fd is None:
+                try:
+                    fd, path = await trio.to_thread.run_sync(_create_spill_file)
+                except OSError:  # no usable temp dir: show the tail without the full copy
+                    self._spilling, self._spill_failed = False, True
+                    self._unspilled.clear()
+                    return
+                self._spill_fd, self._spill_path = fd, path
+                if self._result is not None:  # it ended meanwhile, without this file
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        path.unlink()  # (rare: not worth a thread)
+                    self._spill_fd = self._spill_path = None
+                    return
+            chunk, fd = bytes(self._unspilled), self._spill_fd
+            if chunk:
+                with contextlib.suppress(OSError):  # disk full: the file keeps what fit
+                    await trio.to_thread.run_sync(_write_all, fd, chunk)
+                del self._unspilled[:len(chunk)]
 
     def _finish(self, proc: trio.Process | None) -> None:
         if self._spill_fd is not None:

@@ -11,7 +11,13 @@ from typing import Any
 
 import msgspec
 
-from .base import Tier, Tool
+from .base import Concurrency, ConcurrencyRule, Tier, Tool, concurrency_of
+
+
+def pty_exclusive(args: dict[str, Any]) -> Concurrency:
+    """``bash``'s mode (the original's): a command that asks for a terminal (``pty``) runs
+    alone; any other one beside its siblings."""
+    return "exclusive" if args.get("pty") is True else "shared"
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -19,7 +25,8 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     label: str
     description: str
     parameters: dict[str, Any]
-    read_only: bool
+    concurrency: ConcurrencyRule = "shared"
+    """How a call runs beside the other calls of its batch (``Tool.concurrency``)."""
     approval: Tier = "exec"
     """The approval tier of every call (omp-surface C.2)."""
     command_rules: bool = False
@@ -47,9 +54,8 @@ class SpecifiedTool(Tool):
     def parameters(self) -> dict[str, Any]:
         return self.spec.parameters
 
-    @property
-    def read_only(self) -> bool:
-        return self.spec.read_only
+    def concurrency(self, args: dict[str, Any]) -> Concurrency:
+        return concurrency_of(self.spec.concurrency, args)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return self.spec.approval
@@ -60,7 +66,7 @@ class SpecifiedTool(Tool):
 
 SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     ToolSpec(
-        name='read', label='Read', read_only=True, approval='read',
+        name='read', label='Read', approval='read',
         description=(
             'Read the contents of a file.\n\nSupports text files and images (png, '
             'jpeg, gif, webp); images are sent as attachments. For text files, '
@@ -80,7 +86,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'description': 'Maximum number of lines to read'}},
          'required': ['path']}),
     ToolSpec(
-        name='bash', label='bash', read_only=False, command_rules=True,
+        name='bash', label='bash', concurrency=pty_exclusive, command_rules=True,
         description=(
             'Execute a bash command in the current working directory. Returns '
             'stdout and stderr. Output is truncated to last 2000 lines or 50KB '
@@ -91,10 +97,13 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
          'properties': {'command': {'type': 'string', 'description': 'Bash command to execute'},
                         'timeout': {'type': 'number',
                                     'description': 'Timeout in seconds (optional, no default '
-                                                   'timeout)'}},
+                                                   'timeout)'},
+                        'pty': {'type': 'boolean',
+                                'description': 'Only for commands that need a terminal; the '
+                                               'call then runs alone'}},
          'required': ['command']}),
     ToolSpec(
-        name='edit', label='edit', read_only=False, approval='write',
+        name='edit', label='edit', concurrency='exclusive', approval='write',
         description=(
             'Edit a single file using exact text replacement. Every edits[].oldText '
             'must match a unique, non-overlapping region of the original file. If '
@@ -115,7 +124,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                             'required': ['oldText', 'newText']}}},
          'required': ['path', 'edits']}),
     ToolSpec(
-        name='write', label='Write', read_only=False, approval='write',
+        name='write', label='Write', concurrency='exclusive', approval='write',
         description=(
             'Create or overwrite a file.\n\nWrites content to a file. Creates the '
             "file if it doesn't exist, overwrites if it does. Automatically creates "
@@ -129,7 +138,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                     'description': 'Content to write to the file'}},
          'required': ['path', 'content']}),
     ToolSpec(
-        name='grep', label='Grep', read_only=True, approval='read',
+        name='grep', label='Grep', approval='read',
         description=(
             'Search file contents for a pattern.\n\nReturns matching lines with '
             'file paths and line numbers. Respects .gitignore. Output is truncated '
@@ -155,7 +164,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                                  '(default: 100)'}},
          'required': ['pattern']}),
     ToolSpec(
-        name='find', label='Find', read_only=True, approval='read',
+        name='find', label='Find', approval='read',
         description=(
             'Search for files by glob pattern.\n\nReturns matching paths relative '
             "to the search directory, sorted, directories with a trailing '/'. "
@@ -173,7 +182,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'description': 'Maximum number of results (default: 1000)'}},
          'required': ['pattern']}),
     ToolSpec(
-        name='ls', label='List', read_only=True, approval='read',
+        name='ls', label='List', approval='read',
         description=(
             'List directory contents.\n\nReturns entries sorted alphabetically '
             "(case-insensitive), with '/' suffix for directories. Includes "
@@ -188,7 +197,7 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'description': 'Maximum number of entries to return '
                                                  '(default: 500)'}}}),
     ToolSpec(
-        name='todo', label='Todo', read_only=False, approval='read',
+        name='todo', label='Todo', concurrency='exclusive', approval='read',
         description=(
             'Track the task list for multi-step work.\n\nOne operation per call. '
             'op=init with list=[{phase, items}] starts a list (all tasks pending); '
@@ -243,7 +252,7 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     # the tools above. The wording follows the original's (its ``read`` of URLs and its
     # ``web_search`` prompt).
     ToolSpec(
-        name='web_fetch', label='Web Fetch', read_only=True, approval='read',
+        name='web_fetch', label='Web Fetch', approval='read',
         description=(
             'Fetch a web page or API response by URL.\n\nReader mode: HTML is converted to '
             'clean Markdown (navigation and forms left out); JSON, XML and plain text are '
@@ -259,7 +268,7 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                 'description': 'The http:// or https:// URL to fetch'}},
          'required': ['url']}),
     ToolSpec(
-        name='web_search', label='Web Search', read_only=True, approval='read',
+        name='web_search', label='Web Search', approval='read',
         description=(
             'Web search: current information beyond knowledge cutoff.\n\n<instruction>\n'
             '- SHOULD prefer primary sources (papers, official docs); corroborate key claims '
@@ -286,3 +295,25 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                                  'at most 20)'}},
          'required': ['query']}),
 ]}
+
+
+BACKGROUND_NOTE = (' Commands run beside the other calls of the same message. A command still '
+                   'running after a while (or when the user sends a message) becomes a '
+                   'background job; `async: true` makes it one at once. A job\'s output is '
+                   'delivered to you when it ends: do not poll for it.')
+
+
+def bash_spec(*, background: bool) -> ToolSpec:
+    """``bash`` as a session offers it: with the ``async`` argument (and a word on background
+    jobs) when the session runs commands as background jobs, as the original offers it only
+    when ``async.enabled``."""
+    spec = SPECS['bash']
+    if not background:
+        return spec
+    properties = {**spec.parameters['properties'], 'async': {
+        'type': 'boolean',
+        'description': 'Start the command as a background job: the call returns at once and '
+                       'the output is delivered when the command ends'}}
+    return msgspec.structs.replace(
+        spec, description=spec.description + BACKGROUND_NOTE,
+        parameters={**spec.parameters, 'properties': properties})

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import attrs
 import msgspec
+import trio
 
 from .base import OnUpdate, Tool, ToolResult
 
@@ -165,7 +166,6 @@ class TaskTool(Tool):
     spawner: Spawner
     name: str = "task"
     label: str = "Task"
-    read_only: bool = False
     lenient_arguments: bool = True
     """Schema failures do not reject the call: ``execute`` answers with precise texts."""
 
@@ -185,7 +185,7 @@ class TaskTool(Tool):
         return batch_schema(agent) if self.spawner.batch_enabled() else flat_schema(agent)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Validate, then run the children (see ``Spawner.spawn`` for cancellation)."""
         problem, items, flat, context = validate(args, batch=self.spawner.batch_enabled())
         if problem is not None:

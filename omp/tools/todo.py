@@ -261,7 +261,7 @@ class TodoTool(SpecifiedTool):
         self.state = state if state is not None else TodoState()
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Apply ``args["op"]`` to the shared state and show the list.
 
         Never waits, so cancellation can only arrive before the operation (nothing changes).

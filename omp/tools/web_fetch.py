@@ -336,7 +336,7 @@ class WebFetchTool(SpecifiedTool):
         self._ctx = ctx
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Fetch ``args["url"]``. On cancellation the download stops, the connection is
         closed and ``Cancelled`` propagates."""
         access = _require_web(self._ctx)

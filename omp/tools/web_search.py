@@ -307,7 +307,7 @@ class WebSearchTool(SpecifiedTool):
         self._ctx = ctx
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Search for ``args["query"]``. On cancellation the request is closed and
         ``Cancelled`` propagates."""
         access = self._ctx.web

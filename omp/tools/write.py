@@ -55,7 +55,7 @@ class WriteTool(SpecifiedTool):
         self._ctx = ctx
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Write ``args["content"]`` to ``args["path"]``.
 
         On cancellation ``Cancelled`` propagates at once; a write already in progress goes on

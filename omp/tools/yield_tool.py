@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import attrs
 import msgspec
+import trio
 
 from .base import OnUpdate, Tier, Tool, ToolError, ToolResult
 
@@ -70,13 +71,12 @@ class YieldTool(Tool):
     description: str = ("Submit your final result (or an error for a real blocker). Calling it "
                         "ends your work on the assignment.")
     parameters: dict[str, Any] = attrs.field(factory=lambda: PARAMETERS)
-    read_only: bool = True
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return "read"  # the original's tier (omp-surface C.2)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
-                      on_update: OnUpdate) -> ToolResult:
+                      on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
         """Record the result; never waits (nothing to cancel)."""
         try:
             result = self._submit(args)
