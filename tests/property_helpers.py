@@ -743,3 +743,53 @@ def check_registry(idle: dict[Family, int] | None, final: dict[Family, int] | No
     assert final == {}, f"the abort registry still holds {final} after serve() returned"
     if idle is not None:
         assert idle == {}, f"the abort registry holds {idle} while the session is idle"
+
+
+# --- tool batches --------------------------------------------------------------------------------
+
+
+EXCLUSIVE_TOOLS = frozenset({"write", "edit", "todo", "ask"})
+"""Tools whose calls run alone (``Tool.concurrency``: the built-ins the original makes
+``exclusive``; ``bash`` is exclusive only with ``pty``, which the scenarios never set)."""
+
+
+def check_batch_order(frames: Sequence[Frame]) -> None:
+    """The calls of each assistant message ran by the scheduling rule: an ``exclusive`` call
+    started only after every call before it had ended, and no call after it started before it
+    had ended (shared calls run together, in any order). Calls that never ran (their synthetic
+    "not executed" result is written when the run is cut) are not scheduled."""
+    for i, f in enumerate(frames):
+        if f["type"] != "message_end" or f["message"]["role"] != "assistant":
+            continue
+        calls = [(b["id"], b["name"]) for b in f["message"]["content"]
+                 if b.get("type") == "toolCall"]
+        if len(calls) < 2 or not any(name in EXCLUSIVE_TOOLS for _, name in calls):
+            continue
+        starts: dict[str, int] = {}
+        ends: dict[str, int] = {}
+        unrun: set[str] = set()
+        for j in range(i + 1, len(frames)):
+            g = frames[j]
+            if g["type"] == "turn_end":
+                break
+            if g["type"] == "tool_execution_start":
+                starts.setdefault(g["toolCallId"], j)
+            elif g["type"] == "tool_execution_end":
+                ends.setdefault(g["toolCallId"], j)
+                details = g["result"].get("details") or {}
+                if details.get("executed") is False:
+                    unrun.add(g["toolCallId"])
+        ran = [(k, call_id, name) for k, (call_id, name) in enumerate(calls)
+               if call_id in starts and call_id not in unrun]
+        for k, call_id, name in ran:
+            if name not in EXCLUSIVE_TOOLS:
+                continue
+            for earlier, _ in calls[:k]:
+                if ends.get(earlier, len(frames)) > starts[call_id]:
+                    raise fail_at(frames, starts[call_id], f"exclusive call {call_id} started "
+                                  f"before the call {earlier} before it had ended")
+            for later, _ in calls[k + 1:]:
+                if later in starts and later not in unrun and (
+                        starts[later] < ends.get(call_id, len(frames))):
+                    raise fail_at(frames, starts[later], f"call {later} started before the "
+                                  f"exclusive call {call_id} before it had ended")

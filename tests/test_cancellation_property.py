@@ -17,9 +17,11 @@ and prints where every task waits when it fires.
 
 A scenario (``scenarios``) is an optional warm-up prompt, then prompt ``p1`` whose run makes 0-3
 model calls with tool calls and a final text answer. A call streams thinking and text with pauses,
-then tool calls: read-only ones (``read``, ``ls``, ``grep``) that run concurrently, a read of
-``db://`` served by the host (``set_host_uri_schemes``), the host tool ``lookup``, the bash tool,
-the ``task`` tool (one child agent, inline in the parent's tool call or in the background by the
+then tool calls, one batch run by the scheduling rule: ``shared`` ones that run together
+(``read``, ``ls``, ``grep``, a read of ``db://`` served by the host (``set_host_uri_schemes``),
+the host tool ``lookup``, the bash tool, the ``task`` tool) and ``write``, ``exclusive``, which
+waits for every call before it and holds back every call after it (``check_batch_order``); the
+``task`` tool runs (one child agent, inline in the parent's tool call or in the background by the
 scenario's ``background``; the child's model call may fail once, then it streams for a drawn while
 and calls ``yield``). Before any call the model may fail: 503 with ``retry-after`` or a dropped
 stream (auto-retry with backoff), or a context overflow (compaction, then the turn again); the
@@ -46,7 +48,8 @@ the host sees the session idle, and nothing once ``serve()`` has returned. With 
 disruptions and the RPC ``bash`` cut while its stubborn command runs, that catches each of these
 regressions of the registry within the 1000 examples (each was tried): the RPC ``bash``'s scope
 registered after an await in its task; ``abort`` not cancelling the ``bash`` family; a run that
-makes its own scope instead of adopting its prompt's; a run's scope never released.
+makes its own scope instead of adopting its prompt's; a run's scope never released. And a batch
+whose exclusive call starts before the calls ahead of it have ended.
 
 A process the server killed dies at the kernel's pace, which a loaded machine stretches far
 beyond the few milliseconds of real time that the kill's virtual deadline lasts at the stepped
@@ -99,6 +102,7 @@ from hypothesis import strategies as st
 from property_helpers import (
     RecordingSendStream,
     Stops,
+    check_batch_order,
     check_cut_together,
     check_dialogs,
     check_host_requests,
@@ -200,7 +204,7 @@ SHUTDOWN_REASON = "Request was aborted"
 BIG_USAGE = {"input": 120_000, "output": 20}
 """Over the default threshold (128000 window - 19200 reserve): compaction after the run."""
 
-ToolKind = Literal["read", "ls", "grep", "uri", "host", "bash", "task"]
+ToolKind = Literal["read", "ls", "grep", "uri", "host", "bash", "task", "write"]
 Failure = Literal["unavailable", "dropped", "overflow"]
 Disruption = Literal["none", "abort", "abort_bash", "abort_retry", "eof", "abort_eof", "cancel"]
 """``abort_eof``: ``abort`` and stdin EOF right behind it, before its response."""
@@ -212,9 +216,9 @@ Aim = Literal["streaming", "tool", "bash", "bash_output", "host", "retry", "comp
 WRITTEN_TOGETHER: frozenset[Disruption] = frozenset({"abort", "abort_bash", "abort_eof"})
 """Disruptions that can go in the same write as the command they are aimed at
 (``Trigger.together``)."""
-ASKING: frozenset[ToolKind] = frozenset({"bash", "host", "task"})
-"""Calls of the ``exec`` tier: with approval on (``always-ask``) the host is asked first (the
-read-only tools, ``db://`` reads included, are not)."""
+ASKING: frozenset[ToolKind] = frozenset({"bash", "host", "task", "write"})
+"""Calls of the ``write`` and ``exec`` tiers: with approval on (``always-ask``) the host is asked
+first (the read-only tools, ``db://`` reads included, are not)."""
 
 
 @attrs.frozen
@@ -354,8 +358,10 @@ FAILURES = st.sampled_from([
     (), (), (), (), ("unavailable",), ("dropped",), ("overflow",), ("unavailable", "dropped"),
     ("unavailable", "overflow"), ("overflow", "unavailable"), ("dropped", "overflow")])
 WORDS = st.tuples(PAUSES, st.sampled_from(["Looking", " at", " it."]))
-CALLS = st.lists(st.sampled_from(["read", "ls", "grep", "uri", "uri", "host", "host", "task"]),
-                 min_size=1, max_size=3).map(tuple)
+CALLS = st.lists(st.sampled_from(["read", "ls", "grep", "uri", "uri", "host", "host", "task",
+                                  "write"]), min_size=1, max_size=3).map(tuple)
+"""A batch of calls: all ``shared`` but ``write`` (``exclusive``: it waits for every call before
+it, and every call after it waits for it)."""
 BASH_AT = st.one_of(st.none(), st.none(), st.tuples(st.integers(0, 2), st.integers(0, 3)))
 """Where the one bash tool call goes (step, position), if any: each call costs 50 ms or more
 of real time, the most expensive thing an example does."""
@@ -558,6 +564,8 @@ def tool_call_chunk(call_id: str, kind: ToolKind, bash_shell: Shell) -> dict[str
         return tool_call(call_id, "read", {"path": "db://rows/1"})
     if kind == "host":
         return tool_call(call_id, "lookup", {"key": call_id})
+    if kind == "write":
+        return tool_call(call_id, "write", {"path": f"out-{call_id}.txt", "content": "x\n"})
     if kind == "task":
         # Names are job ids: unique per call, so background jobs never collide.
         return tool_call(call_id, "task", {"context": "Look around", "tasks": [
@@ -1189,6 +1197,7 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
         assert record.eof_frames is not None
         check_pauses(frames[:record.eof_frames])
     check_message_ids(frames)
+    check_batch_order(frames)
     assert_tool_calls_paired(frames)
     check_host_requests(frames, record.sent)
     check_dialogs(frames, record.sent, record.eof_frames)
@@ -1270,6 +1279,10 @@ def report_coverage(scenario: Scenario, record: Record) -> None:
             event(f"saw: rpc bash {'cancelled' if data.get('cancelled') else 'completed'}")
         elif f["type"] == "tool_execution_end" and f["toolName"] == "bash":
             event("saw: bash tool ended")
+        elif f["type"] == "message_end" and f["message"]["role"] == "assistant":
+            names = [b["name"] for b in f["message"]["content"] if b.get("type") == "toolCall"]
+            if "write" in names and len(names) > 1:
+                event("saw: an exclusive call in a batch")
     if any(f["type"] == "message_end" and f["message"]["role"] == "assistant"
            and f["message"]["stopReason"] == "aborted" for f in frames):
         event("saw: aborted assistant message")

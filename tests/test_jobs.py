@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import procfs
 import pytest
 import trio
 from agent_helpers import (
     Frame,
-    child_pids,
     of_type,
     open_agent,
     text_reply,
@@ -131,7 +131,7 @@ async def test_a_session_change_or_the_close_kills_a_background_command(
                 await agent.data("new_session")
                 # The job and its whole process group ended with the old session.
                 assert all(dead(pid) for pid in pids)
-                assert child_pids(agent.pid) == []
+                assert procfs.children(agent.pid) == []
                 after = await agent.quiet()
         # (the close: the harness closed the server's input, and the server has exited)
         assert all(dead(pid) for pid in pids)

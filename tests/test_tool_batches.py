@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import procfs
 import trio
 from agent_helpers import (
     Frame,
     assert_tool_calls_paired,
     check_message_ids,
-    child_pids,
     index_of,
     kinds,
     of_type,
@@ -184,7 +184,7 @@ async def test_abort_during_a_batch_ends_every_call_once_and_leaves_no_process(
             await agent.until_response(abort_id)  # written once the run has ended
             # Every process of every group is dead by the time the abort is answered.
             assert all(dead(pid) for pid in pids)
-            assert child_pids(agent.pid) == []
+            assert procfs.children(agent.pid) == []
             frames = agent.frames
 
     assert_tool_calls_paired(frames)  # one start and one end per call, no more
@@ -237,7 +237,7 @@ async def test_a_steer_moves_a_running_command_to_the_background(
             await agent.until_settled()
             frames = agent.frames
             third_request = request_messages(agent.fake, 2)
-            assert child_pids(agent.pid) == []
+            assert procfs.children(agent.pid) == []
 
     assert_tool_calls_paired(frames)
     check_message_ids(frames)
