@@ -793,3 +793,13 @@ def check_batch_order(frames: Sequence[Frame]) -> None:
                         starts[later] < ends.get(call_id, len(frames))):
                     raise fail_at(frames, starts[later], f"call {later} started before the "
                                   f"exclusive call {call_id} before it had ended")
+
+
+def backgrounded(frames: Sequence[Frame]) -> bool:
+    """Whether a tool call became a background job (its result says so: a steer moved a
+    running ``bash`` call, or it ran past the auto-background threshold): the run it belongs to
+    may then pause (``agent_end`` ``isTerminal: false``) until the job's result is delivered."""
+    return any(
+        f["type"] == "tool_execution_end"
+        and ((f["result"].get("details") or {}).get("async") or {}).get("state") == "running"
+        for f in frames)

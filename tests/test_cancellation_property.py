@@ -102,6 +102,7 @@ from hypothesis import strategies as st
 from property_helpers import (
     RecordingSendStream,
     Stops,
+    backgrounded,
     check_batch_order,
     check_cut_together,
     check_dialogs,
@@ -1189,7 +1190,8 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     took = record.returned_at - record.eof_at
     assert took <= SHUTDOWN_BOUND, f"serve() returned {took:.3f} s after stdin EOF"
 
-    pauses = scenario.background and scenario.spawns()
+    # Background work: children run in the background, or a steer moved a running command.
+    pauses = (scenario.background and scenario.spawns()) or backgrounded(frames)
     check_runs(frames, complete=True, pauses=pauses)
     check_sagas(frames)
     check_subagents(frames)
@@ -1286,6 +1288,8 @@ def report_coverage(scenario: Scenario, record: Record) -> None:
     if any(f["type"] == "message_end" and f["message"]["role"] == "assistant"
            and f["message"]["stopReason"] == "aborted" for f in frames):
         event("saw: aborted assistant message")
+    if backgrounded(frames):
+        event("saw: a running command moved to the background")
 
 
 # --- the test ------------------------------------------------------------------------------------

@@ -59,6 +59,10 @@ def write_config(agent_dir: Path, servers: dict[str, str], **fields: Any) -> Non
     dead port (so no real server on a default port is asked)."""
     every = {name: f"http://127.0.0.1:{dead_port()}/v1" for name in
              ("ollama", "llama.cpp", "lm-studio", "vllm")}
+    # A loaded machine can take longer than the default second to start the process and ask
+    # a fake server; the servers here answer (or are refused) at once, so a long bound costs
+    # nothing. A test of the timeout passes its own.
+    fields.setdefault("timeoutMs", 20000)
     section = {"servers": {**every, **servers}, **fields}
     (agent_dir / "config.yml").write_text(json.dumps({"localModels": section}))
 

@@ -159,6 +159,12 @@ class AcpSession:
             self.stopping = False
         elif session.is_streaming:
             raise BusyError(BUSY)  # a run no prompt of the editor started
+        if runtime.mcp is not None:
+            # The MCP servers came with the session (the editor's and the config files'):
+            # their first connection attempts, each bounded by its timeout, are over before a
+            # prompt is sent, so their tools are offered; session/new itself answers at once.
+            # A session/cancel meanwhile is seen just below.
+            await runtime.mcp.wait_settled()
         if ticket is not None and ticket <= self.cancelled_upto:
             return w.PromptResult(stopReason="cancelled")  # cancelled before it started
         text, images = prompt_text(blocks)
