@@ -8,10 +8,10 @@
 * ``omp models [--json]``: the models with credentials; the original's other subcommands are
   refused with a clear error (``omp.subcommands``), never sent as a prompt.
 
-Routing, as the original's (omp-surface A.1, A.2): a subcommand name is looked for as the first
-argument after the leading launch flags, not after ``-p`` / ``--print`` or ``--``, so a one-word
-prompt is ``omp -p word`` or ``omp -- word``. Every launch flag of the original is accepted:
-with its meaning where it has one here, as a no-op where it has nothing to act on here
+Routing, as the original's (docs/design/command-line.md#routing): a subcommand name is looked for as
+the first argument after the leading launch flags, not after ``-p`` / ``--print`` or ``--``, so a
+one-word prompt is ``omp -p word`` or ``omp -- word``. Every launch flag of the original is
+accepted: with its meaning where it has one here, as a no-op where it has nothing to act on here
 (``NO_EFFECT``), and refused in one line (exit 2) where it cannot apply (``NOT_AVAILABLE``).
 Messages are the positional arguments, each its own prompt, in order; ``@path`` arguments are
 inlined into the first (``omp.rpc.file_args``); in the one-shot modes a piped stdin is read to
@@ -249,7 +249,8 @@ def _positive_int(text: str) -> int:
 
 
 def _duration(text: str) -> float:
-    """``--max-time``: seconds (``600``, ``1.5``) or ``<n>s|m|h`` (omp-surface A.4)."""
+    """``--max-time``: seconds (``600``, ``1.5``) or ``<n>s|m|h``
+    (docs/design/command-line.md#deadline-max-time)."""
     match = _DURATION.match(text.strip())
     value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)] \
         if match else 0.0
@@ -327,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    started = time.monotonic()  # --max-time counts from here, start-up included (A.4)
+    # --max-time counts from here, start-up included (docs/design/command-line.md#deadline-max-time)
+    started = time.monotonic()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     name, rest = find_subcommand(parser, argv)
@@ -410,7 +412,8 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
                               args.message[0] if args.message else None)
 
     if args.continue_ and args.resume is None and args.message and _UUID.match(args.message[0]):
-        # ``-c <uuid>`` resumes that session, as the original does (A.4).
+        # ``-c <uuid>`` resumes that session, as the original does
+        # (docs/design/command-line.md#resuming-a-session-r-c).
         args.resume, args.continue_ = args.message.pop(0), False
     mode = args.mode or ("text" if args.print or args.message else None)
     rpc = mode in ("rpc", "rpc-ui", "acp")
@@ -464,7 +467,7 @@ def _launch(parser: argparse.ArgumentParser, argv: list[str], started: float) ->
             print(f"omp: {exc}", file=sys.stderr)
             return 1
         if not prompts:
-            return 0  # -p with nothing to send (A.6)
+            return 0  # -p with nothing to send (docs/differences.md#one-shot-modes)
 
     try:
         options = ServeOptions(

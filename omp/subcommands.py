@@ -1,10 +1,10 @@
 """The original's subcommands: ``omp models`` runs here, the others are refused in one line.
 
 ``omp models [ls|list|find|refresh|<provider>] [PATTERN] [--json] [--all]`` lists the models
-whose provider has credentials (omp-surface A.8), the local servers' models included (asked
-first, as ``omp --mode rpc`` asks them after ``ready``; ``localModels`` in ``config.yml``):
-``--json`` writes one line ``{"models": [...]}`` sorted by provider then id, each entry
-``provider``, ``id``, ``selector``, ``name``, ``contextWindow``, ``maxTokens``, ``reasoning``,
+whose provider has credentials (docs/design/command-line.md#subcommands), the local servers' models
+included (asked first, as ``omp --mode rpc`` asks them after ``ready``; ``localModels`` in
+``config.yml``): ``--json`` writes one line ``{"models": [...]}`` sorted by provider then id, each
+entry ``provider``, ``id``, ``selector``, ``name``, ``contextWindow``, ``maxTokens``, ``reasoning``,
 ``thinking`` (the efforts, or null), ``input``, ``cost``, and ``credential`` (where the key
 comes from, never the key: ``env``, ``stored``, ``login``, ``config``, ``notNeeded``, or
 ``missing`` with ``--all``); without it a table per provider. ``--all`` also lists the catalog's
@@ -48,14 +48,16 @@ SUBCOMMANDS = frozenset({
     "install", "join", "models", "plugin", "plugins", "ps", "read", "say", "search", "q",
     "setup", "share", "shell", "ssh", "stats", "usage", "tiny-models", "token", "ttsr",
     "update", "worktree", "wt", "__complete", "help"})
-"""The original's subcommands and their aliases (omp-surface A.8), and ``help``."""
+"""The original's subcommands and their aliases (docs/design/command-line.md#subcommands), and
+``help``."""
 
 OWN_SUBCOMMANDS = frozenset({"schema"})
 """Subcommands this port adds (each a word the original would have sent as a prompt)."""
 
 RESERVED_WORDS = frozenset({"extensions", "list", "remove", "uninstall", "marketplace",
                             "discover", "upgrade", "enable", "disable"})
-"""Management words the original refuses alone as the first argument (A.1)."""
+"""Management words the original refuses alone as the first argument
+(docs/design/command-line.md#routing)."""
 
 
 def is_subcommand(word: str) -> bool:

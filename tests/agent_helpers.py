@@ -133,7 +133,8 @@ def index_of(frames: Sequence[Frame], predicate: Callable[[Frame], bool], start:
 
 
 def check_message_ids(frames: Iterable[Frame]) -> list[str]:
-    """Assert the ``messageId`` rules (rpc-behavior §4.6) and return the ids, in order.
+    """Assert the ``messageId`` rules (docs/design/protocol.md#message-ids-and-the-event-filter) and
+    return the ids, in order.
 
     Every message_start carries a fresh ``msg-N`` (increasing); message_update carries the id
     of the innermost open message; message_end closes it with the same id.
@@ -331,7 +332,7 @@ class open_agent:
     ``script`` and ``omp --mode rpc`` (cwd ``tmp_path``) configured to use it.
 
     A class, not an ``@asynccontextmanager`` generator: the client and the fake server own
-    nurseries, and no generator may own one (STYLE.md).
+    nurseries, and no generator may own one (docs/internals.md#code-style).
     """
 
     def __init__(self, cwd: Path, agent_dir: Path, script: Sequence[dict[str, Any]], *,

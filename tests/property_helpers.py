@@ -221,8 +221,8 @@ def check_runs(frames: Sequence[Frame], *, complete: bool, pauses: bool = False)
     A run is one or more attempts (each opens with ``agent_start``) closed by exactly one
     ``agent_end`` with ``isTerminal: true``; with ``pauses`` (background children were
     spawned) a run may also pause with ``isTerminal: false``, their results starting the next
-    one (rpc-behavior §4.4; ``check_pauses``). Nothing a run writes appears outside one, and
-    ``prompt_result`` / ``session_settled`` never appear inside one. Turns
+    one (docs/design/protocol.md#one-terminal-agent_end; ``check_pauses``). Nothing a run writes
+    appears outside one, and ``prompt_result`` / ``session_settled`` never appear inside one. Turns
     alternate ``turn_start`` / ``turn_end`` inside a run, and messages and tool executions
     happen inside a turn. ``complete``: every run that started has ended.
     """
@@ -398,8 +398,8 @@ def check_dialogs(frames: Sequence[Frame], sent: Sequence[Frame], eof: int | Non
     """Every dialog (``extension_ui_request`` ``select``) was answered by the host or cancelled
     by the server (a ``cancel`` naming it, after it), unless its run was still going when the
     host closed its input (frame index ``eof``): a dialog pending then, or opened after it, is
-    rejected without a frame (rpc-behavior §1.9, §8.3); every ``cancel`` names an earlier
-    dialog."""
+    rejected without a frame (docs/design/protocol.md#end-of-input,
+    docs/design/protocol.md#timeouts-and-aborts); every ``cancel`` names an earlier dialog."""
     opened: dict[str, int] = {}
     cancelled: set[str] = set()
     for i, f in enumerate(frames):
@@ -424,7 +424,8 @@ def check_dialogs(frames: Sequence[Frame], sent: Sequence[Frame], eof: int | Non
 
 def check_idle_after_runs(frames: Sequence[Frame], prompt_ids: Iterable[str],
                           state_ids: Sequence[str]) -> None:
-    """``isStreaming`` is false once a run's terminal ``agent_end`` is out (rpc-behavior §4.4).
+    """``isStreaming`` is false once a run's terminal ``agent_end`` is out
+    (docs/design/protocol.md#one-terminal-agent_end).
 
     ``state_ids[k]`` is the ``get_state`` the host sent as soon as it received the k-th
     terminal ``agent_end``. Its answer may say ``isStreaming: true`` only when the session had
@@ -517,10 +518,10 @@ def check_run_outcomes(frames: Sequence[Frame], stops: Stops, *, abort_reason: s
     Otherwise the run's last assistant message is ``error`` (status ``error``, whose message is
     that message's ``errorMessage``) or a final answer (``stop``; status ``completed``): never
     a message with tool calls whose turn nothing followed (an abort during tools must end the
-    run with an aborted assistant message, rpc-behavior §4.3). ``agent_end.messages`` ends with
-    the same last assistant message. A ``prompt_result`` not right behind an ``agent_end`` (a
-    prompt whose run never started, a queued one dropped at shutdown) is ``aborted``, and only
-    after the host aborted or closed its input.
+    run with an aborted assistant message, docs/design/protocol.md#how-an-aborted-run-ends).
+    ``agent_end.messages`` ends with the same last assistant message. A ``prompt_result`` not right
+    behind an ``agent_end`` (a prompt whose run never started, a queued one dropped at shutdown) is
+    ``aborted``, and only after the host aborted or closed its input.
     """
     abort, eof = stops.abort, stops.eof
     earliest_stop = min([i for i in (abort[0] if abort else None, eof) if i is not None],

@@ -466,7 +466,8 @@ async def test_the_editors_mcp_servers_give_the_session_their_tools(
         await trio.to_thread.run_sync(run_client, project, body)
         offered = [t["function"]["name"] for t in fake.requests[0].json()["tools"]]
         system = fake.requests[0].json()["messages"][0]["content"]
-    # Mounted as an xd:// device (tools.xdev, the default; omp-surface E.3), called by name.
+    # Mounted as an xd:// device (tools.xdev, the default; docs/guides/mcp.md#xd-devices), called by
+    # name.
     assert "mcp__probe_echo" not in offered
     assert "- xd://mcp__probe_echo — Echo the text back." in system
     assert seen["stop"] == "end_turn"
@@ -534,7 +535,8 @@ async def test_malformed_json_rpc_is_answered_and_the_connection_stays(
     assert by_id[2]["error"] == {"code": -32602, "message": "Invalid params", "data": {
         "details": "session/new: Expected `str`, got `int` - at `$.cwd`"}}
     assert by_id[3]["error"]["data"]["details"] == "ACP cwd must be absolute: rel"
-    # An unknown request method is an extension method of nobody's (E.10, E.11).
+    # An unknown request method is an extension method of nobody's (docs/guides/acp.md#errors,
+    # docs/guides/acp.md#extension-methods).
     assert by_id[4]["error"] == {"code": -32603, "message": "Internal error",
                                  "data": {"details": "Unknown ACP ext method: foo/bar"}}
     assert by_id[5]["error"]["data"]["details"] == "Unsupported ACP session: nope"

@@ -1,6 +1,7 @@
-"""ACP authentication (omp-surface E.2): the ``terminal`` method offered to an editor that can
-run one, driven by the ``agent-client-protocol`` package's client against the real ``omp acp``,
-and the login that method runs (``omp acp --acp-terminal-auth``) as a real process in a pipe."""
+"""ACP authentication (docs/guides/acp.md#logging-in-from-the-editor): the ``terminal`` method
+offered to an editor that can run one, driven by the ``agent-client-protocol`` package's client
+against the real ``omp acp``, and the login that method runs (``omp acp --acp-terminal-auth``) as a
+real process in a pipe."""
 
 from __future__ import annotations
 

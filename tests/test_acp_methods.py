@@ -1,6 +1,8 @@
 """ACP methods beyond the core loop, driven by the ``agent-client-protocol`` package's client
 spawning the real ``omp acp``: the busy error (-32003), ``session/resume`` and
-``session/fork``, and the ``_omp/*`` extension methods (omp-surface E.3, E.5, E.10, E.11)."""
+``session/fork``, and the ``_omp/*`` extension methods (docs/guides/acp.md#sessions,
+docs/guides/acp.md#prompts-and-updates, docs/guides/acp.md#errors,
+docs/guides/acp.md#extension-methods)."""
 
 from __future__ import annotations
 

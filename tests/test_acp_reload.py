@@ -1,7 +1,7 @@
 """ACP session lifecycle details, driven by the ``agent-client-protocol`` package's client
 spawning the real ``omp acp``: a live session loaded again with other MCP servers (they replace
-its editor-given ones, omp-surface E.3), ``session/list``'s ``_meta``, and the ``ask`` tool's
-questions as form elicitations (E.9)."""
+its editor-given ones, docs/guides/acp.md#sessions), ``session/list``'s ``_meta``, and the ``ask``
+tool's questions as form elicitations (docs/guides/acp.md#what-the-editor-offers)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""``bash`` through the editor's terminals (ACP ``terminal/*``, omp-surface E.9), driven by the
-``agent-client-protocol`` package's client spawning the real ``omp acp``. The editor's side
-runs each terminal as a real subprocess (its own process group), as an editor does."""
+"""``bash`` through the editor's terminals (ACP ``terminal/*``,
+docs/guides/acp.md#the-editors-terminals), driven by the ``agent-client-protocol`` package's client
+spawning the real ``omp acp``. The editor's side runs each terminal as a real subprocess (its own
+process group), as an editor does."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The pure parts of ACP mode: titles, kinds, locations, plans, prompt blocks, stop reasons
-(omp-surface E.5-E.7), and that our wire types fit the protocol's schema models."""
+(docs/guides/acp.md#prompts-and-updates), and that our wire types fit the protocol's schema
+models."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The agent loop through the real ``omp --mode rpc`` process, against the fake LLM server.
 
-What a host sees of a run (agent-core §2.4-§4 and §12 scenarios 1-4, rpc-behavior §3-§5): frame
-order, messageIds, tool results paired with their calls, steering and follow-up queues,
-``prompt_result`` and ``session_settled``, the state commands, provider errors, event filters.
-Aborts are in ``test_agent_abort.py``.
+What a host sees of a run (docs/design/agent-loop.md#the-loop,
+docs/design/protocol.md#order-of-a-run): frame order, messageIds, tool results paired with their
+calls, steering and follow-up queues, ``prompt_result`` and ``session_settled``, the state commands,
+provider errors, event filters. Aborts are in ``test_agent_abort.py``.
 """
 
 from __future__ import annotations
@@ -166,7 +166,8 @@ async def test_two_tool_calls_are_paired_and_answered_in_a_second_turn(
     assert "beta contents" in tool_result_text(by_id["call_b"])
     assert not by_id["call_a"]["isError"]
     assert not by_id["call_b"]["isError"]
-    # read is shared: both calls start before either ends (agent-core §2.5, omp).
+    # read is shared: both calls start before either ends
+    # (docs/design/agent-loop.md#tool-calls-run-together, omp).
     starts = [i for i, f in enumerate(frames) if f["type"] == "tool_execution_start"]
     ends = [i for i, f in enumerate(frames) if f["type"] == "tool_execution_end"]
     assert max(starts) < min(ends)
@@ -422,7 +423,8 @@ async def test_get_state_during_and_after_a_run(tmp_path: Path,
             await wait_for_text_delta(agent)
             during = await agent.data("get_state")
             await agent.until_type("agent_end")
-            # A host that sees the terminal agent_end may prompt again (rpc-behavior §4.4).
+            # A host that sees the terminal agent_end may prompt again
+            # (docs/design/protocol.md#one-terminal-agent_end).
             after_end = await agent.data("get_state")
             await agent.until_settled()
             after = await agent.data("get_state")
@@ -610,7 +612,8 @@ async def test_retryable_error_is_retried_then_succeeds(tmp_path: Path,
     (end,) = of_type(frames, "auto_retry_end")
     assert (end["success"], end["attempt"]) == (True, 1)
     # One run, one agent_end: no agent_end between the failed attempt and its retry
-    # (rpc-behavior §4.4); auto_retry_end comes right before the run's end.
+    # (docs/design/protocol.md#one-terminal-agent_end); auto_retry_end comes right before the run's
+    # end.
     assert [k for k in kinds(frames) if k in (
         "agent_start", "message_end:assistant", "turn_end", "auto_retry_start",
         "auto_retry_end", "agent_end", "prompt_result")] == [

@@ -1,5 +1,6 @@
-"""Aborts through the real ``omp --mode rpc`` process (agent-core §3.5, rpc-behavior §5.5-§5.6,
-DESIGN.md §2 "Cancellation is the abort mechanism").
+"""Aborts through the real ``omp --mode rpc`` process (docs/design/agent-loop.md#abort,
+docs/design/protocol.md#abort, docs/design/protocol.md#abort_and_prompt,
+docs/internals.md#cancellation-is-the-abort-mechanism).
 
 Every test checks what a host sees (the aborted assistant message, tool results, ``turn_end``,
 ``agent_end``, the ``abort`` response, ``prompt_result``) and what was left behind: the fake
@@ -72,8 +73,8 @@ def assert_aborted_run_tail(frames: list[Frame], *, during_tools: bool = False) 
     the abort response (which is written once the run has ended).
 
     An abort during tools ends the tools' turn, then a turn with an empty aborted assistant
-    message that no model call made (rpc-behavior §4.3): either way the run's last message is
-    the aborted assistant message, as hosts expect.
+    message that no model call made (docs/design/protocol.md#how-an-aborted-run-ends): either way
+    the run's last message is the aborted assistant message, as hosts expect.
     """
     tail = kinds(frames[index_of(frames, lambda f: f["type"] == "turn_end"):])
     closing = ["turn_start", "message_start:assistant", "message_end:assistant",

@@ -1,4 +1,4 @@
-"""Tool approval as a host sees it (issue 23; omp-surface C).
+"""Tool approval as a host sees it (issue 23; docs/guides/approval.md#tool-approval).
 
 The real ``omp --mode rpc`` against the fake LLM server; the test is the host, reading every
 frame raw and answering the ``select`` dialog itself. Settings come from ``--config`` overlays,
@@ -362,7 +362,8 @@ async def test_an_embedding_policy_function_replaces_the_dialog(
 
 
 async def test_one_shot_mode_has_no_ui_to_ask(cwd: Path) -> None:
-    # -p / --mode json: nobody to ask (omp-surface C.6); the offline model calls the tool.
+    # -p / --mode json: nobody to ask (docs/guides/approval.md#without-a-ui); the offline model
+    # calls the tool.
     command = msgspec.json.encode({"command": "touch json.txt"}).decode()
     with trio.fail_after(LIMIT):
         result = await trio.run_process(
@@ -490,7 +491,8 @@ def test_commands_that_are_not_critical(command: str) -> None:
 
 def test_where_a_critical_command_asks() -> None:
     # Below yolo it asks whatever the user's policy or an allow pattern says; a deny pattern
-    # still denies; in yolo (and with --auto-approve) it runs, as in the original (C.3 step 4).
+    # still denies; in yolo (and with --auto-approve) it runs, as in the original
+    # (docs/guides/approval.md#modes-and-policies).
     allow_all = BashSettings(patterns=[BashPattern(match="*", approval="allow")])
     deny_sudo = BashSettings(patterns=[BashPattern(match="sudo *", approval="deny")])
     critical = bash_decision("sudo rm x", allow_all)
@@ -697,10 +699,10 @@ def setup(omp):
 async def test_an_extension_bash_is_judged_by_its_own_tier(tier: str, cwd: Path,
                                                            isolated_agent_dir: Path) -> None:
     # An extension's tool named `bash` replaces the built-in one, and with it the built-in's
-    # command rules (C.2): under `write` mode with a `deny` pattern and a critical command, a
-    # tool declared `read` runs both unasked; one declared `exec` asks for each, without the
-    # pattern's or the critical list's reason. The user's `tools.approval.bash` still applies
-    # by name (checked in the other tests).
+    # command rules (docs/guides/approval.md#tiers): under `write` mode with a `deny` pattern and a
+    # critical command, a tool declared `read` runs both unasked; one declared `exec` asks for each,
+    # without the pattern's or the critical list's reason. The user's `tools.approval.bash` still
+    # applies by name (checked in the other tests).
     install(isolated_agent_dir, "fakebash", FAKE_BASH.format(tier=tier))
     (isolated_agent_dir / "config.yml").write_text(
         "tools:\n  approvalMode: write\nbash:\n  patterns:\n"

@@ -1003,7 +1003,7 @@ class Host:
         """Whether the last run paused for background children (``isTerminal: false``) and
         nothing ended the pause since: their results are still to be delivered. (A queued
         follow-up alone also keeps ``sessionSettled`` false, for good: it waits for the next
-        prompt, rpc-behavior §5.5.)"""
+        prompt, docs/design/protocol.md#abort.)"""
         for f in reversed(self.record.frames):
             if f["type"] in ("session_settled", "agent_start"):
                 return False

@@ -148,7 +148,7 @@ def test_usage_from_before_a_compaction_is_ignored() -> None:
     (16_000, 2_400, 13_600),
 ])
 def test_omp_default_reserve_and_threshold(window: int, reserve: int, threshold: int) -> None:
-    # The examples of agent-core §6.1.
+    # The examples of docs/design/sessions.md#settings-and-threshold.
     assert effective_reserve_tokens(window, DEFAULTS) == reserve
     assert compaction_threshold(window, DEFAULTS) == threshold
 

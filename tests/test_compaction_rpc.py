@@ -1,5 +1,6 @@
 """Compaction through the real ``omp --mode rpc`` process and the fake LLM server
-(agent-core §6, rpc-behavior §4.5 and §11.10).
+(docs/design/sessions.md#compaction, docs/design/protocol.md#session-events,
+docs/design/sessions.md#when-compaction-runs).
 
 Each test checks what a host sees: the ``compact`` response (``CompactionResult``), the
 ``auto_compaction_start`` / ``auto_compaction_end`` frames, the live context (``get_messages``),
@@ -267,8 +268,8 @@ async def test_compact_before_any_turn_and_after_one_turn(tmp_path: Path,
 async def test_the_model_sees_the_summary_after_compaction(tmp_path: Path,
                                                           isolated_agent_dir: Path) -> None:
     """The next turn's request carries the summary (convertToLlm turns ``compactionSummary``
-    into a user message holding ``<summary>…</summary>``, agent-core §1.6) instead of the
-    summarised turns."""
+    into a user message holding ``<summary>…</summary>``,
+    docs/design/agent-loop.md#what-the-model-is-sent) instead of the summarised turns."""
     (tmp_path / "config.yml").write_text("name: demo\n")
     write_settings(isolated_agent_dir, keepRecentTokens=KEEP_RECENT)
     script = [SHORT_REPLY, summary_reply(), *three_turn_script(), answer("Understood.")]
@@ -287,7 +288,8 @@ async def test_the_model_sees_the_summary_after_compaction(tmp_path: Path,
 async def test_context_usage_after_compaction_ignores_the_old_anchor(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     """After a compaction the provider-reported size of a turn from before it measures a
-    context that no longer exists: ``contextUsage`` is re-estimated locally (agent-core §8.3)."""
+    context that no longer exists: ``contextUsage`` is re-estimated locally
+    (docs/design/sessions.md#context-usage)."""
     (tmp_path / "config.yml").write_text("name: demo\n")
     write_settings(isolated_agent_dir, keepRecentTokens=KEEP_RECENT)
     big = 60_000
@@ -355,8 +357,9 @@ async def test_context_overflow_compacts_and_runs_the_turn_again(
             assert len(failed) == 1
             assert failed[0]["stopReason"] == "error"
             assert "maximum context length" in failed[0]["errorMessage"]
-            # No agent_end between the failed attempt and the compaction (rpc-behavior §4.4):
-            # the overflow is said by a warning notice instead.
+            # No agent_end between the failed attempt and the compaction
+            # (docs/design/protocol.md#one-terminal-agent_end): the overflow is said by a warning
+            # notice instead.
             assert "agent_end" not in types[:start_at]
             (notice,) = of_type(frames, "notice")
             assert notice["level"] == "warning"

@@ -24,7 +24,7 @@ from omp.session.context import branch_settings, build_context, entries_since, u
 from omp.session.entries import RawEntry
 from omp.session.file import SessionFile
 
-# --- the live context (agent-core §7.6) ----------------------------------------------------------
+# --- the live context (docs/design/sessions.md#the-live-context) ---------------------------------
 
 
 def test_compaction_context(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""The documentation stays true: the generated frame reference is current, and every relative
+"""The documentation stays true: the generated frame reference is current, every relative
 link in README.md and docs/ leads to a file inside the repository (a plain clone has nothing
-outside it). The README stays a front page (what this is, set-up, a quick start, links): the
-rest lives in docs/, where every page is in the site's nav and reachable by links from the
-README."""
+outside it), and every ``docs/<page>.md#<anchor>`` a comment or docstring of the code cites
+leads to a heading of that page. The README stays a front page (what this is, set-up, a quick
+start, links): the rest lives in docs/, where every page is in the site's nav and reachable by
+links from the README."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -148,6 +150,88 @@ def test_every_page_is_reachable_from_the_readme() -> None:
     reached = reachable_pages(ROOT / "README.md")
     orphans = [str(p.relative_to(ROOT)) for p in PAGES if p.resolve() not in reached]
     assert not orphans
+
+
+CODE_DIRS = ("omp", "tests", "bench")
+"""Where the code cites the docs: its comments and docstrings say ``docs/<page>.md#<anchor>``."""
+POINTER = re.compile(r"(?<![\w/.-])docs/((?:[\w-]+/)*[\w.-]+\.md)#([\w-]+)")
+HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$", re.M)
+ATTR_LIST = re.compile(r"[ \t]*\{:?([^}]*)\}[ \t]*$")
+FENCE = re.compile(r"^[ \t]*(```+|~~~+).*?^[ \t]*\1[ \t]*$", re.M | re.S)
+
+
+def slug(heading: str) -> str:
+    """The anchor mkdocs gives a heading (Python-Markdown's ``toc`` slug): its text as rendered
+    (code spans, links and emphasis unwrapped), made ASCII, punctuation dropped, lower-cased,
+    each run of spaces and hyphens one ``-``."""
+    text = re.sub(r"(`+)(.+?)\1", r"\2", heading)
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"<[^>]+>|\*+", "", text)
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings: an explicit ``{#id}``, else the slug; a slug already
+    taken gets ``_1``, ``_2``... as in ``toc``. Fenced code is no heading."""
+    found: set[str] = set()
+    for heading in HEADING.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):
+        attrs = ATTR_LIST.search(heading)
+        explicit = re.search(r"#([\w-]+)", attrs.group(1)) if attrs else None
+        if explicit:
+            found.add(explicit.group(1))
+            continue
+        base = anchor = slug(heading[:attrs.start()] if attrs else heading)
+        n = 0
+        while anchor in found:
+            n += 1
+            anchor = f"{base}_{n}"
+        found.add(anchor)
+    return found
+
+
+def docs_pointers(text: str) -> list[tuple[int, str, str]]:
+    """(line, page under docs/, anchor) of every ``docs/<page>.md#<anchor>`` in ``text``."""
+    return [(text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2))
+            for m in POINTER.finditer(text)]
+
+
+def test_heading_anchors_follow_the_toc_rules(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# `ctx.ui`\n\n## Deadline (--max-time)\n\n### The editor's terminals\n\n"
+                    "## What differs from the original, and why\n\n## Abort\n\n## Abort ##\n\n"
+                    "### `prompt` {#prompt}\n\n### `get_state` before the first call\n\n"
+                    "```bash\n# not a heading\n```\n")
+    assert heading_anchors(page) == {
+        "ctxui", "deadline-max-time", "the-editors-terminals",
+        "what-differs-from-the-original-and-why", "abort", "abort_1", "prompt",
+        "get_state-before-the-first-call"}
+
+
+def test_the_pointer_finder_finds_pointers() -> None:
+    d = "docs"  # spelled apart, or this file's own examples would be checked as pointers
+    text = (f"# See {d}/guides/acp.md#errors, and\n# ({d}/design/x.md#gone); "
+            f"not ../{d}/y.md#z, {d}/index.md or my{d}/a.md#b.")
+    assert docs_pointers(text) == [(1, "guides/acp.md", "errors"), (2, "design/x.md", "gone")]
+
+
+def test_every_docs_pointer_in_the_code_leads_to_a_heading() -> None:
+    """Comments and docstrings cite the design by ``docs/<page>.md#<anchor>`` (issue 39: the
+    pages of the repository, or nothing). Each one names a page of docs/ and a heading on it,
+    so a page that renames or drops a heading fails here until its citations follow."""
+    anchors: dict[Path, set[str]] = {}
+    found, broken = 0, []
+    for path in sorted(p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py")):
+        for line, page, anchor in docs_pointers(path.read_text(encoding="utf-8")):
+            found += 1
+            target = ROOT / "docs" / page
+            if target not in anchors:
+                anchors[target] = heading_anchors(target) if target.is_file() else set()
+            if anchor not in anchors[target]:
+                broken.append(f"{path.relative_to(ROOT)}:{line}: docs/{page}#{anchor}")
+    assert found  # the walk found the citations
+    assert not broken, "no such page or heading:\n" + "\n".join(broken)
 
 
 def test_the_frame_reference_is_current() -> None:

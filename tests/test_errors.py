@@ -102,8 +102,9 @@ async def test_http_overflow_text_and_kind(api: str) -> None:
 
 @pytest.mark.parametrize("api", APIS)
 async def test_http_error_sample_from_the_spec(api: str) -> None:
-    # rpc-behavior.md §4 (prompt_result): "400 bad request here\nbad request here
-    # (type=server_error)"; the same body gives the same text whichever API answered it.
+    # A prompt_result's error (docs/design/protocol.md#prompt_result) is
+    # "400 bad request here\nbad request here (type=server_error)"; the same body gives the same
+    # text whichever API answered it.
     body = {"error": {"message": "bad request here", "type": "server_error"}}
     async with open_fake_llm([{"status": 400, "body": body}]) as llm:
         call, final = await run_call(make_model(api, llm.base_url))

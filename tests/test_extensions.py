@@ -1,4 +1,5 @@
-"""Python extensions as a host sees them (issue 11; extensions.md §1, rpc-behavior §8, §1.10).
+"""Python extensions as a host sees them (issue 11; docs/design/extensions.md#extensions,
+docs/design/protocol.md#extension-ui, docs/design/protocol.md#shutdown-asked-by-an-extension).
 
 Most tests run the real ``omp --mode rpc`` on the offline model (``[[tool NAME {args}]]`` in a
 prompt makes it call a tool, ``[[slow S]]`` paces it) with extensions installed as files in the
@@ -112,7 +113,8 @@ async def test_the_gate_blocks_a_call_the_user_refuses(cwd: Path,
     # The model was told: the offline model echoes the result in its next turn.
     assert "bash (error): Blocked by user" in frames[index_of(frames, "agent_end")][
         "messages"][-1]["content"][0]["text"]
-    # agent_end handler: its status frame comes before the wire agent_end (extensions.md §1.7).
+    # agent_end handler: its status frame comes before the wire agent_end
+    # (docs/design/extensions.md#how-handlers-run).
     status = index_of(frames, "extension_ui_request", method="setStatus")
     assert frames[status] == {"type": "extension_ui_request", "id": frames[status]["id"],
                               "method": "setStatus", "statusKey": "gate", "statusText": "idle"}
@@ -153,7 +155,8 @@ async def test_the_gate_hello_command_asks_and_greets(cwd: Path,
                  "input": {"hint": "arguments"}}]
             await host.send({"id": "h1", "type": "prompt", "message": "/hello"})
             (response,) = of_type(await host.until_type("response", id="h1"), "response")
-            # An extension command: the response has no data (rpc-behavior §3.3).
+            # An extension command: the response has no data
+            # (docs/design/protocol.md#prompt_result).
             assert response == {"type": "response", "id": "h1", "command": "prompt",
                                 "success": True}
             ask = await host.ui_request("input")
@@ -189,7 +192,7 @@ async def test_steer_and_follow_up_refuse_an_extension_command(cwd: Path,
                "command when not streaming.")
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as host:
-            # Even when idle (rpc-behavior §2.2 table).
+            # Even when idle (docs/design/protocol.md#command-table).
             await host.send({"id": "s0", "type": "steer", "message": "/hello"})
             (idle,) = of_type(await host.until_type("response", id="s0"), "response")
             assert idle == {"type": "response", "id": "s0", "command": "steer",
@@ -291,7 +294,7 @@ async def test_select_frames_and_answers(cwd: Path, isolated_agent_dir: Path) ->
                                "method": "select", "title": "Pick a colour",
                                "options": ["red", "green"]}
             assert said == "select -> 'red'"
-            # A value is not checked against the options (§8.2).
+            # A value is not checked against the options (docs/design/protocol.md#answers).
             assert (await dialog_round(host, "select plain", "select", value="mauve"))[1] == \
                 "select -> 'mauve'"
             assert (await dialog_round(host, "select plain", "select", cancelled=True))[1] == \
@@ -423,7 +426,8 @@ async def test_a_dialog_timeout_resolves_the_default_without_a_frame(
             frames = await host.until_type("prompt_result", id="t")
             waited = time.monotonic() - asked
             assert [f["message"] for f in ui_requests(frames, "notify")] == ["input -> None"]
-            assert not ui_requests(host.frames, "cancel")  # §8.3: no cancel on timeout
+            # docs/design/protocol.md#timeouts-and-aborts: no cancel on timeout
+            assert not ui_requests(host.frames, "cancel")
             assert waited >= 0.3, waited
             # A late answer, and one for an id never issued, are ignored without a frame.
             await host.answer(request, value="too late")
@@ -463,7 +467,7 @@ async def test_the_gate_confirm_times_out_to_a_block_without_a_cancel(
 
 async def test_abort_does_not_cancel_a_command_dialog(cwd: Path,
                                                       isolated_agent_dir: Path) -> None:
-    """Only dialogs of event handlers are bound to the run (extensions.md §1.9)."""
+    """Only dialogs of event handlers are bound to the run (docs/design/extensions.md#ctxui)."""
     install(isolated_agent_dir, "gate", GATE)
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as host:
@@ -975,7 +979,8 @@ async def test_shutdown_answers_the_command_then_exits_and_drops_what_follows(
     install(isolated_agent_dir, "bye", BYE)
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as host:
-            # One write: the command and one queued behind it (rpc-behavior §1.10).
+            # One write: the command and one queued behind it
+            # (docs/design/protocol.md#shutdown-asked-by-an-extension).
             await host.send({"id": "b", "type": "prompt", "message": "/bye"},
                             {"id": "s", "type": "get_state"})
             frames = await host.rest()  # the output ends while our input is still open
@@ -1314,7 +1319,7 @@ async def test_send_user_message_from_a_command_starts_a_run(cwd: Path,
 async def test_the_later_extension_wins_a_command_name(
         cwd: Path, isolated_agent_dir: Path) -> None:
     """Two extensions registering the same command: the later one wins, and the list has it
-    once (extensions.md §1.4)."""
+    once (docs/design/extensions.md#the-omp-object)."""
     for name, said in (("a_one", "first"), ("b_two", "second")):
         install(isolated_agent_dir, name, f'''
             def setup(omp):

@@ -1,6 +1,6 @@
 """omp/commands/frontmatter.py and files.py: markdown frontmatter, file commands
 (``commands/*.md``) and prompt templates (``prompts/**/*.md``) found in real directories
-(extensions spec §3.1, §3.2)."""
+(docs/design/extensions.md#file-commands, docs/design/extensions.md#prompt-templates)."""
 
 from __future__ import annotations
 

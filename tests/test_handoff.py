@@ -1,4 +1,4 @@
-"""handoff through the real process, on the offline model (agent-core §6.7)."""
+"""handoff through the real process, on the offline model (docs/design/sessions.md#handoff)."""
 
 from __future__ import annotations
 

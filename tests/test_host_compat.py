@@ -46,7 +46,7 @@ async def test_fast_mode_is_refused_on_a_model_without_a_faster_tier(
 
 async def test_a_cancelled_bash_execution_has_no_exit_code_key(tmp_path: Path,
                                                                isolated_agent_dir: Path) -> None:
-    # rpc-behavior §0.2: a field without a value is left out, never null.
+    # docs/design/protocol.md#absent-never-null: a field without a value is left out, never null.
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, []) as agent:
             # No pause between the two: the bash is registered when it is read, so the abort

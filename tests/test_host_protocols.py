@@ -1,4 +1,5 @@
-"""The host sub-protocols against the real ``omp --mode rpc`` process (rpc-behavior §6, §7).
+"""The host sub-protocols against the real ``omp --mode rpc`` process
+(docs/design/protocol.md#host-tools, docs/design/protocol.md#host-uris).
 
 The offline model makes the tool calls: a prompt holding ``[[tool NAME {json}]]`` calls that tool
 with those arguments, and after the results it answers ``Tool results:`` with a line per result.
@@ -260,7 +261,7 @@ async def test_stdin_eof_cancels_a_pending_host_tool_call_and_exits_zero(tmp_pat
     cancel = index(frames, "host_tool_cancel", targetId=call["id"])
     end = index(frames, "tool_execution_end", toolCallId=call["toolCallId"])
     assert frames[end]["isError"] is True
-    # The original's words for a host that went away (rpc-behavior §1.9).
+    # The original's words for a host that went away (docs/design/protocol.md#end-of-input).
     assert frames[end]["result"]["content"] == [
         {"type": "text", "text": "RPC client disconnected before host tool execution completed"}]
     assert cancel < end < index(frames, "turn_end") < index(frames, "agent_end")

@@ -57,7 +57,8 @@ def test_retry_after_sources() -> None:
 
 def test_http_error_texts_lead_with_the_status_and_carry_type_and_code() -> None:
     text = errors.http_error_text
-    # rpc-behavior.md's sample: the status line, then the message with its machine fields.
+    # The status line, then the message with its machine fields
+    # (docs/design/agent-loop.md#provider-adapters).
     assert text(400, {"error": {"message": "bad request here", "type": "server_error"}}, "") == (
         "400 bad request here\nbad request here (type=server_error)")
     overflow = {"error": {"message": "This model's maximum context length is 128000 tokens.",

@@ -1,6 +1,7 @@
 """MCP servers through the real ``omp --mode rpc`` process: real MCP servers written with the
 official SDK (``tests/data/mcp_probe_server.py``, FastMCP), over stdio and streamable HTTP, and
-the fake LLM calling their tools by the names the original gives them (omp-surface spec B)."""
+the fake LLM calling their tools by the names the original gives them
+(docs/guides/mcp.md#mcp-servers)."""
 
 from __future__ import annotations
 
@@ -251,8 +252,9 @@ async def test_trusted_project_servers_start_and_project_beats_user(
 
 
 async def test_a_plugin_dirs_server(tmp_path: Path, isolated_agent_dir: Path) -> None:
-    """``--plugin-dir`` (omp-surface A.4): the plugin's ``.mcp.json`` servers run, named
-    ``<plugin>:<server>`` (tools ``mcp__myplug_probe_*``), in an untrusted project too."""
+    """``--plugin-dir`` (docs/design/command-line.md#plugin-directories-plugin-dir): the plugin's
+    ``.mcp.json`` servers run, named ``<plugin>:<server>`` (tools ``mcp__myplug_probe_*``), in an
+    untrusted project too."""
     cwd = tmp_path / "project"
     cwd.mkdir()
     plugin = tmp_path / "plugin"
@@ -563,8 +565,8 @@ async def test_legacy_sse_server(tmp_path: Path, isolated_agent_dir: Path) -> No
 
 async def test_resource_updates_reach_the_model(tmp_path: Path,
                                                 isolated_agent_dir: Path) -> None:
-    """``mcp.notifications: true`` (B.10): a subscribed resource's update is a message in the
-    conversation, which the next model request carries."""
+    """``mcp.notifications: true`` (docs/guides/mcp.md#resource-updates): a subscribed resource's
+    update is a message in the conversation, which the next model request carries."""
     cwd = tmp_path / "project"
     cwd.mkdir()
     (isolated_agent_dir / "config.yml").write_text(

@@ -1,4 +1,4 @@
-"""``/mcp add``, ``remove``, ``test`` and ``reload`` (omp-surface B.12) through the real
+"""``/mcp add``, ``remove``, ``test`` and ``reload`` (docs/guides/mcp.md#mcp) through the real
 ``omp --mode rpc`` process: the files the original writes, its texts, a temporary connection
 to a real MCP server (FastMCP) that was added after startup (no server configured when the
 process started), and the live servers following the files on ``/mcp reload``."""

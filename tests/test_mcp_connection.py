@@ -326,8 +326,9 @@ async def test_a_crash_storm_suspends_reconnects(tmp_path: Path) -> None:
 
 
 async def test_command_values(tmp_path: Path) -> None:
-    """``!command`` values of ``env`` (omp-surface B.2): the command's trimmed output, run in
-    the project directory; a failing command's key is left out; the output is redacted."""
+    """``!command`` values of ``env`` (docs/guides/mcp.md#server-entries): the command's trimmed
+    output, run in the project directory; a failing command's key is left out; the output is
+    redacted."""
     from omp.mcp.connection import Connection, McpTool
 
     (tmp_path / "secret.txt").write_text("from-a-file\n")
@@ -353,8 +354,9 @@ async def test_command_values(tmp_path: Path) -> None:
 
 
 def test_other_tools_files(tmp_path: Path) -> None:
-    """Codex, Gemini, opencode, Cursor, Windsurf and VS Code files (omp-surface B.1): project
-    files with no opt-in, user files only with ``enabledProviders``, in the original's order."""
+    """Codex, Gemini, opencode, Cursor, Windsurf and VS Code files
+    (docs/guides/mcp.md#configuration): project files with no opt-in, user files only with
+    ``enabledProviders``, in the original's order."""
     cwd, agent, home = tmp_path / "p", tmp_path / "agent", tmp_path / "home"
     (cwd / ".codex").mkdir(parents=True)
     (cwd / ".codex" / "config.toml").write_text(
@@ -498,9 +500,10 @@ async def test_resource_updates_are_told_together(autojump_clock: trio.testing.M
 
 
 def test_plugin_dir_servers(tmp_path: Path) -> None:
-    """``--plugin-dir`` plugins' servers (omp-surface A.4, B.1): named ``<plugin>:<server>``,
-    from the manifest's ``mcpServers`` or the plugin's ``.mcp.json`` (nested or flat), the
-    plugin's root in ``${CLAUDE_PLUGIN_ROOT}``; no project trust needed; values literal."""
+    """``--plugin-dir`` plugins' servers (docs/design/command-line.md#plugin-directories-plugin-dir,
+    docs/guides/mcp.md#configuration): named ``<plugin>:<server>``, from the manifest's
+    ``mcpServers`` or the plugin's ``.mcp.json`` (nested or flat), the plugin's root in
+    ``${CLAUDE_PLUGIN_ROOT}``; no project trust needed; values literal."""
     cwd, agent = tmp_path / "p", tmp_path / "agent"
     cwd.mkdir()
     named, flat, inline, outside = (tmp_path / n for n in ("named", "flat", "inline", "out"))
@@ -539,9 +542,9 @@ def test_plugin_dir_servers(tmp_path: Path) -> None:
 
 
 async def test_a_stdio_server_gets_its_stored_login(tmp_path: Path) -> None:
-    """omp-surface B.11: a stdio server with ``auth.credentialId`` gets that stored OAuth
-    login's access token as ``OAUTH_ACCESS_TOKEN``; it is redacted like other secrets. Without
-    the id nothing is given."""
+    """docs/guides/mcp.md#oauth-http-and-sse-servers: a stdio server with ``auth.credentialId`` gets
+    that stored OAuth login's access token as ``OAUTH_ACCESS_TOKEN``; it is redacted like other
+    secrets. Without the id nothing is given."""
     import httpx
 
     from omp.login.store import Credentials, OAuthTokens

@@ -1,6 +1,6 @@
-"""OAuth for HTTP MCP servers (omp-surface B.11, the MCP authorization spec) through the real
-``omp --mode rpc`` process: an MCP server written with the SDK that requires a bearer token
-issued for it (``tests/data/mcp_probe_server.py --auth``), the fake OAuth server
+"""OAuth for HTTP MCP servers (docs/guides/mcp.md#oauth-http-and-sse-servers, the MCP authorization
+spec) through the real ``omp --mode rpc`` process: an MCP server written with the SDK that requires
+a bearer token issued for it (``tests/data/mcp_probe_server.py --auth``), the fake OAuth server
 (``omp.testing.fake_oauth``: metadata, dynamic client registration, PKCE, introspection), and
 the test playing the user's browser on the ``open_url`` the host is sent."""
 

@@ -1,7 +1,7 @@
 """MCP tools in subagent sessions, through the real ``omp --mode rpc`` process (the fake LLM
 scripting parent and child apart by request content, ``subagent_helpers``): a child calls the
 parent's MCP servers' tools over the parent's connections, under the same approval policy
-(subagents-login A.7)."""
+(docs/design/subagents.md#a-child-session)."""
 
 from __future__ import annotations
 

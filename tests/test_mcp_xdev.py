@@ -1,6 +1,6 @@
-"""MCP tools as ``xd://`` devices (``tools.xdev``, the original's default; omp-surface B.6)
-through the real ``omp --mode rpc`` process, a FastMCP server and the fake LLM driving the
-devices with ``read`` and ``write``."""
+"""MCP tools as ``xd://`` devices (``tools.xdev``, the original's default;
+docs/guides/mcp.md#xd-devices) through the real ``omp --mode rpc`` process, a FastMCP server and the
+fake LLM driving the devices with ``read`` and ``write``."""
 
 from __future__ import annotations
 
@@ -135,9 +135,9 @@ def dialog(path: str, content: str) -> str:
 
 async def test_a_device_write_has_the_devices_tier_and_policy(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
-    # omp-surface C.2: a write to xd://<device> is weighed by the device's own tier (MCP tools:
-    # write) under the policy tools.approval.<device>, falling back to tools.approval.write;
-    # arguments that are no JSON object, or a device not mounted, are exec.
+    # docs/guides/approval.md#tiers: a write to xd://<device> is weighed by the device's own tier
+    # (MCP tools: write) under the policy tools.approval.<device>, falling back to
+    # tools.approval.write; arguments that are no JSON object, or a device not mounted, are exec.
     cwd = tmp_path / "project"
     cwd.mkdir()
     (isolated_agent_dir / "config.yml").write_text(
@@ -196,8 +196,8 @@ async def test_a_device_without_a_policy_of_its_own_has_the_write_policy(
 
 
 async def test_names_the_model_makes_up(tmp_path: Path, isolated_agent_dir: Path) -> None:
-    """omp-surface B.6: an unregistered ``mcp__...`` name that stands for exactly one tool
-    runs it (Claude Code's ``mcp__<server>__<tool>``, the raw tool name, another case); the
+    """docs/guides/mcp.md#xd-devices: an unregistered ``mcp__...`` name that stands for exactly one
+    tool runs it (Claude Code's ``mcp__<server>__<tool>``, the raw tool name, another case); the
     call keeps the name the model used."""
     cwd = tmp_path / "project"
     cwd.mkdir()

@@ -1,5 +1,5 @@
 """The views the RPC layer serves over a session (omp.rpc.paging): message pages with cursors
-(rpc-behavior §11.12) and the entry tree of ``get_tree``."""
+(docs/design/sessions.md#message-pages) and the entry tree of ``get_tree``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from omp.session.context import TREE_NESTED_LEVELS
 from omp.session.context import entry_tree as tree
 from omp.session.file import SessionFile
 
-# --- message pages (rpc-behavior §11.12) ---------------------------------------------------------
+# --- message pages (docs/design/sessions.md#message-pages) ---------------------------------------
 
 
 def test_paging() -> None:

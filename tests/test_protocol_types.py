@@ -45,7 +45,8 @@ SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl"))
 
 # Keys only the original emits; stripped (at any depth) from the expected side before comparing.
 ORIGINAL_ONLY_KEYS = frozenset({
-    # Streaming bookkeeping that leaks onto toolCall blocks in snapshots (rpc-behavior §4.2).
+    # Streaming bookkeeping that leaks onto toolCall blocks in snapshots
+    # (docs/design/protocol.md#message_update).
     "partialArgs",
     "streamIndex",
     # omp's per-message context accounting, stored with assistant messages.
@@ -264,7 +265,8 @@ def test_session_event_types_are_the_filterable_ones() -> None:
     assert {"agent_start", "agent_end", "message_update", "tool_execution_end", "notice",
             "auto_retry_start", "todo_reminder", "thinking_level_changed"} <= SESSION_EVENT_TYPES
     side = {cls.__struct_config__.tag for cls in SideFrame.__args__}
-    # Prompt completion, sub-protocol and side-channel frames are never filtered (§4.6).
+    # Prompt completion, sub-protocol and side-channel frames are never filtered
+    # (docs/design/protocol.md#message-ids-and-the-event-filter).
     assert {"prompt_result", "session_settled", "extension_ui_request", "host_tool_call",
             "available_commands_update", "subagent_event"} <= side
     assert not side & SESSION_EVENT_TYPES

@@ -1,5 +1,6 @@
 """The RPC ``bash`` / ``abort_bash`` commands and the ``bash`` tool's process cleanup, against the
-real ``omp --mode rpc`` process and real shells (rpc-behavior §10, DESIGN.md §2).
+real ``omp --mode rpc`` process and real shells (docs/design/protocol.md#rpc-bash,
+docs/internals.md#cancellation-is-the-abort-mechanism).
 
 Commands are sent with ``client.send`` and explicit ids where the order of the answers matters:
 a response no request waits for arrives on ``client.events`` in wire order.
@@ -193,7 +194,7 @@ async def test_bash_result_fields(tmp_path: Path) -> None:
     assert after_cd["output"] == f"{tmp_path}\n"
 
     # 200,000 lines: the head (20 KiB) and the tail (30 KiB) in whole lines, the middle elided
-    # on one marker line (rpc-behavior §10.2); the totals still of everything
+    # on one marker line (docs/design/protocol.md#bashresult); the totals still of everything
     assert big["truncated"] is True
     assert big["cancelled"] is False
     assert big["exitCode"] == 0

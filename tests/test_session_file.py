@@ -150,7 +150,7 @@ def test_compaction_entry_has_the_spec_keys(tmp_path: Path) -> None:
                                    {"readFiles": ["src/a.ts"], "modifiedFiles": ["src/b.ts"]},
                                    short_summary="I ...", tokens_after=23000, method="soft")
     record = lines_of(file.path)[-1]
-    # The example of agent-core §6.6.
+    # The keys of docs/design/sessions.md#the-compaction-entry, in the original's order.
     assert list(record) == ["type", "id", "parentId", "timestamp", "summary", "firstKeptEntryId",
                             "tokensBefore", "details", "method", "tokensAfter", "shortSummary"]
     assert record["id"] == entry.id
@@ -390,7 +390,7 @@ def test_create_never_overwrites(tmp_path: Path) -> None:
         SessionFile.create_at(file.path, cwd="/p")
 
 
-# --- branching (rpc-behavior §11.3) --------------------------------------------------------------
+# --- branching (docs/design/sessions.md#branch) --------------------------------------------------
 
 
 def test_branch_at_the_second_user_message(tmp_path: Path) -> None:

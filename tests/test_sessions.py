@@ -1,5 +1,6 @@
 """Sessions on disk, seen from a host: the real ``omp --mode rpc`` process on the offline model
-(rpc-behavior §11, §2.3; DESIGN.md §5).
+(docs/design/sessions.md#session-commands, docs/design/protocol.md#get_state;
+docs/design/sessions.md#safe-on-disk).
 
 Every test drives one or more real processes in ``tmp_path`` (the autouse fixture gives each test
 an empty ``$OMP_AGENT_DIR``, so the default session directory is
@@ -187,7 +188,7 @@ def header(path: Path) -> dict[str, Any]:
 
 
 def assert_private(path: Path) -> None:
-    """A session file is 0600 in a 0700 directory (DESIGN.md §5)."""
+    """A session file is 0600 in a 0700 directory (docs/design/sessions.md#safe-on-disk)."""
     assert path.is_file(), path
     assert stat.S_IMODE(path.stat().st_mode) == 0o600, oct(path.stat().st_mode)
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700, oct(path.parent.stat().st_mode)
@@ -1027,7 +1028,8 @@ async def test_write_failure_is_reported_once_and_the_session_goes_on(tmp_path: 
             assert notices[0]["source"] == "session-persistence"
             assert [t for _, t in texts(await host.messages())][-2:] == [
                 "question three", "Echo: question three"]
-    # Everything was answered, but the session was not kept: the exit status says so (§1.9).
+    # Everything was answered, but the session was not kept: the exit status says so
+    # (docs/design/protocol.md#end-of-input).
     assert client.returncode == 1
 
 

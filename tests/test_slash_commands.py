@@ -1,4 +1,6 @@
-"""Slash commands as a host sees them (issue 12; extensions spec §2 to §4, rpc-behavior §3.3).
+"""Slash commands as a host sees them (issue 12; docs/design/extensions.md#slash-commands,
+docs/design/extensions.md#file-commands-and-templates, docs/design/extensions.md#skills,
+docs/design/protocol.md#prompt_result).
 
 Every test runs the real ``omp --mode rpc`` (``extension_helpers.open_process_host``) with a
 temporary agent directory, cwd and ``HOME`` (so no skill or command of the machine's user can

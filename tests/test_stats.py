@@ -1,4 +1,5 @@
-"""``session_stats``: the ``get_session_stats`` payload (rpc-behavior §11.9, agent-core §8.1)."""
+"""``session_stats``: the ``get_session_stats`` payload
+(docs/design/sessions.md#session-statistics)."""
 
 from __future__ import annotations
 
@@ -128,8 +129,8 @@ def test_full_context_exact_stats() -> None:
 
 
 def test_matches_the_observed_example() -> None:
-    """The §11.9 example: 2 prompts answered by the fake provider (100 prompt + 10 completion
-    tokens each, no prices), context usage 100 of 128000."""
+    """2 prompts answered by the fake provider (100 prompt + 10 completion tokens each, no
+    prices), context usage 100 of 128000 (docs/design/sessions.md#session-statistics)."""
     messages: list[AgentMessage] = [
         user("one"), assistant([TextContent(text="1")], usage(100, 10)),
         user("two"), assistant([TextContent(text="2")], usage(100, 10)),

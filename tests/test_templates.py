@@ -1,6 +1,6 @@
 """omp/commands/templates.py and render.py: ``/name args`` → the text sent to the model
-(extensions spec §3.3): argument splitting, every ``$`` placeholder, the appended-args fallback,
-the Handlebars subset and the prompt formatter. Pure functions, no I/O."""
+(docs/design/extensions.md#arguments): argument splitting, every ``$`` placeholder, the
+appended-args fallback, the Handlebars subset and the prompt formatter. Pure functions, no I/O."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def test_uses_arg_placeholders(body: str, uses: bool) -> None:
     assert uses_arg_placeholders(body) is uses
 
 
-# --- expand: the whole of §3.3 --------------------------------------------------------------
+# --- expand: the whole of docs/design/extensions.md#arguments -------------------------------------
 
 
 def test_spec_examples() -> None:

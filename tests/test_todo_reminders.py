@@ -1,6 +1,6 @@
-"""Todo reminders as a host sees them (issue 23; omp-surface D.7): the real ``omp --mode rpc``
-against the fake LLM server, every frame read raw; what the model is told comes from the fake's
-recorded requests."""
+"""Todo reminders as a host sees them (issue 23; docs/guides/approval.md#todo-reminders): the real
+``omp --mode rpc`` against the fake LLM server, every frame read raw; what the model is told comes
+from the fake's recorded requests."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ async def test_shared_calls_run_together(tmp_path: Path, isolated_agent_dir: Pat
 
     assert_tool_calls_paired(frames)
     check_message_ids(frames)
-    # Both starts before either end (agent-core §2.5).
+    # Both starts before either end (docs/design/agent-loop.md#tool-calls-run-together).
     assert max(at(frames, "tool_execution_start", c) for c in "ab") < min(
         at(frames, "tool_execution_end", c) for c in "ab")
     results = results_by_id(frames)

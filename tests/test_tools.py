@@ -187,7 +187,7 @@ def test_head_matches_the_original_algorithm(text: str, max_lines: int, max_byte
 
 
 def test_elision_defaults_are_the_originals() -> None:
-    # rpc-behavior §10.2: a 50 KiB budget, 20 KiB of it for the head
+    # docs/design/protocol.md#bashresult: a 50 KiB budget, 20 KiB of it for the head
     assert (DEFAULT_MAX_BYTES, ELISION_HEAD_BYTES) == (51200, 20480)
 
 

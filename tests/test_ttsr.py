@@ -1,6 +1,6 @@
-"""TTSR rules as a host sees them (issue 23; omp-surface D): the real ``omp --mode rpc`` against
-the fake LLM server, every frame read raw; what the model is sent comes from the fake's recorded
-requests."""
+"""TTSR rules as a host sees them (issue 23; docs/guides/approval.md#rules-ttsr): the real
+``omp --mode rpc`` against the fake LLM server, every frame read raw; what the model is sent comes
+from the fake's recorded requests."""
 
 from __future__ import annotations
 
@@ -194,8 +194,8 @@ async def test_no_rules_flag_and_disabled_rules(cwd: Path, isolated_agent_dir: P
 
 async def test_a_tool_argument_rule_that_does_not_interrupt(cwd: Path,
                                                             isolated_agent_dir: Path) -> None:
-    # omp-surface D.5: reported while the arguments stream, the call runs, and its result
-    # starts with the rule's reminder.
+    # docs/guides/approval.md#what-a-host-sees-of-a-rule: reported while the arguments stream, the
+    # call runs, and its result starts with the rule's reminder.
     write_rule(isolated_agent_dir / "rules", "no-secret", "---\ncondition: secret\n"
                "scope: \"tool:bash\"\ninterruptMode: never\n---\nNever echo secrets.\n")
     script = [tools_reply(tool_call("c1", "bash", {"command": "echo secret"})),
@@ -344,8 +344,9 @@ async def test_other_tools_rules_and_an_ast_condition(cwd: Path,
 
 async def test_a_quiet_match_in_an_aborted_message_is_dropped(cwd: Path,
                                                               isolated_agent_dir: Path) -> None:
-    # omp-surface D.4: a non-interrupting match is delivered only when its message ends
-    # normally; aborted, it is dropped (nothing queued, nothing in the history).
+    # docs/guides/approval.md#what-a-host-sees-of-a-rule: a non-interrupting match is delivered only
+    # when its message ends normally; aborted, it is dropped (nothing queued, nothing in the
+    # history).
     write_rule(isolated_agent_dir / "rules", "quiet", "---\ncondition: FORB\n"
                "interruptMode: never\nscope: text\n---\nBe polite.\n")
     script = [text_reply("Hello ", 0.2, "there FORB", 0.2, "IDDEN", 30.0, " never seen"),

@@ -7,8 +7,9 @@ answers with an error raises ``ClientError``.
 
 ``EditorFiles`` and ``EditorTerminals`` are one session's view of the editor for the tools
 (``omp.tools.base.EditorFiles`` / ``EditorTerminals``): ``read`` / ``write`` through
-``fs/read_text_file`` / ``fs/write_text_file``, ``bash`` through ``terminal/*`` (E.9). Their
-failures are ``ToolError``\\ s naming the request, so the model reads what went wrong.
+``fs/read_text_file`` / ``fs/write_text_file``, ``bash`` through ``terminal/*``
+(docs/guides/acp.md#what-the-editor-offers). Their failures are ``ToolError``\\ s naming the
+request, so the model reads what went wrong.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class ClientChannel:
         return reply.result if isinstance(reply.result, msgspec.Raw) else msgspec.Raw(b"null")
 
     def arrived(self, envelope: w.Envelope) -> None:
-        """A response from the client: wakes the request's waiter (none: ignored, E.1)."""
+        """A response from the client: wakes the request's waiter (none: ignored,
+        docs/guides/acp.md#what-differs-from-the-original-and-why)."""
         wait = self._waits.get(envelope.id) if isinstance(envelope.id, int) else None
         if wait is not None:
             wait[1].append(envelope)
@@ -94,7 +96,7 @@ async def _ask_tool(channel: ClientChannel, method: str, params: msgspec.Struct,
 class EditorFiles:
     """The editor's files for one session: ``read`` and ``write`` of text files go through
     ``fs/read_text_file`` / ``fs/write_text_file``, so the model sees unsaved buffers and the
-    editor sees the change (E.9)."""
+    editor sees the change (docs/guides/acp.md#what-the-editor-offers)."""
 
     channel: ClientChannel
     session_id: str

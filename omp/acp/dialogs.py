@@ -1,5 +1,6 @@
-"""Extension and tool dialogs as ACP elicitations (omp-surface E.9): the ``ctx.ui`` of a session's
-extensions and the tool-approval gate's generic questions (``omp.extensions.ui.ExtensionUI``).
+"""Extension and tool dialogs as ACP elicitations (docs/guides/acp.md#dialogs-as-elicitations): the
+``ctx.ui`` of a session's extensions and the tool-approval gate's generic questions
+(``omp.extensions.ui.ExtensionUI``).
 
 When the editor declared ``elicitation.form`` at ``initialize``, ``select``, ``confirm`` and
 ``input`` become ``elicitation/create {mode: "form", sessionId, message, requestedSchema}`` whose

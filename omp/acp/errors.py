@@ -1,4 +1,4 @@
-"""Failures of a request, as the original answers them (omp-surface E.10)."""
+"""Failures of a request, as the original answers them (docs/guides/acp.md#errors)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ SESSION_BUSY = -32003
 
 
 class AcpError(Exception):
-    """A request that fails: answered -32603 ``Internal error`` with ``details`` (E.10)."""
+    """A request that fails: answered -32603 ``Internal error`` with ``details``
+    (docs/guides/acp.md#errors)."""
 
 
 class BusyError(AcpError):
     """``session/prompt`` while the session runs something no prompt of the editor started (an
     extension's or a background job's run): answered -32003 with the session's busy message
-    and what the editor can do (E.5)."""
+    and what the editor can do (docs/guides/acp.md#prompts-and-updates)."""
 
     code = SESSION_BUSY
     data: dict[str, Any] = {"reason": "session_busy", "hint": "steer|followUp|wait"}

@@ -1,8 +1,9 @@
-"""Extension methods: requests whose method is none of the protocol's (omp-surface E.11).
+"""Extension methods: requests whose method is none of the protocol's
+(docs/guides/acp.md#extension-methods).
 
 As in the original, every request method the protocol does not define arrives here, and one
 this module does not know fails with -32603 ``Unknown ACP ext method: <method>`` (never
--32601, E.10). Known, from the stored session files (read in a worker thread):
+-32601, docs/guides/acp.md#errors). Known, from the stored session files (read in a worker thread):
 
 * ``_omp/sessions/listAll {limit?}`` → ``{sessions, total}``: every project's sessions, newest
   first, at most ``limit`` (1-5000, default 1000);

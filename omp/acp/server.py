@@ -22,7 +22,7 @@ Who owns what:
 * ``session/cancel`` is handled by the reader at once: it cancels the session's abortable work
   through its abort registry (``omp.session.aborts``, the families of rpc ``abort``), answers
   the pending prompt ``cancelled`` without waiting for the run's cleanup, and mutes the
-  session's updates until the next prompt (the original's behaviour, omp-surface E.8). The
+  session's updates until the next prompt (the original's behaviour, docs/guides/acp.md#cancel). The
   prompt, the cancel and the approvals of one session are ``omp.acp.session.AcpSession``'s.
 * ``session/load`` / ``session/resume`` of a live session replace the MCP servers the editor
   gave it (``AcpSession.replace_mcp``). An editor that declares ``auth.terminal`` is offered
@@ -41,12 +41,12 @@ whose id is unknown is ignored.
 
 Bad input: a line that is not JSON, or not a JSON-RPC object, is answered with an error whose
 id is null (-32700 / -32600) and the connection stays up (the original ends the connection
-silently, E.1); params that do not fit the method's schema get -32602 naming the field; a
-request method the protocol does not define is an extension method (``omp.acp.ext``; unknown:
--32603 ``Unknown ACP ext method``); an error of the handler -32603 ``Internal error`` with
-``data.details``, a busy session -32003 (``omp.acp.errors``), as the original words them. Any
-other exception of a handler is -32603 too (``details``: its type and message): it fails that
-request alone, never the connection.
+silently, docs/guides/acp.md#what-differs-from-the-original-and-why); params that do not fit the
+method's schema get -32602 naming the field; a request method the protocol does not define is an
+extension method (``omp.acp.ext``; unknown: -32603 ``Unknown ACP ext method``); an error of the
+handler -32603 ``Internal error`` with ``data.details``, a busy session -32003 (``omp.acp.errors``),
+as the original words them. Any other exception of a handler is -32603 too (``details``: its type
+and message): it fails that request alone, never the connection.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ TERMINAL_AUTH = w.AuthMethod(
     description="Log in to a provider in a terminal: paste an API key or complete an OAuth "
                 "login.",
     args=[TERMINAL_AUTH_FLAG])
-"""Offered when the editor declares ``auth.terminal`` (the original's texts, E.2)."""
+"""Offered when the editor declares ``auth.terminal`` (the original's texts,
+docs/guides/acp.md#logging-in-from-the-editor)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -322,8 +323,9 @@ class AcpServer:
                                 form=elicitation is not None and elicitation.form is not None)
         runtime.session.use_approval(approval_gate(options, runtime.session, dialogs))
         if dialogs.form and (options.tools is None or "ask" in options.tools):
-            # The model's questions become the editor's forms (omp-surface E.9); with no
-            # forms every answer would be "(no answer)", so the tool is not offered then.
+            # The model's questions become the editor's forms
+            # (docs/guides/acp.md#dialogs-as-elicitations); with no forms every answer would be "(no
+            # answer)", so the tool is not offered then.
             runtime.session.toolset.own.append(AskTool(dialogs))
         fs = self.client_capabilities.fs
         if fs.readTextFile and fs.writeTextFile:
@@ -371,7 +373,8 @@ class AcpServer:
         self._requests_nursery.start_soon(bootstrap)
 
     def bootstrap(self, acp: AcpSession) -> None:
-        """What follows a session's creation: its commands and its info (E.3)."""
+        """What follows a session's creation: its commands and its info
+        (docs/guides/acp.md#sessions)."""
         assert acp.commands is not None
         assert acp.runtime is not None
         self.update(acp.session_id, w.AvailableCommandsUpdate(availableCommands=[
@@ -395,8 +398,8 @@ class AcpServer:
     async def load_session(self, params: w.LoadSessionParams, _id: int | str
                            ) -> w.LoadSessionResult:
         """Open a stored session (or take the live one) and replay its history before the
-        answer (E.3, E.6). On cancellation (shutdown) a half-opened session is closed with
-        the sessions nursery."""
+        answer (docs/guides/acp.md#sessions, docs/guides/acp.md#prompts-and-updates). On
+        cancellation (shutdown) a half-opened session is closed with the sessions nursery."""
         acp = await self._reopen(params)
         for update in history_updates(live(acp).messages, acp.cwd):
             self.update(acp.session_id, update)
@@ -491,7 +494,8 @@ class AcpServer:
 
     async def set_mode(self, params: w.SetModeParams, _id: int | str) -> w.Empty:
         """Only ``default`` (no plan mode here); then ``current_mode_update`` and
-        ``config_option_update``, as the original sends them (E.4)."""
+        ``config_option_update``, as the original sends them
+        (docs/guides/acp.md#other-session-methods)."""
         acp = self._session(params.sessionId)
         acp.set_config_option("mode", params.modeId)
         self.update(acp.session_id, w.CurrentModeUpdate(currentModeId="default"))
@@ -500,7 +504,8 @@ class AcpServer:
 
     async def set_config_option(self, params: w.SetConfigOptionParams, _id: int | str
                                 ) -> w.SetConfigOptionResult:
-        """Mode, model or thinking level; the mode also sends ``current_mode_update`` (E.4)."""
+        """Mode, model or thinking level; the mode also sends ``current_mode_update``
+        (docs/guides/acp.md#other-session-methods)."""
         acp = self._session(params.sessionId)
         acp.set_config_option(params.configId, params.value)
         if params.configId == "mode":

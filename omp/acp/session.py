@@ -4,8 +4,8 @@ editor with ``session/request_permission``, remembers "always"), and ``session/c
 
 A prompt is the editor's from when it is sent to the session until its ``prompt_result``
 (``owned``); a run going while none is (an extension's, a background job's) makes a new
-prompt busy (``omp.acp.errors.BusyError``, E.5), unless a ``session/cancel`` stopped it, whose
-cleanup the prompt then waits for.
+prompt busy (``omp.acp.errors.BusyError``, docs/guides/acp.md#prompts-and-updates), unless a
+``session/cancel`` stopped it, whose cleanup the prompt then waits for.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ PERMISSION_OPTIONS = [
     w.PermissionOption(optionId="allow_always", name="Always allow", kind="allow_always"),
     w.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
     w.PermissionOption(optionId="reject_always", name="Always reject", kind="reject_always")]
-"""The original's four answers (omp-surface C.7)."""
+"""The original's four answers (docs/guides/acp.md#tool-permission)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -92,7 +92,8 @@ class AcpSession:
     accepted: int = 0
     """Tickets of the ``session/prompt`` requests read for this session so far: a prompt gets
     its ticket when the reader reads it, so a ``session/cancel`` read after it finds it even
-    before its task started (DESIGN.md §2: work is registered when it is accepted)."""
+    before its task started (docs/internals.md#the-abort-registry: work is registered when it is
+    accepted)."""
     cancelled_upto: int = 0
     """The prompts with a ticket up to this one are cancelled."""
     owned: set[str] = attrs.field(factory=set)
@@ -104,7 +105,8 @@ class AcpSession:
     prompts: int = 0
     r"""``session/prompt``\ s sent to the session so far (their ids in it: ``acp-<n>``)."""
     remembered: dict[str, bool] = attrs.field(factory=dict)
-    """``allow_always`` / ``reject_always`` answers, by tool name, for this session (C.7)."""
+    """``allow_always`` / ``reject_always`` answers, by tool name, for this session
+    (docs/guides/acp.md#tool-permission)."""
     announce_commands: Callable[[], None] | None = None
     """Sends the session's commands again (``available_commands_update``), set by the server:
     called when its MCP servers' prompts changed."""
@@ -145,9 +147,9 @@ class AcpSession:
     async def prompt(self, blocks: list[w.ContentBlock], ticket: int | None) -> w.PromptResult:
         """Send the prompt through the rpc prompt dispatch and wait for its ``prompt_result``
         (or ``session/cancel``). A prompt while the last one still runs cancels that one
-        first (implicit cancel, E.5); a run going that no prompt of the editor started makes
-        it busy (``BusyError``). ``ticket``: the one it got when it was read. On
-        cancellation (shutdown) it stops waiting."""
+        first (implicit cancel, docs/guides/acp.md#prompts-and-updates); a run going that no prompt
+        of the editor started makes it busy (``BusyError``). ``ticket``: the one it got when it was
+        read. On cancellation (shutdown) it stops waiting."""
         runtime, commands = self.runtime, self.commands
         assert runtime is not None
         assert commands is not None
@@ -200,7 +202,8 @@ class AcpSession:
         return w.PromptResult(stopReason=stop_reason(pending.result, added), usage=usage)
 
     def end_of_turn(self) -> None:
-        """The context's usage and the session's info after a prompt (E.6)."""
+        """The context's usage and the session's info after a prompt
+        (docs/guides/acp.md#prompts-and-updates)."""
         session = live(self)
         last = next((x for x in reversed(session.messages)
                      if isinstance(x, m.AssistantMessage)), None)
@@ -221,8 +224,8 @@ class AcpSession:
             updatedAt=now_iso(), title=name if name else msgspec.UNSET))
 
     def set_config_option(self, config_id: str, value: str | bool) -> None:
-        """``session/set_config_option``: the model, the thinking level (E.4). Raises
-        AcpError naming what is wrong."""
+        """``session/set_config_option``: the model, the thinking level
+        (docs/guides/acp.md#other-session-methods). Raises AcpError naming what is wrong."""
         session = live(self)
         if isinstance(value, bool):
             raise AcpError(f"Unsupported boolean ACP config option: {config_id}")
@@ -318,8 +321,8 @@ class AcpSession:
         """``session/load`` / ``resume`` of this live session: the editor's servers become
         ``servers`` (the old ones end, their processes within the manager's close deadline;
         the new ones connect, their first attempt awaited at most ``MCP_SETTLE_SECONDS``),
-        as the original reconnects (omp-surface E.3). The MCP config files' servers stay.
-        An entry that does not parse is said on stderr and skipped. On cancellation it stops
+        as the original reconnects (docs/guides/acp.md#sessions). The MCP config files' servers
+        stay. An entry that does not parse is said on stderr and skipped. On cancellation it stops
         waiting; what was started stays the session's."""
         runtime = self.runtime
         assert runtime is not None

@@ -1,4 +1,5 @@
-"""``omp acp --acp-terminal-auth``: the login an editor runs in a terminal (omp-surface E.2).
+"""``omp acp --acp-terminal-auth``: the login an editor runs in a terminal
+(docs/guides/acp.md#logging-in-from-the-editor).
 
 An editor that declares ``clientCapabilities.auth.terminal`` is offered the auth method
 ``terminal`` at ``initialize``; choosing it, the editor runs the agent's command again with

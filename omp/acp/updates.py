@@ -1,5 +1,6 @@
-"""From session events to ACP ``session/update``\\ s, as the original maps them (omp-surface
-E.6, E.7). No I/O: ``UpdateMapper.updates(event)`` returns the updates one event becomes.
+"""From session events to ACP ``session/update``\\ s, as the original maps them
+(docs/guides/acp.md#prompts-and-updates). No I/O: ``UpdateMapper.updates(event)`` returns the
+updates one event becomes.
 
 * Streamed ``text_delta`` / ``thinking_delta`` become ``agent_message_chunk`` /
   ``agent_thought_chunk``, empty deltas skipped; every chunk of one assistant message shares a

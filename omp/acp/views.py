@@ -1,7 +1,7 @@
 """Views of a session for the ACP wire, and of the wire for a session (no I/O but the file
 reads of ``stored_sessions``): the history replayed by ``session/load``, the stored sessions of
 ``session/list`` and ``_omp/*``, config options and modes, prompt blocks as text and images,
-stop reasons and usage (omp-surface E.3-E.6).
+stop reasons and usage (docs/guides/acp.md#sessions, docs/guides/acp.md#prompts-and-updates).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ _DEFAULT_MODE = "Standard ACP headless mode"
 
 
 def history_updates(messages: list[m.AgentMessage], cwd: Path) -> Iterator[w.SessionUpdate]:
-    """A session's history as updates, sent before ``session/load`` answers (E.6 History
-    replay)."""
+    """A session's history as updates, sent before ``session/load`` answers (the history
+    replay of docs/guides/acp.md#sessions)."""
     for message in messages:
         if isinstance(message, m.UserMessage):
             text = message.content if isinstance(message.content, str) else "".join(
@@ -174,8 +174,8 @@ def now_iso() -> str:
 
 
 def prompt_text(blocks: list[w.ContentBlock]) -> tuple[str, list[m.ImageContent]]:
-    """The prompt's text and images, as the original converts the blocks (E.5): texts joined
-    with a blank line and trimmed."""
+    """The prompt's text and images, as the original converts the blocks
+    (docs/guides/acp.md#prompts-and-updates): texts joined with a blank line and trimmed."""
     texts: list[str] = []
     images: list[m.ImageContent] = []
     for block in blocks:
@@ -201,7 +201,7 @@ def prompt_text(blocks: list[w.ContentBlock]) -> tuple[str, list[m.ImageContent]
 
 
 def stop_reason(result: ev.PromptResult | None, added: list[m.AgentMessage]) -> w.StopReason:
-    """The ACP stop reason of a finished prompt (E.5)."""
+    """The ACP stop reason of a finished prompt (docs/guides/acp.md#prompts-and-updates)."""
     if result is not None and result.status == "aborted":
         return "cancelled"
     last = next((x for x in reversed(added) if isinstance(x, m.AssistantMessage)), None)

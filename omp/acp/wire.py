@@ -3,8 +3,8 @@
 Hand-written msgspec Structs, field for field from the protocol's published JSON Schema
 (``schema.json`` of ``agent-client-protocol``, protocol version 1), limited to the methods and
 updates this runtime sends or accepts. Why not the ``acp`` package's pydantic models: pydantic
-is a heavy import and a second validation library beside msgspec (DESIGN.md §3), and the
-package's connection layer is asyncio, not trio. The tests check what we send against those
+is a heavy import and a second validation library beside msgspec (docs/internals.md#libraries), and
+the package's connection layer is asyncio, not trio. The tests check what we send against those
 models: the package's own client parses every message (``tests/test_acp.py``).
 
 Inbound params decode with ``forbid_unknown_fields=False`` (the schema lets clients add

@@ -1,6 +1,6 @@
 """The agent loop: an attempt → turns → one model call, then the tool calls of that message.
 
-Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
+Rules, in one place (docs/design/agent-loop.md#the-loop; docs/internals.md#the-run-saga):
 
 * ``Agent.run`` is one attempt of a run: ``agent_start``, then turns until the agent stops (or
   a tool set ``stop_requested``: a child's terminal ``yield`` ends it after that turn). It
@@ -46,7 +46,7 @@ Rules, in one place (agent-core §2.4 to §4; DESIGN.md §2):
   not ended gets exactly one end (a running one its abort result, one not yet started the
   original's "not executed" result), ``turn_end``; an abort during tools adds a turn with an
   empty aborted assistant message, so the run always ends with the aborted assistant message
-  (rpc-behavior §4.3).
+  (docs/design/protocol.md#how-an-aborted-run-ends).
 """
 
 from __future__ import annotations
@@ -304,7 +304,8 @@ BRANCH_WRAPPER = "Branch-return summary:\n\n<summary>\n{summary}\n</summary>"
 
 
 def to_llm(messages: Sequence[m.AgentMessage]) -> tuple[LlmMessage, ...]:
-    """``convertToLlm`` (agent-core §1.6): the agent's own kinds as messages a model reads."""
+    """``convertToLlm`` (docs/design/agent-loop.md#what-the-model-is-sent): the agent's own kinds as
+    messages a model reads."""
     out: list[LlmMessage] = []
     for message in messages:
         if isinstance(message, m.UserMessage | m.AssistantMessage | m.ToolResultMessage):
@@ -752,7 +753,8 @@ class Agent:
         gate = self.gate if tool is not None else None
         if gate is not None and tool is not None and (
                 denied := gate.precheck(tool, dict(args))) is not None:
-            # Denied by policy: the extensions never hear of the call (extensions.md §1.6).
+            # Denied by policy: the extensions never hear of the call
+            # (docs/design/extensions.md#events).
             await self._refuse(turn, call, args, ToolResult.text(denied, {}))
             return
         if tool is not None and hooks.active:
@@ -836,7 +838,7 @@ def _result_message(call: m.ToolCall, result: ToolResult, is_error: bool
 
 def _prepared(tool: Tool | None, call: m.ToolCall) -> dict[str, Any]:
     """The call's arguments as its tool prepares them: older forms rewritten before
-    validation, and hosts see the arguments as prepared (rpc-behavior §4.1)."""
+    validation, and hosts see the arguments as prepared (docs/design/protocol.md#run-events)."""
     if tool is None:
         return call.arguments
     try:

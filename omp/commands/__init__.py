@@ -1,7 +1,8 @@
 """Markdown the user writes to extend the agent: file commands, prompt templates and skills
-(extensions spec §3, §4). Discovery, the texts they become, and nothing else: the command
-registry, the dispatch of ``/…`` prompts and the frames live in ``omp.rpc``; this package
-imports nothing from ``omp.rpc`` or ``omp.session``.
+(docs/design/extensions.md#file-commands-and-templates, docs/design/extensions.md#skills).
+Discovery, the texts they become, and nothing else: the command registry, the dispatch of ``/…``
+prompts and the frames live in ``omp.rpc``; this package imports nothing from ``omp.rpc`` or
+``omp.session``.
 
 **Trust.** Commands, templates and skills are text that becomes part of a prompt; nothing in
 them is executed here, and they can do nothing the user's own prompt could not. So they load

@@ -1,5 +1,5 @@
 """The last two steps of expanding a command or template body: Handlebars, then the prompt
-formatter (extensions spec §3.3 steps 3 and 4).
+formatter (docs/design/extensions.md#arguments).
 
 The original renders every expanded body as a Handlebars template (no HTML escaping) with the
 context ``{args, ARGUMENTS, arguments}``, then runs its prompt formatter. Bodies written for it

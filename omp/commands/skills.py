@@ -1,4 +1,5 @@
-"""Skills: discovery, the listing offered to the model, ``/skill:<name>`` (extensions spec §4).
+"""Skills: discovery, the listing offered to the model, ``/skill:<name>``
+(docs/design/extensions.md#skills).
 
 A skill is a directory holding a ``SKILL.md``: frontmatter (``description`` required; ``name``,
 ``enabled``, ``hide``, ``disable-model-invocation``, anything else carried along unused), then
@@ -76,7 +77,8 @@ _RESOLVE_PATHS = ("Resolve relative paths in this skill (such as `scripts/run.py
 
 
 class SkillSettings(msgspec.Struct, kw_only=True):
-    """The ``skills`` section of ``config.yml`` (extensions.md §4.1, §4.4)."""
+    """The ``skills`` section of ``config.yml`` (docs/design/extensions.md#where-skills-are-found,
+    docs/design/extensions.md#invoking-a-skill)."""
 
     enabled: bool = True
     enableSkillCommands: bool = True
@@ -263,7 +265,7 @@ def skills_prompt(skills: Sequence[Skill]) -> str:
 
 
 def parse_skill_invocation(text: str) -> SkillInvocation | None:
-    """``/skill:<name>`` in a prompt, or None (extensions spec §4.4).
+    """``/skill:<name>`` in a prompt, or None (docs/design/extensions.md#invoking-a-skill).
 
     At the start (leading whitespace aside), ``/skill:<name> args``: the name runs to the first
     space, the args are the rest, trimmed. Elsewhere, a ``/skill:<name>`` token (no whitespace

@@ -3,8 +3,8 @@
 An extension is a Python module with ``def setup(omp: ExtensionAPI) -> None``. During ``setup``
 only registration works (``on``, ``register_tool``, ``register_command``); the action methods
 (sending messages, changing tools, the model or the thinking level) raise until the session is
-running, as in the original (extensions.md §1.1). A ``setup`` that raises is a load error: the
-extension's registrations are dropped.
+running, as in the original (docs/design/extensions.md#extension-modules). A ``setup`` that raises
+is a load error: the extension's registrations are dropped.
 
 ``ctx`` (``ExtensionContext``) is given to every handler, tool and command: the working
 directory, ``ui``, a read-only view of the session, ``abort()`` and ``shutdown()``. A handler that
@@ -82,7 +82,8 @@ class ExtensionHost(SessionView, Protocol):
         """Abort the run in progress, without waiting (``ctx.abort()``)."""
 
     def request_shutdown(self) -> None:
-        """Finish the current command, answer nothing queued after it, end (§1.10)."""
+        """Finish the current command, answer nothing queued after it, end
+        (docs/design/protocol.md#shutdown-asked-by-an-extension)."""
 
     def send_user_message(self, text: str, images: Sequence[m.ImageContent] = (), *,
                           deliver_as: DeliverAs | None = None) -> None: ...
@@ -110,7 +111,7 @@ class RegisteredTool:
     parameters: dict[str, Any]
     execute: ToolExecute
     approval: Tier = "exec"
-    """The tool's approval tier (omp-surface C.2): ``read``, ``write`` or ``exec``."""
+    """The tool's approval tier (docs/guides/approval.md#tiers): ``read``, ``write`` or ``exec``."""
     concurrency: ConcurrencyRule = "shared"
     """How its calls run beside the other calls of a batch (``omp.tools.base.Concurrency``)."""
 
@@ -170,7 +171,7 @@ class ExtensionContext:
 
     def shutdown(self) -> None:
         """End the session once the current command is answered; commands queued after it
-        are neither run nor answered (rpc-behavior §1.10)."""
+        are neither run nor answered (docs/design/protocol.md#shutdown-asked-by-an-extension)."""
         self.host.request_shutdown()
 
 

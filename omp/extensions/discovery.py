@@ -1,4 +1,5 @@
-"""Where extensions come from (extensions.md §1.2, §1.3; DESIGN.md §4.8), without loading any.
+"""Where extensions come from (docs/design/extensions.md#discovery,
+docs/design/extensions.md#load-errors), without loading any.
 
 In load order (= handler order):
 

@@ -1,4 +1,4 @@
-"""What extension handlers receive, and what they may return (extensions.md §1.6).
+"""What extension handlers receive, and what they may return (docs/design/extensions.md#events).
 
 Handlers get ``(event, ctx)``. Events are frozen objects named like the original's, in Python
 style (``event.tool_name``, ``event.tool_call_id``, ``event.input``). Messages in events are the
@@ -118,9 +118,9 @@ class ToolResultEvent:
 @attrs.frozen(kw_only=True)
 class ToolApprovalRequestedEvent:
     """A tool call needs approval: written before the host (or the embedding program's policy
-    function) is asked, only for calls that ask (omp-surface C.4). Observation only: the
-    return value is ignored, as in the original (a handler that wants to refuse a call does so
-    in ``tool_call``)."""
+    function) is asked, only for calls that ask (docs/guides/approval.md#extensions-and-approval).
+    Observation only: the return value is ignored, as in the original (a handler that wants to
+    refuse a call does so in ``tool_call``)."""
 
     type: ClassVar[str] = "tool_approval_requested"
     session_id: str

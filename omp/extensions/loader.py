@@ -1,5 +1,5 @@
-"""Loading extensions (extensions.md §1.3): import each source ``omp.extensions.discovery`` found
-and run its ``setup``.
+"""Loading extensions (docs/design/extensions.md#load-errors): import each source
+``omp.extensions.discovery`` found and run its ``setup``.
 
 Each module must define ``setup(omp)``. A module that fails to import, has no ``setup``, or
 whose ``setup`` raises is a load error: reported (one stderr line and an ``extension_error`` with

@@ -1,4 +1,6 @@
-"""Running the loaded extensions' handlers, tools and commands (extensions.md §1.5 to §1.7).
+"""Running the loaded extensions' handlers, tools and commands
+(docs/design/extensions.md#extension-tools, docs/design/extensions.md#events,
+docs/design/extensions.md#how-handlers-run).
 
 Rules, in one place:
 

@@ -2,7 +2,8 @@
 
 Providers (``omp.llm.providers.*``) only speak their wire format: they turn SSE into calls on a
 ``MessageBuilder`` (open a block, append a delta, close it, set usage and stop reason). The
-builder keeps the partial message and emits ``StreamEvent``s (agent-core §2.1).
+builder keeps the partial message and emits ``StreamEvent``s
+(docs/design/agent-loop.md#stream-events).
 
 The partial message is mutable inside the builder and snapshotted lazily: an event's ``partial``
 is built (and cached) only when someone asks for it, so a consumer that only needs deltas pays
@@ -361,7 +362,7 @@ class MessageBuilder:
 
 def parse_partial_json(text: str) -> dict[str, Any]:
     """Best-effort arguments from a JSON prefix: closes open strings and brackets; ``{}`` if no
-    object can be made of it (agent-core §2.1)."""
+    object can be made of it (docs/design/agent-loop.md#stream-events)."""
     if not text:
         return {}
     try:

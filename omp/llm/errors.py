@@ -21,7 +21,8 @@ assistant's ``errorMessage``, written the way the original omp writes it, becaus
 
 One classifier per question, used by the live path (kinds) and by the retry policy for a stored
 message that has no ProviderError any more: ``is_overflow_text`` (the prompt no longer fits the
-window, agent-core §5.1 / §6.2) and ``is_transient_text`` (waiting may help).
+window, docs/design/agent-loop.md#when-a-turn-is-retried,
+docs/design/sessions.md#when-compaction-runs) and ``is_transient_text`` (waiting may help).
 
 No secret leaves in an error text: every message is passed through ``redact`` with the call's
 key and auth-header tokens (``secrets_of``), and URL userinfo (``https://user:pass@host``) is
@@ -72,8 +73,9 @@ MIN_SECRET_CHARS = 4
 # The classifiers' patterns are strings, compiled by ``re`` on first use (and kept in its
 # cache): they are only needed once something failed, and compiling them cost every start about
 # 1.5 ms.
-# The prompt no longer fits the model's window (agent-core §5.1 lists the families; matched
-# case-insensitively anywhere in the text, so the ``code=context_length_exceeded`` suffix counts).
+# The prompt no longer fits the model's window (docs/design/agent-loop.md#when-a-turn-is-retried
+# lists the families; matched case-insensitively anywhere in the text, so the
+# ``code=context_length_exceeded`` suffix counts).
 _OVERFLOW = (
     r"prompt is too long|exceeds (?:the |your |the model's )?context(?: window| length)?|"
     r"maximum context length|context[_ ]length[_ ]exceeded|context[_ ]window[_ ]exceeded|"
@@ -81,8 +83,9 @@ _OVERFLOW = (
     r"exceeds the maximum number of tokens|reduce the length of the messages|"
     r"input is too long|request too large for model"
 )
-# Waiting may help (§5.1: pi's families, omp's additions, and the texts of our own transport
-# errors, old and new, for messages stored by earlier versions).
+# Waiting may help (docs/design/agent-loop.md#when-a-turn-is-retried: pi's families, omp's
+# additions, and the texts of our own transport errors, old and new, for messages stored by earlier
+# versions).
 _TRANSIENT = (
     r"overloaded|rate.?limit|too many requests|\b(?:408|429|500|502|503|504|529)\b|"
     r"service.?unavailable|server.?error|internal.?error|connection.?(?:error|refused|dropped)|"

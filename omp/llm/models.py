@@ -63,7 +63,8 @@ DEFAULT_MODELS = (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-5.1"),
                   ("google", "gemini-2.5-pro"))
 CredentialSource = Literal["cli", "login", "stored", "env", "config", "notNeeded", "missing"]
 REFRESH_SKEW_MS = 60_000
-"""An OAuth token is renewed when it expires within this much (subagents-login B.6)."""
+"""An OAuth token is renewed when it expires within this much
+(docs/design/protocol.md#token-refresh)."""
 
 
 # --- catalog ----------------------------------------------------------------------------------

@@ -83,7 +83,8 @@ def _tls_context() -> ssl.SSLContext:
 class HttpClient:
     """The HTTP client of one owner (a ``serve()``): opened on first use, for connection reuse
     across that owner's model calls, and closed by the owner. Never shared between owners, so
-    one server closing its client cannot break another's calls (DESIGN.md §2)."""
+    one server closing its client cannot break another's calls
+    (docs/internals.md#resources-belong-to-a-serve)."""
 
     _client: httpx.AsyncClient | None = None
     _closed: bool = False

@@ -1,4 +1,5 @@
-"""Thinking levels: which a model offers, clamping, cycling, provider parameters (agent-core §9.3).
+"""Thinking levels: which a model offers, clamping, cycling, provider parameters
+(docs/design/agent-loop.md#thinking-levels).
 
 Levels rank in the order of ``THINKING_LEVELS`` (``off`` < ``minimal`` < ... < ``xhigh`` < ``max``).
 A model offers ``off`` plus its efforts: those its ``thinking.efforts`` declares, else the default

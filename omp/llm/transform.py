@@ -1,4 +1,5 @@
-"""``transformMessages`` (agent-core §2.3): the history as a given model may see it.
+"""``transformMessages`` (docs/design/agent-loop.md#history-normalisation): the history as a given
+model may see it.
 
 Every adapter applies it before building its request body.
 """

@@ -19,7 +19,8 @@ THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 """Every level, lowest first; clamping and cycling rank levels by this order."""
 
 # What providers receive: LLM-level messages only. The agent converts its own kinds
-# (bashExecution, custom, compactionSummary, ...) to these before a call (agent-core §1.6).
+# (bashExecution, custom, compactionSummary, ...) to these before a call
+# (docs/design/agent-loop.md#what-the-model-is-sent).
 LlmMessage = UserMessage | AssistantMessage | ToolResultMessage
 
 
@@ -58,7 +59,8 @@ class StreamOptions(msgspec.Struct, frozen=True):
     (an OAuth login renewed when it is about to expire). A ProviderError it raises ends the
     call like a failed request."""
     first_event_timeout: float = 100.0
-    """Seconds to wait for the response headers and the first event (agent-core §2.2)."""
+    """Seconds to wait for the response headers and the first event
+    (docs/design/agent-loop.md#provider-adapters)."""
     idle_timeout: float = 120.0
     """Seconds allowed between two events before the stream counts as stalled."""
 

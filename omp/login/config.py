@@ -1,8 +1,8 @@
 """The ``oauth:`` block of a ``models.yml`` provider: how to log in to it with OAuth 2.0.
 
-Only the standard, open flows are offered (DESIGN.md §4.7): the device authorization grant
-(RFC 8628) and the authorization code grant with PKCE and a loopback redirect (RFC 7636, RFC
-8252). ``omp/llm/models_file.py`` reads the block into this class and checks it.
+Only the standard, open flows are offered (docs/guides/login.md#logging-in): the device
+authorization grant (RFC 8628) and the authorization code grant with PKCE and a loopback redirect
+(RFC 7636, RFC 8252). ``omp/llm/models_file.py`` reads the block into this class and checks it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 a loopback redirect (RFC 7636, RFC 8252), and pasting an API key.
 
 A flow talks to the user through a ``LoginUI`` (over RPC: ``extension_ui_request`` frames,
-rpc-behavior §8, in the original's order, subagents-login B.2/B.3) and to the authorization
-server through ``omp.login.oauth``. It returns the credential; storing it is the caller's job.
+docs/design/protocol.md#extension-ui, in the original's order, docs/design/protocol.md#login) and to
+the authorization server through ``omp.login.oauth``. It returns the credential; storing it is the
+caller's job.
 
 The PKCE flow races three things in one nursery it owns: the loopback server on 127.0.0.1 (the
 browser's redirect), a paste prompt that is asked again until it yields a code (for a browser

@@ -1,4 +1,4 @@
-"""MCP servers: their tools, prompts and resources in the session (omp-surface spec part B).
+"""MCP servers: their tools, prompts and resources in the session (docs/guides/mcp.md#mcp-servers).
 
 ``config`` reads the definitions (no SDK import), ``manager`` owns the connections of one
 ``serve()``, ``connection`` is one server's connection over the official SDK (``mcp``),

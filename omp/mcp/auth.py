@@ -1,4 +1,5 @@
-"""OAuth for HTTP and SSE MCP servers (omp-surface B.11; the MCP authorization spec).
+"""OAuth for HTTP and SSE MCP servers (docs/guides/mcp.md#oauth-http-and-sse-servers; the MCP
+authorization spec).
 
 Tokens are kept where the original keeps them: the credential store (``auth.json`` of the agent
 directory, ``omp.login.store``) under ``mcp_oauth:profile:default:<server url>``, with what a

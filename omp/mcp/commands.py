@@ -1,5 +1,6 @@
-"""``/mcp`` and its sub-commands, answered locally as ``command_output`` (spec B.12), and the
-MCP prompts as slash commands (``/<server>:<prompt> k=v ...``, spec B.8).
+"""``/mcp`` and its sub-commands, answered locally as ``command_output`` (docs/guides/mcp.md#mcp),
+and the MCP prompts as slash commands (``/<server>:<prompt> k=v ...``,
+docs/guides/mcp.md#prompts-and-resources).
 
 ``list`` shows every configured server with its state (the original's line plus ``| <state>``:
 this runtime has live connections to report); ``add``, ``remove``, ``enable`` / ``disable`` edit
@@ -186,7 +187,7 @@ def _scope_file(scope: str, cwd: Path, agent_directory: Path) -> Path:
 
 
 def add(text: str, cwd: Path, agent_directory: Path) -> str:
-    """The original's non-interactive ``/mcp add`` (omp-surface B.12)."""
+    """The original's non-interactive ``/mcp add`` (docs/guides/mcp.md#mcp)."""
     import shlex  # not before ``ready``: /mcp add is rare
 
     try:

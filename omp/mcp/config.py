@@ -1,5 +1,5 @@
 """MCP server definitions: which files they come from, in which order, and what an entry means
-(omp-surface spec B.1, B.2).
+(docs/guides/mcp.md#configuration, docs/guides/mcp.md#server-entries).
 
 Sources, highest priority first; the first entry of a name wins (a lower one of the same name
 is never used, even when the winner is disabled):
@@ -273,11 +273,11 @@ def plugin_name(directory: Path) -> str:
 
 def plugin_servers(directory: Path, environ: Mapping[str, str], problems: list[str]
                    ) -> list[ServerConfig]:
-    """The MCP servers of the plugin in ``directory`` (omp-surface A.4): its manifest's
-    ``mcpServers`` (an object, or the path of a file inside the plugin), else its
-    ``.mcp.json``; a file nested (``{"mcpServers": ...}``) or flat (``{"<name>": ...}``).
-    Each is named ``<plugin>:<server>``; ``${CLAUDE_PLUGIN_ROOT}`` / ``${OMP_PLUGIN_ROOT}`` are
-    the plugin's directory."""
+    """The MCP servers of the plugin in ``directory``
+    (docs/design/command-line.md#plugin-directories-plugin-dir): its manifest's ``mcpServers`` (an
+    object, or the path of a file inside the plugin), else its ``.mcp.json``; a file nested
+    (``{"mcpServers": ...}``) or flat (``{"<name>": ...}``). Each is named ``<plugin>:<server>``;
+    ``${CLAUDE_PLUGIN_ROOT}`` / ``${OMP_PLUGIN_ROOT}`` are the plugin's directory."""
     name = plugin_name(directory)
     servers: Any = None
     path = directory / ".mcp.json"

@@ -1,4 +1,5 @@
-"""One MCP server's connection: connect, discover, serve calls, reconnect (spec B.4, B.7, B.9).
+"""One MCP server's connection: connect, discover, serve calls, reconnect
+(docs/guides/mcp.md#lifecycle, docs/guides/mcp.md#tool-names).
 
 ``Connection.run`` is the connection's whole life, a task of the manager's nursery: open the
 transport (``omp.mcp.transport``) and an ``mcp.ClientSession`` on it, ``initialize`` and list
@@ -71,7 +72,7 @@ CANCEL_NOTICE_SECONDS = 0.5
 INSTRUCTIONS_MAX = 4000
 SUBAGENT_CALL_SECONDS = 60.0
 """A subagent's call of a parent's MCP tool ends after this at the latest (the original's
-proxy timeout, subagents-login A.7)."""
+proxy timeout, docs/design/subagents.md#a-child-session)."""
 
 _CREDENTIAL = re.compile(r"(?i)(bearer\s+|(?:token|api[_-]?key|secret|password)=)[^\s&\"']+")
 T = TypeVar("T")
@@ -229,8 +230,9 @@ class Connection:
             auth = BearerAuth(self.oauth, credential_id(self.config), self._challenged)
         elif (self.oauth is not None and self.config.transport == "stdio"
               and self.config.credential_id is not None):
-            # A stdio server's stored login reaches it as ``OAUTH_ACCESS_TOKEN`` (B.11),
-            # refreshed first when it expired; a secret like the ``!command`` values.
+            # A stdio server's stored login reaches it as ``OAUTH_ACCESS_TOKEN``
+            # (docs/guides/mcp.md#oauth-http-and-sse-servers), refreshed first when it expired; a
+            # secret like the ``!command`` values.
             token = await self.oauth.bearer(self.config.credential_id)
             if token is not None:
                 extra_env["OAUTH_ACCESS_TOKEN"] = token
@@ -531,8 +533,8 @@ def describe_failure(exc: BaseException, conn: Connection) -> str:
 
 def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException,
                  timeout: float | None = None) -> str:
-    """The original's field list for a failed call (spec B.7); ``timeout``: the call's, when
-    it was not the server's."""
+    """The original's field list for a failed call (docs/guides/mcp.md#tool-names); ``timeout``: the
+    call's, when it was not the server's."""
     code: int | None = None
     if isinstance(exc, trio.TooSlowError):
         timeout = (timeout if timeout is not None else conn.timeout) or 0
@@ -624,7 +626,7 @@ class McpTool:
         return None
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
-        """MCP tools are ``write`` (omp-surface C.2): a server may change anything."""
+        """MCP tools are ``write`` (docs/guides/approval.md#tiers): a server may change anything."""
         return "write"
 
     def command_rules(self) -> bool:
@@ -656,10 +658,10 @@ def _prepare(args: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(result: types.CallToolResult) -> list[ResultContent]:
-    """MCP content as tool result content (spec B.7): texts joined by a blank line, images as
-    images, embedded resources as ``[Resource: uri]`` text, ``structuredContent`` appended as
-    a JSON block unless a text already says it; an error result's text starts ``Error: ``.
-    A long text is cut in the middle like shell output."""
+    """MCP content as tool result content (docs/guides/mcp.md#tool-names): texts joined by a blank
+    line, images as images, embedded resources as ``[Resource: uri]`` text, ``structuredContent``
+    appended as a JSON block unless a text already says it; an error result's text starts
+    ``Error: ``. A long text is cut in the middle like shell output."""
     out: list[ResultContent] = []
     texts: list[str] = []
 

@@ -1,4 +1,4 @@
-"""MCP tools as ``xd://`` devices (omp-surface B.6, the original's default exposure).
+"""MCP tools as ``xd://`` devices (docs/guides/mcp.md#xd-devices, the original's default exposure).
 
 With ``tools.xdev: true`` (the default) the MCP tools are not offered to the model as function
 tools: they are *mounted* as devices the model drives with the ordinary ``read`` and ``write``
@@ -10,15 +10,15 @@ tool with that object as its arguments. ``tools.xdevDocs: inline`` (or a name ma
 name still runs (the session keeps the tools callable, ``ToolSet.devices``).
 
 ``McpDevices`` is the session's ``omp.tools.base.Devices``; it reads the session's MCP tools at
-each use, so a server that connects or changes is seen at once. Approval (omp-surface C.2) is
-the gate's, once, for the ``write`` call: ``approval`` tells it the device's own tier on the
-parsed arguments and the device's name as the policy key (``tools.approval.<device>``, falling
-back to ``tools.approval.write``); content that is no JSON object, or a device not mounted, is
-``exec`` under ``write``'s policy. ``?`` (the docs) is ``read``. The device's call itself asks
-nothing more. Differences from the original: ``xd://<name>`` dispatches MCP tools only (the
-original also dispatches the active top-level tools that way, which would run ``bash`` under
-``write``'s approval tier); ``tools.xdevDocs: catalog`` ("lists only" in the spec, with
-nothing more said) lists the devices as ``builtins`` does.
+each use, so a server that connects or changes is seen at once. Approval
+(docs/guides/approval.md#tiers) is the gate's, once, for the ``write`` call: ``approval`` tells it
+the device's own tier on the parsed arguments and the device's name as the policy key
+(``tools.approval.<device>``, falling back to ``tools.approval.write``); content that is no JSON
+object, or a device not mounted, is ``exec`` under ``write``'s policy. ``?`` (the docs) is ``read``.
+The device's call itself asks nothing more. Differences from the original: ``xd://<name>``
+dispatches MCP tools only (the original also dispatches the active top-level tools that way, which
+would run ``bash`` under ``write``'s approval tier); ``tools.xdevDocs: catalog`` ("lists only" in
+the spec, with nothing more said) lists the devices as ``builtins`` does.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class McpDevices:
 
     def approval(self, url: str, content: object) -> tuple[Tier, str | None]:
         """The device's tier on ``content`` and its name (the policy key); ``exec`` for
-        arguments that are no JSON object or a device not mounted (omp-surface C.2)."""
+        arguments that are no JSON object or a device not mounted
+        (docs/guides/approval.md#tiers)."""
         name = url[len(DEVICE_SCHEME):].strip("/")
         tool = self._mounted().get(name)
         if tool is None or not isinstance(content, str):

@@ -1,5 +1,6 @@
-"""Other tools' MCP config files, read as the original reads them (omp-surface B.1): their
-entries in the shape of ours (``omp.mcp.config.parse_entry`` then reads them).
+"""Other tools' MCP config files, read as the original reads them
+(docs/guides/mcp.md#configuration): their entries in the shape of ours
+(``omp.mcp.config.parse_entry`` then reads them).
 
 Providers, highest priority first (after the native files and Claude's project files):
 

@@ -354,7 +354,8 @@ class McpManager:
             said.append("mounted " + ", ".join(added))
         if removed:
             said.append("unmounted " + ", ".join(removed))
-        if said and self.session.settings.xdev:  # the original's notice (omp-surface B.5)
+        # The original's notice (docs/guides/mcp.md#lifecycle)
+        if said and self.session.settings.xdev:
             self.emit(ev.Notice(level="info", source="xdev", message="xd://: " + "; ".join(said)))
         elif said:
             self.emit(ev.Notice(level="info", source="mcp", message="mcp: " + "; ".join(said)))

@@ -1,4 +1,4 @@
-"""The names MCP tools get in a session (omp-surface spec B.6): ``mcp__<server>_<tool>``.
+"""The names MCP tools get in a session (docs/guides/mcp.md#tool-names): ``mcp__<server>_<tool>``.
 
 Each part is lower-cased, every run of characters outside ``[a-z0-9_]`` becomes ``_``, runs of
 ``_`` collapse, leading and trailing ``_`` go (an empty part becomes ``server`` / ``tool``); a
@@ -52,9 +52,9 @@ def _base36(n: int) -> str:
 
 
 def alias_candidates(name: str) -> list[str]:
-    """The minted names an unregistered ``mcp__...`` name may stand for (omp-surface B.6):
-    the suffix read as ``<server>__<tool>`` at each ``__`` in it, minted again, then the
-    whole suffix sanitised."""
+    """The minted names an unregistered ``mcp__...`` name may stand for
+    (docs/guides/mcp.md#tool-names): the suffix read as ``<server>__<tool>`` at each ``__`` in it,
+    minted again, then the whole suffix sanitised."""
     suffix = name[len("mcp__"):]
     found = []
     start = 0

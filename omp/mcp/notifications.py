@@ -1,4 +1,5 @@
-"""Resource updates told to the model (omp-surface B.10, setting ``mcp.notifications``).
+"""Resource updates told to the model (docs/guides/mcp.md#resource-updates, setting
+``mcp.notifications``).
 
 With ``mcp.notifications: true`` each connection subscribes to its server's resources (when the
 server offers ``resources.subscribe``) and hands every ``notifications/resources/updated`` of a

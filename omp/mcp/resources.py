@@ -1,4 +1,5 @@
-"""MCP resources as ``read mcp://<resource uri>`` (spec B.8), over the host's URL schemes.
+"""MCP resources as ``read mcp://<resource uri>`` (docs/guides/mcp.md#prompts-and-resources), over
+the host's URL schemes.
 
 ``McpUris`` is the session's ``UriHandler`` once MCP servers are configured: ``mcp://`` URLs
 are its own (``resources/read`` on the connected server that lists the URI; the texts of the

@@ -72,8 +72,8 @@ async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, 
 async def resolve_values(values: Mapping[str, str], environ: Mapping[str, str], cwd: Path,
                          policy: EnvironmentPolicy, secrets: set[str] | None = None, *,
                          literal: bool = False) -> dict[str, str]:
-    """Connect-time values of an entry's ``env`` / ``headers`` (omp-surface B.2): a value
-    starting with ``!`` is a shell command whose trimmed stdout is the value (run with
+    """Connect-time values of an entry's ``env`` / ``headers`` (docs/guides/mcp.md#server-entries):
+    a value starting with ``!`` is a shell command whose trimmed stdout is the value (run with
     ``/bin/sh -c`` in the project directory, the session's environment, at most
     ``COMMAND_SECONDS``, as its own process group); a value naming a set variable is that
     variable's value; anything else is literal. A key whose value comes out empty (a command

@@ -19,8 +19,9 @@ A fixed bound well below it makes the outcome the same everywhere, and keeps wha
 encodable again when it goes back out inside an event.
 
 Outbound, ``FrameEncoder`` turns a frame into the bytes of one or more lines and applies the
-transport limit of the negotiated protocol version (rpc-behavior §1.7, §1.8). A frame too deeply
-nested to encode is replaced like an oversized one, so the writer never dies of it.
+transport limit of the negotiated protocol version
+(docs/design/protocol.md#frame-size-in-protocol-v1, docs/design/protocol.md#protocol-v2-chunks). A
+frame too deeply nested to encode is replaced like an oversized one, so the writer never dies of it.
 """
 
 from __future__ import annotations
@@ -305,9 +306,10 @@ class FrameEncoder(msgspec.Struct, eq=False):
     """Encodes outbound frames to lines and enforces the frame-size limit.
 
     In protocol v1 an oversized frame is replaced (responses by an error response, events by a
-    shrunk copy, rpc-behavior §1.7); after ``negotiate_protocol`` v2 it is split into
-    ``rpc_chunk`` lines instead (§1.8). ``agent_end`` is first compacted in both: leading messages
-    already written in ``message_end`` frames of the same run are dropped and counted.
+    shrunk copy, docs/design/protocol.md#frame-size-in-protocol-v1); after ``negotiate_protocol`` v2
+    it is split into ``rpc_chunk`` lines instead (docs/design/protocol.md#protocol-v2-chunks).
+    ``agent_end`` is first compacted in both: leading messages already written in ``message_end``
+    frames of the same run are dropped and counted.
     """
 
     max_frame_bytes: int = MAX_FRAME_BYTES
@@ -470,7 +472,7 @@ def _shrink(value: Any, max_chars: int, max_items: int, max_keys: int) -> Any:
 
 
 class ChunkError(ValueError):
-    """A chunk sequence that breaks the rules of rpc-behavior §1.8."""
+    """A chunk sequence that breaks the rules of docs/design/protocol.md#protocol-v2-chunks."""
 
 
 class ChunkAssembler(msgspec.Struct, eq=False):

@@ -22,7 +22,8 @@ StreamingBehavior = Literal["steer", "followUp"]
 QueueMode = Literal["all", "one-at-a-time"]
 InterruptMode = Literal["immediate", "wait"]
 ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max"]
-"""Lowest first: ``omp.llm.types.THINKING_LEVELS`` is this order (agent-core §9.3)."""
+"""Lowest first: ``omp.llm.types.THINKING_LEVELS`` is this order
+(docs/design/agent-loop.md#thinking-levels)."""
 TodoStatus = Literal["pending", "in_progress", "completed", "abandoned", "blocked"]
 SubagentLevel = Literal["off", "progress", "events"]
 
@@ -132,7 +133,8 @@ class GetSubagentMessages(_Frame, tag="get_subagent_messages", frozen=True):
 
 
 class NegotiateProtocol(_Frame, tag="negotiate_protocol", frozen=True):
-    # Any JSON value: the error for an unsupported one must echo it (rpc-behavior §1.8).
+    # Any JSON value: the error for an unsupported one must echo it
+    # (docs/design/protocol.md#protocol-v2-chunks).
     protocolVersion: Any
 
 
@@ -205,7 +207,7 @@ class SetAutoRetry(_Frame, tag="set_auto_retry", frozen=True):
 
 
 class SetFastMode(_Frame, tag="set_fast_mode", frozen=True):
-    """Ask for the model's priority service tier (rpc-behavior §2.2)."""
+    """Ask for the model's priority service tier (docs/design/protocol.md#command-table)."""
 
     enabled: bool
 

@@ -1,10 +1,12 @@
 """Outbound frames other than the transport's own (``ready``, ``response``, ``rpc_chunk``,
 ``rpc_frame_error`` live in ``frames``).
 
-Two families, because they are treated differently (rpc-behavior §4.6):
+Two families, because they are treated differently
+(docs/design/protocol.md#message-ids-and-the-event-filter):
 
-* ``SessionEvent``: what the session publishes about a run (§4.1, §4.5). ``set_event_filter`` may
-  filter these by ``type``; the message frames get a ``messageId``.
+* ``SessionEvent``: what the session publishes about a run (docs/design/protocol.md#run-events,
+  docs/design/protocol.md#session-events). ``set_event_filter`` may filter these by ``type``; the
+  message frames get a ``messageId``.
 * ``SideFrame``: everything else the server writes: prompt completion, sub-protocol requests
   (host tools, host URIs, extension UI), subagent and builtin side channels. Never filtered.
 """
@@ -93,7 +95,7 @@ class _Frame(Tagged, msgspec.Struct, tag_field="type", frozen=True, kw_only=True
     pass
 
 
-# --- agent / turn / message / tool events (rpc-behavior §4.1) --------------------------------
+# --- agent / turn / message / tool events (docs/design/protocol.md#run-events) ---------------
 
 
 class AgentStart(_Frame, tag="agent_start", frozen=True, kw_only=True, omit_defaults=True):
@@ -208,7 +210,7 @@ class ToolStreamUpdate(_Frame, tag="tool_stream_update",
     update: Any
 
 
-# --- session-level events (rpc-behavior §4.5) ------------------------------------------------
+# --- session-level events (docs/design/protocol.md#session-events) ---------------------------
 
 CompactionAction = Literal["context-full", "remote", "handoff", "shake", "snapcompact"]
 
@@ -271,8 +273,9 @@ class ModelChanged(_Frame, tag="model_changed", frozen=True, kw_only=True, omit_
 
 
 class TtsrTriggered(_Frame, tag="ttsr_triggered", frozen=True, kw_only=True, omit_defaults=True):
-    # Time-traveling stream rules are out of scope (agent-core header); rules are forwarded
-    # as the original's objects if a port ever produces them.
+    # The rules a delta of the stream matched (``omp.session.rules``), each as the original
+    # writes it: ``name``, ``path``, ``content`` and the rule's other fields
+    # (docs/guides/approval.md#what-a-host-sees-of-a-rule).
     rules: list[dict[str, Any]]
 
 
@@ -340,11 +343,13 @@ def _tags(union: Any) -> frozenset[str]:
 
 
 SESSION_EVENT_TYPES: frozenset[str] = _tags(SessionEvent)
-"""The ``type``s ``set_event_filter`` may filter (§4.6). Which *instances* are exempt (persistence
-``notice``s) is the writer's decision, not the type's."""
+"""The ``type``s ``set_event_filter`` may filter
+(docs/design/protocol.md#message-ids-and-the-event-filter). Which *instances* are exempt
+(persistence ``notice``s) is the writer's decision, not the type's."""
 
 
-# --- prompt completion (rpc-behavior §3.3, §4.7) ---------------------------------------------
+# --- prompt completion -----------------------------------------------------------------------
+# docs/design/protocol.md#prompt_result, docs/design/protocol.md#session_settled
 
 
 class PromptError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -371,7 +376,7 @@ class SessionSettled(_Frame, tag="session_settled", frozen=True, kw_only=True, o
     pass
 
 
-# --- extension UI (rpc-behavior §8.1) --------------------------------------------------------
+# --- extension UI (docs/design/protocol.md#requests) -----------------------------------------
 
 
 class SelectOptionDetail(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -438,7 +443,9 @@ class ExtensionUiRequest(_Frame, tag="extension_ui_request",
                              f"{', '.join(missing)}")
 
 
-# --- host tools and host URIs (rpc-behavior §6.2, §6.5, §7.3) --------------------------------
+# --- host tools and host URIs ----------------------------------------------------------------
+# docs/design/protocol.md#host_tool_call, docs/design/protocol.md#cancelling-a-host-tool,
+# docs/design/protocol.md#host_uri_request-and-host_uri_cancel
 
 
 class HostToolCall(_Frame, tag="host_tool_call", frozen=True, kw_only=True, omit_defaults=True):
@@ -467,7 +474,7 @@ class HostUriCancel(_Frame, tag="host_uri_cancel", frozen=True, kw_only=True, om
     targetId: str
 
 
-# --- other side channels (rpc-protocol "Outbound frame categories") --------------------------
+# --- other side channels (docs/design/protocol.md#frame-families) ----------------------------
 
 
 class ExtensionError(_Frame, tag="extension_error", frozen=True, kw_only=True, omit_defaults=True):
@@ -496,7 +503,7 @@ class ConfigUpdate(_Frame, tag="config_update", frozen=True, kw_only=True, omit_
     thinkingLevel: ThinkingLevel | UnsetType = UNSET
 
 
-# --- subagents (rpc-behavior §9.2) -----------------------------------------------------------
+# --- subagents (docs/design/subagents.md#frames) ---------------------------------------------
 
 
 class SubagentLifecyclePayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -13,7 +13,7 @@ from .tagged import Tagged
 PROTOCOL_VERSION = 1
 SUPPORTED_PROTOCOL_VERSIONS = (1, 2)
 MAX_FRAME_BYTES = 1024 * 1024
-"""Largest physical stdout line, counting its ``\\n`` (rpc-behavior §1.3)."""
+"""Largest physical stdout line, counting its ``\\n`` (docs/design/protocol.md#the-ready-frame)."""
 MAX_REASSEMBLED_FRAME_BYTES = 64 * 1024 * 1024
 CHUNK_SLICE_BYTES = 256 * 1024
 
@@ -47,7 +47,8 @@ class Response(Tagged, msgspec.Struct, tag_field="type", tag="response", frozen=
 
 class RpcChunk(Tagged, msgspec.Struct, tag_field="type", tag="rpc_chunk", frozen=True,
                kw_only=True):
-    """One slice of a v2 logical frame too big for one line (rpc-behavior §1.8)."""
+    """One slice of a v2 logical frame too big for one line
+    (docs/design/protocol.md#protocol-v2-chunks)."""
 
     chunkId: str
     index: int

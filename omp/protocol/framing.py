@@ -1,6 +1,6 @@
 """Splitting a byte stream into lines: the inbound half of the transport, without I/O.
 
-Rules (rpc-behavior §1.4, with a bound the original lacks):
+Rules (docs/design/protocol.md#reading-stdin, with a bound the original lacks):
 
 * Lines end at ``b"\\n"`` only. Never ``splitlines``: U+2028/U+2029 are legal inside JSON strings
   and a stray ``\\r`` or form feed must not split a frame.

@@ -1,6 +1,7 @@
 """The message model on the wire: content blocks, messages, usage, streaming events.
 
-Shapes follow ``spec/agent-core.md`` §1-§2 so that frames carrying messages match the protocol.
+Shapes follow the original's (docs/design/agent-loop.md#messages,
+docs/design/agent-loop.md#streaming) so that frames carrying messages match the protocol.
 ``omp.llm`` builds these; ``omp.protocol`` owns them because frames embed them and this package
 may import nothing else of ``omp``.
 
@@ -70,7 +71,7 @@ class _Message(msgspec.Struct, tag_field="role", frozen=True, kw_only=True, omit
         return str(self.__struct_config__.tag)
 
 
-# --- content blocks (agent-core §1.1) --------------------------------------------------------
+# --- content blocks (docs/design/agent-loop.md#content-blocks) -------------------------------
 
 
 class TextContent(_Block, tag="text", frozen=True, kw_only=True, omit_defaults=True):
@@ -118,7 +119,7 @@ AssistantContent = TextContent | ThinkingContent | RedactedThinkingContent | Too
 ContentBlock = AssistantContent
 
 
-# --- usage (agent-core §1.3) -----------------------------------------------------------------
+# --- usage (docs/design/agent-loop.md#usage) -------------------------------------------------
 
 
 class UsageCost(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -150,7 +151,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return cls(input=0, output=0, cacheRead=0, cacheWrite=0, totalTokens=0, cost=cost)
 
 
-# --- LLM-level messages (agent-core §1.2) ----------------------------------------------------
+# --- LLM-level messages (docs/design/agent-loop.md#messages-a-model-reads) -------------------
 
 
 class UserMessage(_Message, tag="user", frozen=True, kw_only=True, omit_defaults=True):
@@ -205,7 +206,7 @@ class ToolResultMessage(_Message, tag="toolResult", frozen=True, kw_only=True, o
     attribution: Attribution | UnsetType = UNSET
 
 
-# --- agent-level messages (agent-core §1.5) --------------------------------------------------
+# --- agent-level messages (docs/design/agent-loop.md#the-agents-own-messages) ----------------
 
 
 class CustomMessage(_Message, tag="custom", frozen=True, kw_only=True, omit_defaults=True):
@@ -264,7 +265,8 @@ AgentMessage = (
 )
 
 
-# --- streaming events (agent-core §2.1, rpc-behavior §4.2) -----------------------------------
+# --- streaming events ------------------------------------------------------------------------
+# docs/design/agent-loop.md#stream-events, docs/design/protocol.md#message_update
 
 
 class _StreamEvent(msgspec.Struct, tag_field="type", frozen=True, kw_only=True,

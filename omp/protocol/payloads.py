@@ -1,4 +1,4 @@
-"""The ``data`` of successful command responses (rpc-behavior §2, §9-§12).
+"""The ``data`` of successful command responses (docs/design/protocol.md#commands-and-responses).
 
 One Struct per payload shape; ``frames.Response.data`` carries them. Payloads the original answers
 with a bare ``null`` (``cycle_model``, ``cycle_thinking_level``, ``handoff``) are ``data=None`` on
@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-# --- models (agent-core §9.1) ----------------------------------------------------------------
+# --- models (docs/design/agent-loop.md#model) ------------------------------------------------
 
 
 class ModelCost(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -142,7 +142,7 @@ class ThinkingLevelsPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defa
     levels: list[ThinkingLevel]
 
 
-# --- get_state (rpc-behavior §2.3) -----------------------------------------------------------
+# --- get_state (docs/design/protocol.md#get_state) -------------------------------------------
 
 
 class ContextUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -198,7 +198,7 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     contextUsage: ContextUsage | UnsetType = UNSET
 
 
-# --- session statistics (rpc-behavior §11.9, agent-core §8.1) --------------------------------
+# --- session statistics (docs/design/sessions.md#session-statistics) -------------------------
 
 
 class SessionTokens(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -233,7 +233,7 @@ class SessionStats(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     contextUsage: ContextUsage | UnsetType = UNSET
 
 
-# --- compaction (agent-core §6.6) ------------------------------------------------------------
+# --- compaction (docs/design/sessions.md#the-compaction-entry) -------------------------------
 
 
 class CompactionDetails(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -256,7 +256,7 @@ class HandoffResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     savedPath: str | UnsetType = UNSET
 
 
-# --- bash (rpc-behavior §10.2) ---------------------------------------------------------------
+# --- bash (docs/design/protocol.md#bashresult) -----------------------------------------------
 
 
 class BashResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -290,11 +290,12 @@ class BashResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     images: list[ImageContent] | UnsetType = UNSET
 
 
-# --- session commands (rpc-behavior §11) -----------------------------------------------------
+# --- session commands (docs/design/sessions.md#session-commands) -----------------------------
 
 
 class PromptAck(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """``prompt`` data when it is known at once whether the agent was invoked (§3.3)."""
+    """``prompt`` data when it is known at once whether the agent was invoked
+    (docs/design/protocol.md#prompt_result)."""
 
     agentInvoked: bool
 
@@ -347,7 +348,7 @@ class ExportHtmlResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
     path: str
 
 
-# --- login (rpc-behavior §12) ----------------------------------------------------------------
+# --- login (docs/design/protocol.md#login) ---------------------------------------------------
 
 
 class LoginProvider(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -395,7 +396,7 @@ class FastModePayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     active: bool
 
 
-# --- available commands (rpc-behavior §2.5) --------------------------------------------------
+# --- available commands (docs/design/protocol.md#the-command-list) ---------------------------
 
 CommandSource = Literal["builtin", "skill", "extension", "custom", "mcp_prompt", "file"]
 
@@ -425,7 +426,7 @@ class AvailableCommandsPayload(msgspec.Struct, frozen=True, kw_only=True, omit_d
     commands: list[AvailableCommand]
 
 
-# --- subagents (rpc-behavior §9) -------------------------------------------------------------
+# --- subagents (docs/design/subagents.md#subagent-frames) ------------------------------------
 
 AgentSource = Literal["bundled", "user", "project"]
 

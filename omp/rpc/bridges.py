@@ -1,4 +1,5 @@
-"""The host sub-protocols: tools and URL schemes the host serves (rpc-behavior §6, §7).
+"""The host sub-protocols: tools and URL schemes the host serves
+(docs/design/protocol.md#host-tools, docs/design/protocol.md#host-uris).
 
 Both work the same way, so one mechanism serves them: a request frame goes out with a fresh id,
 the reader hands the host's frames for that id to the ``ControlRegistry`` (control lane, never
@@ -13,7 +14,7 @@ the registry and a callable that queues a frame. Rules:
   pending request as ``Cancelled`` goes by — queued at once, never waiting — and forgets it.
 * When the host is gone (stdin EOF) the registry is disconnected: pending requests fail with the
   original's "RPC client disconnected before …" texts and later ones fail the same way at once,
-  without a frame (rpc-behavior §1.9).
+  without a frame (docs/design/protocol.md#end-of-input).
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def _content(raw: list[dict[str, Any]]) -> list[m.TextContent | m.ImageContent]:
 
 @attrs.define(eq=False, repr=False)
 class HostTool(Tool):
-    """A tool the host runs; the model sees it like any other (DESIGN.md §4.4)."""
+    """A tool the host runs; the model sees it like any other
+    (docs/design/protocol.md#host-tools)."""
 
     registry: ControlRegistry
     emit: Emit
@@ -318,7 +320,7 @@ def normalize_schemes(schemes: list[cmd.HostUriSchemeDefinition]
 
 class HostUI(msgspec.Struct, eq=False):
     """``ctx.ui`` over RPC: ``extension_ui_request`` frames, answers in the control lane
-    (rpc-behavior §8).
+    (docs/design/protocol.md#extension-ui).
 
     Dialogs wait for the host's ``extension_ui_response``; a ``timeout`` (ms) resolves to the
     default with no frame; cancellation writes a ``cancel`` request and propagates; a host that
@@ -344,11 +346,12 @@ class HostUI(msgspec.Struct, eq=False):
             await trio.lowlevel.checkpoint()
             return None
         # Already cancelled (an abort read in the same write as the work that asks): no
-        # request is written at all (rpc-behavior §8.3).
+        # request is written at all (docs/design/protocol.md#timeouts-and-aborts).
         await trio.lowlevel.checkpoint_if_cancelled()
         frame_fields = {k: v for k, v in fields.items() if v is not None}
         if self.registry.disconnected:
-            # The host is gone: the request is still written (rpc-behavior §1.9), then fails.
+            # The host is gone: the request is still written (docs/design/protocol.md#end-of-input),
+            # then fails.
             self.emit(ev.ExtensionUiRequest(
                 id=new_request_id(), method=method,  # type: ignore[arg-type]
                 timeout=msgspec.UNSET if timeout is None else timeout, **frame_fields))
@@ -367,7 +370,9 @@ class HostUI(msgspec.Struct, eq=False):
                     raise UiDisconnected(str(exc)) from None
                 request.settle()
                 return frame
-            request.settle()  # timed out: the default, and no cancel frame (§8.3)
+            # Timed out: the default, and no cancel frame
+            # (docs/design/protocol.md#timeouts-and-aborts)
+            request.settle()
             return None
         finally:
             if not request.settled:
@@ -428,7 +433,8 @@ class HostUI(msgspec.Struct, eq=False):
 
 
 def _value(frame: Any) -> str | None:
-    """``select`` / ``input`` / ``editor``: the answer's ``value`` (§8.2), else None."""
+    """``select`` / ``input`` / ``editor``: the answer's ``value``
+    (docs/design/protocol.md#answers), else None."""
     if frame is None or frame.cancelled or not isinstance(frame.value, str):
         return None
     return str(frame.value)

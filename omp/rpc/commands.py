@@ -2,7 +2,8 @@
 the protocol itself and the host's tools (the session's file and context are handled in
 ``omp.rpc.session_commands``, the agent's settings in ``omp.rpc.settings_commands``).
 
-Every command type has one ``Route``: its handler and its lane (DESIGN.md §2, rpc-behavior §1.5):
+Every command type has one ``Route``: its handler and its lane (docs/internals.md#command-lanes,
+docs/design/protocol.md#lanes):
 
 * ``control`` — ``host_tool_result``, ``host_tool_update``, ``host_uri_result``,
   ``extension_ui_response``: handed to the pending request at once, never answered;
@@ -284,7 +285,7 @@ class Commands:
         return ok("abort_bash", frame.id)
 
     def abort_retry(self, frame: cmd.AbortRetry) -> Response:
-        # Succeeds whether or not a backoff was running (rpc-behavior §2.2).
+        # Succeeds whether or not a backoff was running (docs/design/protocol.md#command-table).
         self.aborts.cancel("retry")
         return ok("abort_retry", frame.id)
 
@@ -422,9 +423,9 @@ class Commands:
     def _prompt_text(self, frame: cmd.Prompt | cmd.AbortAndPrompt, kind: str, text: str,
                      images: list[m.ImageContent], behavior: str | None,
                      scope: trio.CancelScope | None) -> Response:
-        """The session pipeline (§2.2 step 3): an extension command, else the text expanded
-        by a file command or a prompt template, sent to the model. Raises CommandFailed and
-        SessionError."""
+        """The session pipeline (docs/design/extensions.md#dispatch-order): an extension command,
+        else the text expanded by a file command or a prompt template, sent to the model. Raises
+        CommandFailed and SessionError."""
         if (command := self._extension_command(text)) is not None:
             return self._run_extension_command(frame.id, kind, *command)
         expanded = self.slash.expand(text)
@@ -457,8 +458,8 @@ class Commands:
 
     async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
         """Abort, then the prompt through the session pipeline only (no skill, no
-        built-in: rpc-behavior §2.2). Its run's scope is registered before the reader reads
-        the next line (the reader waits for this handler)."""
+        built-in: docs/design/protocol.md#command-table). Its run's scope is registered before the
+        reader reads the next line (the reader waits for this handler)."""
         await self._abort()
         images = frame.images if isinstance(frame.images, list) else []
         try:
@@ -522,8 +523,9 @@ class Commands:
     def _run_extension_command(self, request_id: cmd.RequestId | None, kind: str, name: str,
                                args: str) -> Response:
         """Start ``/name args`` as a task (it may wait for the host's answers and must not
-        hold the serial lane); its ``prompt_result`` comes when it is done (rpc-behavior
-        §3.3). The response has no ``data``: whether the agent is invoked is not known yet."""
+        hold the serial lane); its ``prompt_result`` comes when it is done
+        (docs/design/protocol.md#prompt_result). The response has no ``data``: whether the agent is
+        invoked is not known yet."""
         runs = self.session.runs
         extensions = self.session.extensions
         assert extensions is not None

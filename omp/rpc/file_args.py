@@ -1,7 +1,7 @@
 """The one-shot modes' input: ``@file`` arguments and a piped stdin, as the original takes them.
 
-omp-surface A.5. Each ``@path`` (quotes around the path dropped, ``~`` expanded, relative to
-the cwd) becomes, in argument order:
+docs/design/command-line.md#file-and-piped-stdin. Each ``@path`` (quotes around the path dropped,
+``~`` expanded, relative to the cwd) becomes, in argument order:
 
 * a text file (at most ``MAX_TEXT_BYTES``): ``<file name="ABS">\\nCONTENT\\n</file>\\n``, the
   content verbatim (a file ending in a newline leaves a blank line before ``</file>``);

@@ -81,7 +81,7 @@ DEADLINE_EXCEEDED = "Deadline exceeded"
 
 
 class Runtime(msgspec.Struct, eq=False):
-    """What one ``serve()`` owns (DESIGN.md §2: resources belong to a ``serve()``)."""
+    """What one ``serve()`` owns (docs/internals.md#resources-belong-to-a-serve)."""
 
     options: ServeOptions
     output: FrameQueue
@@ -203,8 +203,8 @@ def extension_packages(options: ServeOptions, cwd: Path) -> list[Path]:
 
 def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
                   ) -> ApprovalGate:
-    """The settings' tool approval with the command line's over it (omp-surface C.1), its
-    questions asked through ``ui``."""
+    """The settings' tool approval with the command line's over it
+    (docs/guides/approval.md#modes-and-policies), its questions asked through ``ui``."""
     settings = session.settings.approval
     if options.approval_mode is not None:
         settings = msgspec.structs.replace(settings, mode=options.approval_mode)
@@ -471,7 +471,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
     failure = runtime.session.store.persistence_failure
     if failure is not None:
         # Everything was answered; the host was told by a notice frame. Durability was not
-        # kept, which the exit status must say (rpc-behavior §1.9).
+        # kept, which the exit status must say (docs/design/protocol.md#end-of-input).
         raise SessionError(f"Session not saved: {failure}")
 
 

@@ -6,9 +6,9 @@ prompts are sent one after the other, each once the session settled after the on
 the last one's settling is the shutdown trigger. In ``json`` mode the session header is the
 first line, then the run's events as JSON lines through the same output queue (any size;
 ``message_update`` with only the stream event unless ``--message-updates full``), as the
-original writes them (omp-surface A.7): no ``prompt_result`` or ``session_settled`` (the front
-still sees them: they say when a run ended). In ``text`` mode nothing is written to stdout
-until the end, when the final answer is printed.
+original writes them (docs/design/command-line.md#json-mode-mode-json): no ``prompt_result`` or
+``session_settled`` (the front still sees them: they say when a run ended). In ``text`` mode nothing
+is written to stdout until the end, when the final answer is printed.
 
 Each prompt goes through the rpc ``prompt`` dispatch (``omp.rpc.slash``): a skill, a built-in
 (what it says, ``command_output``, is printed before the answer in text mode), an extension

@@ -103,7 +103,8 @@ class ServeOptions(msgspec.Struct, eq=False):
     project's ``.omp/rules``, ``RULES.md`` and other tools' rule folders) watch the model's
     stream or join the system prompt (``--no-rules``: False)."""
     approval_mode: ApprovalMode | None = None
-    """``--approval-mode``: over ``tools.approvalMode`` for this process (omp-surface C.1)."""
+    """``--approval-mode``: over ``tools.approvalMode`` for this process
+    (docs/guides/approval.md#modes-and-policies)."""
     auto_approve: bool = False
     """``--auto-approve`` / ``--yolo``: every tool runs without asking, whatever the mode
     (``tools.approval.<tool>: deny`` / ``prompt`` still apply)."""

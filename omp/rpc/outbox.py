@@ -1,11 +1,12 @@
 """The outbox: how a session's events and every other frame become output frames.
 
-One ``Outbox`` per ``serve()``: it stamps ``messageId``\\ s (rpc-behavior §4.6: a stack of open
-message ids, one counter per server), applies the host's ``set_event_filter`` (which session
-event types, and ``message_update`` as the message snapshot or the delta only) and queues the
-frame on the output ``FrameQueue`` without waiting. It is the session's ``EventSink``: its
-``pace`` is the queue, on which the streaming producers wait while the host is far behind.
-Frames that end something never wait.
+One ``Outbox`` per ``serve()``: it stamps ``messageId``\\ s
+(docs/design/protocol.md#message-ids-and-the-event-filter: a stack of open message ids, one counter
+per server), applies the host's ``set_event_filter`` (which session event types, and
+``message_update`` as the message snapshot or the delta only) and queues the frame on the output
+``FrameQueue`` without waiting. It is the session's ``EventSink``: its ``pace`` is the queue, on
+which the streaming producers wait while the host is far behind. Frames that end something never
+wait.
 """
 
 from __future__ import annotations

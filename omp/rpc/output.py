@@ -14,7 +14,7 @@ frames, and one scheduler round more before the host can read them). Measured ag
 pace (20,000 deltas/s) p99 14 ms with it, 35 ms without; at 50,000/s, where this process is
 saturated either way, 157 ms against 398 ms; the same 21 µs of CPU a delta.
 
-One way in, and a pace beside it (DESIGN.md §2):
+One way in, and a pace beside it (docs/internals.md#backpressure-without-deadlock):
 
 * ``put_nowait`` never blocks. Every producer uses it: the reader and the command lanes for
   responses and for frames a host's own input causes (a host that writes commands while not

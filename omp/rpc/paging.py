@@ -1,6 +1,7 @@
-"""Views of a session the RPC layer serves: message pages (``get_messages_page``, rpc-behavior
-§11.12) and the encoding of the entry tree (``get_tree``, rpc-behavior §11.13, agent-core §7.4;
-the tree itself is built by ``omp.session.context.entry_tree``).
+"""Views of a session the RPC layer serves: message pages (``get_messages_page``,
+docs/design/sessions.md#message-pages) and the encoding of the entry tree (``get_tree``,
+docs/design/sessions.md#entries-and-the-tree, docs/design/sessions.md#the-tree-and-the-leaf; the
+tree itself is built by ``omp.session.context.entry_tree``).
 
 A page cursor is opaque to the host: base64url (no padding) of the snapshot it was cut from
 (session id, leaf id, message count) and the offset to go on from. A cursor whose snapshot no
@@ -43,7 +44,7 @@ _MAX_SAFE_INTEGER: Final = 2**53 - 1
 _BASE64URL = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-# --- message paging (rpc-behavior §11.12) ----------------------------------------------------
+# --- message paging (docs/design/sessions.md#message-pages) ----------------------------------
 
 
 class PageError(ValueError):

@@ -1,6 +1,6 @@
 """``serve()``: the RPC server on stdio or any pair of trio streams.
 
-Who owns what (DESIGN.md §2):
+Who owns what (docs/internals.md#who-owns-what):
 
 * ``serve()`` owns its resources (``omp.rpc.lifecycle.Runtime``): the HTTP client of its model
   calls (closed when it returns, never shared with another ``serve()``), the abort registry,
@@ -206,8 +206,9 @@ class RpcServer:
         """The serial lane's first job, right after ``ready``: load the extensions (their
         modules run now, before any command is handled: commands read meanwhile wait in the
         lane, the reader already delivers answers to their dialogs), say what loading said,
-        run their ``session_start``, then the commands list goes out (rpc-behavior §1.2).
-        On cancellation (shutdown) it stops where it is."""
+        run their ``session_start``, then the commands list goes out
+        (docs/design/protocol.md#start-up-order). On cancellation (shutdown) it stops where it
+        is."""
         # ``ready`` goes out first: importing extensions takes a while, and a host measures
         # startup by it (bench_rpc). Not for long if the host does not read.
         with trio.move_on_after(READY_FLUSH_SECONDS):
@@ -392,7 +393,8 @@ class RpcServer:
     def request_stop(self) -> None:
         """``ctx.shutdown()``: read no more input; the command running now still answers,
         commands queued behind it are neither run nor answered; then ``serve`` ends as after
-        EOF, except that running tasks (an RPC ``bash``) finish first (rpc-behavior §1.10)."""
+        EOF, except that running tasks (an RPC ``bash``) finish first
+        (docs/design/protocol.md#shutdown-asked-by-an-extension)."""
         if not self._stopping:
             self._stopping = True
             self._reader_scope.cancel()
@@ -423,7 +425,8 @@ class RpcServer:
             # Asked to stop by an extension: the host is still there; running commands finish.
             await self._commands_done.wait()
         # The host is gone: pending host tool calls, URI requests and dialogs fail with the
-        # original's texts, and its URL schemes are gone with it (rpc-behavior §1.9).
+        # original's texts, and its URL schemes are gone with it
+        # (docs/design/protocol.md#end-of-input).
         self.runtime.controls.disconnect()
         self.runtime.host_uris.schemes = {}
         # Every command in flight is cancelled and answered (RPC bash with its cancelled

@@ -69,7 +69,7 @@ class SessionCommands(msgspec.Struct, eq=False):
 
     # Logins (omp.login): OAuth for providers with an ``oauth`` block in models.yml, API-key
     # login for every other provider that takes a key. Vendor-subscription logins that need us
-    # to pose as the vendor's own client are not offered (DESIGN.md §4.7).
+    # to pose as the vendor's own client are not offered (docs/guides/login.md#logging-in).
 
     def set_session_name(self, frame: cmd.SetSessionName) -> Response:
         try:
@@ -138,7 +138,8 @@ class SessionCommands(msgspec.Struct, eq=False):
             await self.session.maintenance.handoff(instructions, scope=scope)
         except SessionError as exc:
             return fail("handoff", frame.id, str(exc))
-        # savedPath is only for automatic handoffs saved to disk (rpc-behavior §11.7).
+        # savedPath is only for automatic handoffs saved to disk
+        # (docs/design/sessions.md#the-handoff-response).
         return ok("handoff", frame.id, {})
 
     async def bash(self, frame: cmd.Bash, scope: trio.CancelScope) -> Response:

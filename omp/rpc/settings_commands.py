@@ -116,7 +116,7 @@ class SettingsCommands(msgspec.Struct, eq=False):
 
     # Logins (omp.login): OAuth for providers with an ``oauth`` block in models.yml, API-key
     # login for every other provider that takes a key. Vendor-subscription logins that need us
-    # to pose as the vendor's own client are not offered (DESIGN.md §4.7).
+    # to pose as the vendor's own client are not offered (docs/guides/login.md#logging-in).
     def get_login_providers(self, frame: cmd.GetLoginProviders) -> Response:
         registry = self.session.registry
         return ok("get_login_providers", frame.id, payloads.LoginProviders(providers=[
@@ -162,11 +162,9 @@ class SettingsCommands(msgspec.Struct, eq=False):
             return fail("login", frame.id, "Login cancelled")
         return ok("login", frame.id, payloads.LoginResult(providerId=target.id))
 
-    # Subagents (rpc-behavior §9): the registry belongs to the session's subagent host and
-    # lives as long as the server; the level is kept here too (``subagent_level``).
-
-    # Subagents (rpc-behavior §9): the registry belongs to the session's subagent host and
-    # lives as long as the server; the level is kept here too (``subagent_level``).
+    # Subagents (docs/design/subagents.md#subagent-frames): the registry belongs to the session's
+    # subagent host and lives as long as the server; the level is kept here too
+    # (``subagent_level``).
     def _subagent_registry(self) -> SubagentRegistry | None:
         return None if self.subagents is None else self.subagents.registry
 

@@ -1,5 +1,5 @@
-"""Slash commands over RPC (extensions spec §2): the one command registry and the dispatch of a
-``prompt`` that starts with ``/``.
+"""Slash commands over RPC (docs/design/extensions.md#slash-commands): the one command registry and
+the dispatch of a ``prompt`` that starts with ``/``.
 
 **The list** (``available_commands_update``, ``get_available_commands``) is built in the
 original's order, first name wins: the built-ins below (their aliases reserved too), every skill
@@ -689,7 +689,7 @@ async def _reload(call: Call) -> Outcome:
 
 
 ABSENT_BUILTINS = frozenset({
-    # The original's built-ins that answer over RPC (extensions spec §2.3) ...
+    # The original's built-ins that answer over RPC (docs/design/extensions.md#built-ins) ...
     "security", "skillful", "extended-context", "computer", "prewalk", "advisor", "trace",
     "share", "browser", "usage", "stats", "ssh", "fresh", "shake", "pin", "memory",
     "move", "wt", "worktree", "add-dir", "remove-dir", "dirs", "marketplace", "plugins",

@@ -1,6 +1,6 @@
 """The abort registry: every piece of work a host can abort, by family, in one place.
 
-Rules (DESIGN.md §2):
+Rules (docs/internals.md#the-abort-registry):
 
 * Work is registered **when it is accepted**, before the reader reads the next line: the RPC
   reader creates the ``trio.CancelScope`` of a command it hands to a lane or a task and
@@ -17,7 +17,7 @@ Rules (DESIGN.md §2):
   while its handler runs, the run holds the same scope until its terminal frames are out); it
   leaves the registry when the last holder releases it.
 * A unit may name what a canceller waits for (``done``): ``abort`` answers only once the
-  aborted run has written its ``agent_end`` (rpc-behavior §5.5).
+  aborted run has written its ``agent_end`` (docs/design/protocol.md#abort).
 
 The registry only cancels; what a cancelled unit reports (an aborted message, a cancelled
 ``BashResult``, "Login cancelled") is its owner's business, translated at its scope boundary.
@@ -34,7 +34,7 @@ import trio
 
 Family = Literal["run", "retry", "maintenance", "bash", "login", "command"]
 ABORT: tuple[Family, ...] = ("run", "retry", "maintenance", "bash", "login")
-"""What ``abort`` cancels (it includes ``abort_bash``, rpc-behavior §10.4)."""
+"""What ``abort`` cancels (it includes ``abort_bash``, docs/design/protocol.md#abort_bash)."""
 EVERY: tuple[Family, ...] = ("run", "retry", "maintenance", "bash", "login", "command")
 
 

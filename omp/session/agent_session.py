@@ -262,7 +262,8 @@ class AgentSession:
     async def switch_session(self, path: Path) -> bool:
         """Continue the session in ``path`` (a new empty one there when it does not exist).
         Returns False (nothing changed) for a session recorded in another working directory:
-        RPC has no way to ask the user whether to change directories (rpc-behavior §11.2)."""
+        RPC has no way to ask the user whether to change directories
+        (docs/design/sessions.md#switch_session)."""
         file = await self.store.load_switch(path)
         if file.cwd and Path(file.cwd) != self.cwd:
             return False

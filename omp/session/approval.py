@@ -1,4 +1,5 @@
-"""Tool approval: the one gate every tool call passes right before it runs (omp-surface C).
+"""Tool approval: the one gate every tool call passes right before it runs
+(docs/guides/approval.md#tool-approval).
 
 Rules, in one place:
 
@@ -12,21 +13,21 @@ Rules, in one place:
   tool, ``omp.mcp.devices``) has the device's own tier on its JSON arguments and the policy
   ``tools.approval.<device>``, falling back to ``tools.approval.write``; arguments that are no
   JSON object, or a device not mounted, are ``exec`` under ``write``'s policy.
-  Resolution (C.3): a pattern's or the user's ``deny`` denies; in ``yolo`` the pattern's
-  policy, else the user's, else allow; a ``prompt`` pattern asks; else the pattern's, then
-  the user's ``allow`` / ``prompt``; else the tier within the mode's maximum allows and
-  anything above it prompts. A critical command asks like a ``prompt`` pattern below
-  ``yolo`` (with the reason ``Critical pattern detected``) and runs in ``yolo``.
+  Resolution (docs/guides/approval.md#modes-and-policies): a pattern's or the user's ``deny``
+  denies; in ``yolo`` the pattern's policy, else the user's, else allow; a ``prompt`` pattern asks;
+  else the pattern's, then the user's ``allow`` / ``prompt``; else the tier within the mode's
+  maximum allows and anything above it prompts. A critical command asks like a ``prompt`` pattern
+  below ``yolo`` (with the reason ``Critical pattern detected``) and runs in ``yolo``.
 * A ``deny`` is known before anything else runs: the loop asks ``precheck`` before the
-  extensions' ``tool_call`` handlers (extensions.md: a denied call never reaches them), and
-  ``check`` again on the arguments they may have rewritten, right before the call is
+  extensions' ``tool_call`` handlers (docs/design/extensions.md#events: a denied call never reaches
+  them), and ``check`` again on the arguments they may have rewritten, right before the call is
   announced (``tool_execution_start``) — so a host sees the dialog first, as in the original.
 * ``prompt`` asks the host: an ``extension_ui_request`` ``select`` titled ``Allow tool: <name>``
-  plus the call's detail lines, options exactly ``["Approve", "Deny"]``, no timeout (C.4).
-  ``Approve`` runs the call; anything else (``Deny``, another value, ``cancelled``, a host-side
-  ``timedOut``) is a denial, whose text goes to the model as the call's error result and the
-  turn goes on. No "always" answer over RPC (the original has none there). An embedding
-  program may pass its own async ``ApprovePolicy`` instead of the dialog.
+  plus the call's detail lines, options exactly ``["Approve", "Deny"]``, no timeout
+  (docs/guides/approval.md#asking-the-host). ``Approve`` runs the call; anything else (``Deny``,
+  another value, ``cancelled``, a host-side ``timedOut``) is a denial, whose text goes to the model
+  as the call's error result and the turn goes on. No "always" answer over RPC (the original has
+  none there). An embedding program may pass its own async ``ApprovePolicy`` instead of the dialog.
 * Without a UI (``--no-ui``, one-shot modes) a ``prompt`` fails the call with the original's
   "no interactive UI available" text; a host gone (stdin closed) fails it with the
   disconnect text.
@@ -34,7 +35,8 @@ Rules, in one place:
   ``abort`` (which cancels that scope through the abort registry) ends it at once: the host
   gets the dialog's ``cancel``, a late answer is ignored (its id is settled), and the call is
   reported "not executed" like any other call an abort reached before it started. (The
-  original holds the abort until the host answers, C.5; we do not.)
+  original holds the abort until the host answers,
+  docs/guides/approval.md#differences-from-the-original; we do not.)
 
 * Extensions hear of every call that asks: ``tool_approval_requested`` before the host (or
   the policy function) is asked, ``tool_approval_resolved`` with the answer after it (reason
@@ -113,7 +115,8 @@ def _no_devices() -> Devices | None:
 
 
 class ToolDecision(msgspec.Struct, frozen=True):
-    """What a tool says about one call (C.2): its tier, and a policy of its own."""
+    """What a tool says about one call (docs/guides/approval.md#tiers): its tier, and a policy of
+    its own."""
 
     tier: Tier
     policy: ApprovalPolicy | None = None
@@ -124,7 +127,7 @@ class ToolDecision(msgspec.Struct, frozen=True):
 
 def resolve(decision: ToolDecision, user: ApprovalPolicy | None, settings: ApprovalSettings
             ) -> Decision:
-    """The gate's decision for a call (C.3)."""
+    """The gate's decision for a call (docs/guides/approval.md#modes-and-policies)."""
     if decision.policy == "deny" or user == "deny":
         return "deny"
     if settings.auto_approve or settings.mode == "yolo":
@@ -187,10 +190,11 @@ _CRITICAL_SOURCES: tuple[tuple[str, int], ...] = (
     # A shell handed to the network (nc -e / -c).
     (r"\bnc\b[^|;]*\s-[a-zA-Z]*[ec][a-zA-Z]*\s", _I),
 )
-"""The original's built-in "critical" bash commands (omp-surface C.2), as regexes searched
-anywhere in the raw command. The list is the original's, kept as tight as it is there: a
-command on it always asks below ``yolo`` (whatever ``tools.approval.bash`` or an ``allow``
-pattern says), with the reason ``Critical pattern detected``; in ``yolo`` it runs, as there."""
+"""The original's built-in "critical" bash commands
+(docs/guides/approval.md#critical-bash-commands), as regexes searched anywhere in the raw command.
+The list is the original's, kept as tight as it is there: a command on it always asks below ``yolo``
+(whatever ``tools.approval.bash`` or an ``allow`` pattern says), with the reason
+``Critical pattern detected``; in ``yolo`` it runs, as there."""
 
 
 @functools.cache
@@ -205,9 +209,9 @@ def is_critical(command: str) -> bool:
 
 
 def bash_decision(command: str, bash: BashSettings) -> ToolDecision:
-    """What the bash tool says about one command (C.2), in the original's order: the first
-    ``deny`` pattern (the whole command or one segment of a compound one) denies; a critical
-    command (``is_critical``) asks below ``yolo`` whatever the user's policy; an ``allow``
+    """What the bash tool says about one command (docs/guides/approval.md#tiers), in the original's
+    order: the first ``deny`` pattern (the whole command or one segment of a compound one) denies; a
+    critical command (``is_critical``) asks below ``yolo`` whatever the user's policy; an ``allow``
     pattern matching the whole command (never one with control syntax, unless
     ``allowCompoundCommands`` and every ``&&`` segment is allowed) allows at the ``write``
     tier; a ``prompt`` pattern (whole or segment) asks."""
@@ -266,7 +270,7 @@ def _elide(value: str) -> str:
 
 
 def detail_lines(tool_name: str, args: dict[str, Any]) -> list[str]:
-    """The tool's lines under the dialog's first line (C.4)."""
+    """The tool's lines under the dialog's first line (docs/guides/approval.md#asking-the-host)."""
     def text(key: str) -> str | None:
         value = args.get(key)
         return _elide(value) if isinstance(value, str) else None
@@ -316,7 +320,7 @@ class ApprovalGate(msgspec.Struct, eq=False):
 
     def _user(self, key: str, tool: Tool) -> tuple[ApprovalPolicy | None, str]:
         """The user's policy for the call and the key it was found under: ``key``'s, else the
-        tool's own (C.3)."""
+        tool's own (docs/guides/approval.md#modes-and-policies)."""
         policies = self.settings.policies
         if key != tool.name and (policy := policies.get(key)) is not None:
             return policy, key
@@ -326,7 +330,8 @@ class ApprovalGate(msgspec.Struct, eq=False):
         """The tool's decision on the call and the key of the user's policy for it."""
         command = args.get("command")
         # The built-in bash only: a replacement (an extension's tool named ``bash``) declares
-        # its own tier, and the bash rules are the built-in tool's own decision (C.2).
+        # its own tier, and the bash rules are the built-in tool's own decision
+        # (docs/guides/approval.md#tiers).
         if tool.command_rules() and isinstance(command, str):
             return bash_decision(command, self.bash), tool.name
         path = args.get("path")

@@ -1,20 +1,23 @@
-"""Compaction (agent-core §6, §8.2-8.3): when to compact, what to keep, and the summary call.
+"""Compaction (docs/design/sessions.md#compaction, docs/design/sessions.md#token-estimates,
+docs/design/sessions.md#context-usage): when to compact, what to keep, and the summary call.
 
 Pure functions over the live context, plus two awaits (``summarize`` and ``compact``, each one
 model call). The session owns the rest: events, the session file entry, replacing the context.
 
-* Tokens are estimated as ``ceil(utf8 bytes / 4)`` per message, 1200 per image (§8.2); the
-  context size is the newest usable provider-reported size plus estimates after it (§8.3).
-* Auto-compaction runs when the context exceeds the threshold of §6.1: ``thresholdTokens``,
-  else ``thresholdPercent`` of the window, else the window minus the reserve (omp's automatic
-  reserve: ``max(15% of the window, 16384)``, 15% when that leaves no room).
+* Tokens are estimated as ``ceil(utf8 bytes / 4)`` per message, 1200 per image
+  (docs/design/sessions.md#token-estimates); the context size is the newest usable provider-reported
+  size plus estimates after it (docs/design/sessions.md#context-usage).
+* Auto-compaction runs when the context exceeds the threshold of
+  docs/design/sessions.md#settings-and-threshold: ``thresholdTokens``, else ``thresholdPercent`` of
+  the window, else the window minus the reserve (omp's automatic reserve:
+  ``max(15% of the window, 16384)``, 15% when that leaves no room).
 * The cut keeps the oldest suffix that fits ``keepRecentTokens`` and starts at a message a
   context may start with: never at a tool result, never between a tool call and its result
-  (omp's walk of §6.4). Everything before it is summarised.
+  (omp's walk of docs/design/sessions.md#what-is-kept). Everything before it is summarised.
 * The summary is one model call with the conversation serialised as text (so the model reads it
-  instead of continuing it) and the checkpoint prompt of §6.5, merged into the previous summary
-  when there is one. A turn split by the cut is summarised together with the history before it
-  (pi's simpler form; omp's second, parallel "turn prefix" call is not made).
+  instead of continuing it) and the checkpoint prompt of docs/design/sessions.md#the-summary, merged
+  into the previous summary when there is one. A turn split by the cut is summarised together with
+  the history before it (pi's simpler form; omp's second, parallel "turn prefix" call is not made).
 """
 
 from __future__ import annotations
@@ -38,19 +41,23 @@ if TYPE_CHECKING:
     import httpx
 
 IMAGE_TOKENS = 1200
-"""Estimated tokens of one image (§1.7, §8.2)."""
+"""Estimated tokens of one image (docs/design/agent-loop.md#images,
+docs/design/sessions.md#token-estimates)."""
 DEFAULT_RESERVE_TOKENS = 16384
 RESERVE_FRACTION_PERCENT = 15
 SUMMARY_MAX_TOKENS = 16384
-"""omp caps the summary's output budget here (§6.5)."""
+"""omp caps the summary's output budget here (docs/design/sessions.md#the-summary)."""
 TOOL_RESULT_MAX_CHARS = 2000
-"""A tool result longer than this is truncated in the serialised conversation (§6.5)."""
+"""A tool result longer than this is truncated in the serialised conversation
+(docs/design/sessions.md#the-summary)."""
 CUT_ROLES = (m.UserMessage, m.DeveloperMessage, m.AssistantMessage, m.BashExecutionMessage,
              m.CustomMessage, m.BranchSummaryMessage, m.CompactionSummaryMessage)
-"""Messages a kept suffix may start with (§6.4): anything but a tool result."""
+"""Messages a kept suffix may start with (docs/design/sessions.md#what-is-kept): anything but a tool
+result."""
 
 
-# --- token estimation (§8.2, §8.3) -------------------------------------------------------------
+# --- token estimation --------------------------------------------------------------------------
+# docs/design/sessions.md#token-estimates, docs/design/sessions.md#context-usage
 
 
 def _tokens(utf8_bytes: int) -> int:
@@ -76,7 +83,7 @@ def _content_size(content: str | Sequence[m.UserContent]) -> tuple[int, int]:
 
 def estimate_tokens(message: m.AgentMessage) -> int:
     """Estimated tokens of one message: ``ceil(utf8 bytes / 4)`` of what the model reads of it,
-    plus 1200 per image (§8.2)."""
+    plus 1200 per image (docs/design/sessions.md#token-estimates)."""
     size = images = 0
     if isinstance(message, m.AssistantMessage):
         for block in message.content:
@@ -102,14 +109,15 @@ def estimate_tokens(message: m.AgentMessage) -> int:
 
 
 def estimate_context_tokens(messages: Sequence[m.AgentMessage], overhead: int = 0) -> int:
-    """The context's size in tokens (§8.3): anchor + tail.
+    """The context's size in tokens (docs/design/sessions.md#context-usage): anchor + tail.
 
     The anchor is the newest assistant message that ended normally and has usage, newer than
     the latest compaction (an older one measured a context that no longer exists): its
-    ``contextTokens``, else ``totalTokens``, else the sum of its counts (§6.1: the reply is part
-    of the next prompt). Every message after it is estimated; without an anchor, all are, plus
-    ``overhead`` (the system prompt and the tool definitions, which a provider's count holds:
-    omp-surface F, the estimate of the request that would be sent now).
+    ``contextTokens``, else ``totalTokens``, else the sum of its counts
+    (docs/design/sessions.md#settings-and-threshold: the reply is part of the next prompt). Every
+    message after it is estimated; without an anchor, all are, plus ``overhead`` (the system prompt
+    and the tool definitions, which a provider's count holds: docs/design/sessions.md#context-usage,
+    the estimate of the request that would be sent now).
     """
     compacted_at = max((msg.timestamp for msg in messages
                         if isinstance(msg, m.CompactionSummaryMessage)), default=-1)
@@ -139,7 +147,8 @@ def _usage_tokens(usage: m.Usage) -> int:
     return usage.input + usage.output + usage.cacheRead + usage.cacheWrite
 
 
-# --- when (§6.1, §6.2) -------------------------------------------------------------------------
+# --- when --------------------------------------------------------------------------------------
+# docs/design/sessions.md#settings-and-threshold, docs/design/sessions.md#when-compaction-runs
 
 
 def effective_reserve_tokens(context_window: int, settings: CompactionSettings) -> int:
@@ -157,7 +166,8 @@ def effective_reserve_tokens(context_window: int, settings: CompactionSettings) 
 
 
 def compaction_threshold(context_window: int, settings: CompactionSettings) -> int:
-    """Context tokens above which auto-compaction runs (§6.1 "threshold")."""
+    """Context tokens above which auto-compaction runs, the threshold
+    (docs/design/sessions.md#settings-and-threshold)."""
     if settings.thresholdTokens > 0:
         return min(max(settings.thresholdTokens, 1), context_window - 1)
     if settings.thresholdPercent > 0:
@@ -169,7 +179,8 @@ def compaction_threshold(context_window: int, settings: CompactionSettings) -> i
 
 def should_compact(context_tokens: int, context_window: int | None,
                    settings: CompactionSettings) -> bool:
-    """Whether auto-compaction runs for a context of ``context_tokens`` (§6.2 "threshold").
+    """Whether auto-compaction runs for a context of ``context_tokens`` (the case ``threshold``
+    of docs/design/sessions.md#when-compaction-runs).
 
     Never when disabled or when the model's window is unknown.
     """
@@ -178,7 +189,7 @@ def should_compact(context_tokens: int, context_window: int | None,
     return context_tokens > compaction_threshold(context_window, settings)
 
 
-# --- what is kept (§6.4) -----------------------------------------------------------------------
+# --- what is kept (docs/design/sessions.md#what-is-kept) ---------------------------------------
 
 
 def find_cut_point(messages: Sequence[m.AgentMessage], keep_recent_tokens: int) -> int | None:
@@ -217,8 +228,8 @@ def find_cut_point(messages: Sequence[m.AgentMessage], keep_recent_tokens: int) 
 def file_operations(messages: Sequence[m.AgentMessage],
                     previous: CompactionDetails | None = None) -> CompactionDetails:
     """Files the summarised messages read and changed (``read``/``write``/``edit`` calls' ``path``),
-    merged with the previous compaction's (§6.4 step 6). Both lists sorted; a file that was
-    changed is only in ``modifiedFiles``."""
+    merged with the previous compaction's (docs/design/sessions.md#what-is-kept). Both lists
+    sorted; a file that was changed is only in ``modifiedFiles``."""
     read = set(previous.readFiles) if previous else set()
     modified = set(previous.modifiedFiles) if previous else set()
     for msg in messages:
@@ -234,7 +245,7 @@ def file_operations(messages: Sequence[m.AgentMessage],
     return CompactionDetails(readFiles=sorted(read - modified), modifiedFiles=sorted(modified))
 
 
-# --- the summary (§6.5) ------------------------------------------------------------------------
+# --- the summary (docs/design/sessions.md#the-summary) -----------------------------------------
 
 SUMMARY_SYSTEM_PROMPT = (
     "You are a context summarization assistant. You read a conversation between a user and an "
@@ -350,7 +361,7 @@ def serialize_conversation(messages: Sequence[LlmMessage]) -> str:
 
 def summary_prompt_text(messages: Sequence[m.AgentMessage], previous_summary: str | None,
                         custom_instructions: str | None) -> str:
-    """The user message of the summary call (§6.5)."""
+    """The user message of the summary call (docs/design/sessions.md#the-summary)."""
     text = f"<conversation>\n{serialize_conversation(to_llm(messages))}\n</conversation>\n\n"
     if previous_summary:
         text += f"<previous-summary>\n{previous_summary}\n</previous-summary>\n\n"
@@ -364,8 +375,9 @@ def summary_request(messages_to_summarize: Sequence[m.AgentMessage],
                     previous_summary: str | None = None,
                     custom_instructions: str | None = None) -> Context:
     """The context of the summary call: the summariser's system prompt and one user message
-    holding the serialised conversation (converted with ``to_llm`` first, §1.6), the previous
-    summary if any, and the instructions. No tools."""
+    holding the serialised conversation (converted with ``to_llm`` first,
+    docs/design/agent-loop.md#what-the-model-is-sent), the previous summary if any, and the
+    instructions. No tools."""
     text = summary_prompt_text(messages_to_summarize, previous_summary, custom_instructions)
     return Context(system_prompt=(SUMMARY_SYSTEM_PROMPT,),
                    messages=(m.UserMessage(content=[m.TextContent(text=text)],
@@ -406,8 +418,8 @@ async def summarize(model: Model, options: StreamOptions, messages: Sequence[m.A
 
 
 def summary_max_tokens(model: Model, settings: CompactionSettings) -> int:
-    """Output budget of the summary call: 80% of the reserve, at most 16384 (§6.5) and at most
-    the model's output limit."""
+    """Output budget of the summary call: 80% of the reserve, at most 16384
+    (docs/design/sessions.md#the-summary) and at most the model's output limit."""
     reserve = (effective_reserve_tokens(model.contextWindow, settings) if model.contextWindow
                else settings.reserveTokens or DEFAULT_RESERVE_TOKENS)
     budget = min(reserve * 8 // 10, SUMMARY_MAX_TOKENS)
@@ -433,7 +445,8 @@ class CompactionPlan(msgspec.Struct, frozen=True):
     """Estimated tokens of the new context: the summary message and the kept messages."""
     details: CompactionDetails
     method: str | None = None
-    """``"handoff"`` for a handoff document (agent-core §6.7); None for a summary."""
+    """``"handoff"`` for a handoff document (docs/design/sessions.md#handoff); None for a
+    summary."""
     short_summary: str | None = None
     """A few sentences for display (omp's ``shortSummary``); None when it could not be made."""
 
@@ -470,10 +483,11 @@ async def compact(model: Model, options: StreamOptions, messages: Sequence[m.Age
                   http: HttpClient | httpx.AsyncClient | None = None) -> CompactionPlan | None:
     """Compact a live context; None when there is nothing to compact.
 
-    The region after the latest ``compactionSummary`` message is cut (§6.4, omp: the previous
-    compaction's kept tail is summarised again) and summarised into the previous summary. The
-    summary call gets ``options`` with ``max_tokens`` set by ``summary_max_tokens``.
-    ``previous_details`` are the file lists of the previous compaction entry.
+    The region after the latest ``compactionSummary`` message is cut
+    (docs/design/sessions.md#what-is-kept, omp: the previous compaction's kept tail is summarised
+    again) and summarised into the previous summary. The summary call gets ``options`` with
+    ``max_tokens`` set by ``summary_max_tokens``. ``previous_details`` are the file lists of the
+    previous compaction entry.
 
     Raises ProviderError if the summary call fails. Cancelled: like ``summarize``; nothing was
     changed.
@@ -545,7 +559,7 @@ async def handoff(model: Model, options: StreamOptions, system_prompt: Sequence[
                   messages: Sequence[m.AgentMessage], settings: CompactionSettings, *,
                   custom_instructions: str | None = None,
                   http: HttpClient | httpx.AsyncClient | None = None) -> CompactionPlan:
-    """A handoff document replacing the older context (agent-core §6.7).
+    """A handoff document replacing the older context (docs/design/sessions.md#handoff).
 
     One model call over the live context (with its system prompt) plus the handoff
     instructions. Raises HandoffError with the spec's messages. Cancelled: the HTTP stream is

@@ -1,5 +1,6 @@
 """What a session file holds for the agent: the live context and settings of the current branch
-(agent-core §7.6), and the listings read from the whole file (rpc-behavior §11.4, §11.13).
+(docs/design/sessions.md#the-live-context), and the listings read from the whole file
+(docs/design/sessions.md#listings, docs/design/sessions.md#entries-and-the-tree).
 
 :func:`build_context` turns the branch path (root → leaf) into the messages the agent continues
 from, as the original's ``buildSessionContext`` does; :func:`branch_settings` reads the model,
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-# --- the live context (agent-core §7.6) ------------------------------------------------------
+# --- the live context (docs/design/sessions.md#the-live-context) -----------------------------
 
 
 def _entry_message(file: SessionFile, entry: Entry) -> AgentMessage | None:
@@ -213,7 +214,8 @@ def branch_settings(file: SessionFile) -> BranchSettings:
                           models=models, service_tier=tier, has_thinking_entry=has_level)
 
 
-# --- listings of the whole file (rpc-behavior §11.4, §11.13) ---------------------------------
+# --- listings of the whole file --------------------------------------------------------------
+# docs/design/sessions.md#listings, docs/design/sessions.md#entries-and-the-tree
 
 
 def user_messages(file: SessionFile) -> list[tuple[str, str]]:

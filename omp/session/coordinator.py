@@ -48,7 +48,8 @@ from .sink import Published
 ASYNC_RESULT = "async-result"
 """``customType`` of the message that delivers background job results (``omp.session.jobs``)."""
 SHUTDOWN_REASON = "Request was aborted"
-"""The aborted message's ``errorMessage`` when the session closes (rpc-behavior §1.9)."""
+"""The aborted message's ``errorMessage`` when the session closes
+(docs/design/protocol.md#end-of-input)."""
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
         "completion.")
 
@@ -169,8 +170,8 @@ class RunCoordinator(msgspec.Struct, eq=False):
 
     def queue(self, message: Input, *, steer: bool) -> None:
         """``steer`` / ``follow_up``: queued during a run; idle, it starts one. No ticket (as
-        in the original, rpc-behavior §3.3): the response is their answer, and a run they
-        start ends with ``session_settled`` like any other."""
+        in the original, docs/design/protocol.md#prompt_result): the response is their answer, and a
+        run they start ends with ``session_settled`` like any other."""
         if self._run is not None:
             (self.agent.queue_steering if steer else self.agent.queue_follow_up)(message)
         else:
@@ -187,9 +188,9 @@ class RunCoordinator(msgspec.Struct, eq=False):
             self.record(message)
 
     def deliver_async_result(self, message: m.CustomMessage) -> None:
-        """A background job's result for the model (subagents-login.md A.10): during a run it
-        joins at the next step boundary without interrupting tool calls in flight; idle, it
-        starts a run (no ticket: no host asked)."""
+        """A background job's result for the model (docs/design/subagents.md#background-results):
+        during a run it joins at the next step boundary without interrupting tool calls in flight;
+        idle, it starts a run (no ticket: no host asked)."""
         if self._closing:
             return
         if self._run is not None:
@@ -282,15 +283,15 @@ class RunCoordinator(msgspec.Struct, eq=False):
                 # the writer thread, not blocking the loop; ``abort`` does not wait for it).
                 await self.written()
                 if report is not None and hook is not None:
-                    # Extensions hear of the run's end before the host does (extensions.md
-                    # §1.7).
+                    # Extensions hear of the run's end before the host does
+                    # (docs/design/extensions.md#how-handlers-run).
                     await hook(report.messages)
         finally:
             self.aborts.release(run.scope)
             self.aborts.release(run.tail)
         self._run = None
         # A background result that arrived after the run's last step boundary is still queued:
-        # it starts the next run (subagents-login.md A.10).
+        # it starts the next run (docs/design/subagents.md#background-results).
         undelivered = not self._closing and any(
             isinstance(x, m.CustomMessage) and x.customType == ASYNC_RESULT
             for x in self.agent.steering)
@@ -342,7 +343,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
         stops waiting."""
         self.cancel_jobs()
         await self.abort()
-        # Their processes are gone before the new session starts (DESIGN.md §2).
+        # Their processes are gone before the new session starts (docs/internals.md#who-owns-what).
         await self._jobs_ended()
         self.agent.clear_queues()
         self._deferred.clear()

@@ -1,4 +1,5 @@
-"""Session entries and their JSON lines (agent-core §7.2-§7.3): the types, ids, timestamps, codec.
+"""Session entries and their JSON lines (docs/design/sessions.md#file-layout,
+docs/design/sessions.md#entries): the types, ids, timestamps, codec.
 
 The format is the one pi and omp write, so an entry written here reads in the original and an
 entry the original wrote reads here:
@@ -63,7 +64,7 @@ CURRENT_VERSION: Final = 3
 """The header ``version`` this port writes (older files are migrated on load)."""
 
 
-# --- header and entries (agent-core §7.2-§7.3) -----------------------------------------------
+# --- header and entries (docs/design/sessions.md#file-layout, docs/design/sessions.md#entries) ---
 
 
 class SessionHeader(msgspec.Struct, tag_field="type", tag="session", frozen=True, kw_only=True,
@@ -149,7 +150,7 @@ class ModelChangeEntry(_Entry, tag="model_change", frozen=True, kw_only=True, om
 
 class ThinkingLevelChangeEntry(_Entry, tag="thinking_level_change", frozen=True, kw_only=True,
                                omit_defaults=True):
-    # The original writes ``null`` for both in some flows (rpc-behavior §11.13).
+    # The original writes ``null`` for both in some flows (docs/design/sessions.md#entries).
     thinkingLevel: str | None
     configured: str | UnsetType | None = UNSET
 

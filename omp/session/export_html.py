@@ -1,4 +1,4 @@
-"""``export_html``: one self-contained HTML page of a session (rpc-behavior §11.8).
+"""``export_html``: one self-contained HTML page of a session (docs/design/sessions.md#export_html).
 
 The page is static: inline CSS, no JavaScript, no external resources (images are embedded as
 ``data:`` URIs), thinking and long tool output folded in ``<details>``. Everything in it that
@@ -435,5 +435,5 @@ def write_html(path: Path, html: str) -> None:
 
 
 def default_export_name(session_file: Path) -> str:
-    """``omp-session-<basename without .jsonl>.html`` (rpc-behavior §11.8)."""
+    """``omp-session-<basename without .jsonl>.html`` (docs/design/sessions.md#export_html)."""
     return f"omp-session-{Path(session_file).name.removesuffix('.jsonl')}.html"

@@ -1,4 +1,5 @@
-"""One session file on disk: JSONL, append-only, header first (agent-core §7.2-§7.5).
+"""One session file on disk: JSONL, append-only, header first
+(docs/design/sessions.md#session-files).
 
 :class:`SessionFile` owns one file and the in-memory copy of its entries; every write goes through
 it. The layout is the one pi and omp write, so a file written here opens in the original and a
@@ -28,7 +29,7 @@ file the original wrote opens here:
   wait on a FIFO swapped in for the file;
 * loaded entries keep their original JSON object, so keys this port does not model
   (``contextSnapshot``, ...) survive ``entry_json`` and branching (:func:`branch_file`,
-  rpc-behavior §11.3).
+  docs/design/sessions.md#branch).
 
 Everything here is blocking and synchronous and never calls trio: :meth:`SessionFile.open` does
 the whole load (read, decode, migrate) in one call, so a caller may run it, or
@@ -783,7 +784,7 @@ def _migrate(header: dict[str, Any], body: list[tuple[int, dict[str, Any]]], ver
     return True
 
 
-# --- branching (rpc-behavior §11.3) ----------------------------------------------------------
+# --- branching (docs/design/sessions.md#branch) ----------------------------------------------
 
 
 def branch_file(file: SessionFile, entry_id: str) -> tuple[SessionFile, str]:

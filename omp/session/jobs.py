@@ -1,6 +1,8 @@
 """A session's background jobs: background subagents and commands moved to the background.
 
-Rules, in one place (subagents-login.md A.9 to A.11; DESIGN.md §2, the job nursery):
+Rules, in one place (docs/design/subagents.md#inline-or-background,
+docs/design/subagents.md#background-results, docs/design/subagents.md#abort;
+docs/internals.md#who-owns-what, the job nursery):
 
 * A job is a task in the session nursery (``RunCoordinator.start_job``), in a cancel scope of
   its own: a plain ``abort`` leaves it running; a session change (``new_session``, a switch, a
@@ -257,7 +259,8 @@ def delivered_text(settled: Settled) -> str:
 
 
 def async_result_message(jobs: Sequence[tuple[Job, Settled]]) -> m.CustomMessage:
-    """One ``async-result`` message delivering every job in ``jobs`` (A.10)."""
+    """One ``async-result`` message delivering every job in ``jobs``
+    (docs/design/subagents.md#background-results)."""
     if len(jobs) == 1:
         job, settled = jobs[0]
         verb = {"completed": "has completed", "failed": "has failed",

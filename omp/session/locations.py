@@ -1,4 +1,5 @@
-"""Where session files live (agent-core §7.1): per-cwd directories and the newest session in one.
+"""Where session files live (docs/design/sessions.md#where-they-live): per-cwd directories and the
+newest session in one.
 
 Sessions go in ``<agent dir>/sessions/<encoded cwd>/``; :func:`encode_cwd` names that directory
 the way omp does (pi's form outside home and the temp dir), so both find each other's sessions.
@@ -157,7 +158,8 @@ def newest_session(directory: str | os.PathLike[str], *, non_empty: bool = False
 
 def looks_like_session_path(value: str) -> bool:
     """``-r`` takes a value with ``/`` or ``\\`` in it, or ending in ``.jsonl``, as a path
-    (omp-surface A.4); anything else is a session id or a prefix of one."""
+    (docs/design/command-line.md#resuming-a-session-r-c); anything else is a session id or a prefix
+    of one."""
     return "/" in value or "\\" in value or value.endswith(".jsonl")
 
 

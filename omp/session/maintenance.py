@@ -62,9 +62,10 @@ class Maintenance(msgspec.Struct, eq=False):
 
     def context_usage(self) -> tuple[int, int] | None:
         """(tokens, context window): the last prompt size the provider reported after the
-        latest compaction, plus an estimate of what came after it (agent-core §8.3); before
-        any report, the estimate of the whole request, system prompt and tools included
-        (omp-surface F)."""
+        latest compaction, plus an estimate of what came after it
+        (docs/design/sessions.md#context-usage); before any report, the estimate of the whole
+        request, system prompt and tools included
+        (docs/design/command-line.md#get_state-before-the-first-call)."""
         window = self.models.model.contextWindow
         if not window:
             return None
@@ -137,9 +138,10 @@ class Maintenance(msgspec.Struct, eq=False):
 
     async def handoff(self, custom_instructions: str | None = None, *,
                       scope: trio.CancelScope | None = None) -> None:
-        """Replace the older context by a handoff document the model writes (agent-core §6.7),
-        in ``scope``. Refused while a run goes on. Raises SessionError with the spec's
-        messages. On cancellation (``abort``) nothing was changed ("Handoff cancelled")."""
+        """Replace the older context by a handoff document the model writes
+        (docs/design/sessions.md#handoff), in ``scope``. Refused while a run goes on. Raises
+        SessionError with the spec's messages. On cancellation (``abort``) nothing was changed
+        ("Handoff cancelled")."""
         if self.runs.run is not None:
             raise SessionError("Cannot hand off while a response is in progress")
         if self.compacting:

@@ -26,14 +26,15 @@ class McpTools(msgspec.Struct, eq=False):
 
     def devices(self, xdev: bool, active: set[str] | None) -> list[Tool]:
         """The tools mounted as ``xd://`` devices (``tools.xdev``; the active ones): not sent
-        to the model as function tools, yet callable by name (as the original: B.6)."""
+        to the model as function tools, yet callable by name (as the original:
+        docs/guides/mcp.md#tool-names)."""
         if not xdev:
             return []
         return [t for t in self.tools() if active is None or t.name in active]
 
     def alias(self, name: str, active: set[str] | None) -> Tool | None:
-        """The tool an unregistered ``mcp__...`` name stands for (omp-surface B.6): each way
-        of reading it as ``mcp__<server>__<tool>`` (at every ``__``), and the whole name
+        """The tool an unregistered ``mcp__...`` name stands for (docs/guides/mcp.md#tool-names):
+        each way of reading it as ``mcp__<server>__<tool>`` (at every ``__``), and the whole name
         sanitised, minted again; exactly one of them must be a tool (the active ones), else
         None (the call stays "not found")."""
         if not name.startswith("mcp__"):

@@ -1,4 +1,5 @@
-"""Todo reminders (omp-surface D.7): a run that stops with unfinished todos goes on.
+"""Todo reminders (docs/guides/approval.md#todo-reminders): a run that stops with unfinished todos
+goes on.
 
 Rules, in one place:
 

@@ -1,4 +1,5 @@
-"""Auto-retry policy (agent-core §5): whether a failed turn is retried, and how long to wait.
+"""Auto-retry policy (docs/design/agent-loop.md#retry): whether a failed turn is retried, and how
+long to wait.
 
 Pure functions. The session owns the saga (events, counters, the backoff sleep in its cancel
 scope, removing the failed message, ``continue()``); this module only decides:
@@ -6,8 +7,8 @@ scope, removing the failed message, ``continue()``); this module only decides:
 * ``should_retry``: retry iff auto-retry is on, the attempt is within ``maxRetries``, the turn
   ended in ``error`` (never ``aborted``), and the failure is transient: rate limits, overload,
   5xx and transport failures (a dropped or stalled stream included). Never a context overflow
-  (compaction handles those, §6.2), an auth failure, a request the provider rejected, or a
-  failure of our own (kind ``internal``).
+  (compaction handles those, docs/design/sessions.md#when-compaction-runs), an auth failure, a
+  request the provider rejected, or a failure of our own (kind ``internal``).
 * ``backoff_delay``: ``min(baseDelayMs · 2^(n-1), 8 s) · (1 - rand·0.25)`` for retry ``n``;
   a provider's ``retry-after`` wins when longer, and one longer than ``maxDelayMs`` ends the
   saga at once (``RetryWaitTooLong``).
@@ -43,7 +44,9 @@ def _stored(message: m.AssistantMessage) -> tuple[str, int | None]:
 
 
 def is_context_overflow(error: ProviderError | None, message: m.AssistantMessage) -> bool:
-    """The turn failed because the prompt no longer fits the model's window (§5.1, §6.2)."""
+    """The turn failed because the prompt no longer fits the model's window
+    (docs/design/agent-loop.md#when-a-turn-is-retried,
+    docs/design/sessions.md#when-compaction-runs)."""
     if error is not None:
         return error.kind == "context_overflow"
     return is_overflow_text(*_stored(message))

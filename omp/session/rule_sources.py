@@ -1,4 +1,5 @@
-"""Where rule files are looked for (omp-surface D.1), as paths only: no file is read here.
+"""Where rule files are looked for (docs/guides/approval.md#rule-files), as paths only: no file is
+read here.
 
 Cheap on purpose (a msgspec Struct, as ``omp.lazy`` says for plain records: this module loads
 before ``ready``): the server asks ``rule_sources`` at startup whether any rule may exist, and loads

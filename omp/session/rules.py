@@ -1,5 +1,6 @@
-"""Time-traveling stream rules (TTSR, omp-surface D): rule files whose condition is watched
-while the model streams; a match interrupts the stream and the turn runs again with the rule.
+"""Time-traveling stream rules (TTSR, docs/guides/approval.md#rules-ttsr): rule files whose
+condition is watched while the model streams; a match interrupts the stream and the turn runs again
+with the rule.
 
 Rules, in one place:
 
@@ -133,7 +134,8 @@ class Rule:
         return bool(self.globs) or any(t.glob for t in self.scope.tools)
 
     def event_object(self) -> dict[str, Any]:
-        """The rule as ``ttsr_triggered`` carries it (omp-surface D.6)."""
+        """The rule as ``ttsr_triggered`` carries it
+        (docs/guides/approval.md#what-a-host-sees-of-a-rule)."""
         f = self.fields
         out: dict[str, Any] = {"name": self.name, "path": str(self.path),
                                "content": self.content}
@@ -425,7 +427,8 @@ def _glob_match(glob: str, paths: Iterable[str]) -> bool:
 
 
 def injection_text(rules: Sequence[Rule], cwd: Path, home: Path) -> str:
-    """The ``ttsr-injection`` message (omp-surface D.4), rules joined by a blank line."""
+    """The ``ttsr-injection`` message (docs/guides/approval.md#what-a-host-sees-of-a-rule), rules
+    joined by a blank line."""
     blocks = []
     for rule in rules:
         blocks.append(
@@ -612,7 +615,8 @@ class RuleWatch:
 
     def tool_result(self, call_id: str, result: ToolResult) -> ToolResult:
         """``result`` with a reminder of the rules the call's arguments matched without
-        interrupting, as its first text block (omp-surface D.5)."""
+        interrupting, as its first text block
+        (docs/guides/approval.md#what-a-host-sees-of-a-rule)."""
         rules = self._by_call.pop(call_id, None)
         if not rules:
             return result
@@ -658,8 +662,9 @@ class RuleWatch:
     def message_done(self, message: m.AssistantMessage) -> m.CustomMessage | None:
         """The assistant message of a model call ended: the hidden message carrying the rules
         its text or thinking matched without interrupting, which the loop queues as a
-        follow-up (omp-surface D.4). None when none matched, or when the message ended
-        ``aborted`` / ``error``: then they are dropped, as in the original."""
+        follow-up (docs/guides/approval.md#what-a-host-sees-of-a-rule). None when none matched, or
+        when the message ended ``aborted`` / ``error``: then they are dropped, as in the
+        original."""
         pending, self._pending = self._pending, []
         if not pending or message.stopReason in ("aborted", "error"):
             return None

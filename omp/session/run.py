@@ -1,6 +1,9 @@
 """The run saga: one prompt's run, from acceptance to its one terminal ``agent_end``.
 
-Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; DESIGN.md §2):
+Rules, in one place (docs/design/protocol.md#one-terminal-agent_end,
+docs/design/protocol.md#session-events, docs/design/protocol.md#abort;
+docs/design/agent-loop.md#retry, docs/design/sessions.md#when-compaction-runs;
+docs/internals.md#the-run-saga):
 
 * A run owns one ``trio.CancelScope`` (``Run.scope``), registered in the session's
   ``AbortRegistry`` (family ``run``) by whoever accepted the work, before the run starts.
@@ -15,7 +18,8 @@ Rules, in one place (rpc-behavior §4.4 to §4.5, §5.5; agent-core §5, §6.2; 
   trio time, the failed turn dropped from the live context, a new attempt). The backoff is a
   nested scope, registered (family ``retry``) while it lasts: ``abort_retry`` cancels only it,
   which ends the saga with ``auto_retry_end {success: false, finalError: "Retry cancelled"}``.
-  ``auto_retry_end`` comes right before the run's ``agent_end`` (rpc-behavior §4.5).
+  ``auto_retry_end`` comes right before the run's ``agent_end``
+  (docs/design/protocol.md#session-events).
 * An attempt that overflowed the model's window is compacted and run again, once
   (``auto_compaction_start {reason: "overflow"}``, a warning ``notice``, ``auto_compaction_end
   {willRetry: true}``); with nothing to compact the pair is still written (``skipped: true``,
@@ -177,7 +181,8 @@ class Run:
                 continue
             if (result.outcome == "overflow" and not recovered and host.auto_compaction
                     and host.can_compact()):
-                # The prompt did not fit: compact, then run the turn again (§6.2), once.
+                # The prompt did not fit: compact, then run the turn again
+                # (docs/design/sessions.md#when-compaction-runs), once.
                 recovered = True
                 assert result.last is not None
                 host.between.drop_failed_turn(result.last)
@@ -213,7 +218,8 @@ class Run:
             if backoff.cancelled_caught:
                 self._end_retry(False, RETRY_CANCELLED)
                 return result
-            # The failed attempt leaves the live context (agent-core §5.3); the file keeps it.
+            # The failed attempt leaves the live context (docs/design/agent-loop.md#the-retry-saga);
+            # the file keeps it.
             host.between.drop_failed_turn(result.last)
         if self._retry_open:
             ok = result.outcome == "completed"

@@ -9,32 +9,32 @@ Files, lowest precedence first:
 2. ``<cwd>/.omp/settings.json`` (the original's legacy JSON form), then ``<cwd>/.omp/config.yml``:
    the project's files, as the original's own (``.omp``) discovery reads them. A key set there
    overrides the global value of that key; the other keys keep theirs.
-3. ``--config FILE`` overlays, in order (omp-surface A.4): the same shape as ``config.yml``,
-   chosen by the user as the global file is (so ``trustedProjects`` and the global-only keys
-   apply). A missing file or one that is no mapping is an error. Unlike the shared global file,
-   an overlay is written for this runtime's run by whoever launches it, so every key it sets
-   that this runtime does not act on is named in ``Settings.notes`` (one ``notice`` at
+3. ``--config FILE`` overlays, in order (docs/design/command-line.md#config-overlays-config): the
+   same shape as ``config.yml``, chosen by the user as the global file is (so ``trustedProjects``
+   and the global-only keys apply). A missing file or one that is no mapping is an error. Unlike the
+   shared global file, an overlay is written for this runtime's run by whoever launches it, so every
+   key it sets that this runtime does not act on is named in ``Settings.notes`` (one ``notice`` at
    startup): nothing it asks for is dropped without a word. Beyond the sections below, an
    overlay (and the global file) may set the original's ``disabledProviders`` (context files:
    ``agents-md`` leaves out the ``AGENTS.md`` files, ``claude`` the ``CLAUDE.md`` files,
    ``native`` the agent directory's own; for MCP files also ``codex``, ``gemini``, ``cursor``,
    ``windsurf``, ``vscode``, ``mcp-json``), ``enabledProviders`` (other tools' user-level MCP
-   files that are read: omp-surface B.1; not from a project's file) and
+   files that are read: docs/guides/mcp.md#configuration; not from a project's file) and
    ``<tool>.enabled: false`` for a built-in tool (``read``, ``bash``, ``edit``, ``write``,
    ``grep`` / ``search``, ``find``, ``ls``, ``todo``): that tool is not offered. Tool approval
-   (omp-surface C.1):
+   (docs/guides/approval.md#modes-and-policies):
    ``tools.approvalMode`` (``always-ask``, ``write``, ``yolo``; another value is an error) and
    ``tools.approval.<tool>: allow | deny | prompt`` (another value is ignored with a warning,
    as the original ignores it); a project's own file cannot set either (a repository must not
-   wave its own tool calls through). Todo reminders (D.7): ``todo.reminders`` (bool) and
-   ``todo.remindersMax`` (a whole number). MCP tool exposure (B.6): ``tools.xdev`` (bool,
-   default true: MCP tools are ``xd://`` devices), ``tools.xdevDocs`` (``builtins``, ``inline``
-   or ``catalog``) and ``tools.xdevInlineDevices`` (a list of globs); ``mcp.notifications``
-   (bool, default false)
+   wave its own tool calls through). Todo reminders (docs/guides/approval.md#todo-reminders):
+   ``todo.reminders`` (bool) and ``todo.remindersMax`` (a whole number). MCP tool exposure
+   (docs/guides/mcp.md#xd-devices): ``tools.xdev`` (bool, default true: MCP tools are ``xd://``
+   devices), ``tools.xdevDocs`` (``builtins``, ``inline`` or ``catalog``) and
+   ``tools.xdevInlineDevices`` (a list of globs); ``mcp.notifications`` (bool, default false)
    and ``mcp.notificationDebounceMs`` (a whole number, default 500): resource updates. TTSR
-   rules (D.2): ``ttsr.enabled``, ``ttsr.contextMode``, ``ttsr.interruptMode``,
-   ``ttsr.repeatMode``, ``ttsr.repeatGap``, ``ttsr.builtinRules``, ``ttsr.disabledRules``; a
-   wrong value is an error naming the key.
+   rules (docs/guides/approval.md#rule-settings): ``ttsr.enabled``, ``ttsr.contextMode``,
+   ``ttsr.interruptMode``, ``ttsr.repeatMode``, ``ttsr.repeatGap``, ``ttsr.builtinRules``,
+   ``ttsr.disabledRules``; a wrong value is an error naming the key.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
 ``lsp``, ...): they are ignored silently (``_ORIGINAL_TOP_LEVEL`` lists the original's top-level
@@ -118,7 +118,9 @@ secrets into results, frames and session files (``omp.subprocess_env`` has the s
 the global file and the overlays only: a repository's own file must not be able to ask for
 secrets (nor set ``BASH_ENV`` for every command).
 
-Defaults are omp's (agent-core §5.2, §6.1, §6.2); key names are the original's.
+Defaults are omp's (docs/design/agent-loop.md#backoff,
+docs/design/sessions.md#settings-and-threshold, docs/design/sessions.md#when-compaction-runs); key
+names are the original's.
 """
 
 from __future__ import annotations
@@ -154,7 +156,8 @@ _EXPECTED = "a mapping of settings sections (compaction, retry, ...)"
 
 
 class CompactionSettings(msgspec.Struct, kw_only=True):
-    """agent-core §6.1 (omp column) and §6.2."""
+    """``compaction.*``, omp's defaults (docs/design/sessions.md#settings-and-threshold,
+    docs/design/sessions.md#when-compaction-runs)."""
 
     enabled: bool = True
     reserveTokens: int | None = None
@@ -173,7 +176,7 @@ class CompactionSettings(msgspec.Struct, kw_only=True):
 
 
 class RetrySettings(msgspec.Struct, kw_only=True):
-    """agent-core §5.2 (omp column)."""
+    """``retry.*``, omp's defaults (docs/design/agent-loop.md#backoff)."""
 
     enabled: bool = True
     maxRetries: int = 10
@@ -185,7 +188,7 @@ class RetrySettings(msgspec.Struct, kw_only=True):
 
 
 class BashPattern(msgspec.Struct, kw_only=True):
-    """One ``bash.patterns`` rule (omp-surface C.2)."""
+    """One ``bash.patterns`` rule (docs/guides/approval.md#tiers)."""
 
     match: str
     """A whole-command glob where only ``*`` is special (whitespace normalised)."""
@@ -234,7 +237,7 @@ class LocalModelsSettings(msgspec.Struct, kw_only=True):
 
 
 class TaskSettings(msgspec.Struct, kw_only=True):
-    """The ``task`` tool and its subagents (subagents-login.md A.2)."""
+    """The ``task`` tool and its subagents (docs/design/subagents.md#settings)."""
 
     batch: bool = True
     """The model-facing schema is ``{context, tasks[]}``; false: one flat item per call."""
@@ -255,8 +258,8 @@ class TaskSettings(msgspec.Struct, kw_only=True):
 
 
 class AsyncSettings(msgspec.Struct, kw_only=True):
-    """Background jobs (``omp.session.jobs``): detached ``task`` children (subagents-login.md
-    A.2) and ``bash`` with ``async: true``."""
+    """Background jobs (``omp.session.jobs``): detached ``task`` children
+    (docs/design/subagents.md#settings) and ``bash`` with ``async: true``."""
 
     enabled: bool = True
     maxJobs: int = 100
@@ -270,7 +273,8 @@ APPROVAL_POLICIES: tuple[ApprovalPolicy, ...] = ("allow", "deny", "prompt")
 
 
 class ApprovalSettings(msgspec.Struct, kw_only=True):
-    """Tool approval (omp-surface C.1): ``tools.approvalMode`` and ``tools.approval``."""
+    """Tool approval (docs/guides/approval.md#modes-and-policies): ``tools.approvalMode`` and
+    ``tools.approval``."""
 
     mode: ApprovalMode = "yolo"
     """Which tiers run without asking (``--approval-mode`` overrides it)."""
@@ -281,14 +285,14 @@ class ApprovalSettings(msgspec.Struct, kw_only=True):
 
 
 class TodoReminderSettings(msgspec.Struct, kw_only=True):
-    """``todo.reminders`` / ``todo.remindersMax`` (omp-surface D.7)."""
+    """``todo.reminders`` / ``todo.remindersMax`` (docs/guides/approval.md#todo-reminders)."""
 
     enabled: bool = True
     max: int = 3
 
 
 class TtsrSettings(msgspec.Struct, kw_only=True):
-    """``ttsr.*`` (omp-surface D.2), the original's names and defaults."""
+    """``ttsr.*`` (docs/guides/approval.md#rule-settings), the original's names and defaults."""
 
     enabled: bool = True
     contextMode: Literal["discard", "keep"] = "discard"
@@ -341,8 +345,8 @@ class Settings(msgspec.Struct, kw_only=True):
     todo_reminders: TodoReminderSettings = msgspec.field(default_factory=TodoReminderSettings)
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
     xdev: bool = True
-    """``tools.xdev`` (omp-surface B.6): MCP tools are ``xd://`` devices driven through
-    ``read`` / ``write`` rather than function tools sent to the model."""
+    """``tools.xdev`` (docs/guides/mcp.md#xd-devices): MCP tools are ``xd://`` devices driven
+    through ``read`` / ``write`` rather than function tools sent to the model."""
     xdev_docs: str = "builtins"
     """``tools.xdevDocs``: ``inline`` puts every device's docs and schema in the system
     prompt; ``builtins`` and ``catalog`` list the devices (docs on demand)."""
@@ -350,8 +354,8 @@ class Settings(msgspec.Struct, kw_only=True):
     """``tools.xdevInlineDevices``: globs of device names whose docs the system prompt
     carries in ``builtins`` mode."""
     mcp_notifications: bool = False
-    """``mcp.notifications`` (B.10): subscribe to the servers' resources and tell the model
-    when they change."""
+    """``mcp.notifications`` (docs/guides/mcp.md#resource-updates): subscribe to the servers'
+    resources and tell the model when they change."""
     mcp_notification_debounce_ms: int = 500
     """``mcp.notificationDebounceMs``: updates within this window are told together."""
 

@@ -1,6 +1,7 @@
 """Settlement: how every input a host can wait on ends, decided in one place.
 
-The rules (rpc-behavior §3.3, §4.4, §4.7; docs/protocol/index.md states them for hosts):
+The rules (docs/design/protocol.md#prompt_result, docs/design/protocol.md#one-terminal-agent_end,
+docs/design/protocol.md#session_settled; docs/protocol/index.md states them for hosts):
 
 * Every accepted ``prompt`` and ``abort_and_prompt`` holds a ``Ticket`` and gets exactly one
   ``prompt_result``; ``steer`` and ``follow_up`` never do (as in the original): their
@@ -19,8 +20,8 @@ The rules (rpc-behavior §3.3, §4.4, §4.7; docs/protocol/index.md states them 
   ticket it served, then ``session_settled`` once nothing is left: no run, nothing queued, no
   background job. A stretch that is over is announced once.
 * The resume rule: after a run that was aborted (or never started), a queued steer starts the
-  next run at once (rpc-behavior §5.5); a background result that arrived after the run's last
-  step boundary starts the next run too.
+  next run at once (docs/design/protocol.md#abort); a background result that arrived after the run's
+  last step boundary starts the next run too.
 * A session change (``new_session``, ``switch_session``, ``open_session``, ``branch``) and the
   session's close answer every open ticket ``aborted``.
 
@@ -113,7 +114,8 @@ class Settlement(msgspec.Struct, eq=False):
         background work will resume the session."""
         frames: Frames = []
         if report is not None:
-            # isStreaming is already false when a host sees the terminal agent_end (§4.4).
+            # isStreaming is already false when a host sees the terminal agent_end
+            # (docs/design/protocol.md#one-terminal-agent_end).
             frames.append(AgentEnd(messages=report.messages, isTerminal=not awaiting,
                                    awaitingAsyncWork=True if awaiting else msgspec.UNSET))
         taken = {id(msg) for msg in (report.taken if report is not None else prompts)}

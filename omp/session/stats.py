@@ -1,4 +1,5 @@
-"""``get_session_stats``: counts and usage totals over the live context (rpc-behavior §11.9).
+"""``get_session_stats``: counts and usage totals over the live context
+(docs/design/sessions.md#session-statistics).
 
 Everything is computed from the **live** context (``Agent.state.messages``), so after a
 compaction the turns it summarised no longer count, exactly as the original reports it:

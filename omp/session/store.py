@@ -86,7 +86,8 @@ class SessionStore(msgspec.Struct, eq=False):
 
     def header(self) -> SessionHeader:
         """The session's header entry: the file's as stored, or, in memory (``--no-session``),
-        the one its file would have (``--mode json`` writes it first, omp-surface A.7)."""
+        the one its file would have (``--mode json`` writes it first,
+        docs/design/command-line.md#json-mode-mode-json)."""
         if self.file is not None:
             return self.file.header
         return SessionHeader(version=CURRENT_VERSION, id=self._session_id,

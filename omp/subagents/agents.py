@@ -1,4 +1,5 @@
-"""Agent definitions: the bundled ones and the user's and project's agent files (A.6).
+"""Agent definitions: the bundled ones and the user's and project's agent files
+(docs/guides/subagents.md#subagents).
 
 Discovery runs again at every spawn (files may change between calls), first definition of a
 name wins: the project's ``<cwd>/.omp/agents/*.md`` (only when the project is trusted: its files
@@ -137,7 +138,8 @@ def _load_dir(directory: Path, source: AgentSource) -> list[AgentDef]:
 
 def parse_agent(text: str, path: Path, source: AgentSource
                 ) -> tuple[AgentDef | None, str | None]:
-    """An agent file read (A.6 "File format"): the agent, or None and why it is skipped."""
+    """An agent file read (docs/guides/subagents.md#subagents): the agent, or None and
+    why it is skipped."""
     parsed = parse_frontmatter(text, path)
     fields = parsed.fields
     name, description = fields.get("name"), fields.get("description")

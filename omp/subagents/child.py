@@ -2,10 +2,11 @@
 
 A child is a second ``AgentSession`` in the same process, built by ``build_child`` for the
 ``SubagentHost`` that spawns it: a blank context, the agent's tools plus ``yield`` (and ``task``
-when it may spawn children of its own) plus the parent's MCP tools (subagents-login A.7: the
-parent's connections, each call at most 60 s), the agent's role and the shared context in its system
-prompt, its own session file next to the parent's, starting with its ``session_init`` entry.
-Who owns and runs the child is ``omp.subagents.host``'s business.
+when it may spawn children of its own) plus the parent's MCP tools
+(docs/design/subagents.md#a-child-session: the parent's connections, each call at most 60 s), the
+agent's role and the shared context in its system prompt, its own session file next to the parent's,
+starting with its ``session_init`` entry. Who owns and runs the child is ``omp.subagents.host``'s
+business.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""What a finished child becomes for its parent (A.8 "Final output assembly", the
-``<task-result>`` envelope, A.9's texts, a background child's job text). Pure functions;
-``omp.session.jobs`` delivers a job's text in an ``async-result`` message (A.10).
+"""What a finished child becomes for its parent: its output assembled, the ``<task-result>``
+envelope (docs/design/subagents.md#driving-a-child-to-its-yield), the texts of a background
+``task`` call (docs/design/subagents.md#inline-or-background), a background child's job text.
+Pure functions; ``omp.session.jobs`` delivers a job's text in an ``async-result`` message
+(docs/design/subagents.md#background-results).
 """
 
 from __future__ import annotations
@@ -156,7 +158,8 @@ def follow_up_hint(outcome: ChildOutcome) -> str:
 
 
 def spawned_text(ids: Sequence[str], agents: Sequence[str]) -> str:
-    """What a background ``task`` call returns at once (A.9)."""
+    """What a background ``task`` call returns at once
+    (docs/design/subagents.md#inline-or-background)."""
     contract = ("Results auto-deliver as a message when each agent yields; no polling needed. "
                 "Job ids are local to this process. `completed` means the agent submitted a "
                 "result; its changes are not verified.")

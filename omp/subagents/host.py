@@ -1,6 +1,9 @@
 """Spawning and running subagents for one session: the ``task`` tool's ``Spawner``.
 
-Who owns what (DESIGN.md §2; subagents-login.md A.7 to A.11):
+Who owns what (docs/internals.md#who-owns-what; docs/design/subagents.md#a-child-session,
+docs/design/subagents.md#driving-a-child-to-its-yield,
+docs/design/subagents.md#inline-or-background, docs/design/subagents.md#background-results,
+docs/design/subagents.md#abort):
 
 * A child is an ``AgentSession`` in this process with its own session file next to its
   parent's (``<parent file without .jsonl>/<id>.jsonl``), its own tools (plus ``yield``) and
@@ -70,7 +73,8 @@ if TYPE_CHECKING:
     from .progress import ProgressPump, ProgressTracker
 
 CLEANUP_SECONDS = 10.0
-"""How long an aborted child may take to write its terminal entries (A.8 cleanup grace)."""
+"""How long an aborted child may take to write its terminal entries (the cleanup grace;
+docs/design/subagents.md#driving-a-child-to-its-yield)."""
 MAX_REMINDERS = 3
 MAX_YIELD_FAILURES = 6
 RUNTIME_LIMIT = "Subagent runtime limit exceeded (task.maxRuntimeMs={limit})"
@@ -270,7 +274,8 @@ class SubagentHost:
         return details
 
     async def _reload(self) -> None:
-        """Settings and agent files are read again at every spawn (A.2)."""
+        """Settings and agent files are read again at every spawn
+        (docs/design/subagents.md#settings)."""
         session = self.session
         cwd = session.cwd
         directory = self.agent_directory

@@ -1,4 +1,5 @@
-"""``AgentProgress``: what one child is doing, built from its own events (A.12).
+"""``AgentProgress``: what one child is doing, built from its own events
+(docs/design/subagents.md#frames).
 
 A ``ProgressTracker`` is fed every event of its child (synchronously, from the child's sink)
 and answers a full snapshot on demand. Emission is coalesced by ``ProgressPump`` to at most one
@@ -24,7 +25,7 @@ from ..protocol.payloads import AgentProgress, RecentTool
 from .agents import AgentSource
 
 PROGRESS_INTERVAL = 0.15
-"""Seconds between two progress emissions of one child (A.12: 150 ms)."""
+"""Seconds between two progress emissions of one child (docs/design/subagents.md#frames: 150 ms)."""
 _ARG_KEYS = ("command", "file_path", "path", "pattern", "query", "url", "task", "prompt")
 _OUTPUT_TAIL_BYTES = 8 * 1024
 Status = Literal["pending", "running", "completed", "failed", "aborted"]
@@ -71,7 +72,8 @@ class ProgressTracker:
     """The newest non-empty assistant text (``last activity`` of a cancelled child)."""
 
     def observe(self, event: Any) -> bool:
-        """Take in one event; True when progress must be emitted now (A.12 flush points)."""
+        """Take in one event; True when progress must be emitted now (a flush point;
+        docs/design/subagents.md#frames)."""
         if isinstance(event, AssistantUpdate):
             if event.event.type == "text_delta" and event.event.delta:
                 self._text = (self._text + event.event.delta)[-_OUTPUT_TAIL_BYTES:]

@@ -1,17 +1,18 @@
-"""The subagent registry and bus of one ``serve()`` (rpc-behavior §9).
+"""The subagent registry and bus of one ``serve()`` (docs/design/subagents.md#subagent-frames).
 
 Every child, at any depth, reports here: lifecycle, progress and (at level ``events``) its own
-events. The registry keeps the rules of §9.3 — a snapshot per live child, transcripts remembered
-after the end (an LRU of 256), ids made stale by a session change — and writes the
-``subagent_*`` frames the subscription level lets through. The level belongs to the server and
-survives session changes. The registry is updated whatever the level.
+events. The registry keeps the rules of docs/design/subagents.md#registry-rules — a snapshot per
+live child, transcripts remembered after the end (an LRU of 256), ids made stale by a session change
+— and writes the ``subagent_*`` frames the subscription level lets through. The level belongs to the
+server and survives session changes. The registry is updated whatever the level.
 
 Session changes are seen through the root session's ``job_epoch`` (bumped whenever its jobs are
 cancelled): the first call after a change forgets everything and marks the known ids stale.
 One difference from the original, which then drops the terminal lifecycle of a child that was
 live at the change (its id is unknown by then): here that child's own ``aborted`` (or
 ``completed``/``failed``) frame still goes out once, so a host that saw it start sees it end;
-its late progress and events are dropped as §9.3 says, and it is not listed or remembered.
+its late progress and events are dropped as docs/design/subagents.md#registry-rules says, and it is
+not listed or remembered.
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ class SubagentRegistry:
         elif known is None:
             ending = self._ending.get(payload.id)
             if ending is None or not _same_owner(ending, payload):
-                return  # unknown (or stale) id: dropped entirely, no frame (§9.3)
+                # Unknown (or stale) id: dropped entirely, no frame
+                # (docs/design/subagents.md#registry-rules)
+                return
             del self._ending[payload.id]  # cut off by a session change: its end, not kept
         else:
             if not _same_owner(known, payload):
@@ -155,11 +158,11 @@ def _same_owner(known: SubagentSnapshot,
 
 
 def read_messages(path: str, from_byte: int) -> SubagentMessagesResult:
-    """Complete lines of ``path`` from byte ``from_byte`` on (§9.3 step 3); a partial last line
-    is left for the next call. Blocking (one file read, through the regular-file gate: callers on
-    the event loop run it in a worker thread). Raises UnknownSubagent when the transcript is
-    not a regular file (a FIFO put in its place), is larger than a session file may be, or
-    cannot be read."""
+    """Complete lines of ``path`` from byte ``from_byte`` on
+    (docs/design/subagents.md#registry-rules); a partial last line is left for the next call.
+    Blocking (one file read, through the regular-file gate: callers on the event loop run it in a
+    worker thread). Raises UnknownSubagent when the transcript is not a regular file (a FIFO put in
+    its place), is larger than a session file may be, or cannot be read."""
     start = max(0, int(from_byte))
     try:
         data, size = read_part(path, MAX_SESSION_FILE_BYTES, start=start)

@@ -1,4 +1,5 @@
-"""``ask``: the model asks the user questions (``--mode rpc-ui``, rpc-behavior §1.1, §8).
+"""``ask``: the model asks the user questions (``--mode rpc-ui``, docs/design/protocol.md#modes,
+docs/design/protocol.md#extension-ui).
 
 Each question goes to the host as one dialog: ``select`` when it offers options, ``input``
 otherwise. The answers come back as the tool's result, one ``question: answer`` line each; an
@@ -50,7 +51,7 @@ class AskTool(Tool):
     parameters: dict[str, Any] = attrs.field(factory=lambda: PARAMETERS)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
-        return "read"  # the original's tier (omp-surface C.2)
+        return "read"  # the original's tier (docs/guides/approval.md#tiers)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:

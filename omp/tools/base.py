@@ -72,8 +72,8 @@ def concurrency_of(rule: ConcurrencyRule, args: dict[str, Any]) -> Concurrency:
 
 
 Tier = Literal["read", "write", "exec"]
-"""How much a call may change (omp-surface C.2): which approval mode runs it without asking
-(``always-ask``: ``read``; ``write``: ``read`` and ``write``; ``yolo``: all)."""
+"""How much a call may change (docs/guides/approval.md#tiers): which approval mode runs it without
+asking (``always-ask``: ``read``; ``write``: ``read`` and ``write``; ``yolo``: all)."""
 
 
 class Tool(Protocol):
@@ -130,8 +130,8 @@ class Tool(Protocol):
     def command_rules(self) -> bool:
         """True for the built-in ``bash`` only: its ``command`` is judged by ``bash.patterns``
         and the critical-command list. A tool of another origin named ``bash`` (an
-        extension's, a host's) is judged by its own tier, as in the original (omp-surface
-        C.2)."""
+        extension's, a host's) is judged by its own tier, as in the original
+        (docs/guides/approval.md#tiers)."""
         return False
 
     def open_call(self, call_id: str, args: dict[str, Any]) -> None:
@@ -169,7 +169,7 @@ class UriHandler(Protocol):
 
 
 class Devices(Protocol):
-    """Serves ``xd://`` device paths (omp-surface B.6: MCP tools mounted as devices):
+    """Serves ``xd://`` device paths (docs/guides/mcp.md#xd-devices: MCP tools mounted as devices):
     ``read`` gives a device's docs (or the list), ``write`` of a JSON object executes it."""
 
     def for_subagent(self) -> Devices:
@@ -177,9 +177,10 @@ class Devices(Protocol):
         ...
 
     def approval(self, url: str, content: object) -> tuple[Tier, str | None]:
-        """What the approval gate weighs for writing ``content`` to ``url`` (omp-surface C.2):
-        the device's own tier on the parsed arguments and its name as the user policy's key;
-        ``("exec", None)`` for content that is no JSON object or a device not mounted."""
+        """What the approval gate weighs for writing ``content`` to ``url``
+        (docs/guides/approval.md#tiers): the device's own tier on the parsed arguments and its name
+        as the user policy's key; ``("exec", None)`` for content that is no JSON object or a device
+        not mounted."""
         ...
 
     async def read(self, url: str) -> ToolResult:
@@ -252,9 +253,9 @@ class EditorTerminals(Protocol):
 
 
 class RulebookRule(msgspec.Struct, frozen=True):
-    """A rule the model reads on demand (omp-surface D.1, the original's "rulebook": a rule
-    file with a ``description`` and no condition): listed in the system prompt, served by
-    ``read rule://<name>``."""
+    """A rule the model reads on demand (docs/guides/approval.md#rulebook-rules, the original's
+    "rulebook": a rule file with a ``description`` and no condition): listed in the system prompt,
+    served by ``read rule://<name>``."""
 
     name: str
     description: str

@@ -1,7 +1,7 @@
-"""The ``bash`` tool (agent-core §10.2), and the RPC ``bash`` command's ``BashResult``
-(rpc-behavior §10.2). Both run commands through ``shell.ShellRun``, and both show an output over
-the limit the same way: its head and its tail with the middle elided (``truncate.MiddleElider``),
-naming the temp file that holds the full output.
+"""The ``bash`` tool (docs/design/agent-loop.md#bash), and the RPC ``bash`` command's ``BashResult``
+(docs/design/protocol.md#bashresult). Both run commands through ``shell.ShellRun``, and both show an
+output over the limit the same way: its head and its tail with the middle elided
+(``truncate.MiddleElider``), naming the temp file that holds the full output.
 
 Tool results:
 
@@ -374,7 +374,7 @@ def _count_lines(text: str) -> int:
 
 
 def bash_result(result: ShellResult) -> BashResult:
-    """The RPC ``bash`` command's response data (rpc-behavior §10.2).
+    """The RPC ``bash`` command's response data (docs/design/protocol.md#bashresult).
 
     ``output`` is the whole output, or its head and tail around the elision marker line (no
     notice: ``truncated``, ``elidedLines``, ``elidedBytes`` and ``fullOutputPath`` say it),

@@ -1,6 +1,6 @@
-"""``bash`` in the editor's terminal (ACP ``terminal/*``, omp-surface E.9): when the session has
-the editor's terminals (``ToolContext.terminals``), the command runs there, where the user sees
-it, instead of in a local process.
+"""``bash`` in the editor's terminal (ACP ``terminal/*``, docs/guides/acp.md#the-editors-terminals):
+when the session has the editor's terminals (``ToolContext.terminals``), the command runs there,
+where the user sees it, instead of in a local process.
 
 The sequence, as the original's: ``terminal/create`` (``<shell> -c <command>`` in the session
 cwd, at most ``DEFAULT_MAX_BYTES`` of output kept by the editor), a partial result whose

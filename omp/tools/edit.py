@@ -1,4 +1,4 @@
-"""The ``edit`` tool (agent-core §10.3): exact-text replacements in one file.
+"""The ``edit`` tool (docs/design/agent-loop.md#edit): exact-text replacements in one file.
 
 The text algorithm lives in ``edit_match`` (pure); this module does the file I/O, in a worker
 thread, and writes atomically (a temp file in the same directory, then ``os.replace``) so an

@@ -1,4 +1,4 @@
-"""The text side of the ``edit`` tool (agent-core §10.3): pure functions, no I/O.
+"""The text side of the ``edit`` tool (docs/design/agent-loop.md#edit): pure functions, no I/O.
 
 The algorithm, in order:
 

@@ -2,7 +2,7 @@
 
 Kept as data apart from the implementations, so a session can offer the tools (system prompt,
 ``dumpTools``) without importing them: an implementation is imported on its first call.
-The schemas are those of agent-core §10.
+The schemas are those of docs/design/agent-loop.md#built-in-tools.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     concurrency: ConcurrencyRule = "shared"
     """How a call runs beside the other calls of its batch (``Tool.concurrency``)."""
     approval: Tier = "exec"
-    """The approval tier of every call (omp-surface C.2)."""
+    """The approval tier of every call (docs/guides/approval.md#tiers)."""
     command_rules: bool = False
     """``bash.patterns`` and the critical commands judge the calls (``Tool.command_rules``)."""
 

@@ -1,4 +1,4 @@
-"""The ``task`` tool: delegate work to subagents (subagents-login.md A.3 to A.5).
+"""The ``task`` tool: delegate work to subagents (docs/design/subagents.md#the-task-tool).
 
 This module is the model-facing side only: the tool's identity, its parameter schema, the
 argument repair and the validation texts. Running the children is a ``Spawner``'s job
@@ -62,7 +62,8 @@ class Spawner(Protocol):
 
 
 def batch_schema(default_agent: str) -> dict[str, Any]:
-    """The parameters of the default configuration (A.4: batch on, isolation and effort off)."""
+    """The parameters of the default configuration (docs/design/subagents.md#the-task-tool: batch
+    on, isolation and effort off)."""
     item: dict[str, Any] = {
         "type": "object", "additionalProperties": False, "required": ["task"],
         "properties": {
@@ -86,12 +87,14 @@ def flat_schema(default_agent: str) -> dict[str, Any]:
 
 
 def _default(agent: str) -> dict[str, Any]:
-    # The default is only shown when it is a plain agent name (A.4).
+    # The default is only shown when it is a plain agent name
+    # (docs/design/subagents.md#the-task-tool).
     return {"default": agent} if _AGENT_NAME.match(agent) else {}
 
 
 def unescape_once(text: str) -> str:
-    """A string the model JSON-encoded twice, decoded once (A.5); anything else as it is."""
+    """A string the model JSON-encoded twice, decoded once (docs/design/subagents.md#the-task-tool);
+    anything else as it is."""
     escapes = _ESCAPES.findall(text)
     if not escapes or (len(escapes) < 2 and not any(
             e.startswith(('\\"', "\\\\", "\\u")) for e in escapes)):

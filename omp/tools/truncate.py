@@ -9,14 +9,14 @@ to read that line instead. ``HeadTruncator`` is head truncation fed one line at 
 callers that must not hold the whole text (``read`` on a huge file); ``truncate_head`` is built
 on it, so both agree.
 
-Middle elision (shell output: the ``bash`` tool and the RPC ``bash`` command, rpc-behavior §10.2)
-keeps the head and the tail of an output over ``DEFAULT_MAX_BYTES`` and replaces the middle by
-one marker line: ``[…<N>ln elided…]``, or ``[…<N>B elided…]`` when at most one line is elided.
-The head window is ``ELISION_HEAD_BYTES`` (20 KiB), the tail window the rest of the budget
-(30 KiB). Each window is cut at a line boundary when that keeps at least half of it, else at a
-UTF-8 character boundary. ``MiddleElider`` takes raw bytes as they arrive and holds only the
-first bytes and a rolling tail (about 2 x the budget), so memory stays flat however long the
-output; ``elide_middle`` is the one-shot form.
+Middle elision (shell output: the ``bash`` tool and the RPC ``bash`` command,
+docs/design/protocol.md#bashresult) keeps the head and the tail of an output over
+``DEFAULT_MAX_BYTES`` and replaces the middle by one marker line: ``[…<N>ln elided…]``, or
+``[…<N>B elided…]`` when at most one line is elided. The head window is ``ELISION_HEAD_BYTES`` (20
+KiB), the tail window the rest of the budget (30 KiB). Each window is cut at a line boundary when
+that keeps at least half of it, else at a UTF-8 character boundary. ``MiddleElider`` takes raw bytes
+as they arrive and holds only the first bytes and a rolling tail (about 2 x the budget), so memory
+stays flat however long the output; ``elide_middle`` is the one-shot form.
 
 Pure code, no I/O.
 """

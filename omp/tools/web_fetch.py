@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import httpx
 
 USER_AGENT = "omp-trio-web-fetch"
-"""Says what we are; no other client is impersonated (DESIGN.md §4.7)."""
+"""Says what we are; no other client is impersonated (docs/guides/login.md#logging-in)."""
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _TEXT_TYPES = frozenset({
     "application/json", "application/xml", "application/javascript", "application/ecmascript",

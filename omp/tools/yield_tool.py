@@ -1,4 +1,5 @@
-"""``yield``: how a subagent hands in its result (subagents-login.md A.8, no output schema).
+"""``yield``: how a subagent hands in its result
+(docs/design/subagents.md#driving-a-child-to-its-yield, no output schema).
 
 Only children have it (hidden from the main agent). A terminal call records the result in the
 ``YieldState`` the child's driver reads, then asks the child's run to stop right after this
@@ -73,7 +74,7 @@ class YieldTool(Tool):
     parameters: dict[str, Any] = attrs.field(factory=lambda: PARAMETERS)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
-        return "read"  # the original's tier (omp-surface C.2)
+        return "read"  # the original's tier (docs/guides/approval.md#tiers)
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:

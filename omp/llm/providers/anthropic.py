@@ -1,8 +1,10 @@
-"""Anthropic Messages API (``POST {baseUrl}/v1/messages``, streamed; agent-core §2.2).
+"""Anthropic Messages API (``POST {baseUrl}/v1/messages``, streamed;
+docs/design/agent-loop.md#provider-adapters).
 
 Request: the system prompt as text blocks (one per entry, the last one cached), the history
-after ``transform_messages`` (§2.3), prompt caching on the last user block, thinking replayed
-with its signature to the model that wrote it, tool results grouped into one user message.
+after ``transform_messages`` (docs/design/agent-loop.md#history-normalisation), prompt caching on
+the last user block, thinking replayed with its signature to the model that wrote it, tool results
+grouped into one user message.
 
 Stream: content blocks arrive keyed by Anthropic's ``index`` and may interleave; the builder
 keeps that mapping, so every block still gets its own ``*_start`` / ``*_end``.

@@ -2,7 +2,7 @@
 
 Request: ``systemInstruction``, ``contents`` with roles ``user`` / ``model`` (tool results as
 ``functionResponse`` parts, one user turn per run of results), function declarations, and
-``generationConfig`` with the thinking config of agent-core §9.3.
+``generationConfig`` with the thinking config of docs/design/agent-loop.md#thinking-levels.
 
 Stream: every SSE event is a whole ``GenerateContentResponse``. Text parts switch between a text
 and a thinking block as ``thought`` changes; a function call arrives whole and becomes a tool

@@ -1,4 +1,5 @@
-"""OpenAI chat completions (``POST {baseUrl}/chat/completions``), agent-core §2.2.
+"""OpenAI chat completions (``POST {baseUrl}/chat/completions``),
+docs/design/agent-loop.md#provider-adapters.
 
 Also every OpenAI-compatible server (vLLM, Ollama, llama.cpp, OpenRouter, Groq...): the request
 uses only the common subset, and ``model.compat`` flags adapt it where a provider would refuse
@@ -18,8 +19,9 @@ chunk, or as a JSON object instead of a string (Ollama), several calls all at in
 the last chunk, in the finish chunk, in Groq's ``x_groq``, or not at all (then it stays zero);
 ``finish_reason: stop`` after tool calls (counted as ``toolUse``).
 
-The history normalisation every adapter applies (``transform_messages``, agent-core §2.3) and
-the request opening shared with the Responses adapter live here too.
+The history normalisation every adapter applies (``transform_messages``,
+docs/design/agent-loop.md#history-normalisation) and the request opening shared with the Responses
+adapter live here too.
 
 Cancellation: the HTTP response is closed on the way out (``http.stream``) and ``Cancelled``
 propagates; ``ModelCall`` records the aborted message.
@@ -209,7 +211,7 @@ def build_request(call: ModelRequest) -> Json:
 
     def flush_tool_images() -> None:
         # Tool messages must follow their assistant message back to back, so the images of a
-        # run of results go in one user message after it (agent-core §1.7).
+        # run of results go in one user message after it (docs/design/agent-loop.md#images).
         if tool_images:
             messages.append({"role": "user", "content": [
                 {"type": "text", "text": TOOL_IMAGES_NOTE}, *map(_image_part, tool_images)]})

@@ -1,4 +1,4 @@
-"""OpenAI Responses (``POST {baseUrl}/responses``), agent-core §2.2.
+"""OpenAI Responses (``POST {baseUrl}/responses``), docs/design/agent-loop.md#provider-adapters.
 
 Stateless (``store: false``): every request carries the whole history, the model's own
 reasoning items included (replayed from ``thinkingSignature``, which holds the item as JSON with
