@@ -28,7 +28,7 @@ from .events import EVENT_TYPES
 from .ui import ExtensionUI
 
 if TYPE_CHECKING:
-    from ..tools.base import OnUpdate, Tier
+    from ..tools.base import OnUpdate, Tier, Tool
 
 NOT_INITIALIZED = ("Extension runtime not initialized. Action methods cannot be called during "
                    "extension loading.")
@@ -100,6 +100,18 @@ class ExtensionHost(SessionView, Protocol):
     def thinking_level(self) -> str: ...
 
     def set_thinking_level(self, level: Any) -> Any: ...
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The tools the model is offered."""
+        ...
+
+    def append_entry(self, custom_type: str, data: Any = None) -> None:
+        """A ``custom`` session entry (extension state; never sent to the model)."""
+
+    def set_session_name(self, name: str) -> None: ...
+
+    async def wait_for_idle(self) -> None: ...
 
 
 @attrs.define(eq=False, repr=False)
