@@ -8,8 +8,8 @@ extensions ask of the session (``ctx.ui`` dialogs, ``pi.sendMessage``, ``pi.setA
 ``ctx.ui`` thus writes the same extension-UI frames, and a dialog opened in a handler runs in
 that handler's task (an abort or a timeout cancels it, a ``tool_call`` handler's clock stops).
 
-Before each request the session's state (cwd, tools, model, ...) goes to the host when it
-changed, for the API's synchronous getters (``pi.getActiveTools()``, ``ctx.model``).
+Before each request what changed of the session's state (cwd, tools, model, ...) goes to the
+host, for the API's synchronous getters (``pi.getActiveTools()``, ``ctx.model``).
 
 A host that ends on its own (a crash) is one ``extension_error`` per extension it ran (event
 ``host``) and one ``notice``; their handlers, tools and commands are gone from then on, and
@@ -66,7 +66,9 @@ FIRED_IN_RPC_ELSEWHERE = frozenset({
     "goal_updated", "credential_disabled", "mcp_notification", "user_bash"})
 """Events the original fires in RPC mode that this runtime does not fire to extensions
 (events it never fires there either, like ``input``, pass without a word)."""
-DIALOGS = frozenset({"ui.select", "ui.confirm", "ui.input", "ui.editor"})
+HOT_EVENTS = frozenset({"tool_call", "tool_result", "context", "turn_start", "turn_end",
+                        "message_end"})
+"""Events fired at every tool call or model call: their state leaves the system prompt out."""
 
 
 class HostSpec(msgspec.Struct, kw_only=True):
@@ -176,7 +178,9 @@ class JsExtensions:
     notices: list[str] = attrs.field(factory=list)
     """Warnings of the load: events an extension listens to that this runtime does not fire,
     what it asked for in vain (``registerProvider``)."""
-    _sent_state: bytes = b""
+    _sent: dict[str, bytes] = attrs.field(factory=dict)
+    """The state's parts as last sent (``_sync``)."""
+    _tools_key: tuple[int, ...] = ()
 
     def add(self, index: int, source: Source, item: dict[str, Any]) -> None:
         extension = Extension(path=str(source.location), name=source.name)
@@ -209,7 +213,7 @@ class JsExtensions:
 
     def _handler(self, index: int, position: int) -> Handler:
         async def handle(event: Any, ctx: ExtensionContext) -> Any:
-            self._sync(ctx)
+            self._sync(ctx, full=event.type not in HOT_EVENTS)
             return await self.host.request({"type": "event", "ext": index, "handler": position,
                                             "event": event_json(event)})
         return handle
@@ -238,29 +242,37 @@ class JsExtensions:
                                             "args": args})
         return run
 
-    def _sync(self, ctx: ExtensionContext) -> None:
-        """Send the session's state when it changed since the last request."""
-        state = msgspec.json.encode(self._state(ctx))
-        if state != self._sent_state:
-            self._sent_state = state
-            self.host.send_encoded(b'{"type":"state","state":' + state + b"}")
-
-    def _state(self, ctx: ExtensionContext) -> dict[str, Any]:
+    def _sync(self, ctx: ExtensionContext, *, full: bool = True) -> None:
+        """Send what changed of the session's state since the last request, in three parts:
+        the small facts always; the tools when the tool objects changed; the system prompt
+        (some work to build) except before the handlers that run at every model call or tool
+        call (``HOT_EVENTS``), which see the one of the request before."""
         host = ctx.host
         tools = host.tools
         commands = self.runtime.commands() if self.runtime is not None else {}
-        return {
-            "cwd": str(host.cwd), "hasUI": ctx.has_ui,
-            "activeTools": [t.name for t in tools],
-            "allTools": [{"name": t.name, "description": t.description,
-                          "parameters": t.parameters} for t in tools],
+        parts: dict[str, Any] = {"facts": {
+            "cwd": str(host.cwd), "hasUI": ctx.has_ui, "activeTools": [t.name for t in tools],
             "commands": [{"name": n, "description": c.description, "source": "extension"}
                          for n, c in commands.items()],
             "model": host.model, "thinkingLevel": host.thinking_level,
             "sessionId": host.session_id, "sessionFile": host.session_file,
             "sessionName": host.session_name, "isIdle": not host.is_streaming,
-            "pendingMessages": host.queued_message_count,
-            "systemPrompt": host.system_prompt}
+            "pendingMessages": host.queued_message_count}}
+        key = tuple(map(id, tools))
+        if key != self._tools_key:
+            self._tools_key = key
+            parts["tools"] = {"allTools": [{"name": t.name, "description": t.description,
+                                            "parameters": t.parameters} for t in tools]}
+        if full:
+            parts["prompt"] = {"systemPrompt": host.system_prompt}
+        changed = b""
+        for part, fields in parts.items():
+            encoded = msgspec.json.encode(fields)
+            if self._sent.get(part) != encoded:
+                self._sent[part] = encoded
+                changed += (b"," if changed else b"") + encoded[1:-1]
+        if changed:
+            self.host.send_encoded(b'{"type":"state","state":{' + changed + b"}}")
 
     # -- the host's calls (omp.extensions.jshost.CallServer) ---------------------------------
 

@@ -29,7 +29,7 @@ Session → host (``id``: the session's request ids, counting up from 1):
   ``commands`` ``[{name, description}]``, ``warnings`` what it asked for in vain
   (``registerProvider``);
 * ``state {state}``: what the extensions' synchronous getters read (cwd, active tools, model,
-  ...), sent before a request whenever it changed;
+  ...); before a request, the fields that changed since the last one (the host merges them);
 * ``event {id, ext, handler, event}``, ``tool {id, ext, name, toolCallId, params}``,
   ``command {id, ext, name, args}`` → ``result {id, value}`` or ``result {id, error}``; a tool
   may send ``update {id, value}`` (a partial result) before its result;

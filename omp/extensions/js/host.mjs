@@ -42,7 +42,8 @@ const isBun = typeof globalThis.Bun !== "undefined";
 const als = new AsyncLocalStorage();
 /** Loaded extensions by the session's index. */
 const extensions = new Map();
-/** The session as it was when it last sent a request (the sync getters read it). */
+/** The session as it was when it last sent a request (the sync getters read it); the session
+ * sends what changed. */
 let state = { activeTools: [], allTools: [], commands: [], systemPrompt: [], isIdle: true,
               pendingMessages: 0, hasUI: false };
 let config = {};
@@ -89,7 +90,7 @@ send({ type: "hello", runtime: isBun ? "bun" : "node",
 function dispatch(message) {
   switch (message.type) {
     case "load": load(message); break;
-    case "state": state = message.state; break;
+    case "state": Object.assign(state, message.state); break;
     case "event": request(message, (ext) => {
       const handler = ext.handlers[message.handler];
       return handler.fn(message.event, context(ext, message.id));
@@ -180,7 +181,6 @@ function report(extensionPath, event, error) {
 async function load(message) {
   config = message.config;
   globalThis[HOST] = { agentDir: config.agentDir };
-  state = message.state ?? state;
   const results = [];
   try {
     await installAliases();
