@@ -708,6 +708,41 @@ async def test_what_an_extension_waits_for_in_vain_is_said(cwd: Path, tmp_path: 
     assert not of_type(host.startup, "extension_error")
 
 
+NOTE_JS = '''\
+export default function (pi) {
+    pi.registerCommand("note", { description: "-", handler: async () => {
+        pi.appendEntry("js-note", { n: 1 });
+        await pi.setSessionName("noted");
+    } });
+}
+'''
+NOTE_PY = '''\
+def setup(omp):
+    async def note(args, ctx):
+        omp.append_entry("py-note", {"n": 2})
+    omp.register_command("pynote", "-", note)
+'''
+
+
+@needs_javascript
+async def test_append_entry_keeps_extension_state_in_the_session_file(
+        cwd: Path, tmp_path: Path, isolated_agent_dir: Path) -> None:
+    install(isolated_agent_dir, "note", NOTE_PY)
+    extension = write(tmp_path / "note.js", NOTE_JS)
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd, args=["--mode", "rpc", "--model", "offline/echo",
+                                                "-e", str(extension)]) as host:
+            await prompt(host, "/note", "p1")
+            await prompt(host, "/pynote", "p2")
+            await host.send({"id": "s", "type": "get_state"})
+            (state,) = of_type(await host.until_type("response", id="s"), "response")
+    text = await trio.Path(state["data"]["sessionFile"]).read_text()
+    entries = [json.loads(line) for line in text.splitlines()]
+    assert [(e["customType"], e["data"]) for e in entries if e["type"] == "custom"] == [
+        ("js-note", {"n": 1}), ("py-note", {"n": 2})]
+    assert state["data"]["sessionName"] == "noted"
+
+
 # --- discovery (no runtime needed) ---------------------------------------------------------------
 
 

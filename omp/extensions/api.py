@@ -250,6 +250,11 @@ class ExtensionAPI:
         host.send_custom_message(custom_message(payload), trigger_turn=trigger_turn,
                                  deliver_as=deliver_as)
 
+    def append_entry(self, custom_type: str, data: Any = None) -> None:
+        """A ``custom`` session entry: extension state kept in the session file, never sent
+        to the model."""
+        self._running().append_entry(custom_type, data)
+
     def get_active_tools(self) -> list[str]:
         return self._running().active_tool_names()
 
