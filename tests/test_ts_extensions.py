@@ -468,6 +468,44 @@ async def test_a_failing_or_hanging_tool_call_handler_blocks_as_a_python_one_doe
     assert "fine" in result_text(of_type(fine, "tool_execution_end")[0])
 
 
+HANGING_GATE = '''\
+import { appendFileSync } from "node:fs";
+
+export default function (pi) {
+    appendFileSync(process.env.LOADS, "loaded\\n");
+    pi.on("tool_call", (event) => {
+        if (event.input.command.includes("hang")) {
+            appendFileSync(process.env.LOADS, "waiting\\n");
+            return new Promise(() => {});
+        }
+        return undefined;
+    });
+}
+'''
+
+
+@needs_javascript
+async def test_reload_while_a_handler_waits_fails_that_call_and_starts_a_new_host(
+        cwd: Path, tmp_path: Path) -> None:
+    loads = tmp_path / "loads"
+    extension = write(tmp_path / "gate.js", HANGING_GATE)
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd, args=ts_args(extension),
+                                     env={"LOADS": str(loads)}) as host:
+            await host.send({"id": "p1", "type": "prompt", "message": bash_prompt("echo hang")})
+            while "waiting" not in loads.read_text():  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            await host.send({"id": "r", "type": "prompt", "message": "/reload-plugins"})
+            hung = await host.until_type("prompt_result", id="p1")
+            after = await prompt(host, bash_prompt("echo fine"), "p2")
+    (end,) = of_type(hung, "tool_execution_end")
+    assert end["isError"] is True
+    assert re.fullmatch(rf"Extension {re.escape(str(extension))} failed: the extension host "
+                        r"\((bun|node) [\d.]+\) was closed", result_text(end)), result_text(end)
+    assert loads.read_text() == "loaded\nwaiting\nloaded\n"
+    assert "fine" in result_text(of_type(after, "tool_execution_end")[0])
+
+
 # --- an extension that cannot load is never silent -----------------------------------------------
 
 
@@ -540,6 +578,20 @@ async def test_without_bun_or_node_rpc_says_so_before_the_first_prompt(
     assert notice["message"] == f"Extension {deny} did not load: {error['error']}"
     assert startup[-1]["type"] == "available_commands_update"  # all before the first prompt
     assert frames[-1]["status"] == "completed"
+
+
+async def test_a_runtime_that_cannot_start_the_host_is_a_load_error(
+        cwd: Path, tmp_path: Path) -> None:
+    fake = write(tmp_path / "bin" / "bun", "#!/bin/sh\necho 'bun: broken install' >&2\nexit 7\n")
+    fake.chmod(0o755)
+    deny = DATA / "deny.ts"
+    done = await run_omp("--model", "offline/echo", "--no-session", "-e", str(deny), "-p",
+                         "hello", cwd=cwd, env={"OMP_JS_RUNTIME": str(fake)})
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        "bun: broken install",  # the host's own stderr is ours
+        f"Failed to load extension {deny}: the extension host could not run it: the extension "
+        "host (bun) exited with code 7 before it started (its stderr says why)"]
 
 
 @needs_node
@@ -741,6 +793,42 @@ async def test_append_entry_keeps_extension_state_in_the_session_file(
     assert [(e["customType"], e["data"]) for e in entries if e["type"] == "custom"] == [
         ("js-note", {"n": 1}), ("py-note", {"n": 2})]
     assert state["data"]["sessionName"] == "noted"
+
+
+GO_JS = '''\
+export default function (pi) {
+    pi.registerCommand("go", { description: "Prompts the model", handler: async (args, ctx) => {
+        const done = await pi.exec("echo", ["from", "exec"]);
+        ctx.ui.notify(`${done.code}: ${done.stdout.trim()}`, "info");
+        pi.sendUserMessage(`from the extension: ${args}`);
+    } });
+    pi.registerCommand("aside", { description: "Adds to the context", handler: async () => {
+        pi.sendMessage({ customType: "note", content: "a note", display: true });
+    } });
+}
+'''
+
+
+@needs_javascript
+async def test_a_command_s_send_user_message_runs_for_its_prompt(cwd: Path,
+                                                                 tmp_path: Path) -> None:
+    """The call is made in the command's request, so the run it starts is the command's
+    (``prompt_result {agentInvoked: true}`` once it settled), as a Python command's is."""
+    extension = write(tmp_path / "go.js", GO_JS)
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd, args=ts_args(extension)) as host:
+            frames = await prompt(host, "/go now", "g")
+            aside = await prompt(host, "/aside", "a")
+            await host.send({"id": "m", "type": "get_messages"})
+            (messages,) = of_type(await host.until_type("response", id="m"), "response")
+    assert [r["message"] for r in ui_requests(frames, "notify")] == ["0: from exec"]
+    answer = of_type(frames, "message_end")[-1]["message"]
+    assert answer["content"][0]["text"] == "Echo: from the extension: now"
+    assert frames[-1] == {"type": "prompt_result", "id": "g", "agentInvoked": True,
+                          "status": "completed", "sessionSettled": True}
+    note = messages["data"]["messages"][-1]  # idle, no triggerTurn: into the context only
+    assert (note["role"], note["customType"], note["content"]) == ("custom", "note", "a note")
+    assert aside[-1]["agentInvoked"] is False
 
 
 # --- discovery (no runtime needed) ---------------------------------------------------------------

@@ -287,6 +287,7 @@ class JsExtensions:
         return extension.path if extension is not None else "<host>"
 
     def told(self, call: dict[str, Any]) -> None:
+        """Serve a call that wants no answer; its failure is an ``extension_error``."""
         method = str(call.get("method"))
         params = call.get("params") or {}
         try:
@@ -345,6 +346,9 @@ class JsExtensions:
             raise ValueError(f"unknown call {method!r}")
 
     async def asked(self, call: dict[str, Any]) -> Any:
+        """Serve a call that waits for its answer (a dialog, ``setActiveTools`` ...). On
+        cancellation (the request it was made in ended, the extension gave up on it) a
+        dialog is cancelled as a Python extension's is (the host is told ``cancel``)."""
         method = str(call.get("method"))
         params = call.get("params") or {}
         ctx = self._ctx()

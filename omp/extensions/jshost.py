@@ -69,6 +69,7 @@ import attrs
 import msgspec
 import trio
 
+from ..groups import unwrap
 from ..process import kill_process_group, open_process_group
 
 HOST_SCRIPT = Path(__file__).parent / "js" / "host.mjs"
@@ -190,6 +191,7 @@ class JsHost:
     _next_id: int = 0
     _closing: bool = False
     _hello: trio.Event = attrs.field(factory=trio.Event)
+    """Set when the host said ``hello``, or ended before it did."""
     _stop: trio.Event = attrs.field(factory=trio.Event)
     _finished: trio.Event = attrs.field(factory=trio.Event)
 
@@ -350,20 +352,30 @@ class JsHost:
         with trio.move_on_after(EXIT_STATUS_SECONDS):
             await self.process.wait()
         code = self.process.returncode
-        if code is None:
-            self.ended = "closed its channel"
+        if self._closing:
+            why = "was closed"  # by us: its exit status says only how
+        elif code is None:
+            why = "closed its channel"
         elif code < 0:
             try:
-                self.ended = f"was killed by {signal.Signals(-code).name}"
+                why = f"was killed by {signal.Signals(-code).name}"
             except ValueError:
-                self.ended = f"was killed by signal {-code}"
+                why = f"was killed by signal {-code}"
         else:
-            self.ended = f"exited with code {code}"
+            why = f"exited with code {code}"
+        self._end(why)
+        if not self._closing and self.on_exit is not None:
+            self.on_exit(why)
+
+    def _end(self, why: str) -> None:
+        """From now on requests fail with ``why``; the open ones are told at once."""
+        if self.ended is not None:
+            return
+        self.ended = why
         for waiting in self._requests.values():
             waiting.send_nowait({"type": "gone"})
+        self._hello.set()  # a start that waits for it waits no more
         self._stop.set()
-        if not self._closing and self.on_exit is not None:
-            self.on_exit(self.ended)
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -403,21 +415,25 @@ async def open_js_host(runtime: JsRuntime, *, cwd: Path,
     send, receive = trio.open_memory_channel[bytes](math.inf)
     host = JsHost(runtime, process, stream, send)
     try:
-        async with trio.open_nursery() as nursery:
-            host._nursery = nursery
-            nursery.start_soon(host._read)
-            nursery.start_soon(host._write, receive)
-            try:
-                yield host
-            finally:
-                host._closing = True
-                await kill_process_group(process, grace=KILL_GRACE)
-                nursery.cancel_scope.cancel()
+        # The body's error (HostGone from started()) leaves as itself, not in a group.
+        with unwrap():
+            async with trio.open_nursery() as nursery:
+                host._nursery = nursery
+                nursery.start_soon(host._read)
+                nursery.start_soon(host._write, receive)
+                try:
+                    yield host
+                finally:
+                    host._closing = True
+                    await kill_process_group(process, grace=KILL_GRACE)
+                    nursery.cancel_scope.cancel()
     finally:
+        # Requests still open (a run's handler while /reload-plugins closes the host) fail
+        # now, whether or not the reader saw the end before it was cancelled.
+        host._end("was closed")
         send.close()
         with trio.move_on_after(EXIT_STATUS_SECONDS, shield=True):
             await stream.aclose()
-        host._stop.set()
         host._finished.set()
 
 

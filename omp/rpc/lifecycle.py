@@ -587,8 +587,9 @@ async def load_extensions(runtime: Runtime, mode: str = "rpc") -> LoadReport | N
 
 
 async def close_extension_host(runtime: Runtime) -> None:
-    """Kill the JavaScript extension host, if one runs (bounded, shielded: see
-    ``JsHost.aclose``)."""
+    """Kill the JavaScript extension host, if one runs; requests still open to it fail. Not
+    cut short by a cancellation of the caller: shielded, with its own deadline
+    (``JsHost.aclose``)."""
     host, runtime.extension_host = runtime.extension_host, None
     if host is not None:
         await host.aclose()
