@@ -699,11 +699,18 @@ export default function (pi) {
 
 
 @needs_javascript
-async def test_project_javascript_extensions_need_a_trusted_project(cwd: Path) -> None:
+async def test_project_javascript_extensions_need_a_trusted_project(
+        cwd: Path, isolated_agent_dir: Path) -> None:
     write(cwd / ".omp" / "extensions" / "guard.js", GUARD)
+    # The project's bun configuration is not the host's: its preload would run project code.
+    write(cwd / "bunfig.toml", 'preload = ["./preload.ts"]\n')
+    write(cwd / "preload.ts", 'require("node:fs").writeFileSync("PRELOADED", "");\n')
+    write(isolated_agent_dir / "extensions" / "mine.js", "export default function () {}\n")
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as untrusted:
             pass
+    assert not (cwd / "PRELOADED").exists()
+    with trio.fail_after(LIMIT):
         async with open_process_host(cwd, args=[*OFFLINE_ARGS, "--trust-project"]) as trusted:
             pass
     names = [c["name"] for c in untrusted.startup[-1]["commands"]]

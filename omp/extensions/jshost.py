@@ -11,7 +11,8 @@ with its own deadline) and closes the channel, so nothing the extensions started
 started only when a TypeScript / JavaScript extension is configured, never before ``ready``.
 
 The runtime (``find_js_runtime``): ``$OMP_JS_RUNTIME`` when set (a path to bun or node), else
-``bun`` on PATH (run with ``--no-install``: an import never downloads a package), else ``node``.
+``bun`` on PATH (run with ``--no-install``: an import never downloads a package; and with an
+empty configuration file of ours, never the cwd's ``bunfig.toml``), else ``node``.
 node strips TypeScript types from 22.6 on (``--experimental-strip-types`` until 23.6, where it is
 the default); an older node runs ``.js`` extensions only.
 
@@ -73,6 +74,9 @@ from ..groups import unwrap
 from ..process import kill_process_group, open_process_group
 
 HOST_SCRIPT = Path(__file__).parent / "js" / "host.mjs"
+BUNFIG = HOST_SCRIPT.parent / "bunfig.toml"
+"""An empty bun configuration: bun would otherwise read the cwd's ``bunfig.toml`` (a project's
+``preload`` scripts, run whether the project is trusted or not)."""
 START_SECONDS = 30.0
 """How long the host may take to say ``hello`` (bun and node start in well under a second)."""
 KILL_GRACE = 1.0
@@ -138,7 +142,7 @@ async def find_js_runtime(env: Mapping[str, str]) -> JsRuntime | None:
         if not os.path.isabs(path):
             path = shutil.which(path, path=search) or path
         if "bun" in os.path.basename(path):
-            return JsRuntime("bun", path, "", True, ("--no-install",))
+            return JsRuntime("bun", path, "", True, ("--no-install", f"--config={BUNFIG}"))
         version = await _node_version(path)
         if version is None:
             continue
