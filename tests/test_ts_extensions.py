@@ -723,7 +723,7 @@ async def test_project_javascript_extensions_need_a_trusted_project(
 SNOOP = '''\
 export default function (pi) {
     pi.registerCommand("env", { description: "-", handler: async (_args, ctx) => {
-        ctx.ui.notify(["MY_API_KEY", "OPENAI_API_KEY", "PLAIN_SETTING"]
+        ctx.ui.notify(["MY_API_KEY", "OPENAI_API_KEY", "PLAIN_SETTING", "FROM_DOTENV"]
             .map((name) => `${name}=${process.env[name] ?? "-"}`).join(" "));
     } });
 }
@@ -733,12 +733,13 @@ export default function (pi) {
 @needs_javascript
 async def test_the_host_gets_the_environment_policy_of_bash(cwd: Path, tmp_path: Path) -> None:
     extension = write(tmp_path / "snoop.js", SNOOP)
+    write(cwd / ".env", "FROM_DOTENV=project\n")  # bun would read it: not into the policy's env
     env = {"MY_API_KEY": "secret-1", "OPENAI_API_KEY": "secret-2", "PLAIN_SETTING": "plain"}
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd, args=ts_args(extension), env=env) as host:
             frames = await prompt(host, "/env")
     assert [r["message"] for r in ui_requests(frames, "notify")] == [
-        "MY_API_KEY=- OPENAI_API_KEY=- PLAIN_SETTING=plain"]
+        "MY_API_KEY=- OPENAI_API_KEY=- PLAIN_SETTING=plain FROM_DOTENV=-"]
 
 
 IN_VAIN = '''\

@@ -11,8 +11,9 @@ with its own deadline) and closes the channel, so nothing the extensions started
 started only when a TypeScript / JavaScript extension is configured, never before ``ready``.
 
 The runtime (``find_js_runtime``): ``$OMP_JS_RUNTIME`` when set (a path to bun or node), else
-``bun`` on PATH (run with ``--no-install``: an import never downloads a package; and with an
-empty configuration file of ours, never the cwd's ``bunfig.toml``), else ``node``.
+``bun`` on PATH (run with ``--no-install``: an import never downloads a package; with an empty
+configuration file of ours, never the cwd's ``bunfig.toml``; and ``--no-env-file``: the cwd's
+``.env`` files do not add to the environment the policy made), else ``node``.
 node strips TypeScript types from 22.6 on (``--experimental-strip-types`` until 23.6, where it is
 the default); an older node runs ``.js`` extensions only.
 
@@ -142,7 +143,8 @@ async def find_js_runtime(env: Mapping[str, str]) -> JsRuntime | None:
         if not os.path.isabs(path):
             path = shutil.which(path, path=search) or path
         if "bun" in os.path.basename(path):
-            return JsRuntime("bun", path, "", True, ("--no-install", f"--config={BUNFIG}"))
+            return JsRuntime("bun", path, "", True,
+                             ("--no-install", f"--config={BUNFIG}", "--no-env-file"))
         version = await _node_version(path)
         if version is None:
             continue
