@@ -188,8 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="offer no built-in tools (with --tools: exactly those)")
     tools.add_argument("-e", "--extension", "--hook", dest="extensions", action="append",
                        default=[], metavar="PATH",
-                       help="load the extension at PATH (a .py module, a package, or a folder "
-                       "of them); repeatable, loads even with --no-extensions")
+                       help="load the extension at PATH (a .py module or package, a .ts/.js "
+                       "module or package of the original's, or a folder of them); repeatable, "
+                       "loads even with --no-extensions; one that fails to load ends -p / "
+                       "--mode json with exit 1")
     tools.add_argument("--trusted-extension", dest="trusted_extensions", action="append",
                        default=[], metavar="ABS_PATH",
                        help="load exactly these extension modules (absolute paths) and discover "
@@ -198,8 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="do not discover extensions (user, project, installed packages)")
     tools.add_argument("--plugin-dir", dest="plugin_dirs", action="append", default=[],
                        metavar="DIR",
-                       help="a plugin directory: its Python extensions (DIR/extensions) and "
-                       "skills (DIR/skills) load; TypeScript plugin code is skipped")
+                       help="a plugin directory: its extensions (DIR/extensions, Python or "
+                       "TypeScript) and skills (DIR/skills) load; its other TypeScript code is "
+                       "skipped")
     tools.add_argument("--no-skills", action="store_true", help="load no skills")
     tools.add_argument("--no-rules", action="store_true",
                        help="load no rules (TTSR and always-apply: <agent dir>/rules and RULES.md, "

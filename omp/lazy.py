@@ -43,6 +43,9 @@ LAZY_MODULES: dict[str, str] = {
                              "classes): only when discovery found an extension",
     "importlib.metadata": "~16 ms with its scan: only when a distribution on sys.path may "
                           "declare omp.extensions entry points",
+    "omp.extensions.jsapi": "with omp.extensions.jshost (the JavaScript extension host's "
+                            "protocol): only when a TypeScript / JavaScript extension is "
+                            "configured; the host process starts then too, never before ready",
     "omp.extensions.api": "with omp.extensions.events ~9 ms: the package's names load on "
                           "first use (omp.extensions.__getattr__)",
     "omp.extensions.events": "see omp.extensions.api",

@@ -21,6 +21,7 @@ SMALL = {
     "bench_sessions.py": ["--entries", "50", "--runs", "1"],
     "bench_subagents.py": ["--runs", "1", "--children", "5"],
     "bench_tools.py": ["--mb", "1", "--dirs", "2", "--runs", "1", "--batch", "2"],
+    "bench_ts_extensions.py": ["--starts", "1", "--rounds", "1", "--calls", "2"],
 }
 
 

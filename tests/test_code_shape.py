@@ -76,7 +76,8 @@ NOT_BEFORE_READY = (
     "httpx", "jsonschema", "yaml", "cattrs", "mcp", "html_to_markdown", "importlib.metadata",
     "importlib.resources", "zipfile", "omp.llm.providers", "omp.llm.models_file",
     "omp.llm.local", "omp.session.rules", "omp.session.export_html", "omp.extensions.loader",
-    "omp.mcp.manager", "omp.mcp.connection", "omp.tools.web_policy", "omp.tools.read",
+    "omp.extensions.jsapi", "omp.extensions.jshost", "omp.mcp.manager", "omp.mcp.connection",
+    "omp.tools.web_policy", "omp.tools.read",
     "omp.tools.bash", "omp.tools.web_fetch", "omp.login.flows", "omp.login.oauth",
     "omp.subagents.child", "omp.subagents.progress", "omp.mcp",
 )

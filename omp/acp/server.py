@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -353,9 +354,11 @@ class AcpServer:
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
         # as --mode rpc does, their dialogs asked of the editor.
-        loaded = load_extensions(runtime)
+        loaded = await load_extensions(runtime)
         if loaded is not None:
             use_extensions(runtime, loaded, dialogs)
+            acp.load_problems = [f"Extension {path} did not load: {error}"
+                                 for path, error in loaded.errors]
         if (extensions := runtime.session.extensions) is not None:
             await extensions.session_start()
         return acp
@@ -385,6 +388,11 @@ class AcpServer:
                 else msgspec.UNSET)
             for c in acp.commands.slash.command_list()]))
         acp.session_info()
+        for problem in acp.load_problems:
+            # Before any prompt: a tool ban that did not load must not look like one that did.
+            self.update(acp.session_id, w.AgentMessageChunk(
+                content=w.TextContent(text=f"Warning: {problem}"), messageId=str(uuid.uuid4())))
+        acp.load_problems = []
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:

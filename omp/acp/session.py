@@ -28,7 +28,7 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.frames import Response
 from ..rpc.commands import Commands
-from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, use_mcp
+from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, close_extension_host, use_mcp
 from ..rpc.output import FrameQueue
 from ..session import AgentSession
 from ..session.aborts import ABORT
@@ -111,6 +111,8 @@ class AcpSession:
     """Sends the session's commands again (``available_commands_update``), set by the server:
     called when its MCP servers' prompts changed."""
     editor_servers: list[str] = attrs.field(factory=list)
+    load_problems: list[str] = attrs.field(factory=list)
+    """Extensions that did not load: said in the session's first updates (``bootstrap``)."""
     """The names of the MCP servers the editor gave this session (the last request's)."""
     _nursery: trio.Nursery | None = None
     """The session's own (``host``): its nursery's and its MCP servers' tasks."""
@@ -272,7 +274,7 @@ class AcpSession:
     def on_frame(self, frame: msgspec.Struct) -> None:
         """What the rpc dispatch emits (the outbox's ``aside``): a built-in's output is an
         ``agent_message_chunk`` of a message of its own."""
-        if isinstance(frame, ev.Notice) and frame.source in ("mcp", "xdev"):
+        if isinstance(frame, ev.Notice) and frame.source in ("mcp", "xdev", "extensions"):
             print(f"omp acp: {frame.message}", file=sys.stderr)  # no channel for it in ACP
         if isinstance(frame, ev.CommandOutput) and not self.muted:
             self.server.update(self.session_id, w.AgentMessageChunk(
@@ -300,7 +302,7 @@ class AcpSession:
 
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._nursery = runtime.services = nursery
                 await nursery.start(serve)
                 if runtime.mcp is not None:
                     await nursery.start(runtime.mcp.run)
@@ -355,6 +357,7 @@ class AcpSession:
         await self.runtime.session.close()
         if (extensions := self.runtime.session.extensions) is not None:
             await extensions.session_shutdown()
+        await close_extension_host(self.runtime)
 
     def cancel(self, upto: int | None = None) -> None:
         """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the

@@ -28,7 +28,7 @@ from .events import EVENT_TYPES
 from .ui import ExtensionUI
 
 if TYPE_CHECKING:
-    from ..tools.base import ConcurrencyRule, OnUpdate, Tier
+    from ..tools.base import ConcurrencyRule, OnUpdate, Tier, Tool
 
 NOT_INITIALIZED = ("Extension runtime not initialized. Action methods cannot be called during "
                    "extension loading.")
@@ -101,6 +101,18 @@ class ExtensionHost(SessionView, Protocol):
     def thinking_level(self) -> str: ...
 
     def set_thinking_level(self, level: Any) -> Any: ...
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The tools the model is offered."""
+        ...
+
+    def append_entry(self, custom_type: str, data: Any = None) -> None:
+        """A ``custom`` session entry (extension state; never sent to the model)."""
+
+    def set_session_name(self, name: str) -> None: ...
+
+    async def wait_for_idle(self) -> None: ...
 
 
 @attrs.define(eq=False, repr=False)
@@ -246,6 +258,11 @@ class ExtensionAPI:
         host = self._running()
         host.send_custom_message(custom_message(payload), trigger_turn=trigger_turn,
                                  deliver_as=deliver_as)
+
+    def append_entry(self, custom_type: str, data: Any = None) -> None:
+        """A ``custom`` session entry: extension state kept in the session file, never sent
+        to the model."""
+        self._running().append_entry(custom_type, data)
 
     def get_active_tools(self) -> list[str]:
         return self._running().active_tool_names()

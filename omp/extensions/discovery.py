@@ -1,15 +1,33 @@
 """Where extensions come from (docs/design/extensions.md#discovery,
 docs/design/extensions.md#load-errors), without loading any.
 
-In load order (= handler order):
+Two kinds, found in the same places and ordered together: Python extensions (``*.py`` modules
+and packages with ``setup(omp)``) and the original's TypeScript / JavaScript extensions
+(``*.ts``, ``*.mts``, ``*.cts``, ``*.js``, ``*.mjs``, ``*.cjs``; ``*.d.ts`` declarations are not
+modules), which the JavaScript extension host runs (``omp.extensions.jshost``). In a folder of
+extensions each entry is one of:
+
+* a module file of either kind;
+* a Python package (a sub-folder with ``__init__.py``);
+* a sub-folder whose ``package.json`` has an ``omp`` (or ``pi``) object with a non-empty
+  ``extensions`` list: exactly those paths (relative to it; a folder entry means its
+  ``index.ts`` / ``index.js``), and nothing else from that sub-folder;
+* otherwise a sub-folder with ``index.ts`` (preferred) or ``index.js``, named after the folder.
+
+In load order (= handler order, across both kinds):
 
 1. ``<cwd>/.omp/extensions/`` (project) then ``<agent dir>/extensions/`` (user), each a folder of
-   ``*.py`` modules and packages (a sub-folder with ``__init__.py``); names starting with ``_``
-   or ``.`` are skipped. A project extension hides a user extension of the same name.
+   extensions; names starting with ``_`` or ``.`` are skipped, and ``node_modules``. A project
+   extension hides a user extension of the same name.
 2. Installed distributions that declare the entry-point group ``omp.extensions`` (the entry
    point names a module, or its ``setup`` function).
-3. ``--extension PATH`` / ``-e PATH`` in command-line order (a file, a package folder, or a
-   folder of extensions), then extensions an embedding host passes as objects.
+3. ``--extension PATH`` / ``-e PATH`` in command-line order (a file, a package folder, a folder
+   with a ``package.json`` manifest or an ``index.ts``, or a folder of extensions), then
+   extensions an embedding host passes as objects. These are *named* (``Source.named``): one
+   that fails to load ends a one-shot run (``omp.rpc.once``).
+
+A manifest that cannot be read, or an entry it names that does not exist, is a source that
+fails to load (``Source.problem``), never one passed over in silence.
 
 ``--no-extensions`` drops 1 and 2; explicit paths and objects still load. Paths are de-duplicated
 by their resolved location, first occurrence wins.
@@ -31,7 +49,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -47,6 +65,13 @@ Setup = Callable[[Any], Any]
 """``setup(omp)``: takes the ``omp.extensions.api.ExtensionAPI``."""
 
 _GROUP_HEADER = re.compile(rb"^[ \t]*\[[ \t]*omp\.extensions[ \t]*\]", re.MULTILINE)
+JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs")
+"""Module files the JavaScript extension host loads."""
+TS_SUFFIXES = (".ts", ".mts", ".cts")
+"""Those of them that need a runtime that strips TypeScript types (bun, node >= 22.6)."""
+_DECLARATIONS = (".d.ts", ".d.mts", ".d.cts")
+_INDEX_FILES = ("index.ts", "index.js")
+_MANIFEST_KEYS = ("omp", "pi")
 
 
 class Source(msgspec.Struct, frozen=True):
@@ -59,6 +84,12 @@ class Source(msgspec.Struct, frozen=True):
     setup: Setup | None = None
     """Given directly (entry points, embedding hosts): no import needed."""
     entry_point: importlib.metadata.EntryPoint | None = None
+    kind: Literal["python", "js"] = "python"
+    """``js``: a TypeScript / JavaScript module, run by the extension host."""
+    named: bool = False
+    """Named on the command line (``-e``, ``--plugin-dir``), not discovered."""
+    problem: str | None = None
+    """Why it cannot load, known before loading (a manifest that cannot be read)."""
 
 
 def discover(*, cwd: Path, agent_dir: Path, paths: Sequence[Path] = (),
@@ -77,7 +108,8 @@ def discover(*, cwd: Path, agent_dir: Path, paths: Sequence[Path] = (),
         sources += [s for s in _folder(agent_dir / "extensions") if s.name not in names]
         sources += _entry_points()
     for path in paths:
-        sources += _path(path.expanduser() if not path.is_absolute() else path, cwd)
+        sources += [msgspec.structs.replace(s, named=True) for s in
+                    _path(path.expanduser() if not path.is_absolute() else path, cwd)]
     for i, obj in enumerate(objects):
         setup = obj if callable(obj) else getattr(obj, "setup", None)
         name = getattr(obj, "__name__", f"inline-{i}")
@@ -93,26 +125,97 @@ def discover(*, cwd: Path, agent_dir: Path, paths: Sequence[Path] = (),
 
 
 def _folder(folder: Path) -> list[Source]:
-    """The extensions directly in ``folder`` (modules and packages), sorted by name."""
+    """The extensions directly in ``folder`` (modules, packages, folders with a manifest or an
+    ``index.ts``), sorted by name."""
     if not folder.is_dir():
         return []
     found = []
     for child in sorted(folder.iterdir()):
-        if child.name.startswith(("_", ".")):
+        if child.name.startswith(("_", ".")) or child.name == "node_modules":
             continue
-        if child.is_file() and child.suffix == ".py":
-            found.append(Source(str(child), child.stem, child))
-        elif child.is_dir() and (child / "__init__.py").is_file():
-            found.append(Source(str(child), child.name, child))
+        if child.is_file():
+            if child.suffix == ".py":
+                found.append(Source(str(child), child.stem, child))
+            elif is_js_module(child):
+                found.append(_js(child))
+        elif child.is_dir():
+            found += _package(child)
     return found
+
+
+def _package(folder: Path) -> list[Source]:
+    """The extensions of one sub-folder: a Python package, its ``package.json`` manifest's
+    entries, or its ``index.ts`` / ``index.js``; nothing when it is none of these."""
+    if (folder / "__init__.py").is_file():
+        return [Source(str(folder), folder.name, folder)]
+    manifest = _manifest(folder)
+    if manifest is not None:
+        return manifest
+    return [_js(index, folder.name) for index in _index(folder)][:1]
+
+
+def is_js_module(path: Path) -> bool:
+    """A TypeScript / JavaScript module file (not a ``.d.ts`` declaration)."""
+    return path.suffix in JS_SUFFIXES and not path.name.endswith(_DECLARATIONS)
+
+
+def _js(path: Path, name: str | None = None, problem: str | None = None) -> Source:
+    return Source(str(path), name or path.stem, path, kind="js", problem=problem)
+
+
+def _index(folder: Path) -> list[Path]:
+    return [folder / name for name in _INDEX_FILES if (folder / name).is_file()]
+
+
+def _manifest(folder: Path) -> list[Source] | None:
+    """The entries of ``folder/package.json``'s ``omp`` (or ``pi``) ``extensions`` list; None
+    when there is no such list. Authoritative: an entry that does not exist is a source that
+    fails to load, and so is a manifest that cannot be read."""
+    path = folder / "package.json"
+    if not path.exists():
+        return None
+    try:
+        data = msgspec.json.decode(read_regular(path, MAX_CONFIG_BYTES))
+    except (OSError, UnusableFile, msgspec.DecodeError) as exc:
+        return [_js(path, folder.name, problem=f"Cannot read {path}: {exc}")]
+    if not isinstance(data, dict):
+        return None
+    for key in _MANIFEST_KEYS:
+        section = data.get(key)
+        entries = section.get("extensions") if isinstance(section, dict) else None
+        if isinstance(entries, list) and entries:
+            return [_entry(folder, entry, path, key) for entry in entries]
+    return None
+
+
+def _entry(folder: Path, entry: object, manifest: Path, key: str) -> Source:
+    if not isinstance(entry, str) or not entry:
+        return _js(manifest, folder.name,
+                   problem=f"{manifest}: {key}.extensions holds {entry!r}, not a path")
+    target = folder / entry
+    if target.is_dir():
+        index = _index(target)
+        if index:
+            return _js(index[0], target.name)
+        return _js(target, target.name, problem=f"Extension path not found: {target}/index.ts")
+    if not target.exists():
+        return _js(target, problem=f"Extension path not found: {target}")
+    return Source(str(target), target.stem, target) if target.suffix == ".py" else _js(target)
 
 
 def _path(path: Path, cwd: Path) -> list[Source]:
     path = path if path.is_absolute() else cwd / path
-    if path.is_dir() and not (path / "__init__.py").is_file():
-        return _folder(path)
-    name = path.name if path.is_dir() else path.stem
-    return [Source(str(path), name, path)]
+    if path.is_dir():
+        if (path / "__init__.py").is_file():
+            return [Source(str(path), path.name, path)]
+        manifest = _manifest(path)
+        if manifest is not None:
+            return manifest
+        index = _index(path)
+        return [_js(index[0], path.name)] if index else _folder(path)
+    if is_js_module(path):
+        return [_js(path)]
+    return [Source(str(path), path.stem, path)]
 
 
 def _entry_points() -> list[Source]:

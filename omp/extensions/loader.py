@@ -1,5 +1,7 @@
 """Loading extensions (docs/design/extensions.md#load-errors): import each source
-``omp.extensions.discovery`` found and run its ``setup``.
+``omp.extensions.discovery`` found and run its ``setup``; TypeScript / JavaScript sources load in
+the JavaScript extension host (``load_sources``, ``omp.extensions.jsapi``), and both kinds take
+their place in one load order.
 
 Each module must define ``setup(omp)``. A module that fails to import, has no ``setup``, or
 whose ``setup`` raises is a load error: reported (one stderr line and an ``extension_error`` with
@@ -17,8 +19,9 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -26,6 +29,9 @@ from ..files import UnusableFile, read_regular
 from .api import Extension, ExtensionAPI
 from .discovery import Setup, Source
 from .runtime import Emit, Extensions, contained
+
+if TYPE_CHECKING:
+    from .jsapi import HostSpec, JsExtensions
 
 MAX_SOURCE_BYTES = 16 * 1024 * 1024
 """The largest extension module file imported (anything larger is not a module someone wrote)."""
@@ -38,29 +44,93 @@ class LoadReport:
     """(path, message) for every extension that failed to load."""
     skipped_project: Path | None = None
     """The project's extension folder, when it holds extensions but is not trusted."""
+    named_errors: list[tuple[str, str]] = attrs.field(factory=list)
+    """Those of ``errors`` whose extension was named (``-e``, ``--plugin-dir``)."""
+    js: JsExtensions | None = None
+    """The TypeScript / JavaScript extensions, when a host runs some."""
+    notices: list[str] = attrs.field(factory=list)
+    """Warnings about what did load (events a TypeScript extension waits for in vain)."""
 
 
 def load(sources: Iterable[Source], emit: Emit = None) -> LoadReport:
-    """Import every source and run its ``setup``; failures are collected, not raised.
-    ``emit`` queues the extensions' frames for the host (``extension_error``)."""
+    """Import every (Python) source and run its ``setup``; failures are collected, not
+    raised. ``emit`` queues the extensions' frames for the host (``extension_error``)."""
     loaded: list[Extension] = []
     apis: list[ExtensionAPI] = []
     errors: list[tuple[str, str]] = []
+    named: list[tuple[str, str]] = []
     for index, source in enumerate(sources):
-        extension = Extension(path=source.path, name=source.name)
-        api = ExtensionAPI(extension)
-        try:
-            setup = _setup_of(source, index)
-            setup(api)
-        except SystemExit as exc:  # an extension cannot end the process either
-            errors.append((source.path, f"setup called sys.exit({exc.code!r})"))
+        outcome = _load_python(source, index)
+        if isinstance(outcome, str):
+            errors.append((source.path, outcome))
+            if source.named:
+                named.append((source.path, outcome))
             continue
-        except BaseException as exc:  # KeyboardInterrupt, a stray Cancelled: its failure
-            errors.append((source.path, contained(exc)))
-            continue
-        loaded.append(extension)
-        apis.append(api)
-    return LoadReport(Extensions(loaded, apis, emit=emit), errors)
+        loaded.append(outcome.extension)
+        apis.append(outcome)
+    return LoadReport(Extensions(loaded, apis, emit=emit), errors, named_errors=named)
+
+
+async def load_sources(sources: Sequence[Source], emit: Emit = None, *,
+                       js_host: HostSpec | None = None) -> LoadReport:
+    """``load``, for both kinds: the Python sources are imported here, the TypeScript /
+    JavaScript ones in the JavaScript extension host started in ``js_host.nursery`` (only
+    when there are some; without ``js_host`` they fail to load). The extensions keep the
+    sources' order. On cancellation the host is killed with its nursery."""
+    results: dict[int, ExtensionAPI | Extension | str] = {}
+    js_sources = []
+    for index, source in enumerate(sources):
+        if source.kind == "js":
+            js_sources.append((index, source))
+        elif source.problem is not None:
+            results[index] = source.problem
+        else:
+            results[index] = _load_python(source, index)
+    bridge = None
+    if js_sources and js_host is None:
+        results.update((i, "TypeScript / JavaScript extensions cannot run here") for i, _ in
+                       js_sources)
+    elif js_sources:
+        assert js_host is not None
+        from .jsapi import load_js  # lazy: omp.lazy says why
+
+        bridge, js_errors = await load_js(js_sources, js_host, emit)
+        results.update(js_errors)
+        if bridge is not None:
+            results.update(bridge.loaded)
+    loaded: list[Extension] = []
+    apis: list[ExtensionAPI] = []
+    report = LoadReport(Extensions(loaded, apis, emit=emit), js=bridge)
+    for index in sorted(results):
+        outcome, source = results[index], sources[index]
+        if isinstance(outcome, str):
+            report.errors.append((source.path, outcome))
+            if source.named:
+                report.named_errors.append((source.path, outcome))
+        elif isinstance(outcome, ExtensionAPI):
+            loaded.append(outcome.extension)
+            apis.append(outcome)
+        else:
+            loaded.append(outcome)
+    report.extensions.refresh()
+    if bridge is not None:
+        bridge.runtime = report.extensions
+        report.notices += bridge.notices
+    return report
+
+
+def _load_python(source: Source, index: int) -> ExtensionAPI | str:
+    """Import one Python source and run its ``setup``: its API object, or why it failed."""
+    extension = Extension(path=source.path, name=source.name)
+    api = ExtensionAPI(extension)
+    try:
+        setup = _setup_of(source, index)
+        setup(api)
+    except SystemExit as exc:  # an extension cannot end the process either
+        return f"setup called sys.exit({exc.code!r})"
+    except BaseException as exc:  # KeyboardInterrupt, a stray Cancelled: its failure
+        return contained(exc)
+    return api
 
 
 def _setup_of(source: Source, index: int) -> Setup:

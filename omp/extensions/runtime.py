@@ -163,6 +163,12 @@ class Extensions:
     _watch: _LoopWatch = attrs.field(factory=_LoopWatch, init=False)
 
     def __attrs_post_init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Take the extensions' handlers again (after an extension host ended: its
+        extensions have none left)."""
+        self._handlers = {}
         for extension in self.extensions:
             for event, handlers in extension.handlers.items():
                 self._handlers.setdefault(event, []).extend(

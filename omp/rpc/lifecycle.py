@@ -57,6 +57,7 @@ from ..session.rule_sources import rule_sources
 from ..session.sink import EventSink
 from ..subagents import SubagentHost
 from ..subagents import install as install_subagents
+from ..subprocess_env import child_environment
 from ..tools.ask import AskTool
 from ..tools.base import Tool
 from .bridges import ControlRegistry, HostUI, HostUris, emit_title_enabled
@@ -65,6 +66,7 @@ from .outbox import Outbox
 from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
+    from ..extensions.jshost import JsHost
     from ..extensions.loader import LoadReport
     from ..extensions.ui import ExtensionUI
     from ..llm.local import LocalDiscovery
@@ -95,11 +97,16 @@ class Runtime(msgspec.Struct, eq=False):
     subagents: SubagentHost | None
     mcp: McpManager | None = None
     """The MCP servers (None: none configured; nothing of the SDK is imported then)."""
+    extension_host: JsHost | None = None
+    """The JavaScript extension host, while one runs (``load_extensions``)."""
     discovery: LocalDiscovery | None = None
     """The local model servers being asked, from right after ``ready``
     (``start_local_discovery``; None before, or when that is off)."""
     notices: list[ev.Notice] = msgspec.field(default_factory=list)
     """Said once at startup (``startup_notices``), beside the settings' own."""
+    services: trio.Nursery | None = None
+    """The nursery of the session's helper processes (the JavaScript extension host): the
+    root nursery of ``run_lifecycle``; ACP: the session's own."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -312,20 +319,23 @@ PLUGIN_CODE_SUFFIXES = (".ts", ".mts", ".js", ".mjs", ".cjs", ".tsx")
 
 
 def skipped_plugin_code(options: ServeOptions) -> list[str]:
-    """One line per ``--plugin-dir`` holding TypeScript / JavaScript code (hooks, tools,
-    extensions of the original), which this runtime does not run."""
+    """One line per ``--plugin-dir`` holding TypeScript / JavaScript code outside its
+    ``extensions`` folder (the original's hooks, tools, commands), which this runtime does not
+    run; what is in ``extensions`` loads (TypeScript in the JavaScript extension host)."""
     lines = []
     for directory in options.plugin_dirs:
         try:
             found = sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
-                           if p.suffix in PLUGIN_CODE_SUFFIXES and "node_modules" not in p.parts)
+                           if p.suffix in PLUGIN_CODE_SUFFIXES and "node_modules" not in p.parts
+                           and p.relative_to(directory).parts[0] != "extensions")
         except OSError:
             continue
         if found:
             shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5
                                             else "")
-            lines.append(f"plugin {directory}: its TypeScript/JavaScript code is not run by this "
-                         f"runtime (skipped: {shown}); its Python extensions and skills load")
+            lines.append(f"plugin {directory}: its TypeScript/JavaScript code outside "
+                         f"extensions/ is not run by this runtime (skipped: {shown}); its "
+                         "extensions and skills load")
     return lines
 
 
@@ -452,6 +462,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
     try:
         with unwrap():  # one failure leaves as itself, not in the root nursery's group
             async with trio.open_nursery() as root:
+                runtime.services = root
                 await wiring.start(root, stdout, signals=signals)
                 await root.start(runtime.session.serve)
                 if runtime.options.deadline is not None:
@@ -460,6 +471,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
                 # The commands' grace and the escaped orphans' run at once (omp.process).
                 end_orphans_soon()
                 await front.shutdown()
+                await close_extension_host(runtime)
                 if runtime.mcp is not None:
                     runtime.mcp.close()  # every server ends, in parallel with the drain
                 await wiring.finish()
@@ -536,39 +548,65 @@ def extensions_wanted(options: ServeOptions) -> bool:
                 or options.plugin_dirs)
 
 
-def load_extensions(runtime: Runtime) -> LoadReport | None:
-    """Discover and load the session's extensions (their modules run now); None when there is
-    nothing to load or say (the extension machinery is then never imported). Each load error
-    is also a line on stderr."""
+async def load_extensions(runtime: Runtime, mode: str = "rpc") -> LoadReport | None:
+    """Discover and load the session's extensions (their modules run now; TypeScript ones in
+    the JavaScript extension host, started now in ``runtime.services`` when there are some);
+    None when there is nothing to load or say (the extension machinery is then never
+    imported). ``mode``: what ``ctx.mode`` says to TypeScript extensions. Each load error is
+    also a line on stderr. On cancellation the host is killed with its nursery."""
     options, session = runtime.options, runtime.session
     if not extensions_wanted(options):
         return None
     for line in skipped_plugin_code(options):
         print(f"omp: {line}", file=sys.stderr)
+    trusted = project_trusted(options, session.cwd, session.settings.trusted_projects)
+    directory = session.prompt_options.agent_directory or agent_dir()
     sources, skipped = discover(
-        cwd=session.cwd, agent_dir=session.prompt_options.agent_directory or agent_dir(),
+        cwd=session.cwd, agent_dir=directory,
         paths=[*options.extensions, *plugin_parts(options, "extensions")],
         objects=list(options.extension_objects),
-        discovery=options.discover_extensions,
-        trusted=project_trusted(options, session.cwd, session.settings.trusted_projects))
+        discovery=options.discover_extensions, trusted=trusted)
     if not sources and skipped is None:
         return None
-    from ..extensions.loader import load  # lazy: omp.lazy says why
+    from ..extensions.loader import load_sources  # lazy: omp.lazy says why
 
-    report = load(sources, emit=runtime.outbox.emit)
+    spec = None
+    if runtime.services is not None and any(s.kind == "js" for s in sources):
+        from ..extensions.jsapi import HostSpec  # lazy: omp.lazy says why
+
+        spec = HostSpec(nursery=runtime.services, cwd=session.cwd, mode=mode, trusted=trusted,
+                        agent_dir=directory, env=child_environment(
+                            session.tool_context.environment, {"PWD": str(session.cwd)}))
+    report = await load_sources(sources, emit=runtime.outbox.emit, js_host=spec)
     report.skipped_project = skipped
+    if report.js is not None:
+        runtime.extension_host = report.js.host
     for path, error in report.errors:
         print(f"Failed to load extension {path}: {error}", file=sys.stderr)
     return report
 
 
+async def close_extension_host(runtime: Runtime) -> None:
+    """Kill the JavaScript extension host, if one runs; requests still open to it fail. Not
+    cut short by a cancellation of the caller: shielded, with its own deadline
+    (``JsHost.aclose``)."""
+    host, runtime.extension_host = runtime.extension_host, None
+    if host is not None:
+        await host.aclose()
+
+
 def use_extensions(runtime: Runtime, loaded: LoadReport, ui: ExtensionUI | None = None) -> None:
     """Start the loaded extensions (their dialogs through ``ui``, by default the host's) and
-    say what loading said, as frames: load errors, an untrusted project."""
+    say what loading said, as frames: each load error (an ``extension_error`` and a
+    ``notice``), warnings, an untrusted project."""
     runtime.session.use_extensions(loaded.extensions, runtime.ui if ui is None else ui)
     emit = runtime.outbox.emit
     for path, error in loaded.errors:
         emit(ev.ExtensionError(extensionPath=path, event="load", error=error))
+        emit(ev.Notice(level="error", source="extensions",
+                       message=f"Extension {path} did not load: {error}"))
+    for message in loaded.notices:
+        emit(ev.Notice(level="warning", source="extensions", message=message))
     if loaded.skipped_project is not None:
         emit(ev.Notice(level="warning", source="extensions",
                        message=untrusted_project_message(loaded.skipped_project)))

@@ -151,11 +151,14 @@ class OnceFront:
     """The stop signal that ended the run, if one did."""
     refused: str | None = attrs.field(default=None, init=False)
     """Why the last prompt sent was refused (a skill that cannot be read ...), if it was."""
+    load_failed: bool = attrs.field(default=False, init=False)
+    """An extension named on the command line did not load: no prompt was sent."""
 
     async def run(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
         """Write the header (json), load the extensions, start them, then send each prompt and
-        wait until the session settled after it. Raises SessionError when the model cannot
-        take a prompt. On cancellation it stops where it is."""
+        wait until the session settled after it; nothing is sent when an extension named on
+        the command line did not load (``load_failed``). Raises SessionError when the model
+        cannot take a prompt. On cancellation it stops where it is."""
         self._nursery = nursery
         runtime = self.runtime
         session = runtime.session
@@ -166,12 +169,21 @@ class OnceFront:
             runtime.outbox.emit(notice)
             if self.sink.text:
                 print(f"omp: warning: {notice.message}", file=sys.stderr)
-        loaded = load_extensions(runtime)
+        loaded = await load_extensions(runtime, mode="print" if self.sink.text else "json")
         if loaded is not None:
             if loaded.skipped_project is not None and self.sink.text:
                 print(f"omp: {untrusted_project_message(loaded.skipped_project)}",
                       file=sys.stderr)
+            if self.sink.text:
+                for message in loaded.notices:
+                    print(f"omp: warning: {message}", file=sys.stderr)
             use_extensions(runtime, loaded)
+            if loaded.named_errors:
+                # Named with -e / --plugin-dir and not loaded (said on stderr, one line
+                # each): the run would go on without what it was asked to run with.
+                self.load_failed = True
+                task_status.started()
+                return
         if (extensions := session.extensions) is not None:
             await extensions.session_start()
         if (mcp := runtime.mcp) is not None:
@@ -233,7 +245,10 @@ class OnceFront:
             self._nursery.cancel_scope.cancel()
 
     async def shutdown(self) -> None:
-        """The extensions hear ``session_shutdown``. On cancellation it stops waiting."""
+        """The extensions hear ``session_shutdown`` (unless they never heard
+        ``session_start``: ``load_failed``). On cancellation it stops waiting."""
+        if self.load_failed:
+            return
         if (extensions := self.runtime.session.extensions) is not None:
             await extensions.session_shutdown()
 
@@ -256,9 +271,9 @@ class OnceFront:
 
     @property
     def failed(self) -> bool:
-        """The last answer failed (``error`` or ``aborted``) or a prompt ended in an error
-        or was refused."""
-        if self.refused is not None:
+        """The last answer failed (``error`` or ``aborted``), a prompt ended in an error or
+        was refused, or a named extension did not load."""
+        if self.refused is not None or self.load_failed:
             return True
         last = self._last_assistant()
         if last is not None and last.stopReason in ("error", "aborted"):

@@ -91,7 +91,8 @@ class ServeOptions(msgspec.Struct, eq=False):
     """Settings files merged over ``config.yml``, later ones winning (``--config``)."""
     plugin_dirs: Sequence[Path] = ()
     """Plugin directories (``--plugin-dir``): their ``extensions`` folder loads like ``-e``,
-    their ``skills`` folder is searched first for skills; TypeScript plugin code is skipped."""
+    their ``skills`` folder is searched first for skills; TypeScript code elsewhere in them is
+    skipped."""
     skills: Sequence[str] | bool | None = None
     """``--no-skills`` (False: none), ``--skills`` (glob patterns: only those), None: as the
     settings say."""

@@ -55,6 +55,7 @@ from .commands import Commands, CustomCommand, Frame, Inbound, Route
 from .lifecycle import (
     Runtime,
     build_runtime,
+    close_extension_host,
     extensions_wanted,
     load_extensions,
     load_mcp,
@@ -216,7 +217,7 @@ class RpcServer:
         if extensions_wanted(self.runtime.options):
             # Also when none is found now: /reload-plugins may find some later.
             self.commands.slash.reload_extensions = self._reload_extensions
-            loaded = load_extensions(self.runtime)
+            loaded = await load_extensions(self.runtime)
             if loaded is not None:
                 use_extensions(self.runtime, loaded)
         if (extensions := self.session.extensions) is not None:
@@ -246,13 +247,15 @@ class RpcServer:
         self.output.put_nowait(self.commands.available_commands_update())
 
     async def _reload_extensions(self) -> None:
-        """``/reload-plugins``: the loaded extensions hear ``session_shutdown``, their
-        modules run again from their files (entry points: as imported), the new ones start.
-        On cancellation (shutdown) it stops where it is."""
+        """``/reload-plugins``: the loaded extensions hear ``session_shutdown``, the
+        JavaScript extension host (if one runs) is killed, their modules run again from their
+        files (entry points: as imported; TypeScript in a new host), the new ones start. On
+        cancellation (shutdown) it stops where it is."""
         session = self.session
         if session.extensions is not None:
             await session.extensions.session_shutdown()
-        fresh = load_extensions(self.runtime)
+        await close_extension_host(self.runtime)
+        fresh = await load_extensions(self.runtime)
         if fresh is None:
             session.use_extensions(None)
             return

@@ -430,6 +430,14 @@ class AgentSession:
         self.runs.deliver(message, trigger_turn=trigger_turn,
                           follow_up=deliver_as == "followUp")
 
+    def append_entry(self, custom_type: str, data: Any = None) -> None:
+        """A ``custom`` entry (extension state, not in the context); None: no ``data``."""
+        self.store.persist(lambda f: f.append_custom(
+            custom_type, msgspec.UNSET if data is None else data))
+
+    def set_session_name(self, name: str) -> None:
+        self.store.set_session_name(name)
+
     # -- the run's host (omp.session.run.RunHost) --------------------------------------------
 
     def can_compact(self) -> bool:

@@ -1,0 +1,3 @@
+export function shout(text: string, marks: number): string {
+	return `${text.toUpperCase()}${"!".repeat(marks)}`;
+}
