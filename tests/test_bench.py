@@ -20,7 +20,7 @@ SMALL = {
     "bench_rpc.py": ["--runs", "1", "--frames", "100"],
     "bench_sessions.py": ["--entries", "50", "--runs", "1"],
     "bench_subagents.py": ["--runs", "1", "--children", "5"],
-    "bench_tools.py": ["--mb", "1", "--dirs", "2", "--runs", "1"],
+    "bench_tools.py": ["--mb", "1", "--dirs", "2", "--runs", "1", "--mcp-mib", "1"],
 }
 
 

@@ -328,7 +328,17 @@ MISTAKES = [
      "$.trustedProjects[0]: must be an absolute path or start with ~ (got 'src/app')"),
     ("trustedProjects: ['']\n",
      "$.trustedProjects[0]: must be an absolute path or start with ~ (got '')"),
+    ("mcp:\n  maxMessageBytes: 0\n",
+     "$.mcp.maxMessageBytes: expected a whole number of 1 or more (got 0)"),
+    ("mcp:\n  maxMessageBytes: 1.5\n",
+     "$.mcp.maxMessageBytes: expected a whole number of 1 or more (got 1.5)"),
 ]
+
+
+def test_the_mcp_message_limit(tmp_path: Path) -> None:
+    assert load_settings(tmp_path).mcp_max_message_bytes == 64 * 1024 * 1024
+    write(tmp_path, "config.yml", "mcp:\n  maxMessageBytes: 1000\n")
+    assert load_settings(tmp_path).mcp_max_message_bytes == 1000
 
 
 @pytest.mark.parametrize(("text", "message"), MISTAKES)

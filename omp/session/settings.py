@@ -31,7 +31,9 @@ Files, lowest precedence first:
    default true: MCP tools are ``xd://`` devices), ``tools.xdevDocs`` (``builtins``, ``inline``
    or ``catalog``) and ``tools.xdevInlineDevices`` (a list of globs); ``mcp.notifications``
    (bool, default false)
-   and ``mcp.notificationDebounceMs`` (a whole number, default 500): resource updates. TTSR
+   and ``mcp.notificationDebounceMs`` (a whole number, default 500): resource updates;
+   ``mcp.maxMessageBytes`` (a whole number, default 64 MiB): the longest line a stdio server
+   may write. TTSR
    rules (D.2): ``ttsr.enabled``, ``ttsr.contextMode``, ``ttsr.interruptMode``,
    ``ttsr.repeatMode``, ``ttsr.repeatGap``, ``ttsr.builtinRules``, ``ttsr.disabledRules``; a
    wrong value is an error naming the key.
@@ -139,6 +141,7 @@ from ..config import (
     structure,
     warn,
 )
+from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
 from ..subprocess_env import EnvironmentPolicy
 from ..tools.web_settings import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
 from ..tools.web_settings import WebSettings
@@ -340,6 +343,9 @@ class Settings(msgspec.Struct, kw_only=True):
     when they change."""
     mcp_notification_debounce_ms: int = 500
     """``mcp.notificationDebounceMs``: updates within this window are told together."""
+    mcp_max_message_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """``mcp.maxMessageBytes``: the longest line (one JSON-RPC message) a stdio MCP server
+    may write; a longer answer fails its call naming this limit."""
 
     def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
         """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
@@ -552,7 +558,8 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         xdev=extras.xdev, xdev_docs=extras.xdev_docs,
                         xdev_inline_devices=tuple(extras.xdev_inline_devices),
                         mcp_notifications=extras.mcp_notifications,
-                        mcp_notification_debounce_ms=extras.mcp_notification_debounce_ms)
+                        mcp_notification_debounce_ms=extras.mcp_notification_debounce_ms,
+                        mcp_max_message_bytes=extras.mcp_max_message_bytes)
     return settings
 
 
@@ -574,6 +581,7 @@ class _Extras(msgspec.Struct):
     xdev_inline_devices: list[str] = msgspec.field(default_factory=list)
     mcp_notifications: bool = False
     mcp_notification_debounce_ms: int = 500
+    mcp_max_message_bytes: int = DEFAULT_MAX_LINE_BYTES
 
     def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
         """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
@@ -659,6 +667,12 @@ class _Extras(msgspec.Struct):
                 raise problem(path, "$.mcp.notificationDebounceMs",
                               f"expected a whole number of 0 or more (got {value!r})")
             self.mcp_notification_debounce_ms = value
+            return True
+        if dotted == "mcp.maxMessageBytes":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise problem(path, "$.mcp.maxMessageBytes",
+                              f"expected a whole number of 1 or more (got {value!r})")
+            self.mcp_max_message_bytes = value
             return True
         if dotted == "todo.remindersMax":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
