@@ -11,6 +11,12 @@ Targets (issue 2): ready and first response within 60 ms of the floor, idle RSS 
 >= 200,000 small frames/s. ``--mcp N`` also starts, after each plain start, one with N stdio
 MCP servers configured (the tests' FastMCP probe server): they connect after ``ready`` and
 must change neither startup figure (printed as the median of the paired differences).
+``--env-block`` weighs the two ways a server can take the secrets out of the environment block
+``/proc/<pid>/environ`` shows (issue 40): the way taken, overwriting them in place
+(``omp.process.hide_environment_block``, timed inside a fresh interpreter with 10 secret
+variables set, median of --runs), against the least a re-execution with a clean environment
+adds: one more start of the interpreter (``python -c pass``, median of --runs; the values would
+also have to be sent over a pipe and read back).
 The processes run the offline model with `--no-session`, in the
 environment of `isolation.isolated_env` (a temp agent directory, HOME and TMPDIR, removed at the
 end). This is a benchmark, not a test: it prints figures, it asserts nothing.
@@ -99,6 +105,32 @@ def throughput(n: int, env: dict[str, str]) -> float:
     return n / elapsed
 
 
+SECRET_ENV = {f"BENCH_SECRET_{i}_TOKEN": f"not-a-real-token-{i}" for i in range(10)}
+HIDE_TIMED = """
+import time
+from omp.process import hide_environment_block
+from omp.subprocess_env import EnvironmentPolicy
+policy = EnvironmentPolicy(provider_variables=frozenset({"ANTHROPIC_API_KEY"}))
+start = time.perf_counter()
+hide_environment_block(policy.is_secret)
+print(time.perf_counter() - start)
+"""
+
+
+def hide_once(env: dict[str, str]) -> float:
+    """Seconds ``hide_environment_block`` takes in a fresh process."""
+    done = subprocess.run([sys.executable, "-c", HIDE_TIMED], env={**env, **SECRET_ENV},
+                          capture_output=True, text=True, check=True)
+    return float(done.stdout)
+
+
+def interpreter_once(env: dict[str, str]) -> float:
+    """Seconds a bare interpreter start takes (what a re-execution adds at the least)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+    return time.perf_counter() - start
+
+
 def precompile() -> None:
     """Byte-compile the package first, as installing a wheel does: with an editable install and
     PYTHONDONTWRITEBYTECODE set (as on these machines) every start would otherwise compile every
@@ -116,6 +148,8 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200_000)
     parser.add_argument("--mcp", type=int, default=0, metavar="N",
                         help="configure N stdio MCP servers")
+    parser.add_argument("--env-block", action="store_true",
+                        help="also weigh hiding secrets in place against a re-execution")
     args = parser.parse_args()
     precompile()
 
@@ -133,12 +167,15 @@ def main() -> None:
         # just before it: the machine's speed drifts by more than the margin being measured.
         # With --mcp a start with the servers configured follows each plain one, compared in
         # pairs the same way.
-        floors, runs, mcp_runs = [], [], []
+        floors, runs, mcp_runs, hides, reexec = [], [], [], [], []
         for _ in range(args.runs):
             floors.append(floor_once())
             runs.append(startup_once(env))
             if mcp_env is not None:
                 mcp_runs.append(startup_once(mcp_env))
+            if args.env_block:
+                hides.append(hide_once(env))
+                reexec.append(interpreter_once(env))
         rate = statistics.median(throughput(args.frames, env) for _ in range(3))
     floor = statistics.median(floors)
     rss = statistics.median(r[2] for r in runs)
@@ -159,6 +196,13 @@ def main() -> None:
                                      for m, r in zip(mcp_runs, runs, strict=True))
             print(f"{f'with {args.mcp} MCP servers: {name}':33}{value * 1000:8.1f} ms  "
                   f"({more * 1000:+.1f} ms against none, median of the paired differences)")
+    if args.env_block:
+        hide = statistics.median(hides)
+        again = statistics.median(reexec)
+        print(f"secrets hidden in place          {hide * 1000:8.3f} ms  (10 secret variables; "
+              "omp.process.hide_environment_block)")
+        print(f"a re-execution, at the least     {again * 1000:8.1f} ms  (one more interpreter "
+              "start: python -c pass)")
 
 
 if __name__ == "__main__":

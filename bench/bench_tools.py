@@ -16,6 +16,15 @@ Prints:
      offline model in one message: from the first `tool_execution_start` to the last
      `tool_execution_end` (median of --runs). The calls run together (issue 33), so the batch
      takes about one command, not eight. Target: <= 0.35 s.
+  4. an MCP tool's large result: the tests' FastMCP probe server (stdio) answers ``big`` with a
+     text of 5, 15 and 50 MiB (``--mcp-mib``), one JSON-RPC line each, called by the offline
+     model through `omp --mode rpc`: time from `tool_execution_start` to `tool_execution_end`
+     (the server's own time to build and write the line included), median of --runs, and the
+     omp process's peak RSS. Target (issue 40): 50 MiB within 3 s (the original: 1.9 s; the
+     first reader, which joined its buffer again for every 64 KiB read, took 1.3 s for 5 MiB,
+     12.9 s for 15 MiB and did not finish 50 MiB in 30 s).
+
+``--only bash|grep|batch|mcp`` runs one of them.
 
 The omp processes run with `--no-session` in the environment of `isolation.isolated_env`: agent
 directory, HOME and TMPDIR (where the bash executor spills long output) in the benchmark's own
@@ -210,6 +219,57 @@ async def bench_batch(workdir: Path, runs: int, calls: int) -> None:
     print(f"3. a batch of {calls} shared bash calls, `sleep 0.2` each ({runs} runs, median)")
     print(f"   first start -> last end  {span * 1000:8.1f} ms  (one after the other: "
           f"{calls * 200} ms; target <= {BATCH_TARGET_S * 1000:.0f} ms: {verdict})")
+# --- 4. an MCP tool's large result ---------------------------------------------------------
+
+MCP_TARGET_SECONDS = 3.0
+MCP_TARGET_MIB = 50
+PROBE = Path(__file__).resolve().parents[1] / "tests" / "data" / "mcp_probe_server.py"
+
+
+async def bench_mcp(workdir: Path, runs: int, sizes: list[float]) -> None:
+    env = isolated_env(workdir)
+    agent = Path(env["OMP_AGENT_DIR"])
+    (agent / "config.yml").write_text("tools:\n  xdev: false\n")
+    (agent / "mcp.json").write_text(json.dumps({"mcpServers": {"probe": {
+        "command": sys.executable, "args": [str(PROBE)]}}}))
+    print(f"3. an MCP tool's large result (stdio FastMCP server, {runs} runs, medians)")
+    async with RpcClient.spawn(args=OFFLINE, cwd=workdir, env=env,
+                               max_buffered_events=math.inf, close_timeout=30) as client:
+        pid = client.pid
+        assert pid is not None
+        # Until the server is connected: its tool answers instead of "unknown tool".
+        while True:
+            frame = as_dict(await client.events.receive())
+            if frame["type"] == "notice" and "mounted" in frame.get("message", ""):
+                break
+        idle = status_kib(pid, "VmRSS")
+        for mib in sizes:
+            times: list[float] = []
+            for n in range(runs):
+                directive = f"[[tool mcp__probe_big {json.dumps({'mib': mib})}]]"
+                await client.call(cmd.Prompt(id=f"m{mib}-{n}", message=directive))
+                started = ended = 0.0
+                error = False
+                while True:
+                    frame = as_dict(await client.events.receive())
+                    if frame["type"] == "tool_execution_start":
+                        started = time.perf_counter()
+                    elif frame["type"] == "tool_execution_end":
+                        ended = time.perf_counter()
+                        error = frame["isError"]
+                    elif frame["type"] == "prompt_result" and frame.get("id") == f"m{mib}-{n}":
+                        break
+                assert not error, f"the {mib} MiB call failed"
+                times.append(ended - started)
+            took = statistics.median(times)
+            verdict = ""
+            if mib == MCP_TARGET_MIB:
+                verdict = (f"  (target <= {MCP_TARGET_SECONDS:g} s: "
+                           f"{'ok' if took <= MCP_TARGET_SECONDS else 'OVER TARGET'})")
+            print(f"   {mib:g} MiB result{'':<{8 - len(f'{mib:g}')}}{took:8.2f} s "
+                  f"({mib / took:.0f} MiB/s){verdict}")
+        peak = status_kib(pid, "VmHWM")
+    print(f"   omp idle RSS {idle / 1024:.1f} MiB, peak {peak / 1024:.1f} MiB")
 
 
 def main() -> None:
@@ -218,16 +278,23 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=100, help="MB the bash command prints")
     parser.add_argument("--dirs", type=int, default=100, help="directories of 100 files to grep")
     parser.add_argument("--batch", type=int, default=8, help="shared bash calls in one batch")
+    parser.add_argument("--mcp-mib", type=float, nargs="+", default=[5, 15, 50],
+                        help="sizes of the MCP results")
+    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp"), default=None)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
     try:
-        (workdir / "bash").mkdir()
-        (workdir / "grep").mkdir()
-        (workdir / "batch").mkdir()
-        trio.run(bench_bash, workdir / "bash", args.mb)
-        trio.run(bench_grep, workdir / "grep", args.runs, args.dirs)
-        trio.run(bench_batch, workdir / "batch", args.runs, args.batch)
+        for part in ("bash", "grep", "batch", "mcp"):
+            (workdir / part).mkdir()
+        if args.only in (None, "bash"):
+            trio.run(bench_bash, workdir / "bash", args.mb)
+        if args.only in (None, "grep"):
+            trio.run(bench_grep, workdir / "grep", args.runs, args.dirs)
+        if args.only in (None, "batch"):
+            trio.run(bench_batch, workdir / "batch", args.runs, args.batch)
+        if args.only in (None, "mcp"):
+            trio.run(bench_mcp, workdir / "mcp", args.runs, args.mcp_mib)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -19,7 +19,8 @@ its end and goes in front of it.
 
 Exit codes: 0 when the host closed stdin or sent SIGTERM / SIGHUP (rpc) or the last answer did
 not fail (one-shot; also when there was nothing to send or ``--max-time`` passed before a run
-started), 1 when stdout broke (or the host fell a spill file's limit behind), the runtime could
+started), 1 when stdout broke (in every mode and subcommand, ``--help`` included; or the host
+fell a spill file's limit behind), the runtime could
 not start (bad models.yml or ``--config``, unknown model or session, an ``@file`` that cannot
 be read; nothing is written to stdout then) or the one-shot run ended in an error, was aborted
 (``--max-time``: ``Deadline exceeded``) or was stopped by SIGTERM / SIGHUP, 2 for a usage error
@@ -97,9 +98,10 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .llm.types import StreamOptions
+    from .subcommands import Parser
 
     request, stall = StreamOptions().first_event_timeout, StreamOptions().idle_timeout
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="omp",
         # Written out: every option in the usage line is 14 lines of noise above a usage error,
         # and argparse builds that line at every start (parse_intermixed_args), about 1 ms.
@@ -324,10 +326,33 @@ def _collect_from_now() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
+        # A closed stdout is found here, where it can be said in one line, rather than by the
+        # interpreter's final flush ("Exception ignored ... BrokenPipeError", status 120).
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:  # Ctrl-C while starting up, before anything was running
         print("omp: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError as exc:
+        # A subcommand's or --help's output to a reader that went away (``omp models --json |
+        # head -c 100``): status 1 and one line, as the serving modes end on a closed stdout.
+        # A broken pipe of anything else (a child's) is a bug to see whole.
+        if not _stdout_broken():
+            raise
+        _silence_stdout()
+        print(f"omp: stdout closed: {exc}", file=sys.stderr)
+        return 1
+
+
+def _stdout_broken() -> bool:
+    """Whether fd 1 is a pipe or socket whose reader is gone (poll says POLLERR, or, for a
+    socket, POLLHUP)."""
+    import select
+
+    poller = select.poll()
+    poller.register(1, 0)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -32,6 +32,12 @@ read the provider keys that its own environment was made without (``omp.subproce
 process holding ``CAP_SYS_PTRACE`` (root, usually) still can; nothing short of another user
 stops that. It also means no core dump and no debugger attaching without that capability.
 
+``hide_environment_block`` is for the same process, once at its start: the provider keys and
+every secret-looking variable are overwritten in the memory ``/proc/<pid>/environ`` shows (the
+environment block the kernel copied at ``exec``), so that even a reader with
+``CAP_SYS_PTRACE`` (root) finds them gone from it. ``os.environ``, copied from that block when
+Python started, keeps them: what needs a key reads it there.
+
 ``watch_stop_signals`` turns SIGTERM, SIGHUP and SIGINT into calls of a function (the server
 ends its input as at EOF); it is only for a process that serves its own stdio, never for a
 server embedded in a host's program.
@@ -226,6 +232,50 @@ def private_memory() -> Iterator[None]:
         yield
     finally:
         prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)
+
+
+def hide_environment_block(secret: Callable[[str], bool]) -> int:
+    """Overwrite with NUL bytes every ``NAME=value`` of this process's initial environment
+    block whose name ``secret`` picks; returns how many there were. ``/proc/self/environ`` (and
+    ``/proc/<pid>/environ`` for whoever may read it) then shows the others only. Elsewhere than
+    Linux, or when the block cannot be read or written, nothing changes (0).
+
+    ``os.environ`` is untouched (Python copied the block when it started). libc's ``environ``
+    (what ``getenv`` in C and a child started without ``env=`` see) points into the block, so
+    each hidden variable still set there is set again first: ``setenv`` copies it to the heap,
+    and nothing is left pointing at the bytes overwritten. The other entries stay where they
+    are, byte for byte, so a pointer a library kept into them stays good.
+
+    In place, not by starting again: the alternative, re-executing once with a clean
+    environment and handing the values over an inherited pipe, costs at least one more
+    interpreter start before ``ready`` (40 ms on our loaded 2-core machine) against 0.25 ms
+    for this (``bench/bench_rpc.py --env-block``), and a pipe protocol to get right.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        # After "pid (comm) ": field 3 is index 0, so env_start / env_end (50, 51) are 47, 48.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        start, end = int(fields[47]), int(fields[48])
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            block = bytearray(mem.read(end - start))
+            hidden = 0
+            offset = 0
+            for entry in bytes(block).split(b"\0"):
+                name = entry.partition(b"=")[0]
+                if entry and secret(os.fsdecode(name)):
+                    if (value := os.environb.get(name)) is not None:
+                        os.putenv(name, value)  # libc's copy moves off the block
+                    block[offset:offset + len(entry)] = bytes(len(entry))
+                    hidden += 1
+                offset += len(entry) + 1
+            if hidden:
+                mem.seek(start)
+                mem.write(block)
+    except (OSError, IndexError, ValueError):
+        return 0
+    return hidden
 
 
 def _children(exclude: frozenset[int]) -> list[_Stat]:

@@ -32,7 +32,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .config import enter_place
 
@@ -58,6 +58,21 @@ RESERVED_WORDS = frozenset({"extensions", "list", "remove", "uninstall", "market
                             "discover", "upgrade", "enable", "disable"})
 """Management words the original refuses alone as the first argument
 (docs/design/command-line.md#routing)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but help and version text that cannot be written to stdout raise
+    (``BrokenPipeError``: ``omp.cli.main`` ends with status 1), where argparse drops every
+    OSError of that write and exits 0 with the text cut off (``omp --help | head -c 1``)."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message:
+            return
+        if file is None or file is not sys.stdout:
+            super()._print_message(message, file)  # stderr: argparse's way
+            return
+        file.write(message)
+        file.flush()
 
 
 def is_subcommand(word: str) -> bool:
@@ -89,7 +104,7 @@ def run_subcommand(name: str, argv: list[str], parser: argparse.ArgumentParser) 
 
 
 def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    own = argparse.ArgumentParser(prog="omp models", allow_abbrev=False)
+    own = Parser(prog="omp models", allow_abbrev=False)
     own.add_argument("words", nargs="*", metavar="[ls|list|find|refresh|PROVIDER] [PATTERN]")
     own.add_argument("--json", action="store_true", help="one line of JSON: {\"models\": [...]}")
     own.add_argument("--all", action="store_true",
@@ -223,7 +238,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def schema_command(argv: list[str]) -> int:
-    own = argparse.ArgumentParser(
+    own = Parser(
         prog="omp schema", allow_abbrev=False,
         description="Print the JSON Schema (Draft 2020-12) of the RPC protocol's frames.")
     which = own.add_mutually_exclusive_group()

@@ -25,6 +25,10 @@ CLI ``shell_environment_policy``, with two more default excludes and the provide
 Patterns are shell wildcards (``*``, ``?``, ``[...]``) matched against the whole name without
 regard to case, as Codex does.
 
+The same names leave the server's own environment block (what ``/proc/<pid>/environ`` shows)
+once it has read them, when it serves its own stdio (``EnvironmentPolicy.is_secret``,
+``omp.process.hide_environment_block``); ``os.environ`` keeps them for what needs them.
+
 No state lives here: the policy is a value, and the environment is computed at each start, so
 two sessions (or two embedded servers) with different settings never affect each other.
 """
@@ -53,6 +57,9 @@ DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*CREDENTIAL*"
 ``GOOGLE_APPLICATION_CREDENTIALS``..."""
 
 
+_DEFAULT_WORDS = tuple(pattern.strip("*") for pattern in DEFAULT_EXCLUDES)
+
+
 def _matches(name: str, patterns: Iterable[str]) -> bool:
     upper = name.upper()
     return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
@@ -71,6 +78,18 @@ class EnvironmentPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """The variables provider keys are read from."""
     pass_provider_keys: bool = False
     """``bash.passProviderKeys``: the provider variables go through (default excludes too)."""
+
+    def is_secret(self, name: str) -> bool:
+        """Whether variable ``name`` holds a secret as far as this policy knows: a provider
+        key variable, a name the default excludes or an ``exclude`` pattern match, whatever
+        ``pass_provider_keys`` or ``ignore_default_excludes`` let through to a child (what the
+        server hides from its own ``/proc/<pid>/environ``,
+        ``omp.process.hide_environment_block``)."""
+        # The default excludes are all ``*WORD*``: a substring test is the same match, without
+        # compiling five patterns before ``ready`` (this runs at the start).
+        upper = name.upper()
+        return (name in self.provider_variables or any(w in upper for w in _DEFAULT_WORDS)
+                or (bool(self.exclude) and _matches(name, self.exclude)))
 
     def with_provider_variables(self, names: Iterable[str]) -> EnvironmentPolicy:
         """This policy, also keeping ``names`` (more provider key variables) out."""

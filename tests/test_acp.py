@@ -535,9 +535,10 @@ async def test_malformed_json_rpc_is_answered_and_the_connection_stays(
     assert by_id[2]["error"] == {"code": -32602, "message": "Invalid params", "data": {
         "details": "session/new: Expected `str`, got `int` - at `$.cwd`"}}
     assert by_id[3]["error"]["data"]["details"] == "ACP cwd must be absolute: rel"
-    # An unknown request method is an extension method of nobody's (docs/guides/acp.md#errors,
-    # docs/guides/acp.md#extension-methods).
-    assert by_id[4]["error"] == {"code": -32603, "message": "Internal error",
+    # An unknown request method is an extension method of nobody's
+    # (docs/guides/acp.md#extension-methods), and answered as JSON-RPC says, -32601 (the original:
+    # -32603, docs/guides/acp.md#errors).
+    assert by_id[4]["error"] == {"code": -32601, "message": "Method not found",
                                  "data": {"details": "Unknown ACP ext method: foo/bar"}}
     assert by_id[5]["error"]["data"]["details"] == "Unsupported ACP session: nope"
     assert by_id[6]["result"]["protocolVersion"] == 1

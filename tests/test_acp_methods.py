@@ -104,6 +104,7 @@ async def test_resume_fork_and_the_omp_extension_methods(tmp_path: Path,
             with pytest.raises(acp.RequestError) as unknown:
                 await conn.ext_method("omp/nothing", {})
             seen["unknown"] = unknown.value.data
+            seen["unknown code"] = unknown.value.code
             with pytest.raises(acp.RequestError) as missing:
                 await conn.fork_session(cwd=str(project), session_id="no-such-session")
             seen["missing"] = missing.value.data
@@ -137,6 +138,7 @@ async def test_resume_fork_and_the_omp_extension_methods(tmp_path: Path,
     assert [x["sessionId"] for x in seen["by cwd"]["sessions"]] == [
         seen["stored fork"], seen["other"]]
     assert seen["unknown"] == {"details": "Unknown ACP ext method: _omp/nothing"}
+    assert seen["unknown code"] == -32601  # JSON-RPC's Method not found
     assert seen["missing"] == {"details": "ACP session not found: no-such-session"}
 
 

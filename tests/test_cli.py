@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import procfs
+import pytest
 import trio
 from agent_helpers import write_models_yml
 
@@ -92,6 +93,27 @@ async def test_broken_stdout_exits_one_with_a_reason() -> None:
             os.close(write_end)
     assert err == b"omp: stdout closed: [Errno 32] Broken pipe\n"
     assert err.count(b"\n") == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["models", "--json"], ["models", "--all"], ["models", "--help"], ["schema"], ["help"],
+    ["--help"], ["--version"], ["-p", "hi", "--model", "offline/echo", "--no-session"],
+    ["--mode", "json", "hi", "--model", "offline/echo", "--no-session"],
+])
+async def test_every_command_ends_quietly_on_a_closed_stdout(args: list[str],
+                                                             tmp_path: Path) -> None:
+    """``omp models --json | head -c 100``: one line and status 1, never a traceback (nor
+    argparse's status 0 with the help cut off)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        with trio.fail_after(30):
+            done = await trio.run_process([*OMP, *args], stdin=b"", stdout=write_end,
+                                          capture_stderr=True, check=False, cwd=tmp_path)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == b"omp: stdout closed: [Errno 32] Broken pipe\n"
 
 
 EMBEDDED = """

@@ -7,9 +7,11 @@ can read the server's own environment.
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -320,3 +322,112 @@ def test_web_search_keys_join_the_provider_variables_when_web_is_on(
     assert "TAVILY_API_KEY" not in variables()
     (isolated_agent_dir / "config.yml").write_text("web: {enabled: true}\n")
     assert {"ANTHROPIC_API_KEY", "TAVILY_API_KEY", "BRAVE_API_KEY"} <= variables()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root (CAP_SYS_PTRACE) reads a process that "
+                    "is not dumpable; everyone else is refused (the test above)")
+async def test_as_root_the_servers_environ_holds_no_key(
+        tmp_path: Path, isolated_agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root reads ``/proc/<server>/environ`` whatever the server's dumpable setting: the keys
+    are gone from that block (overwritten once read), and still reach the provider."""
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", PROVIDER_KEY)
+    monkeypatch.setenv("MY_LLM", "SECRET_llm")  # a models.yml key variable: no pattern names it
+    monkeypatch.setenv("OMP_TEST_VISIBLE", "still-here")
+    cat_parent = "cat /proc/$PPID/environ | tr '\\0' '\\n'"
+    script = [tools_reply(tool_call("proc", "bash", {"command": cat_parent})), text_reply("done")]
+    frames: list[Frame] = []
+    async with fake_provider(script, isolated_agent_dir) as fake:
+        # Provider ``fake`` with its key in $MY_LLM.
+        models = isolated_agent_dir / "models.yml"
+        models.write_text(models.read_text().replace("auth: none", "apiKey: MY_LLM"))
+        with trio.fail_after(LIMIT):
+            async with RpcClient.spawn(args=["--mode", "rpc", "--model", "fake/fake-model"],
+                                       cwd=tmp_path, max_buffered_events=math.inf) as client:
+                response = to_frame(await client.request({"type": "prompt", "message": "look"}))
+                assert response["success"] is True, response
+                while not frames or frames[-1]["type"] != "session_settled":
+                    frames.append(to_frame(await client.events.receive()))
+                rpc_proc = to_frame(await client.request(
+                    {"type": "bash", "command": cat_parent}))["data"]
+                pid = client.pid
+                assert pid is not None
+                # And read by the test itself.
+                environ = (await trio.Path(f"/proc/{pid}/environ").read_bytes()).decode()
+        request = fake.requests[0]
+    (result,) = [f["message"] for f in of_type(frames, "message_end")
+                 if f["message"]["role"] == "toolResult"]
+    seen = {"bash tool": tool_result_text(result), "rpc bash": rpc_proc["output"],
+            "/proc/<pid>/environ": environ}
+    for where, text in seen.items():
+        assert "OMP_TEST_VISIBLE=still-here" in text, where  # the block is still read whole
+        leaked = [s for s in (*SECRETS.values(), PROVIDER_KEY, "SECRET_llm") if s in text]
+        assert leaked == [], where
+        assert "ANTHROPIC_API_KEY" not in text, where
+        assert "MY_LLM" not in text, where
+    assert result["isError"] is False
+    # The key still reached the provider.
+    assert request.headers["authorization"] == "Bearer SECRET_llm"
+
+
+HIDE = r"""
+import ctypes, os, subprocess, sys
+from omp.process import hide_environment_block
+from omp.subprocess_env import EnvironmentPolicy
+
+hidden = hide_environment_block(EnvironmentPolicy(provider_variables={"MY_LLM"}).is_secret)
+libc = ctypes.CDLL(None)
+libc.getenv.restype = ctypes.c_char_p
+child = subprocess.run(["sh", "-c", "echo $MY_LLM $GITHUB_TOKEN $OMP_TEST_VISIBLE"],
+                       capture_output=True, text=True).stdout.split()
+with open("/proc/self/environ", "rb") as f:
+    block = f.read()
+print(repr((hidden, block, os.environ["MY_LLM"], libc.getenv(b"GITHUB_TOKEN"), child)))
+"""
+
+
+def test_hiding_the_environment_block_keeps_every_copy_that_is_read() -> None:
+    """Only the block ``/proc/<pid>/environ`` shows loses the secrets: ``os.environ``,
+    libc's ``getenv`` and a child started without ``env=`` still have them."""
+    env = {"PATH": os.environ["PATH"], "GITHUB_TOKEN": "ghp_SECRET", "MY_LLM": "SECRET_llm",
+           "OMP_TEST_VISIBLE": "still-here", "LANG": "C.UTF-8"}
+    done = subprocess.run([sys.executable, "-c", HIDE], env=env, capture_output=True,
+                          text=True, timeout=60, check=True, cwd=Path(__file__).parents[1])
+    hidden, block, environ, getenv, child = ast.literal_eval(done.stdout)
+    assert hidden == 2
+    entries = [e for e in block.split(b"\0") if e]
+    assert entries == [b"PATH=" + os.environ["PATH"].encode(), b"OMP_TEST_VISIBLE=still-here",
+                       b"LANG=C.UTF-8"]
+    assert b"SECRET" not in block
+    assert environ == "SECRET_llm"
+    assert getenv == b"ghp_SECRET"
+    assert child == ["SECRET_llm", "ghp_SECRET", "still-here"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root reads a process that is not dumpable")
+async def test_as_root_omp_acp_environ_holds_no_key(tmp_path: Path, isolated_agent_dir: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", PROVIDER_KEY)
+    monkeypatch.setenv("OMP_TEST_VISIBLE", "still-here")
+    with trio.fail_after(LIMIT):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "omp", "acp", "--model", "offline/echo"], cwd=tmp_path,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        try:
+            await proc.stdin.send_all(b'{"jsonrpc":"2.0","id":1,"method":"initialize",'
+                                      b'"params":{"protocolVersion":1}}\n')
+            answer = b""
+            while b"\n" not in answer:  # answered: past the start
+                answer += await proc.stdout.receive_some(65536)
+            environ = await trio.Path(f"/proc/{proc.pid}/environ").read_bytes()
+        finally:
+            await proc.stdin.aclose()
+            await proc.wait()
+    assert b'"protocolVersion":1' in answer
+    assert b"OMP_TEST_VISIBLE=still-here" in environ
+    assert [s for s in (*SECRETS.values(), PROVIDER_KEY) if s.encode() in environ] == []

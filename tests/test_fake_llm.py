@@ -309,6 +309,29 @@ async def test_raw_lines_are_sent_verbatim() -> None:
     assert r.text == "event: custom\ndata: {\"a\": 1}\n\n: comment\ndata: [DONE]\n\n"
 
 
+async def test_a_flood_of_a_given_size_follows_the_raw_lines() -> None:
+    flood = {"prefix": 'data: "', "fill": "xy", "bytes": 300_001, "suffix": '"\n\n'}
+    async with open_fake_llm([{"raw": [": first"], "flood": flood}]) as fake, \
+            httpx.AsyncClient() as c:
+        with trio.fail_after(10):
+            r = await c.post(fake.base_url + COMPLETIONS, json={})
+    assert r.text == ': first\ndata: "' + ("xy" * 150_001)[:300_001] + '"\n\n'
+
+
+async def test_a_flood_without_end_goes_on_until_the_client_leaves() -> None:
+    async with open_fake_llm([{"flood": {"fill": ": keep-alive\n\n"}}]) as fake, \
+            httpx.AsyncClient() as c:
+        with trio.fail_after(10):
+            seen = 0
+            async with c.stream("POST", fake.base_url + COMPLETIONS, json={}) as r:
+                async for data in r.aiter_bytes():
+                    seen += len(data)
+                    if seen > 4 * 1024 * 1024:
+                        break
+            await fake.wait_for_disconnect()
+    assert fake.disconnects == 1
+
+
 async def test_one_hundred_thousand_deltas_arrive_in_order() -> None:
     texts = [f"t{i} " for i in range(100_000)]
     reply = Reply(chunks=[Chunk(text=t) for t in texts])

@@ -12,7 +12,7 @@ import pytest
 from omp.llm import errors, thinking
 from omp.llm.builder import parse_partial_json
 from omp.llm.http import stream_timeout
-from omp.llm.sse import SseDecoder, SseEvent
+from omp.llm.sse import EventTooLarge, SseDecoder, SseEvent
 from omp.llm.types import StreamOptions
 from omp.protocol.payloads import Model, ModelCost
 
@@ -224,6 +224,39 @@ def test_httpx_read_timeout_is_the_idle_watchdog_only_when_it_is_the_longer_one(
         first: float, idle: float, read: float | None) -> None:
     timeout = stream_timeout(StreamOptions(first_event_timeout=first, idle_timeout=idle))
     assert (timeout.connect, timeout.read, timeout.write, timeout.pool) == (30.0, read, None, None)
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 100, 4096])
+def test_sse_decoder_bounds_an_event_however_it_arrives(size: int) -> None:
+    """One line, several data lines, a comment: past the bound, ``EventTooLarge`` as soon as
+    the decoder holds more than it; an event within it passes whatever the chunking."""
+    def feed(stream: bytes) -> list[SseEvent]:
+        decoder = SseDecoder(max_event_bytes=100)
+        got: list[SseEvent] = []
+        for start in range(0, len(stream), size):
+            got += decoder.feed(stream[start:start + size])
+        return got + decoder.close()
+
+    fits = b"data: " + b"x" * 94 + b"\n\n"  # 100 bytes
+    assert feed(fits * 3) == [SseEvent(None, "x" * 94)] * 3
+    for over in (b"data: " + b"y" * 500,  # one line, never ended
+                 b"data: " + b"y" * 60 + b"\ndata: " + b"y" * 60 + b"\n\n",  # two lines
+                 b": " + b"k" * 300 + b"\n\n"):  # a comment is a line too
+        with pytest.raises(EventTooLarge) as caught:
+            feed(over)
+        assert caught.value.limit == 100
+        assert caught.value.size <= 100 + max(size, 100)  # raised as soon as it was over
+
+
+def test_sse_decoder_reads_a_long_line_in_pieces_linearly() -> None:
+    """A 64 MiB line in 64 KiB pieces: each piece is kept as it came, joined once."""
+    decoder = SseDecoder()
+    piece = b"x" * 65536
+    assert decoder.feed(b"data: ") == []
+    for _ in range(1024):
+        assert decoder.feed(piece) == []
+    (event,) = decoder.feed(b"\n\n")
+    assert len(event.data) == 1024 * 65536
 
 
 def test_sse_event_without_trailing_blank_line_is_kept_at_close() -> None:

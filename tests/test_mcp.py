@@ -587,3 +587,50 @@ async def test_resource_updates_reach_the_model(tmp_path: Path,
     last = host.fake.requests[-1].body.decode()
     assert ("[MCP notification] 1 resource(s) updated:\\n- mcp://probe://doc/1 (probe)\\n"
             'Use read(path=\\"mcp://<uri>\\") to inspect if relevant.') in last
+
+
+# --- large results --------------------------------------------------------------------------
+
+
+async def test_a_50_mib_result_arrives(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """Read in time linear in its length (bench/bench_tools.py times it: within 3 s)."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    (isolated_agent_dir / "config.yml").write_text("tools:\n  xdev: false\n")
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    script = [tools_reply(tool_call("c1", "mcp__probe_big", {"mib": 50})), text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_big")
+            frames = await host.prompt("a big one")
+    (end,) = of_type(frames, "tool_execution_end")
+    assert end["isError"] is False, result_text(end)[:2000]
+    text = result_text(end)
+    assert text.startswith("xxxx")
+    assert frames[-1]["status"] == "completed"
+
+
+async def test_a_message_over_the_limit_fails_its_call_naming_the_limit(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    (isolated_agent_dir / "config.yml").write_text(
+        "tools:\n  xdev: false\nmcp:\n  maxMessageBytes: 1048576\n")
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    script = [tools_reply(tool_call("c1", "mcp__probe_big", {"mib": 3})),
+              tools_reply(tool_call("c2", "mcp__probe_big", {"mib": 0.5}),
+                          tool_call("c3", "mcp__probe_echo", {"text": "still here"})),
+              text_reply("done")]
+    with trio.fail_after(LIMIT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_big")
+            frames = await host.prompt("too big")
+    ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
+    assert ends["c1"]["isError"] is True
+    text = result_text(ends["c1"])
+    assert "over the limit of 1048576 bytes of one message (mcp.maxMessageBytes" in text, text
+    assert "raise mcp.maxMessageBytes" in text
+    # Nothing else was lost: the server's next answers are read as before.
+    assert ends["c2"]["isError"] is False
+    assert result_text(ends["c3"]).startswith("still here")
+    assert frames[-1]["status"] == "completed"

@@ -568,8 +568,31 @@ async def test_stall_bounded_by_httpx_names_the_limit_that_ran_out(
     assert call.error is not None
     assert call.error.kind == "network"
     assert call.error.message == (f"Stream stalled: no data for {stalled_after:g} s "
-                                  "(stream stall timeout)")
+                                  "(stream stall timeout; stream.idleTimeoutMs in config.yml)")
     assert stalled_after <= took < 5
+
+
+async def test_an_event_that_takes_long_to_arrive_is_progress_keep_alives_are_not() -> None:
+    """A stall is no byte of an event for ``idle_timeout`` (0.3 s): an event trickling in for
+    1.5 s is read whole; keep-alive comments for as long are a stall."""
+    trickle = {"prefix": 'data: {"choices":[{"delta":{"content":"', "fill": "x", "bytes": 30,
+               "every": 0.05, "suffix": '"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'}
+    first = 'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    keep_alives = {"fill": ": keep-alive\n\n", "every": 0.05}
+    options = StreamOptions(api_key="sk-test", first_event_timeout=5, idle_timeout=0.3)
+    context = Context(messages=(user("hi"),))
+    async with open_fake_llm([{"raw": [first], "flood": trickle},
+                              {"raw": [first], "flood": keep_alives}]) as llm:
+        slow, _ = await run_call(make_model(llm, "openai-completions"), context, options)
+        stalled, _ = await run_call(make_model(llm, "openai-completions"), context, options)
+        await llm.wait_for_disconnect()
+    assert slow.error is None
+    assert slow.final is not None
+    assert slow.final.content == [m.TextContent(text="a" + "x" * 30)]
+    assert stalled.error is not None
+    assert stalled.error.kind == "network"
+    assert stalled.error.message.startswith(
+        "Stream stalled: no event (keep-alives only) for 0.3 s (stream stall timeout")
 
 
 @api_param
@@ -665,7 +688,10 @@ async def test_completions_malformed_chunk_is_a_provider_error() -> None:
         call, _ = await run_call(make_model(llm, "openai-completions"),
                                  Context(messages=(user("hi"),)))
     assert call.error is not None
-    assert "Malformed stream event" in call.error.message
+    assert call.error.message.startswith("Malformed stream from ")
+    assert call.error.message.endswith("; it sent: '{not json'")
+    assert call.error.kind == "bad_response"
+    assert not call.error.retryable
     assert call.final is not None
     assert call.final.stopReason == "error"
 

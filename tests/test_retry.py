@@ -106,6 +106,14 @@ def test_error_without_message_is_not_retried() -> None:
     ("prompt is too long: 210000 tokens > 200000 maximum", None, False),
     ("This model's maximum context length is 128000 tokens (500 too many)", 500, False),
     ("The model refused", None, False),
+    # A stream we would not read: the same answer next time, whatever the words it quotes.
+    ("Malformed stream from x: an event is not JSON (...); it sent: 'timeout, overloaded'",
+     None, False),
+    ("Malformed stream event: 'upstream 503'", None, False),  # stored by earlier versions
+    ("Stream over a limit: an event of more than 16777216 bytes (stream.maxEventBytes in "
+     "config.yml)", None, False),
+    ("Stream stalled: no event (keep-alives only) for 120 s (stream stall timeout; "
+     "stream.idleTimeoutMs in config.yml)", None, True),
 ])
 def test_stored_messages_are_classified_by_status_and_text(text: str, status: int | None,
                                                            expected: bool) -> None:

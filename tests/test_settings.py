@@ -328,7 +328,35 @@ MISTAKES = [
      "$.trustedProjects[0]: must be an absolute path or start with ~ (got 'src/app')"),
     ("trustedProjects: ['']\n",
      "$.trustedProjects[0]: must be an absolute path or start with ~ (got '')"),
+    ("mcp:\n  maxMessageBytes: 0\n",
+     "$.mcp.maxMessageBytes: expected a whole number of 1 or more (got 0)"),
+    ("mcp:\n  maxMessageBytes: 1.5\n",
+     "$.mcp.maxMessageBytes: expected a whole number of 1 or more (got 1.5)"),
+    ("stream:\n  maxEventBytes: 0\n", "$.stream.maxEventBytes: must be 1 or more, got 0"),
+    ("stream:\n  idleTimeoutMs: many\n",
+     "$.stream.idleTimeoutMs: expected an integer (got 'many')"),
+    ("stream:\n  maxMessageChars: 20000000\n",
+     "$.stream.maxMessageChars: must be at most 10000000 (its session-file line must fit the "
+     "largest frame), got 20000000"),
 ]
+
+
+def test_the_stream_bounds(tmp_path: Path) -> None:
+    defaults = load_settings(tmp_path).stream
+    assert (defaults.maxEventBytes, defaults.maxMessageChars, defaults.idleTimeoutMs,
+            defaults.maxResponseBytes) == (16 * 1024 * 1024, 4 * 1024 * 1024, 120_000,
+                                           256 * 1024 * 1024)
+    write(tmp_path, "config.yml", "stream:\n  maxEventBytes: 1000\n  idleTimeoutMs: 5000\n")
+    write(tmp_path / "project" / ".omp", "config.yml", "stream:\n  maxResponseBytes: 7\n")
+    chosen = load_settings(tmp_path, tmp_path / "project").stream
+    assert (chosen.maxEventBytes, chosen.idleTimeoutMs, chosen.maxResponseBytes) == (
+        1000, 5000, 7)
+
+
+def test_the_mcp_message_limit(tmp_path: Path) -> None:
+    assert load_settings(tmp_path).mcp_max_message_bytes == 64 * 1024 * 1024
+    write(tmp_path, "config.yml", "mcp:\n  maxMessageBytes: 1000\n")
+    assert load_settings(tmp_path).mcp_max_message_bytes == 1000
 
 
 @pytest.mark.parametrize(("text", "message"), MISTAKES)

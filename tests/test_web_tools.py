@@ -39,7 +39,7 @@ from omp.tools import default_tools
 from omp.tools.base import ToolContext, ToolError, ToolResult
 from omp.tools.read import ReadTool
 from omp.tools.web_fetch import WebFetchTool
-from omp.tools.web_policy import AddressPolicy, WebAccess
+from omp.tools.web_policy import AddressPolicy, AddressRefused, WebAccess
 from omp.tools.web_search import WebSearchTool
 from omp.tools.web_settings import WebSettings
 
@@ -160,6 +160,12 @@ async def test_too_many_redirects(tmp_path: Path, web: FakeWeb, http: HttpClient
     ("http://192.168.1.1/", "private"),
     ("http://[::1]:{port}/secret", "loopback"),
     ("http://[::ffff:127.0.0.2]:{port}/secret", "loopback"),
+    # IPv6 forms that carry an IPv4 address (IPv4-compatible, NAT64, 6to4, Teredo).
+    ("http://[::127.0.0.2]:{port}/secret", "loopback"),
+    ("http://[64:ff9b::7f00:2]:{port}/secret", "loopback"),
+    ("http://[64:ff9b:1::a01:203]:{port}/secret", "private"),
+    ("http://[2002:7f00:2::]:{port}/secret", "loopback"),
+    ("http://[2001:0:4136:e378:8000:63bf:80ff:fffd]:{port}/secret", "loopback"),
     ("http://127.0.0.2:{port}/secret", "loopback"),
     ("http://0.0.0.0:{port}/secret", "unspecified"),
     ("http://100.64.0.1/", "non-public"),
@@ -175,6 +181,44 @@ async def test_a_redirect_to_a_private_address_is_refused(
                                         r"tools reach public addresses only"):
         await fetch(context(tmp_path, http), web.url("/start"))
     assert [r.target for r in web.requests] == ["/start"]  # the target was never contacted
+
+
+@pytest.mark.parametrize(("address", "carried", "public"), [
+    ("::ffff:127.0.0.1", "127.0.0.1", "::ffff:8.8.8.8"),  # IPv4-mapped
+    ("::127.0.0.1", "127.0.0.1", "::8.8.8.8"),  # IPv4-compatible
+    ("64:ff9b::7f00:1", "127.0.0.1", "64:ff9b::808:808"),  # NAT64, the well-known prefix
+    ("64:ff9b:1::7f00:1", "127.0.0.1", "64:ff9b:1::808:808"),  # NAT64 local-use (/96)
+    ("64:ff9b:1::a9fe:a9fe", "169.254.169.254", "64:ff9b:1::808:808"),
+    ("2002:7f00:1::", "127.0.0.1", "2002:808:808::"),  # 6to4
+    ("2002:a00:1:1::1", "10.0.0.1", "2002:808:808:1::1"),
+    # Teredo: the client address is the bitwise NOT of the last 32 bits.
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", "127.0.0.1",
+     "2001:0:4136:e378:8000:63bf:f7f7:f7f7"),
+])
+def test_ipv6_forms_that_carry_an_ipv4_address_are_judged_as_it(address: str, carried: str,
+                                                                 public: str) -> None:
+    with pytest.raises(AddressRefused, match=rf"^example\.com \({carried}\) is a "):
+        AddressPolicy().check("example.com", address)
+    # The same form of a public address passes; an allowed network lets its own forms through.
+    AddressPolicy().check("example.com", public)
+    AddressPolicy.from_settings([f"{carried}/32"]).check("example.com", address)
+
+
+def test_ipv6_addresses_of_their_own_are_judged_as_themselves() -> None:
+    policy = AddressPolicy()
+    for address, kind in (("::1", "loopback"), ("::", "unspecified"), ("fd12::1", "private")):
+        with pytest.raises(AddressRefused, match=f"is a {kind} address"):
+            policy.check(address, address)
+    policy.check("example.com", "2606:4700::1111")
+    # A local-use NAT64 address: every place its IPv4 address could sit (/96, /64, /56, /48)
+    # that holds one must hold a public one (0.0.0.0/8 is what an unused place holds).
+    with pytest.raises(AddressRefused, match=r"\(127\.0\.0\.1\) is a loopback address"):
+        policy.check("example.com", "64:ff9b:1:7f00:0:100::")  # /48
+    with pytest.raises(AddressRefused, match=r"\(10\.0\.0\.1\) is a private address"):
+        policy.check("example.com", "64:ff9b:1:808:8:808:a00:1")  # /48 public, /96 private
+    with pytest.raises(AddressRefused, match=r"\(0\.0\.0\.0\) is a unspecified address"):
+        policy.check("example.com", "64:ff9b:1::")
+    policy.check("example.com", "64:ff9b:1:808:8:808:808:808")
 
 
 async def test_private_addresses_are_refused_after_dns_resolution(

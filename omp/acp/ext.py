@@ -2,8 +2,9 @@
 (docs/guides/acp.md#extension-methods).
 
 As in the original, every request method the protocol does not define arrives here, and one
-this module does not know fails with -32603 ``Unknown ACP ext method: <method>`` (never
--32601, docs/guides/acp.md#errors). Known, from the stored session files (read in a worker thread):
+this module does not know fails with -32601 ``Method not found`` (JSON-RPC 2.0; the original
+answers -32603, docs/guides/acp.md#errors), ``details``: ``Unknown ACP ext method: <method>``.
+Known, from the stored session files (read in a worker thread):
 
 * ``_omp/sessions/listAll {limit?}`` → ``{sessions, total}``: every project's sessions, newest
   first, at most ``limit`` (1-5000, default 1000);
@@ -27,7 +28,7 @@ import trio
 
 from ..rpc.options import ServeOptions
 from ..session.locations import SessionMatch
-from .errors import AcpError
+from .errors import AcpError, MethodNotFound
 from .views import session_info, stored_matches
 
 UNSUPPORTED = {
@@ -40,8 +41,8 @@ UNSUPPORTED = {
 
 async def ext_method(options: ServeOptions, method: str, params: dict[str, Any]
                      ) -> dict[str, Any]:
-    """Answer extension method ``method``. Raises AcpError for an unknown or unsupported one
-    and for bad params. On cancellation the file reads are abandoned."""
+    """Answer extension method ``method``. Raises MethodNotFound for an unknown one, AcpError
+    for an unsupported one and for bad params. On cancellation the file reads are abandoned."""
     if method == "_omp/sessions/listAll":
         limit = _limit(params, default=1000, most=5000)
         found = await _stored(options, None)
@@ -64,7 +65,7 @@ async def ext_method(options: ServeOptions, method: str, params: dict[str, Any]
         return {"sessions": [session_info(x) for x in found[:limit]]}
     if method in UNSUPPORTED:
         raise AcpError(f"ACP ext method {method} is not supported: {UNSUPPORTED[method]}")
-    raise AcpError(f"Unknown ACP ext method: {method}")
+    raise MethodNotFound(f"Unknown ACP ext method: {method}")
 
 
 def projects(found: list[SessionMatch]) -> list[dict[str, Any]]:

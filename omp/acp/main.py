@@ -19,10 +19,13 @@ import sys
 
 import trio
 
+from ..config import ConfigError
 from ..groups import unwrap
-from ..process import adopt_orphans, can_watch_signals, private_memory
+from ..llm.models import ModelRegistry
+from ..process import adopt_orphans, can_watch_signals, hide_environment_block, private_memory
 from ..rpc.lifecycle import Wiring, new_output, stdio_streams
 from ..rpc.options import ServeOptions
+from ..subprocess_env import EnvironmentPolicy
 from .server import SHUTDOWN_GRACE, AcpServer
 
 TTY_HINT = ("omp acp: ACP server speaking JSON-RPC over stdio.\n"
@@ -62,10 +65,24 @@ async def serve_acp(options: ServeOptions, stdin: trio.abc.ReceiveStream,
     wiring.raise_outcome()
 
 
+def _secrets_policy() -> EnvironmentPolicy:
+    """The variables every session of this process keeps from its children: the default
+    excludes and the provider key variables (``models.yml`` ones included; a file that does
+    not load leaves the default excludes, and the session that reads it says why)."""
+    try:
+        names = ModelRegistry.load().key_variables()
+    except (ConfigError, OSError):
+        names = frozenset()
+    return EnvironmentPolicy(provider_variables=names)
+
+
 async def run_acp(options: ServeOptions) -> None:
-    """``serve_acp`` on the process's stdio (``omp acp``). Raises as ``serve_acp``."""
+    """``serve_acp`` on the process's stdio (``omp acp``), the secrets of the environment gone
+    from the block ``/proc/<pid>/environ`` shows (``omp.process.hide_environment_block``).
+    Raises as ``serve_acp``."""
     if sys.stdin.isatty():
         print(TTY_HINT, file=sys.stderr)
+    hide_environment_block(_secrets_policy().is_secret)
     with stdio_streams() as (stdin, stdout), private_memory():
         async with adopt_orphans():
             await serve_acp(options, stdin, stdout, signals=can_watch_signals())

@@ -43,10 +43,11 @@ Bad input: a line that is not JSON, or not a JSON-RPC object, is answered with a
 id is null (-32700 / -32600) and the connection stays up (the original ends the connection
 silently, docs/guides/acp.md#what-differs-from-the-original-and-why); params that do not fit the
 method's schema get -32602 naming the field; a request method the protocol does not define is an
-extension method (``omp.acp.ext``; unknown: -32603 ``Unknown ACP ext method``); an error of the
-handler -32603 ``Internal error`` with ``data.details``, a busy session -32003 (``omp.acp.errors``),
-as the original words them. Any other exception of a handler is -32603 too (``details``: its type
-and message): it fails that request alone, never the connection.
+extension method (``omp.acp.ext``; unknown: -32601 ``Method not found``, as JSON-RPC says, where the
+original answers -32603); an error of the handler -32603 ``Internal error`` with
+``data.details``, a busy session -32003 (``omp.acp.errors``), as the original words them. Any
+other exception of a handler is -32603 too (``details``: its type and message): it fails that
+request alone, never the connection.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ from ..tools.ask import AskTool
 from . import wire as w
 from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
 from .dialogs import ElicitationUI
-from .errors import AcpError, BusyError
+from .errors import AcpError, BusyError, MethodNotFound
 from .ext import ext_method
 from .session import MCP_SETTLE_SECONDS, AcpSession, live
 from .terminal_auth import FLAG as TERMINAL_AUTH_FLAG
@@ -236,6 +237,9 @@ class AcpServer:
             raise
         except BusyError as exc:
             self.error(request_id, exc.code, str(exc), data=exc.data)
+            return
+        except MethodNotFound as exc:
+            self.error(request_id, exc.code, "Method not found", str(exc))
             return
         except (AcpError, SessionError, ConfigError, ClientError) as exc:
             self.error(request_id, w.INTERNAL_ERROR, "Internal error", str(exc))

@@ -9,6 +9,9 @@ The partial message is mutable inside the builder and snapshotted lazily: an eve
 is built (and cached) only when someone asks for it, so a consumer that only needs deltas pays
 nothing per delta for the growing message.
 
+The message has a bound (``max_chars``, ``stream.maxMessageChars``): a delta that would take it
+past raises the ``bad_response`` ProviderError and is not kept.
+
 Emitting is synchronous: an event is handed to ``emit`` and nothing waits per event (a provider
 streams one per token). A consumer that must slow the stream down (a host reading slowly) does
 so through its ``Pace``: the provider's reader (``iter_sse``) awaits ``pace.wait_if_behind()``
@@ -19,6 +22,7 @@ whole message so far).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -29,6 +33,7 @@ import trio
 
 from ..protocol import messages as m
 from ..protocol.payloads import Model
+from .errors import stream_over_limit
 
 EventType = Literal[
     "start", "text_start", "text_delta", "text_end", "thinking_start", "thinking_delta",
@@ -202,6 +207,10 @@ class MessageBuilder:
     emit: Emit
     pace: Pace = NO_PACE
     """The consumer's backpressure; providers pass it to ``iter_sse``."""
+    max_chars: int = sys.maxsize
+    """The most characters of text, thinking, tool arguments and signatures the message may
+    hold (``stream.maxMessageChars``); a delta past it raises the ``bad_response``
+    ProviderError and is not kept."""
     usage: m.Usage = attrs.field(factory=m.Usage.zero)
     stop_reason: m.StopReason = "stop"
     error_message: str | None = None
@@ -212,6 +221,7 @@ class MessageBuilder:
     _keys: dict[Any, int] = attrs.field(factory=dict)
     _snapshot: m.AssistantMessage | None = None
     _t0: float = attrs.field(factory=time.monotonic)
+    _chars: int = 0
     _ttft: float | None = None
     _duration: float | None = None
 
@@ -261,6 +271,7 @@ class MessageBuilder:
         block = self._blocks[index]
         if block.closed:
             raise RuntimeError(f"provider bug: delta for block {index} after it was closed")
+        self._grow(len(delta))
         block.parts.append(delta)
         self._snapshot = None
         if (event := _DELTA_EVENT[block.kind]) is not None:
@@ -268,6 +279,7 @@ class MessageBuilder:
 
     def set_signature(self, key: Any, signature: str, *, append: bool = False) -> None:
         block = self._blocks[self._keys[key]]
+        self._grow(len(signature) - (0 if append else len(block.signature or "")))
         block.signature = (block.signature or "") + signature if append else signature
         self._snapshot = None
 
@@ -281,10 +293,19 @@ class MessageBuilder:
         if name:
             block.tool_name = name
         if arguments_json is not None:
+            self._grow(len(arguments_json) - sum(map(len, block.parts)))
             block.parts[:] = [arguments_json]
         if thought_signature is not None:
             block.thought_signature = thought_signature
         self._snapshot = None
+
+    def _grow(self, chars: int) -> None:
+        """Count ``chars`` more characters; raises the ProviderError of a message over
+        ``max_chars`` (nothing is counted then)."""
+        if self._chars + chars > self.max_chars:
+            raise stream_over_limit(f"a message of more than {self.max_chars} characters",
+                                    "maxMessageChars", self.model.provider, self.model.id)
+        self._chars += chars
 
     def close(self, key: Any) -> None:
         """End the block under ``key`` (emits ``*_end`` with the block's final content)."""

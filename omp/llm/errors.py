@@ -18,6 +18,12 @@ assistant's ``errorMessage``, written the way the original omp writes it, becaus
 * **A bug of ours** (any exception that is neither a transport error nor a ProviderError):
   ``Internal error: <ExceptionType>: <text>``, kind ``internal``, never retried: re-running the
   turn would only repeat the bug, and its tools with it.
+* **A stream we will not read**, kind ``bad_response``, never retried (the same request gets the
+  same answer; a malformed stream was retried ten times over 48 s before): one that does not
+  parse, ``Malformed stream from <provider>: <what>; it sent: <the provider's text>``
+  (``malformed_stream``), and one over a bound of the ``stream`` settings, ``Stream over a
+  limit: <what> (stream.<setting> in config.yml)`` (``stream_over_limit``). A stall (no
+  progress for ``stream.idleTimeoutMs``) is a transport failure, ``network``: retried.
 
 One classifier per question, used by the live path (kinds) and by the retry policy for a stored
 message that has no ProviderError any more: ``is_overflow_text`` (the prompt no longer fits the
@@ -54,12 +60,18 @@ if TYPE_CHECKING:
 
 ErrorKind = Literal[
     "auth", "rate_limit", "overloaded", "server", "context_overflow", "bad_request", "network",
-    "internal",
+    "internal", "bad_response",
 ]
 RETRYABLE: frozenset[ErrorKind] = frozenset({"rate_limit", "overloaded", "server", "network"})
 
 INTERNAL_PREFIX = "Internal error: "
 """How the message of a failure of our own begins (kind ``internal``)."""
+MALFORMED_PREFIX = "Malformed stream"
+"""How the message of a stream that does not parse begins (kind ``bad_response``)."""
+OVER_LIMIT_PREFIX = "Stream over a limit: "
+"""How the message of a stream over a ``stream.*`` bound begins (kind ``bad_response``)."""
+SENT_CHARS = 300
+"""How much of what a malformed stream sent is quoted."""
 REDACTED = "[redacted]"
 """What a secret is replaced with in an error text."""
 
@@ -97,6 +109,9 @@ _TRANSIENT = (
 )
 # Out of credit answers 429, but waiting does not help: it is a billing problem.
 _QUOTA = r"insufficient_quota|exceeded your current quota"
+# A stream we would not read, as our texts begin (the adapters' older "Malformed Anthropic
+# stream event" and "Malformed Gemini stream chunk" included): the same answer next time.
+_BAD_RESPONSE = r"Malformed\b|Stream over a limit\b"
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _PATH = re.compile(r"(?<![\w:/])(?:/[\w.\-]+){2,}")
 _USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s?#@]+@")
@@ -145,12 +160,12 @@ def is_overflow_text(text: str, status: int | None = None) -> bool:
 def is_transient_text(text: str, status: int | None = None) -> bool:
     """Waiting and sending the same request again may succeed. The one transient classifier.
 
-    Never for an overflow (compaction handles it), an out-of-credit answer, or a failure of our
-    own. With an HTTP status, the status decides (408, 409, 425, 429, 5xx); without one, the
-    wording does.
+    Never for an overflow (compaction handles it), an out-of-credit answer, a stream that did
+    not parse or went over a bound, or a failure of our own. With an HTTP status, the status
+    decides (408, 409, 425, 429, 5xx); without one, the wording does.
     """
     if (is_overflow_text(text, status) or text.startswith(INTERNAL_PREFIX)
-            or re.search(_QUOTA, text, re.IGNORECASE)):
+            or re.match(_BAD_RESPONSE, text) or re.search(_QUOTA, text, re.IGNORECASE)):
         return False
     if status is not None:
         return status in _TRANSIENT_STATUS or status >= 500
@@ -367,6 +382,24 @@ def from_stream_error(message: str, provider: str, model: str, *,
     else:
         kind = "server"
     return ProviderError(kind=kind, message=scrub(message), provider=provider, model=model)
+
+
+def malformed_stream(what: str, sent: str | bytes, provider: str, model: str) -> ProviderError:
+    """A stream that does not parse: ``what`` went wrong, ``sent`` is what the provider sent
+    (quoted, at most ``SENT_CHARS`` of it). Kind ``bad_response``: never retried."""
+    if isinstance(sent, bytes):
+        sent = sent.decode("utf-8", "replace")
+    quoted = sent if len(sent) <= SENT_CHARS else sent[:SENT_CHARS] + "…"
+    return ProviderError(kind="bad_response", provider=provider, model=model,
+                         message=f"{MALFORMED_PREFIX} from {provider}: {what}; it sent: "
+                                 f"{quoted!r}")
+
+
+def stream_over_limit(what: str, setting: str, provider: str, model: str) -> ProviderError:
+    """A stream over one of the ``stream`` settings' bounds: ``what`` is over, ``setting``
+    names the key. Kind ``bad_response``: never retried."""
+    return ProviderError(kind="bad_response", provider=provider, model=model,
+                         message=f"{OVER_LIMIT_PREFIX}{what} (stream.{setting} in config.yml)")
 
 
 def _system_error_name(exc: BaseException, default: str) -> str:

@@ -131,7 +131,8 @@ class ModelCall:
         cancellation the HTTP stream is closed, ``self.final`` is set to the aborted message
         (no event is emitted: the caller is being cancelled) and ``Cancelled`` propagates.
         """
-        out = self._builder = MessageBuilder(self.model, emit, pace)
+        out = self._builder = MessageBuilder(self.model, emit, pace,
+                                             max_chars=self.options.max_message_chars)
         provider = self.model.provider
         try:
             fn = _load(self.model.api)

@@ -15,6 +15,21 @@ CONNECT_SECONDS = 30.0
 """httpx's bound on opening a connection; every other wait of a call is one of our watchdogs
 (``first_event_timeout`` and ``idle_timeout`` below)."""
 
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The largest SSE event a provider may send (``stream.maxEventBytes``). A real one is a token,
+or at most a whole answer repeated at its end (the Responses API's ``response.completed``)."""
+MAX_MESSAGE_CHARS = 4 * 1024 * 1024
+"""The largest assistant message, in characters of text, thinking, tool arguments and
+signatures (``stream.maxMessageChars``): eight times what the models with the longest answers
+(128k output tokens) can write."""
+MAX_MESSAGE_CHARS_LIMIT = 10_000_000
+"""The most ``stream.maxMessageChars`` may be: a message of that many characters is at most 60 MB
+of JSON (six bytes a character, ``\\u0001``), so its session-file line stays within the
+largest frame the output path allows (``MAX_REASSEMBLED_FRAME_BYTES``, 64 MiB)."""
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+"""Everything one response may send (``stream.maxResponseBytes``): about five times what the
+longest real answer streams (128k tokens of chat-completions chunks, some 300 bytes each)."""
+
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 """Every level, lowest first; clamping and cycling rank levels by this order."""
 
@@ -62,7 +77,11 @@ class StreamOptions(msgspec.Struct, frozen=True):
     """Seconds to wait for the response headers and the first event
     (docs/design/agent-loop.md#provider-adapters)."""
     idle_timeout: float = 120.0
-    """Seconds allowed between two events before the stream counts as stalled."""
+    """Seconds allowed without progress (no event: no byte, or keep-alive comments only)
+    before the stream counts as stalled (``stream.idleTimeoutMs``)."""
+    max_event_bytes: int = MAX_EVENT_BYTES
+    max_message_chars: int = MAX_MESSAGE_CHARS
+    max_response_bytes: int = MAX_RESPONSE_BYTES
 
 
 Api = Literal["openai-completions", "openai-responses", "anthropic-messages",

@@ -58,7 +58,7 @@ from ..tools.truncate import elide_middle
 from .auth import BearerAuth, McpOAuth, credential_id, wants_oauth
 from .config import ServerConfig, resolve_value
 from .naming import mint_name
-from .transport import open_transport
+from .transport import MAX_MESSAGE_BYTES, open_transport
 
 CLIENT_INFO = types.Implementation(name="omp-coding-agent", version="1.0.0")
 BACKOFF = (0.5, 1.0, 2.0, 4.0)
@@ -103,6 +103,8 @@ class Connection:
     """``mcp.notifications``: subscribe to the listed resources (when the server can)."""
     on_resource_updated: Callable[[Connection, str], None] | None = None
     """Called with the URI of a subscribed resource the server says changed."""
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """``mcp.maxMessageBytes``: the longest line a stdio server may write."""
     _subscribed: set[str] = attrs.field(factory=set)
     _printed: set[str] = attrs.field(factory=set)
     """What the entry's ``!command`` values printed (redacted like the other values)."""
@@ -242,7 +244,8 @@ class Connection:
         with trio.CancelScope(deadline=math.inf if timeout is None
                               else trio.current_time() + timeout) as deadline:
             async with open_transport(self.config, self.cwd, self.environ, self.policy,
-                                      auth, self._printed, extra_env) as (
+                                      auth, self._printed, extra_env,
+                                      self.max_message_bytes) as (
                     read, write, closed), ClientSession(
                     read, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                     list_roots_callback=self._roots) as session, trio.open_nursery() as nursery:
@@ -556,6 +559,9 @@ def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException,
         failure, retryable, code = "json_rpc", "no", exc.error.code
         message = f"MCP error {exc.error.code}: {exc.error.message}"
         advice = "Check the tool arguments against its schema, then retry."
+        if isinstance(exc.error.data, dict) and exc.error.data.get("reason") == (
+                "message_too_large"):  # omp.mcp.transport.too_large
+            advice = "Ask the tool for less, or raise mcp.maxMessageBytes in config.yml."
     elif isinstance(exc, ServerDown):
         failure, retryable = "connect", "yes"
         message = f'MCP server "{conn.name}" is not connected: {exc}'

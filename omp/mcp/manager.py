@@ -133,6 +133,7 @@ class McpManager:
                 Connection, cwd=self.session.cwd, on_change=self._changed, emit=self.emit,
                 environ=env, policy=self.session.tool_context.environment, oauth=oauth,
                 on_auth_required=self._auth_required, subscribe=updates is not None,
+                max_message_bytes=settings.mcp_max_message_bytes,
                 on_resource_updated=None if updates is None else functools.partial(
                     _updated, updates))
             for config in self.enabled:

@@ -7,9 +7,14 @@ environment every tool child gets (the session's ``EnvironmentPolicy``) plus the
 ``bash``: its stdin is closed (the MCP way to ask a stdio server to exit), then
 ``kill_process_group`` (SIGTERM to the group, ``KILL_GRACE`` seconds, SIGKILL), shielded with its
 own deadline, so no server or grandchild outlives the connection, whatever cancelled it. Lines
-on its stdout are JSON-RPC messages parsed by the SDK's own types (``JSONRPCMessage``); a line
-that is not one reaches the session as an exception, as the SDK's ``stdio_client`` does. Its
-stderr is ours (the server's log goes where our log goes).
+on its stdout (``omp.mcp.lines``: linear in a line's length) are JSON-RPC messages parsed by
+the SDK's own types (``JSONRPCMessage``); a line that is not one reaches the session as an
+exception, as the SDK's ``stdio_client`` does. A line over ``max_message_bytes``
+(``mcp.maxMessageBytes``, by default the RPC reader's 64 MiB) is dropped as it arrives, and the
+request it answered (``omp.mcp.lines.answered_ids``, among the requests sent and not yet
+answered) gets a JSON-RPC error naming the limit in its place, so that call fails at once
+instead of at its timeout (or never). Its stderr is ours (the server's log goes where our log
+goes).
 
 Both yield the pair of anyio memory streams ``mcp.ClientSession`` takes, plus ``closed``: an
 event set when the server went away (stdout EOF, a broken stdin), which ends the connection.
@@ -32,8 +37,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from ..process import kill_process_group, open_process_group
+from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
 from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy, child_environment
 from .config import ServerConfig, resolve_value
+from .lines import Oversized, RequestId, StdioLines, answered_ids
 
 KILL_GRACE = 1.0
 """Seconds between SIGTERM and SIGKILL to a stdio server's group."""
@@ -42,6 +49,8 @@ COMMAND_SECONDS = 10.0
 COMMAND_OUTPUT_LIMIT = 64 * 1024
 """The most of a ``!command``'s stdout that is read (a secret is a line)."""
 READ_CHUNK = 64 * 1024
+MAX_MESSAGE_BYTES = DEFAULT_MAX_LINE_BYTES
+"""The largest line read from a stdio server (``mcp.maxMessageBytes``), the RPC reader's."""
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
                 MemoryObjectSendStream[SessionMessage], trio.Event]
@@ -52,15 +61,18 @@ async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, 
                          policy: EnvironmentPolicy = DEFAULT_POLICY,
                          auth: httpx.Auth | None = None,
                          secrets: set[str] | None = None,
-                         extra_env: Mapping[str, str] | None = None) -> AsyncIterator[Streams]:
+                         extra_env: Mapping[str, str] | None = None,
+                         max_message_bytes: int = MAX_MESSAGE_BYTES) -> AsyncIterator[Streams]:
     """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
     through the session's ``policy``, then the entry's ``env``; an HTTP server's requests
     pass ``auth``, ``omp.mcp.auth.BearerAuth``; the values ``!command``s printed are added to
     ``secrets``, for redaction; ``extra_env``: more of a stdio server's environment, over the
-    entry's, e.g. its ``OAUTH_ACCESS_TOKEN``). Raises OSError when a stdio server cannot be
-    started. On exit (cancellation included) everything it started is ended."""
+    entry's, e.g. its ``OAUTH_ACCESS_TOKEN``; ``max_message_bytes``: the longest line a
+    stdio server may write). Raises OSError when a stdio server cannot be started. On exit
+    (cancellation included) everything it started is ended."""
     if config.transport == "stdio":
-        async with _stdio(config, cwd, environ, policy, secrets, extra_env or {}) as streams:
+        async with _stdio(config, cwd, environ, policy, secrets, extra_env or {},
+                          max_message_bytes) as streams:
             yield streams
     else:
         headers = await resolve_values(config.headers, environ, cwd, policy, secrets,
@@ -126,7 +138,7 @@ async def _command_value(command: str, environ: Mapping[str, str], cwd: Path,
 @contextlib.asynccontextmanager
 async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
                  policy: EnvironmentPolicy, secrets: set[str] | None,
-                 extra_env: Mapping[str, str]) -> AsyncIterator[Streams]:
+                 extra_env: Mapping[str, str], limit: int) -> AsyncIterator[Streams]:
     assert config.command is not None
     values = await resolve_values(config.env, environ, cwd, policy, secrets,
                                   literal=config.literal)
@@ -141,9 +153,28 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
     assert proc.stdout is not None
     assert proc.stdin is not None
     stdout, stdin = proc.stdout, proc.stdin
+    # Our requests sent and not answered yet: which call an over-long line may have answered.
+    pending: set[RequestId] = set()
+
+    async def deliver(line: bytearray | Oversized) -> None:
+        item: SessionMessage | Exception
+        if isinstance(line, Oversized):
+            for request_id in answered_ids(line, pending):
+                pending.discard(request_id)
+                await to_session.send(SessionMessage(types.JSONRPCMessage(types.JSONRPCError(
+                    jsonrpc="2.0", id=request_id, error=too_large(line)))))
+            return
+        try:
+            item = SessionMessage(types.JSONRPCMessage.model_validate_json(line))
+        except ValueError as exc:
+            item = exc
+        else:
+            if isinstance(item.message.root, types.JSONRPCResponse | types.JSONRPCError):
+                pending.discard(item.message.root.id)
+        await to_session.send(item)
 
     async def read() -> None:
-        buffer = b""
+        lines = StdioLines(limit)
         async with to_session:
             while True:
                 try:
@@ -151,22 +182,22 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
                 if not data:
+                    for line in lines.close():
+                        await deliver(line)
                     closed.set()
                     return
-                *lines, buffer = (buffer + data).split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    item: SessionMessage | Exception
-                    try:
-                        item = SessionMessage(types.JSONRPCMessage.model_validate_json(line))
-                    except ValueError as exc:
-                        item = exc
-                    await to_session.send(item)
+                for line in lines.feed(data):
+                    await deliver(line)
 
     async def write() -> None:
         async with from_session:
             async for message in from_session:
+                root = message.message.root
+                if isinstance(root, types.JSONRPCRequest):
+                    pending.add(root.id)
+                elif (isinstance(root, types.JSONRPCNotification)
+                      and root.method == "notifications/cancelled" and root.params):
+                    pending.discard(root.params.get("requestId"))  # no answer is awaited
                 data = message.message.model_dump_json(by_alias=True, exclude_none=True)
                 try:
                     await stdin.send_all(data.encode() + b"\n")
@@ -186,6 +217,15 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
         with contextlib.suppress(OSError):
             proc.stdin.close()  # type: ignore[attr-defined]  # a FdStream: close() is sync
         await kill_process_group(proc, KILL_GRACE)
+
+
+def too_large(line: Oversized) -> types.ErrorData:
+    """The error that takes the place of an answer over the limit."""
+    return types.ErrorData(
+        code=types.INTERNAL_ERROR, data={"reason": "message_too_large", "size": line.size,
+                                         "limit": line.limit},
+        message=f"the server's answer was {line.size} bytes, over the limit of {line.limit} "
+                "bytes of one message (mcp.maxMessageBytes in config.yml); it was dropped")
 
 
 @contextlib.asynccontextmanager

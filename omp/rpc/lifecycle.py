@@ -45,6 +45,7 @@ from ..process import (
     adopt_orphans,
     can_watch_signals,
     end_orphans_soon,
+    hide_environment_block,
     private_memory,
     watch_stop_signals,
 )
@@ -494,8 +495,12 @@ async def run_on_stdio(runtime: Runtime, front: Callable[[trio.abc.ReceiveStream
     the writer stdout (``write`` False: nothing is written, ``omp -p``), and meanwhile anything
     else written to fd 1 goes to stderr; the stop signals are handled (in the main thread) and
     descendants re-parented to the process are ended on return; meanwhile the process's memory
-    and environment are not readable by its children (``omp.process.private_memory``). Raises
-    as ``run_lifecycle``; on cancellation as ``run_lifecycle`` too."""
+    and environment are not readable by its children (``omp.process.private_memory``), and
+    the secrets of its environment (the session's ``EnvironmentPolicy.is_secret``) are gone
+    from the block ``/proc/<pid>/environ`` shows for good (``hide_environment_block``: they
+    were read into ``os.environ`` at the start). Raises as ``run_lifecycle``; on cancellation
+    as ``run_lifecycle`` too."""
+    hide_environment_block(runtime.session.tool_context.environment.is_secret)
     with stdio_streams() as (stdin, stdout), private_memory():
         async with adopt_orphans():
             await run_lifecycle(runtime, stdout if write else None, front(stdin), task_status,

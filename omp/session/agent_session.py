@@ -129,7 +129,8 @@ class AgentSession:
     def __attrs_post_init__(self) -> None:
         self.store = SessionStore(self.cwd, self.publish, self._sessions_directory)
         self.models = ModelControl(self.registry, self._start_model, self.publish,
-                                   self.store.persist, self.http, self._start_thinking)
+                                   self.store.persist, self.http, self._start_thinking,
+                                   stream=self.settings.stream)
         self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup,
                            gate=self.approval)
         self.runs = RunCoordinator(self.agent, self, self.publish, self.aborts,

@@ -24,6 +24,7 @@ from ..protocol.payloads import Model
 from .context import BranchSettings
 from .errors import SessionError
 from .file import SessionFile
+from .settings import StreamSettings
 from .sink import Published
 
 
@@ -39,6 +40,8 @@ class ModelControl(msgspec.Struct, eq=False):
     """What the host asked for."""
     fast_mode: bool = False
     """``set_fast_mode``: ask for the model's priority tier when it has one."""
+    stream: StreamSettings = msgspec.field(default_factory=StreamSettings)
+    """The ``stream`` settings: the bounds every call of the session gets."""
 
     @property
     def thinking_level(self) -> ThinkingLevel:
@@ -157,7 +160,11 @@ class ModelControl(msgspec.Struct, eq=False):
                              prepare=functools.partial(self._fresh_headers, model)
                              if oauth else None,
                              thinking=self.thinking_level,
-                             service_tier=fast_service_tier(model) if self.fast_mode else None)
+                             service_tier=fast_service_tier(model) if self.fast_mode else None,
+                             idle_timeout=self.stream.idleTimeoutMs / 1000,
+                             max_event_bytes=self.stream.maxEventBytes,
+                             max_message_chars=self.stream.maxMessageChars,
+                             max_response_bytes=self.stream.maxResponseBytes)
 
     async def _fresh_headers(self, model: Model) -> dict[str, str]:
         """The request headers of ``model`` with its OAuth login renewed first when it is

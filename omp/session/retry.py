@@ -8,7 +8,8 @@ scope, removing the failed message, ``continue()``); this module only decides:
   ended in ``error`` (never ``aborted``), and the failure is transient: rate limits, overload,
   5xx and transport failures (a dropped or stalled stream included). Never a context overflow
   (compaction handles those, docs/design/sessions.md#when-compaction-runs), an auth failure, a
-  request the provider rejected, or a failure of our own (kind ``internal``).
+  request the provider rejected, a stream that did not parse or went over a ``stream`` bound (kind
+  ``bad_response``), or a failure of our own (kind ``internal``).
 * ``backoff_delay``: ``min(baseDelayMs · 2^(n-1), 8 s) · (1 - rand·0.25)`` for retry ``n``;
   a provider's ``retry-after`` wins when longer, and one longer than ``maxDelayMs`` ends the
   saga at once (``RetryWaitTooLong``).

@@ -31,7 +31,9 @@ Files, lowest precedence first:
    (docs/guides/mcp.md#xd-devices): ``tools.xdev`` (bool, default true: MCP tools are ``xd://``
    devices), ``tools.xdevDocs`` (``builtins``, ``inline`` or ``catalog``) and
    ``tools.xdevInlineDevices`` (a list of globs); ``mcp.notifications`` (bool, default false)
-   and ``mcp.notificationDebounceMs`` (a whole number, default 500): resource updates. TTSR
+   and ``mcp.notificationDebounceMs`` (a whole number, default 500): resource updates;
+   ``mcp.maxMessageBytes`` (a whole number, default 64 MiB): the longest line a stdio server
+   may write. TTSR
    rules (docs/guides/approval.md#rule-settings): ``ttsr.enabled``, ``ttsr.contextMode``,
    ``ttsr.interruptMode``, ``ttsr.repeatMode``, ``ttsr.repeatGap``, ``ttsr.builtinRules``,
    ``ttsr.disabledRules``; a wrong value is an error naming the key.
@@ -40,8 +42,8 @@ The global file is shared with the original, which has many sections we do not m
 ``lsp``, ...): they are ignored silently (``_ORIGINAL_TOP_LEVEL`` lists the original's top-level
 keys). Any other top-level key, in any of the files (most likely a typo: ``compactoin``), is
 ignored with a warning on stderr naming the file, ``$.key`` and the closest known key when one
-is close; the start goes on. Inside the sections we do model (``compaction``,
-``retry``, ``bash``, ``task``, ``async``, ``skills``; ``localModels`` is ours) the original has
+is close; the start goes on. Inside the sections we do model (``compaction``, ``retry``,
+``bash``, ``task``, ``async``, ``skills``; ``localModels`` and ``stream`` are ours) the original has
 more keys than we use, and adds some between versions, so an unmodelled key is never an error: a
 key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a
 typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we model
@@ -109,7 +111,17 @@ web:                      # omp.tools.web_settings: web_fetch, web_search, read 
   searchProvider: auto    # auto, brave, exa, tavily, kagi
   searchBaseUrls: {}      # global only; provider -> API root (a proxy, a test server)
   searchApiKeys: {}       # global only; provider -> key or the variable holding it
+stream:                   # bounds on what a provider may send (omp.llm.sse, omp.llm.builder)
+  maxEventBytes: 16777216     # the largest server-sent event (16 MiB)
+  maxMessageChars: 4194304    # the largest answer: text, thinking, tool arguments, signatures
+  idleTimeoutMs: 120000       # the longest time without an event (the stall watchdog)
+  maxResponseBytes: 268435456 # everything one response sends (256 MiB)
 ```
+
+``stream``: each bound fails the turn with an error naming its key, never retried (a stall,
+the one transient failure among them, is); the defaults are far beyond what a real model sends.
+``maxMessageChars`` may be at most 10,000,000, so that the message's session-file line stays
+within the largest frame (``omp.llm.types.MAX_MESSAGE_CHARS_LIMIT``).
 
 ``shellEnvironmentPolicy`` and ``bash.passProviderKeys``: what subprocesses (the ``bash`` tool,
 RPC ``bash``, ripgrep, MCP servers) inherit, so that a command such as ``env`` cannot copy
@@ -144,6 +156,13 @@ from ..config import (
     structure,
     warn,
 )
+from ..llm.types import (
+    MAX_EVENT_BYTES,
+    MAX_MESSAGE_CHARS,
+    MAX_MESSAGE_CHARS_LIMIT,
+    MAX_RESPONSE_BYTES,
+)
+from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
 from ..subprocess_env import EnvironmentPolicy
 from ..tools.web_settings import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
 from ..tools.web_settings import WebSettings
@@ -185,6 +204,16 @@ class RetrySettings(msgspec.Struct, kw_only=True):
     """Backoff of the first retry; doubled per retry up to 8 s, with up to 25% jitter off."""
     maxDelayMs: int = 300_000
     """Longest ``retry-after`` wait honoured; a provider asking for more fails the retry."""
+
+
+class StreamSettings(msgspec.Struct, kw_only=True):
+    """Bounds on what a provider may send (ours; ``StreamOptions`` carries them to a call)."""
+
+    maxEventBytes: int = MAX_EVENT_BYTES
+    maxMessageChars: int = MAX_MESSAGE_CHARS
+    idleTimeoutMs: int = 120_000
+    """Without an event for this long, the stream counts as stalled (a retryable failure)."""
+    maxResponseBytes: int = MAX_RESPONSE_BYTES
 
 
 class BashPattern(msgspec.Struct, kw_only=True):
@@ -328,6 +357,8 @@ class Settings(msgspec.Struct, kw_only=True):
     """The ``shellEnvironmentPolicy`` section (global file and overlays only)."""
     local_models: LocalModelsSettings = msgspec.field(default_factory=LocalModelsSettings)
     """The ``localModels`` section."""
+    stream: StreamSettings = msgspec.field(default_factory=StreamSettings)
+    """The ``stream`` section: bounds on what a provider may send."""
     disabled_providers: frozenset[str] = frozenset()
     """The original's ``disabledProviders``: context-file, MCP and rule sources left out
     (``agents-md``, ``claude``, ``native``, ``cursor``, ...)."""
@@ -358,6 +389,9 @@ class Settings(msgspec.Struct, kw_only=True):
     resources and tell the model when they change."""
     mcp_notification_debounce_ms: int = 500
     """``mcp.notificationDebounceMs``: updates within this window are told together."""
+    mcp_max_message_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """``mcp.maxMessageBytes``: the longest line (one JSON-RPC message) a stdio MCP server
+    may write; a longer answer fails its call naming this limit."""
 
     def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
         """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
@@ -397,7 +431,8 @@ _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": Re
                                    "async": AsyncSettings, "skills": SkillSettings,
                                    "web": WebSettings,
                                    "shellEnvironmentPolicy": ShellEnvironmentSettings,
-                                   "localModels": LocalModelsSettings}
+                                   "localModels": LocalModelsSettings,
+                                   "stream": StreamSettings}
 _ATTRIBUTE = {"async": "async_", "localModels": "local_models"}
 """Sections whose attribute name differs from their key (a Python keyword, or two words)."""
 _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoundCommands"}),
@@ -432,6 +467,7 @@ _ORIGINAL_KEYS = {
     "web": frozenset(),
     "shellEnvironmentPolicy": frozenset(),
     "localModels": frozenset(),
+    "stream": frozenset(),
 }
 
 
@@ -482,6 +518,7 @@ class _File(msgspec.Struct, kw_only=True):
     shellEnvironmentPolicy: ShellEnvironmentSettings = msgspec.field(
         default_factory=ShellEnvironmentSettings)
     local_models: LocalModelsSettings = msgspec.field(default_factory=LocalModelsSettings)
+    stream: StreamSettings = msgspec.field(default_factory=StreamSettings)
     trustedProjects: list[str] | None = None
 
 
@@ -574,6 +611,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         environment=ShellEnvironmentSettings(
                             **merged["shellEnvironmentPolicy"]),
                         local_models=LocalModelsSettings(**merged["localModels"]),
+                        stream=StreamSettings(**merged["stream"]),
                         disabled_providers=frozenset(extras.disabled_providers),
                         enabled_providers=frozenset(extras.enabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
@@ -582,7 +620,8 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         xdev=extras.xdev, xdev_docs=extras.xdev_docs,
                         xdev_inline_devices=tuple(extras.xdev_inline_devices),
                         mcp_notifications=extras.mcp_notifications,
-                        mcp_notification_debounce_ms=extras.mcp_notification_debounce_ms)
+                        mcp_notification_debounce_ms=extras.mcp_notification_debounce_ms,
+                        mcp_max_message_bytes=extras.mcp_max_message_bytes)
     return settings
 
 
@@ -604,6 +643,7 @@ class _Extras(msgspec.Struct):
     xdev_inline_devices: list[str] = msgspec.field(default_factory=list)
     mcp_notifications: bool = False
     mcp_notification_debounce_ms: int = 500
+    mcp_max_message_bytes: int = DEFAULT_MAX_LINE_BYTES
 
     def read(self, raw: dict[Any, Any], path: Path, *, project: bool = False) -> list[str]:
         """Take what ``raw`` (the file ``path``; ``project``: a project's own file) says;
@@ -689,6 +729,12 @@ class _Extras(msgspec.Struct):
                 raise problem(path, "$.mcp.notificationDebounceMs",
                               f"expected a whole number of 0 or more (got {value!r})")
             self.mcp_notification_debounce_ms = value
+            return True
+        if dotted == "mcp.maxMessageBytes":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise problem(path, "$.mcp.maxMessageBytes",
+                              f"expected a whole number of 1 or more (got {value!r})")
+            self.mcp_max_message_bytes = value
             return True
         if dotted == "todo.remindersMax":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -842,6 +888,13 @@ def _validate(file: _File, path: Path) -> None:
     for where, value in checks:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
+    for key in _fields(StreamSettings):
+        if (value := getattr(file.stream, key)) < 1:
+            raise problem(path, f"$.stream.{key}", f"must be 1 or more, got {value}")
+    if file.stream.maxMessageChars > MAX_MESSAGE_CHARS_LIMIT:
+        raise problem(path, "$.stream.maxMessageChars",
+                      f"must be at most {MAX_MESSAGE_CHARS_LIMIT} (its session-file line must "
+                      f"fit the largest frame), got {file.stream.maxMessageChars}")
     for where, what in _validate_web(file.web):
         raise problem(path, where, what)
     _validate_environment(file.shellEnvironmentPolicy, path)

@@ -19,6 +19,8 @@ Streaming rules, the same for every format:
   entries count; with ``raw``, after ``N`` raw lines), before any finish. ``dropAfter`` closes
   the TCP connection mid-body; ``hangAfter`` keeps it open, silent, until the client goes away.
 - ``errorEvent`` replaces the finish with the provider's in-stream error; the body then ends.
+- ``flood`` follows ``raw`` (or replaces ``chunks``): bytes made as they are sent, in writes of
+  about 64 KiB, never held whole; without ``bytes`` they go on until the client goes away.
 - A client that goes away before the response is complete (a failed write, or EOF on the socket
   while streaming, waiting or hanging) is counted in ``FakeLLM.disconnects``.
 """
@@ -45,7 +47,7 @@ from msgspec import UNSET
 
 from ..groups import unwrap
 from .listen import accept_forever, one_listener
-from .script import Chunk, Reply, Script, ScriptUsage, ToolCallChunk, load_script
+from .script import Chunk, Flood, Reply, Script, ScriptUsage, ToolCallChunk, load_script
 
 __all__ = [
     "FakeLLM",
@@ -396,6 +398,24 @@ async def _send_bad_request(conn: h11.Connection, stream: trio.SocketStream,
             + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
 
 
+async def _send_flood(conn: h11.Connection, stream: trio.SocketStream, flood: Flood) -> None:
+    """``flood``'s bytes, made as they are sent (endless: until the client goes away)."""
+    fill = flood.fill.encode() or b"x"
+    piece = fill if flood.every > 0 else fill * max(1, _FLUSH_BYTES // len(fill))
+    if flood.prefix:
+        await stream.send_all(conn.send(h11.Data(data=flood.prefix.encode())))
+    left = None if flood.bytes is UNSET else flood.bytes
+    while left is None or left > 0:
+        data = piece if left is None or left >= len(piece) else piece[:left]
+        await stream.send_all(conn.send(h11.Data(data=data)))
+        if left is not None:
+            left -= len(data)
+        if flood.every > 0:
+            await trio.sleep(flood.every)
+    if flood.suffix:
+        await stream.send_all(conn.send(h11.Data(data=flood.suffix.encode())))
+
+
 async def _write_stream(conn: h11.Connection, stream: trio.SocketStream,
                         request: RecordedRequest, reply: Reply, api: type[_Renderer] | None,
                         state: _StreamState, serial: int) -> None:
@@ -418,6 +438,14 @@ async def _write_stream(conn: h11.Connection, stream: trio.SocketStream,
             out.clear()
             await stream.send_all(conn.send(h11.Data(data=data)))
 
+    if reply.flood is not UNSET:
+        for line in [] if reply.raw is UNSET else reply.raw:
+            out += line.encode() + b"\n"
+        await flush()
+        await _send_flood(conn, stream, reply.flood)
+        await stream.send_all(conn.send(h11.EndOfMessage()))
+        state.finished = True
+        return
     items: Sequence[Chunk] | list[str] = reply.chunks if reply.raw is UNSET else reply.raw
     drop = len(items) + 1 if reply.dropAfter is UNSET else min(reply.dropAfter, len(items))
     hang = len(items) + 1 if reply.hangAfter is UNSET else min(reply.hangAfter, len(items))

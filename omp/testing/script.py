@@ -20,7 +20,9 @@ As JSON (``python -m omp.testing.fake_llm --script FILE``)::
       {"status": 429, "headers": {"retry-after": "3"},
        "body": {"error": {"message": "rate limited", "type": "rate_limit_error"}}},
       {"chunks": [{"text": "partial"}], "dropAfter": 1},
-      {"chunks": [{"text": "never finishes"}], "hangAfter": 1}
+      {"chunks": [{"text": "never finishes"}], "hangAfter": 1},
+      {"raw": ["data: not json", ""]},
+      {"flood": {"prefix": "data: \\"", "bytes": 100000000, "suffix": "\\"\\n\\n"}}
     ]
 """
 
@@ -77,6 +79,19 @@ class Match(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fi
     """Substring of the raw request body."""
 
 
+class Flood(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A body too large to hold, sent in pieces as it is made: ``prefix``, then ``fill`` again
+    and again, ``bytes`` bytes of it (without end when not given), then ``suffix``."""
+
+    prefix: str = ""
+    fill: str = "x"
+    bytes: int | UnsetType = UNSET
+    suffix: str = ""
+    every: float = 0.0
+    """Seconds between two ``fill``s, each its own write (0: as fast as the client reads, in
+    writes of about 64 KiB)."""
+
+
 class Reply(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     match: Match | UnsetType = UNSET
     repeat: bool = False
@@ -96,6 +111,10 @@ class Reply(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fi
     """Stop sending after this many chunks but keep the connection open."""
     raw: list[str] | UnsetType = UNSET
     """Send these SSE lines verbatim instead of rendering ``chunks`` (escape hatch)."""
+    flood: Flood | UnsetType = UNSET
+    """After ``raw`` (instead of ``chunks``): a flood of bytes, e.g. one 100 MB event
+    (``{"prefix": "data: \\"", "bytes": 100000000, "suffix": "\\"\\n\\n"}``) or a stream
+    without end (``{"fill": ": keep-alive\\n\\n"}``)."""
 
 
 Script = list[Reply]

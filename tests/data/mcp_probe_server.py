@@ -5,7 +5,9 @@ Tools: ``echo``, ``Add-Numbers2`` (structured result), ``fail`` (an ``isError`` 
 ``crash`` (the process exits mid-call), ``hang`` (never answers), ``was_cancelled`` (whether a
 ``hang`` call was cancelled by the client), ``add_late`` (adds a tool ``late`` and sends
 ``tools/list_changed``), ``env`` (reads a variable), ``pid`` (its process id), ``spawn_child``
-(starts a grandchild that ignores SIGTERM; its pid); a prompt ``greet``; a resource
+(starts a grandchild that ignores SIGTERM; its pid), ``big`` (a text result of ``mib`` MiB
+of ``x``, not repeated as structured content: one line of that size and a few bytes more);
+a prompt ``greet``; a resource
 ``probe://doc/1``. ``--http PORT --auth ISSUER`` requires a bearer token that ISSUER (the
 fake OAuth server) issued for this server. ``MCP_PROBE_NAME`` renames the server;
 ``MCP_PROBE_MARK`` names a file that gets one line per start (reconnect tests). Resources can
@@ -103,6 +105,12 @@ def spawn_child() -> int:
          "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     return child.pid
+
+
+@mcp.tool(structured_output=False)
+def big(mib: float) -> str:
+    """A text of ``mib`` MiB."""
+    return "x" * int(mib * 1024 * 1024)
 
 
 @mcp.prompt()

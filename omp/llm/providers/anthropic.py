@@ -359,7 +359,9 @@ async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.
     initial_input: dict[int, Any] = {}  # tool_use blocks that came with their input up front
     async with aclosing(iter_sse(response, first_timeout=options.first_event_timeout,
                                  idle_timeout=options.idle_timeout, provider=model.provider,
-                                 model=model.id, pace=out.pace)) as events:
+                                 model=model.id, pace=out.pace,
+                                 max_event_bytes=options.max_event_bytes,
+                                 max_response_bytes=options.max_response_bytes)) as events:
         async for sse in events:
             try:
                 name = sse.event or _ENVELOPE.decode(sse.data).type
@@ -370,8 +372,8 @@ async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.
                     continue  # ping, and event types this adapter does not know
                 event = decoder.decode(sse.data)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise ProviderError(kind="server", provider=model.provider, model=model.id,
-                                    message=f"Malformed Anthropic stream event: {exc}") from None
+                raise errors.malformed_stream(f"an event does not parse ({exc})", sse.data,
+                                              model.provider, model.id) from None
             if isinstance(event, _BlockDelta):
                 delta, key = event.delta, event.index
                 if not out.is_open(key):

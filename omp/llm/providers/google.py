@@ -292,15 +292,17 @@ async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.
     finish: str | None = None
     async with aclosing(iter_sse(response, first_timeout=options.first_event_timeout,
                                  idle_timeout=options.idle_timeout, provider=model.provider,
-                                 model=model.id, pace=out.pace)) as events:
+                                 model=model.id, pace=out.pace,
+                                 max_event_bytes=options.max_event_bytes,
+                                 max_response_bytes=options.max_response_bytes)) as events:
         async for sse in events:
             if not sse.data.strip() or sse.data.strip() == "[DONE]":
                 continue
             try:
                 chunk = _DECODER.decode(sse.data)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise ProviderError(kind="server", provider=model.provider, model=model.id,
-                                    message=f"Malformed Gemini stream chunk: {exc}") from None
+                raise errors.malformed_stream(f"a chunk does not parse ({exc})", sse.data,
+                                              model.provider, model.id) from None
             if chunk.error is not None:
                 err = chunk.error
                 text = errors.describe_error({"message": err.message, "status": err.status})

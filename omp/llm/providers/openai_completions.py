@@ -106,11 +106,13 @@ def joined_text(content: list[m.UserContent]) -> str:
 
 
 def decode_chunk(data: str, call: ModelRequest) -> Any:
+    """An event's JSON. Raises the ``bad_response`` ProviderError of a stream that does not
+    parse, quoting the event (never retried: ``errors.malformed_stream``)."""
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        raise ProviderError(kind="server", provider=call.model.provider, model=call.model.id,
-                            message=f"Malformed stream event: {data[:200]!r}") from None
+    except msgspec.DecodeError as exc:
+        raise errors.malformed_stream(f"an event is not JSON ({exc})", data,
+                                      call.model.provider, call.model.id) from None
 
 
 class ChunkDelta(msgspec.Struct):
@@ -409,7 +411,8 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
         async with contextlib.aclosing(iter_sse(
                 response, first_timeout=opts.first_event_timeout,
                 idle_timeout=opts.idle_timeout, provider=model.provider,
-                model=model.id, pace=out.pace)) as events:
+                model=model.id, pace=out.pace, max_event_bytes=opts.max_event_bytes,
+                max_response_bytes=opts.max_response_bytes)) as events:
             async for event in events:
                 if event.data.strip() == "[DONE]":
                     done = True

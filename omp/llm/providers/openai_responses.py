@@ -291,7 +291,8 @@ async def stream_openai_responses(call: ModelRequest, out: MessageBuilder,
         async with contextlib.aclosing(iter_sse(
                 response, first_timeout=opts.first_event_timeout,
                 idle_timeout=opts.idle_timeout, provider=model.provider,
-                model=model.id, pace=out.pace)) as events:
+                model=model.id, pace=out.pace, max_event_bytes=opts.max_event_bytes,
+                max_response_bytes=opts.max_response_bytes)) as events:
             async for sse in events:
                 if sse.data.strip() == "[DONE]":  # some compatible servers add it
                     await drain(events)
