@@ -217,6 +217,12 @@ async def wait_for_file(path: Path) -> str:
         await trio.sleep(0.01)
 
 
+async def pid_in(path: Path) -> int:
+    """The pid a shell command wrote to ``path`` (``echo $$ > path``), once it is there."""
+    with trio.fail_after(20):
+        return int((await wait_for_file(path)).strip())
+
+
 async def write_fifo(path: Path, data: bytes) -> None:
     """Write ``data`` to a FIFO once a reader has opened it, then close it (EOF)."""
     while True:

@@ -14,11 +14,11 @@ from agent_helpers import (
     Frame,
     of_type,
     open_agent,
+    pid_in,
     text_reply,
     tool_call,
     tool_result_text,
     tools_reply,
-    wait_for_file,
 )
 
 from omp.session.jobs import (
@@ -34,20 +34,6 @@ from omp.tools.bash import auto_background_wait
 
 TEST_TIMEOUT = 60
 BACKGROUNDED = "Backgrounded as job bg_1; result will be delivered automatically."
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie (dead, its exit status not yet collected by whoever adopted it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except FileNotFoundError:
-        return True
-
-
-async def pid_of(path: Path) -> int:
-    with trio.fail_after(20):
-        return int((await wait_for_file(path)).strip())
 
 
 def deliveries(frames: list[Frame]) -> list[dict[str, object]]:
@@ -69,8 +55,8 @@ async def test_async_true_returns_at_once_and_the_output_comes_later(
             await agent.send("prompt", message="Start it", id="p1")
             (end,) = of_type(await agent.until_type("tool_execution_end"),
                              "tool_execution_end")
-            pid = await pid_of(tmp_path / "j.pid")
-            assert not dead(pid)  # the call answered; the command runs on
+            pid = await pid_in(tmp_path / "j.pid")
+            assert procfs.alive(pid)  # the call answered; the command runs on
             (agent_end,) = of_type(await agent.until_type("agent_end"), "agent_end")
             await agent.send("prompt", message="/jobs", id="j")
             listed = await agent.until(lambda f: f["type"] == "prompt_result"
@@ -124,17 +110,17 @@ async def test_a_session_change_or_the_close_kills_a_background_command(
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Start it", id="p1")
-            pids = [await pid_of(tmp_path / "sh.pid"), await pid_of(tmp_path / "kid.pid")]
+            pids = [await pid_in(tmp_path / "sh.pid"), await pid_in(tmp_path / "kid.pid")]
             await agent.until_type("agent_end")
-            assert not any(dead(pid) for pid in pids)
+            assert all(procfs.alive(pid) for pid in pids)
             if end == "new_session":
                 await agent.data("new_session")
                 # The job and its whole process group ended with the old session.
-                assert all(dead(pid) for pid in pids)
+                assert all(not procfs.alive(pid) for pid in pids)
                 assert procfs.children(agent.pid) == []
                 after = await agent.quiet()
         # (the close: the harness closed the server's input, and the server has exited)
-        assert all(dead(pid) for pid in pids)
+        assert all(not procfs.alive(pid) for pid in pids)
     if end == "new_session":
         assert deliveries(after) == []  # a cancelled job delivers nothing
 

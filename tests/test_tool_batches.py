@@ -22,12 +22,12 @@ from agent_helpers import (
     kinds,
     of_type,
     open_agent,
+    pid_in,
     request_messages,
     text_reply,
     tool_call,
     tool_result_text,
     tools_reply,
-    wait_for_file,
 )
 
 TEST_TIMEOUT = 60
@@ -49,20 +49,6 @@ def at(frames: list[Frame], kind: str, call_id: str) -> int:
 def results_by_id(frames: list[Frame]) -> dict[str, dict[str, Any]]:
     return {f["message"]["toolCallId"]: f["message"] for f in of_type(frames, "message_end")
             if f["message"]["role"] == "toolResult"}
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie (dead, its exit status not yet collected by whoever adopted it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except FileNotFoundError:
-        return True
-
-
-async def pid_of(path: Path) -> int:
-    with trio.fail_after(20):
-        return int((await wait_for_file(path)).strip())
 
 
 async def test_shared_calls_run_together(tmp_path: Path, isolated_agent_dir: Path) -> None:
@@ -105,8 +91,8 @@ async def test_an_exclusive_call_waits_for_the_calls_before_it_and_holds_back_th
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Go", id="p1")
-            await pid_of(tmp_path / "a.pid")
-            await pid_of(tmp_path / "b.pid")
+            await pid_in(tmp_path / "a.pid")
+            await pid_in(tmp_path / "b.pid")
             # Both shared commands run; the write has not started (it would be written now).
             started = [f["toolCallId"] for f in agent.frames
                        if f["type"] == "tool_execution_start"]
@@ -177,13 +163,13 @@ async def test_abort_during_a_batch_ends_every_call_once_and_leaves_no_process(
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Go", id="p1")
-            pids = [await pid_of(tmp_path / f"{kind}{n}.pid")
+            pids = [await pid_in(tmp_path / f"{kind}{n}.pid")
                     for n in range(3) for kind in ("sh", "kid")]
-            assert not any(dead(pid) for pid in pids)
+            assert all(procfs.alive(pid) for pid in pids)
             abort_id = await agent.send("abort")
             await agent.until_response(abort_id)  # written once the run has ended
             # Every process of every group is dead by the time the abort is answered.
-            assert all(dead(pid) for pid in pids)
+            assert all(not procfs.alive(pid) for pid in pids)
             assert procfs.children(agent.pid) == []
             frames = agent.frames
 
@@ -216,7 +202,7 @@ async def test_a_steer_moves_a_running_command_to_the_background(
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Run it", id="p1")
-            pid = await pid_of(tmp_path / "s.pid")
+            pid = await pid_in(tmp_path / "s.pid")
             # The sibling has ended (else it would move to the background too, as bg_1).
             await agent.until(lambda f: f["type"] == "tool_execution_end"
                               and f["toolCallId"] == "sib")
@@ -229,10 +215,10 @@ async def test_a_steer_moves_a_running_command_to_the_background(
             await agent.until(lambda f: f["type"] == "tool_execution_end"
                               and f["toolCallId"] == "slow")
             # The answer came while the command still runs (it waits for s.go).
-            assert not dead(pid)
+            assert procfs.alive(pid)
             first_end = await agent.until(lambda f: f["type"] == "agent_end")
             assert first_end[-1]["isTerminal"] is False  # the job will wake the session
-            assert not dead(pid)
+            assert procfs.alive(pid)
             (tmp_path / "s.go").touch()
             await agent.until_settled()
             frames = agent.frames
@@ -281,9 +267,9 @@ async def test_a_command_past_the_threshold_becomes_a_job(tmp_path: Path,
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Run it", id="p1")
-            pid = await pid_of(tmp_path / "s.pid")
+            pid = await pid_in(tmp_path / "s.pid")
             await agent.until(lambda f: f["type"] == "tool_execution_end")
-            assert not dead(pid)  # it answered while the command runs
+            assert procfs.alive(pid)  # it answered while the command runs
             await agent.until(lambda f: f["type"] == "agent_end")
             (tmp_path / "s.go").touch()
             await agent.until_settled()
