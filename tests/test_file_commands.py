@@ -1,6 +1,6 @@
 """omp/commands/frontmatter.py and files.py: markdown frontmatter, file commands
 (``commands/*.md``) and prompt templates (``prompts/**/*.md``) found in real directories
-(docs/design/extensions.md#file-commands, docs/design/extensions.md#prompt-templates)."""
+(docs/design/extending.md#file-commands, docs/design/extending.md#prompt-templates)."""
 
 from __future__ import annotations
 

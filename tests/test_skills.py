@@ -1,6 +1,6 @@
 """omp/commands/skills.py: skills found in real directories, the listing offered to the model,
 ``/skill:<name>`` parsing, the ``skill-prompt`` message and ``skill://`` paths
-(docs/design/extensions.md#skills)."""
+(docs/design/extending.md#skills)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Slash commands as a host sees them (issue 12; docs/design/extensions.md#slash-commands,
-docs/design/extensions.md#file-commands-and-templates, docs/design/extensions.md#skills,
+"""Slash commands as a host sees them (issue 12; docs/design/extending.md#slash-commands,
+docs/design/extending.md#file-commands-and-templates, docs/design/extending.md#skills,
 docs/design/protocol.md#prompt_result).
 
 Every test runs the real ``omp --mode rpc`` (``extension_helpers.open_process_host``) with a

@@ -1,5 +1,5 @@
 """omp/commands/templates.py and render.py: ``/name args`` → the text sent to the model
-(docs/design/extensions.md#arguments): argument splitting, every ``$`` placeholder, the
+(docs/design/extending.md#arguments): argument splitting, every ``$`` placeholder, the
 appended-args fallback, the Handlebars subset and the prompt formatter. Pure functions, no I/O."""
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_uses_arg_placeholders(body: str, uses: bool) -> None:
     assert uses_arg_placeholders(body) is uses
 
 
-# --- expand: the whole of docs/design/extensions.md#arguments -------------------------------------
+# --- expand: the whole of docs/design/extending.md#arguments -------------------------------------
 
 
 def test_spec_examples() -> None:

@@ -754,7 +754,7 @@ class Agent:
         if gate is not None and tool is not None and (
                 denied := gate.precheck(tool, dict(args))) is not None:
             # Denied by policy: the extensions never hear of the call
-            # (docs/design/extensions.md#events).
+            # (docs/design/extending.md#events).
             await self._refuse(turn, call, args, ToolResult.text(denied, {}))
             return
         if tool is not None and hooks.active:

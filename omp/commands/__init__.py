@@ -1,5 +1,5 @@
 """Markdown the user writes to extend the agent: file commands, prompt templates and skills
-(docs/design/extensions.md#file-commands-and-templates, docs/design/extensions.md#skills).
+(docs/design/extending.md#file-commands-and-templates, docs/design/extending.md#skills).
 Discovery, the texts they become, and nothing else: the command registry, the dispatch of ``/…``
 prompts and the frames live in ``omp.rpc``; this package imports nothing from ``omp.rpc`` or
 ``omp.session``.

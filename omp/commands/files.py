@@ -1,6 +1,6 @@
 """File commands (``commands/*.md``, listed with source ``file``) and prompt templates
 (``prompts/**/*.md``, never listed): discovery and expansion
-(docs/design/extensions.md#file-commands, docs/design/extensions.md#prompt-templates).
+(docs/design/extending.md#file-commands, docs/design/extending.md#prompt-templates).
 
 **File commands**, by priority; the first command of a name wins, later ones are dropped
 silently:

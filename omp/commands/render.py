@@ -1,5 +1,5 @@
 """The last two steps of expanding a command or template body: Handlebars, then the prompt
-formatter (docs/design/extensions.md#arguments).
+formatter (docs/design/extending.md#arguments).
 
 The original renders every expanded body as a Handlebars template (no HTML escaping) with the
 context ``{args, ARGUMENTS, arguments}``, then runs its prompt formatter. Bodies written for it

@@ -1,5 +1,5 @@
 """Skills: discovery, the listing offered to the model, ``/skill:<name>``
-(docs/design/extensions.md#skills).
+(docs/design/extending.md#skills).
 
 A skill is a directory holding a ``SKILL.md``: frontmatter (``description`` required; ``name``,
 ``enabled``, ``hide``, ``disable-model-invocation``, anything else carried along unused), then
@@ -77,8 +77,8 @@ _RESOLVE_PATHS = ("Resolve relative paths in this skill (such as `scripts/run.py
 
 
 class SkillSettings(msgspec.Struct, kw_only=True):
-    """The ``skills`` section of ``config.yml`` (docs/design/extensions.md#where-skills-are-found,
-    docs/design/extensions.md#invoking-a-skill)."""
+    """The ``skills`` section of ``config.yml`` (docs/design/extending.md#where-skills-are-found,
+    docs/design/extending.md#invoking-a-skill)."""
 
     enabled: bool = True
     enableSkillCommands: bool = True
@@ -265,7 +265,7 @@ def skills_prompt(skills: Sequence[Skill]) -> str:
 
 
 def parse_skill_invocation(text: str) -> SkillInvocation | None:
-    """``/skill:<name>`` in a prompt, or None (docs/design/extensions.md#invoking-a-skill).
+    """``/skill:<name>`` in a prompt, or None (docs/design/extending.md#invoking-a-skill).
 
     At the start (leading whitespace aside), ``/skill:<name> args``: the name runs to the first
     space, the args are the rest, trimmed. Elsewhere, a ``/skill:<name>`` token (no whitespace

@@ -1,5 +1,5 @@
 """Turning ``/name args…`` plus a markdown body into the text sent to the model
-(docs/design/extensions.md#arguments), for file commands and prompt templates alike. Pure functions,
+(docs/design/extending.md#arguments), for file commands and prompt templates alike. Pure functions,
 no I/O.
 
 1. ``split_command``: the name runs from after ``/`` to the first space (a space only: a tab or

@@ -3,7 +3,7 @@
 An extension is a Python module with ``def setup(omp: ExtensionAPI) -> None``. During ``setup``
 only registration works (``on``, ``register_tool``, ``register_command``); the action methods
 (sending messages, changing tools, the model or the thinking level) raise until the session is
-running, as in the original (docs/design/extensions.md#extension-modules). A ``setup`` that raises
+running, as in the original (docs/design/extending.md#extension-modules). A ``setup`` that raises
 is a load error: the extension's registrations are dropped.
 
 ``ctx`` (``ExtensionContext``) is given to every handler, tool and command: the working

@@ -1,5 +1,5 @@
-"""Where extensions come from (docs/design/extensions.md#discovery,
-docs/design/extensions.md#load-errors), without loading any.
+"""Where extensions come from (docs/design/extending.md#discovery,
+docs/design/extending.md#load-errors), without loading any.
 
 Two kinds, found in the same places and ordered together: Python extensions (``*.py`` modules
 and packages with ``setup(omp)``) and the original's TypeScript / JavaScript extensions

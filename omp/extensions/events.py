@@ -1,4 +1,4 @@
-"""What extension handlers receive, and what they may return (docs/design/extensions.md#events).
+"""What extension handlers receive, and what they may return (docs/design/extending.md#events).
 
 Handlers get ``(event, ctx)``. Events are frozen objects named like the original's, in Python
 style (``event.tool_name``, ``event.tool_call_id``, ``event.input``). Messages in events are the

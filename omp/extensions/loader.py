@@ -1,4 +1,4 @@
-"""Loading extensions (docs/design/extensions.md#load-errors): import each source
+"""Loading extensions (docs/design/extending.md#load-errors): import each source
 ``omp.extensions.discovery`` found and run its ``setup``; TypeScript / JavaScript sources load in
 the JavaScript extension host (``load_sources``, ``omp.extensions.jsapi``), and both kinds take
 their place in one load order.

@@ -1,6 +1,6 @@
 """Running the loaded extensions' handlers, tools and commands
-(docs/design/extensions.md#extension-tools, docs/design/extensions.md#events,
-docs/design/extensions.md#how-handlers-run).
+(docs/design/extending.md#extension-tools, docs/design/extending.md#events,
+docs/design/extending.md#how-handlers-run).
 
 Rules, in one place:
 

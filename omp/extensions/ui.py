@@ -1,4 +1,4 @@
-"""``ctx.ui``: what an extension may ask or show the user (docs/design/extensions.md#ctxui).
+"""``ctx.ui``: what an extension may ask or show the user (docs/design/extending.md#ctxui).
 
 Dialogs (``select``, ``confirm``, ``input``, ``editor``) are coroutines that return the user's
 answer, or the method's default (``None``, ``False``) when there is no UI, the optional

@@ -423,7 +423,7 @@ class Commands:
     def _prompt_text(self, frame: cmd.Prompt | cmd.AbortAndPrompt, kind: str, text: str,
                      images: list[m.ImageContent], behavior: str | None,
                      scope: trio.CancelScope | None) -> Response:
-        """The session pipeline (docs/design/extensions.md#dispatch-order): an extension command,
+        """The session pipeline (docs/design/extending.md#dispatch-order): an extension command,
         else the text expanded by a file command or a prompt template, sent to the model. Raises
         CommandFailed and SessionError."""
         if (command := self._extension_command(text)) is not None:

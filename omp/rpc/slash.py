@@ -1,4 +1,4 @@
-"""Slash commands over RPC (docs/design/extensions.md#slash-commands): the one command registry and
+"""Slash commands over RPC (docs/design/extending.md#slash-commands): the one command registry and
 the dispatch of a ``prompt`` that starts with ``/``.
 
 **The list** (``available_commands_update``, ``get_available_commands``) is built in the
@@ -689,7 +689,7 @@ async def _reload(call: Call) -> Outcome:
 
 
 ABSENT_BUILTINS = frozenset({
-    # The original's built-ins that answer over RPC (docs/design/extensions.md#built-ins) ...
+    # The original's built-ins that answer over RPC (docs/design/extending.md#built-ins) ...
     "security", "skillful", "extended-context", "computer", "prewalk", "advisor", "trace",
     "share", "browser", "usage", "stats", "ssh", "fresh", "shake", "pin", "memory",
     "move", "wt", "worktree", "add-dir", "remove-dir", "dirs", "marketplace", "plugins",

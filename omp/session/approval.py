@@ -19,7 +19,7 @@ Rules, in one place:
   maximum allows and anything above it prompts. A critical command asks like a ``prompt`` pattern
   below ``yolo`` (with the reason ``Critical pattern detected``) and runs in ``yolo``.
 * A ``deny`` is known before anything else runs: the loop asks ``precheck`` before the
-  extensions' ``tool_call`` handlers (docs/design/extensions.md#events: a denied call never reaches
+  extensions' ``tool_call`` handlers (docs/design/extending.md#events: a denied call never reaches
   them), and ``check`` again on the arguments they may have rewritten, right before the call is
   announced (``tool_execution_start``) — so a host sees the dialog first, as in the original.
 * ``prompt`` asks the host: an ``extension_ui_request`` ``select`` titled ``Allow tool: <name>``

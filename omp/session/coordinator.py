@@ -284,7 +284,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
                 await self.written()
                 if report is not None and hook is not None:
                     # Extensions hear of the run's end before the host does
-                    # (docs/design/extensions.md#how-handlers-run).
+                    # (docs/design/extending.md#how-handlers-run).
                     await hook(report.messages)
         finally:
             self.aborts.release(run.scope)
