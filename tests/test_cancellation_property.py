@@ -347,6 +347,8 @@ def slow_start(omp: Any) -> None:
     virtual time passes only once every task waits, the reader included."""
 
     async def started(event: Any, ctx: Any) -> None:
+        # Virtual time: it passes only once every task waits, so the reader has read the
+        # host's first write before the lane's first job ends; the length does not matter.
         await trio.sleep(0.05)
 
     omp.on("session_start", started)

@@ -1,4 +1,4 @@
-"""Python extensions as a host sees them (issue 11; docs/design/extensions.md#extensions,
+"""Python extensions as a host sees them (issue 11; docs/design/extending.md#extensions,
 docs/design/protocol.md#extension-ui, docs/design/protocol.md#shutdown-asked-by-an-extension).
 
 Most tests run the real ``omp --mode rpc`` on the offline model (``[[tool NAME {args}]]`` in a
@@ -114,7 +114,7 @@ async def test_the_gate_blocks_a_call_the_user_refuses(cwd: Path,
     assert "bash (error): Blocked by user" in frames[index_of(frames, "agent_end")][
         "messages"][-1]["content"][0]["text"]
     # agent_end handler: its status frame comes before the wire agent_end
-    # (docs/design/extensions.md#how-handlers-run).
+    # (docs/design/extending.md#how-handlers-run).
     status = index_of(frames, "extension_ui_request", method="setStatus")
     assert frames[status] == {"type": "extension_ui_request", "id": frames[status]["id"],
                               "method": "setStatus", "statusKey": "gate", "statusText": "idle"}
@@ -467,7 +467,7 @@ async def test_the_gate_confirm_times_out_to_a_block_without_a_cancel(
 
 async def test_abort_does_not_cancel_a_command_dialog(cwd: Path,
                                                       isolated_agent_dir: Path) -> None:
-    """Only dialogs of event handlers are bound to the run (docs/design/extensions.md#ctxui)."""
+    """Only dialogs of event handlers are bound to the run (docs/design/extending.md#ctxui)."""
     install(isolated_agent_dir, "gate", GATE)
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as host:
@@ -1058,13 +1058,28 @@ async def test_the_model_calls_extension_tools(cwd: Path, isolated_agent_dir: Pa
 MODES = '''
 import trio
 
+pair = []
+
 
 def setup(omp):
     async def step(call_id, params, ctx, on_update):
-        await trio.sleep(0.05)  # long enough for a sibling that may run to start
+        if params.get("pair"):
+            # Calls that must run together each wait for the other to have started: a
+            # scheduler that ran them one after the other would hang here (the test's limit).
+            if not pair:
+                pair.append(trio.Event())
+                await pair[0].wait()
+            else:
+                pair[0].set()
+        else:
+            # The point, not a wait for something: a sibling started too early would show up
+            # between this call's start and end. A correct scheduler never starts it, so the
+            # sleep cannot fail a correct run; it can only let a wrong one pass unseen.
+            await trio.sleep(0.05)
         return "stepped"
 
-    schema = {"type": "object", "properties": {"alone": {"type": "boolean"}}}
+    schema = {"type": "object", "properties": {"alone": {"type": "boolean"},
+                                               "pair": {"type": "boolean"}}}
     omp.register_tool("step", "Step", "One step.", schema, step, concurrency="exclusive")
     omp.register_tool("hop", "Hop", "One hop.", schema, step,
                       concurrency=lambda args: "exclusive" if args.get("alone") else "shared")
@@ -1077,7 +1092,8 @@ async def test_an_extension_tool_declares_how_its_calls_run(cwd: Path,
     with trio.fail_after(LIMIT):
         async with open_process_host(cwd) as host:
             exclusive = await prompt(host, "[[tool step {}]] [[tool step {}]]", "p1")
-            shared = await prompt(host, "[[tool hop {}]] [[tool hop {}]]", "p2")
+            shared = await prompt(host, '[[tool hop {"pair": true}]] [[tool hop {"pair": true}]]',
+                                  "p2")
             alone = await prompt(host, '[[tool hop {"alone": true}]] [[tool hop {}]]', "p3")
 
     def order(frames: list[dict[str, Any]]) -> list[str]:
@@ -1319,7 +1335,7 @@ async def test_send_user_message_from_a_command_starts_a_run(cwd: Path,
 async def test_the_later_extension_wins_a_command_name(
         cwd: Path, isolated_agent_dir: Path) -> None:
     """Two extensions registering the same command: the later one wins, and the list has it
-    once (docs/design/extensions.md#the-omp-object)."""
+    once (docs/design/extending.md#the-omp-object)."""
     for name, said in (("a_one", "first"), ("b_two", "second")):
         install(isolated_agent_dir, name, f'''
             def setup(omp):

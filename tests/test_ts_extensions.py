@@ -316,7 +316,8 @@ async def test_abort_cancels_a_typescript_tool(cwd: Path, tmp_path: Path) -> Non
             await host.until_type("tool_execution_start")
             await host.send({"id": "a", "type": "abort"})
             frames = await host.until_type("prompt_result", id="p1")
-            # The extension's AbortSignal fired.
+            # The extension's AbortSignal fired. A poll: the host process writes the mark,
+            # and nothing tells this test when.
             while not mark.exists():  # noqa: ASYNC110
                 await trio.sleep(0.01)
             again = await prompt(host, bash_prompt("echo still here"), "p2")
@@ -493,6 +494,8 @@ async def test_reload_while_a_handler_waits_fails_that_call_and_starts_a_new_hos
         async with open_process_host(cwd, args=ts_args(extension),
                                      env={"LOADS": str(loads)}) as host:
             await host.send({"id": "p1", "type": "prompt", "message": bash_prompt("echo hang")})
+            # A poll: the handler in the host process writes "waiting", and nothing tells
+            # this test when.
             while "waiting" not in loads.read_text():  # noqa: ASYNC110
                 await trio.sleep(0.01)
             await host.send({"id": "r", "type": "prompt", "message": "/reload-plugins"})
