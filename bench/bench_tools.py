@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -151,6 +151,41 @@ def as_dict(event: Any) -> dict[str, Any]:
     return value
 
 
+class ToolRun(NamedTuple):
+    """What one prompt whose offline model calls tools showed, as the host saw it."""
+
+    first_start: float
+    """perf_counter() at the first ``tool_execution_start``."""
+    last_end: float
+    """... at the last ``tool_execution_end``."""
+    ends: list[dict[str, Any]]
+    """The ``tool_execution_end`` frames."""
+    whole: float
+    """Seconds from sending the prompt to its ``prompt_result``."""
+
+
+async def run_tools(client: RpcClient, request_id: str, directive: str) -> ToolRun:
+    """Send ``directive`` as a prompt and read its frames up to its ``prompt_result``."""
+    sent = time.perf_counter()
+    await client.call(cmd.Prompt(id=request_id, message=directive))
+    first_start: float | None = None
+    last_end = 0.0
+    ends: list[dict[str, Any]] = []
+    while True:
+        frame = as_dict(await client.events.receive())
+        if frame["type"] == "tool_execution_start" and first_start is None:
+            first_start = time.perf_counter()
+        elif frame["type"] == "tool_execution_end":
+            last_end = time.perf_counter()
+            ends.append(frame)
+        elif frame["type"] == "prompt_result" and frame.get("id") == request_id:
+            whole = time.perf_counter() - sent
+            break
+    if first_start is None:
+        raise RuntimeError(f"{request_id}: no tool call ran")
+    return ToolRun(first_start, last_end, ends, whole)
+
+
 async def bench_grep(workdir: Path, runs: int, dirs: int) -> None:
     root = workdir / "tree"
     count = make_tree(root, dirs=dirs, matching=max(1, dirs // 2))
@@ -161,21 +196,11 @@ async def bench_grep(workdir: Path, runs: int, dirs: int) -> None:
     directive = f"[[tool grep {json.dumps({'pattern': 'needle', 'path': str(root)})}]]"
     async with spawn(workdir) as client:
         for n in range(runs):
-            sent = time.perf_counter()
-            await client.call(cmd.Prompt(id=f"g{n}", message=directive))
-            started = ended = 0.0
-            while True:
-                frame = as_dict(await client.events.receive())
-                if frame["type"] == "tool_execution_start":
-                    started = time.perf_counter()
-                elif frame["type"] == "tool_execution_end":
-                    ended = time.perf_counter()
-                    text = "".join(b.get("text", "") for b in frame["result"]["content"])
-                    matches = sum(1 for line in text.splitlines() if "needle" in line)
-                elif frame["type"] == "prompt_result" and frame.get("id") == f"g{n}":
-                    prompt_times.append(time.perf_counter() - sent)
-                    break
-            tool_times.append(ended - started)
+            run = await run_tools(client, f"g{n}", directive)
+            text = "".join(b.get("text", "") for b in run.ends[-1]["result"]["content"])
+            matches = sum(1 for line in text.splitlines() if "needle" in line)
+            prompt_times.append(run.whole)
+            tool_times.append(run.last_end - run.first_start)
 
     tool = statistics.median(tool_times)
     whole = statistics.median(prompt_times)
@@ -198,27 +223,17 @@ async def bench_batch(workdir: Path, runs: int, calls: int) -> None:
     spans: list[float] = []
     async with spawn(workdir) as client:
         for n in range(runs):
-            await client.call(cmd.Prompt(id=f"b{n}", message=directive))
-            first_start: float | None = None
-            last_end = 0.0
-            ends = 0
-            while True:
-                frame = as_dict(await client.events.receive())
-                if frame["type"] == "tool_execution_start" and first_start is None:
-                    first_start = time.perf_counter()
-                elif frame["type"] == "tool_execution_end":
-                    last_end = time.perf_counter()
-                    ends += 1
-                elif frame["type"] == "prompt_result" and frame.get("id") == f"b{n}":
-                    break
-            if first_start is None or ends != calls:
-                raise RuntimeError(f"the batch ended {ends} of {calls} calls")
-            spans.append(last_end - first_start)
+            run = await run_tools(client, f"b{n}", directive)
+            if len(run.ends) != calls:
+                raise RuntimeError(f"the batch ended {len(run.ends)} of {calls} calls")
+            spans.append(run.last_end - run.first_start)
     span = statistics.median(spans)
     verdict = "ok" if span <= BATCH_TARGET_S else "OVER TARGET"
     print(f"3. a batch of {calls} shared bash calls, `sleep 0.2` each ({runs} runs, median)")
     print(f"   first start -> last end  {span * 1000:8.1f} ms  (one after the other: "
           f"{calls * 200} ms; target <= {BATCH_TARGET_S * 1000:.0f} ms: {verdict})")
+
+
 # --- 4. an MCP tool's large result ---------------------------------------------------------
 
 MCP_TARGET_SECONDS = 3.0
@@ -232,7 +247,7 @@ async def bench_mcp(workdir: Path, runs: int, sizes: list[float]) -> None:
     (agent / "config.yml").write_text("tools:\n  xdev: false\n")
     (agent / "mcp.json").write_text(json.dumps({"mcpServers": {"probe": {
         "command": sys.executable, "args": [str(PROBE)]}}}))
-    print(f"3. an MCP tool's large result (stdio FastMCP server, {runs} runs, medians)")
+    print(f"4. an MCP tool's large result (stdio FastMCP server, {runs} runs, medians)")
     async with RpcClient.spawn(args=OFFLINE, cwd=workdir, env=env,
                                max_buffered_events=math.inf, close_timeout=30) as client:
         pid = client.pid
@@ -247,20 +262,9 @@ async def bench_mcp(workdir: Path, runs: int, sizes: list[float]) -> None:
             times: list[float] = []
             for n in range(runs):
                 directive = f"[[tool mcp__probe_big {json.dumps({'mib': mib})}]]"
-                await client.call(cmd.Prompt(id=f"m{mib}-{n}", message=directive))
-                started = ended = 0.0
-                error = False
-                while True:
-                    frame = as_dict(await client.events.receive())
-                    if frame["type"] == "tool_execution_start":
-                        started = time.perf_counter()
-                    elif frame["type"] == "tool_execution_end":
-                        ended = time.perf_counter()
-                        error = frame["isError"]
-                    elif frame["type"] == "prompt_result" and frame.get("id") == f"m{mib}-{n}":
-                        break
-                assert not error, f"the {mib} MiB call failed"
-                times.append(ended - started)
+                run = await run_tools(client, f"m{mib}-{n}", directive)
+                assert not run.ends[-1]["isError"], f"the {mib} MiB call failed"
+                times.append(run.last_end - run.first_start)
             took = statistics.median(times)
             verdict = ""
             if mib == MCP_TARGET_MIB:

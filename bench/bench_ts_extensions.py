@@ -23,7 +23,6 @@ the end (`isolation.isolated_env`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from embedded import Server
 from isolation import isolated_env
 
 import omp
@@ -52,51 +52,6 @@ export default function (pi) {
 """
 
 
-class Server:
-    """One embedded `omp.serve`, driven line by line."""
-
-    def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
-        self._send = send
-        self._receive = receive
-        self._buffer = b""
-        self._next = 0
-
-    async def frame(self) -> dict[str, Any]:
-        while b"\n" not in self._buffer:
-            chunk = await self._receive.receive_some(1 << 16)
-            if not chunk:
-                raise EOFError("the server ended")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        frame = json.loads(line)
-        assert isinstance(frame, dict)
-        return frame
-
-    async def until(self, kind: str, request_id: str | None = None) -> dict[str, Any]:
-        while True:
-            frame = await self.frame()
-            if frame.get("type") == kind and (request_id is None or frame.get("id") == request_id):
-                return frame
-
-    async def command(self, **fields: Any) -> None:
-        self._next += 1
-        request_id = f"c{self._next}"
-        await self._send.send_all(json.dumps({"id": request_id, **fields}).encode() + b"\n")
-        response = await self.until("response", request_id)
-        assert response["success"], response
-
-    async def timed_prompt(self, message: str) -> float:
-        self._next += 1
-        request_id = f"p{self._next}"
-        line = json.dumps({"id": request_id, "type": "prompt", "message": message}).encode()
-        start = time.perf_counter()
-        await self._send.send_all(line + b"\n")
-        result = await self.until("prompt_result", request_id)
-        elapsed = time.perf_counter() - start
-        assert result["status"] == "completed", result
-        return elapsed
-
-
 async def open_server(stack: AsyncExitStack, nursery: trio.Nursery, cwd: Path, agent_dir: Path,
                       extensions: list[Path]) -> tuple[Server, list[dict[str, Any]]]:
     to_server, server_in = omp.memory_pipe()
@@ -111,7 +66,7 @@ async def open_server(stack: AsyncExitStack, nursery: trio.Nursery, cwd: Path, a
 
     nursery.start_soon(run)
     stack.push_async_callback(to_server.aclose)  # EOF: the server ends
-    server = Server(to_server, from_server)
+    server = Server("ts", to_server, from_server)
     startup = []
     while True:
         frame = await server.frame()
