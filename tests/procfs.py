@@ -1,7 +1,7 @@
 """What the tests read of other processes in Linux ``/proc``: the one parser of ``stat`` (and of
 ``status``, ``cmdline``, ``comm``, ``fd``) and the questions the tests ask of them (is a process
-alive, its children, process groups, sessions, zombies, a process that is dying, memory and CPU
-use).
+alive, its children, process groups, sessions, zombies, a process that is dying, waiting for
+one to be gone, memory and CPU use).
 
 ``stat``'s second field is the command name in parentheses, which may itself hold spaces and
 parentheses, so the fields after it are split from the last ``)``.
@@ -16,6 +16,7 @@ stay a zombie indefinitely.)
 from __future__ import annotations
 
 import os
+import select
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -117,6 +118,21 @@ def dying(pid: int) -> bool:
         return True
     return any((mask := status_field(pid, name)) is not None and int(mask, 16) & SIGKILL_BIT
                for name in ("SigPnd", "ShdPnd"))
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``pid`` to exit (any process, not only a child: a
+    pidfd becomes readable when its process has exited); True once it is gone."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(int(timeout * 1000))) or not alive(pid)
+    finally:
+        os.close(pidfd)
 
 
 def cpu_seconds(pid: int) -> float:
