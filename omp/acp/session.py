@@ -26,7 +26,6 @@ from ..mcp.config import parse_entry
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..protocol.frames import Response
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, close_extension_host, use_mcp
 from ..rpc.output import FrameQueue
@@ -177,14 +176,9 @@ class AcpSession:
         self.pending, self.muted = pending, False
         before = len(session.messages)
         frame = cmd.Prompt(message=text, images=images or msgspec.UNSET, id=pending.request_id)
-        route = commands.route(frame)
-        scope = None if route.family is None else runtime.aborts.hold(route.family)
         self.owned.add(pending.request_id)
         try:
-            answer = route.handler(frame, scope) if route.scoped else route.handler(frame)
-            response = answer if isinstance(answer, Response) else await answer
-            if route.after is not None:
-                route.after(response)
+            response = await commands.dispatch(frame)
             if not response.success:
                 self.owned.discard(pending.request_id)
                 if response.error == BUSY:
@@ -192,8 +186,6 @@ class AcpSession:
                 raise AcpError(response.error or "the prompt was refused")
             await pending.done.wait()
         finally:
-            if scope is not None:
-                runtime.aborts.release(scope)
             if self.pending is pending:
                 self.pending = None
         added = session.messages[before:]

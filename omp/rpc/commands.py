@@ -32,7 +32,7 @@ subagent host, the host's UI).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import attrs
 import msgspec
@@ -109,6 +109,13 @@ class Route(msgspec.Struct, frozen=True):
     scoped: bool = False
     """The handler takes that scope too (``handler(frame, scope)``) and answers for itself
     when it is cancelled."""
+
+
+class Admission(NamedTuple):
+    """A command read and routed, its work's scope (if any) already in the abort registry."""
+
+    route: Route
+    scope: trio.CancelScope | None
 
 
 @attrs.define(eq=False, repr=False)
@@ -241,6 +248,69 @@ class Commands:
         if isinstance(frame, cmd.Prompt) and self.slash.mcp_prompt_for(frame.message):
             return Route(self.prompt_mcp, "serial", after=self.after_prompt, family="command")
         return self.routes[type(frame)]
+
+    # -- dispatch: the one way every front (rpc, -p / --mode json, each ACP session) runs a
+    # command ---------------------------------------------------------------------------------
+
+    def admit(self, frame: Frame) -> Admission:
+        """Route ``frame`` and hold its family's cancel scope in the abort registry, now: the
+        rpc reader calls this before it reads the next line, so an ``abort`` right behind the
+        command finds its work (docs/internals.md#command-lanes)."""
+        route = self.route(frame)
+        return Admission(route, None if route.family is None else self.aborts.hold(route.family))
+
+    async def answer(self, frame: Frame, admission: Admission) -> Response:
+        """Run the admitted command's handler and return its response: a scoped handler with
+        its scope, any other inside it (cancelled, it is answered as cancelled work); any
+        ``Exception`` of a handler becomes an internal-error response naming it, so one bug
+        never takes a front down. The scope leaves the registry when the handler is done.
+
+        On cancellation from outside the scope (the front shutting down), ``Cancelled``
+        propagates and the scope is released all the same."""
+        route, scope = admission
+        try:
+            if route.scoped:
+                response = route.handler(frame, scope)
+            elif scope is None:
+                response = route.handler(frame)
+            else:
+                with scope:
+                    response = route.handler(frame)
+                    if not isinstance(response, Response):
+                        response = await response
+                if scope.cancelled_caught:
+                    return self.cancelled(frame)
+            if not isinstance(response, Response):
+                response = await response
+            return response
+        except Exception as exc:  # a handler bug must not take the front down
+            return self.internal_error(frame, exc)
+        finally:
+            if scope is not None:
+                self.aborts.release(scope)
+
+    async def settle(self, admission: Admission, response: Response, *, lane: bool = True
+                     ) -> None:
+        """What follows a response once the front has delivered it: the route's ``after`` (no
+        checkpoint between), then, for a command that held the front's lane (``lane``; a
+        ``task`` command holds none), when its handler started an extension command, wait
+        until that command has run to its first wait, so what it does at once
+        (``ctx.shutdown()``) applies to every later command. On cancellation it stops
+        waiting."""
+        if admission.route.after is not None:
+            admission.route.after(response)
+        if lane and (entered := self.command_entered) is not None:
+            self.command_entered = None
+            await entered.wait()
+
+    async def dispatch(self, frame: Frame) -> Response:
+        """Admit, answer and settle one command: for a front that runs one command at a time
+        and delivers the response itself (``omp -p``, an ACP session's prompt). On
+        cancellation as ``answer``."""
+        admission = self.admit(frame)
+        response = await self.answer(frame, admission)
+        await self.settle(admission, response)
+        return response
 
     def internal_error(self, frame: Frame, exc: BaseException) -> Response:
         return fail(_tag(frame), frame.id, f"Internal error: {type(exc).__name__}: {exc}",

@@ -42,7 +42,6 @@ from ..llm.builder import NO_PACE, Pace
 from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol import messages as m
-from ..protocol.frames import Response
 from ..session.context import last_assistant_text
 from ..session.sink import Published, Update
 from .commands import Commands
@@ -216,20 +215,7 @@ class OnceFront:
         stderr). On cancellation it stops where it is."""
         frame = cmd.Prompt(message=prompt.text, images=list(prompt.images) or msgspec.UNSET,
                            id=f"once-{self.sent}")
-        route = commands.route(frame)
-        aborts = self.runtime.aborts
-        scope = None if route.family is None else aborts.hold(route.family)
-        try:
-            answer = route.handler(frame, scope) if route.scoped else route.handler(frame)
-            response = answer if isinstance(answer, Response) else await answer
-        finally:
-            if scope is not None:
-                aborts.release(scope)
-        if route.after is not None:
-            route.after(response)
-        if (entered := commands.command_entered) is not None:
-            commands.command_entered = None
-            await entered.wait()
+        response = await commands.dispatch(frame)
         if not response.success:
             self.refused = response.error or "the prompt was refused"
             print(f"omp: {self.refused}", file=sys.stderr, flush=True)

@@ -51,7 +51,7 @@ from ..protocol.frames import Ready, Response
 from ..protocol.framing import LineFramer
 from ..session import AgentSession
 from ..session.aborts import EVERY
-from .commands import Commands, CustomCommand, Frame, Inbound, Route
+from .commands import Admission, Commands, CustomCommand, Frame, Inbound
 from .lifecycle import (
     Runtime,
     build_runtime,
@@ -128,9 +128,9 @@ class RpcServer:
     runtime: Runtime
     stdin: trio.abc.ReceiveStream
     commands: Commands = attrs.field(init=False)
-    _serial_send: trio.MemorySendChannel[tuple[Frame, Route, trio.CancelScope | None] | Job] = (
+    _serial_send: trio.MemorySendChannel[tuple[Frame, Admission] | Job] = (
         attrs.field(init=False))
-    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Route, trio.CancelScope | None]
+    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Admission]
                                             | Job] = attrs.field(init=False)
     # Commands accepted into the serial lane and not yet answered: while any is pending, new
     # quick commands queue behind it instead of being answered inline (arrival order).
@@ -299,62 +299,31 @@ class RpcServer:
             else:
                 self.start_job(functools.partial(self._put_later, frame))
             return
-        route = self.commands.route(frame)
+        admission = self.commands.admit(frame)  # registered now, before the next line is read
+        route = admission.route
         if route.lane == "control":
             route.handler(frame)
             return
-        # Registered now, before the next line is read: an abort right behind it finds it.
-        scope = None if route.family is None else self.runtime.aborts.hold(route.family)
         if route.lane == "immediate":
-            self._finish(route, await self._answer(frame, route, scope))
-            await self._let_command_enter()
+            await self._answer_now(frame, admission)
         elif route.lane == "task":
-            self._start_task(frame, route, scope)
+            self._start_task(frame, admission)
         elif self._serial_pending == 0 and route.sync:
             # The serial lane is idle and the handler never awaits: answer in place, which
             # is what the lane would do next anyway, without two task switches per command.
-            self._finish(route, await self._answer(frame, route, scope))
-            await self._let_command_enter()
+            await self._answer_now(frame, admission)
         else:
             self._serial_pending += 1
-            self._serial_send.send_nowait((frame, route, scope))
+            self._serial_send.send_nowait((frame, admission))
 
-    def _finish(self, route: Route, response: Response) -> None:
+    async def _answer_now(self, frame: Frame, admission: Admission, *, lane: bool = True
+                          ) -> None:
+        """Answer one command (``Commands.answer``; a cancelled command is still answered:
+        hosts keep reading until we exit), queue the response, then what follows it
+        (``Commands.settle``; ``lane``: the command held the reader or the serial lane)."""
+        response = await self.commands.answer(frame, admission)
         self.output.put_nowait(response)
-        if route.after is not None:
-            route.after(response)
-
-    async def _let_command_enter(self) -> None:
-        """An extension command was just started: let it run to its first wait."""
-        if (entered := self.commands.command_entered) is not None:
-            self.commands.command_entered = None
-            await entered.wait()
-
-    async def _answer(self, frame: Frame, route: Route, scope: trio.CancelScope | None
-                      ) -> Response:
-        """Run one command's handler: a scoped one with its scope, any other inside it (a
-        cancelled command is still answered: hosts keep reading until we exit). The scope
-        leaves the registry when the handler is done."""
-        try:
-            if route.scoped:
-                response = route.handler(frame, scope)
-            elif scope is None:
-                response = route.handler(frame)
-            else:
-                with scope:
-                    response = route.handler(frame)
-                    if not isinstance(response, Response):
-                        response = await response
-                if scope.cancelled_caught:
-                    return self.commands.cancelled(frame)
-            if not isinstance(response, Response):
-                response = await response
-            return response
-        except Exception as exc:  # a handler bug must not take the server down
-            return self.commands.internal_error(frame, exc)
-        finally:
-            if scope is not None:
-                self.runtime.aborts.release(scope)
+        await self.commands.settle(admission, response, lane=lane)
 
     async def run_commands(self, *, task_status: trio.TaskStatus[None]) -> None:
         """The serial lane and the command nursery; returns when both are finished."""
@@ -365,17 +334,14 @@ class RpcServer:
                 async for item in self._serial_recv:
                     if self._stopping:  # ctx.shutdown(): queued commands are not answered
                         self._serial_pending -= 1
-                        if not callable(item) and item[2] is not None:
-                            self.runtime.aborts.release(item[2])
+                        if not callable(item) and (scope := item[1].scope) is not None:
+                            self.runtime.aborts.release(scope)
                         continue
                     if callable(item):
                         await item()
                         self._serial_pending -= 1
                         continue
-                    frame, route, scope = item
-                    response = await self._answer(frame, route, scope)
-                    self._finish(route, response)
-                    await self._let_command_enter()
+                    await self._answer_now(*item)
                     self._serial_pending -= 1
         self._commands_done.set()
 
@@ -409,14 +375,11 @@ class RpcServer:
         if self._receive_scope is not None:
             self._receive_scope.cancel()
 
-    def _start_task(self, frame: Frame, route: Route, scope: trio.CancelScope | None) -> None:
+    def _start_task(self, frame: Frame, admission: Admission) -> None:
         """Run a command as its own task in the command nursery."""
         assert self._command_nursery is not None
-
-        async def task() -> None:
-            self._finish(route, await self._answer(frame, route, scope))
-
-        self._command_nursery.start_soon(task)
+        self._command_nursery.start_soon(
+            functools.partial(self._answer_now, frame, admission, lane=False))
 
     async def shutdown(self) -> None:
         """Input ended: fail host requests, cancel what is in flight, answer what was read.
