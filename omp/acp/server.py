@@ -70,10 +70,9 @@ from ..rpc.commands import Commands
 from ..rpc.lifecycle import (
     approval_gate,
     build_runtime,
-    load_extensions,
     load_mcp,
     new_output,
-    use_extensions,
+    start_extensions,
 )
 from ..rpc.options import ServeOptions
 from ..rpc.outbox import Outbox
@@ -358,13 +357,10 @@ class AcpServer:
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
         # as --mode rpc does, their dialogs asked of the editor.
-        loaded = await load_extensions(runtime)
+        loaded = await start_extensions(runtime, ui=dialogs)
         if loaded is not None:
-            use_extensions(runtime, loaded, dialogs)
             acp.load_problems = [f"Extension {path} did not load: {error}"
                                  for path, error in loaded.errors]
-        if (extensions := runtime.session.extensions) is not None:
-            await extensions.session_start()
         return acp
 
     def _bootstrap_soon(self, acp: AcpSession) -> None:

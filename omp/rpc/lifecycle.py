@@ -591,6 +591,24 @@ async def load_extensions(runtime: Runtime, mode: str = "rpc") -> LoadReport | N
     return report
 
 
+async def start_extensions(runtime: Runtime, mode: str = "rpc", ui: ExtensionUI | None = None,
+                           *, strict: bool = False) -> LoadReport | None:
+    """The one extension start of every front (rpc, ``omp -p`` / ``--mode json``, each ACP
+    session, ``/reload-plugins``): load them (``load_extensions``; ``mode`` as there), use them
+    (``use_extensions``, their dialogs through ``ui``), then run the session's extensions'
+    ``session_start``. ``strict``: when an extension named on the command line did not load,
+    none is started (the one-shot front then sends nothing). Returns what loading said. On
+    cancellation it stops where it is (the JavaScript host is killed with its nursery)."""
+    loaded = await load_extensions(runtime, mode)
+    if loaded is not None:
+        use_extensions(runtime, loaded, ui)
+        if strict and loaded.named_errors:
+            return loaded
+    if (extensions := runtime.session.extensions) is not None:
+        await extensions.session_start()
+    return loaded
+
+
 async def close_extension_host(runtime: Runtime) -> None:
     """Kill the JavaScript extension host, if one runs; requests still open to it fail. Not
     cut short by a cancellation of the caller: shielded, with its own deadline

@@ -49,13 +49,12 @@ from .file_args import Prompt
 from .lifecycle import (
     Runtime,
     build_runtime,
-    load_extensions,
     load_mcp,
     new_output,
     run_on_stdio,
+    start_extensions,
     startup_notices,
     untrusted_project_message,
-    use_extensions,
 )
 from .options import ServeOptions
 from .outbox import EventView, Outbox
@@ -168,7 +167,8 @@ class OnceFront:
             runtime.outbox.emit(notice)
             if self.sink.text:
                 print(f"omp: warning: {notice.message}", file=sys.stderr)
-        loaded = await load_extensions(runtime, mode="print" if self.sink.text else "json")
+        loaded = await start_extensions(runtime, "print" if self.sink.text else "json",
+                                        strict=True)
         if loaded is not None:
             if loaded.skipped_project is not None and self.sink.text:
                 print(f"omp: {untrusted_project_message(loaded.skipped_project)}",
@@ -176,15 +176,12 @@ class OnceFront:
             if self.sink.text:
                 for message in loaded.notices:
                     print(f"omp: warning: {message}", file=sys.stderr)
-            use_extensions(runtime, loaded)
             if loaded.named_errors:
                 # Named with -e / --plugin-dir and not loaded (said on stderr, one line
                 # each): the run would go on without what it was asked to run with.
                 self.load_failed = True
                 task_status.started()
                 return
-        if (extensions := session.extensions) is not None:
-            await extensions.session_start()
         if (mcp := runtime.mcp) is not None:
             # One prompt, no host to wait for a notice: the servers' first attempts (each
             # bounded by its timeout) are over before it is sent, so their tools are there.

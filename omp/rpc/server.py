@@ -57,15 +57,14 @@ from .lifecycle import (
     build_runtime,
     close_extension_host,
     extensions_wanted,
-    load_extensions,
     load_mcp,
     new_output,
     project_trusted,
     run_lifecycle,
     run_on_stdio,
+    start_extensions,
     start_local_discovery,
     startup_notices,
-    use_extensions,
 )
 from .options import ServeOptions as ServeOptions
 from .outbox import Outbox
@@ -217,11 +216,7 @@ class RpcServer:
         if extensions_wanted(self.runtime.options):
             # Also when none is found now: /reload-plugins may find some later.
             self.commands.slash.reload_extensions = self._reload_extensions
-            loaded = await load_extensions(self.runtime)
-            if loaded is not None:
-                use_extensions(self.runtime, loaded)
-        if (extensions := self.session.extensions) is not None:
-            await extensions.session_start()
+        await start_extensions(self.runtime)
         self.output.put_nowait(self.commands.available_commands_update())
         self._started.set()
 
@@ -255,12 +250,8 @@ class RpcServer:
         if session.extensions is not None:
             await session.extensions.session_shutdown()
         await close_extension_host(self.runtime)
-        fresh = await load_extensions(self.runtime)
-        if fresh is None:
-            session.use_extensions(None)
-            return
-        use_extensions(self.runtime, fresh)
-        await fresh.extensions.session_start()
+        session.use_extensions(None)  # what the files give now, or none
+        await start_extensions(self.runtime)
 
     # -- lanes -------------------------------------------------------------------------------
 
