@@ -41,7 +41,6 @@ async def serve_acp(options: ServeOptions, stdin: trio.abc.ReceiveStream,
     cancellation everything is cancelled at once (each session closes its HTTP client within
     its own deadline)."""
     output = new_output(options, encoder_limit=sys.maxsize)
-    server = AcpServer(options, output)
     reading = trio.CancelScope()
     wiring = Wiring(output, lambda _signum: reading.cancel())  # the first: as at EOF
 
@@ -50,8 +49,8 @@ async def serve_acp(options: ServeOptions, stdin: trio.abc.ReceiveStream,
             await wiring.start(root, stdout, signals=signals)
             async with trio.open_nursery() as sessions:
                 async with trio.open_nursery() as requests:
-                    server._sessions_nursery = sessions
-                    server._requests_nursery = requests
+                    server = AcpServer(options, output, sessions_nursery=sessions,
+                                       requests_nursery=requests)
                     task_status.started()
                     with reading:
                         await server.read(stdin)

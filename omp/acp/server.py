@@ -118,10 +118,12 @@ docs/guides/acp.md#logging-in-from-the-editor)."""
 class AcpServer:
     options: ServeOptions
     output: FrameQueue
+    _sessions_nursery: trio.Nursery = attrs.field(alias="sessions_nursery")
+    """Where each session's own tasks run (``serve_acp`` opens it)."""
+    _requests_nursery: trio.Nursery = attrs.field(alias="requests_nursery")
+    """Where each request is answered, as its own task (``serve_acp`` opens it)."""
     sessions: dict[str, AcpSession] = attrs.field(factory=dict)
     client_capabilities: w.ClientCapabilities = attrs.field(factory=w.ClientCapabilities)
-    _sessions_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _requests_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     client: ClientChannel = attrs.field(init=False)
     """Requests of ours to the editor."""
     _tickets: dict[int | str, int] = attrs.field(factory=dict, init=False)
@@ -180,7 +182,6 @@ class AcpServer:
             if isinstance(envelope.id, int | str):
                 if envelope.method == "session/prompt":
                     self._ticket(envelope.id, envelope.params)
-                assert self._requests_nursery is not None
                 self._requests_nursery.start_soon(self.answer, envelope.id, envelope.method,
                                                   envelope.params)
             elif envelope.id is msgspec.UNSET:
@@ -337,9 +338,7 @@ class AcpServer:
         if self.client_capabilities.terminal:
             runtime.session.tool_context.terminals = EditorTerminals(self.client,
                                                                      acp.session_id)
-        assert self._sessions_nursery is not None
         await self._sessions_nursery.start(acp.host)
-        assert self._requests_nursery is not None
         acp.commands = Commands(runtime.session, outbox, self._requests_nursery.start_soon,
                                 runtime.controls, runtime.host_uris, runtime.aborts,
                                 runtime.ui, runtime.subagents)
@@ -367,7 +366,6 @@ class AcpServer:
         """``bootstrap`` right after the response (a task of the requests nursery: it runs
         once the handler's task has queued the response, which it does without a
         checkpoint)."""
-        assert self._requests_nursery is not None
 
         async def bootstrap() -> None:
             if acp.session_id in self.sessions:
