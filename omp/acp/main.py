@@ -3,7 +3,7 @@
 Not ``omp.rpc.lifecycle.run_lifecycle``: that one serves one ``Runtime`` (one session) for
 its whole life, while an ACP server starts and closes sessions as the editor asks. The parts
 are the same: the output queue, the writer and the stop signals (``omp.rpc.lifecycle.Wiring``),
-``build_runtime`` for each session, the stdio handling (``stdio_streams``: fd 1 points at
+``build_runtime`` for each session, the stdio handling (``StdioStreams``: fd 1 points at
 stderr meanwhile, so a stray print never corrupts the protocol), ``private_memory`` and
 ``adopt_orphans`` (omp.process).
 
@@ -23,7 +23,7 @@ from ..config import ConfigError
 from ..groups import unwrap
 from ..llm.models import ModelRegistry
 from ..process import adopt_orphans, can_watch_signals, hide_environment_block, private_memory
-from ..rpc.lifecycle import Wiring, new_output, stdio_streams
+from ..rpc.lifecycle import StdioStreams, Wiring, new_output
 from ..rpc.options import ServeOptions
 from ..subprocess_env import EnvironmentPolicy
 from .server import SHUTDOWN_GRACE, AcpServer
@@ -82,6 +82,6 @@ async def run_acp(options: ServeOptions) -> None:
     if sys.stdin.isatty():
         print(TTY_HINT, file=sys.stderr)
     hide_environment_block(_secrets_policy().is_secret)
-    with stdio_streams() as (stdin, stdout), private_memory():
+    with StdioStreams() as (stdin, stdout), private_memory():
         async with adopt_orphans():
             await serve_acp(options, stdin, stdout, signals=can_watch_signals())

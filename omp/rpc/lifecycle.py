@@ -501,13 +501,13 @@ async def run_on_stdio(runtime: Runtime, front: Callable[[trio.abc.ReceiveStream
     were read into ``os.environ`` at the start). Raises as ``run_lifecycle``; on cancellation
     as ``run_lifecycle`` too."""
     hide_environment_block(runtime.session.tool_context.environment.is_secret)
-    with stdio_streams() as (stdin, stdout), private_memory():
+    with StdioStreams() as (stdin, stdout), private_memory():
         async with adopt_orphans():
             await run_lifecycle(runtime, stdout if write else None, front(stdin), task_status,
                                 signals=can_watch_signals())
 
 
-class stdio_streams:
+class StdioStreams:
     """The process's stdin/stdout as trio streams, with fd 1 pointed at stderr meanwhile."""
 
     def __enter__(self) -> tuple[trio.abc.ReceiveStream, trio.abc.SendStream]:
