@@ -19,14 +19,14 @@ import trio.testing
 from omp.llm.builder import StreamEvent
 from omp.llm.errors import ErrorKind
 from omp.llm.stream import ModelCall, collect
-from omp.llm.types import Context, LlmMessage, StreamOptions, ToolSpec
+from omp.llm.types import Context, LlmMessage, StreamOptions, ToolDefinition
 from omp.protocol import messages as m
 from omp.protocol.payloads import Model, ModelCost
 from omp.testing.fake_llm import open_fake_llm
 
 APIS = ("anthropic", "google")
 COST = ModelCost(input=3.0, output=15.0, cacheRead=0.3, cacheWrite=3.75)
-READ = ToolSpec("read", "Read a file", {"type": "object", "properties": {
+READ = ToolDefinition("read", "Read a file", {"type": "object", "properties": {
     "path": {"type": "string"}}, "required": ["path"]})
 PNG = "iVBORw0KGgo="
 
@@ -59,7 +59,7 @@ def result(call_id: str, name: str, text: str, *, error: bool = False) -> m.Tool
                                content=[m.TextContent(text=text)], timestamp=3)
 
 
-def context(*messages: LlmMessage, tools: tuple[ToolSpec, ...] = ()) -> Context:
+def context(*messages: LlmMessage, tools: tuple[ToolDefinition, ...] = ()) -> Context:
     return Context(system_prompt=("You are a test.",), messages=messages or (user("Hi"),),
                    tools=tools)
 

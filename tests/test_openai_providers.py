@@ -12,7 +12,7 @@ import trio
 
 from omp.llm.builder import StreamEvent
 from omp.llm.stream import ModelCall, collect
-from omp.llm.types import Context, StreamOptions, ToolSpec
+from omp.llm.types import Context, StreamOptions, ToolDefinition
 from omp.protocol import messages as m
 from omp.protocol.payloads import Model, ModelCost
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
@@ -22,7 +22,7 @@ api_param = pytest.mark.parametrize("api", APIS)
 FREE = ModelCost(input=0, output=0, cacheRead=0, cacheWrite=0)
 PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJ"
        "RU5ErkJggg==")
-WEATHER = ToolSpec("get_weather", "Weather for a city.",
+WEATHER = ToolDefinition("get_weather", "Weather for a city.",
                    {"type": "object", "properties": {"city": {"type": "string"}},
                     "required": ["city"]})
 

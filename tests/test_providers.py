@@ -20,7 +20,7 @@ from omp.client import RpcClient
 from omp.llm.errors import parse_retry_after
 from omp.llm.models import ModelRegistry, read_catalog
 from omp.llm.stream import ModelCall
-from omp.llm.types import Context, StreamOptions, ThinkingLevel, ToolSpec
+from omp.llm.types import Context, StreamOptions, ThinkingLevel, ToolDefinition
 from omp.protocol import messages as m
 from omp.protocol.payloads import Model
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
@@ -30,7 +30,7 @@ CATALOG = read_catalog()
 KEYED = sorted(name for name, p in CATALOG.providers.items()
                if p.auth == "apiKey" and p.env)
 LOCAL = sorted(name for name, p in CATALOG.providers.items() if p.discovery is not None)
-WEATHER = ToolSpec("get_weather", "Weather for a city.",
+WEATHER = ToolDefinition("get_weather", "Weather for a city.",
                    {"type": "object", "properties": {"city": {"type": "string"}}})
 
 

@@ -64,7 +64,7 @@ import trio
 from ..llm.builder import Pace, StreamEvent
 from ..llm.errors import ProviderError
 from ..llm.stream import HttpClient, ModelCall
-from ..llm.types import Context, LlmMessage, StreamOptions, ToolSpec
+from ..llm.types import Context, LlmMessage, StreamOptions, ToolDefinition
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol.payloads import Model
@@ -622,7 +622,7 @@ class Agent:
                          else setup.system_prompt)
         context = Context(
             system_prompt=system_prompt, messages=to_llm(messages),
-            tools=tuple(ToolSpec(t.name, t.description, t.parameters) for t in setup.tools))
+            tools=tuple(ToolDefinition(t.name, t.description, t.parameters) for t in setup.tools))
         call = self.last_call = turn.call = ModelCall(setup.model, context, setup.options)
 
         publish_update = self.sink.publish_update

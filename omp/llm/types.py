@@ -39,7 +39,7 @@ THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 LlmMessage = UserMessage | AssistantMessage | ToolResultMessage
 
 
-class ToolSpec(msgspec.Struct, frozen=True):
+class ToolDefinition(msgspec.Struct, frozen=True):
     """A tool as the model sees it: name, description and JSON-schema parameters."""
 
     name: str
@@ -51,7 +51,7 @@ class Context(msgspec.Struct, frozen=True, kw_only=True):
     system_prompt: tuple[str, ...] = ()
     """System prompt blocks, in order (Anthropic sends one text block per entry)."""
     messages: tuple[LlmMessage, ...] = ()
-    tools: tuple[ToolSpec, ...] = ()
+    tools: tuple[ToolDefinition, ...] = ()
 
 
 class StreamOptions(msgspec.Struct, frozen=True):
