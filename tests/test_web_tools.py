@@ -260,7 +260,7 @@ async def test_no_credential_or_cookie_is_sent(tmp_path: Path, web: FakeWeb,
     for request in web.requests:
         names = {name.lower() for name in request.headers}
         assert not names & {"cookie", "authorization", "proxy-authorization", "x-api-key"}
-    assert not list(http.get().cookies.jar)
+    assert not list(http.async_client().cookies.jar)
 
 
 def has_ipv6_loopback() -> bool:
@@ -279,7 +279,7 @@ async def test_cookies_of_an_ipv6_site_are_dropped_too(tmp_path: Path, http: Htt
                                     headers={"set-cookie": "session=abc; Path=/"})
         ctx = context(tmp_path, http, allowNetworks=["::1/128"])
         assert text_of(await fetch(ctx, web.url("/set"))).endswith("\n\nset")
-        assert not list(http.get().cookies.jar)
+        assert not list(http.async_client().cookies.jar)
 
 
 def make_certificate(directory: Path, name: str) -> tuple[Path, Path]:

@@ -112,7 +112,7 @@ async def terminal_login(options: ServeOptions, stdin: TextIO = sys.stdin,
         print(f"No provider {answer!r}: give its number or id.", file=out)
     http = HttpClient()
     try:
-        credential = await run_login(chosen, ui, http.get())
+        credential = await run_login(chosen, ui, http.async_client())
         await registry.credentials.store(chosen.id, credential)
     except LoginError as exc:
         print(f"Login failed: {exc}", file=out)

@@ -208,7 +208,7 @@ async def _get(http: HttpClient, url: str, headers: dict[str, str]) -> bytes | N
     import httpx  # lazy: only once a server accepted (omp.lazy)
 
     try:
-        async with http.get().stream("GET", url, headers=headers) as response:
+        async with http.async_client().stream("GET", url, headers=headers) as response:
             if response.status_code != 200:
                 return None
             body = bytearray()

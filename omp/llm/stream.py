@@ -89,7 +89,8 @@ class HttpClient:
     _client: httpx.AsyncClient | None = None
     _closed: bool = False
 
-    def get(self) -> httpx.AsyncClient:
+    def async_client(self) -> httpx.AsyncClient:
+        """The ``httpx.AsyncClient``, made on first use; RuntimeError once closed."""
         if self._closed:
             raise RuntimeError("the HTTP client was closed with its owner")
         if self._client is None:
@@ -142,7 +143,7 @@ class ModelCall:
                     # No request is made: no client (nor the httpx import) is needed.
                     client = cast("httpx.AsyncClient", None)
                 elif isinstance(http, HttpClient):
-                    client = http.get()
+                    client = http.async_client()
                 elif http is not None:
                     client = http
                 else:

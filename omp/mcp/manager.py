@@ -128,7 +128,7 @@ class McpManager:
                                           settings.mcp_notification_debounce_ms / 1000)
             env = dict(os.environ)
             oauth = None if self.credentials is None else McpOAuth(self.credentials,
-                                                                   self.session.http.get)
+                                                                   self.session.http.async_client)
             self._connection = functools.partial(
                 Connection, cwd=self.session.cwd, on_change=self._changed, emit=self.emit,
                 environ=env, policy=self.session.tool_context.environment, oauth=oauth,

@@ -147,7 +147,7 @@ class SettingsCommands(msgspec.Struct, eq=False):
         self._login_running = True
         try:
             with scope:
-                credential = await run_login(target, ui, self.session.http.get())
+                credential = await run_login(target, ui, self.session.http.async_client())
                 await registry.credentials.store(target.id, credential)
                 stored = True
         except (LoginError, UiDisconnected) as exc:

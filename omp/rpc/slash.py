@@ -535,7 +535,7 @@ def _mcp(call: Call) -> Outcome | Awaitable[Outcome]:
                                    s.cwd, call.slash.agent_directory,
                                    trusted=call.slash.project_trusted,
                                    policy=s.tool_context.environment,
-                                   credentials=s.registry.credentials, http=s.http.get,
+                                   credentials=s.registry.credentials, http=s.http.async_client,
                                    settings=s.settings))
         return LOCAL
 

@@ -171,5 +171,5 @@ class ModelControl(msgspec.Struct, eq=False):
         about to expire (once per provider, however many calls need it). Raises ProviderError
         (``auth``) when the renewal fails. On cancellation nothing is renewed, or the renewal
         already being written completes."""
-        await self.registry.refresh_if_due(model.provider, self.http.get())
+        await self.registry.refresh_if_due(model.provider, self.http.async_client())
         return self.registry.headers(model)

@@ -164,7 +164,7 @@ async def fetch_page(access: WebAccess, raw_url: str) -> Page:
 async def _fetch(access: WebAccess, raw_url: str) -> Page:
     import httpx
 
-    client = access.http.get()
+    client = access.http.async_client()
     url = _parse(raw_url)
     redirects: list[str] = []
     while True:

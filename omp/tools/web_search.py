@@ -253,7 +253,7 @@ class _TransportError(Exception):
 async def _send(access: WebAccess, spec: RequestSpec) -> tuple[int, bytes]:
     import httpx
 
-    client = access.http.get()
+    client = access.http.async_client()
     content = msgspec.json.encode(spec.json) if spec.json is not None else None
     headers = dict(spec.headers)
     if content is not None:
