@@ -88,12 +88,12 @@ async def _measure(children: int, cwd: Path) -> dict[str, float]:
         return elapsed
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(session.serve)
+        await nursery.start(session.run_nursery)
         await spawn(1, 0)  # warm-up: lazy imports, first file writes
         idle = _rss_kib()
         elapsed = await spawn(children, 1)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        await session.close()
+        await session.aclose()
     return {"seconds": elapsed, "rss_over_idle_mib": max(0, peak - idle) / 1024}
 
 

@@ -59,7 +59,7 @@ async def stream_through(sink: GatedSink, tmp_path: Path, agent_dir: Path) -> in
                                  sink=sink)
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
-                await nursery.start(session.serve)
+                await nursery.start(session.run_nursery)
                 session.prompt("go")
                 while not sink.waiting:  # noqa: ASYNC110 -- polling a plain counter
                     await trio.sleep(0.01)
@@ -68,7 +68,7 @@ async def stream_through(sink: GatedSink, tmp_path: Path, agent_dir: Path) -> in
                 assert sink.waiting == 1  # still waiting: nothing more was read meanwhile
                 sink.open.set()
                 await sink.settled.wait()
-                await session.close()
+                await session.aclose()
     assert "".join(sink.deltas) == "".join(pieces)
     return held
 

@@ -215,7 +215,7 @@ class AcpServer:
         except msgspec.ValidationError:
             return
         if (acp := self.sessions.get(decoded.sessionId)) is not None:
-            acp.cancel()
+            acp.abort()
 
     async def answer(self, request_id: int | str, method: str,
                      params: msgspec.Raw | msgspec.UnsetType) -> None:
@@ -495,7 +495,7 @@ class AcpServer:
     async def close_session(self, params: w.SessionIdParams, _id: int | str) -> w.Empty:
         acp = self.sessions.pop(params.sessionId, None)
         if acp is not None:
-            await acp.close()
+            await acp.aclose()
         return w.Empty()
 
     async def set_mode(self, params: w.SetModeParams, _id: int | str) -> w.Empty:
@@ -536,10 +536,10 @@ class AcpServer:
     async def close_all(self) -> None:
         """Close every session (runs aborted, prompts answered). On cancellation it stops."""
         for acp in list(self.sessions.values()):
-            acp.cancel()
+            acp.abort()
         sessions, self.sessions = list(self.sessions.values()), {}
         for acp in sessions:
-            await acp.close()
+            await acp.aclose()
 
 
 def _id(envelope: w.Envelope) -> int | str | None:

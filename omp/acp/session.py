@@ -156,7 +156,7 @@ class AcpSession:
         assert commands is not None
         session = runtime.session
         if self.pending is not None:
-            self.cancel(upto=None if ticket is None else ticket - 1)
+            self.abort(upto=None if ticket is None else ticket - 1)
         if self.owned or self.stopping:
             await session.wait_for_idle()  # the cancelled work's cleanup, before this one
             self.stopping = False
@@ -289,7 +289,7 @@ class AcpSession:
         assert runtime is not None
 
         async def serve(*, task_status: trio.TaskStatus[None]) -> None:
-            await runtime.session.serve(task_status=task_status)
+            await runtime.session.run_nursery(task_status=task_status)
             nursery.cancel_scope.cancel()  # closed: its MCP servers end with it
 
         try:
@@ -340,18 +340,18 @@ class AcpSession:
         with trio.move_on_after(MCP_SETTLE_SECONDS):
             await runtime.mcp.wait_settled()
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Cancel the prompt, close the session (its run aborted, its nursery ended), then
         its extensions hear ``session_shutdown``. On cancellation it stops waiting."""
         if self.runtime is None:
             return
-        self.cancel()
-        await self.runtime.session.close()
+        self.abort()
+        await self.runtime.session.aclose()
         if (extensions := self.runtime.session.extensions) is not None:
             await extensions.session_shutdown()
         await close_extension_host(self.runtime)
 
-    def cancel(self, upto: int | None = None) -> None:
+    def abort(self, upto: int | None = None) -> None:
         """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the
         prompts read so far (``upto``: those up to that ticket) that have not started yet
         answer ``cancelled`` without starting."""

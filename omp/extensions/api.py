@@ -78,7 +78,7 @@ class SessionView(Protocol):
 class ExtensionHost(SessionView, Protocol):
     """The session as the extension runtime drives it."""
 
-    def request_abort(self) -> None:
+    def abort_nowait(self) -> None:
         """Abort the run in progress, without waiting (``ctx.abort()``)."""
 
     def request_shutdown(self) -> None:
@@ -179,7 +179,7 @@ class ExtensionContext:
 
     def abort(self) -> None:
         """Abort the run in progress, like the RPC ``abort`` (not awaited)."""
-        self.host.request_abort()
+        self.host.abort_nowait()
 
     def shutdown(self) -> None:
         """End the session once the current command is answered; commands queued after it

@@ -339,7 +339,7 @@ class JsExtensions:
         elif method == "setThinkingLevel":
             host.set_thinking_level(params.get("level"))
         elif method == "abort":
-            host.request_abort()
+            host.abort_nowait()
         elif method == "shutdown":
             host.request_shutdown()
         else:

@@ -356,7 +356,7 @@ async def expire_at(runtime: Runtime, deadline: float) -> None:
     """At ``deadline`` (``time.monotonic()``): abort the run going with ``Deadline exceeded``;
     no later run starts. On cancellation nothing happens."""
     await trio.sleep(max(0.0, deadline - time.monotonic()))
-    runtime.session.runs.expire(DEADLINE_EXCEEDED)
+    runtime.session.runs.abort_for_good(DEADLINE_EXCEEDED)
 
 
 def new_output(options: ServeOptions, encoder_limit: int | None = None) -> FrameQueue:
@@ -465,7 +465,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
             async with trio.open_nursery() as root:
                 runtime.services = root
                 await wiring.start(root, stdout, signals=signals)
-                await root.start(runtime.session.serve)
+                await root.start(runtime.session.run_nursery)
                 if runtime.options.deadline is not None:
                     root.start_soon(expire_at, runtime, runtime.options.deadline)
                 await front.run(root, task_status)

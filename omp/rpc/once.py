@@ -223,7 +223,7 @@ class OnceFront:
         self.stopped_by = signum
         self._stopping = True
         if self._in_flight and not self.sink.settled.is_set():
-            self._nursery.start_soon(self.runtime.session.close)  # aborted: terminal events
+            self._nursery.start_soon(self.runtime.session.aclose)  # aborted: terminal events
         else:  # nothing to abort (yet, or any more): stop now
             self._nursery.cancel_scope.cancel()
 

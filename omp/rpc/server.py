@@ -392,7 +392,7 @@ class RpcServer:
         # written; then whatever of the run family is left (prompts not yet handled).
         aborts = self.runtime.aborts
         aborts.cancel(*(family for family in EVERY if family != "run"))
-        await self.session.close()
+        await self.session.aclose()
         aborts.cancel("run")
         # The command nursery closes once the serial lane is drained and its tasks (now
         # cancelled) have answered.

@@ -4,7 +4,7 @@
   the views of it;
 * ``models`` (``omp.session.model_control.ModelControl``): the model, thinking level, fast mode;
 * ``runs`` (``omp.session.coordinator.RunCoordinator``): the runs, their tickets and
-  settlement, the background jobs' tasks; it owns the session nursery (``serve``);
+  settlement, the background jobs' tasks; it owns the session nursery (``run_nursery``);
 * ``jobs`` (``omp.session.jobs.Jobs``): the background jobs as ``/jobs`` lists them, their
   limit and their delivery (a main session's are its tools' too: ``ToolContext.jobs``);
 * ``maintenance`` (``omp.session.maintenance.Maintenance``): compaction, handoff, the title;
@@ -292,7 +292,7 @@ class AgentSession:
         return text
 
     async def _reset(self) -> None:
-        await self.runs.reset()
+        await self.runs.abort_all()
         self.agent.messages.clear()
         self.todos.replace([])
 
@@ -406,9 +406,9 @@ class AgentSession:
 
     # -- what extensions drive (omp.extensions.api.ExtensionHost) -------------------------
 
-    def request_abort(self) -> None:
+    def abort_nowait(self) -> None:
         """Abort the run without waiting for it (``ctx.abort()``)."""
-        self.runs.request_abort()
+        self.runs.abort_nowait()
 
     def request_shutdown(self) -> None:
         if self.on_shutdown_request is not None:
@@ -452,16 +452,16 @@ class AgentSession:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    async def run_nursery(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                     ) -> None:
-        """Own the session nursery until ``close()``. On cancellation the current run is
+        """Own the session nursery until ``aclose()``. On cancellation the current run is
         cancelled with the nursery (no terminal frames)."""
-        await self.runs.serve(task_status=task_status)
+        await self.runs.run_nursery(task_status=task_status)
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Abort the run (its terminal events are still published), answer every open
-        ticket, stop ``serve``. On cancellation the nursery is torn down without waiting."""
-        await self.runs.close()
+        ticket, stop ``run_nursery``. On cancellation the nursery is torn down without waiting."""
+        await self.runs.aclose()
 
     async def wait_for_idle(self) -> None:
         """Wait until no run is going. On cancellation, stops waiting."""

@@ -17,9 +17,9 @@ Who owns what:
   (``agent_end``, ``prompt_result``\\ s, ``session_settled``), and resumes with a new run when
   the resume rule says so. Nothing else publishes those frames.
 
-Cancellation: ``abort`` cancels the run and waits until its terminal frames are out; ``close``
-aborts with the shutdown reason, answers every open ticket and stops ``serve``. Cancelled from
-outside, ``serve`` takes its tasks down with it (no terminal frames).
+Cancellation: ``abort`` cancels the run and waits until its terminal frames are out; ``aclose``
+aborts with the shutdown reason, answers every open ticket and stops ``run_nursery``. Cancelled
+from outside, ``run_nursery`` takes its tasks down with it (no terminal frames).
 """
 
 from __future__ import annotations
@@ -123,9 +123,9 @@ class RunCoordinator(msgspec.Struct, eq=False):
 
     # -- the session nursery -----------------------------------------------------------------
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    async def run_nursery(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                     ) -> None:
-        """Own the session nursery (runs and jobs live in it) until ``close()``.
+        """Own the session nursery (runs and jobs live in it) until ``aclose()``.
 
         On cancellation the current run is cancelled with the nursery (no terminal frames)."""
         async with trio.open_nursery() as nursery:
@@ -133,11 +133,12 @@ class RunCoordinator(msgspec.Struct, eq=False):
             task_status.started()
             await trio.sleep_forever()
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Abort the run (its terminal events are still published), wait for the background
         jobs it cancelled to return (at most ``JOBS_EXIT_SECONDS``), answer every open ticket,
-        wait for the session file's last lines, and stop ``serve``. On cancellation the nursery
-        is torn down without waiting (the file's writer thread still writes what it holds)."""
+        wait for the session file's last lines, and stop ``run_nursery``. On cancellation the
+        nursery is torn down without waiting (the file's writer thread still writes what it
+        holds)."""
         self._closing = True
         self.cancel_jobs()
         await self.abort(SHUTDOWN_REASON)
@@ -313,19 +314,19 @@ class RunCoordinator(msgspec.Struct, eq=False):
         run.abort(reason)
         await run.done.wait()
 
-    def request_abort(self) -> None:
+    def abort_nowait(self) -> None:
         """Abort the run without waiting for it (``ctx.abort()``)."""
         if self._run is not None:
             self._run.abort(ABORT_REASON)
 
-    def expire(self, reason: str) -> None:
+    def abort_for_good(self, reason: str) -> None:
         """No run may go on any more (``--max-time``): the one going is aborted with ``reason``
         (without waiting), any later one ends before it starts."""
         self.expired = reason
         if self._run is not None:
             self._run.abort(reason)
 
-    def stop_run(self) -> None:
+    def end_after_turn(self) -> None:
         """End the run once the current turn's tool calls are done (a subagent's terminal
         ``yield``): no further model call, nothing aborted (``Agent.stop_requested``)."""
         if self._run is not None:
@@ -336,7 +337,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
         while (run := self._run) is not None:
             await run.done.wait()
 
-    async def reset(self) -> None:
+    async def abort_all(self) -> None:
         """Stop whatever runs and empty the queues (before a session change): prompts still
         waiting for their result are answered ``aborted``; background jobs are cancelled, their
         results dropped, and waited for (at most ``JOBS_EXIT_SECONDS``). On cancellation,
@@ -363,7 +364,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
 
     def start_job(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work`` as a background job in the session nursery. A plain ``abort`` does not
-        stop it; a session change and ``close`` cancel it (``cancel_jobs``). While any job runs
+        stop it; a session change and ``aclose`` cancel it (``cancel_jobs``). While any job runs
         the session is not settled. ``work`` must not raise (it reports its own failures).
         Raises SessionError when the session is closed."""
         if self._nursery is None or self._closing:

@@ -6,7 +6,7 @@ docs/internals.md#who-owns-what, the job nursery):
 
 * A job is a task in the session nursery (``RunCoordinator.start_job``), in a cancel scope of
   its own: a plain ``abort`` leaves it running; a session change (``new_session``, a switch, a
-  branch) and the session's close cancel it (``RunCoordinator.cancel_jobs``), and whatever it
+  branch) and the session's ``aclose`` cancel it (``RunCoordinator.cancel_jobs``), and whatever it
   was doing is dropped: a cancelled job delivers nothing, and a command's process group is
   killed on the way out.
 * Work becomes a job in one of two ways. ``start``: at once (a background subagent, a command

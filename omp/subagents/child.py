@@ -100,7 +100,7 @@ async def build_child(host: Host, child: Child, context: str | None,
         spawn children of its own."""
         tools: list[Tool] = [YieldTool(
             state, last_text=functools.partial(last_text, session),
-            on_terminal=session.runs.stop_run)]
+            on_terminal=session.runs.end_after_turn)]
         if nested_spawns:
             tools.append(host.nested_tool(session, f"{child.id}.", spawns))
         return tools

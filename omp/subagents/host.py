@@ -444,7 +444,7 @@ class SubagentHost:
         async def host(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                        ) -> None:
             with host_scope:
-                await session.serve(task_status=task_status)
+                await session.run_nursery(task_status=task_status)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -472,7 +472,7 @@ class SubagentHost:
                         # Shielded, with a deadline: the child's run is aborted and its file
                         # ends with its terminal entries even when the owner was cancelled.
                         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                            await session.close()
+                            await session.aclose()
                     finally:
                         host_scope.cancel()
                         nursery.cancel_scope.cancel()  # the pump
