@@ -1,6 +1,7 @@
 """ast_edit: structural rewrites with ast-grep patterns (``omp.tools.ast_engine``).
 
-All or nothing: every file's new text is computed first, in a worker thread; any failure (a
+All or nothing: every file's new text is computed first, in the worker process
+(``omp.tools.ast_worker``), and nothing is written until it is all known; any failure (a
 pattern that does not parse, a replacement naming a metavariable the pattern lacks, a result
 that no longer parses, a named file that cannot be read, a file outside the workspace) fails
 the call before anything is written. Then each changed file is replaced atomically with
@@ -14,39 +15,31 @@ name; ``edit`` and ``write`` are there for a single file elsewhere.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
 from ..files import UnusableFile
 from .ast_engine import (
+    Change,
+    Op,
     PatternError,
-    Unreadable,
+    RewriteReport,
+    RewriteRequest,
     check_template,
-    infer_language,
     language,
-    read_source,
-    rewrite,
-    searched_with,
 )
+from .ast_process import run_worker
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
+from .edit import write_atomic
 from .glob import collect_files, shown_path
 from .ls import resolve_path
 from .specs import ON_REQUEST_SPECS, SpecifiedTool
 
 MAX_FILES = 10_000
 """The most files one call may name (more: narrow ``paths``; nothing is changed)."""
-
-
-@attrs.frozen
-class Op:
-    pattern: str
-    template: str
-    lang: str | None
 
 
 def parse_ops(value: object) -> list[Op]:
@@ -73,83 +66,17 @@ def parse_ops(value: object) -> list[Op]:
     return ops
 
 
-@attrs.frozen
-class Change:
-    path: Path
-    old: str
-    new: str
-    counts: tuple[int, ...]
-    """Replacements per op."""
-
-
-@attrs.define
-class _Plan:
-    changes: list[Change] = attrs.Factory(list)
-    searched: int = 0
-    skipped: list[str] = attrs.Factory(list)
-
-
-def inside(root: Path, path: Path) -> bool:
-    """Whether ``path`` (resolved, symlinks followed) lies under ``root`` (resolved)."""
-    real = os.path.realpath(path)
-    return real == str(root) or real.startswith(str(root).rstrip(os.sep) + os.sep)
-
-
-def plan(paths: list[Path], named: frozenset[Path], ops: list[Op], workspace: Path,
-         stop: threading.Event) -> _Plan:
-    """Blocking: every file's rewritten text (nothing written). Raises ToolError for the
-    first failure, naming the file and the op."""
-    result = _Plan()
-    root = Path(os.path.realpath(workspace))
-    for path in paths:
-        if stop.is_set():
-            raise ToolError("ast_edit cancelled; no file was changed")
-        inferred = infer_language(path)
-        applying = [(i, op, op.lang or inferred) for i, op in enumerate(ops)
-                    if (op.lang is None and inferred is not None) or (
-                        op.lang is not None and (path in named or searched_with(path, op.lang)))]
-        if path in named and not applying:
-            raise ToolError(f"Cannot tell the language of {path}: give lang in the op")
-        if not applying:
-            continue
-        if not inside(root, path):
-            raise ToolError(f"{path} is outside the workspace ({workspace}); ast_edit changes "
-                            "files inside it only")
-        try:
-            source = read_source(path)
-        except Unreadable as exc:
-            if path in named:
-                raise ToolError(f"Cannot rewrite {path}: {exc}") from None
-            result.skipped.append(str(exc))
-            continue
-        result.searched += 1
-        text = source
-        counts = [0] * len(ops)
-        for index, op, lang in applying:
-            assert lang is not None
-            try:
-                rewritten = rewrite(text, lang, op.pattern, op.template)
-            except PatternError as exc:
-                raise ToolError(f"ops[{index}] in {path}: {exc}. No file was changed") from None
-            text, counts[index] = rewritten.text, rewritten.count
-        if text != source:
-            result.changes.append(Change(path, source, text, tuple(counts)))
-    return result
-
-
-def apply(changes: list[Change], stop: threading.Event) -> list[Path]:
+def apply(changes: list[Change], stop: threading.Event) -> list[str]:
     """Blocking: write each change atomically; returns the files written. Stops before the
     next file once ``stop`` is set."""
-    from .edit import write_atomic
-
-    written: list[Path] = []
+    written: list[str] = []
     for change in changes:
         if stop.is_set():
             break
         try:
-            write_atomic(change.path, change.new.encode("utf-8"))
+            write_atomic(Path(change.path), change.new.encode("utf-8"))
         except (UnusableFile, OSError) as exc:
-            done = f"; already rewritten: {', '.join(map(str, written))}" if written else ""
+            done = f"; already rewritten: {', '.join(written)}" if written else ""
             raise ToolError(f"Cannot write {change.path}: {exc}{done}") from None
         written.append(change.path)
     return written
@@ -165,11 +92,12 @@ class AstEditTool(SpecifiedTool):
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
-        """Apply ``args["ops"]`` to the files ``args["paths"]`` names.
+        """Apply ``args["ops"]`` to the files ``args["paths"]`` names: the new texts come
+        from a worker process, then the files are written here.
 
-        On cancellation ``Cancelled`` propagates at once and the worker thread is abandoned:
-        it writes nothing when cancelled while planning, and otherwise stops before its next
-        file; each file written is written atomically (untouched or fully rewritten)."""
+        On cancellation while planning the worker is killed and nothing is written; while
+        writing, ``Cancelled`` propagates at once and the abandoned thread stops before its
+        next file; each file is written atomically (untouched or fully rewritten)."""
         ops = parse_ops(args.get("ops"))
         paths = args.get("paths")
         if isinstance(paths, str):
@@ -182,18 +110,22 @@ class AstEditTool(SpecifiedTool):
             raise ToolError(f"paths name more than {MAX_FILES} files: narrow them; no file "
                             "was changed")
         cwd = resolve_path(self._ctx, ".")
+        planned = await run_worker(
+            RewriteRequest([str(p) for p in found.paths], [str(p) for p in found.named], ops,
+                           str(cwd)), cwd=cwd, environment=self._ctx.environment)
+        assert isinstance(planned, RewriteReport)
+        if planned.error is not None:
+            raise ToolError(planned.error)
         stop = threading.Event()
         try:
-            planned = await trio.to_thread.run_sync(plan, found.paths, found.named, ops, cwd,
-                                                    stop, abandon_on_cancel=True)
             written = await trio.to_thread.run_sync(apply, planned.changes, stop,
                                                     abandon_on_cancel=True)
         finally:
-            stop.set()
+            stop.set()  # an abandoned writer stops before its next file
         return _result(planned, written, ops, cwd, found.missing)
 
 
-def _result(planned: _Plan, written: list[Path], ops: list[Op], cwd: Path,
+def _result(planned: RewriteReport, written: list[str], ops: list[Op], cwd: Path,
             missing: list[str]) -> ToolResult:
     from .edit_match import generate_diff
 
@@ -211,7 +143,7 @@ def _result(planned: _Plan, written: list[Path], ops: list[Op], cwd: Path,
     lines = [f"Replaced {total} matches in {len(written)} files:"]
     files = []
     for change in planned.changes:
-        shown = shown_path(cwd, change.path)
+        shown = shown_path(cwd, Path(change.path))
         per_op = (" (" + ", ".join(f"ops[{i}]: {n}" for i, n in enumerate(change.counts)) + ")"
                   if len(ops) > 1 else "")
         lines.append(f"  {shown}: {sum(change.counts)}{per_op}")

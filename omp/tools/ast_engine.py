@@ -1,9 +1,10 @@
 """What ``ast_grep`` and ``ast_edit`` share: languages, metavariables, and the search and
 rewrite of one file's text with ast-grep's Python bindings (``ast_grep_py``).
 
-Everything here is blocking and runs in a worker thread; ``ast_grep_py`` is imported on the
-first search, never before (it is an optional dependency: ``missing_dependency`` in
-``omp.tools`` says what to install). Two habits of the bindings shape this module:
+Everything here is blocking and runs in the tools' worker process (``omp.tools.ast_worker``,
+which answers a ``Request`` with a ``Report``); ``ast_grep_py`` is imported on the first
+search, never before (it is an optional dependency: ``missing_dependency`` in ``omp.tools``
+says what to install). Two habits of the bindings shape this module:
 
 * an unknown language makes them panic (a Rust panic, raised as a ``BaseException`` and printed
   with a backtrace), so a language is checked against ``LANGUAGES`` before it gets there;
@@ -16,12 +17,13 @@ source with them is exact.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-import attrs
+import msgspec
 
 from ..files import UnusableFile, read_regular
 
@@ -95,8 +97,7 @@ def searched_with(path: PurePath, lang: str) -> bool:
     return infer_language(path) == lang or path.suffix.lower() in _ALSO.get(lang, ())
 
 
-@attrs.frozen
-class Metavariable:
+class Metavariable(msgspec.Struct, frozen=True):
     name: str
     multiple: bool
     """``$$$NAME``: any number of nodes."""
@@ -158,8 +159,7 @@ def _is_panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
 
 
-@attrs.frozen
-class Found:
+class Found(msgspec.Struct, frozen=True):
     """One match: 1-based line and column, its text, what it captured."""
 
     line: int
@@ -168,8 +168,7 @@ class Found:
     captured: dict[str, str]
 
 
-@attrs.frozen
-class Searched:
+class Searched(msgspec.Struct, frozen=True):
     matches: list[Found]
     parse_error: bool
     """The file's tree holds an error node: matches there may be missing."""
@@ -210,8 +209,7 @@ def search(source: str, lang: str, pattern: str) -> Searched:
     return Searched(found, has_parse_error(root))
 
 
-@attrs.frozen
-class Rewritten:
+class Rewritten(msgspec.Struct, frozen=True):
     text: str
     count: int
 
@@ -278,3 +276,149 @@ def read_source(path: PurePath) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise Unreadable(f"Not UTF-8 text: {path}") from None
+
+
+# --- many files at once: what the worker process does (``omp.tools.ast_worker``) ------------
+
+
+class SearchRequest(msgspec.Struct, frozen=True, tag="search"):
+    jobs: list[tuple[str, str]]
+    """(file, language) pairs, in the order results are wanted."""
+    pattern: str
+
+
+class Op(msgspec.Struct, frozen=True):
+    pattern: str
+    template: str
+    lang: str | None = None
+    """None: each file's language, from its extension."""
+
+
+class RewriteRequest(msgspec.Struct, frozen=True, tag="rewrite"):
+    files: list[str]
+    named: list[str]
+    """The files an entry named itself (not found by walking a directory)."""
+    ops: list[Op]
+    workspace: str
+    """Only files under it (symlinks resolved) may change."""
+
+
+class FileMatch(msgspec.Struct, frozen=True):
+    path: str
+    found: Found
+
+
+class SearchReport(msgspec.Struct, frozen=True, tag="search"):
+    matches: list[FileMatch]
+    searched: int
+    parse_errors: list[str]
+    skipped: list[str]
+    """Files left alone (too large, not UTF-8...), each with the reason."""
+    bad_pattern: dict[str, str]
+    """Language → why the pattern is not valid there (its files were not searched)."""
+
+
+class Change(msgspec.Struct, frozen=True):
+    path: str
+    old: str
+    new: str
+    counts: list[int]
+    """Replacements per op."""
+
+
+class RewriteReport(msgspec.Struct, frozen=True, tag="rewrite"):
+    changes: list[Change]
+    searched: int
+    skipped: list[str]
+    error: str | None = None
+    """Why nothing may be written (the first failure, naming the file and the op)."""
+
+
+Request = SearchRequest | RewriteRequest
+Report = SearchReport | RewriteReport
+
+
+def search_files(request: SearchRequest) -> SearchReport:
+    """Every match of the request's pattern in its files."""
+    matches: list[FileMatch] = []
+    searched = 0
+    parse_errors: list[str] = []
+    skipped: list[str] = []
+    bad_pattern: dict[str, str] = {}
+    for path, lang in request.jobs:
+        if lang in bad_pattern:
+            continue
+        try:
+            source = read_source(PurePath(path))
+        except Unreadable as exc:
+            skipped.append(str(exc))
+            continue
+        try:
+            result = search(source, lang, request.pattern)
+        except PatternError as exc:
+            bad_pattern[lang] = str(exc)
+            continue
+        searched += 1
+        if result.parse_error:
+            parse_errors.append(path)
+        matches.extend(FileMatch(path, found) for found in result.matches)
+    return SearchReport(matches, searched, parse_errors, skipped, bad_pattern)
+
+
+def inside(root: str, path: str) -> bool:
+    """Whether ``path`` (symlinks resolved) lies under the directory ``root`` (resolved)."""
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def plan_rewrites(request: RewriteRequest) -> RewriteReport:
+    """Every file's rewritten text, nothing written; at the first failure, only the error."""
+    changes: list[Change] = []
+    searched = 0
+    skipped: list[str] = []
+    named = set(request.named)
+    root = os.path.realpath(request.workspace)
+
+    def failed(error: str) -> RewriteReport:
+        return RewriteReport([], searched, skipped, error)
+
+    for path in request.files:
+        inferred = infer_language(PurePath(path))
+        applying = [(i, op, op.lang or inferred) for i, op in enumerate(request.ops)
+                    if (op.lang is None and inferred is not None) or (
+                        op.lang is not None
+                        and (path in named or searched_with(PurePath(path), op.lang)))]
+        if not applying:
+            if path in named:
+                return failed(f"Cannot tell the language of {path}: give lang in the op")
+            continue
+        if not inside(root, path):
+            return failed(f"{path} is outside the workspace ({request.workspace}); ast_edit "
+                          "changes files inside it only")
+        try:
+            source = read_source(PurePath(path))
+        except Unreadable as exc:
+            if path in named:
+                return failed(f"Cannot rewrite {path}: {exc}")
+            skipped.append(str(exc))
+            continue
+        searched += 1
+        text = source
+        counts = [0] * len(request.ops)
+        for index, op, lang in applying:
+            assert lang is not None
+            try:
+                rewritten = rewrite(text, lang, op.pattern, op.template)
+            except PatternError as exc:
+                return failed(f"ops[{index}] in {path}: {exc}. No file was changed")
+            text, counts[index] = rewritten.text, rewritten.count
+        if text != source:
+            changes.append(Change(path, source, text, counts))
+    return RewriteReport(changes, searched, skipped)
+
+
+def serve(request: Request) -> Report:
+    """What the worker answers to ``request``."""
+    if isinstance(request, SearchRequest):
+        return search_files(request)
+    return plan_rewrites(request)

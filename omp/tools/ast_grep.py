@@ -1,29 +1,21 @@
 """ast_grep: structural search with ast-grep patterns (``omp.tools.ast_engine``).
 
 The files come from ``glob``'s listing of ``path`` (.gitignore respected); each is parsed in
-the language of its extension or the call's ``lang``, in a worker thread, one file at a time.
+the language of its extension or the call's ``lang``, in a worker process
+(``omp.tools.ast_worker``: the bindings hold the GIL while they parse).
 Every match is counted, so the result says how many there are; one page (``PAGE``) is shown,
 from ``skip`` on, in path and source order, grouped by file.
 """
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
-from .ast_engine import (
-    Found,
-    PatternError,
-    Unreadable,
-    choose_languages,
-    language,
-    read_source,
-    search,
-)
+from .ast_engine import Found, PatternError, SearchReport, SearchRequest, choose_languages, language
+from .ast_process import run_worker
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .glob import collect_files, shown_path
 from .ls import resolve_path
@@ -35,45 +27,6 @@ PAGE = 50
 MAX_FILES = 20_000
 """The most files one call parses; a wider ``path`` is cut there, with a notice."""
 _SHOWN_CHARS = 200
-
-
-@attrs.define
-class _Search:
-    """What a search over many files found (built in the worker thread)."""
-
-    matches: list[tuple[PurePath, Found]] = attrs.Factory(list)
-    searched: int = 0
-    parse_errors: list[PurePath] = attrs.Factory(list)
-    skipped: list[str] = attrs.Factory(list)
-    """Files left alone (too large, not UTF-8...), each with the reason."""
-    bad_pattern: dict[str, str] = attrs.Factory(dict)
-    """Language → why the pattern is not valid there (its files were not searched)."""
-
-
-def _search_files(jobs: list[tuple[PurePath, str]], pattern: str,
-                  stop: threading.Event) -> _Search:
-    """Blocking: search every file of ``jobs`` until ``stop`` is set."""
-    result = _Search()
-    for path, lang in jobs:
-        if stop.is_set():
-            break
-        if lang in result.bad_pattern:
-            continue
-        try:
-            source = read_source(path)
-        except Unreadable as exc:
-            result.skipped.append(str(exc))
-            continue
-        try:
-            searched = search(source, lang, pattern)
-        except PatternError as exc:
-            result.bad_pattern[lang] = str(exc)
-            continue
-        result.searched += 1
-        if searched.parse_error:
-            result.parse_errors.append(path)
-        result.matches.extend((path, found) for found in searched.matches)
-    return result
 
 
 def _one_line(text: str, limit: int = _SHOWN_CHARS) -> str:
@@ -109,10 +62,10 @@ class AstGrepTool(SpecifiedTool):
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
-        """Search the files ``args["path"]`` names for ``args["pat"]``.
+        """Search the files ``args["path"]`` names for ``args["pat"]``, in a worker process.
 
-        On cancellation the file listing's ripgrep is killed, or the search thread is told to
-        stop after its current file and abandoned; ``Cancelled`` propagates at once."""
+        On cancellation the file listing's ripgrep or the worker is killed and reaped, then
+        ``Cancelled`` propagates."""
         pattern = str(args.get("pat") or "").strip()
         if not pattern:
             raise ToolError("pat must be a non-empty pattern")
@@ -129,25 +82,21 @@ class AstGrepTool(SpecifiedTool):
         if unknown:
             raise ToolError(f"Cannot tell the language of {', '.join(map(str, unknown))}: "
                             "give lang")
-        stop = threading.Event()
-        try:
-            result = await trio.to_thread.run_sync(_search_files, jobs, pattern, stop,
-                                                   abandon_on_cancel=True)
-        finally:
-            stop.set()  # an abandoned search stops after its current file
+        cwd = resolve_path(self._ctx, ".")
+        result = await run_worker(SearchRequest([(str(p), lang) for p, lang in jobs], pattern),
+                                  cwd=cwd, environment=self._ctx.environment)
+        assert isinstance(result, SearchReport)
         if result.bad_pattern and not result.searched:
             raise ToolError("\n".join(result.bad_pattern.values()))
-        cwd = resolve_path(self._ctx, ".")
         return _result(result, cwd, skip, files_cut=found.limit_reached,
                        missing=found.missing)
 
 
-def _result(result: _Search, cwd: Path, skip: int, *, files_cut: bool,
+def _result(result: SearchReport, cwd: Path, skip: int, *, files_cut: bool,
             missing: list[str]) -> ToolResult:
     total = len(result.matches)
-    page = [(shown_path(cwd, Path(path)), found)
-            for path, found in result.matches[skip:skip + PAGE]]
-    files = len({path for path, _ in result.matches})
+    page = [(shown_path(cwd, Path(m.path)), m.found) for m in result.matches[skip:skip + PAGE]]
+    files = len({m.path for m in result.matches})
     notes: list[str] = []
     if total > skip + PAGE:
         notes.append(f"Matches {skip + 1}-{skip + len(page)} of {total} in {files} files. "
