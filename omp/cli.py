@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A coding-agent runtime on trio. With --mode rpc it reads JSON commands, one "
         "per line, on stdin and writes JSON frames, one per line, on stdout. With messages "
         "(or a piped stdin) it runs them once, one prompt each, and exits. Subcommands: "
-        "omp models [--json], omp schema [--commands|--events]; the original's other "
+        "omp models [--json], omp schema [--commands|--events|--tools]; the original's other "
         "subcommands are not available here.",
         epilog=f"Timeouts: a model response that does not start within {request:g} s, or a "
         f"stream that then sends nothing for {stall:g} s, fails and is retried; a one-shot run "

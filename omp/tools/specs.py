@@ -411,3 +411,37 @@ def bash_spec(*, background: bool) -> ToolSpec:
     return msgspec.structs.replace(
         spec, description=spec.description + BACKGROUND_NOTE,
         parameters={**spec.parameters, 'properties': properties})
+
+
+TOOLS_SCHEMA_ID = "https://omp-trio.invalid/schema/tools.schema.json"
+
+
+def tools_schema() -> dict[str, Any]:
+    """The JSON Schema document of every built-in tool's arguments (``omp schema --tools``):
+    one definition per tool, its ``title`` and ``description`` what the model is told, with
+    three annotations for hosts: ``x-omp-offered`` (``default``, ``on request``: ``--tools`` or
+    a setting, ``web.enabled``), ``x-omp-concurrency`` (``shared``, ``exclusive`` or
+    ``by arguments``) and ``x-omp-approval`` (the tier). ``bash`` is shown as a session with
+    ``async.enabled`` (the default) offers it."""
+    offered = [(spec, "default") for spec in SPECS.values()]
+    offered += [(spec, "on request") for spec in ON_REQUEST_SPECS.values()]
+    offered += [(spec, "web.enabled") for spec in WEB_SPECS.values()]
+    defs: dict[str, Any] = {}
+    for spec, when in offered:
+        if spec.name == 'bash':
+            spec = bash_spec(background=True)
+        rule = spec.concurrency
+        defs[spec.name] = {
+            "title": spec.label, "description": spec.description, **spec.parameters,
+            "x-omp-offered": when,
+            "x-omp-concurrency": "by arguments" if callable(rule) else rule,
+            "x-omp-approval": spec.approval}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": TOOLS_SCHEMA_ID,
+            "title": "omp built-in tools: the arguments of each",
+            "$defs": dict(sorted(defs.items()))}
+
+
+def encode_tools_schema() -> bytes:
+    """``tools_schema()`` as ``schema/tools.schema.json`` holds it (indented, one final
+    newline, like the protocol's files)."""
+    return msgspec.json.format(msgspec.json.encode(tools_schema()), indent=2) + b"\n"
