@@ -1,4 +1,5 @@
-"""find: list the files (and directories) matching a glob, .gitignore respected.
+"""find: list the files (and directories) matching a glob, .gitignore respected; and the
+listing itself (``list_matching``), which ``glob`` and the AST tools' file choice share.
 
 ripgrep walks the tree (``rg --files``: .gitignore, .ignore and hidden-file rules as everywhere
 else, git's own ``.git`` left out) and we match the glob here rather than with ``rg --glob``: a
