@@ -14,6 +14,7 @@ import sys
 from pathlib import Path, PurePath
 from typing import Any
 
+import procfs
 import pytest
 import trio
 from agent_helpers import (
@@ -288,6 +289,34 @@ async def test_ast_edit_keeps_a_files_mode_and_refuses_a_fifo(repo: Path) -> Non
     with pytest.raises(ToolError, match=r"Cannot rewrite .*pipe\.py: .*FIFO"):
         await tools["ast_edit"].execute("c", {"ops": [{"pat": "f($A)", "out": "g($A)"}],
                                               "paths": ["pipe.py"]}, on_update=_ignore)
+
+
+@needs_ast_grep
+async def test_abort_kills_the_worker(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    # 60 MB of Python keeps the worker parsing for many seconds (more on a loaded machine):
+    # long after the test has seen it and sent the abort.
+    big = tmp_path / "big"
+    big.mkdir()
+    for n in range(40):
+        (big / f"m{n}.py").write_text("f(1)\n" * 300_000)
+    script = [tools_reply(tool_call("a", "ast_grep", {"pat": "f($A)", "path": "big"}))]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script,
+                              args=[*FAKE_ARGS, "--tools", "ast_grep"]) as agent:
+            await agent.send("prompt", message="go", id="p1")
+            # No event says the worker started: /proc is polled.
+            while not (workers := [pid for pid in procfs.children(agent.pid)  # noqa: ASYNC110
+                                   if b"omp.tools.ast_worker" in procfs.cmdline(pid)]):
+                await trio.sleep(0.02)  # the poll's pace, not a wait for time
+            abort_id = await agent.send("abort")
+            await agent.until_response(abort_id)  # written once the run has ended
+            assert not any(procfs.alive(pid) for pid in workers)
+            assert procfs.children(agent.pid) == []
+            frames = agent.frames
+    assert_tool_calls_paired(frames)
+    (end,) = of_type(frames, "tool_execution_end")
+    assert end["isError"] is True
+    assert "aborted" in tool_result_text(end["result"]).lower()
 
 
 # --- off by default, on with a setting or --tools -------------------------------------------
