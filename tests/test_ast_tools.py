@@ -437,3 +437,22 @@ def test_the_ast_tools_are_not_imported_before_use() -> None:
                           check=True)
     expected = (["ast_grep", "ast_edit"] if missing_dependency("ast_grep") is None else [])
     assert done.stdout.strip() == f"{expected if expected else ['ls', 'todo']} False False"
+
+
+@needs_ast_grep
+def test_a_page_spans_files(tmp_path: Path) -> None:
+    from omp.tools.ast_engine import SearchRequest, search_files
+
+    for name, count in (("a.py", 3), ("b.py", 0), ("c.py", 4)):
+        (tmp_path / name).write_text("".join(f"f({name[0]}{i})\n" for i in range(count)))
+    jobs = [(str(tmp_path / n), "python") for n in ("a.py", "b.py", "c.py")]
+    report = search_files(SearchRequest(jobs, "f($A)", skip=2, page=3))
+    assert (report.total, report.files, report.searched) == (7, 2, 3)
+    assert [(PurePath(m.path).name, m.found.captured["A"]) for m in report.matches] == [
+        ("a.py", "a2"), ("c.py", "c0"), ("c.py", "c1")]
+    # A match's text is cut: a pattern like $A matches whole files.
+    (tmp_path / "long.py").write_text("x = [" + "1, " * 5000 + "]\n")
+    (whole,) = search_files(SearchRequest([(str(tmp_path / "long.py"), "python")],
+                                          "x = $V")).matches
+    assert len(whole.found.text) == 2001
+    assert whole.found.text.endswith("…")

@@ -170,6 +170,8 @@ class Found(msgspec.Struct, frozen=True):
 
 class Searched(msgspec.Struct, frozen=True):
     matches: list[Found]
+    total: int
+    """Every match, also those not in ``matches``."""
     parse_error: bool
     """The file's tree holds an error node: matches there may be missing."""
 
@@ -197,16 +199,28 @@ def has_parse_error(root: SgNode) -> bool:
     return root.find(kind="ERROR") is not None
 
 
-def search(source: str, lang: str, pattern: str) -> Searched:
-    """Every match of ``pattern`` in ``source``."""
+MAX_TEXT = 2000
+"""The most characters of a match's text (and of each metavariable's) a result carries: a
+pattern like ``$A`` matches whole files."""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
+def search(source: str, lang: str, pattern: str, *, start: int = 0,
+           stop: int | None = None) -> Searched:
+    """The matches of ``pattern`` in ``source`` from the ``start``-th to before the
+    ``stop``-th (all by default; texts cut at ``MAX_TEXT``), and how many there are."""
     root = parse(source, lang)
     names = metavariables(pattern)
+    nodes = find_all(root, pattern, lang)
     found = []
-    for node in find_all(root, pattern, lang):
-        start = node.range().start
-        found.append(Found(start.line + 1, start.column + 1, node.text(),
-                           captured(node, source, names)))
-    return Searched(found, has_parse_error(root))
+    for node in nodes[start:stop]:
+        at = node.range().start
+        found.append(Found(at.line + 1, at.column + 1, _cut(node.text()),
+                           {k: _cut(v) for k, v in captured(node, source, names).items()}))
+    return Searched(found, len(nodes), has_parse_error(root))
 
 
 class Rewritten(msgspec.Struct, frozen=True):
@@ -285,6 +299,9 @@ class SearchRequest(msgspec.Struct, frozen=True, tag="search"):
     jobs: list[tuple[str, str]]
     """(file, language) pairs, in the order results are wanted."""
     pattern: str
+    skip: int = 0
+    page: int = 50
+    """The matches reported: ``page`` of them after the first ``skip`` (all are counted)."""
 
 
 class Op(msgspec.Struct, frozen=True):
@@ -310,6 +327,10 @@ class FileMatch(msgspec.Struct, frozen=True):
 
 class SearchReport(msgspec.Struct, frozen=True, tag="search"):
     matches: list[FileMatch]
+    """The requested page of the matches."""
+    total: int
+    files: int
+    """Files with a match."""
     searched: int
     parse_errors: list[str]
     skipped: list[str]
@@ -341,7 +362,7 @@ Report = SearchReport | RewriteReport
 def search_files(request: SearchRequest) -> SearchReport:
     """Every match of the request's pattern in its files."""
     matches: list[FileMatch] = []
-    searched = 0
+    total = files = searched = 0
     parse_errors: list[str] = []
     skipped: list[str] = []
     bad_pattern: dict[str, str] = {}
@@ -353,16 +374,21 @@ def search_files(request: SearchRequest) -> SearchReport:
         except Unreadable as exc:
             skipped.append(str(exc))
             continue
+        # The page's part in this file, counted in matches of every file before it.
+        start = max(0, request.skip - total)
+        stop = max(0, request.skip + request.page - total)
         try:
-            result = search(source, lang, request.pattern)
+            result = search(source, lang, request.pattern, start=start, stop=stop)
         except PatternError as exc:
             bad_pattern[lang] = str(exc)
             continue
         searched += 1
+        total += result.total
+        files += result.total > 0
         if result.parse_error:
             parse_errors.append(path)
         matches.extend(FileMatch(path, found) for found in result.matches)
-    return SearchReport(matches, searched, parse_errors, skipped, bad_pattern)
+    return SearchReport(matches, total, files, searched, parse_errors, skipped, bad_pattern)
 
 
 def inside(root: str, path: str) -> bool:

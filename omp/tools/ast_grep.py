@@ -83,8 +83,8 @@ class AstGrepTool(SpecifiedTool):
             raise ToolError(f"Cannot tell the language of {', '.join(map(str, unknown))}: "
                             "give lang")
         cwd = resolve_path(self._ctx, ".")
-        result = await run_worker(SearchRequest([(str(p), lang) for p, lang in jobs], pattern),
-                                  cwd=cwd, environment=self._ctx.environment)
+        request = SearchRequest([(str(p), lang) for p, lang in jobs], pattern, skip, PAGE)
+        result = await run_worker(request, cwd=cwd, environment=self._ctx.environment)
         assert isinstance(result, SearchReport)
         if result.bad_pattern and not result.searched:
             raise ToolError("\n".join(result.bad_pattern.values()))
@@ -94,9 +94,8 @@ class AstGrepTool(SpecifiedTool):
 
 def _result(result: SearchReport, cwd: Path, skip: int, *, files_cut: bool,
             missing: list[str]) -> ToolResult:
-    total = len(result.matches)
-    page = [(shown_path(cwd, Path(m.path)), m.found) for m in result.matches[skip:skip + PAGE]]
-    files = len({m.path for m in result.matches})
+    total, files = result.total, result.files
+    page = [(shown_path(cwd, Path(m.path)), m.found) for m in result.matches]
     notes: list[str] = []
     if total > skip + PAGE:
         notes.append(f"Matches {skip + 1}-{skip + len(page)} of {total} in {files} files. "
