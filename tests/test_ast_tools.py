@@ -456,3 +456,45 @@ def test_a_page_spans_files(tmp_path: Path) -> None:
                                           "x = $V")).matches
     assert len(whole.found.text) == 2001
     assert whole.found.text.endswith("…")
+
+
+def test_split_and_merge() -> None:
+    from omp.tools.ast_engine import (
+        FileMatch,
+        Found,
+        SearchReport,
+        merge_searches,
+        split_jobs,
+    )
+
+    jobs = [(f"{n}.py", "python") for n in range(6)]
+    assert split_jobs(jobs, [10, 10, 10, 10, 10, 10], 2) == [jobs[:3], jobs[3:]]
+    assert split_jobs(jobs, [50, 1, 1, 1, 1, 1], 2) == [jobs[:1], jobs[1:]]
+    assert split_jobs(jobs[:1], [5], 4) == [jobs[:1]]
+    assert split_jobs(jobs, [0] * 6, 3) == [jobs[:2], jobs[2:4], jobs[4:]]
+
+    def report(path: str, total: int, first: int) -> SearchReport:
+        found = [FileMatch(path, Found(i + 1, 1, "f()", {})) for i in range(min(total, first))]
+        return SearchReport(found, total, 1 if total else 0, 1, [], [], {})
+
+    merged = merge_searches([report("a", 3, 4), report("b", 0, 4), report("c", 5, 4)], 2, 2)
+    assert [(m.path, m.found.line) for m in merged.matches] == [("a", 3), ("c", 1)]
+    assert (merged.total, merged.files, merged.searched) == (8, 2, 3)
+
+
+@needs_ast_grep
+async def test_several_workers_find_what_one_finds(tmp_path: Path) -> None:
+    from omp.subprocess_env import DEFAULT_POLICY
+    from omp.tools.ast_engine import SearchRequest
+    from omp.tools.ast_process import PER_WORKER, run_worker, search
+
+    files = 4 * PER_WORKER
+    for n in range(files):
+        (tmp_path / f"m{n:03}.py").write_text("".join(f"f({n}, {i})\n" for i in range(n % 7)))
+    jobs = [(str(tmp_path / f"m{n:03}.py"), "python") for n in range(files)]
+    for skip in (0, 37, 400, 10_000):
+        request = SearchRequest(jobs, "f($A, $B)", skip, 50)
+        spread = await search(request, cwd=tmp_path, environment=DEFAULT_POLICY)
+        alone = await run_worker(request, cwd=tmp_path, environment=DEFAULT_POLICY)
+        assert spread == alone, skip
+    assert spread.total == sum(n % 7 for n in range(files))

@@ -448,3 +448,38 @@ def serve(request: Request) -> Report:
     if isinstance(request, SearchRequest):
         return search_files(request)
     return plan_rewrites(request)
+
+
+def split_jobs(jobs: list[tuple[str, str]], sizes: list[int],
+               parts: int) -> list[list[tuple[str, str]]]:
+    """``jobs`` in at most ``parts`` runs of neighbours (the order kept) of about equal total
+    size (``sizes`` in bytes, one per job; each file also counts one, so that empty files
+    spread too), for that many workers."""
+    weights = [size + 1 for size in sizes]
+    total = sum(weights)
+    chunks: list[list[tuple[str, str]]] = [[]]
+    done = 0
+    for job, weight in zip(jobs, weights, strict=True):
+        if chunks[-1] and done >= total * len(chunks) / parts and len(chunks) < parts:
+            chunks.append([])
+        chunks[-1].append(job)
+        done += weight
+    return [chunk for chunk in chunks if chunk]
+
+
+def merge_searches(reports: list[SearchReport], skip: int, page: int) -> SearchReport:
+    """One report of searches over neighbouring runs of files, in order; each was asked for
+    its first ``skip + page`` matches, and the merged page is ``page`` after ``skip``."""
+    matches: list[FileMatch] = []
+    offset = 0
+    bad_pattern: dict[str, str] = {}
+    for report in reports:
+        for index, match in enumerate(report.matches):
+            if skip <= offset + index < skip + page:
+                matches.append(match)
+        offset += report.total
+        bad_pattern |= report.bad_pattern
+    return SearchReport(
+        matches, offset, sum(r.files for r in reports), sum(r.searched for r in reports),
+        [p for r in reports for p in r.parse_errors], [s for r in reports for s in r.skipped],
+        bad_pattern)

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from .ast_engine import Found, PatternError, SearchReport, SearchRequest, choose_languages, language
-from .ast_process import run_worker
+from .ast_process import search
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .glob import collect_files, shown_path
 from .ls import resolve_path
@@ -84,8 +84,7 @@ class AstGrepTool(SpecifiedTool):
                             "give lang")
         cwd = resolve_path(self._ctx, ".")
         request = SearchRequest([(str(p), lang) for p, lang in jobs], pattern, skip, PAGE)
-        result = await run_worker(request, cwd=cwd, environment=self._ctx.environment)
-        assert isinstance(result, SearchReport)
+        result = await search(request, cwd=cwd, environment=self._ctx.environment)
         if result.bad_pattern and not result.searched:
             raise ToolError("\n".join(result.bad_pattern.values()))
         return _result(result, cwd, skip, files_cut=found.limit_reached,

@@ -20,7 +20,7 @@ import trio
 
 from ..process import KILL_GRACE, kill_process_group, open_process_group
 from ..subprocess_env import EnvironmentPolicy, child_environment
-from .ast_engine import Report, Request
+from .ast_engine import Report, Request, SearchReport, SearchRequest, merge_searches, split_jobs
 from .base import ToolError
 
 _CLEANUP_TIMEOUT = KILL_GRACE + 3.0
@@ -82,3 +82,54 @@ async def run_worker(request: Request, *, cwd: Path,
         return msgspec.json.decode(bytes(output), type=Report)
     except msgspec.DecodeError as exc:
         raise ToolError(f"The ast-grep worker answered nonsense: {exc}") from None
+
+
+PER_WORKER = 40
+"""Files below which another worker is not worth its start (~0.1 s)."""
+
+
+def _sizes(paths: list[str]) -> list[int]:
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.stat(path).st_size)
+        except OSError:
+            sizes.append(0)  # the worker says why it cannot read it
+    return sizes
+
+
+async def search(request: SearchRequest, *, cwd: Path,
+                 environment: EnvironmentPolicy) -> SearchReport:
+    """The search of ``request``, spread over a worker per CPU (at most 4) when there are
+    files enough, each searching a run of neighbouring files of about the same total size.
+
+    On cancellation every worker is killed and reaped, then ``Cancelled`` propagates."""
+    parts = min(4, len(os.sched_getaffinity(0)), len(request.jobs) // PER_WORKER) or 1
+    if parts == 1:
+        report = await run_worker(request, cwd=cwd, environment=environment)
+        assert isinstance(report, SearchReport)
+        return report
+    sizes = await trio.to_thread.run_sync(_sizes, [path for path, _ in request.jobs],
+                                          abandon_on_cancel=True)
+    chunks = split_jobs(request.jobs, sizes, parts)
+    reports: list[SearchReport | None] = [None] * len(chunks)
+
+    async def one(index: int) -> None:
+        # Each run is asked for its first skip + page matches: the page may lie in any.
+        part = SearchRequest(chunks[index], request.pattern, 0, request.skip + request.page)
+        report = await run_worker(part, cwd=cwd, environment=environment)
+        assert isinstance(report, SearchReport)
+        reports[index] = report
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index in range(len(chunks)):
+                nursery.start_soon(one, index)
+    except BaseExceptionGroup as group:
+        # One worker's failure is the call's (the others were cancelled with it).
+        failures = group.subgroup(ToolError)
+        if failures is None:
+            raise
+        raise failures.exceptions[0] from None
+    done = [r for r in reports if r is not None]
+    return merge_searches(done, request.skip, request.page)
