@@ -1,4 +1,5 @@
-"""Running the AST tools' worker process (``omp.tools.ast_worker``) for one call.
+"""Running the AST tools' worker processes (``omp.tools.ast_worker``) for one call: one for a
+rewrite plan or a small search, one per CPU (at most four) for a search over many files.
 
 The worker is a child like every other (``omp.process.open_process_group``: its own process
 group; the session's environment policy, so no provider key reaches it) and belongs to the
