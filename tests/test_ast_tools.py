@@ -498,3 +498,21 @@ async def test_several_workers_find_what_one_finds(tmp_path: Path) -> None:
         alone = await run_worker(request, cwd=tmp_path, environment=DEFAULT_POLICY)
         assert spread == alone, skip
     assert spread.total == sum(n % 7 for n in range(files))
+
+
+def test_a_file_changed_since_the_plan_is_not_overwritten(tmp_path: Path) -> None:
+    import threading
+
+    from omp.tools.ast_edit import apply
+    from omp.tools.ast_engine import Change
+
+    planned, changed = tmp_path / "a.py", tmp_path / "b.py"
+    planned.write_text("f(1)\n")
+    changed.write_text("f(2)\n# edited meanwhile\n")
+    changes = [Change(str(planned), "f(1)\n", "g(1)\n", [1]),
+               Change(str(changed), "f(2)\n", "g(2)\n", [1])]
+    with pytest.raises(ToolError, match=r"b\.py changed while ast_edit ran; it was left as it "
+                                        r"is; already rewritten: .*a\.py"):
+        apply(changes, threading.Event())
+    assert planned.read_text() == "g(1)\n"
+    assert changed.read_text() == "f(2)\n# edited meanwhile\n"

@@ -21,8 +21,9 @@ from typing import Any
 
 import trio
 
-from ..files import UnusableFile
+from ..files import UnusableFile, read_regular
 from .ast_engine import (
+    MAX_FILE_BYTES,
     Change,
     Op,
     PatternError,
@@ -74,6 +75,12 @@ def apply(changes: list[Change], stop: threading.Event) -> list[str]:
         if stop.is_set():
             break
         try:
+            # The plan was made from what the worker read: a file changed since then (by a
+            # command running beside this call) is not overwritten with a stale rewrite.
+            if read_regular(change.path, MAX_FILE_BYTES) != change.old.encode("utf-8"):
+                done = f"; already rewritten: {', '.join(written)}" if written else ""
+                raise ToolError(f"{change.path} changed while ast_edit ran; it was left as it "
+                                f"is{done}")
             write_atomic(Path(change.path), change.new.encode("utf-8"))
         except (UnusableFile, OSError) as exc:
             done = f"; already rewritten: {', '.join(written)}" if written else ""
