@@ -1,5 +1,6 @@
-"""What ``ast_grep`` and ``ast_edit`` share: languages, metavariables, and the search and
-rewrite of one file's text with ast-grep's Python bindings (``ast_grep_py``).
+"""What ``ast_grep`` and ``ast_edit`` share: languages, metavariables, the search and rewrite
+of one file's text with ast-grep's Python bindings (``ast_grep_py``), and the requests and
+reports of their worker process, which does that over many files.
 
 Everything here is blocking and runs in the tools' worker process (``omp.tools.ast_worker``,
 which answers a ``Request`` with a ``Report``); ``ast_grep_py`` is imported on the first
