@@ -24,7 +24,15 @@ Prints:
      first reader, which joined its buffer again for every 64 KiB read, took 1.3 s for 5 MiB,
      12.9 s for 15 MiB and did not finish 50 MiB in 30 s).
 
-``--only bash|grep|batch|mcp`` runs one of them.
+  5. the code tools over this repository (``--only ast``): ``glob`` listing every ``*.py``
+     file, and ``ast_grep`` for ``trio.to_thread.run_sync($$$ARGS)`` over the whole tree, each
+     called by the offline model through `omp --mode rpc` with ``--tools glob,ast_grep`` (time
+     from `tool_execution_start` to `tool_execution_end`, median of --runs; the first call,
+     which imports ast-grep's bindings, apart), beside their floors: ``rg --files`` and the
+     same search with ``ast_grep_py`` in this process. No target was set. Skipped, saying so,
+     without ast-grep-py (the ``ast`` extra).
+
+``--only bash|grep|batch|mcp|ast`` runs one of them.
 
 The omp processes run with `--no-session` in the environment of `isolation.isolated_env`: agent
 directory, HOME and TMPDIR (where the bash executor spills long output) in the benchmark's own
@@ -276,6 +284,72 @@ async def bench_mcp(workdir: Path, runs: int, sizes: list[float]) -> None:
     print(f"   omp idle RSS {idle / 1024:.1f} MiB, peak {peak / 1024:.1f} MiB")
 
 
+# --- 5. glob and ast_grep over this repository ----------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+AST_PATTERN = "trio.to_thread.run_sync($$$ARGS)"
+
+
+def rg_files_floor(root: Path) -> tuple[float, int]:
+    """``rg --files`` as glob runs it: (seconds, files listed)."""
+    start = time.perf_counter()
+    listed = subprocess.run([ripgrep_path(), "--files", "--hidden", "--glob", "!.git"],
+                            cwd=root, capture_output=True, check=True).stdout.count(b"\n")
+    return time.perf_counter() - start, listed
+
+
+def ast_floor(root: Path) -> tuple[float, int, int]:
+    """The search of bench 5 with the bindings in this process: (seconds, files, matches)."""
+    from ast_grep_py import SgRoot
+
+    start = time.perf_counter()
+    listed = subprocess.run([ripgrep_path(), "--files", "--type", "py"], cwd=root,
+                            capture_output=True, text=True, check=True).stdout.split()
+    matches = 0
+    for name in listed:
+        source = (root / name).read_text(encoding="utf-8")
+        matches += len(SgRoot(source, "python").root().find_all(pattern=AST_PATTERN))
+    return time.perf_counter() - start, len(listed), matches
+
+
+async def bench_ast(workdir: Path, runs: int) -> None:
+    print(f"5. glob and ast_grep over this repository ({REPO}; {runs} runs, medians)")
+    try:
+        import ast_grep_py  # noqa: F401
+    except ImportError:
+        print("   skipped: ast-grep-py is not installed (pip install 'omp-trio[ast]')")
+        return
+    rg_files, listed = rg_files_floor(REPO)
+    floors = [ast_floor(REPO) for _ in range(runs)]
+    floor, files, expected = statistics.median(f[0] for f in floors), *floors[0][1:]
+    glob_call = f"[[tool glob {json.dumps({'path': f'{REPO}/**/*.py', 'limit': 100_000})}]]"
+    grep_call = f"[[tool ast_grep {json.dumps({'pat': AST_PATTERN, 'path': str(REPO)})}]]"
+    globs: list[float] = []
+    greps: list[float] = []
+    listed_py = found = 0
+    async with RpcClient.spawn(args=(*OFFLINE, "--tools", "glob,ast_grep"), cwd=workdir,
+                               env=isolated_env(workdir), max_buffered_events=math.inf,
+                               close_timeout=30) as client:
+        first = await run_tools(client, "a-first", grep_call)
+        for n in range(runs):
+            run = await run_tools(client, f"gl{n}", glob_call)
+            text = "".join(b.get("text", "") for b in run.ends[-1]["result"]["content"])
+            listed_py = sum(1 for line in text.splitlines() if line.endswith(".py"))
+            globs.append(run.last_end - run.first_start)
+            run = await run_tools(client, f"ag{n}", grep_call)
+            found = run.ends[-1]["result"]["details"]["matchCount"]
+            greps.append(run.last_end - run.first_start)
+    glob_time, grep_time = statistics.median(globs), statistics.median(greps)
+    print(f"   rg --files          {rg_files * 1000:8.1f} ms  ({listed} files; the floor of glob)")
+    print(f"   glob **/*.py        {glob_time * 1000:8.1f} ms  ({listed_py} files listed)")
+    print(f"   ast_grep in-process {floor * 1000:8.1f} ms  ({files} files, {expected} matches:"
+          " rg --files --type py, then SgRoot.find_all per file)")
+    print(f"   ast_grep tool       {grep_time * 1000:8.1f} ms  ({found} matches; floor "
+          f"{(grep_time - floor) * 1000:+.1f} ms, with its workers; target: none set)")
+    print(f"   first ast_grep call {(first.last_end - first.first_start) * 1000:8.1f} ms  "
+          "(imports the bindings)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="grep repetitions (median)")
@@ -284,12 +358,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="shared bash calls in one batch")
     parser.add_argument("--mcp-mib", type=float, nargs="+", default=[5, 15, 50],
                         help="sizes of the MCP results")
-    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp"), default=None)
+    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp", "ast"),
+                        default=None)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
     try:
-        for part in ("bash", "grep", "batch", "mcp"):
+        for part in ("bash", "grep", "batch", "mcp", "ast"):
             (workdir / part).mkdir()
         if args.only in (None, "bash"):
             trio.run(bench_bash, workdir / "bash", args.mb)
@@ -299,6 +374,8 @@ def main() -> None:
             trio.run(bench_batch, workdir / "batch", args.runs, args.batch)
         if args.only in (None, "mcp"):
             trio.run(bench_mcp, workdir / "mcp", args.runs, args.mcp_mib)
+        if args.only in (None, "ast"):
+            trio.run(bench_ast, workdir / "ast", args.runs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A coding-agent runtime on trio. With --mode rpc it reads JSON commands, one "
         "per line, on stdin and writes JSON frames, one per line, on stdout. With messages "
         "(or a piped stdin) it runs them once, one prompt each, and exits. Subcommands: "
-        "omp models [--json], omp schema [--commands|--events]; the original's other "
+        "omp models [--json], omp schema [--commands|--events|--tools]; the original's other "
         "subcommands are not available here.",
         epilog=f"Timeouts: a model response that does not start within {request:g} s, or a "
         f"stream that then sends nothing for {stall:g} s, fails and is retried; a one-shot run "
@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools = parser.add_argument_group("tools and extensions")
     tools.add_argument("--tools", metavar="NAMES",
                        help="comma-separated built-in tools to offer the model (default: read, "
-                       "bash, edit, write, grep, find, ls, todo)")
+                       "bash, edit, write, grep, glob, ls, todo; also find, ast_grep, ast_edit)")
     tools.add_argument("--no-tools", action="store_true",
                        help="offer no built-in tools (with --tools: exactly those)")
     tools.add_argument("-e", "--extension", "--hook", dest="extensions", action="append",

@@ -107,7 +107,7 @@ async def test_a_config_overlay_turns_off_context_files_and_tools(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     (tmp_path / "AGENTS.md").write_text("Always answer in Latin.\n")
     overlay = tmp_path / "runner.yml"
-    overlay.write_text("disabledProviders: [agents-md]\nfind: {enabled: false}\n"
+    overlay.write_text("disabledProviders: [agents-md]\nglob: {enabled: false}\n"
                        "tools: {approvalMode: yolo}\nlsp: {enabled: true}\n"
                        "theme: {dark: titanium}\nretry: {maxRetries: 1}\n")
     async with fake_provider([text_reply("ok"), text_reply("ok")], isolated_agent_dir) as fake:
@@ -118,8 +118,8 @@ async def test_a_config_overlay_turns_off_context_files_and_tools(
         before, after = (fake.requests[i].json() for i in (0, 1))
     assert "Always answer in Latin." in json.dumps(before["messages"][0])
     assert "Always answer in Latin." not in json.dumps(after["messages"][0])
-    assert "find" in [t["function"]["name"] for t in before["tools"]]
-    assert "find" not in [t["function"]["name"] for t in after["tools"]]
+    assert "glob" in [t["function"]["name"] for t in before["tools"]]
+    assert "glob" not in [t["function"]["name"] for t in after["tools"]]
     notices = [f for f in lines(result.stdout) if f["type"] == "notice"]
     assert len(notices) == 1
     assert notices[0]["message"] == (f"{overlay}: not used by this runtime: lsp.enabled, "

@@ -1,7 +1,7 @@
 """The JSON Schema of the protocol (``omp.protocol.schema``, ``schema/*.schema.json``).
 
 * The committed files are what the generator writes now (else: regenerate with ``omp schema``).
-* ``omp schema [--commands|--events]`` prints them.
+* ``omp schema [--commands|--events]`` prints them (``--tools``: the built-in tools' schemas).
 * Every frame a real ``omp --mode rpc`` writes in a varied exchange (a prompt whose model calls
   ``bash`` and a host tool, delta mode, ``bash``, state and listing commands, refused commands)
   matches it, and so does every command the host wrote there.
@@ -242,3 +242,40 @@ def test_the_originals_recorded_frames_match_but_for_known_deviations() -> None:
     assert not unexpected, "\n".join(unexpected)
     # Every listed deviation still occurs: one the samples no longer show is removed.
     assert deviating == set(KNOWN_DEVIATIONS)
+
+
+# --- the built-in tools' schemas (omp schema --tools) ---------------------------------------
+
+
+def test_the_tools_schema_is_committed_printed_and_valid() -> None:
+    from jsonschema import Draft202012Validator
+
+    from omp.tools.specs import encode_tools_schema, tools_schema
+
+    path = SCHEMA_DIR / "tools.schema.json"
+    assert path.read_bytes() == encode_tools_schema(), (
+        "schema/tools.schema.json is out of date: run `omp schema --tools > "
+        "schema/tools.schema.json` and commit it.")
+    done = subprocess.run([sys.executable, "-m", "omp", "schema", "--tools"],
+                          capture_output=True, check=True)
+    assert done.stdout == path.read_bytes()
+    document = tools_schema()
+    Draft202012Validator.check_schema(document)
+    tools = document["$defs"]
+    for name, schema in tools.items():
+        Draft202012Validator.check_schema(schema)
+        assert schema["description"], name
+    assert {name: (t["x-omp-offered"], t["x-omp-concurrency"], t["x-omp-approval"])
+            for name, t in tools.items() if name in ("glob", "find", "ast_grep", "ast_edit",
+                                                     "bash")} == {
+        "glob": ("default", "shared", "read"), "find": ("on request", "shared", "read"),
+        "ast_grep": ("on request", "shared", "read"),
+        "ast_edit": ("on request", "exclusive", "write"),
+        "bash": ("default", "by arguments", "exec")}
+    # The original's argument shapes: a model written for it calls these tools this way.
+    assert Draft202012Validator(tools["ast_edit"]).is_valid(
+        {"ops": [{"pat": "f($A)", "out": "g($A)"}], "paths": ["src"]})
+    assert not Draft202012Validator(tools["ast_edit"]).is_valid({"ops": [], "paths": ["src"]})
+    assert Draft202012Validator(tools["glob"]).is_valid(
+        {"path": "src/**/*.py; tests", "hidden": False, "gitignore": True, "limit": 10})
+

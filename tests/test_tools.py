@@ -1067,7 +1067,12 @@ def test_names_and_concurrency(ctx: ToolContext) -> None:
     offered = {t.name: t for t in default_tools(ctx)}
     assert {name: t.concurrency({}) for name, t in offered.items()} == {
         "read": "shared", "bash": "shared", "edit": "exclusive", "write": "exclusive",
-        "grep": "shared", "find": "shared", "ls": "shared", "todo": "exclusive"}
+        "grep": "shared", "glob": "shared", "ls": "shared", "todo": "exclusive"}
+    # Offered only when named (``--tools``, a setting): find, and the AST tools.
+    on_request = {t.name: t for t in default_tools(ctx, enable={"find", "ast_grep", "ast_edit"})}
+    assert {name: on_request[name].concurrency({}) for name in ("find", "ast_grep",
+                                                                "ast_edit")} == {
+        "find": "shared", "ast_grep": "shared", "ast_edit": "exclusive"}
     bash = offered["bash"]
     assert bash.concurrency({"command": "ls", "pty": True}) == "exclusive"
     assert bash.concurrency({"command": "ls", "pty": False}) == "shared"

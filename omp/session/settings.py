@@ -364,6 +364,9 @@ class Settings(msgspec.Struct, kw_only=True):
     (``agents-md``, ``claude``, ``native``, ``cursor``, ...)."""
     disabled_tools: frozenset[str] = frozenset()
     """Built-in tools a ``<tool>.enabled: false`` turned off."""
+    enabled_tools: frozenset[str] = frozenset()
+    """Built-in tools off by default that a ``<tool>.enabled: true`` turned on
+    (``OPT_IN_SWITCHES``)."""
     enabled_providers: frozenset[str] = frozenset()
     """The original's ``enabledProviders``: other tools' user-level MCP files and rules that
     are read (``claude``, ``codex``, ``gemini``, ``cursor``, ``windsurf``; ``*`` / ``all``:
@@ -406,10 +409,15 @@ class Settings(msgspec.Struct, kw_only=True):
 
 
 TOOL_SWITCHES = {"read": "read", "bash": "bash", "edit": "edit", "write": "write",
-                 "grep": "grep", "search": "grep", "find": "find", "ls": "ls", "todo": "todo",
+                 "grep": "grep", "search": "grep", "glob": "glob", "find": "find", "ls": "ls",
+                 "todo": "todo",
                  "fetch": "web_fetch", "web_search": "web_search"}
 """``<key>.enabled`` → the built-in tool it turns off (the original calls grep ``search``
 and its URL reading ``fetch``). ``true`` never turns a web tool on: ``web.enabled`` does."""
+
+OPT_IN_SWITCHES = {"astGrep": "ast_grep", "astEdit": "ast_edit"}
+"""``<key>.enabled`` → the built-in tool, off by default as in the original, that ``true``
+turns on (``false`` turns it off again, also against ``--tools``)."""
 
 
 def opted_in(provider: str, enabled: Collection[str], environ: Mapping[str, str]) -> bool:
@@ -498,8 +506,9 @@ _ORIGINAL_TOP_LEVEL = frozenset({
     "theme", "thinkingBudgets", "tier", "title", "todo", "todoCompletion", "tools", "topK",
     "topP", "treeFilterMode", "tts", "ttsr", "tui", "update", "vault", "voice", "web_search",
     "workspace", "worktree"})
-_OWN_TOP_LEVEL = frozenset({*_SECTIONS, *TOOL_SWITCHES, "trustedProjects", "disabledProviders",
-                            "enabledProviders", "tools", "ttsr", "todo", "mcp"})
+_OWN_TOP_LEVEL = frozenset({*_SECTIONS, *TOOL_SWITCHES, *OPT_IN_SWITCHES, "trustedProjects",
+                            "disabledProviders", "enabledProviders", "tools", "ttsr", "todo",
+                            "mcp"})
 """The top-level keys this runtime reads (``_SECTIONS``, ``_Extras``)."""
 _KNOWN_TOP_LEVEL_SET = _ORIGINAL_TOP_LEVEL | _OWN_TOP_LEVEL
 _KNOWN_TOP_LEVEL = sorted(_KNOWN_TOP_LEVEL_SET)
@@ -615,6 +624,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         disabled_providers=frozenset(extras.disabled_providers),
                         enabled_providers=frozenset(extras.enabled_providers),
                         disabled_tools=frozenset(extras.disabled_tools),
+                        enabled_tools=frozenset(extras.enabled_tools),
                         notes=tuple(extras.notes), approval=extras.approval,
                         todo_reminders=extras.todo_reminders, ttsr=extras.ttsr,
                         xdev=extras.xdev, xdev_docs=extras.xdev_docs,
@@ -634,6 +644,7 @@ class _Extras(msgspec.Struct):
     disabled_providers: list[str] = msgspec.field(default_factory=list)
     enabled_providers: list[str] = msgspec.field(default_factory=list)
     disabled_tools: set[str] = msgspec.field(default_factory=set)
+    enabled_tools: set[str] = msgspec.field(default_factory=set)
     notes: list[str] = msgspec.field(default_factory=list)
     approval: ApprovalSettings = msgspec.field(default_factory=ApprovalSettings)
     todo_reminders: TodoReminderSettings = msgspec.field(default_factory=TodoReminderSettings)
@@ -748,6 +759,13 @@ class _Extras(msgspec.Struct):
                 self.disabled_tools.discard(tool)
             else:
                 self.disabled_tools.add(tool)
+            return True
+        if tail == "enabled" and head in OPT_IN_SWITCHES:
+            if not isinstance(value, bool):
+                raise problem(path, f"$.{dotted}", f"expected true or false (got {value!r})")
+            tool = OPT_IN_SWITCHES[head]
+            (self.enabled_tools.add if value else self.enabled_tools.discard)(tool)
+            (self.disabled_tools.discard if value else self.disabled_tools.add)(tool)
             return True
         if dotted == "tools.approvalMode":
             if value not in APPROVAL_MODES:

@@ -16,7 +16,7 @@ from ..llm.stream import HttpClient
 from ..llm.thinking import clamp, efforts
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
-from ..tools import default_tools
+from ..tools import default_tools, missing_dependency
 from ..tools.base import Tool, ToolContext, UriHandler
 from ..tools.specs import WEB_SPECS
 from ..tools.todo_state import TodoState
@@ -144,11 +144,20 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         secret_variables |= frozenset(KEY_VARIABLES)
     context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
                           environment=settings.environment_policy(secret_variables))
-    active = (list(default_tools(context, todos, background=settings.async_.enabled))
+    wanted = settings.enabled_tools | frozenset(tool_names or ())
+    active = (list(default_tools(context, todos, background=settings.async_.enabled,
+                                 enable=wanted))
               if tools is None else list(tools))
+    if tools is None and tool_names is None:
+        for name in sorted(settings.enabled_tools):
+            if (missing := missing_dependency(name)) is not None:  # config.yml turned it on
+                print(f"omp: not offered: {missing}", file=sys.stderr)
     if tool_names is not None:
         by_name = {t.name: t for t in active}
         unknown = [n for n in tool_names if n not in by_name]
+        not_installed = [m for n in unknown if (m := missing_dependency(n)) is not None]
+        if not_installed:
+            raise SessionError("; ".join(not_installed))
         web_off = [n for n in unknown if n in WEB_SPECS]
         if web_off:
             raise SessionError(f"{', '.join(web_off)}: web tools are off; set `web: "

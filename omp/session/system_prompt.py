@@ -51,7 +51,7 @@ _IDENTITY = (
     "You are omp, an expert coding agent. A host program drives you over RPC and shows the "
     "user what you do; you work in the user's repository through the tools below."
 )
-_EXPLORING_TOOLS = ("grep", "find", "ls")
+_EXPLORING_TOOLS = ("grep", "ast_grep", "glob", "find", "ls")
 
 
 def build_system_prompt(*, tools: Sequence[Tool], cwd: Path, agent_directory: Path,

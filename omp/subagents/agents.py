@@ -29,8 +29,6 @@ READ_ONLY_TOOLS = frozenset({"read", "grep", "glob", "web_search", "ast_grep", "
 """An agent whose declared tools all lie in this set is read-only (the READ-ONLY badge)."""
 _ALIASES = {"search": "grep", "find": "glob"}
 _RESERVED = frozenset({"main", "sub"})
-TOOL_NAMES = {"glob": "find"}
-"""Names of the original's tools that this port calls differently."""
 
 
 class AgentDef(msgspec.Struct, frozen=True):

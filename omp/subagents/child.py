@@ -32,7 +32,7 @@ from ..tools import default_tools
 from ..tools.base import Tool, ToolContext
 from ..tools.todo_state import TodoState
 from ..tools.yield_tool import YieldState, YieldTool
-from .agents import TOOL_NAMES, AgentDef
+from .agents import AgentDef
 from .envelope import ChildOutcome
 from .progress import ProgressTracker
 
@@ -84,13 +84,14 @@ async def build_child(host: Host, child: Child, context: str | None,
                                web=parent.tool_context.web,
                                environment=parent.tool_context.environment,
                                devices=devices.for_subagent() if devices is not None else None)
-    available = {t.name: t for t in default_tools(tool_context, TodoState())
+    # The tools offered only on request: those this launch turned on for the parent.
+    enable = parent.settings.enabled_tools | {t.name for t in parent.builtin_tools}
+    available = {t.name: t for t in default_tools(tool_context, TodoState(), enable=enable)
                  if t.name != "todo"}
     if agent.tools is None:
         tools: list[Tool] = list(available.values())
     else:
-        wanted = [TOOL_NAMES.get(t, t) for t in agent.tools]
-        tools = [available[t] for t in wanted if t in available]
+        tools = [available[t] for t in agent.tools if t in available]
     spawns = agent.spawns
     limit = parent.settings.task.maxRecursionDepth
     nested_spawns = bool(spawns) and (limit < 0 or depth < limit)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.util
+from collections.abc import Callable, Collection
 from typing import Any
 
 import trio
 
 from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
-from .specs import SPECS, WEB_SPECS, ToolSpec, bash_spec
+from .specs import ON_REQUEST_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
 
 
@@ -82,9 +83,18 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
         if name == "grep":
             from .grep import GrepTool
             return GrepTool(ctx)
+        if name == "glob":
+            from .glob import GlobTool
+            return GlobTool(ctx)
         if name == "find":
             from .find import FindTool
             return FindTool(ctx)
+        if name == "ast_grep":
+            from .ast_grep import AstGrepTool
+            return AstGrepTool(ctx)
+        if name == "ast_edit":
+            from .ast_edit import AstEditTool
+            return AstEditTool(ctx)
         if name == "ls":
             from .ls import LsTool
             return LsTool(ctx)
@@ -100,13 +110,26 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
     return load
 
 
+def missing_dependency(name: str) -> str | None:
+    """Why the built-in tool ``name`` cannot be offered on this machine (what to install), or
+    None. Looks for the package without importing it."""
+    if name in ("ast_grep", "ast_edit") and importlib.util.find_spec("ast_grep_py") is None:
+        return (f"{name} needs ast-grep's Python bindings, which are not installed: "
+                "pip install 'omp-trio[ast]' (or ast-grep-py)")
+    return None
+
+
 def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
-                  background: bool = False) -> list[Tool]:
+                  background: bool = False, enable: Collection[str] = ()) -> list[Tool]:
     """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
     ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``). With
-    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``."""
+    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``.
+    ``enable`` adds the tools offered only on request (``find``, ``ast_grep``, ``ast_edit``)
+    that it names and this machine can run (``missing_dependency``)."""
     state = TodoState() if todos is None else todos
     specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
+    specs += [(name, spec) for name, spec in ON_REQUEST_SPECS.items()
+              if name in enable and missing_dependency(name) is None]
     if ctx.web is not None and ctx.web.enabled:
         specs += WEB_SPECS.items()
     return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]

@@ -1,4 +1,5 @@
-"""find: list the files (and directories) matching a glob, .gitignore respected.
+"""find: list the files (and directories) matching a glob, .gitignore respected; and the
+listing itself (``list_matching``), which ``glob`` and the AST tools' file choice share.
 
 ripgrep walks the tree (``rg --files``: .gitignore, .ignore and hidden-file rules as everywhere
 else, git's own ``.git`` left out) and we match the glob here rather than with ``rg --glob``: a
@@ -24,10 +25,11 @@ from typing import Any
 import attrs
 import trio
 
+from ..subprocess_env import EnvironmentPolicy
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .grep import run_ripgrep
 from .ls import resolve_path
-from .specs import SPECS, SpecifiedTool
+from .specs import ON_REQUEST_SPECS, SpecifiedTool
 from .truncate import DEFAULT_MAX_BYTES, NO_LINE_LIMIT, format_size, truncate_head
 
 DEFAULT_FIND_LIMIT = 1000
@@ -95,11 +97,14 @@ class Glob:
     directories_only: bool
 
     @classmethod
-    def compile(cls, pattern: str) -> Glob:
+    def compile(cls, pattern: str, *, anchored: bool | None = None) -> Glob:
+        """``anchored``: match from the search directory on (True), at any depth (False), or
+        (None) as gitignore does: anchored when the pattern has a ``/``."""
         pattern = pattern.removeprefix("./")
         directories_only = pattern.endswith("/")
         pattern = pattern.rstrip("/")
-        anchored = "/" in pattern
+        if anchored is None:
+            anchored = "/" in pattern
         pattern = pattern.lstrip("/")
         prefix = "" if anchored else "(?:.*/)?"
         return cls(re.compile(prefix + _translate(pattern), re.DOTALL), directories_only)
@@ -114,6 +119,7 @@ class Glob:
 class _FileCollector:
     glob: Glob
     limit: int
+    list_directories: bool = True
     paths: list[str] = attrs.Factory(list)
     limit_reached: bool = False
     _directories: set[str] = attrs.Factory(set)
@@ -125,7 +131,7 @@ class _FileCollector:
         path = line.removeprefix("./").replace(os.sep, "/")
         parts = path.split("/")
         # rg lists files only, sorted by path: a directory comes up with its first file.
-        for depth in range(1, len(parts)):
+        for depth in range(1, len(parts) if self.list_directories else 1):
             directory = "/".join(parts[:depth])
             if directory not in self._directories:
                 self._directories.add(directory)
@@ -148,10 +154,66 @@ def _check_directory(path: Path) -> None:
         raise ToolError(f"Not a directory: {path}")
 
 
+@attrs.frozen
+class Listing:
+    """What ``list_matching`` found: paths relative to the directory searched (directories with
+    a trailing ``/``), in path order."""
+
+    paths: list[str]
+    limit_reached: bool
+
+
+async def list_matching(directory: Path, glob: Glob, *, limit: int,
+                        environment: EnvironmentPolicy, hidden: bool = True,
+                        gitignore: bool = True, directories: bool = True) -> Listing:
+    """The files and directories under ``directory`` that ``glob`` matches, at most ``limit``,
+    from ripgrep's file listing: ``hidden`` lists dot files, ``gitignore`` leaves out what
+    .gitignore/.ignore exclude, ``directories`` lists matching directories too; git's own
+    ``.git`` is never listed. ``find`` and ``glob`` list
+    with it, and the AST tools choose their files with it. Raises ToolError when ripgrep fails
+    before listing anything.
+
+    On cancellation rg's process group is killed and reaped, then ``Cancelled`` propagates.
+    """
+    rg_args = ["--files", "--color=never", "--sort=path", "--glob", "!.git"]
+    if hidden:  # also lists git's own files: hence the "!.git" above
+        rg_args.append("--hidden")
+    if not gitignore:
+        rg_args.append("--no-ignore")
+    collector = _FileCollector(glob=glob, limit=limit, list_directories=directories)
+    outcome = await run_ripgrep([*rg_args, "--", "."], cwd=directory,
+                                on_line=collector.on_line, environment=environment)
+    if not collector.paths and not outcome.stopped and outcome.returncode not in (0, 1):
+        raise ToolError(outcome.stderr.strip()
+                        or f"ripgrep exited with code {outcome.returncode}")
+    return Listing(collector.paths, collector.limit_reached)
+
+
+def format_listing(paths: list[str], *, limit: int, limit_reached: bool,
+                   notes: list[str] | None = None) -> ToolResult:
+    """The result text of a listing: one path a line, cut at 50KB, with notices saying how to
+    see more (``find``'s and ``glob``'s shared form)."""
+    truncation = truncate_head("\n".join(paths), max_lines=NO_LINE_LIMIT)
+    details: dict[str, Any] = {}
+    notices: list[str] = []
+    if limit_reached:
+        notices.append(f"{limit} results limit reached. Use limit={limit * 2} for more, "
+                       "or refine pattern")
+        details["resultLimitReached"] = limit
+    if truncation.truncated:
+        notices.append(f"{format_size(DEFAULT_MAX_BYTES)} limit reached")
+        details["truncation"] = truncation.details()
+    notices.extend(notes or ())
+    text = truncation.content
+    if notices:
+        text += f"\n\n[{'. '.join(notices)}]"
+    return ToolResult.text(text, details or None)
+
+
 class FindTool(SpecifiedTool):
     """Find files (and directories) by glob, paths relative to the search directory."""
 
-    spec = SPECS['find']
+    spec = ON_REQUEST_SPECS['find']
 
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
@@ -166,30 +228,8 @@ class FindTool(SpecifiedTool):
         await trio.to_thread.run_sync(_check_directory, search_path, abandon_on_cancel=True)
         limit_arg = args.get("limit")
         limit = max(1, DEFAULT_FIND_LIMIT if limit_arg is None else int(limit_arg))
-
-        # --hidden would list git's own files.
-        rg_args = ["--files", "--hidden", "--color=never", "--sort=path", "--glob", "!.git",
-                   "--", "."]
-        collector = _FileCollector(glob=Glob.compile(args["pattern"]), limit=limit)
-        outcome = await run_ripgrep(rg_args, cwd=search_path, on_line=collector.on_line,
-                                    environment=self._ctx.environment)
-        if not collector.paths:
-            if not outcome.stopped and outcome.returncode not in (0, 1):
-                raise ToolError(outcome.stderr.strip()
-                                or f"ripgrep exited with code {outcome.returncode}")
+        listing = await list_matching(search_path, Glob.compile(args["pattern"]), limit=limit,
+                                      environment=self._ctx.environment)
+        if not listing.paths:
             return ToolResult.text("No files found matching pattern")
-
-        truncation = truncate_head("\n".join(collector.paths), max_lines=NO_LINE_LIMIT)
-        details: dict[str, Any] = {}
-        notices: list[str] = []
-        if collector.limit_reached:
-            notices.append(f"{limit} results limit reached. Use limit={limit * 2} for more, "
-                           "or refine pattern")
-            details["resultLimitReached"] = limit
-        if truncation.truncated:
-            notices.append(f"{format_size(DEFAULT_MAX_BYTES)} limit reached")
-            details["truncation"] = truncation.details()
-        text = truncation.content
-        if notices:
-            text += f"\n\n[{'. '.join(notices)}]"
-        return ToolResult.text(text, details or None)
+        return format_listing(listing.paths, limit=limit, limit_reached=listing.limit_reached)

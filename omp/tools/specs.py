@@ -164,23 +164,28 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                                  '(default: 100)'}},
          'required': ['pattern']}),
     ToolSpec(
-        name='find', label='Find', approval='read',
+        name='glob', label='Glob', approval='read',
         description=(
-            'Search for files by glob pattern.\n\nReturns matching paths relative '
-            "to the search directory, sorted, directories with a trailing '/'. "
-            'Respects .gitignore. Output is truncated to 1000 results or 50KB '
-            '(whichever is hit first).'
+            'List files and directories by glob.\n\n`path` is a glob, a file or a '
+            'directory (default: the working directory); several are separated by `;` '
+            "(`src/**/*.py; tests`). A glob in the first segment matches at any depth "
+            "(`*.md`); after a directory it matches from there on (`src/*.py`: only src's "
+            "own files, `src/**/*.py`: every level). Hidden files are listed and .gitignore "
+            'is respected unless `hidden` or `gitignore` is false. Paths are relative to '
+            "the working directory, sorted, directories end with '/'. Output is truncated "
+            'to 200 results (`limit`) or 50KB.'
         ),
         parameters={'type': 'object',
-         'properties': {'pattern': {'type': 'string',
-                                    'description': "Glob pattern to match files, e.g. '*.ts', "
-                                                   "'**/*.json', or 'src/**/*.spec.ts'"},
-                        'path': {'type': 'string',
-                                 'description': 'Directory to search in (default: current '
-                                                'directory)'},
+         'properties': {'path': {'type': 'string',
+                                 'description': "Glob, file or directory; several separated "
+                                                "by ';' (default: the working directory)"},
+                        'hidden': {'type': 'boolean',
+                                   'description': 'List hidden files (default: true)'},
+                        'gitignore': {'type': 'boolean',
+                                      'description': 'Leave out what .gitignore excludes '
+                                                     '(default: true)'},
                         'limit': {'type': 'number',
-                                  'description': 'Maximum number of results (default: 1000)'}},
-         'required': ['pattern']}),
+                                  'description': 'Maximum number of results (default: 200)'}}}),
     ToolSpec(
         name='ls', label='List', approval='read',
         description=(
@@ -246,6 +251,95 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
          'required': ['op']}),
 ]}
 
+
+
+ON_REQUEST_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
+    # Offered only when named: by ``--tools`` or a subagent's tool list, or (the AST tools)
+    # by their setting (``astGrep.enabled``, ``astEdit.enabled``), off by default as in the
+    # original. ``find`` is ``glob``'s listing under pi's name and schema.
+    ToolSpec(
+        name='find', label='Find', approval='read',
+        description=(
+            'Search for files by glob pattern.\n\nReturns matching paths relative '
+            "to the search directory, sorted, directories with a trailing '/'. "
+            'Respects .gitignore. Output is truncated to 1000 results or 50KB '
+            '(whichever is hit first).'
+        ),
+        parameters={'type': 'object',
+         'properties': {'pattern': {'type': 'string',
+                                    'description': "Glob pattern to match files, e.g. '*.ts', "
+                                                   "'**/*.json', or 'src/**/*.spec.ts'"},
+                        'path': {'type': 'string',
+                                 'description': 'Directory to search in (default: current '
+                                                'directory)'},
+                        'limit': {'type': 'number',
+                                  'description': 'Maximum number of results (default: 1000)'}},
+         'required': ['pattern']}),
+    ToolSpec(
+        name='ast_grep', label='AST Grep', approval='read',
+        description=(
+            'Search code by its syntax tree with ast-grep patterns. Use it when the shape '
+            'of the code matters (calls, definitions, arguments) rather than its text: a '
+            'pattern never matches inside a string or a comment.\n\n`pat` is one pattern '
+            'written as code of the target language: `$NAME` captures one node, `$$$NAME` '
+            'any number of them (arguments, statements), `$_` matches one node without '
+            'capturing it. Names are upper case and stand for whole nodes (`get$X` does not '
+            'work); a name used twice must match the same code both times. The pattern must '
+            'parse as one node: wrap a fragment in what makes it complete. `path`: files, '
+            "directories or globs separated by ';' (default: the working directory). Each "
+            "file's language follows its extension; `lang` sets it (`cpp` for `.h`). Matches "
+            'come grouped by file with their line and the captured metavariables, 50 a call; '
+            '`skip` pages on. Files that do not parse are named: then a missing match is not '
+            'proof of absence.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'pat': {'type': 'string',
+                                'description': 'The AST pattern, e.g. `foo($A)`'},
+                        'path': {'type': 'string',
+                                 'description': "Files, directories or globs, separated by "
+                                                "';' (default: the working directory)"},
+                        'lang': {'type': 'string',
+                                 'description': "The language, when a file's extension does "
+                                                'not say it (e.g. cpp for .h)'},
+                        'skip': {'type': 'number',
+                                 'description': 'Matches to skip (paging; default: 0)'}},
+         'required': ['pat']}),
+    ToolSpec(
+        name='ast_edit', label='AST Edit', concurrency='exclusive', approval='write',
+        description=(
+            'Rewrite code by its syntax tree with ast-grep. Each op replaces every match of '
+            '`pat` with `out`, the metavariables `pat` captured (`$A`, `$$$ARGS`) filled in; '
+            'an empty `out` deletes the match. Use it for codemods that text replacement '
+            'would get wrong; for a single change prefer edit.\n\n`paths`: files, '
+            'directories or globs. Each file is parsed in the language of its extension '
+            "(an op's `lang` sets it, and the op then only touches files of that language). "
+            'Ops run in order, each on the result of the one before. Nothing is written '
+            "unless every op succeeds: if a pattern does not parse, `out` names a "
+            'metavariable its pattern lacks, or a rewrite would leave a file that no longer '
+            'parses, no file is changed and the error says why. Only regular files inside '
+            'the working directory are changed. The result counts the replacements per file.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'ops': {'type': 'array', 'minItems': 1,
+                                'description': 'Rewrites, applied in order',
+                                'items': {'type': 'object',
+                                          'properties': {
+                                              'pat': {'type': 'string',
+                                                      'description': 'The AST pattern'},
+                                              'out': {'type': 'string',
+                                                      'description': 'What replaces each '
+                                                                     'match; metavariables '
+                                                                     'of pat are filled in'},
+                                              'lang': {'type': 'string',
+                                                       'description': 'The language (default: '
+                                                                      "each file's, from its "
+                                                                      'extension)'}},
+                                          'required': ['pat', 'out']}},
+                        'paths': {'type': 'array', 'minItems': 1,
+                                  'items': {'type': 'string'},
+                                  'description': 'Files, directories or globs to rewrite'}},
+         'required': ['ops', 'paths']}),
+]}
 
 WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     # Offered only when the session's network policy turns them on (``web.enabled``), after
@@ -317,3 +411,37 @@ def bash_spec(*, background: bool) -> ToolSpec:
     return msgspec.structs.replace(
         spec, description=spec.description + BACKGROUND_NOTE,
         parameters={**spec.parameters, 'properties': properties})
+
+
+TOOLS_SCHEMA_ID = "https://omp-trio.invalid/schema/tools.schema.json"
+
+
+def tools_schema() -> dict[str, Any]:
+    """The JSON Schema document of every built-in tool's arguments (``omp schema --tools``):
+    one definition per tool, its ``title`` and ``description`` what the model is told, with
+    three annotations for hosts: ``x-omp-offered`` (``default``, ``on request``: ``--tools`` or
+    a setting, ``web.enabled``), ``x-omp-concurrency`` (``shared``, ``exclusive`` or
+    ``by arguments``) and ``x-omp-approval`` (the tier). ``bash`` is shown as a session with
+    ``async.enabled`` (the default) offers it."""
+    offered = [(spec, "default") for spec in SPECS.values()]
+    offered += [(spec, "on request") for spec in ON_REQUEST_SPECS.values()]
+    offered += [(spec, "web.enabled") for spec in WEB_SPECS.values()]
+    defs: dict[str, Any] = {}
+    for spec, when in offered:
+        if spec.name == 'bash':
+            spec = bash_spec(background=True)
+        rule = spec.concurrency
+        defs[spec.name] = {
+            "title": spec.label, "description": spec.description, **spec.parameters,
+            "x-omp-offered": when,
+            "x-omp-concurrency": "by arguments" if callable(rule) else rule,
+            "x-omp-approval": spec.approval}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": TOOLS_SCHEMA_ID,
+            "title": "omp built-in tools: the arguments of each",
+            "$defs": dict(sorted(defs.items()))}
+
+
+def encode_tools_schema() -> bytes:
+    """``tools_schema()`` as ``schema/tools.schema.json`` holds it (indented, one final
+    newline, like the protocol's files)."""
+    return msgspec.json.format(msgspec.json.encode(tools_schema()), indent=2) + b"\n"
