@@ -8,7 +8,8 @@ from typing import Any
 import trio
 
 from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
-from .specs import SPECS, WEB_SPECS, ToolSpec, bash_spec
+from .eval_settings import unavailable as eval_unavailable
+from .specs import EVAL_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
 
 
@@ -94,6 +95,9 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
         if name == "web_search":
             from .web_search import WebSearchTool
             return WebSearchTool(ctx)
+        if name == "eval":
+            from .eval import EvalTool
+            return EvalTool(ctx)
         from .todo import TodoTool
         return TodoTool(todos)
 
@@ -102,11 +106,15 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
 
 def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
                   background: bool = False) -> list[Tool]:
-    """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
-    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``). With
-    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``."""
+    """The built-in tool set, in the order the system prompt lists them; ``eval`` only when
+    ``ctx`` has eval settings and a kernel can start (``eval_settings.unavailable``);
+    ``web_fetch`` and ``web_search`` only when ``ctx`` has web access turned on
+    (``web.enabled``). With ``background`` (a main session with ``async.enabled``) ``bash``
+    offers ``async``."""
     state = TodoState() if todos is None else todos
     specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
+    if ctx.eval is not None and eval_unavailable(ctx.eval) is None:
+        specs += EVAL_SPECS.items()
     if ctx.web is not None and ctx.web.enabled:
         specs += WEB_SPECS.items()
     return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]
