@@ -24,7 +24,14 @@ Prints:
      first reader, which joined its buffer again for every 64 KiB read, took 1.3 s for 5 MiB,
      12.9 s for 15 MiB and did not finish 50 MiB in 30 s).
 
-``--only bash|grep|batch|mcp`` runs one of them.
+  5. the `eval` tool's Python kernel (needs the `eval` extra; skipped, saying so, without it),
+     called by the offline model through `omp --mode rpc`, each from `tool_execution_start` to
+     `tool_execution_end`: the first call of a fresh server (the kernel module's import, the
+     kernel's start and one cell), a call with `reset: true` (the kernel stopped, a new one
+     started, one cell; median of --runs), and one round trip to the running kernel (`x + 1`;
+     median of --runs). No target was set.
+
+``--only bash|grep|batch|mcp|eval`` runs one of them.
 
 The omp processes run with `--no-session` in the environment of `isolation.isolated_env`: agent
 directory, HOME and TMPDIR (where the bash executor spills long output) in the benchmark's own
@@ -53,6 +60,7 @@ from isolation import isolated_env
 
 from omp.client import RpcClient
 from omp.protocol import commands as cmd
+from omp.tools.eval_settings import missing_dependencies
 from omp.tools.grep import ripgrep_path
 
 OFFLINE = ("--mode", "rpc", "--no-session", "--model", "offline/echo")
@@ -276,6 +284,37 @@ async def bench_mcp(workdir: Path, runs: int, sizes: list[float]) -> None:
     print(f"   omp idle RSS {idle / 1024:.1f} MiB, peak {peak / 1024:.1f} MiB")
 
 
+# --- 5. the eval kernel -------------------------------------------------------------------
+
+
+async def bench_eval(workdir: Path, runs: int) -> None:
+    if missing := missing_dependencies():
+        print(f"5. eval: skipped ({', '.join(missing)} not installed: pip install "
+              "'omp-trio[eval]')")
+        return
+
+    def directive(code: str, **more: Any) -> str:
+        return f"[[tool eval {json.dumps({'language': 'py', 'code': code, **more})}]]"
+
+    async def call(client: RpcClient, request_id: str, text: str) -> float:
+        run = await run_tools(client, request_id, text)
+        if run.ends[-1]["isError"]:
+            raise RuntimeError(f"{request_id}: {run.ends[-1]['result']}")
+        return run.last_end - run.first_start
+
+    async with spawn(workdir) as client:
+        first = await call(client, "e0", directive("x = 1"))
+        resets = [await call(client, f"r{n}", directive("x = 1", reset=True))
+                  for n in range(runs)]
+        trips = [await call(client, f"t{n}", directive("x + 1")) for n in range(runs)]
+    print(f"5. the eval tool's kernel ({runs} runs, medians)")
+    print(f"   first call          {first * 1000:8.1f} ms  (import, kernel start, one cell)")
+    print(f"   reset call          {statistics.median(resets) * 1000:8.1f} ms  (kernel "
+          "stopped and started again, one cell)")
+    print(f"   round trip          {statistics.median(trips) * 1000:8.1f} ms  (`x + 1` in the "
+          "running kernel; target: none set)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="grep repetitions (median)")
@@ -284,12 +323,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="shared bash calls in one batch")
     parser.add_argument("--mcp-mib", type=float, nargs="+", default=[5, 15, 50],
                         help="sizes of the MCP results")
-    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp"), default=None)
+    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp", "eval"),
+                        default=None)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
     try:
-        for part in ("bash", "grep", "batch", "mcp"):
+        for part in ("bash", "grep", "batch", "mcp", "eval"):
             (workdir / part).mkdir()
         if args.only in (None, "bash"):
             trio.run(bench_bash, workdir / "bash", args.mb)
@@ -299,6 +339,8 @@ def main() -> None:
             trio.run(bench_batch, workdir / "batch", args.runs, args.batch)
         if args.only in (None, "mcp"):
             trio.run(bench_mcp, workdir / "mcp", args.runs, args.mcp_mib)
+        if args.only in (None, "eval"):
+            trio.run(bench_eval, workdir / "eval", args.runs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
