@@ -33,6 +33,7 @@ from agent_helpers import (
     tools_reply,
 )
 
+from omp.tools.eval import KERNEL_LOST
 from omp.tools.eval_settings import INSTALL_HINT, missing_dependencies
 
 TEST_TIMEOUT = 120  # a kernel's start imports IPython: seconds on a loaded 2-core machine
@@ -192,6 +193,34 @@ async def test_a_cell_past_its_timeout_is_interrupted(tmp_path: Path,
     assert "KeyboardInterrupt" in text
     assert text.endswith("Cell timed out after 1 seconds.")
     assert tool_result_text(got["next"]) == "2"  # the kernel went on
+
+
+async def test_a_lost_kernel_is_replaced_and_the_next_result_says_so(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    # A kernel that dies in a cell, and one whose cell ignores the interrupt (it is killed
+    # INTERRUPT_GRACE after its deadline): each time the next call gets a new kernel.
+    ignores = ("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+               "while True:\n    pass")
+    script = [
+        tools_reply(py("die", PID_TO_FILE + "kept = 1\nos._exit(3)")),
+        tools_reply(py("after-death", "'kept' in globals()")),
+        tools_reply(py("stuck", ignores, timeout=1)),
+        tools_reply(py("after-stuck", "2")),
+        text_reply("done")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Break it", id="p1")
+            frames = await agent.until_settled()
+            first = await pid_in(tmp_path / "kernel.pid")
+            assert not procfs.alive(first)
+    got = results(frames)
+    assert got["die"]["isError"] is True
+    assert "The Python kernel died during the cell (exit code 3)" in tool_result_text(got["die"])
+    assert tool_result_text(got["after-death"]) == f"{KERNEL_LOST}\n\nFalse"
+    stuck = tool_result_text(got["stuck"])
+    assert stuck.endswith("Cell timed out after 1 seconds. The kernel did not stop and was "
+                          "restarted: the names defined before are gone.")
+    assert tool_result_text(got["after-stuck"]) == f"{KERNEL_LOST}\n\n2"
 
 
 async def test_the_kernel_gets_no_provider_key(tmp_path: Path, isolated_agent_dir: Path,

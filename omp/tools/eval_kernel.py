@@ -84,6 +84,10 @@ class KernelError(Exception):
     """The kernel could not start, or it is gone; the message says why."""
 
 
+class KernelGone(Exception):
+    """The kernel's sockets are closed (its owner cleaned up): it is gone."""
+
+
 def _log_tail(path: Path) -> str:
     try:
         with open(path, "rb") as f:
@@ -108,6 +112,11 @@ class Kernel:
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     """The owner's wait for the process; ``stop`` cancels it."""
     _lock: trio.Lock = attrs.field(factory=trio.Lock)
+    """One cell at a time."""
+    _threads: int = 0
+    """Worker threads using the sockets now (0 or 1: a cell uses them one call at a time)."""
+    _no_threads: trio.Event = attrs.field(factory=trio.Event)
+    _closed: bool = False
 
     @property
     def pid(self) -> int:
@@ -121,6 +130,38 @@ class Kernel:
         """The end of what the kernel wrote to its stdout and stderr (not the cells' output,
         which comes over the protocol)."""
         return _log_tail(self.directory / "kernel.log")
+
+    async def _io(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` (a socket operation) in a worker thread; raises KernelGone
+        once the owner has closed the sockets, which it does only while no thread uses them
+        (``close_sockets``): a zmq socket must never be closed under a thread using it."""
+        if self._closed:
+            raise KernelGone
+        if self._threads == 0:
+            self._no_threads = trio.Event()
+        self._threads += 1
+        try:
+            return await trio.to_thread.run_sync(function, *args)
+        except zmq.ZMQError as exc:  # a socket closed under us after all (a cleanup deadline)
+            raise KernelGone from exc
+        finally:
+            self._threads -= 1
+            if self._threads == 0:
+                self._no_threads.set()
+
+    async def close_sockets(self) -> None:
+        """The owner's part (the process is dead by now, so a poll in flight ends within
+        ``POLL_SECONDS``): wait until no thread uses the sockets, then close them. On
+        cancellation, stops waiting and closes them all the same (the thread then gets an
+        error, which ``run_cell`` reports as the kernel gone)."""
+        self._closed = True  # no new thread from now on
+        try:
+            while self._threads:
+                await self._no_threads.wait()
+        finally:
+            with contextlib.suppress(Exception):  # closing sockets of a dead peer
+                self.client.stop_channels()
+            self.context.destroy(linger=0)
 
     async def stop(self) -> None:
         """Kill the kernel and wait until its owner has cleaned up. Not cut short by the
@@ -148,8 +189,11 @@ class Kernel:
             ended = False
             try:
                 with trio.move_on_after(math.inf if limit is None else limit):
-                    msg_id = await trio.to_thread.run_sync(_execute, self.client, code)
-                    outcome = await self._collect(msg_id, on_message)
+                    try:
+                        msg_id = await self._io(_execute, self.client, code)
+                        outcome = await self._collect(msg_id, on_message)
+                    except KernelGone:
+                        outcome = "died"
                     ended = True
                     return outcome
                 # The deadline passed: interrupt, and keep what the cell says until it ends.
@@ -170,7 +214,8 @@ class Kernel:
             return
         signal_group(self.process.pid, signal.SIGINT)
         with trio.move_on_after(INTERRUPT_GRACE):
-            await self._collect(msg_id, on_message or (lambda _: None))
+            with contextlib.suppress(KernelGone):
+                await self._collect(msg_id, on_message or (lambda _: None))
             return
         await self.stop()
 
@@ -178,7 +223,7 @@ class Kernel:
         """Hand the cell's output messages to ``on_message`` until the kernel says it is idle
         again; then take its reply off the shell channel."""
         while True:
-            message = await trio.to_thread.run_sync(_receive, self.client.iopub_channel)
+            message = await self._io(_receive, self.client.iopub_channel)
             if message is None:
                 if self.process.poll() is not None:
                     return "died"
@@ -196,7 +241,7 @@ class Kernel:
         # do not pile up in the socket.
         with trio.move_on_after(REPLY_TIMEOUT):
             while True:
-                reply = await trio.to_thread.run_sync(_receive, self.client.shell_channel)
+                reply = await self._io(_receive, self.client.shell_channel)
                 if reply is not None and reply.get("parent_header", {}).get("msg_id") == msg_id:
                     break
         return "done"
@@ -265,11 +310,14 @@ async def _own_kernel(cwd: Path, env: dict[str, str], *,
         with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
             if process is not None:
                 await kill_process_group(process)
-            if client is not None:
-                with contextlib.suppress(Exception):  # closing sockets of a dead peer
-                    client.stop_channels()
-            if context is not None:
-                context.destroy(linger=0)
+            if kernel is not None:
+                await kernel.close_sockets()
+            else:  # the start failed: only this task used them
+                if client is not None:
+                    with contextlib.suppress(Exception):  # closing sockets of a dead peer
+                        client.stop_channels()
+                if context is not None:
+                    context.destroy(linger=0)
             await trio.to_thread.run_sync(
                 functools.partial(shutil.rmtree, directory, ignore_errors=True))
         if kernel is not None:
