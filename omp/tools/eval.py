@@ -53,6 +53,8 @@ UPDATE_INTERVAL = 0.1
 """At most this often (seconds) a streaming update goes to ``on_update``."""
 MAX_FRAMES = 12
 """A traceback with more frames keeps its first 2 and its last ``MAX_FRAMES - 2``."""
+SPILL_CHUNK = 1024 * 1024
+"""Bytes of an output over the limit held before they are written to its spill file."""
 MAX_IMAGES = 8
 MAX_IMAGE_BYTES = 4 * 1024 * 1024
 """Of one image's PNG data (decoded); a larger one is named in the text instead."""
@@ -119,8 +121,15 @@ class CellOutput:
     def _make_elider(self) -> MiddleElider:
         return MiddleElider(max_bytes=self.max_bytes)
 
-    def take(self, message: Message) -> None:
-        """One output message of the cell."""
+    async def take(self, message: Message) -> None:
+        """One output message of the cell. Once the output is over the limit, what the spill
+        file lacks is written when it reaches ``SPILL_CHUNK`` (so memory stays bounded,
+        the reading of the kernel's messages waiting for the disk)."""
+        self._take(message)
+        if len(self._unspilled) >= SPILL_CHUNK:
+            await self.flush()
+
+    def _take(self, message: Message) -> None:
         kind, content = message["msg_type"], message.get("content", {})
         if kind == "stream":
             self._text(str(content.get("text", "")))
@@ -195,16 +204,14 @@ class CellOutput:
         """The text part of the result: the output or a placeholder, the notes on images left
         out, and the elision notice."""
         shown = self._elider.result()
-        body = shown.content
+        body = shown.content.rstrip("\n")
         if not body.strip():
             count = len(self.images)
             body = (f"(displayed {count} image{'s' if count != 1 else ''}; no text output)"
                     if count else "(no output)")
-        notes = "\n".join(self._left_out)
-        if notes:
-            body = f"{body.rstrip(chr(10))}\n{notes}"
+        text = "\n".join([body, *self._left_out])
         notice = elision_notice(shown, self.full_output_path)
-        return f"{body.rstrip(chr(10))}\n\n{notice}" if notice else body.rstrip("\n") or body
+        return f"{text}\n\n{notice}" if notice else text
 
     def details(self, extra: dict[str, Any]) -> dict[str, Any]:
         details = dict(extra)

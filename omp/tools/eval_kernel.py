@@ -48,7 +48,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from queue import Empty
 from typing import Any, Literal
@@ -77,6 +77,8 @@ LOG_TAIL = 2000
 """Characters of the kernel's own log quoted when it fails to start or dies."""
 
 Message = dict[str, Any]
+OnMessage = Callable[[Message], Awaitable[None]]
+"""Takes one output message of a cell (awaiting it slows the reading of the next)."""
 CellEnd = Literal["done", "timeout", "died"]
 
 
@@ -172,7 +174,7 @@ class Kernel:
 
     # --- one cell ---------------------------------------------------------------------------
 
-    async def run_cell(self, code: str, on_message: Callable[[Message], None],
+    async def run_cell(self, code: str, on_message: OnMessage,
                        limit: float | None) -> CellEnd:
         """Run ``code``; each output message of the cell (``stream``, ``execute_result``,
         ``display_data``, ``error`` ...) goes to ``on_message`` as it arrives. ``done``: the
@@ -206,8 +208,7 @@ class Kernel:
                     with trio.move_on_after(INTERRUPT_GRACE + CLEANUP_TIMEOUT, shield=True):
                         await self._interrupt(msg_id, None)
 
-    async def _interrupt(self, msg_id: str | None, on_message: Callable[[Message], None] | None
-                         ) -> None:
+    async def _interrupt(self, msg_id: str | None, on_message: OnMessage | None) -> None:
         """SIGINT the kernel's group and wait (at most ``INTERRUPT_GRACE``) for the cell to
         end; stop the kernel when it does not."""
         if msg_id is None or not self.alive:
@@ -215,11 +216,11 @@ class Kernel:
         signal_group(self.process.pid, signal.SIGINT)
         with trio.move_on_after(INTERRUPT_GRACE):
             with contextlib.suppress(KernelGone):
-                await self._collect(msg_id, on_message or (lambda _: None))
+                await self._collect(msg_id, on_message or _ignore)
             return
         await self.stop()
 
-    async def _collect(self, msg_id: str, on_message: Callable[[Message], None]) -> CellEnd:
+    async def _collect(self, msg_id: str, on_message: OnMessage) -> CellEnd:
         """Hand the cell's output messages to ``on_message`` until the kernel says it is idle
         again; then take its reply off the shell channel."""
         while True:
@@ -236,7 +237,7 @@ class Kernel:
                     break
                 continue
             if kind != "execute_input":
-                on_message(message)
+                await on_message(message)
         # The reply carries nothing the output channel did not; it is read so that replies
         # do not pile up in the socket.
         with trio.move_on_after(REPLY_TIMEOUT):
@@ -245,6 +246,10 @@ class Kernel:
                 if reply is not None and reply.get("parent_header", {}).get("msg_id") == msg_id:
                     break
         return "done"
+
+
+async def _ignore(message: Message) -> None:
+    """What an aborted cell's output goes to."""
 
 
 def _execute(client: BlockingKernelClient, code: str) -> str:
