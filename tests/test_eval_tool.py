@@ -26,11 +26,11 @@ from agent_helpers import (
     assert_tool_calls_paired,
     of_type,
     open_agent,
-    pid_in,
     text_reply,
     tool_call,
     tool_result_text,
     tools_reply,
+    wait_for_file,
 )
 
 from omp.tools.eval import KERNEL_LOST
@@ -41,6 +41,12 @@ TEST_TIMEOUT = 120  # a kernel's start imports IPython: seconds on a loaded 2-co
 pytestmark = pytest.mark.skipif(
     bool(missing_dependencies()),
     reason="jupyter_client / ipykernel are not installed (the test extra installs them)")
+
+async def kernel_pid(path: Path) -> int:
+    """The pid a cell wrote to ``path`` (``PID_TO_FILE``), once it is there: bounded by the
+    test's own deadline only, as a kernel's first start on a loaded machine can take long."""
+    return int((await wait_for_file(path)).strip())
+
 
 PID_TO_FILE = "import os\nopen('kernel.pid', 'w').write(f'{os.getpid()}\\n')\n"
 
@@ -83,7 +89,7 @@ async def test_names_persist_reset_wipes_them_and_no_kernel_outlives_the_server(
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Compute", id="p1")
             frames = await agent.until_settled()
-            first_kernel = await pid_in(tmp_path / "kernel.pid")
+            first_kernel = await kernel_pid(tmp_path / "kernel.pid")
             server = agent.pid
         # The server has exited: its kernels with it.
         assert not procfs.alive(first_kernel)
@@ -157,7 +163,7 @@ async def test_abort_interrupts_a_busy_cell_and_the_kernel_keeps_its_names(
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Spin", id="p1")
-            kernel = await pid_in(tmp_path / "kernel.pid")
+            kernel = await kernel_pid(tmp_path / "kernel.pid")
             abort_id = await agent.send("abort")
             await agent.until_response(abort_id)  # written once the run has ended
             aborted = list(agent.frames)
@@ -211,7 +217,7 @@ async def test_a_lost_kernel_is_replaced_and_the_next_result_says_so(
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Break it", id="p1")
             frames = await agent.until_settled()
-            first = await pid_in(tmp_path / "kernel.pid")
+            first = await kernel_pid(tmp_path / "kernel.pid")
             assert not procfs.alive(first)
     got = results(frames)
     assert got["die"]["isError"] is True
@@ -234,7 +240,7 @@ async def test_the_kernel_gets_no_provider_key(tmp_path: Path, isolated_agent_di
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="Env", id="p1")
             frames = await agent.until_settled()
-            kernel = await pid_in(tmp_path / "kernel.pid")
+            kernel = await kernel_pid(tmp_path / "kernel.pid")
             environ = await trio.Path(f"/proc/{kernel}/environ").read_bytes()
     assert tool_result_text(results(frames)["env"]) == "[None, 'inherited']"
     assert b"sk-ant-never-in-the-kernel" not in environ

@@ -67,8 +67,10 @@ START_TIMEOUT = 60.0
 """How long a new kernel may take to answer (a loaded machine imports IPython slowly)."""
 INFO_RETRY = 1.0
 """Seconds between two ``kernel_info`` requests while the kernel starts."""
-INTERRUPT_GRACE = 2.0
-"""After the SIGINT, how long a cell may take to end before its kernel is stopped."""
+INTERRUPT_GRACE = 5.0
+"""After the SIGINT, how long a cell may take to end before its kernel is stopped (the
+original's figure: IPython formats the traceback first, which on a loaded machine takes a
+while, and a kernel kept is worth more than the seconds)."""
 REPLY_TIMEOUT = 1.0
 """After a cell's end on the output channel, how long its reply may take on the shell one."""
 CLEANUP_TIMEOUT = KILL_GRACE + REAP_TIMEOUT + 1.0
