@@ -28,8 +28,10 @@ Prints:
      called by the offline model through `omp --mode rpc`, each from `tool_execution_start` to
      `tool_execution_end`: the first call of a fresh server (the kernel module's import, the
      kernel's start and one cell), a call with `reset: true` (the kernel stopped, a new one
-     started, one cell; median of --runs), and one round trip to the running kernel (`x + 1`;
-     median of --runs). No target was set.
+     started, one cell; median of --runs), one round trip to the running kernel (`x + 1`;
+     median of --runs), and an `abort` of a busy cell (`while True: pass`, half a second after
+     its `tool_execution_start`): from sending `abort` to its response, which comes once the
+     run has ended (median of --runs). Target (issue 34): the abort within 1 s.
 
 ``--only bash|grep|batch|mcp|eval`` runs one of them.
 
@@ -66,6 +68,7 @@ from omp.tools.grep import ripgrep_path
 OFFLINE = ("--mode", "rpc", "--no-session", "--model", "offline/echo")
 RSS_GROWTH_TARGET_MIB = 20
 BATCH_TARGET_S = 0.35
+EVAL_ABORT_TARGET_S = 1.0
 MIB = 1024 * 1024
 
 
@@ -307,12 +310,33 @@ async def bench_eval(workdir: Path, runs: int) -> None:
         resets = [await call(client, f"r{n}", directive("x = 1", reset=True))
                   for n in range(runs)]
         trips = [await call(client, f"t{n}", directive("x + 1")) for n in range(runs)]
+        aborts = [await abort_busy(client, f"a{n}", directive("while True:\n    pass"))
+                  for n in range(runs)]
     print(f"5. the eval tool's kernel ({runs} runs, medians)")
     print(f"   first call          {first * 1000:8.1f} ms  (import, kernel start, one cell)")
     print(f"   reset call          {statistics.median(resets) * 1000:8.1f} ms  (kernel "
           "stopped and started again, one cell)")
     print(f"   round trip          {statistics.median(trips) * 1000:8.1f} ms  (`x + 1` in the "
           "running kernel; target: none set)")
+    abort = statistics.median(aborts)
+    print(f"   abort of a busy cell {abort * 1000:7.1f} ms  (abort -> its response; target <= "
+          f"{EVAL_ABORT_TARGET_S * 1000:.0f} ms: "
+          f"{'ok' if abort <= EVAL_ABORT_TARGET_S else 'OVER TARGET'})")
+
+
+async def abort_busy(client: RpcClient, request_id: str, text: str) -> float:
+    """Seconds from an ``abort`` sent while ``text``'s cell runs to the abort's response."""
+    await client.call(cmd.Prompt(id=request_id, message=text))
+    while as_dict(await client.events.receive())["type"] != "tool_execution_start":
+        pass
+    await trio.sleep(0.5)  # the cell is running by now (a benchmark: no test waits this way)
+    sent = time.perf_counter()
+    await client.call(cmd.Abort())
+    took = time.perf_counter() - sent
+    while True:  # up to the aborted prompt's result: the next run starts clean
+        frame = as_dict(await client.events.receive())
+        if frame["type"] == "prompt_result" and frame.get("id") == request_id:
+            return took
 
 
 def main() -> None:
