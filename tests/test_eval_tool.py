@@ -247,6 +247,21 @@ async def test_the_kernel_gets_no_provider_key(tmp_path: Path, isolated_agent_di
     assert b"OMP_EVAL_PLAIN=inherited" in environ
 
 
+async def test_a_temp_directory_too_deep_for_unix_sockets_still_gets_a_kernel(
+        tmp_path: Path, isolated_agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A unix socket's address holds 107 bytes: the kernel's sockets go over loopback TCP then.
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    script = [tools_reply(py("deep", "6 * 7")), text_reply("done")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Deep", id="p1")
+            frames = await agent.until_settled()
+    assert tool_result_text(results(frames)["deep"]) == "42"
+    assert list(deep.iterdir()) == []  # the kernel's directory is removed with it
+
+
 BLOCKER = """\
 import sys
 

@@ -19,7 +19,8 @@ children must be ``trio.Process`` es in their own groups so the server's orphan 
 (``omp.process.adopt_orphans``) can tell them from orphans and ``kill_process_group`` can end
 whatever the cell started. ``ipc`` transport: the kernel's sockets are files in our private
 directory, so no other user of the machine can reach them and no TCP port can be taken
-between choosing it and binding it.
+between choosing it and binding it (TCP on the loopback interface when the temp directory is
+too deep for a unix socket's address: ``_prepare``).
 
 Driving jupyter_client from trio. Its client API is asyncio-based; the blocking client's
 channels, though, are plain zmq sockets with ``poll``, with no event loop. So each socket
@@ -75,6 +76,8 @@ REPLY_TIMEOUT = 1.0
 """After a cell's end on the output channel, how long its reply may take on the shell one."""
 CLEANUP_TIMEOUT = KILL_GRACE + REAP_TIMEOUT + 1.0
 """Deadline of the owner's shielded cleanup: kill the group, close the sockets, remove files."""
+MAX_SOCKET_PATH = 100
+"""The longest ``ipc`` socket path used (a unix socket address holds 107 bytes on Linux)."""
 LOG_TAIL = 2000
 """Characters of the kernel's own log quoted when it fails to start or dies."""
 
@@ -283,6 +286,8 @@ async def open_kernel(services: trio.Nursery, cwd: Path, env: dict[str, str]) ->
         kernel: Kernel = await services.start(_own_kernel, cwd, env)
     except RuntimeError as exc:  # "Nursery is closed to new arrivals"
         raise KernelError("The session is closing; no kernel can start") from exc
+    except zmq.ZMQError as exc:
+        raise KernelError(f"Could not connect to the Python kernel: {exc}") from exc
     return kernel
 
 
@@ -332,12 +337,20 @@ async def _own_kernel(cwd: Path, env: dict[str, str], *,
 
 
 def _prepare() -> tuple[Path, str, int]:
-    """The kernel's private directory (0700), its connection file (the ``ipc`` sockets' paths
-    and a new signing key) and its log file, opened for writing (0600)."""
+    """The kernel's private directory (0700), its connection file (the sockets' addresses and
+    a new signing key) and its log file, opened for writing (0600). The sockets are files in
+    the directory (``ipc``) when their paths fit a unix socket address; in a temp directory
+    too deep for that, TCP on the loopback interface (Jupyter's default, every message
+    signed with the key)."""
     directory = Path(tempfile.mkdtemp(prefix="omp-eval-"))
-    connection, _ = write_connection_file(
-        str(directory / "kernel.json"), transport="ipc", ip=str(directory / "k"),
-        key=secrets.token_hex(32).encode())
+    key = secrets.token_hex(32).encode()
+    where = str(directory / "k")
+    if len(os.fsencode(where)) + len("-5") <= MAX_SOCKET_PATH:
+        connection, _ = write_connection_file(
+            str(directory / "kernel.json"), transport="ipc", ip=where, key=key)
+    else:
+        connection, _ = write_connection_file(
+            str(directory / "kernel.json"), transport="tcp", ip="127.0.0.1", key=key)
     log = os.open(directory / "kernel.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                   0o600)
     return directory, connection, log
