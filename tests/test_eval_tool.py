@@ -33,12 +33,14 @@ from agent_helpers import (
     wait_for_file,
 )
 
-from omp.tools.eval import KERNEL_LOST
-from omp.tools.eval_settings import INSTALL_HINT, missing_dependencies
+from omp.config import ConfigError
+from omp.session.settings import load_settings
+from omp.tools.eval import KERNEL_LOST, cell_timeout, traceback_text
+from omp.tools.eval_settings import INSTALL_HINT, EvalSettings, missing_dependencies
 
 TEST_TIMEOUT = 120  # a kernel's start imports IPython: seconds on a loaded 2-core machine
 
-pytestmark = pytest.mark.skipif(
+needs_kernel = pytest.mark.skipif(
     bool(missing_dependencies()),
     reason="jupyter_client / ipykernel are not installed (the test extra installs them)")
 
@@ -74,6 +76,7 @@ def png(width: int = 2, height: int = 1) -> bytes:
             + chunk(b"IEND", b""))
 
 
+@needs_kernel
 async def test_names_persist_reset_wipes_them_and_no_kernel_outlives_the_server(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     script = [
@@ -115,6 +118,7 @@ async def test_names_persist_reset_wipes_them_and_no_kernel_outlives_the_server(
     assert not procfs.alive(server)
 
 
+@needs_kernel
 async def test_an_exception_returns_its_traceback(tmp_path: Path,
                                                   isolated_agent_dir: Path) -> None:
     code = "print('before')\ndef inner():\n    raise ValueError('boom')\ninner()"
@@ -133,6 +137,7 @@ async def test_an_exception_returns_its_traceback(tmp_path: Path,
     assert "\x1b" not in text  # no terminal colours
 
 
+@needs_kernel
 async def test_a_png_display_comes_back_as_an_image(tmp_path: Path,
                                                     isolated_agent_dir: Path) -> None:
     data = png()
@@ -154,6 +159,7 @@ async def test_a_png_display_comes_back_as_an_image(tmp_path: Path,
     assert tool_result_text(result) == "(displayed 2 images; no text output)"
 
 
+@needs_kernel
 async def test_abort_interrupts_a_busy_cell_and_the_kernel_keeps_its_names(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     script = [
@@ -182,6 +188,7 @@ async def test_abort_interrupts_a_busy_cell_and_the_kernel_keeps_its_names(
     assert tool_result_text(results(frames)["after"]) == "7"
 
 
+@needs_kernel
 async def test_a_cell_past_its_timeout_is_interrupted(tmp_path: Path,
                                                       isolated_agent_dir: Path) -> None:
     # The cell's deadline is what is tested: the sleep is longer than the timeout.
@@ -201,6 +208,7 @@ async def test_a_cell_past_its_timeout_is_interrupted(tmp_path: Path,
     assert tool_result_text(got["next"]) == "2"  # the kernel went on
 
 
+@needs_kernel
 async def test_a_lost_kernel_is_replaced_and_the_next_result_says_so(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     # A kernel that dies in a cell, and one whose cell ignores the interrupt (it is killed
@@ -229,6 +237,7 @@ async def test_a_lost_kernel_is_replaced_and_the_next_result_says_so(
     assert tool_result_text(got["after-stuck"]) == f"{KERNEL_LOST}\n\n2"
 
 
+@needs_kernel
 async def test_the_kernel_gets_no_provider_key(tmp_path: Path, isolated_agent_dir: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-never-in-the-kernel")
@@ -247,6 +256,7 @@ async def test_the_kernel_gets_no_provider_key(tmp_path: Path, isolated_agent_di
     assert b"OMP_EVAL_PLAIN=inherited" in environ
 
 
+@needs_kernel
 async def test_a_temp_directory_too_deep_for_unix_sockets_still_gets_a_kernel(
         tmp_path: Path, isolated_agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A unix socket's address holds 107 bytes: the kernel's sockets go over loopback TCP then.
@@ -299,3 +309,41 @@ def test_without_the_kernel_packages_eval_is_not_offered_and_asking_says_what_to
     names = [tool["name"] for tool in response["data"]["dumpTools"]]
     assert "read" in names
     assert "eval" not in names
+
+
+def test_eval_py_false_offers_no_eval_and_asking_names_the_setting(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text("eval:\n  py: false\n  timeout: 5\n")
+    asked = subprocess.run([sys.executable, "-P", "-m", "omp", "--mode", "rpc", "--no-session",
+                            "--model", "offline/echo", "--tools", "eval"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                           stdin=subprocess.DEVNULL, check=False)
+    assert asked.returncode != 0
+    assert "`eval.py: false` in config.yml" in asked.stderr
+
+
+def test_the_eval_settings_are_read_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "config.yml").write_text("eval:\n  timeout: 0\n  js: true\n")
+    settings = load_settings(tmp_path)
+    assert (settings.eval.py, settings.eval.timeout) == (True, 0)
+    assert cell_timeout({}, settings.eval) is None  # 0: no deadline
+    assert cell_timeout({"timeout": 5000}, settings.eval) == 3600
+    assert cell_timeout({"timeout": 0.2}, EvalSettings()) == 1
+    assert cell_timeout({}, EvalSettings()) == 30
+    (tmp_path / "config.yml").write_text("eval:\n  timeout: -2\n")
+    with pytest.raises(ConfigError, match=r"\$\.eval\.timeout: must be between 0"):
+        load_settings(tmp_path)
+
+
+def test_a_traceback_loses_its_colours_rule_and_middle_frames() -> None:
+    frames = [f"\x1b[36mFile x.py:{n}\x1b[39m in f{n}" for n in range(30)]
+    text = traceback_text(["\x1b[31m" + "-" * 75 + "\x1b[39m",
+                           "\x1b[31mValueError\x1b[39m          Traceback (most recent call last)",
+                           *frames, "\x1b[31mValueError\x1b[39m: bad"])
+    lines = text.split("\n")
+    assert lines[0] == "ValueError  Traceback (most recent call last)"
+    assert lines[1:3] == ["File x.py:0 in f0", "File x.py:1 in f1"]
+    assert lines[3] == "[… 18 frames elided …]"
+    assert lines[-1] == "ValueError: bad"
+    assert len(lines) == 2 + 12 + 1
+    assert "\x1b" not in text
