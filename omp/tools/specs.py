@@ -311,9 +311,9 @@ EVAL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
             '(IPython.display, a plot) comes back as an image. Output past 50KB keeps its '
             'head and tail, the full text saved to a temp file. IPython syntax works '
             '(`%magic`, `!shell`, top-level `await`). A cell still running after `timeout` '
-            'seconds (default 30; 0: none) is interrupted; `reset: true` starts a fresh '
-            'kernel first. If a kernel is lost its names are gone: the result says so, '
-            'then rerun your setup.\n\nOnly language "py" is available: there is no '
+            'seconds (default 30 unless configured; 0: none) is interrupted; `reset: true` '
+            'starts a fresh kernel first. If a kernel is lost its names are gone: the result '
+            'says so, then rerun your setup.\n\nOnly language "py" is available: there is no '
             'JavaScript kernel here, and "js" is refused.'
         ),
         parameters={'type': 'object',
@@ -326,8 +326,8 @@ EVAL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                         'title': {'type': 'string',
                                   'description': 'A short label for the transcript'},
                         'timeout': {'type': 'number',
-                                    'description': 'Seconds the cell may run (default 30; 0: '
-                                                   'no deadline)'},
+                                    'description': 'Seconds the cell may run (default 30 '
+                                                   'unless configured; 0: no deadline)'},
                         'reset': {'type': 'boolean',
                                   'description': 'Start a fresh kernel before the cell (every '
                                                  'name defined so far is lost)'}},
