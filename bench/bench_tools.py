@@ -31,8 +31,17 @@ Prints:
      which imports ast-grep's bindings, apart), beside their floors: ``rg --files`` and the
      same search with ``ast_grep_py`` in this process. No target was set. Skipped, saying so,
      without ast-grep-py (the ``ast`` extra).
+  6. the `eval` tool's Python kernel (``--only eval``; needs the `eval` extra; skipped, saying
+     so, without it), called by the offline model through `omp --mode rpc`, each from
+     `tool_execution_start` to `tool_execution_end`: the first call of a fresh server (the
+     kernel module's import, the kernel's start and one cell), a call with `reset: true` (the
+     kernel stopped, a new one started, one cell; median of --runs), one round trip to the
+     running kernel (`x + 1`; median of --runs), and an `abort` of a busy cell (`while True:
+     pass`, half a second after its `tool_execution_start`): from sending `abort` to its
+     response, which comes once the run has ended (median of --runs). Target (issue 34): the
+     abort within 1 s.
 
-``--only bash|grep|batch|mcp|ast`` runs one of them.
+``--only bash|grep|batch|mcp|ast|eval`` runs one of them.
 
 The omp processes run with `--no-session` in the environment of `isolation.isolated_env`: agent
 directory, HOME and TMPDIR (where the bash executor spills long output) in the benchmark's own
@@ -61,11 +70,13 @@ from isolation import isolated_env
 
 from omp.client import RpcClient
 from omp.protocol import commands as cmd
+from omp.tools.eval_settings import missing_dependencies
 from omp.tools.grep import ripgrep_path
 
 OFFLINE = ("--mode", "rpc", "--no-session", "--model", "offline/echo")
 RSS_GROWTH_TARGET_MIB = 20
 BATCH_TARGET_S = 0.35
+EVAL_ABORT_TARGET_S = 1.0
 MIB = 1024 * 1024
 
 
@@ -350,6 +361,58 @@ async def bench_ast(workdir: Path, runs: int) -> None:
           "(imports the bindings)")
 
 
+# --- 6. the eval kernel -------------------------------------------------------------------
+
+
+async def bench_eval(workdir: Path, runs: int) -> None:
+    if missing := missing_dependencies():
+        print(f"6. eval: skipped ({', '.join(missing)} not installed: pip install "
+              "'omp-trio[eval]')")
+        return
+
+    def directive(code: str, **more: Any) -> str:
+        return f"[[tool eval {json.dumps({'language': 'py', 'code': code, **more})}]]"
+
+    async def call(client: RpcClient, request_id: str, text: str) -> float:
+        run = await run_tools(client, request_id, text)
+        if run.ends[-1]["isError"]:
+            raise RuntimeError(f"{request_id}: {run.ends[-1]['result']}")
+        return run.last_end - run.first_start
+
+    async with spawn(workdir) as client:
+        first = await call(client, "e0", directive("x = 1"))
+        resets = [await call(client, f"r{n}", directive("x = 1", reset=True))
+                  for n in range(runs)]
+        trips = [await call(client, f"t{n}", directive("x + 1")) for n in range(runs)]
+        aborts = [await abort_busy(client, f"a{n}", directive("while True:\n    pass"))
+                  for n in range(runs)]
+    print(f"6. the eval tool's kernel ({runs} runs, medians)")
+    print(f"   first call          {first * 1000:8.1f} ms  (import, kernel start, one cell)")
+    print(f"   reset call          {statistics.median(resets) * 1000:8.1f} ms  (kernel "
+          "stopped and started again, one cell)")
+    print(f"   round trip          {statistics.median(trips) * 1000:8.1f} ms  (`x + 1` in the "
+          "running kernel; target: none set)")
+    abort = statistics.median(aborts)
+    print(f"   abort of a busy cell {abort * 1000:7.1f} ms  (abort -> its response; target <= "
+          f"{EVAL_ABORT_TARGET_S * 1000:.0f} ms: "
+          f"{'ok' if abort <= EVAL_ABORT_TARGET_S else 'OVER TARGET'})")
+
+
+async def abort_busy(client: RpcClient, request_id: str, text: str) -> float:
+    """Seconds from an ``abort`` sent while ``text``'s cell runs to the abort's response."""
+    await client.call(cmd.Prompt(id=request_id, message=text))
+    while as_dict(await client.events.receive())["type"] != "tool_execution_start":
+        pass
+    await trio.sleep(0.5)  # the cell is running by now (a benchmark: no test waits this way)
+    sent = time.perf_counter()
+    await client.call(cmd.Abort())
+    took = time.perf_counter() - sent
+    while True:  # up to the aborted prompt's result: the next run starts clean
+        frame = as_dict(await client.events.receive())
+        if frame["type"] == "prompt_result" and frame.get("id") == request_id:
+            return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="grep repetitions (median)")
@@ -358,13 +421,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="shared bash calls in one batch")
     parser.add_argument("--mcp-mib", type=float, nargs="+", default=[5, 15, 50],
                         help="sizes of the MCP results")
-    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp", "ast"),
+    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp", "ast", "eval"),
                         default=None)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
     try:
-        for part in ("bash", "grep", "batch", "mcp", "ast"):
+        for part in ("bash", "grep", "batch", "mcp", "ast", "eval"):
             (workdir / part).mkdir()
         if args.only in (None, "bash"):
             trio.run(bench_bash, workdir / "bash", args.mb)
@@ -376,6 +439,8 @@ def main() -> None:
             trio.run(bench_mcp, workdir / "mcp", args.runs, args.mcp_mib)
         if args.only in (None, "ast"):
             trio.run(bench_ast, workdir / "ast", args.runs)
+        if args.only in (None, "eval"):
+            trio.run(bench_eval, workdir / "eval", args.runs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     tools = parser.add_argument_group("tools and extensions")
     tools.add_argument("--tools", metavar="NAMES",
                        help="comma-separated built-in tools to offer the model (default: read, "
-                       "bash, edit, write, grep, glob, ls, todo; also find, ast_grep, ast_edit)")
+                       "bash, edit, write, grep, glob, ls, todo, and eval when its extra is "
+                       "installed; also find, ast_grep, ast_edit)")
     tools.add_argument("--no-tools", action="store_true",
                        help="offer no built-in tools (with --tools: exactly those)")
     tools.add_argument("-e", "--extension", "--hook", dest="extensions", action="append",

@@ -37,7 +37,8 @@ LAZY_MODULES: dict[str, str] = {
     "omp.llm.models_file": "~4 ms plus cattrs and yaml: only with a models.yml",
     "omp.llm.local": "~0.5 ms: the local model servers are asked after ready, never before",
     "omp.tools": "~5-7 ms per tool implementation: loaded with its first call "
-                 "(omp.tools.LazyTool)",
+                 "(omp.tools.LazyTool); eval's kernel module, with jupyter_client and zmq "
+                 "(~0.4 s), in a worker thread at the first eval call",
     "omp.session.export_html": "~3 ms: only export_html needs it",
     "omp.session.rules": "a few ms (TTSR rules, an attrs class per rule part): only when a "
                          "rule place exists (omp.session.rule_sources)",

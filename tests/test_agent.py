@@ -33,7 +33,7 @@ from agent_helpers import (
 
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
         "completion.")
-BUILTIN_TOOLS = {"read", "bash", "edit", "write", "grep", "glob", "ls", "todo", "task"}
+BUILTIN_TOOLS = {"read", "bash", "edit", "write", "grep", "glob", "ls", "todo", "eval", "task"}
 TEST_TIMEOUT = 60
 
 

@@ -80,6 +80,7 @@ NOT_BEFORE_READY = (
     "omp.tools.web_policy", "omp.tools.read",
     "omp.tools.bash", "omp.tools.web_fetch", "omp.login.flows", "omp.login.oauth",
     "omp.subagents.child", "omp.subagents.progress", "omp.mcp",
+    "omp.tools.eval", "omp.tools.eval_kernel", "jupyter_client", "ipykernel", "zmq",
 )
 """Modules (packages: their submodules too) a start with no configuration does not need before
 ``ready``; each is imported where it is first used."""

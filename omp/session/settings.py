@@ -43,10 +43,11 @@ The global file is shared with the original, which has many sections we do not m
 keys). Any other top-level key, in any of the files (most likely a typo: ``compactoin``), is
 ignored with a warning on stderr naming the file, ``$.key`` and the closest known key when one
 is close; the start goes on. Inside the sections we do model (``compaction``, ``retry``,
-``bash``, ``task``, ``async``, ``skills``; ``localModels`` and ``stream`` are ours) the original has
-more keys than we use, and adds some between versions, so an unmodelled key is never an error: a
-key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a
-typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we model
+``bash``, ``task``, ``async``, ``skills``, ``eval``; ``localModels`` and ``stream`` are ours)
+the original has more keys than we use, and adds some between versions, so an unmodelled key is
+never an error: a key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other
+one (most likely a typo) is ignored with a warning on stderr naming the file and
+``$.section.key``. A key we model
 with a value of the wrong type or range IS an error naming the file and the key (the strict
 converter of ``omp/config.py``), and nothing is applied. ``null`` for a key means "not set" (its
 default), except ``reserveTokens``, where null is a value (the automatic reserve). A missing file
@@ -111,6 +112,9 @@ web:                      # omp.tools.web_settings: web_fetch, web_search, read 
   searchProvider: auto    # auto, brave, exa, tavily, kagi
   searchBaseUrls: {}      # global only; provider -> API root (a proxy, a test server)
   searchApiKeys: {}       # global only; provider -> key or the variable holding it
+eval:                     # omp.tools.eval_settings: the eval tool's Python kernel
+  py: true                # false: no eval tool
+  timeout: 30             # seconds a cell may run when the call gives none (0: no deadline)
 stream:                   # bounds on what a provider may send (omp.llm.sse, omp.llm.builder)
   maxEventBytes: 16777216     # the largest server-sent event (16 MiB)
   maxMessageChars: 4194304    # the largest answer: text, thinking, tool arguments, signatures
@@ -164,6 +168,8 @@ from ..llm.types import (
 )
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
 from ..subprocess_env import EnvironmentPolicy
+from ..tools.eval_settings import EvalSettings
+from ..tools.eval_settings import validate as _validate_eval
 from ..tools.web_settings import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
 from ..tools.web_settings import WebSettings
 from ..tools.web_settings import validate as _validate_web
@@ -348,6 +354,8 @@ class Settings(msgspec.Struct, kw_only=True):
     skills: SkillSettings = msgspec.field(default_factory=SkillSettings)
     web: WebSettings = msgspec.field(default_factory=WebSettings)
     """The network policy of the web tools (``omp.tools.web_settings``); off by default."""
+    eval: EvalSettings = msgspec.field(default_factory=EvalSettings)
+    """The ``eval`` tool's kernel (``omp.tools.eval_settings``)."""
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
@@ -437,7 +445,7 @@ def _fields(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
                                    "async": AsyncSettings, "skills": SkillSettings,
-                                   "web": WebSettings,
+                                   "web": WebSettings, "eval": EvalSettings,
                                    "shellEnvironmentPolicy": ShellEnvironmentSettings,
                                    "localModels": LocalModelsSettings,
                                    "stream": StreamSettings}
@@ -473,6 +481,7 @@ _ORIGINAL_KEYS = {
     "async": frozenset(),
     "skills": frozenset(),
     "web": frozenset(),
+    "eval": frozenset({"js", "autoProvision", "tools", "workpool", "autoBackground"}),
     "shellEnvironmentPolicy": frozenset(),
     "localModels": frozenset(),
     "stream": frozenset(),
@@ -524,6 +533,7 @@ class _File(msgspec.Struct, kw_only=True):
     async_: AsyncSettings = msgspec.field(default_factory=AsyncSettings)
     skills: SkillSettings = msgspec.field(default_factory=SkillSettings)
     web: WebSettings = msgspec.field(default_factory=WebSettings)
+    eval: EvalSettings = msgspec.field(default_factory=EvalSettings)
     shellEnvironmentPolicy: ShellEnvironmentSettings = msgspec.field(
         default_factory=ShellEnvironmentSettings)
     local_models: LocalModelsSettings = msgspec.field(default_factory=LocalModelsSettings)
@@ -617,6 +627,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         async_=AsyncSettings(**merged["async"]),
                         skills=SkillSettings(**merged["skills"]),
                         web=WebSettings(**merged["web"]),
+                        eval=EvalSettings(**merged["eval"]),
                         environment=ShellEnvironmentSettings(
                             **merged["shellEnvironmentPolicy"]),
                         local_models=LocalModelsSettings(**merged["localModels"]),
@@ -913,7 +924,7 @@ def _validate(file: _File, path: Path) -> None:
         raise problem(path, "$.stream.maxMessageChars",
                       f"must be at most {MAX_MESSAGE_CHARS_LIMIT} (its session-file line must "
                       f"fit the largest frame), got {file.stream.maxMessageChars}")
-    for where, what in _validate_web(file.web):
+    for where, what in [*_validate_web(file.web), *_validate_eval(file.eval)]:
         raise problem(path, where, what)
     _validate_environment(file.shellEnvironmentPolicy, path)
 

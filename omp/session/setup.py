@@ -18,7 +18,8 @@ from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
 from ..tools import default_tools, missing_dependency
 from ..tools.base import Tool, ToolContext, UriHandler
-from ..tools.specs import WEB_SPECS
+from ..tools.eval_settings import unavailable as eval_unavailable
+from ..tools.specs import EVAL_SPECS, WEB_SPECS
 from ..tools.todo_state import TodoState
 from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
@@ -143,7 +144,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         # The search keys' variables are kept from subprocesses like the model providers'.
         secret_variables |= frozenset(KEY_VARIABLES)
     context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
-                          environment=settings.environment_policy(secret_variables))
+                          environment=settings.environment_policy(secret_variables),
+                          eval=settings.eval)
     wanted = settings.enabled_tools | frozenset(tool_names or ())
     active = (list(default_tools(context, todos, background=settings.async_.enabled,
                                  enable=wanted))
@@ -162,6 +164,8 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         if web_off:
             raise SessionError(f"{', '.join(web_off)}: web tools are off; set `web: "
                                "{enabled: true}` in config.yml to offer them")
+        if any(n in EVAL_SPECS for n in unknown):
+            raise SessionError(eval_unavailable(settings.eval) or "eval: not offered")
         if unknown:
             raise SessionError(f"Unknown tool(s): {', '.join(unknown)} (built-in tools: "
                                f"{', '.join(by_name)})")

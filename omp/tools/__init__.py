@@ -9,7 +9,8 @@ from typing import Any
 import trio
 
 from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
-from .specs import ON_REQUEST_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
+from .eval_settings import unavailable as eval_unavailable
+from .specs import EVAL_SPECS, ON_REQUEST_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
 
 
@@ -104,6 +105,9 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
         if name == "web_search":
             from .web_search import WebSearchTool
             return WebSearchTool(ctx)
+        if name == "eval":
+            from .eval import EvalTool
+            return EvalTool(ctx)
         from .todo import TodoTool
         return TodoTool(todos)
 
@@ -121,13 +125,17 @@ def missing_dependency(name: str) -> str | None:
 
 def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
                   background: bool = False, enable: Collection[str] = ()) -> list[Tool]:
-    """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
-    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``). With
-    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``.
-    ``enable`` adds the tools offered only on request (``find``, ``ast_grep``, ``ast_edit``)
-    that it names and this machine can run (``missing_dependency``)."""
+    """The built-in tool set, in the order the system prompt lists them; ``eval`` only when
+    ``ctx`` has eval settings and a kernel can start (``eval_settings.unavailable``);
+    ``web_fetch`` and ``web_search`` only when ``ctx`` has web access turned on
+    (``web.enabled``). With ``background`` (a main session with ``async.enabled``) ``bash``
+    offers ``async``. ``enable`` adds the tools offered only on request (``find``,
+    ``ast_grep``, ``ast_edit``) that it names and this machine can run
+    (``missing_dependency``)."""
     state = TodoState() if todos is None else todos
     specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
+    if ctx.eval is not None and eval_unavailable(ctx.eval) is None:
+        specs += EVAL_SPECS.items()
     specs += [(name, spec) for name, spec in ON_REQUEST_SPECS.items()
               if name in enable and missing_dependency(name) is None]
     if ctx.web is not None and ctx.web.enabled:

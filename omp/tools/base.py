@@ -32,6 +32,7 @@ from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 
 if TYPE_CHECKING:
     from ..commands.skills import Skill
+    from .eval_settings import EvalSettings
     from .web_policy import WebAccess
 
 ResultContent = TextContent | ImageContent
@@ -364,6 +365,12 @@ class ToolContext(msgspec.Struct, eq=False):
     jobs: BackgroundJobs | None = None
     """The session's background jobs (a main session's, set by the session): ``bash`` moves
     long commands there; None (a subagent): every command runs in its call."""
+    eval: EvalSettings | None = None
+    """The ``eval`` section of the settings; None: no ``eval`` tool (a subagent's context)."""
+    services: trio.Nursery | None = None
+    """The nursery of the session's helper processes (the eval kernel), set when the session
+    starts serving and cancelled when it closes (``omp.rpc.lifecycle.Runtime.services``);
+    None: no helper process can start."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

@@ -110,10 +110,12 @@ def shell_environment(cwd: Path, policy: EnvironmentPolicy) -> dict[str, str]:
     return child_environment(policy, {"PWD": str(cwd)} if cwd.is_absolute() else None)
 
 
-def _create_spill_file() -> tuple[int, Path]:
+def create_spill_file(prefix: str = "omp-bash") -> tuple[int, Path]:
+    """A new private (0600) file ``<prefix>-<16 hex>.log`` in the temp directory, opened for
+    writing: where a tool keeps an output too long to show whole. Raises OSError."""
     directory = Path(tempfile.gettempdir())
     while True:
-        path = directory / f"omp-bash-{secrets.token_hex(8)}.log"
+        path = directory / f"{prefix}-{secrets.token_hex(8)}.log"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except FileExistsError:
@@ -338,7 +340,7 @@ class ShellRun:
                 return  # the run has ended (and closed the file)
             if self._spill_fd is None:
                 try:
-                    fd, path = await trio.to_thread.run_sync(_create_spill_file)
+                    fd, path = await trio.to_thread.run_sync(create_spill_file)
                 except OSError:  # no usable temp dir: show the tail without the full copy
                     self._spilling, self._spill_failed = False, True
                     self._unspilled.clear()

@@ -391,6 +391,44 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
 ]}
 
 
+EVAL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
+    # Offered when a kernel can start (``omp.tools.eval_settings.unavailable``), after the
+    # tools above; exclusive as in the original: a cell may change anything.
+    ToolSpec(
+        name='eval', label='Eval', concurrency='exclusive',
+        description=(
+            'Run Python in a persistent IPython kernel, one per session: variables, imports '
+            'and functions stay defined from one call to the next, so build on earlier cells '
+            'instead of repeating them. Use it to compute, inspect data or try code rather '
+            'than guess.\n\nThe result is what the cell printed (stdout and stderr), the value '
+            'of its last expression, and the traceback of an exception; a PNG display '
+            '(IPython.display, a plot) comes back as an image. Output past 50KB keeps its '
+            'head and tail, the full text saved to a temp file. IPython syntax works '
+            '(`%magic`, `!shell`, top-level `await`). A cell still running after `timeout` '
+            'seconds (default 30 unless configured; 0: none) is interrupted; `reset: true` '
+            'starts a fresh kernel first. If a kernel is lost its names are gone: the result '
+            'says so, then rerun your setup.\n\nOnly language "py" is available: there is no '
+            'JavaScript kernel here, and "js" is refused.'
+        ),
+        parameters={'type': 'object',
+         'properties': {'language': {'type': 'string', 'enum': ['py', 'js'],
+                                     'description': 'The kernel: "py" (IPython); "js" has '
+                                                    'no kernel here'},
+                        'code': {'type': 'string',
+                                 'description': 'The cell: Python code, IPython magics '
+                                                'allowed'},
+                        'title': {'type': 'string',
+                                  'description': 'A short label for the transcript'},
+                        'timeout': {'type': 'number',
+                                    'description': 'Seconds the cell may run (default 30 '
+                                                   'unless configured; 0: no deadline)'},
+                        'reset': {'type': 'boolean',
+                                  'description': 'Start a fresh kernel before the cell (every '
+                                                 'name defined so far is lost)'}},
+         'required': ['language', 'code']}),
+]}
+
+
 BACKGROUND_NOTE = (' Commands run beside the other calls of the same message. A command still '
                    'running after a while (or when the user sends a message) becomes a '
                    'background job; `async: true` makes it one at once. A job\'s output is '
@@ -419,11 +457,13 @@ TOOLS_SCHEMA_ID = "https://omp-trio.invalid/schema/tools.schema.json"
 def tools_schema() -> dict[str, Any]:
     """The JSON Schema document of every built-in tool's arguments (``omp schema --tools``):
     one definition per tool, its ``title`` and ``description`` what the model is told, with
-    three annotations for hosts: ``x-omp-offered`` (``default``, ``on request``: ``--tools`` or
-    a setting, ``web.enabled``), ``x-omp-concurrency`` (``shared``, ``exclusive`` or
-    ``by arguments``) and ``x-omp-approval`` (the tier). ``bash`` is shown as a session with
-    ``async.enabled`` (the default) offers it."""
+    three annotations for hosts: ``x-omp-offered`` (``default``, ``default, when its extra is
+    installed``, ``on request``: ``--tools`` or a setting, ``web.enabled``),
+    ``x-omp-concurrency`` (``shared``, ``exclusive`` or ``by arguments``) and
+    ``x-omp-approval`` (the tier). ``bash`` is shown as a session with ``async.enabled`` (the
+    default) offers it."""
     offered = [(spec, "default") for spec in SPECS.values()]
+    offered += [(spec, "default, when its extra is installed") for spec in EVAL_SPECS.values()]
     offered += [(spec, "on request") for spec in ON_REQUEST_SPECS.values()]
     offered += [(spec, "web.enabled") for spec in WEB_SPECS.values()]
     defs: dict[str, Any] = {}
