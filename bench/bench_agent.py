@@ -3,7 +3,8 @@
 Against the fake LLM server (in this process) and a spawned `omp --mode rpc` talking to it over
 real HTTP; medians of --runs:
   * last SSE chunk → `agent_end`: from the moment the server handed the final bytes of the
-    response to its socket (time.monotonic, system-wide) to the moment `agent_end` is read here;
+    response to its socket (time.monotonic, system-wide) to the moment `agent_end` is read here
+    (the answers report usage, as providers do);
   * `abort` → `agent_end`: abort written while the answer streams, until `agent_end` is read;
   * what one short prompt's run costs the omp process: CPU time and context switches (from
     /proc; unlike the latencies, neither grows with the machine's load);
@@ -109,7 +110,10 @@ async def last_chunk_to_agent_end(fake: FakeLLM, omp: Omp, runs: int,
     out = []
     before = cpu_and_switches(omp.proc.pid)
     for i in range(runs):
-        fake.add({"chunks": [{"text": "Hello"}, {"text": " there"}, {"text": "!"}]})
+        # With usage, as providers report it: without, every turn's end estimates the whole
+        # history's tokens for the compaction threshold (a cost of models that report none).
+        fake.add({"chunks": [{"text": "Hello"}, {"text": " there"}, {"text": "!"}],
+                  "usage": {"input": 20, "output": 3}})
         await omp.send({"id": f"p{i}", "type": "prompt", "message": "hi"})
         _, at = await omp.until("agent_end")
         out.append(at - fake.finished_at[-1])
