@@ -81,9 +81,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 import trio
@@ -357,8 +358,15 @@ class StreamingResults:
     close_seconds: float
 
 
-async def streaming_phase(options: omp.ServeOptions, args: argparse.Namespace
+async def no_barrier() -> None:
+    return
+
+
+async def streaming_phase(options: omp.ServeOptions, args: argparse.Namespace,
+                          barrier: Callable[[], Awaitable[None]] = no_barrier
                           ) -> StreamingResults:
+    """The streaming runs. ``barrier`` is awaited before each measured run (``--procs``: every
+    worker process starts it at the same moment)."""
     count, allowed = args.sessions, args.timeout
     async with trio.open_nursery() as nursery:
         sessions = [await start_session(nursery, options) for _ in range(count)]
@@ -373,10 +381,14 @@ async def streaming_phase(options: omp.ServeOptions, args: argparse.Namespace
         if warm.failures or warm.unsettled:
             raise RuntimeError(f"warm-up failed: {warm.failures[:3]}, "
                                f"{warm.unsettled} sessions unsettled")
+        await barrier()
         unpaced = await prompt_all(sessions, "unpaced", BURST_MARK, True, allowed)
-        paced = [await prompt_all(sessions, f"paced {n + 1}", PACED_MARK, True, allowed,
-                                  stagger=stagger(args, paced_period(args)))
-                 for n in range(args.runs)]
+        paced = []
+        for n in range(args.runs):
+            await barrier()
+            paced.append(await prompt_all(sessions, f"paced {n + 1}", PACED_MARK, True,
+                                          allowed, stagger=stagger(args, paced_period(args))))
+        await barrier()
         model = await prompt_all(sessions, "model pace", MODEL_MARK, True, allowed,
                                  stagger=stagger(args, model_period(args)))
         returned, closing = await close_all(sessions, allowed)
@@ -558,6 +570,113 @@ def start_fake_server(directory: Path, args: argparse.Namespace
     return proc, line
 
 
+# --------------------------------------------------------------------------- --procs N
+
+
+def merge(runs: list[StreamResult]) -> StreamResult:
+    """One run made by several processes at once, as one: deltas, CPU and latencies added up,
+    the time of the slowest (they started together)."""
+    merged = StreamResult(runs[0].name)
+    for run in runs:
+        merged.deltas += run.deltas
+        merged.seconds = max(merged.seconds, run.seconds)
+        merged.cpu_seconds += run.cpu_seconds
+        merged.latencies_ns += run.latencies_ns
+        merged.first_stamp = min(merged.first_stamp or run.first_stamp, run.first_stamp)
+        merged.last_stamp = max(merged.last_stamp, run.last_stamp)
+        merged.failures += run.failures
+        merged.unsettled += run.unsettled
+    return merged
+
+
+def merge_all(results: list[StreamingResults]) -> StreamingResults:
+    return StreamingResults(
+        sum(r.sessions for r in results), merge([r.unpaced for r in results]),
+        [merge(list(runs)) for runs in zip(*(r.paced for r in results), strict=True)],
+        merge([r.model for r in results]), sum(r.returned for r in results),
+        max(r.close_seconds for r in results))
+
+
+async def worker_main(args: argparse.Namespace, options: omp.ServeOptions
+                      ) -> StreamingResults:
+    """One of ``--procs`` processes: the streaming runs over its share of the sessions, each
+    started when the parent says (a line on stdin, after this one printed ``ready``)."""
+
+    async def barrier() -> None:
+        print("ready", flush=True)
+        if not await trio.to_thread.run_sync(sys.stdin.readline):
+            raise SystemExit("the parent went away")
+
+    return await streaming_phase(options, args, barrier)
+
+
+def run_procs(args: argparse.Namespace, url: str, directory: Path) -> StreamingResults:
+    """``--procs`` server processes, each with its share of the sessions and of the offered
+    rate (so every session streams at the same pace as with one process), against the one
+    fake LLM process; every measured run starts in all of them at once."""
+    share = ["--sessions", str(args.sessions // args.procs),
+             "--rate", str(args.rate // args.procs)]
+    same = ["--deltas", str(args.deltas), "--burst", str(args.burst),
+            "--model-pace", str(args.model_pace), "--runs", str(args.runs),
+            "--ttft", str(args.ttft), "--timeout", str(args.timeout),
+            *(["--aligned"] if args.aligned else []), *(["--no-direct"] if args.no_direct else [])]
+    outputs = [directory / f"worker-{n}.msgpack" for n in range(args.procs)]
+    workers = [subprocess.Popen([sys.executable, __file__, "--worker", url, "--worker-out",
+                                 str(out), *share, *same],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+               for out in outputs]
+    try:
+        for _ in range(args.runs + 2):  # unpaced, the paced runs, model pace
+            for worker in workers:
+                line = readline(worker.stdout)
+                if line != b"ready\n":
+                    raise RuntimeError(f"a worker process said {line!r} instead of ready")
+            for worker in workers:
+                assert worker.stdin is not None
+                worker.stdin.write(b"go\n")
+                worker.stdin.flush()
+        for worker in workers:
+            if worker.wait(timeout=args.timeout) != 0:
+                raise RuntimeError(f"a worker process exited {worker.returncode}")
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    return merge_all([msgspec.msgpack.decode(out.read_bytes(), type=StreamingResults)
+                      for out in outputs])
+
+
+def readline(stream: IO[bytes] | None) -> bytes:
+    assert stream is not None
+    return stream.readline()
+
+
+def procs_report(args: argparse.Namespace, streaming: StreamingResults) -> None:
+    print("load average (1 min) before / after: "
+          f"{args.load_before:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"{args.procs} server processes, {streaming.sessions // args.procs} sessions each, "
+          f"{args.deltas} text deltas an answer, messageUpdates: delta (idle and http floor "
+          "phases: run without --procs)")
+    unpaced, paced, model = streaming.unpaced, streaming.paced, streaming.model
+    for run in (unpaced, *paced, model):
+        if run.failures or run.unsettled:
+            print(f"  {run.name}: {len(run.failures)} failed prompts, {run.unsettled} sessions "
+                  f"unsettled; first: {run.failures[:1]}")
+    print(f"  unpaced  aggregate          {unpaced.rate:9,.0f} deltas/s over {args.procs} "
+          f"processes, {unpaced.cpu_seconds / max(unpaced.deltas, 1) * 1e6:.1f} µs CPU/delta "
+          f"(all processes), {per_core(unpaced):,.0f} deltas per CPU-second")
+    by_p99 = sorted(paced, key=lambda run: run.percentile_ms(0.99))
+    paced_report("paced", by_p99[(len(by_p99) - 1) // 2], args.rate, args.burst)
+    if len(paced) > 1:
+        print(f"           p99 of the {len(paced)} paced runs: "
+              + ", ".join(f"{run.percentile_ms(0.99):.2f}" for run in paced)
+              + " ms (the median run is shown)")
+    paced_report("model", model, args.model_pace * streaming.sessions, args.burst)
+    print(f"  serve() returned after EOF  {streaming.returned:>5}/{streaming.sessions} "
+          f"in {streaming.close_seconds:.2f} s")
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -594,6 +713,8 @@ def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResul
           f"{unpaced.cpu_seconds / max(unpaced.deltas, 1) * 1e6:.1f} µs CPU/delta here")
     print(f"           chunk -> frame     p50 {unpaced.percentile_ms(0.5):8.1f} ms  "
           f"p99 {unpaced.percentile_ms(0.99):8.1f} ms  (queueing at saturation; no target)")
+    print(f"           per core           {per_core(unpaced):9,.0f} deltas per CPU-second "
+          "(omp and its hosts; a trio program runs on one core)")
     print(f"  paced runs: the first delta {args.ttft:g} s after the request (--ttft), then "
           f"{args.burst}-delta bursts on a schedule")
     # A p99 of one 4-second run is the slowest 40 ms of it: one hiccup of the machine moves it
@@ -622,13 +743,20 @@ def report(args: argparse.Namespace, idle: IdleResult, streaming: StreamingResul
           f"p99 at a fast model's pace ({args.model_pace}/s a session) {verdict(model_ok)}")
 
 
+def per_core(run: StreamResult) -> float:
+    """What one core holds at this load: deltas per second of this process's CPU time (the
+    sessions, their hosts' reading and decoding included)."""
+    return run.deltas / run.cpu_seconds if run.cpu_seconds else 0.0
+
+
 def paced_report(label: str, run: StreamResult, offered: float, burst: int) -> bool:
     """Print a paced run's figures; whether its p99 is within the target."""
     p99 = run.percentile_ms(0.99)
     ok = p99 <= P99_TARGET_MS and not run.failures and not run.unsettled
     print(f"  {label:<8} offered {offered:,.0f}/s in {burst}-delta bursts, written "
           f"{run.written_rate:,.0f}/s, read {run.rate:,.0f} deltas/s, "
-          f"{run.cpu_seconds / max(run.deltas, 1) * 1e6:.1f} µs CPU/delta here")
+          f"{run.cpu_seconds / max(run.deltas, 1) * 1e6:.1f} µs CPU/delta here "
+          f"= {per_core(run):,.0f} deltas per CPU-second")
     print(f"           chunk -> frame     p50 {run.percentile_ms(0.5):8.2f} ms  "
           f"p99 {p99:8.2f} ms  max {run.percentile_ms(1.0):8.2f} ms  "
           f"(target p99 <= {P99_TARGET_MS:.0f})  {verdict(ok)}")
@@ -654,6 +782,16 @@ def non_negative(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be a number >= 0 (got {text})")
     return value
+
+
+def embedded_options(directory: Path, url: str) -> omp.ServeOptions:
+    """The sessions' options: the fake LLM at ``url`` declared in ``directory``, which is
+    also their agent directory and cwd; no session files."""
+    (directory / "models.yml").write_text(
+        "providers:\n  fake:\n    api: openai-completions\n"
+        f"    baseUrl: {url}/v1\n    auth: none\n    models: [{{id: stream}}]\n")
+    return omp.ServeOptions(model="fake/stream", agent_dir=directory, persist=False,
+                            cwd=directory, announce_offline=False)
 
 
 def main() -> None:
@@ -686,10 +824,22 @@ def main() -> None:
                         help="frames go through the output queue's writer task only, not "
                              "straight into the pipe while nothing is pending (to measure what "
                              "that direct path buys)")
+    parser.add_argument("--procs", type=positive, default=1,
+                        help="server processes sharing the sessions and the offered rate "
+                             "(the streaming runs only; 1: one process, every phase)")
     parser.add_argument("--fake-server", metavar="SCRIPT", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake_server:
         trio.run(fake_server_main, args.fake_server)
+        return
+    if args.worker:
+        omp.rpc.output.DIRECT_INTO_PIPE = not args.no_direct
+        with tempfile.TemporaryDirectory(prefix="bench-many-worker-") as tmp:
+            os.environ["OMP_AGENT_DIR"] = tmp
+            results = trio.run(worker_main, args, embedded_options(Path(tmp), args.worker))
+        Path(args.worker_out).write_bytes(msgspec.msgpack.encode(results))
         return
 
     omp.rpc.output.DIRECT_INTO_PIPE = not args.no_direct
@@ -699,12 +849,10 @@ def main() -> None:
         os.environ["OMP_AGENT_DIR"] = tmp  # belt and braces: options.agent_dir says the same
         proc, url = start_fake_server(directory, args)
         try:
-            (directory / "models.yml").write_text(
-                "providers:\n  fake:\n    api: openai-completions\n"
-                f"    baseUrl: {url}/v1\n    auth: none\n    models: [{{id: stream}}]\n")
-            options = omp.ServeOptions(model="fake/stream", agent_dir=directory, persist=False,
-                                       cwd=directory, announce_offline=False)
-            trio.run(main_async, args, options, url)
+            if args.procs > 1:
+                procs_report(args, run_procs(args, url, directory))
+            else:
+                trio.run(main_async, args, embedded_options(directory, url), url)
         finally:
             proc.terminate()
             proc.wait()

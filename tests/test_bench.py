@@ -14,6 +14,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 SMALL = {
     "bench_agent.py": ["--runs", "1", "--deltas", "20"],
     "bench_extensions.py": ["--rounds", "2", "--calls", "3"],
+    "bench_http.py": ["--sessions", "2", "--deltas", "20", "--runs", "1"],
     "bench_llm.py": ["--deltas", "100", "--rounds", "1"],
     "bench_many.py": ["--idle", "2", "--warm", "1", "--sessions", "2", "--deltas", "10",
                       "--burst", "1"],

@@ -633,7 +633,9 @@ class Agent:
         cut_at: list[m.AssistantMessage] = []
 
         def on_event(event: StreamEvent) -> None:
-            if cut.cancel_called:
+            # ``cut_at`` is filled exactly when ``cut`` is cancelled (below), and costs nothing
+            # to test: ``cut.cancel_called`` reads the clock (0.6 µs, for every delta).
+            if cut_at:
                 return  # cut: nothing after the event that matched reaches the host
             if event.type == "start":
                 self.sink.publish(ev.MessageStart(message=event.partial))

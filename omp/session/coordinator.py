@@ -280,9 +280,8 @@ class RunCoordinator(msgspec.Struct, eq=False):
             report = await run.execute()
             hook = self.agent_end_hook()
             with run.tail:
-                # A host that sees the run end finds the whole run in the file (waiting for
-                # the writer thread, not blocking the loop; ``abort`` does not wait for it).
-                await self.written()
+                # The run's frames do not wait for the session file: its writer thread writes
+                # behind them (docs/design/sessions.md#safe-on-disk).
                 if report is not None and hook is not None:
                     # Extensions hear of the run's end before the host does
                     # (docs/design/extending.md#how-handlers-run).
