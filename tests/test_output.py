@@ -22,7 +22,7 @@ from omp.rpc.output import (
     SEND_BLOCK,
     SEND_PIECE,
     ByteSpool,
-    FrameQueue,
+    Output,
     OutputClosedError,
     SpillLimitError,
     write_frames,
@@ -83,7 +83,7 @@ async def read_lines(stream: trio.abc.ReceiveStream, n: int, pause: float = 0.0)
 
 async def test_host_not_reading_spills_and_loses_nothing() -> None:
     send, recv = trio.testing.lockstep_stream_pair()  # send_all waits for the reader
-    queue = FrameQueue(spool=ByteSpool(memory_limit=64 * 1024))
+    queue = Output(spool=ByteSpool(memory_limit=64 * 1024))
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(write_frames, queue, send)
@@ -100,7 +100,7 @@ async def test_host_not_reading_spills_and_loses_nothing() -> None:
 
 async def test_streaming_producers_wait_for_a_slow_host(autojump_clock: trio.abc.Clock) -> None:
     send, recv = trio.testing.lockstep_stream_pair()
-    queue = FrameQueue(high_water_bytes=1000)
+    queue = Output(high_water_bytes=1000)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write_frames, queue, send)
         for i in range(100):
@@ -119,7 +119,7 @@ async def test_streaming_producers_wait_for_a_slow_host(autojump_clock: trio.abc
 async def test_broken_stream_raises_and_closes_the_queue() -> None:
     send, recv = trio.testing.memory_stream_one_way_pair()
     await recv.aclose()
-    queue = FrameQueue()
+    queue = Output()
     queue.put_nowait(ok("get_state", "x"))
     with pytest.raises(OutputClosedError, match="stdout closed"):
         await write_frames(queue, send)
@@ -161,7 +161,7 @@ async def test_serve_does_not_deadlock_when_the_host_writes_without_reading() ->
 
 async def test_frames_go_straight_into_a_pipe_while_nothing_is_pending() -> None:
     send, recv = omp.memory_pipe()
-    queue = FrameQueue()
+    queue = Output()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write_frames, queue, send)
         await trio.testing.wait_all_tasks_blocked()  # the writer waits for output
@@ -183,7 +183,7 @@ async def test_wait_if_behind_yields_only_when_it_waits() -> None:
         nonlocal ran
         ran = True
 
-    paces: list[Pace] = [FrameQueue(), NO_PACE]
+    paces: list[Pace] = [Output(), NO_PACE]
     for pace in paces:
         ran = False
         async with trio.open_nursery() as nursery:
@@ -228,7 +228,7 @@ async def test_a_host_that_reads_slowly_is_not_taken_for_one_that_stopped(
 
 async def test_a_pipe_whose_reader_closed_fails_the_queue() -> None:
     send, recv = omp.memory_pipe()
-    queue = FrameQueue()
+    queue = Output()
     await recv.aclose()
     raised: list[OutputClosedError] = []
 
@@ -266,7 +266,7 @@ def test_spool_file_has_a_size_bound() -> None:
 
 async def test_a_full_spill_file_fails_the_writer_even_mid_send() -> None:
     send, _recv = trio.testing.lockstep_stream_pair()  # a host that never reads
-    queue = FrameQueue(spool=ByteSpool(memory_limit=1024, file_limit=64 * 1024))
+    queue = Output(spool=ByteSpool(memory_limit=1024, file_limit=64 * 1024))
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             failures: list[BaseException] = []

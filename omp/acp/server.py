@@ -76,7 +76,7 @@ from ..rpc.lifecycle import (
 )
 from ..rpc.options import ServeOptions
 from ..rpc.outbox import Outbox
-from ..rpc.output import FrameQueue
+from ..rpc.output import Output
 from ..session import SessionError
 from ..session.file import SessionFile, fork_file
 from ..tools.ask import AskTool
@@ -117,7 +117,7 @@ docs/guides/acp.md#logging-in-from-the-editor)."""
 @attrs.define(eq=False, repr=False)
 class AcpServer:
     options: ServeOptions
-    output: FrameQueue
+    output: Output
     _sessions_nursery: trio.Nursery = attrs.field(alias="sessions_nursery")
     """Where each session's own tasks run (``serve_acp`` opens it)."""
     _requests_nursery: trio.Nursery = attrs.field(alias="requests_nursery")

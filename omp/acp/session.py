@@ -28,7 +28,7 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..rpc.commands import Commands
 from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, close_extension_host, use_mcp
-from ..rpc.output import FrameQueue
+from ..rpc.output import Output
 from ..session import AgentSession
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
@@ -44,7 +44,7 @@ from .views import mcp_entry, now_iso, prompt_text, stop_reason, usage_of
 class SessionServer(Protocol):
     """What a session needs of the server that owns it (``omp.acp.server.AcpServer``)."""
 
-    output: FrameQueue
+    output: Output
     """The one writer's queue (JSON-RPC messages to the editor)."""
     client: ClientChannel
     """Requests of ours to the editor."""

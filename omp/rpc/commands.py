@@ -58,7 +58,7 @@ from .bridges import (
     validate_host_tools,
 )
 from .outbox import Outbox
-from .output import FrameQueue, SwitchProtocol
+from .output import Output, SwitchProtocol
 from .session_commands import SessionCommands
 from .settings_commands import SettingsCommands
 from .slash import Call, CommandFailed, Outcome, Residual, Slash, Started
@@ -153,7 +153,7 @@ class Commands:
         self.slash = Slash(self.session, self.emit, self.spawn)
 
     @property
-    def output(self) -> FrameQueue:
+    def output(self) -> Output:
         return self.outbox.output
 
     @property

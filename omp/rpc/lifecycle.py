@@ -64,7 +64,7 @@ from ..tools.base import Tool
 from .bridges import ControlRegistry, HostUI, HostUris, emit_title_enabled
 from .options import ServeOptions
 from .outbox import Outbox
-from .output import ByteSpool, FrameQueue, OutputClosedError, write_frames
+from .output import ByteSpool, Output, OutputClosedError, write_frames
 
 if TYPE_CHECKING:
     from ..extensions.jshost import JsHost
@@ -87,7 +87,7 @@ class Runtime(msgspec.Struct, eq=False):
     """What one ``serve()`` owns (docs/internals.md#resources-belong-to-a-serve)."""
 
     options: ServeOptions
-    output: FrameQueue
+    output: Output
     outbox: Outbox
     controls: ControlRegistry
     aborts: AbortRegistry
@@ -360,12 +360,12 @@ async def expire_at(runtime: Runtime, deadline: float) -> None:
     runtime.session.runs.abort_for_good(DEADLINE_EXCEEDED)
 
 
-def new_output(options: ServeOptions, encoder_limit: int | None = None) -> FrameQueue:
+def new_output(options: ServeOptions, encoder_limit: int | None = None) -> Output:
     """The output queue of ``options`` (``encoder_limit``: the largest frame before the v1
     size policy applies; ``--mode json`` writes lines of any size)."""
     encoder = FrameEncoder() if encoder_limit is None else FrameEncoder(
         max_frame_bytes=encoder_limit)
-    return FrameQueue(high_water_bytes=options.output_high_water_bytes,
+    return Output(high_water_bytes=options.output_high_water_bytes,
                       spool=ByteSpool(memory_limit=options.output_memory_bytes,
                                       file_limit=options.output_spill_bytes),
                       encoder=encoder)
@@ -396,7 +396,7 @@ class Wiring(msgspec.Struct, eq=False):
     (the front ends as at EOF); a second cancels the root at once; after a SIGINT
     ``raise_outcome`` raises ``KeyboardInterrupt``."""
 
-    output: FrameQueue
+    output: Output
     stop: Callable[[int], None]
     _root: trio.Nursery | None = None
     _writing: bool = False
@@ -535,7 +535,7 @@ class StdioStreams:
         os.close(self._saved_stdout)
 
 
-async def _drain(output: FrameQueue, written: trio.Event) -> None:
+async def _drain(output: Output, written: trio.Event) -> None:
     """Wait until the writer has sent everything, as long as the consumer keeps reading."""
     while not written.is_set():
         progress = output.delivered

@@ -3,10 +3,10 @@
 One ``Outbox`` per ``serve()``: it stamps ``messageId``\\ s
 (docs/design/protocol.md#message-ids-and-the-event-filter: a stack of open message ids, one counter
 per server), applies the host's ``set_event_filter`` (which session event types, and
-``message_update`` as the message snapshot or the delta only) and queues the frame on the output
-``FrameQueue`` without waiting. It is the session's ``EventSink``: its ``pace`` is the queue, on
-which the streaming producers wait while the host is far behind. Frames that end something never
-wait.
+``message_update`` as the message snapshot or the delta only) and queues the frame on the
+server's ``Output`` (the queue to the writer) without waiting. It is the session's
+``EventSink``: its ``pace`` is the queue, on which the streaming producers wait while the host
+is far behind. Frames that end something never wait.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..llm.builder import Pace
 from ..protocol import events as ev
 from ..protocol.events import SESSION_EVENT_TYPES
 from ..session.sink import Published, Update
-from .output import FrameQueue
+from .output import Output
 
 
 class EventView(msgspec.Struct, eq=False):
@@ -33,7 +33,7 @@ class EventView(msgspec.Struct, eq=False):
 
 
 class Outbox(msgspec.Struct, eq=False):
-    output: FrameQueue
+    output: Output
     view: EventView = msgspec.field(default_factory=EventView)
     message_ids: bool = True
     """Stamp ``messageId`` on message frames (rpc; ``--mode json`` writes them as the original)."""

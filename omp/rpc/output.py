@@ -1,10 +1,10 @@
 """The stdout side of the server: one ordered frame queue, a spool, and the writer.
 
-Every producer puts frames into one ``FrameQueue``, which encodes them at once with one
+Every producer puts frames into one ``Output``, which encodes them at once with one
 ``FrameEncoder`` into a ``ByteSpool``; the writer task sends the spool to the stream. So frames
 are never interleaved, reordered or dropped, and there is one task switch per batch of output,
 not per frame. On an ``omp.memory_pipe`` (an embedding host) there is none while the host keeps
-up: a frame queued while nothing is pending goes straight into the pipe (``FrameQueue.direct``),
+up: a frame queued while nothing is pending goes straight into the pipe (``Output.direct``),
 and only what has to wait goes through the spool and the writer. What that buys is measured by
 ``bench/bench_many.py`` against ``--no-direct`` (which turns it off, ``DIRECT_INTO_PIPE``): at
 30,000 deltas/s through 100 sessions, on a quiet run of this 2-core machine, 21 µs of CPU a delta
@@ -163,7 +163,7 @@ class ByteSpool(msgspec.Struct, eq=False):
 
 
 @attrs.define(eq=False, repr=False)
-class FrameQueue:
+class Output:
     """Frames for the host, encoded as they are queued, in queue order, into the spool."""
 
     high_water_bytes: int = 1024 * 1024
@@ -292,7 +292,7 @@ class FrameQueue:
             self._drained.unpark_all()
 
 
-async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
+async def write_frames(queue: Output, stream: trio.abc.SendStream) -> None:
     """Send everything ``queue`` receives until it is closed and fully sent.
 
     Frames are encoded when they are queued, so the writer only moves bytes and ``put_nowait``
@@ -301,7 +301,7 @@ async def write_frames(queue: FrameQueue, stream: trio.abc.SendStream) -> None:
     are abandoned (the stream is gone or the server is being torn down).
 
     On an ``omp.memory_pipe`` the queue also writes frames straight into the pipe while nothing
-    is pending (``FrameQueue.direct``, unless ``DIRECT_INTO_PIPE`` is off); the writer then only
+    is pending (``Output.direct``, unless ``DIRECT_INTO_PIPE`` is off); the writer then only
     sends what had to wait.
     """
     if isinstance(stream, PipeSendStream) and DIRECT_INTO_PIPE:

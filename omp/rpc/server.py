@@ -14,7 +14,7 @@ Who owns what (docs/internals.md#who-owns-what):
   family is handled by the reader itself before the next line (so ``abort`` overtakes
   everything read after it and cancels everything read before it); long commands become
   tasks; the rest go through the serial lane in arrival order.
-* Every frame goes through one ``FrameQueue`` to the writer, queued without waiting; the
+* Every frame goes through one ``Output`` to the writer, queued without waiting; the
   streaming producers wait for a slow host through the queue itself, which is the session
   sink's ``pace`` (a provider before each network read and while the host is behind, a tool
   after each output chunk), so frames that end something never wait.
@@ -68,7 +68,7 @@ from .lifecycle import (
 )
 from .options import ServeOptions as ServeOptions
 from .outbox import Outbox
-from .output import FrameQueue
+from .output import Output
 
 if TYPE_CHECKING:
     from ..mcp.manager import McpManager
@@ -155,7 +155,7 @@ class RpcServer:
         runtime.session.on_shutdown_request = self.request_stop
 
     @property
-    def output(self) -> FrameQueue:
+    def output(self) -> Output:
         return self.runtime.output
 
     @property
