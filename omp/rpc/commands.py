@@ -59,6 +59,7 @@ from .bridges import (
 )
 from .outbox import Outbox
 from .output import FrameQueue, SwitchProtocol
+from .pi_commands import PiCommands
 from .session_commands import SessionCommands
 from .settings_commands import SettingsCommands
 from .slash import Call, CommandFailed, Outcome, Residual, Slash, Started
@@ -131,6 +132,8 @@ class Commands:
     """The session's file and context (``omp.rpc.session_commands``)."""
     settings: SettingsCommands = attrs.field(init=False)
     """Model, modes, messages, login, subagents (``omp.rpc.settings_commands``)."""
+    pi: PiCommands = attrs.field(init=False)
+    """pi's commands and ``list_sessions`` (``omp.rpc.pi_commands``)."""
     routes: dict[type[Any], Route] = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     slash: Slash = attrs.field(init=False)
@@ -142,8 +145,9 @@ class Commands:
         self.custom_names = frozenset(self.custom)
         self.files = SessionCommands(self.session)
         self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents)
-        self.routes = self._route_table()
         self.slash = Slash(self.session, self.emit, self.spawn)
+        self.pi = PiCommands(self.session, self.slash, self.emit)
+        self.routes = self._route_table()
 
     @property
     def output(self) -> FrameQueue:
@@ -159,7 +163,7 @@ class Commands:
             return Route(handler, "serial", sync=True, after=after)
 
         announce = self.announce_after_success
-        files, settings = self.files, self.settings
+        files, settings, pi = self.files, self.settings, self.pi
         routes: dict[type[Any], Route] = {
             kind: Route(self.dispatch_control, "control", sync=True)
             for kind in cmd.CONTROL_FRAMES.values()}
@@ -224,6 +228,13 @@ class Commands:
             cmd.FollowUp: serial(self.follow_up),
             cmd.GetMessages: serial(settings.get_messages),
             cmd.GetLastAssistantText: serial(settings.get_last_assistant_text),
+            cmd.GetCommands: serial(pi.get_commands),
+            cmd.ClearQueue: serial(pi.clear_queue),
+            cmd.Fork: Route(pi.fork, "serial", after=announce, family="command"),
+            cmd.Clone: Route(pi.clone, "serial", after=announce, family="command"),
+            cmd.GetForkMessages: serial(pi.get_fork_messages),
+            # Reads the files in a thread; ``abort`` stops waiting for it.
+            cmd.ListSessions: Route(pi.list_sessions, "serial", family="command"),
         })
         missing = [name for name, kind in cmd.COMMANDS.items() if kind not in routes]
         if missing:  # our own bug: every command of the protocol has a route
@@ -356,9 +367,11 @@ class Commands:
             if text.startswith("/") or "/skill:" in text:
                 if (skill := self.slash.skill_for(text, images)) is not None:
                     # A skill waits for no one: while a run goes on it steers it.
+                    disposition = self._disposition()
                     self.session.prompt_message(skill[0], streaming_behavior=behavior or "steer",
                                                 request_id=frame.id, scope=scope)
-                    return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True))
+                    return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True,
+                                                                     disposition=disposition))
                 if (found := self.slash.builtin_for(text)) is not None:
                     builtin, args = found
                     call = Call(self.slash, args, images, frame.id)
@@ -398,26 +411,37 @@ class Commands:
             return fail("prompt", frame.id,
                         f'MCP prompt "{connection.name}:{prompt}" failed: {reason}')
         images = frame.images if isinstance(frame.images, list) else []
+        disposition = self._disposition()
         try:
             self.session.prompt(text, images, request_id=frame.id)
         except SessionError as exc:
             return fail("prompt", frame.id, str(exc))
-        return ok("prompt", frame.id)
+        return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True,
+                                                         disposition=disposition))
 
     def _after_builtin(self, frame: cmd.Prompt, outcome: Outcome, images: list[m.ImageContent],
                        scope: trio.CancelScope | None) -> Response:
         if isinstance(outcome, Residual):
-            # ``/force <tool> <text>``: the text runs as a prompt; the answer has no data.
+            # ``/force <tool> <text>``: the text runs as a prompt.
+            disposition = self._disposition()
             self.session.prompt(outcome.text, images, request_id=frame.id, scope=scope)
-            return ok("prompt", frame.id)
-        return ok("prompt", frame.id,
-                  payloads.PromptAck(agentInvoked=isinstance(outcome, Started)))
+            return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True,
+                                                             disposition=disposition))
+        started = isinstance(outcome, Started)
+        return ok("prompt", frame.id, payloads.PromptAck(
+            agentInvoked=started, disposition="started" if started else "handled"))
+
+    def _disposition(self) -> payloads.Disposition:
+        """What becomes of a prompt accepted now: queued behind the run going on, or the
+        start of a run (docs/protocol/index.md#how-a-prompt-ends)."""
+        return "queued" if self.session.runs.run is not None else "started"
 
     def after_prompt(self, response: Response) -> None:
         """Right after a prompt's response: the ``prompt_result`` of one handled here (a
         built-in that started no run), so that every accepted prompt has one."""
         data = response.data
-        if response.success and isinstance(data, payloads.PromptAck) and not data.agentInvoked:
+        if (response.success and isinstance(data, payloads.PromptAck)
+                and data.agentInvoked is False):
             self.session.runs.local(response.id)
 
     def _prompt_text(self, frame: cmd.Prompt | cmd.AbortAndPrompt, kind: str, text: str,
@@ -432,29 +456,34 @@ class Commands:
         if expanded is text and (absent := self.slash.absent_builtin(text)) is not None:
             # One of the original's built-ins: said to the host, never sent to the model.
             self.slash.emit(CommandOutput(text=absent))
-            return ok(kind, frame.id, payloads.PromptAck(agentInvoked=False))
+            return ok(kind, frame.id, payloads.PromptAck(agentInvoked=False,
+                                                         disposition="handled"))
+        disposition = self._disposition()
         self.session.prompt(expanded, images, streaming_behavior=behavior,
                             request_id=frame.id, scope=scope)
-        return ok(kind, frame.id, payloads.PromptAck(agentInvoked=True))
+        return ok(kind, frame.id, payloads.PromptAck(agentInvoked=True,
+                                                     disposition=disposition))
 
     def steer(self, frame: cmd.Steer) -> Response:
         if (command := self._extension_command(frame.message)) is not None:
             return fail("steer", frame.id, _not_queueable(command[0]))
+        disposition = self._disposition()
         try:
             self.session.steer(self.slash.expand_template(frame.message), frame.images or [])
         except (CommandFailed, SessionError) as exc:
             return fail("steer", frame.id, str(exc))
-        return ok("steer", frame.id)
+        return ok("steer", frame.id, payloads.QueueAck(disposition=disposition))
 
     def follow_up(self, frame: cmd.FollowUp) -> Response:
         if (command := self._extension_command(frame.message)) is not None:
             return fail("follow_up", frame.id, _not_queueable(command[0]))
+        disposition = self._disposition()
         try:
             self.session.follow_up(self.slash.expand_template(frame.message),
                                    frame.images or [])
         except (CommandFailed, SessionError) as exc:
             return fail("follow_up", frame.id, str(exc))
-        return ok("follow_up", frame.id)
+        return ok("follow_up", frame.id, payloads.QueueAck(disposition=disposition))
 
     async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
         """Abort, then the prompt through the session pipeline only (no skill, no
@@ -524,8 +553,8 @@ class Commands:
                                args: str) -> Response:
         """Start ``/name args`` as a task (it may wait for the host's answers and must not
         hold the serial lane); its ``prompt_result`` comes when it is done
-        (docs/design/protocol.md#prompt_result). The response has no ``data``: whether the agent is
-        invoked is not known yet."""
+        (docs/design/protocol.md#prompt_result). The response says ``handled`` (pi's word) and
+        no ``agentInvoked``: whether the agent is invoked is not known yet."""
         runs = self.session.runs
         extensions = self.session.extensions
         assert extensions is not None
@@ -541,7 +570,7 @@ class Commands:
             runs.command_ended(ticket, succeeded, name)
 
         self.spawn(run)
-        return ok(kind, request_id)
+        return ok(kind, request_id, payloads.PromptAck(disposition="handled"))
 
     async def run_custom(self, frame: CustomCommand) -> Response:
         try:

@@ -82,7 +82,8 @@ class OnceOutput:
 class OnceSink:
     """The session's sink in the one-shot modes: it notes the runs' ends and what a run waits
     for, says a retry on stderr, and passes the events to the outbox (which drops them in text
-    mode); ``prompt_result`` and ``session_settled`` stop here (the original writes neither)."""
+    mode); ``prompt_result``, ``session_settled`` and ``agent_settled`` stop here (the original
+    writes none of them)."""
 
     outbox: Outbox
     text: bool
@@ -112,6 +113,8 @@ class OnceSink:
         if isinstance(event, ev.SessionSettled):
             self.settled.set()
             return
+        if isinstance(event, ev.AgentSettled):
+            return  # pi's RPC end of a prompt's work; the original's json mode has none
         if isinstance(event, ev.AgentStart | ev.ToolExecutionEnd):
             self.waiting_for = f"the model {self.model}"
         elif isinstance(event, ev.ToolExecutionStart):

@@ -291,6 +291,15 @@ class AgentSession:
         self.runs.settle()
         return text
 
+    async def clone(self) -> None:
+        """A new file with the whole current branch, continued from there (pi's ``clone``);
+        like ``branch``, the run in progress is not interrupted. On cancellation nothing
+        changed."""
+        file, built = await self.store.clone()
+        self.runs.cancel_jobs()  # they worked for the old transcript
+        self._adopt(self.store.adopt(file, built))
+        self.runs.settle()
+
     async def _reset(self) -> None:
         await self.runs.reset()
         self.agent.messages.clear()
