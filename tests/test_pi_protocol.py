@@ -43,39 +43,52 @@ def response_of(frames: list[Frame], request_id: str) -> Frame:
 def tail(frames: list[Frame]) -> list[str]:
     """The frame types from the run's ``agent_end`` on."""
     types = frame_types(frames)
-    return types[types.index("agent_end"):]
+    return types[types.index("agent_end") :]
 
 
-async def test_pi_hosts_launch_flags_are_accepted(tmp_path: Path,
-                                                  isolated_agent_dir: Path) -> None:
+async def test_pi_hosts_launch_flags_are_accepted(tmp_path: Path, isolated_agent_dir: Path) -> None:
     """pi-acp starts ``--mode rpc --no-themes``; pi's other terminal-only flags change nothing
     either."""
-    args = (*FAKE_ARGS, "--no-themes", "--theme", "a.json", "--theme", "b.json",
-            "--use-theme", "dark", "--tui-mode", "regular", "--verbose")
+    args = (
+        *FAKE_ARGS,
+        "--no-themes",
+        "--theme",
+        "a.json",
+        "--theme",
+        "b.json",
+        "--use-theme",
+        "dark",
+        "--tui-mode",
+        "regular",
+        "--verbose",
+    )
     with trio.fail_after(TEST_TIMEOUT):
-        async with open_agent(tmp_path, isolated_agent_dir, [text_reply("hi")],
-                              args=args) as agent:
+        async with open_agent(tmp_path, isolated_agent_dir, [text_reply("hi")], args=args) as agent:
             state = await agent.data("get_state")
             assert state["model"]["id"] == "fake-model"
 
 
 async def test_a_run_started_ends_with_prompt_result_then_agent_settled(
-        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, [text_reply("Hello")]) as agent:
             await agent.send("prompt", message="Say hello", id="p1")
             frames = await agent.until_settled()
             assert await agent.quiet() == []
-    assert response_of(frames, "p1")["data"] == {"agentInvoked": True,
-                                                 "disposition": "started"}
+    assert response_of(frames, "p1")["data"] == {"agentInvoked": True, "disposition": "started"}
     assert tail(frames) == ["agent_end", "prompt_result", "agent_settled", "session_settled"]
     assert of_type(frames, "agent_settled") == [{"type": "agent_settled", "aborted": False}]
 
 
 async def test_a_queued_prompt_ends_in_the_run_that_takes_it_with_one_agent_settled(
-        tmp_path: Path, isolated_agent_dir: Path) -> None:
-    script = [tools_reply(tool_call("c1", "bash", {"command": WAIT_FOR_GO})),
-              text_reply("first done"), text_reply("second done")]
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
+    script = [
+        tools_reply(tool_call("c1", "bash", {"command": WAIT_FOR_GO})),
+        text_reply("first done"),
+        text_reply("second done"),
+    ]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.send("prompt", message="first", id="p1")
@@ -85,32 +98,35 @@ async def test_a_queued_prompt_ends_in_the_run_that_takes_it_with_one_agent_sett
             (tmp_path / "go").touch()
             frames = queued + await agent.until_settled()
             assert await agent.quiet() == []
-    assert response_of(frames, "p2")["data"] == {"agentInvoked": True,
-                                                 "disposition": "queued"}
+    assert response_of(frames, "p2")["data"] == {"agentInvoked": True, "disposition": "queued"}
     results = of_type(frames, "prompt_result")
-    assert [(r["id"], r["status"]) for r in results] == [("p1", "completed"),
-                                                          ("p2", "completed")]
-    assert tail(frames) == ["agent_end", "prompt_result", "prompt_result", "agent_settled",
-                            "session_settled"]
+    assert [(r["id"], r["status"]) for r in results] == [("p1", "completed"), ("p2", "completed")]
+    assert tail(frames) == [
+        "agent_end",
+        "prompt_result",
+        "prompt_result",
+        "agent_settled",
+        "session_settled",
+    ]
 
 
 async def test_a_local_command_is_handled_and_ends_with_its_prompt_result_alone(
-        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, []) as agent:
             await agent.send("prompt", message="/tools", id="t1")
             frames = await agent.until_type("prompt_result")
             frames += await agent.quiet()
-    assert response_of(frames, "t1")["data"] == {"agentInvoked": False,
-                                                 "disposition": "handled"}
+    assert response_of(frames, "t1")["data"] == {"agentInvoked": False, "disposition": "handled"}
     result = of_type(frames, "prompt_result")[0]
-    assert (result["id"], result["agentInvoked"], result["status"]) == ("t1", False,
-                                                                        "completed")
+    assert (result["id"], result["agentInvoked"], result["status"]) == ("t1", False, "completed")
     assert not of_type(frames, "agent_settled", "session_settled", "agent_start")
 
 
 async def test_an_extension_command_is_handled_and_ends_with_its_prompt_result_alone(
-        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
     install(isolated_agent_dir, "note", NO_RUN_COMMAND)
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, []) as agent:
@@ -119,8 +135,7 @@ async def test_an_extension_command_is_handled_and_ends_with_its_prompt_result_a
             frames += await agent.quiet()
     assert response_of(frames, "x1")["data"] == {"disposition": "handled"}
     result = of_type(frames, "prompt_result")[0]
-    assert (result["id"], result["agentInvoked"], result["status"]) == ("x1", False,
-                                                                        "completed")
+    assert (result["id"], result["agentInvoked"], result["status"]) == ("x1", False, "completed")
     assert not of_type(frames, "agent_settled", "session_settled", "agent_start")
 
 
@@ -136,11 +151,13 @@ async def test_an_aborted_run_settles_aborted(tmp_path: Path, isolated_agent_dir
     assert of_type(frames, "prompt_result")[0]["status"] == "aborted"
 
 
-async def test_agent_settled_is_under_the_event_filter(tmp_path: Path,
-                                                       isolated_agent_dir: Path) -> None:
+async def test_agent_settled_is_under_the_event_filter(
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
     with trio.fail_after(TEST_TIMEOUT):
-        async with open_agent(tmp_path, isolated_agent_dir,
-                              [text_reply("one"), text_reply("two")]) as agent:
+        async with open_agent(
+            tmp_path, isolated_agent_dir, [text_reply("one"), text_reply("two")]
+        ) as agent:
             await agent.data("set_event_filter", events=["agent_end"])
             await agent.send("prompt", message="one", id="p1")
             hidden = await agent.until_settled()
@@ -148,14 +165,18 @@ async def test_agent_settled_is_under_the_event_filter(tmp_path: Path,
             await agent.send("prompt", message="two", id="p2")
             shown = await agent.until_settled()
     assert "agent_settled" not in frame_types(hidden)
-    assert frame_types(shown) == ["response", "prompt_result", "agent_settled",
-                                  "session_settled"]
+    assert frame_types(shown) == ["response", "prompt_result", "agent_settled", "session_settled"]
 
 
-async def test_steer_and_follow_up_say_their_disposition(tmp_path: Path,
-                                                         isolated_agent_dir: Path) -> None:
-    script = [tools_reply(tool_call("c1", "bash", {"command": WAIT_FOR_GO})),
-              text_reply("done"), text_reply("after"), text_reply("last")]
+async def test_steer_and_follow_up_say_their_disposition(
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
+    script = [
+        tools_reply(tool_call("c1", "bash", {"command": WAIT_FOR_GO})),
+        text_reply("done"),
+        text_reply("after"),
+        text_reply("last"),
+    ]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             # A steer would move the running bash to the background (interrupt mode
@@ -167,14 +188,15 @@ async def test_steer_and_follow_up_say_their_disposition(tmp_path: Path,
             follow = await agent.call("follow_up", message="then that")
             (tmp_path / "go").touch()
             await agent.until_settled()
-    assert steer.data is not None and follow.data is not None
+    assert steer.data is not None
+    assert follow.data is not None
     assert (steer.data, follow.data) == ({"disposition": "queued"}, {"disposition": "queued"})
 
 
 async def test_clear_queue_returns_the_queued_text_and_ends_their_prompts(
-        tmp_path: Path, isolated_agent_dir: Path) -> None:
-    script = [tools_reply(tool_call("c1", "bash", {"command": WAIT_FOR_GO})),
-              text_reply("done")]
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
+    script = [tools_reply(tool_call("c1", "bash", {"command": WAIT_FOR_GO})), text_reply("done")]
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
             await agent.data("set_interrupt_mode", mode="wait")  # the steer waits for bash
@@ -195,17 +217,18 @@ async def test_clear_queue_returns_the_queued_text_and_ends_their_prompts(
 
 
 async def test_get_commands_lists_what_a_prompt_can_run_in_pis_form(
-        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
     install(isolated_agent_dir, "note", NO_RUN_COMMAND)
     (isolated_agent_dir / "commands").mkdir()
     (isolated_agent_dir / "commands" / "fix.md").write_text(
-        "---\ndescription: Fix it\n---\nFix $ARGUMENTS\n")
+        "---\ndescription: Fix it\n---\nFix $ARGUMENTS\n"
+    )
     with trio.fail_after(TEST_TIMEOUT):
         async with open_agent(tmp_path, isolated_agent_dir, []) as agent:
             commands = (await agent.data("get_commands"))["commands"]
     by_name = {c["name"]: c for c in commands}
-    assert by_name["note"] == {"name": "note", "source": "extension",
-                               "description": "Take a note"}
+    assert by_name["note"] == {"name": "note", "source": "extension", "description": "Take a note"}
     assert by_name["fix"]["source"] == "prompt"
     assert "tools" not in by_name  # built-ins are left out, as pi leaves out its own
     assert {c["source"] for c in commands} <= {"extension", "prompt", "skill"}
@@ -230,4 +253,5 @@ async def test_fork_clone_and_fork_messages(tmp_path: Path, isolated_agent_dir: 
             state = await agent.data("get_state")
             assert state["messageCount"] == 2
             bad = await agent.call("fork", entryId="nope")
-            assert not bad.success and bad.error
+            assert not bad.success
+            assert bad.error

@@ -31,8 +31,12 @@ MAX_NOTICES = 10
 """Skipped files said one by one up to this many; the rest in one notice."""
 
 _PI_SOURCE: dict[str, payloads.PiCommandSource] = {
-    "skill": "skill", "extension": "extension", "file": "prompt", "custom": "prompt",
-    "mcp_prompt": "prompt"}
+    "skill": "skill",
+    "extension": "extension",
+    "file": "prompt",
+    "custom": "prompt",
+    "mcp_prompt": "prompt",
+}
 """Our command sources in pi's words; built-ins are left out, as pi leaves out its own."""
 
 
@@ -43,16 +47,30 @@ class PiCommands:
     emit: Callable[[msgspec.Struct], None]
 
     def get_commands(self, frame: cmd.GetCommands) -> Response:
-        return ok("get_commands", frame.id, payloads.PiCommandsPayload(commands=[
-            payloads.PiCommand(name=c.name, source=_PI_SOURCE[c.source],
-                               description=c.description)
-            for c in self.slash.command_list() if c.source in _PI_SOURCE]))
+        return ok(
+            "get_commands",
+            frame.id,
+            payloads.PiCommandsPayload(
+                commands=[
+                    payloads.PiCommand(
+                        name=c.name, source=_PI_SOURCE[c.source], description=c.description
+                    )
+                    for c in self.slash.command_list()
+                    if c.source in _PI_SOURCE
+                ]
+            ),
+        )
 
     def clear_queue(self, frame: cmd.ClearQueue) -> Response:
         steering, follow_ups = self.session.runs.clear_queue()
-        return ok("clear_queue", frame.id, payloads.ClearedQueue(
-            steering=[message_text(x) for x in steering],
-            followUp=[message_text(x) for x in follow_ups]))
+        return ok(
+            "clear_queue",
+            frame.id,
+            payloads.ClearedQueue(
+                steering=[message_text(x) for x in steering],
+                followUp=[message_text(x) for x in follow_ups],
+            ),
+        )
 
     async def fork(self, frame: cmd.Fork) -> Response:
         """``branch`` under pi's name. On cancellation nothing changed."""
@@ -72,9 +90,16 @@ class PiCommands:
         return ok("clone", frame.id, payloads.SessionChangeResult(cancelled=False))
 
     def get_fork_messages(self, frame: cmd.GetForkMessages) -> Response:
-        return ok("get_fork_messages", frame.id, payloads.BranchMessages(messages=[
-            payloads.BranchMessage(entryId=entry_id, text=text)
-            for entry_id, text in self.session.store.branch_messages()]))
+        return ok(
+            "get_fork_messages",
+            frame.id,
+            payloads.BranchMessages(
+                messages=[
+                    payloads.BranchMessage(entryId=entry_id, text=text)
+                    for entry_id, text in self.session.store.branch_messages()
+                ]
+            ),
+        )
 
     async def list_sessions(self, frame: cmd.ListSessions) -> Response:
         """The stored sessions of ``cwd`` (default: the session's) or of every project
@@ -85,8 +110,9 @@ class PiCommands:
 
         limit = frame.limit if isinstance(frame.limit, int) else None
         if limit is not None and limit <= 0:
-            return fail("list_sessions", frame.id, "limit must be a positive integer",
-                        INVALID_PARAMS)
+            return fail(
+                "list_sessions", frame.id, "limit must be a positive integer", INVALID_PARAMS
+            )
         session = self.session
         agent_directory = session.prompt_options.agent_directory or agent_dir()
         own, here = session.store.directory, session.cwd
@@ -95,8 +121,11 @@ class PiCommands:
 
         def read() -> Listing:
             if frame.all:
-                return list_stored([agent_directory / "sessions", *([own] if own else [])],
-                                   limit=limit, query=query or None)
+                return list_stored(
+                    [agent_directory / "sessions", *([own] if own else [])],
+                    limit=limit,
+                    query=query or None,
+                )
             if wanted is not None:
                 path = (here / Path(wanted).expanduser()).resolve()
                 directory = project_directory(agent_directory, path)
@@ -106,11 +135,18 @@ class PiCommands:
 
         listing = await trio.to_thread.run_sync(read, abandon_on_cancel=True)
         for skipped, why in listing.skipped[:MAX_NOTICES]:
-            self.emit(Notice(level="warning", source="sessions",
-                             message=f"Skipped {skipped}: {why}"))
+            self.emit(
+                Notice(level="warning", source="sessions", message=f"Skipped {skipped}: {why}")
+            )
         if len(listing.skipped) > MAX_NOTICES:
-            self.emit(Notice(level="warning", source="sessions", message=(
-                f"Skipped {len(listing.skipped) - MAX_NOTICES} more files that are no "
-                "sessions")))
-        return ok("list_sessions", frame.id,
-                  payloads.StoredSessions(sessions=listing.sessions))
+            self.emit(
+                Notice(
+                    level="warning",
+                    source="sessions",
+                    message=(
+                        f"Skipped {len(listing.skipped) - MAX_NOTICES} more files that are no "
+                        "sessions"
+                    ),
+                )
+            )
+        return ok("list_sessions", frame.id, payloads.StoredSessions(sessions=listing.sessions))

@@ -49,8 +49,12 @@ class Listing:
     """Each listed file's size in bytes (ACP's ``_meta``)."""
 
 
-def project_directory(agent_directory: Path, cwd: Path, session_dir: Path | None = None,
-                      environ: dict[str, str] | None = None) -> Path:
+def project_directory(
+    agent_directory: Path,
+    cwd: Path,
+    session_dir: Path | None = None,
+    environ: dict[str, str] | None = None,
+) -> Path:
     """Where the sessions of ``cwd`` are stored: ``session_dir`` (``--session-dir``), else
     ``$OMP_SESSION_DIR``, else ``<agent dir>/sessions/<encoded cwd>`` (the rule
     ``omp.session.setup`` writes by)."""
@@ -62,8 +66,13 @@ def project_directory(agent_directory: Path, cwd: Path, session_dir: Path | None
     return sessions_dir(agent_directory, cwd)
 
 
-def list_stored(directories: list[Path], *, cwd: str | None = None, limit: int | None = None,
-                query: str | None = None) -> Listing:
+def list_stored(
+    directories: list[Path],
+    *,
+    cwd: str | None = None,
+    limit: int | None = None,
+    query: str | None = None,
+) -> Listing:
     """The sessions in ``directories`` (each a project's directory, or the root of every
     project's: its sub-directories are read), newest first; ``cwd``: only those whose header
     names that directory; ``query``: only those whose name or first message contains it
@@ -92,8 +101,11 @@ def list_stored(directories: list[Path], *, cwd: str | None = None, limit: int |
             continue
         if cwd is not None and found.cwd != cwd:
             continue
-        if needle is not None and needle not in (found.name or "").casefold() \
-                and needle not in found.firstMessage.casefold():
+        if (
+            needle is not None
+            and needle not in (found.name or "").casefold()
+            and needle not in found.firstMessage.casefold()
+        ):
             continue
         out.append(found)
         listing.sizes[path] = size
@@ -147,20 +159,26 @@ def _read(path: str, mtime: float, size: int) -> StoredSession | str:
         title = records[0].get("title")  # omp's title slot, kept in step with the name
         records = records[1:]
     header = records[0] if records else None
-    if not isinstance(header, dict) or header.get("type") != "session" \
-            or not isinstance(header.get("id"), str):
+    if (
+        not isinstance(header, dict)
+        or header.get("type") != "session"
+        or not isinstance(header.get("id"), str)
+    ):
         return "no session header"
     name = title if isinstance(title, str) and title else header.get("title")
     named = _last_name(data)
     if named:
         name = named
     return StoredSession(
-        path=path, id=header["id"],
+        path=path,
+        id=header["id"],
         cwd=header["cwd"] if isinstance(header.get("cwd"), str) else "",
         created=header["timestamp"] if isinstance(header.get("timestamp"), str) else "",
-        modified=_iso(mtime), messageCount=data.count(_MESSAGE),
+        modified=_iso(mtime),
+        messageCount=data.count(_MESSAGE),
         firstMessage=_first_user_text(data),
-        name=name if isinstance(name, str) and name else msgspec.UNSET)
+        name=name if isinstance(name, str) and name else msgspec.UNSET,
+    )
 
 
 def _decode(line: bytes) -> Any:
@@ -191,9 +209,13 @@ def _first_user_text(data: bytes) -> str:
         if isinstance(content, str):
             return content
         if isinstance(content, list):
-            return "".join(b.get("text", "") for b in content
-                           if isinstance(b, dict) and b.get("type") == "text"
-                           and isinstance(b.get("text"), str))
+            return "".join(
+                b.get("text", "")
+                for b in content
+                if isinstance(b, dict)
+                and b.get("type") == "text"
+                and isinstance(b.get("text"), str)
+            )
         return ""
     return ""
 
@@ -212,5 +234,8 @@ def _last_name(data: bytes) -> str | None:
 
 
 def _iso(stamp: float) -> str:
-    return datetime.datetime.fromtimestamp(stamp, datetime.UTC).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.datetime.fromtimestamp(stamp, datetime.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
