@@ -25,6 +25,7 @@ from ..protocol.events import Notice
 from ..protocol.frames import Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.entries import message_text
+from ..session.listing import Listing, list_stored, project_directory
 from .slash import Slash
 
 MAX_NOTICES = 10
@@ -84,7 +85,7 @@ class PiCommands:
         """The whole current branch into a new session, continued there. On cancellation
         nothing changed."""
         try:
-            await self.session.clone()
+            await self.session.branch(None)
         except SessionError as exc:
             return fail("clone", frame.id, str(exc))
         return ok("clone", frame.id, payloads.SessionChangeResult(cancelled=False))
@@ -105,9 +106,6 @@ class PiCommands:
         """The stored sessions of ``cwd`` (default: the session's) or of every project
         (``all``), newest first; a file that is no session is skipped and said in a
         ``notice``. Read in a worker thread; on cancellation it is abandoned."""
-        # lazy: omp.lazy says why
-        from ..session.listing import Listing, list_stored, project_directory
-
         limit = frame.limit if isinstance(frame.limit, int) else None
         if limit is not None and limit <= 0:
             return fail(

@@ -275,9 +275,9 @@ class SessionStore(msgspec.Struct, eq=False):
         except OSError as exc:
             raise SessionError(f"Cannot write the branch: {exc.strerror or exc}") from None
 
-    async def clone(self) -> tuple[SessionFile, Built]:
-        """A new file with the whole current branch (pi's ``clone``), and its context and
-        settings, written and built in a worker thread as ``branch`` does. Raises
+    async def clone(self) -> tuple[SessionFile, str, Built]:
+        """A new file with the whole current branch (pi's ``clone``), no text, and its context
+        and settings, written and built in a worker thread as ``branch`` does. Raises
         SessionError; on cancellation the thread is abandoned and nothing changed here."""
         file = self.file
         if file is None:
@@ -357,10 +357,10 @@ def _branch_and_build(file: SessionFile, entry_id: str) -> tuple[SessionFile, st
     return new, text, (build_context(new), branch_settings(new))
 
 
-def _clone_and_build(file: SessionFile) -> tuple[SessionFile, Built]:
+def _clone_and_build(file: SessionFile) -> tuple[SessionFile, str, Built]:
     """``fork_file`` and the new file's context and settings (blocking, for a worker thread)."""
     new = fork_file(file)
-    return new, (build_context(new), branch_settings(new))
+    return new, "", (build_context(new), branch_settings(new))
 
 
 async def _load_file(path: Path) -> SessionFile:
