@@ -69,22 +69,37 @@ def pi_packages() -> Path:
         return root
     npm = shutil.which("npm")
     if npm is None:
-        pytest.skip("needs npm to install pi's packages (.ci/run installs them into "
-                    "~/.cache/omp-ci/pi)")
+        pytest.skip(
+            "needs npm to install pi's packages (.ci/run installs them into ~/.cache/omp-ci/pi)"
+        )
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not installed(root):
             try:
                 done = subprocess.run(
-                    [npm, "install", "--prefix", str(root), "--no-save", "--no-audit",
-                     "--no-fund", *(f"{n}@{v}" for n, v in PACKAGES.items())],
-                    capture_output=True, text=True, timeout=INSTALL_SECONDS, check=False)
+                    [
+                        npm,
+                        "install",
+                        "--prefix",
+                        str(root),
+                        "--no-save",
+                        "--no-audit",
+                        "--no-fund",
+                        *(f"{n}@{v}" for n, v in PACKAGES.items()),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=INSTALL_SECONDS,
+                    check=False,
+                )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 pytest.skip(f"pi's packages could not be installed from npm: {exc}")
             if done.returncode != 0 or not installed(root):
-                pytest.skip("pi's packages could not be installed from npm: "
-                            + (done.stderr.strip().splitlines() or ["no reason given"])[-1])
+                pytest.skip(
+                    "pi's packages could not be installed from npm: "
+                    + (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+                )
     return root
 
 
@@ -97,8 +112,10 @@ def javascript(tmp_path: Path) -> tuple[str, dict[str, str]]:
         return node, env
     bun = shutil.which("bun")
     if bun is None:
-        pytest.skip("needs node or bun on PATH to run pi's clients; .ci/run installs bun from "
-                    "npm (`npm install bun`)")
+        pytest.skip(
+            "needs node or bun on PATH to run pi's clients; .ci/run installs bun from "
+            "npm (`npm install bun`)"
+        )
     shim = tmp_path / "node-is-bun"
     shim.mkdir()
     (shim / "node").write_text(f'#!/bin/sh\nexec "{bun}" "$@"\n')
@@ -109,15 +126,25 @@ def javascript(tmp_path: Path) -> tuple[str, dict[str, str]]:
 
 def summary_replies() -> list[dict[str, Any]]:
     """What a manual compaction asks the model: the summary and the short summary."""
-    return [{**text_reply("## Goal\nSay hello.\n\n## Next Steps\n1. Nothing."),
-             "match": {"bodyContains": SUMMARY_MARK}},
-            {**text_reply("Said hello."), "repeat": True,
-             "match": {"bodyContains": "like the description of a pull request"}}]
+    return [
+        {
+            **text_reply("## Goal\nSay hello.\n\n## Next Steps\n1. Nothing."),
+            "match": {"bodyContains": SUMMARY_MARK},
+        },
+        {
+            **text_reply("Said hello."),
+            "repeat": True,
+            "match": {"bodyContains": "like the description of a pull request"},
+        },
+    ]
 
 
 async def test_pis_rpc_client_drives_this_runtime(
-        tmp_path: Path, isolated_agent_dir: Path, pi_packages: Path,
-        javascript: tuple[str, dict[str, str]]) -> None:
+    tmp_path: Path,
+    isolated_agent_dir: Path,
+    pi_packages: Path,
+    javascript: tuple[str, dict[str, str]],
+) -> None:
     runtime, env = javascript
     cwd = tmp_path / "project"
     cwd.mkdir()
@@ -131,15 +158,31 @@ async def test_pis_rpc_client_drives_this_runtime(
         text_reply("queued done"),
         tools_reply(tool_call("c2", "bash", {"command": WAIT_FOR.format(name="never")})),
     ]
-    client = (pi_packages / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist"
-              / "modes" / "rpc" / "rpc-client.js")
-    env.update(OMP_PYTHON=sys.executable, OMP_CLI=str(DATA / "omp_cli.mjs"),
-               PI_RPC_CLIENT=str(client), PI_CWD=str(cwd))
+    client = (
+        pi_packages
+        / "node_modules"
+        / "@earendil-works"
+        / "pi-coding-agent"
+        / "dist"
+        / "modes"
+        / "rpc"
+        / "rpc-client.js"
+    )
+    env.update(
+        OMP_PYTHON=sys.executable,
+        OMP_CLI=str(DATA / "omp_cli.mjs"),
+        PI_RPC_CLIENT=str(client),
+        PI_CWD=str(cwd),
+    )
     with trio.fail_after(LIMIT):
         async with fake_provider(script, isolated_agent_dir):
-            done = await trio.run_process([runtime, str(DATA / "drive_rpc_client.mjs")],
-                                          env=env, capture_stdout=True, capture_stderr=True,
-                                          check=False)
+            done = await trio.run_process(
+                [runtime, str(DATA / "drive_rpc_client.mjs")],
+                env=env,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
     stderr = done.stderr.decode(errors="replace")
     assert done.returncode == 0, stderr
     report = json.loads(done.stdout.decode().strip().splitlines()[-1])
@@ -149,10 +192,19 @@ async def test_pis_rpc_client_drives_this_runtime(
     assert report["setModel"] == "fake-model"
     assert report["first"][-1] == "agent_settled"
     assert report["lastText"] == "Hello from the fake"
-    assert (report["busyPrompt"], report["steer"], report["followUp"],
-            report["queuedPrompt"]) == ("started", "queued", "queued", "queued")
-    assert report["afterQueue"] == ["hello", "wait for go", "steer message",
-                                    "follow-up message", "queued prompt"]
+    assert (report["busyPrompt"], report["steer"], report["followUp"], report["queuedPrompt"]) == (
+        "started",
+        "queued",
+        "queued",
+        "queued",
+    )
+    assert report["afterQueue"] == [
+        "hello",
+        "wait for go",
+        "steer message",
+        "follow-up message",
+        "queued prompt",
+    ]
     assert report["abortSettled"] == {"type": "agent_settled", "aborted": True}
     assert (report["bash"]["output"], report["bash"]["exitCode"]) == ("from-bash\n", 0)
     assert report["compact"]["summary"].startswith("## Goal")
@@ -209,8 +261,12 @@ class AcpClient:
         for ``result``."""
         message = await self.read()
         if "method" in message and "id" in message:  # pi-acp asks the editor
-            await self.write({"id": message["id"], "error": {
-                "code": -32601, "message": f"not supported: {message['method']}"}})
+            await self.write(
+                {
+                    "id": message["id"],
+                    "error": {"code": -32601, "message": f"not supported: {message['method']}"},
+                }
+            )
         elif message.get("method") == "session/update":
             self.updates.append(message["params"]["update"])
         elif "id" in message:
@@ -230,16 +286,18 @@ class AcpClient:
 
 
 async def test_pi_acp_drives_this_runtime(
-        tmp_path: Path, isolated_agent_dir: Path, pi_packages: Path,
-        javascript: tuple[str, dict[str, str]]) -> None:
+    tmp_path: Path,
+    isolated_agent_dir: Path,
+    pi_packages: Path,
+    javascript: tuple[str, dict[str, str]],
+) -> None:
     runtime, env = javascript
     cwd, home = tmp_path / "project", tmp_path / "home"
     cwd.mkdir()
     home.mkdir()
     # pi-acp starts `<PI_ACP_PI_COMMAND> --mode rpc --no-themes`, as it starts pi.
     command = tmp_path / "omp-as-pi"
-    command.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m omp --model fake/fake-model '
-                       '"$@"\n')
+    command.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m omp --model fake/fake-model "$@"\n')
     command.chmod(0o755)
     env.update(PI_ACP_PI_COMMAND=str(command), HOME=str(home))
     script = [
@@ -251,14 +309,21 @@ async def test_pi_acp_drives_this_runtime(
     ]
     with trio.fail_after(LIMIT):
         async with fake_provider(script, isolated_agent_dir), trio.open_nursery() as nursery:
-            process = await nursery.start(functools.partial(
-                trio.run_process,
-                [runtime, str(pi_packages / "node_modules" / "pi-acp" / "dist" / "index.js")],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                env=env, cwd=cwd, check=False))
+            process = await nursery.start(
+                functools.partial(
+                    trio.run_process,
+                    [runtime, str(pi_packages / "node_modules" / "pi-acp" / "dist" / "index.js")],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                    cwd=cwd,
+                    check=False,
+                )
+            )
             acp = AcpClient(process)
             await acp.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-            session = (await acp.call("session/new", {"cwd": str(cwd), "mcpServers": []}))
+            session = await acp.call("session/new", {"cwd": str(cwd), "mcpServers": []})
             sid = session["sessionId"]
 
             def prompt(text: str) -> dict[str, Any]:
@@ -268,8 +333,10 @@ async def test_pi_acp_drives_this_runtime(
             second = await acp.call("session/prompt", prompt("two"))
             tooled = await acp.call("session/prompt", prompt("use a tool"))
             hanging = await acp.request("session/prompt", prompt("hang"))
-            while not any(u.get("sessionUpdate") == "tool_call" and u.get("toolCallId") == "c2"
-                          for u in acp.updates):
+            while not any(
+                u.get("sessionUpdate") == "tool_call" and u.get("toolCallId") == "c2"
+                for u in acp.updates
+            ):
                 await acp.step()
             await acp.write({"method": "session/cancel", "params": {"sessionId": sid}})
             cancelled = await acp.result(hanging)
@@ -279,11 +346,14 @@ async def test_pi_acp_drives_this_runtime(
     assert second["stopReason"] == "end_turn"
     assert tooled["stopReason"] == "end_turn"
     assert cancelled["result"]["stopReason"] == "cancelled"
-    texts = "".join(u["content"].get("text", "") for u in acp.updates
-                    if u.get("sessionUpdate") == "agent_message_chunk")
+    texts = "".join(
+        u["content"].get("text", "")
+        for u in acp.updates
+        if u.get("sessionUpdate") == "agent_message_chunk"
+    )
     assert "First answer" in texts
     assert "Second answer" in texts
     assert "Queued message" not in texts
-    assert any(u.get("sessionUpdate") == "tool_call" and u.get("toolCallId") == "c1"
-               for u in acp.updates)
-
+    assert any(
+        u.get("sessionUpdate") == "tool_call" and u.get("toolCallId") == "c1" for u in acp.updates
+    )

@@ -46,7 +46,7 @@ from ..protocol.events import AvailableCommandsUpdate, CommandOutput
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.aborts import ABORT, AbortRegistry, Family
-from ..session.stats import context_usage_payload
+from ..session.stats import context_usage_payload, tokens_per_second
 from ..subagents import SubagentHost
 from .bridges import (
     INPUT_CLOSED,
@@ -326,6 +326,7 @@ class Commands:
             autoCompactionEnabled=s.auto_compaction,
             fastModeEnabled=models.fast_mode,
             fastModeActive=models.fast_mode_active,
+            tokensPerSecond=tokens_per_second(s.messages),
             sessionId=s.session_id,
             sessionFile=s.session_file or msgspec.UNSET,
             sessionName=s.session_name or msgspec.UNSET,

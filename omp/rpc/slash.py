@@ -694,7 +694,7 @@ ABSENT_BUILTINS = frozenset({
     "security", "skillful", "extended-context", "computer", "prewalk", "advisor", "trace",
     "share", "browser", "usage", "stats", "ssh", "fresh", "shake", "pin", "memory",
     "move", "wt", "worktree", "add-dir", "remove-dir", "dirs", "marketplace", "plugins",
-    "plugin",
+    "plugin", "review", "green", "autoresearch",
     # ... and those of its terminal UI, which would reach its model as text over RPC.
     "settings", "setup", "plan", "plan-review", "vibe", "goal", "guided-goal", "loop", "queue",
     "collab", "join", "leave", "copy", "open", "hotkeys", "extensions", "agents", "git", "hub",
