@@ -20,6 +20,8 @@ from tests.agent_helpers import (
     of_type,
     open_agent,
     text_reply,
+    tool_call,
+    tools_reply,
 )
 
 TEST_TIMEOUT = 60
@@ -128,3 +130,31 @@ async def test_the_originals_review_green_and_autoresearch_are_answered_locally(
     ]
     assert {f["data"]["disposition"] for f in of_type(frames, "response")} == {"handled"}
     assert agent.fake.requests == []
+
+
+async def test_an_mcp_resource_is_read_by_its_own_uri(
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
+    from test_mcp import open_host, stdio_entry, write_mcp  # the MCP tests' probe server
+
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    write_mcp(isolated_agent_dir / "mcp.json", {"probe": stdio_entry()})
+    script = [
+        tools_reply(
+            tool_call("r1", "read", {"path": "probe://doc/1"}),
+            tool_call("r2", "read", {"path": "mcp://probe://doc/1"}),
+            tool_call("r3", "read", {"path": "probe://doc/2"}),
+        ),
+        text_reply("done"),
+    ]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_host(cwd, isolated_agent_dir, script) as host:
+            await host.mounted("mcp__probe_echo")  # connected: its resources are listed
+            frames = await host.prompt("read the doc")
+    ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
+    texts = {k: "".join(c.get("text", "") for c in v["result"]["content"]) for k, v in ends.items()}
+    assert (texts["r1"], ends["r1"]["isError"]) == ("resource body", False)
+    assert texts["r2"] == "resource body"
+    # A URI no server lists is no resource: read looks for it as a path.
+    assert ends["r3"]["isError"] is True
