@@ -205,11 +205,13 @@ async def test_clear_queue_returns_the_queued_text_and_ends_their_prompts(
             await agent.send("prompt", message="later", streamingBehavior="followUp", id="p2")
             await agent.send("steer", message="sooner", id="s1")
             await agent.until_response("s1")
+            queued = await agent.call("get_state")
             await agent.send("clear_queue", id="c1")
             frames = await agent.until_response("c1")
             (tmp_path / "go").touch()
             frames += await agent.until_settled()
     assert response_of(frames, "c1")["data"] == {"steering": ["sooner"], "followUp": ["later"]}
+    assert queued.data["pendingMessageCount"] == queued.data["queuedMessageCount"] == 2
     results = {r["id"]: r["status"] for r in of_type(frames, "prompt_result")}
     assert results == {"p2": "aborted", "p1": "completed"}
     # The cleared messages never reached the model: one model call after the tool's result.

@@ -177,6 +177,8 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     isCompacting: bool
     messageCount: int
     queuedMessageCount: int
+    pendingMessageCount: int | UnsetType = UNSET
+    """pi's name for ``queuedMessageCount`` (the same number)."""
     model: Model | UnsetType = UNSET
     thinkingLevel: ThinkingLevel | UnsetType = UNSET
     steeringMode: QueueMode | UnsetType = UNSET

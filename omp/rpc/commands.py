@@ -318,6 +318,7 @@ class Commands:
             interruptMode=agent.interrupt_mode,
             messageCount=len(s.messages),
             queuedMessageCount=s.queued_message_count,
+            pendingMessageCount=s.queued_message_count,
             todoPhases=s.todos.phases,
             systemPrompt=list(s.system_prompt),
             dumpTools=[payloads.DumpTool(name=t.name, description=t.description,
