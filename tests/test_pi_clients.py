@@ -79,15 +79,29 @@ def pi_packages() -> Path:
         if not installed(root):
             try:
                 done = subprocess.run(
-                    [npm, "install", "--prefix", str(root), "--no-save", "--no-audit",
-                     "--no-fund", *SPECS.split()],
-                    capture_output=True, text=True, timeout=INSTALL_SECONDS, check=False)
+                    [
+                        npm,
+                        "install",
+                        "--prefix",
+                        str(root),
+                        "--no-save",
+                        "--no-audit",
+                        "--no-fund",
+                        *SPECS.split(),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=INSTALL_SECONDS,
+                    check=False,
+                )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 pytest.skip(f"pi's packages could not be installed from npm: {exc}")
             if done.returncode != 0:
                 errors = [x for x in done.stderr.splitlines() if x.startswith("npm error")]
-                pytest.skip(f"pi's packages could not be installed from npm (exit "
-                            f"{done.returncode}): " + " ".join(errors[:3] or ["no reason given"]))
+                pytest.skip(
+                    f"pi's packages could not be installed from npm (exit "
+                    f"{done.returncode}): " + " ".join(errors[:3] or ["no reason given"])
+                )
             (root / "installed").write_text(SPECS + "\n")
     return root
 
