@@ -13,15 +13,22 @@ its result. Then, through one real process (``--model offline/echo`` with a ``--
   * the process's RSS (VmRSS, and the peak VmHWM, from /proc) idle before the load and with the
     session loaded.
 
+Then ``list_sessions`` over a directory of --list stored sessions (10,000 by default; each a
+header and --list-turns user/assistant exchanges of realistic text, modified at distinct
+times), through another process started with that ``--session-dir``: the whole listing, the
+newest 20 (``limit``) and a ``query`` (each the median of --runs, request to decoded response).
+
 The processes run in the environment of `isolation.isolated_env` (agent directory, HOME and
-TMPDIR in the temp directory, removed at the end). Target: load <= 200 ms. This is a benchmark,
-not a test: it prints figures, it asserts nothing.
+TMPDIR in the temp directory, removed at the end). Targets: load <= 200 ms; the listing of
+10,000 sessions <= 1 s. This is a benchmark, not a test: it prints figures, it asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -40,6 +47,7 @@ from omp.protocol.frames import Response
 from omp.session.file import SessionFile
 
 LOAD_TARGET_MS = 200.0
+LIST_TARGET_MS = 1000.0
 MODEL = ("--model", "offline/echo")
 
 VOCABULARY = (
@@ -137,6 +145,77 @@ def write_session(path: Path, cwd: Path, entries: int, seed: int = 7) -> Session
                                           context, timestamp + 100))
         context = min(context, 150_000)
     return file
+
+
+def write_listed(directory: Path, cwd: Path, count: int, turns: int, seed: int = 11) -> int:
+    """``count`` small session files as the runtime writes them (one line per entry, compact
+    JSON), each modified one second after the one before; returns their total size."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for n in range(count):
+        sid = f"{n:08x}-0000-7000-8000-{rng.getrandbits(48):012x}"
+        lines = [{"type": "session", "version": 3, "id": sid, "cwd": str(cwd),
+                  "timestamp": "2026-01-02T03:04:05.000Z"}]
+        parent = None
+        for turn in range(turns):
+            for role, text in (("user", paragraph(rng, 40, 300)),
+                               ("assistant", paragraph(rng, 150, 900))):
+                entry_id = f"{turn:04x}{role[0] == 'a':04x}"
+                lines.append({"type": "message", "id": entry_id, "parentId": parent,
+                              "timestamp": "2026-01-02T03:04:06.000Z",
+                              "message": {"role": role, "timestamp": 1_764_000_000_000,
+                                          "content": [{"type": "text", "text": text}]}})
+                parent = entry_id
+        data = "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines).encode()
+        path = directory / f"{sid}.jsonl"
+        path.write_bytes(data)
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+        total += len(data)
+    return total
+
+
+async def bench_listing(args: argparse.Namespace, root: Path, work: Path,
+                        env: dict[str, str]) -> None:
+    listed = root / "listed"
+    start = time.perf_counter()
+    size = write_listed(listed, work, args.list, args.list_turns)
+    print(f"stored sessions: {args.list} files of {args.list_turns} exchanges, "
+          f"{size / 2**20:.1f} MiB, written in {time.perf_counter() - start:.2f} s")
+    async with RpcClient.spawn(args=["--mode", "rpc", *MODEL, "--session-dir", str(listed)],
+                               cwd=work, env=env, max_buffered_events=math.inf) as client:
+        await client.request({"type": "get_state"})
+        pid = client.pid
+        assert pid is not None
+        cpu_before = cpu_seconds(pid)
+        # The process's own new session is listed too (its file exists from the start).
+        every, every_min, response = await median_of(
+            args.runs, lambda: client.request({"type": "list_sessions"}))
+        cpu_each = (cpu_seconds(pid) - cpu_before) / args.runs
+        found = len(response.data["sessions"])
+        newest, newest_min, _ = await median_of(
+            args.runs, lambda: client.request({"type": "list_sessions", "limit": 20}))
+        query, query_min, response = await median_of(
+            args.runs, lambda: client.request({"type": "list_sessions",
+                                               "query": "nursery cancel"}))
+        matched = len(response.data["sessions"])
+    verdict = "ok" if every * 1000 <= LIST_TARGET_MS else "OVER TARGET"
+    print(f"process: omp --mode rpc {' '.join(MODEL)} --session-dir DIR (list_sessions)")
+    print(f"  list_sessions, all {found}, median {args.runs}  {ms(every)}  "
+          f"(min {every_min * 1000:.1f}; target <= {LIST_TARGET_MS:.0f} ms: {verdict})")
+    print(f"    the server's CPU time per listing  {ms(cpu_each)}  (user + system, from /proc: "
+          "what the listing costs whatever else the machine runs)")
+    print(f"  list_sessions limit 20, median {args.runs}   {ms(newest)}  "
+          f"(min {newest_min * 1000:.1f})")
+    print(f"  list_sessions query, median {args.runs}      {ms(query)}  "
+          f"(min {query_min * 1000:.1f}; {matched} matched)")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def vm_kib(pid: int, field: str) -> int:
@@ -252,12 +331,17 @@ async def bench(args: argparse.Namespace) -> None:
               f"(peak {loaded_hwm / 1024:.1f}; +{(loaded_rss - idle_rss) / 1024:.1f} MiB)")
         print(f"  RSS after the commands above      {after_rss / 1024:9.1f} MiB "
               f"(peak {after_hwm / 1024:.1f})")
+        await bench_listing(args, root, work, env)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--list", type=int, default=10_000,
+                        help="stored sessions for list_sessions")
+    parser.add_argument("--list-turns", type=int, default=3,
+                        help="user/assistant exchanges in each stored session")
     args = parser.parse_args()
     if not sys.platform.startswith("linux"):
         print("note: RSS figures need /proc (Linux)", file=sys.stderr)

@@ -13,6 +13,8 @@ the first argument after the leading launch flags, not after ``-p`` / ``--print`
 one-word prompt is ``omp -p word`` or ``omp -- word``. Every launch flag of the original is
 accepted: with its meaning where it has one here, as a no-op where it has nothing to act on here
 (``NO_EFFECT``), and refused in one line (exit 2) where it cannot apply (``NOT_AVAILABLE``).
+The terminal-only flags pi's hosts pass (``--no-themes`` ...) are accepted as no-ops too
+(``PI_NO_EFFECT``).
 Messages are the positional arguments, each its own prompt, in order; ``@path`` arguments are
 inlined into the first (``omp.rpc.file_args``); in the one-shot modes a piped stdin is read to
 its end and goes in front of it.
@@ -65,6 +67,18 @@ NO_EFFECT: dict[str, str] = {
     "--hide-thinking": "a display setting; nothing is displayed here",
 }
 """Flags of the original accepted with nothing to act on here, and why."""
+
+PI_NO_EFFECT: dict[str, str] = {
+    "--no-themes": "there are no themes without a terminal",
+    "--theme": "there are no themes without a terminal",
+    "--use-theme": "there are no themes without a terminal",
+    "--tui-mode": "there is no terminal interface here",
+    "--verbose": "startup information is for a terminal; nothing is displayed here",
+}
+"""Flags of pi (``@earendil-works/pi-coding-agent``) that its hosts pass (pi-acp starts
+``--mode rpc --no-themes``), accepted with nothing to act on here, and why."""
+
+_PI_VALUE_FLAGS = {"--theme", "--use-theme", "--tui-mode"}
 
 NOT_AVAILABLE: dict[str, str] = {
     "--smol": "model roles", "--slow": "model roles", "--plan": "plan mode",
@@ -233,6 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
     original.add_argument("--no-title", "--no-lsp", "--no-pty", "--allow-home", "--hide-thinking",
                           dest="no_effect",
                           action="store_true", help=argparse.SUPPRESS)
+    pi = parser.add_argument_group(
+        "accepted for pi's sake", "These change nothing here: "
+        + "; ".join(f"{flag}: {why}" for flag, why in PI_NO_EFFECT.items()) + ".")
+    for flag in PI_NO_EFFECT:
+        if flag in _PI_VALUE_FLAGS:  # may be repeated (pi's ``--theme`` is); kept nowhere
+            pi.add_argument(flag, dest="no_effect_value", action="append", metavar="VALUE",
+                            help=argparse.SUPPRESS)
+        else:
+            pi.add_argument(flag, dest="no_effect", action="store_true", help=argparse.SUPPRESS)
     refused = parser.add_argument_group(
         "refused", "Flags of the original that cannot apply here (exit 2): "
         + ", ".join(NOT_AVAILABLE) + ".")

@@ -90,7 +90,8 @@ async def test_text_only_prompt_frames_in_protocol_order(
         "message_update:text_start",
         "message_update:text_delta", "message_update:text_delta", "message_update:text_delta",
         "message_update:text_end",
-        "message_end:assistant", "turn_end", "agent_end", "prompt_result", "session_settled",
+        "message_end:assistant", "turn_end", "agent_end", "prompt_result", "agent_settled",
+        "session_settled",
     ]
     response = frames[0]
     assert (response["id"], response["success"]) == ("p1", True)
@@ -403,7 +404,7 @@ async def test_steer_and_follow_up_on_an_idle_session_start_runs(
                                      "agent_start", "turn_start"]
         assert frames[0]["success"] is True
         assert of_type(frames, "prompt_result") == []  # only prompts get one
-        assert frame_types(frames)[-2:] == ["agent_end", "session_settled"]
+        assert frame_types(frames)[-3:] == ["agent_end", "agent_settled", "session_settled"]
         (user,) = ended(frames, "user")
         assert bool(user.get("steering")) is steering
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
@@ -468,7 +469,7 @@ async def test_provider_error_ends_the_run_with_an_error_result(
     assert kinds(frames) == [
         "response:prompt", "agent_start", "turn_start", "message_start:user", "message_end:user",
         "message_start:assistant", "message_end:assistant", "turn_end", "agent_end",
-        "prompt_result", "session_settled"]
+        "prompt_result", "agent_settled", "session_settled"]
     (assistant,) = ended(frames, "assistant")
     assert assistant["stopReason"] == "error"
     assert "rate limited right now" in assistant["errorMessage"]

@@ -79,8 +79,8 @@ def assert_aborted_run_tail(frames: list[Frame], *, during_tools: bool = False) 
     tail = kinds(frames[index_of(frames, lambda f: f["type"] == "turn_end"):])
     closing = ["turn_start", "message_start:assistant", "message_end:assistant",
                "turn_end"] if during_tools else []
-    assert tail == ["turn_end", *closing, "agent_end", "prompt_result", "session_settled",
-                    "response:abort"], tail
+    assert tail == ["turn_end", *closing, "agent_end", "prompt_result", "agent_settled",
+                    "session_settled", "response:abort"], tail
     assert frames[-1]["success"] is True
     (agent_end,) = of_type(frames, "agent_end")
     assert agent_end["isTerminal"] is True
@@ -114,8 +114,8 @@ async def test_abort_while_streaming_text(tmp_path: Path, isolated_agent_dir: Pa
                             and f["message"]["role"] == "assistant")
     assert kinds(frames[prompt_start:]) == [
         "message_start:assistant", "message_update:text_start", "message_update:text_delta",
-        "message_end:assistant", "turn_end", "agent_end", "prompt_result", "session_settled",
-        "response:abort"]
+        "message_end:assistant", "turn_end", "agent_end", "prompt_result", "agent_settled",
+        "session_settled", "response:abort"]
     (assistant,) = ended(frames, "assistant")
     assert assistant["stopReason"] == "aborted"
     assert assistant["errorMessage"] == ABORTED_BY_USER
@@ -185,9 +185,9 @@ async def test_abort_while_the_model_call_connects(tmp_path: Path,
                 frames = await abort_and_collect(agent)
     finally:
         hole.close()
-    assert kinds(frames)[-8:] == [
+    assert kinds(frames)[-9:] == [
         "message_end:user", "message_start:assistant", "message_end:assistant", "turn_end",
-        "agent_end", "prompt_result", "session_settled", "response:abort"]
+        "agent_end", "prompt_result", "agent_settled", "session_settled", "response:abort"]
     (assistant,) = ended(frames, "assistant")
     assert (assistant["stopReason"], assistant["content"]) == ("aborted", [])
     assert the_prompt_result(frames, "p1")["status"] == "aborted"

@@ -19,7 +19,7 @@ SMALL = {
     "bench_many.py": ["--idle", "2", "--warm", "1", "--sessions", "2", "--deltas", "10",
                       "--burst", "1"],
     "bench_rpc.py": ["--runs", "1", "--frames", "100", "--env-block"],
-    "bench_sessions.py": ["--entries", "50", "--runs", "1"],
+    "bench_sessions.py": ["--entries", "50", "--runs", "1", "--list", "20"],
     "bench_subagents.py": ["--runs", "1", "--children", "5"],
     "bench_tools.py": ["--mb", "1", "--dirs", "2", "--runs", "1", "--batch", "2", "--mcp-mib", "1"],
     "bench_ts_extensions.py": ["--starts", "1", "--rounds", "1", "--calls", "2"],

@@ -163,7 +163,9 @@ async def test_model_calls_stdio_server_tools(tmp_path: Path, isolated_agent_dir
     ends = {f["toolCallId"]: f for f in of_type(frames, "tool_execution_end")}
     # The original's rendering: the text, then structuredContent (FastMCP wraps a plain
     # result in {"result": ...}) as a JSON block, as it is not the JSON of a text item.
-    assert result_text(ends["c1"]) == 'hi there\n\n```json\n{\n  "result": "hi there"\n}\n```'
+    assert [c["text"] for c in ends["c1"]["result"]["content"]] == [
+        "hi there", '```json\n{\n  "result": "hi there"\n}\n```']
+    assert ends["c1"]["result"]["details"]["rawContent"] == [{"type": "text", "text": "hi there"}]
     assert ends["c1"]["isError"] is False
     assert ends["c1"]["toolName"] == "mcp__probe_echo"
     # FastMCP says the structured result as text too; it is not repeated.

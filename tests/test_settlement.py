@@ -35,7 +35,7 @@ def test_a_prompt_is_served_by_the_run_that_took_it_in() -> None:
     frames = settlement.run_ended(run, [first], report("completed", first), after=IDLE,
                                   resume=False, awaiting=False)
     # p2 was not taken in: it stays open, and the stretch is not over while it waits.
-    assert types(frames) == ["agent_end", "prompt_result", "session_settled"]
+    assert types(frames) == ["agent_end", "prompt_result", "agent_settled", "session_settled"]
     assert frames[1] == ev.PromptResult(id="p1", agentInvoked=True, status="completed",
                                         sessionSettled=True)
     assert [t.request_id for t in settlement.tickets] == ["p2"]
@@ -49,8 +49,9 @@ def test_background_work_makes_the_end_not_terminal_and_not_settled() -> None:
     frames = settlement.run_ended(object(), [message], report("completed", message),
                                   after=Activity(running=False, queued=0, jobs=1),
                                   resume=False, awaiting=True)
-    assert types(frames) == ["agent_end", "prompt_result"]
-    end, result = frames
+    # The run's work is over (agent_settled); the session's is not (a job runs).
+    assert types(frames) == ["agent_end", "prompt_result", "agent_settled"]
+    end, result, _ = frames
     assert isinstance(end, ev.AgentEnd)
     assert end.isTerminal is False
     assert end.awaitingAsyncWork is True
@@ -69,7 +70,8 @@ def test_a_run_aborted_before_it_started_reports_its_prompt_aborted_without_agen
     frames = settlement.run_ended(object(), [message], None, after=IDLE, resume=False,
                                   awaiting=False)
     assert frames == [ev.PromptResult(id="p", agentInvoked=True, status="aborted",
-                                      sessionSettled=True), ev.SessionSettled()]
+                                      sessionSettled=True), ev.AgentSettled(aborted=True),
+                      ev.SessionSettled()]
 
 
 def test_the_resume_rule() -> None:
@@ -93,11 +95,12 @@ def test_an_extension_command_reports_after_it_returned_and_its_run_ended() -> N
     assert ticket.run is run
     # Another run ending (a background result's) serves nothing of it.
     assert types(settlement.run_ended(other, [], report("completed"), after=BUSY,
-                                      resume=False, awaiting=False)) == ["agent_end"]
+                                      resume=False, awaiting=False)) == ["agent_end",
+                                                                         "agent_settled"]
     # Its run ends while the command still runs: held until the command returns.
     held = settlement.run_ended(run, [], report("error"), after=IDLE, resume=False,
                                 awaiting=False)
-    assert types(held) == ["agent_end", "session_settled"]
+    assert types(held) == ["agent_end", "agent_settled", "session_settled"]
     frames = settlement.command_ended(ticket, True, now=IDLE, name="deploy")
     assert len(frames) == 1
     assert isinstance(frames[0], ev.PromptResult)
@@ -125,7 +128,7 @@ def test_a_command_whose_run_goes_on_is_reported_by_that_run() -> None:
     assert settlement.command_ended(ticket, True, now=BUSY, name="x") == []
     frames = settlement.run_ended(run, [], report("completed"), after=IDLE, resume=False,
                                   awaiting=False)
-    assert types(frames) == ["agent_end", "prompt_result", "session_settled"]
+    assert types(frames) == ["agent_end", "prompt_result", "agent_settled", "session_settled"]
 
 
 def test_a_local_command_has_its_prompt_result_at_once() -> None:
@@ -151,3 +154,29 @@ def test_the_close_ends_the_stretch_even_with_messages_left_queued() -> None:
     assert settlement.abort_all(queued) == []
     settlement.begin()
     assert settlement.abort_all(queued, closing=True) == [ev.SessionSettled()]
+
+
+def test_a_run_that_resumes_writes_no_agent_settled_until_the_last_one_ends() -> None:
+    """pi's agent_settled: once no run follows by itself (the resume rule), with the last
+    run's outcome."""
+    settlement = Settlement()
+    message = user_message("go")
+    settlement.accept(Ticket("p", message))
+    settlement.begin()
+    first = settlement.run_ended(object(), [message], report("aborted", message), after=IDLE,
+                                 resume=True, awaiting=False)
+    assert types(first) == ["agent_end", "prompt_result"]
+    last = settlement.run_ended(object(), [], report("completed"), after=IDLE, resume=False,
+                                awaiting=False)
+    assert last[-2:] == [ev.AgentSettled(aborted=False), ev.SessionSettled()]
+
+
+def test_clear_queue_answers_the_prompts_it_took_out() -> None:
+    settlement = Settlement()
+    running, queued = user_message("now"), user_message("later")
+    settlement.accept(Ticket("p1", running))
+    settlement.accept(Ticket("p2", queued))
+    assert settlement.dropped([queued]) == [ev.PromptResult(
+        id="p2", agentInvoked=False, status="aborted", sessionSettled=False)]
+    assert [t.request_id for t in settlement.tickets] == ["p1"]
+    assert settlement.dropped([queued]) == []

@@ -123,7 +123,8 @@ def take_file(name: str) -> tuple[Any, int]:
 
 def local(frames: list[Frame]) -> bool:
     """The response of a command handled without the model."""
-    return frames[-1]["success"] is True and frames[-1].get("data") == {"agentInvoked": False}
+    return frames[-1]["success"] is True and frames[-1].get("data") == {
+        "agentInvoked": False, "disposition": "handled"}
 
 
 # --- the list ------------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ async def test_todo_session_tools_and_export(cwd: Path, home: Path, tmp_path: Pa
                                      f"CWD: {cwd}"]
     (listing,) = outputs(tools)
     assert listing.splitlines()[:8] == ["* read", "* bash", "* edit", "* write", "* grep",
-                                        "* find", "* ls", "* todo"]
+                                        "* glob", "* ls", "* todo"]
     assert all(line.startswith("* ") for line in listing.splitlines())  # all active
     assert outputs(exported) == [f"Session exported to: {page}"]
     assert "hello there" in page.read_text()
@@ -309,7 +310,7 @@ async def test_retry_runs_the_failed_turn_again(cwd: Path, home: Path,
     assert local(nothing)
     assert failed[-1]["status"] == "error"
     assert outputs(retried) == ["Retrying the last failed turn."]
-    assert retried[-1]["data"] == {"agentInvoked": True}
+    assert retried[-1]["data"] == {"agentInvoked": True, "disposition": "started"}
     assert (result[-1]["status"], result[-1]["agentInvoked"]) == ("completed", True)
     assert [(msg["role"], msg.get("stopReason")) for msg in messages] == [
         ("user", None), ("assistant", "stop")]
@@ -331,7 +332,7 @@ async def test_force_makes_the_next_model_call_use_a_tool(cwd: Path, home: Path,
     assert unknown[-1]["error"].startswith("Unknown tool: nope")
     assert outputs(frames) == ["Next turn forced to use read."]
     assert frames[-1]["success"] is True
-    assert "data" not in frames[-1]
+    assert frames[-1]["data"] == {"agentInvoked": True, "disposition": "started"}
     assert result[-1]["status"] == "completed"
     assert first["tool_choice"] == {"type": "function", "function": {"name": "read"}}
     assert "tool_choice" not in second  # one turn only
@@ -388,7 +389,7 @@ async def test_a_skill_idle_and_while_streaming(cwd: Path, home: Path,
     assert skill["content"].endswith("User: report.pdf")
     assert skill["details"]["args"] == "report.pdf"
     # While a run streams the skill steers it: accepted at once, served by that run.
-    assert busy[-1]["data"] == {"agentInvoked": True}
+    assert busy[-1]["data"] == {"agentInvoked": True, "disposition": "queued"}
     customs = [f["message"] for f in of_type(served, "message_end")
                if f["message"]["role"] == "custom"]
     assert customs
@@ -451,7 +452,8 @@ async def test_the_originals_other_built_ins_never_reach_the_model(
     assert outputs(frames) == [f"/{name} is not available in this version."
                                for name in ("usage", "stats", "ssh", "settings")]
     responses = of_type(frames, "response")
-    assert all(r["data"] == {"agentInvoked": False} for r in responses)
+    assert all(r["data"] == {"agentInvoked": False, "disposition": "handled"}
+               for r in responses)
 
 
 async def test_the_other_reporting_built_ins(cwd: Path, home: Path,

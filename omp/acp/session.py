@@ -27,6 +27,7 @@ from ..protocol import commands as cmd
 from ..protocol import events as ev
 from ..protocol import messages as m
 from ..rpc.commands import Commands
+from ..rpc.dispatch import dispatch
 from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, close_extension_host, use_mcp
 from ..rpc.output import Output
 from ..session import AgentSession
@@ -178,7 +179,7 @@ class AcpSession:
         frame = cmd.Prompt(message=text, images=images or msgspec.UNSET, id=pending.request_id)
         self.owned.add(pending.request_id)
         try:
-            response = await commands.dispatch(frame)
+            response = await dispatch(commands, frame)
             if not response.success:
                 self.owned.discard(pending.request_id)
                 if response.error == BUSY:

@@ -1,13 +1,13 @@
 """Views of a session for the ACP wire, and of the wire for a session (no I/O but the file
-reads of ``stored_sessions``): the history replayed by ``session/load``, the stored sessions of
-``session/list`` and ``_omp/*``, config options and modes, prompt blocks as text and images,
-stop reasons and usage (docs/guides/acp.md#sessions, docs/guides/acp.md#prompts-and-updates).
+reads of ``stored_matches`` and ``stored_sessions``): the history replayed by
+``session/load``, the stored sessions of ``session/list`` and ``_omp/*``, config options and
+modes, prompt blocks as text and images, stop reasons and usage (docs/guides/acp.md#sessions,
+docs/guides/acp.md#prompts-and-updates).
 """
 
 from __future__ import annotations
 
 import datetime
-import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -22,7 +22,8 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..rpc.options import ServeOptions
 from ..session import AgentSession
-from ..session.locations import SessionMatch, find_sessions, sessions_dir
+from ..session.listing import list_stored, project_directory
+from ..session.locations import SessionMatch, find_sessions
 from . import wire as w
 from .updates import tool_call
 
@@ -66,60 +67,32 @@ def history_updates(messages: list[m.AgentMessage], cwd: Path) -> Iterator[w.Ses
 def stored_matches(options: ServeOptions, cwd: Path | None) -> list[SessionMatch]:
     """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
     agent_directory = options.agent_dir or agent_dir()
-    if cwd is None:
-        directory = agent_directory / "sessions"
-    elif options.session_dir is not None:
-        directory = options.session_dir
-    elif os.environ.get("OMP_SESSION_DIR"):
-        directory = Path(os.environ["OMP_SESSION_DIR"]).expanduser()
-    else:
-        directory = sessions_dir(agent_directory, cwd)
+    directory = (agent_directory / "sessions" if cwd is None
+                 else project_directory(agent_directory, cwd, options.session_dir))
     return find_sessions("", [directory])
 
 
-def session_info(match: SessionMatch, meta: bool = False) -> w.SessionInfo:
-    """An entry of a listing; ``meta``: with ``_meta`` (``session/list``), which reads the
-    whole file (blocking)."""
+def session_info(match: SessionMatch) -> w.SessionInfo:
+    """An entry of a listing of ``_omp/*``."""
     return w.SessionInfo(sessionId=match.session_id, cwd=match.cwd,
                          title=match.title if match.title else msgspec.UNSET,
-                         updatedAt=mtime_iso(match.path),
-                         meta=file_meta(match.path) if meta else msgspec.UNSET)
-
-
-class _Entry(msgspec.Struct):
-    type: str | None = None
-
-
-_entry = msgspec.json.Decoder(_Entry)
-
-
-def file_meta(path: Path) -> w.SessionInfoMeta | msgspec.UnsetType:
-    """A session file's ``message`` entries (of every branch: the file is a tree) and its
-    size in bytes; unset when it cannot be read (blocking). A line that is not an entry (a
-    torn last line) is not counted."""
-    count = 0
-    try:
-        with path.open("rb") as f:
-            for line in f:
-                if b'"message"' not in line:
-                    continue  # cheap: no message entry without the word
-                try:
-                    count += _entry.decode(line).type == "message"
-                except msgspec.DecodeError:
-                    continue
-            size = f.tell()
-    except OSError:
-        return msgspec.UNSET
-    return w.SessionInfoMeta(messageCount=count, size=size)
+                         updatedAt=mtime_iso(match.path))
 
 
 def stored_sessions(options: ServeOptions, cwd: Path | None, offset: int, count: int
                     ) -> tuple[list[w.SessionInfo], int]:
     """A page of ``session/list``: ``count`` entries of ``cwd`` (None: of every project)
-    from ``offset``, newest first, each with its ``_meta``; and how many there are in all
-    (blocking: only the page's files are read whole)."""
-    found = stored_matches(options, cwd)
-    return [session_info(x, meta=True) for x in found[offset:offset + count]], len(found)
+    from ``offset``, newest first, each with its ``_meta``; and how many there are in all.
+    Read by RPC ``list_sessions``'s reader (``omp.session.listing``; blocking)."""
+    agent_directory = options.agent_dir or agent_dir()
+    directory = (agent_directory / "sessions" if cwd is None
+                 else project_directory(agent_directory, cwd, options.session_dir))
+    listing = list_stored([directory])
+    found = listing.sessions
+    return [w.SessionInfo(sessionId=x.id, cwd=x.cwd, title=x.name, updatedAt=x.modified,
+                          meta=w.SessionInfoMeta(messageCount=x.messageCount,
+                                                 size=listing.sizes[x.path]))
+            for x in found[offset:offset + count]], len(found)
 
 
 def config_options(session: AgentSession) -> list[w.ConfigOption]:

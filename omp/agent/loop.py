@@ -415,6 +415,15 @@ class Agent:
         self.follow_ups.clear()
         self._asides.clear()
 
+    def take_queued(self) -> tuple[list[Input], list[Input]]:
+        """Remove and return the queued steering and follow-up messages (``clear_queue``);
+        asides (a background job's result, nobody's input) stay."""
+        steering = [x for x in self.steering if id(x) not in self._asides]
+        follow_ups = list(self.follow_ups)
+        self.steering = deque(x for x in self.steering if id(x) in self._asides)
+        self.follow_ups.clear()
+        return steering, follow_ups
+
     def _interrupting(self) -> bool:
         """Whether a steering message that is no aside is queued."""
         return any(id(x) not in self._asides for x in self.steering)

@@ -224,6 +224,8 @@ class MessageBuilder:
     _chars: int = 0
     _ttft: float | None = None
     _duration: float | None = None
+    _completed_at: int | None = None
+    """Epoch milliseconds when the stream ended (the original's ``completedAt``)."""
 
     # -- blocks ------------------------------------------------------------------------------
 
@@ -365,6 +367,7 @@ class MessageBuilder:
                 responseId=_or_unset(self.response_id),
                 duration=_or_unset(self._duration),
                 ttft=round(self._ttft * 1000, 1) if self._ttft is not None else msgspec.UNSET,
+                completedAt=_or_unset(self._completed_at),
             )
         return self._snapshot
 
@@ -372,6 +375,7 @@ class MessageBuilder:
                status: int | None = None) -> m.AssistantMessage:
         """The final message: the stream is over (done, failed or aborted)."""
         self._duration = round((time.monotonic() - self._t0) * 1000, 1)
+        self._completed_at = int(time.time() * 1000)
         self.stop_reason = stop_reason
         self.error_message = error
         self._snapshot = None

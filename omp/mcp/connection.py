@@ -646,7 +646,10 @@ class McpTool:
         result = await self.connection.call_tool(self.tool.name, arguments,
                                                  at_most=self.at_most)
         content = render(result)
+        # The server's own content blocks, as the original keeps them for hosts.
         details = {"serverName": self.connection.name, "mcpToolName": self.tool.name,
+                   "rawContent": [item.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                  for item in result.content],
                    "provider": "native", "providerName": "OMP"}
         if result.isError:
             text = "\n\n".join(c.text for c in content if isinstance(c, TextContent))
@@ -666,7 +669,7 @@ def _prepare(args: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 def render(result: types.CallToolResult) -> list[ResultContent]:
     """MCP content as tool result content (docs/guides/mcp.md#tool-names): texts joined by a blank
     line, images as images, embedded resources as ``[Resource: uri]`` text, ``structuredContent``
-    appended as a JSON block unless a text already says it; an error result's text starts
+    appended as a JSON block of its own unless a text already says it; an error result's text starts
     ``Error: ``. A long text is cut in the middle like shell output."""
     out: list[ResultContent] = []
     texts: list[str] = []
@@ -691,7 +694,8 @@ def render(result: types.CallToolResult) -> list[ResultContent]:
     structured = result.structuredContent
     if structured is not None:
         said = any(_same_json(t, structured) for t in texts)
-        if not said:
+        if not said:  # a block of its own after the server's blocks, as the original's
+            flush()
             texts.append("```json\n" + json.dumps(structured, indent=2) + "\n```")
     flush()
     if not out:

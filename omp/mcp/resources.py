@@ -3,7 +3,9 @@ the host's URL schemes.
 
 ``McpUris`` is the session's ``UriHandler`` once MCP servers are configured: ``mcp://`` URLs
 are its own (``resources/read`` on the connected server that lists the URI; the texts of the
-result are what ``read`` shows), everything else goes to the host's schemes as before.
+result are what ``read`` shows), and so is a resource's own URI (``read note://hello``) when a
+connected server lists it and the host's schemes do not take it; everything else goes to the
+host's schemes as before.
 """
 
 from __future__ import annotations
@@ -26,18 +28,27 @@ class McpUris:
     manager: McpManager
 
     def owns(self, url: str) -> bool:
-        return url.startswith(SCHEME) or (self.inner is not None and self.inner.owns(url))
+        return url.startswith(SCHEME) or self._host_owns(url) or self._listed(url)
+
+    def _host_owns(self, url: str) -> bool:
+        return self.inner is not None and self.inner.owns(url)
+
+    def _listed(self, uri: str) -> bool:
+        """A connected server lists ``uri`` as one of its resources."""
+        return any(c.state == "connected" and any(str(r.uri) == uri for r in c.resources)
+                   for c in self.manager.connections.values())
 
     def writable(self, url: str) -> bool:
-        return not url.startswith(SCHEME) and self.inner is not None and self.inner.writable(url)
+        return not url.startswith(SCHEME) and self._host_owns(url) and self.inner is not None \
+            and self.inner.writable(url)
 
     async def read(self, url: str) -> UriResource:
         """``resources/read``; raises ToolError naming what is wrong. On cancellation the
         request is abandoned."""
-        if not url.startswith(SCHEME):
+        if not url.startswith(SCHEME) and self._host_owns(url):
             assert self.inner is not None
             return await self.inner.read(url)
-        uri = url[len(SCHEME):]
+        uri = url[len(SCHEME):] if url.startswith(SCHEME) else url
         for connection in self.manager.connections.values():
             if connection.state == "connected" and any(
                     str(r.uri) == uri for r in connection.resources):
@@ -54,6 +65,6 @@ class McpUris:
                         f"{', '.join(known) or '(none)'}")
 
     async def write(self, url: str, content: str) -> None:
-        if url.startswith(SCHEME) or self.inner is None:
+        if url.startswith(SCHEME) or not self._host_owns(url) or self.inner is None:
             raise ToolError(f"Cannot write {url}: MCP resources are read-only")
         await self.inner.write(url, content)

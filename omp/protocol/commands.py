@@ -289,6 +289,38 @@ class Login(_Frame, tag="login", frozen=True):
     providerId: str
 
 
+# --- pi's names and commands (``@earendil-works/pi-coding-agent``), beside the original's --------
+
+
+class GetCommands(_Frame, tag="get_commands", frozen=True):
+    """pi's name for ``get_available_commands``, answered in pi's form."""
+
+
+class ClearQueue(_Frame, tag="clear_queue", frozen=True):
+    pass
+
+
+class Fork(_Frame, tag="fork", frozen=True):
+    """pi's name for ``branch``."""
+
+    entryId: str
+
+
+class Clone(_Frame, tag="clone", frozen=True):
+    pass
+
+
+class GetForkMessages(_Frame, tag="get_fork_messages", frozen=True):
+    """pi's name for ``get_branch_messages``."""
+
+
+class ListSessions(_Frame, tag="list_sessions", frozen=True):
+    cwd: str | UnsetType = UNSET
+    all: bool = False
+    limit: int | UnsetType = UNSET
+    query: str | UnsetType = UNSET
+
+
 Command = (
     Prompt | Steer | FollowUp | Abort | AbortAndPrompt | NewSession | GetState
     | GetAvailableCommands | SetTodos | SetHostTools | SetHostUriSchemes
@@ -298,7 +330,8 @@ Command = (
     | SetInterruptMode | Compact | SetAutoCompaction | SetAutoRetry | SetFastMode | AbortRetry
     | Bash | AbortBash | GetSessionStats | ExportHtml | SwitchSession | OpenSession | Branch
     | GetBranchMessages | GetLastAssistantText | SetSessionName | Handoff | GetMessages
-    | GetMessagesPage | GetEntries | GetTree | GetLoginProviders | Login
+    | GetMessagesPage | GetEntries | GetTree | GetLoginProviders | Login | GetCommands
+    | ClearQueue | Fork | Clone | GetForkMessages | ListSessions
 )
 
 

@@ -40,6 +40,7 @@ from .tagged import Tagged
 __all__ = [
     "SESSION_EVENT_TYPES",
     "AgentEnd",
+    "AgentSettled",
     "AgentStart",
     "AutoCompactionEnd",
     "AutoCompactionStart",
@@ -109,6 +110,16 @@ class AgentEnd(_Frame, tag="agent_end", frozen=True, kw_only=True, omit_defaults
     isTerminal: bool | UnsetType = UNSET
     yielded: bool | UnsetType = UNSET
     awaitingAsyncWork: bool | UnsetType = UNSET
+
+
+class AgentSettled(_Frame, tag="agent_settled", frozen=True, kw_only=True, omit_defaults=True):
+    """pi's end of a prompt's work (docs/protocol/index.md#how-a-prompt-ends): written once no
+    run goes on and none follows by itself (after the run's retries, overflow recovery,
+    compaction and the queued messages it took in); never for a prompt whose disposition is
+    ``handled``."""
+
+    aborted: bool
+    """The last run ended because it was aborted (or never started)."""
 
 
 class TurnStart(_Frame, tag="turn_start", frozen=True, kw_only=True, omit_defaults=True):
@@ -309,6 +320,7 @@ class ThinkingLevelChanged(_Frame, tag="thinking_level_changed",
 SessionEvent = (
     AgentStart
     | AgentEnd
+    | AgentSettled
     | TurnStart
     | TurnEnd
     | MessageStart

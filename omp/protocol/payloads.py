@@ -177,6 +177,8 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     isCompacting: bool
     messageCount: int
     queuedMessageCount: int
+    pendingMessageCount: int | UnsetType = UNSET
+    """pi's name for ``queuedMessageCount`` (the same number)."""
     model: Model | UnsetType = UNSET
     thinkingLevel: ThinkingLevel | UnsetType = UNSET
     steeringMode: QueueMode | UnsetType = UNSET
@@ -293,11 +295,26 @@ class BashResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # --- session commands (docs/design/sessions.md#session-commands) -----------------------------
 
 
-class PromptAck(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """``prompt`` data when it is known at once whether the agent was invoked
-    (docs/design/protocol.md#prompt_result)."""
+Disposition = Literal["started", "queued", "handled"]
+"""pi's word for what became of a prompt (docs/protocol/index.md#how-a-prompt-ends): a run
+started for it, it waits in the queue of the run going on, or it was handled without a run of
+its own (a built-in slash command, an extension command)."""
 
-    agentInvoked: bool
+
+class PromptAck(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``prompt`` data (docs/design/protocol.md#prompt_result): ``disposition`` always,
+    ``agentInvoked`` when it is known at once whether the agent was invoked (not for an
+    extension command, which may start a run later)."""
+
+    agentInvoked: bool | UnsetType = UNSET
+    disposition: Disposition
+
+
+class QueueAck(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``steer`` / ``follow_up`` data: ``queued`` during a run, ``started`` when it started
+    one."""
+
+    disposition: Disposition
 
 
 class SessionChangeResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -500,3 +517,57 @@ class SubagentMessagesResult(msgspec.Struct, frozen=True, kw_only=True, omit_def
     # may not import.
     entries: list[dict[str, Any]]
     messages: list[AgentMessage]
+
+
+# --- pi's commands (``@earendil-works/pi-coding-agent``) ------------------------------------
+
+
+PiCommandSource = Literal["extension", "prompt", "skill"]
+
+
+class PiCommand(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A command in pi's ``get_commands`` form: one a host may run through ``prompt``."""
+
+    name: str
+    source: PiCommandSource
+    description: str | UnsetType = UNSET
+
+
+class PiCommandsPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    commands: list[PiCommand]
+
+
+class ClearedQueue(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``clear_queue``: the text of the messages taken out of the queue, oldest first."""
+
+    steering: list[str]
+    followUp: list[str]
+
+
+class ForkResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``fork`` (pi's ``branch``): the forked-from message's text, for the host's editor."""
+
+    text: str
+    cancelled: bool
+
+
+class StoredSession(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One stored session of ``list_sessions``: read from the file's header and first
+    message only."""
+
+    path: str
+    id: str
+    cwd: str
+    created: str
+    """The header's timestamp (ISO 8601)."""
+    modified: str
+    """The file's modification time (ISO 8601, UTC)."""
+    messageCount: int
+    """Message entries in the file (counted from the line types, not decoded)."""
+    firstMessage: str
+    """The text of the first user message ("" when there is none)."""
+    name: str | UnsetType = UNSET
+
+
+class StoredSessions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    sessions: list[StoredSession]

@@ -39,8 +39,8 @@ _NO_DATA: Any = None
 
 RESPONSE_DATA: dict[str, Any] = {
     "prompt": pl.PromptAck,
-    "steer": pl.PromptAck,
-    "follow_up": pl.PromptAck,
+    "steer": pl.QueueAck,
+    "follow_up": pl.QueueAck,
     "abort_and_prompt": pl.PromptAck,
     "abort": _NO_DATA,
     "new_session": pl.SessionChangeResult,
@@ -86,6 +86,12 @@ RESPONSE_DATA: dict[str, Any] = {
     "get_tree": dict[str, Any],
     "get_login_providers": pl.LoginProviders,
     "login": pl.LoginResult,
+    "get_commands": pl.PiCommandsPayload,
+    "clear_queue": pl.ClearedQueue,
+    "fork": pl.ForkResult,
+    "clone": pl.SessionChangeResult,
+    "get_fork_messages": pl.BranchMessages,
+    "list_sessions": pl.StoredSessions,
 }
 """The ``data`` of each command's successful response (``None``: no ``data``)."""
 

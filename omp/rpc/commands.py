@@ -32,7 +32,7 @@ subagent host, the host's UI).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import attrs
 import msgspec
@@ -46,7 +46,7 @@ from ..protocol.events import AvailableCommandsUpdate, CommandOutput
 from ..protocol.frames import SUPPORTED_PROTOCOL_VERSIONS, Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.aborts import ABORT, AbortRegistry, Family
-from ..session.stats import context_usage_payload
+from ..session.stats import context_usage_payload, tokens_per_second
 from ..subagents import SubagentHost
 from .bridges import (
     INPUT_CLOSED,
@@ -59,6 +59,7 @@ from .bridges import (
 )
 from .outbox import Outbox
 from .output import Output, SwitchProtocol
+from .pi_commands import PiCommands
 from .session_commands import SessionCommands
 from .settings_commands import SettingsCommands
 from .slash import Call, CommandFailed, Outcome, Residual, Slash, Started
@@ -111,13 +112,6 @@ class Route(msgspec.Struct, frozen=True):
     when it is cancelled."""
 
 
-class Admission(NamedTuple):
-    """A command read and routed, its work's scope (if any) already in the abort registry."""
-
-    route: Route
-    scope: trio.CancelScope | None
-
-
 @attrs.define(eq=False, repr=False)
 class Commands:
     session: AgentSession
@@ -138,6 +132,8 @@ class Commands:
     """The session's file and context (``omp.rpc.session_commands``)."""
     settings: SettingsCommands = attrs.field(init=False)
     """Model, modes, messages, login, subagents (``omp.rpc.settings_commands``)."""
+    pi: PiCommands = attrs.field(init=False)
+    """pi's commands and ``list_sessions`` (``omp.rpc.pi_commands``)."""
     routes: dict[type[Any], Route] = attrs.field(init=False)
     custom_names: frozenset[str] = attrs.field(init=False)
     slash: Slash = attrs.field(init=False)
@@ -149,8 +145,9 @@ class Commands:
         self.custom_names = frozenset(self.custom)
         self.files = SessionCommands(self.session)
         self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents)
-        self.routes = self._route_table()
         self.slash = Slash(self.session, self.emit, self.spawn)
+        self.pi = PiCommands(self.session, self.slash, self.emit)
+        self.routes = self._route_table()
 
     @property
     def output(self) -> Output:
@@ -166,7 +163,7 @@ class Commands:
             return Route(handler, "serial", sync=True, after=after)
 
         announce = self.announce_after_success
-        files, settings = self.files, self.settings
+        files, settings, pi = self.files, self.settings, self.pi
         routes: dict[type[Any], Route] = {
             kind: Route(self.dispatch_control, "control", sync=True)
             for kind in cmd.CONTROL_FRAMES.values()}
@@ -231,6 +228,13 @@ class Commands:
             cmd.FollowUp: serial(self.follow_up),
             cmd.GetMessages: serial(settings.get_messages),
             cmd.GetLastAssistantText: serial(settings.get_last_assistant_text),
+            cmd.GetCommands: serial(pi.get_commands),
+            cmd.ClearQueue: serial(pi.clear_queue),
+            cmd.Fork: Route(pi.fork, "serial", after=announce, family="command"),
+            cmd.Clone: Route(pi.clone, "serial", after=announce, family="command"),
+            cmd.GetForkMessages: serial(pi.get_fork_messages),
+            # Reads the files in a thread; ``abort`` stops waiting for it.
+            cmd.ListSessions: Route(pi.list_sessions, "serial", family="command"),
         })
         missing = [name for name, kind in cmd.COMMANDS.items() if kind not in routes]
         if missing:  # our own bug: every command of the protocol has a route
@@ -248,69 +252,6 @@ class Commands:
         if isinstance(frame, cmd.Prompt) and self.slash.mcp_prompt_for(frame.message):
             return Route(self.prompt_mcp, "serial", after=self.after_prompt, family="command")
         return self.routes[type(frame)]
-
-    # -- dispatch: the one way every front (rpc, -p / --mode json, each ACP session) runs a
-    # command ---------------------------------------------------------------------------------
-
-    def admit(self, frame: Frame) -> Admission:
-        """Route ``frame`` and hold its family's cancel scope in the abort registry, now: the
-        rpc reader calls this before it reads the next line, so an ``abort`` right behind the
-        command finds its work (docs/internals.md#command-lanes)."""
-        route = self.route(frame)
-        return Admission(route, None if route.family is None else self.aborts.hold(route.family))
-
-    async def answer(self, frame: Frame, admission: Admission) -> Response:
-        """Run the admitted command's handler and return its response: a scoped handler with
-        its scope, any other inside it (cancelled, it is answered as cancelled work); any
-        ``Exception`` of a handler becomes an internal-error response naming it, so one bug
-        never takes a front down. The scope leaves the registry when the handler is done.
-
-        On cancellation from outside the scope (the front shutting down), ``Cancelled``
-        propagates and the scope is released all the same."""
-        route, scope = admission
-        try:
-            if route.scoped:
-                response = route.handler(frame, scope)
-            elif scope is None:
-                response = route.handler(frame)
-            else:
-                with scope:
-                    response = route.handler(frame)
-                    if not isinstance(response, Response):
-                        response = await response
-                if scope.cancelled_caught:
-                    return self.cancelled(frame)
-            if not isinstance(response, Response):
-                response = await response
-            return response
-        except Exception as exc:  # a handler bug must not take the front down
-            return self.internal_error(frame, exc)
-        finally:
-            if scope is not None:
-                self.aborts.release(scope)
-
-    async def settle(self, admission: Admission, response: Response, *, lane: bool = True
-                     ) -> None:
-        """What follows a response once the front has delivered it: the route's ``after`` (no
-        checkpoint between), then, for a command that held the front's lane (``lane``; a
-        ``task`` command holds none), when its handler started an extension command, wait
-        until that command has run to its first wait, so what it does at once
-        (``ctx.shutdown()``) applies to every later command. On cancellation it stops
-        waiting."""
-        if admission.route.after is not None:
-            admission.route.after(response)
-        if lane and (entered := self.command_entered) is not None:
-            self.command_entered = None
-            await entered.wait()
-
-    async def dispatch(self, frame: Frame) -> Response:
-        """Admit, answer and settle one command: for a front that runs one command at a time
-        and delivers the response itself (``omp -p``, an ACP session's prompt). On
-        cancellation as ``answer``."""
-        admission = self.admit(frame)
-        response = await self.answer(frame, admission)
-        await self.settle(admission, response)
-        return response
 
     def internal_error(self, frame: Frame, exc: BaseException) -> Response:
         return fail(_tag(frame), frame.id, f"Internal error: {type(exc).__name__}: {exc}",
@@ -377,6 +318,7 @@ class Commands:
             interruptMode=agent.interrupt_mode,
             messageCount=len(s.messages),
             queuedMessageCount=s.queued_message_count,
+            pendingMessageCount=s.queued_message_count,
             todoPhases=s.todos.phases,
             systemPrompt=list(s.system_prompt),
             dumpTools=[payloads.DumpTool(name=t.name, description=t.description,
@@ -385,6 +327,7 @@ class Commands:
             autoCompactionEnabled=s.auto_compaction,
             fastModeEnabled=models.fast_mode,
             fastModeActive=models.fast_mode_active,
+            tokensPerSecond=tokens_per_second(s.messages),
             sessionId=s.session_id,
             sessionFile=s.session_file or msgspec.UNSET,
             sessionName=s.session_name or msgspec.UNSET,
@@ -426,9 +369,11 @@ class Commands:
             if text.startswith("/") or "/skill:" in text:
                 if (skill := self.slash.skill_for(text, images)) is not None:
                     # A skill waits for no one: while a run goes on it steers it.
+                    disposition = self._disposition()
                     self.session.prompt_message(skill[0], streaming_behavior=behavior or "steer",
                                                 request_id=frame.id, scope=scope)
-                    return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True))
+                    return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True,
+                                                                     disposition=disposition))
                 if (found := self.slash.builtin_for(text)) is not None:
                     builtin, args = found
                     call = Call(self.slash, args, images, frame.id)
@@ -468,26 +413,37 @@ class Commands:
             return fail("prompt", frame.id,
                         f'MCP prompt "{connection.name}:{prompt}" failed: {reason}')
         images = frame.images if isinstance(frame.images, list) else []
+        disposition = self._disposition()
         try:
             self.session.prompt(text, images, request_id=frame.id)
         except SessionError as exc:
             return fail("prompt", frame.id, str(exc))
-        return ok("prompt", frame.id)
+        return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True,
+                                                         disposition=disposition))
 
     def _after_builtin(self, frame: cmd.Prompt, outcome: Outcome, images: list[m.ImageContent],
                        scope: trio.CancelScope | None) -> Response:
         if isinstance(outcome, Residual):
-            # ``/force <tool> <text>``: the text runs as a prompt; the answer has no data.
+            # ``/force <tool> <text>``: the text runs as a prompt.
+            disposition = self._disposition()
             self.session.prompt(outcome.text, images, request_id=frame.id, scope=scope)
-            return ok("prompt", frame.id)
-        return ok("prompt", frame.id,
-                  payloads.PromptAck(agentInvoked=isinstance(outcome, Started)))
+            return ok("prompt", frame.id, payloads.PromptAck(agentInvoked=True,
+                                                             disposition=disposition))
+        started = isinstance(outcome, Started)
+        return ok("prompt", frame.id, payloads.PromptAck(
+            agentInvoked=started, disposition="started" if started else "handled"))
+
+    def _disposition(self) -> payloads.Disposition:
+        """What becomes of a prompt accepted now: queued behind the run going on, or the
+        start of a run (docs/protocol/index.md#how-a-prompt-ends)."""
+        return "queued" if self.session.runs.run is not None else "started"
 
     def after_prompt(self, response: Response) -> None:
         """Right after a prompt's response: the ``prompt_result`` of one handled here (a
         built-in that started no run), so that every accepted prompt has one."""
         data = response.data
-        if response.success and isinstance(data, payloads.PromptAck) and not data.agentInvoked:
+        if (response.success and isinstance(data, payloads.PromptAck)
+                and data.agentInvoked is False):
             self.session.runs.local(response.id)
 
     def _prompt_text(self, frame: cmd.Prompt | cmd.AbortAndPrompt, kind: str, text: str,
@@ -502,29 +458,34 @@ class Commands:
         if expanded is text and (absent := self.slash.absent_builtin(text)) is not None:
             # One of the original's built-ins: said to the host, never sent to the model.
             self.slash.emit(CommandOutput(text=absent))
-            return ok(kind, frame.id, payloads.PromptAck(agentInvoked=False))
+            return ok(kind, frame.id, payloads.PromptAck(agentInvoked=False,
+                                                         disposition="handled"))
+        disposition = self._disposition()
         self.session.prompt(expanded, images, streaming_behavior=behavior,
                             request_id=frame.id, scope=scope)
-        return ok(kind, frame.id, payloads.PromptAck(agentInvoked=True))
+        return ok(kind, frame.id, payloads.PromptAck(agentInvoked=True,
+                                                     disposition=disposition))
 
     def steer(self, frame: cmd.Steer) -> Response:
         if (command := self._extension_command(frame.message)) is not None:
             return fail("steer", frame.id, _not_queueable(command[0]))
+        disposition = self._disposition()
         try:
             self.session.steer(self.slash.expand_template(frame.message), frame.images or [])
         except (CommandFailed, SessionError) as exc:
             return fail("steer", frame.id, str(exc))
-        return ok("steer", frame.id)
+        return ok("steer", frame.id, payloads.QueueAck(disposition=disposition))
 
     def follow_up(self, frame: cmd.FollowUp) -> Response:
         if (command := self._extension_command(frame.message)) is not None:
             return fail("follow_up", frame.id, _not_queueable(command[0]))
+        disposition = self._disposition()
         try:
             self.session.follow_up(self.slash.expand_template(frame.message),
                                    frame.images or [])
         except (CommandFailed, SessionError) as exc:
             return fail("follow_up", frame.id, str(exc))
-        return ok("follow_up", frame.id)
+        return ok("follow_up", frame.id, payloads.QueueAck(disposition=disposition))
 
     async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
         """Abort, then the prompt through the session pipeline only (no skill, no
@@ -594,8 +555,8 @@ class Commands:
                                args: str) -> Response:
         """Start ``/name args`` as a task (it may wait for the host's answers and must not
         hold the serial lane); its ``prompt_result`` comes when it is done
-        (docs/design/protocol.md#prompt_result). The response has no ``data``: whether the agent is
-        invoked is not known yet."""
+        (docs/design/protocol.md#prompt_result). The response says ``handled`` (pi's word) and
+        no ``agentInvoked``: whether the agent is invoked is not known yet."""
         runs = self.session.runs
         extensions = self.session.extensions
         assert extensions is not None
@@ -611,7 +572,7 @@ class Commands:
             runs.command_ended(ticket, succeeded, name)
 
         self.spawn(run)
-        return ok(kind, request_id)
+        return ok(kind, request_id, payloads.PromptAck(disposition="handled"))
 
     async def run_custom(self, frame: CustomCommand) -> Response:
         try:

@@ -45,6 +45,7 @@ from ..protocol import messages as m
 from ..session.context import last_assistant_text
 from ..session.sink import Published, Update
 from .commands import Commands
+from .dispatch import dispatch
 from .file_args import Prompt
 from .lifecycle import (
     Runtime,
@@ -80,7 +81,8 @@ class OnceOutput:
 class OnceSink:
     """The session's sink in the one-shot modes: it notes the runs' ends and what a run waits
     for, says a retry on stderr, and passes the events to the outbox (which drops them in text
-    mode); ``prompt_result`` and ``session_settled`` stop here (the original writes neither)."""
+    mode); ``prompt_result``, ``session_settled`` and ``agent_settled`` stop here (the original
+    writes none of them)."""
 
     outbox: Outbox
     text: bool
@@ -110,6 +112,8 @@ class OnceSink:
         if isinstance(event, ev.SessionSettled):
             self.settled.set()
             return
+        if isinstance(event, ev.AgentSettled):
+            return  # pi's RPC end of a prompt's work; the original's json mode has none
         if isinstance(event, ev.AgentStart | ev.ToolExecutionEnd):
             self.waiting_for = f"the model {self.model}"
         elif isinstance(event, ev.ToolExecutionStart):
@@ -212,7 +216,7 @@ class OnceFront:
         stderr). On cancellation it stops where it is."""
         frame = cmd.Prompt(message=prompt.text, images=list(prompt.images) or msgspec.UNSET,
                            id=f"once-{self.sent}")
-        response = await commands.dispatch(frame)
+        response = await dispatch(commands, frame)
         if not response.success:
             self.refused = response.error or "the prompt was refused"
             print(f"omp: {self.refused}", file=sys.stderr, flush=True)

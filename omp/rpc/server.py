@@ -51,7 +51,8 @@ from ..protocol.frames import Ready, Response
 from ..protocol.framing import LineFramer
 from ..session import AgentSession
 from ..session.aborts import EVERY
-from .commands import Admission, Commands, CustomCommand, Frame, Inbound
+from .commands import Commands, CustomCommand, Frame, Inbound
+from .dispatch import Admission, admit, answer, settle
 from .lifecycle import (
     Runtime,
     build_runtime,
@@ -290,7 +291,7 @@ class RpcServer:
             else:
                 self.start_job(functools.partial(self._put_later, frame))
             return
-        admission = self.commands.admit(frame)  # registered now, before the next line is read
+        admission = admit(self.commands, frame)  # registered now, before the next line is read
         route = admission.route
         if route.lane == "control":
             route.handler(frame)
@@ -309,12 +310,12 @@ class RpcServer:
 
     async def _answer_now(self, frame: Frame, admission: Admission, *, lane: bool = True
                           ) -> None:
-        """Answer one command (``Commands.answer``; a cancelled command is still answered:
+        """Answer one command (``dispatch.answer``; a cancelled command is still answered:
         hosts keep reading until we exit), queue the response, then what follows it
-        (``Commands.settle``; ``lane``: the command held the reader or the serial lane)."""
-        response = await self.commands.answer(frame, admission)
+        (``dispatch.settle``; ``lane``: the command held the reader or the serial lane)."""
+        response = await answer(self.commands, frame, admission)
         self.output.put_nowait(response)
-        await self.commands.settle(admission, response, lane=lane)
+        await settle(self.commands, admission, response, lane=lane)
 
     async def run_commands(self, *, task_status: trio.TaskStatus[None]) -> None:
         """The serial lane and the command nursery; returns when both are finished."""

@@ -14,13 +14,14 @@ templates only.
 
 **Built-ins** run in the serial lane and write what they have to say as ``command_output``
 (``session_info_update`` / ``config_update`` first where they change those); the response is
-``{agentInvoked: false}``, or ``true`` when they started a run (``/retry``), or has no data when
-they leave a prompt to run (``/force <tool> <text>``). ``/compact``, ``/handoff`` and ``/rename``
+``{agentInvoked: false, disposition: "handled"}``, or ``{agentInvoked: true, disposition:
+"started"}`` when they started a run (``/retry``) or left a prompt to run (``/force <tool>
+<text>``: ``queued`` when a run goes on). ``/compact``, ``/handoff`` and ``/rename``
 without a title are background work: the response comes first, their output when done. Only the
 built-ins that fit this runtime exist; the original's others (``ABSENT_BUILTINS``: MCP,
 marketplace, SSH, usage, stats, its terminal UI's commands ...) never reach the model: unless an
-extension, a file command or a template took the name, they answer ``{agentInvoked: false}``
-with one ``command_output`` saying that they are not available here.
+extension, a file command or a template took the name, they answer ``{agentInvoked: false,
+disposition: "handled"}`` with one ``command_output`` saying that they are not available here.
 """
 
 from __future__ import annotations
@@ -693,7 +694,7 @@ ABSENT_BUILTINS = frozenset({
     "security", "skillful", "extended-context", "computer", "prewalk", "advisor", "trace",
     "share", "browser", "usage", "stats", "ssh", "fresh", "shake", "pin", "memory",
     "move", "wt", "worktree", "add-dir", "remove-dir", "dirs", "marketplace", "plugins",
-    "plugin",
+    "plugin", "review", "green", "autoresearch",
     # ... and those of its terminal UI, which would reach its model as text over RPC.
     "settings", "setup", "plan", "plan-review", "vibe", "goal", "guided-goal", "loop", "queue",
     "collab", "join", "leave", "copy", "open", "hotkeys", "extensions", "agents", "git", "hub",

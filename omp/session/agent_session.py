@@ -281,11 +281,13 @@ class AgentSession:
             self._adopt(self.store.adopt(file))
         return False, resumed
 
-    async def branch(self, entry_id: str) -> str:
-        """A new file with the conversation before user message ``entry_id``; returns its
-        text. The run in progress (if any) is not interrupted. Written in a worker thread; on
+    async def branch(self, entry_id: str | None) -> str:
+        """A new file with the conversation before user message ``entry_id``, or with the whole
+        current branch when None (pi's ``clone``); returns that message's text ("" for None).
+        The run in progress (if any) is not interrupted. Written in a worker thread; on
         cancellation nothing changed."""
-        file, text, built = await self.store.branch(entry_id)
+        file, text, built = await (self.store.branch(entry_id) if entry_id is not None
+                                   else self.store.clone())
         self.runs.cancel_jobs()  # they worked for the old transcript
         self._adopt(self.store.adopt(file, built))
         self.runs.settle()

@@ -178,6 +178,13 @@ class RunCoordinator(msgspec.Struct, eq=False):
         else:
             self.start_run([message])
 
+    def clear_queue(self) -> tuple[list[Input], list[Input]]:
+        """``clear_queue``: take the queued steering and follow-up messages out; a prompt that
+        queued one gets its ``prompt_result`` (``aborted``) now. Returns them."""
+        steering, follow_ups = self.agent.take_queued()
+        self._publish_all(self.settlement.dropped([*steering, *follow_ups]))
+        return steering, follow_ups
+
     def deliver(self, message: Input, *, trigger_turn: bool, follow_up: bool) -> None:
         """A message from an extension: queued during a run; idle, it starts a run
         (``trigger_turn``) or is just added to the context. No ticket: no host asked."""

@@ -17,8 +17,10 @@ docs/design/protocol.md#session_settled; docs/protocol/index.md states them for 
 * A stretch of activity begins when a run or a background job starts. When a run ends the
   session writes, in this order: the one terminal ``agent_end`` (``isTerminal: false`` while
   background work is pending, which resumes the session later), the ``prompt_result`` of every
-  ticket it served, then ``session_settled`` once nothing is left: no run, nothing queued, no
-  background job. A stretch that is over is announced once.
+  ticket it served, pi's ``agent_settled`` unless the next run starts at once (the resume
+  rule), then ``session_settled`` once nothing is left: no run, nothing queued, no background
+  job. A stretch that is over is announced once.
+* ``clear_queue`` answers the tickets of the prompts it took out of the queue ``aborted``.
 * The resume rule: after a run that was aborted (or never started), a queued steer starts the
   next run at once (docs/design/protocol.md#abort); a background result that arrived after the run's
   last step boundary starts the next run too.
@@ -40,7 +42,7 @@ import msgspec
 from ..agent.loop import Input
 from ..protocol import messages as m
 from ..protocol.commands import RequestId
-from ..protocol.events import AgentEnd, PromptError, PromptResult, SessionSettled
+from ..protocol.events import AgentEnd, AgentSettled, PromptError, PromptResult, SessionSettled
 from .run import RunReport
 from .sink import Published
 
@@ -129,6 +131,10 @@ class Settlement(msgspec.Struct, eq=False):
             self.tickets.remove(ticket)
             frames.append(PromptResult(id=ticket.request_id, agentInvoked=True, status=status,
                                        sessionSettled=settled, error=error))
+        if not resume:
+            # pi's end of the work: no run follows by itself (background jobs may start one
+            # later; it ends with its own agent_settled).
+            frames.append(AgentSettled(aborted=status == "aborted"))
         frames += self.settle(after, resume=resume)
         return frames
 
@@ -158,6 +164,18 @@ class Settlement(msgspec.Struct, eq=False):
         ``prompt_result`` at once."""
         return [PromptResult(id=request_id, agentInvoked=False, status="completed",
                              sessionSettled=now.settled)]
+
+    def dropped(self, messages: list[Input]) -> Frames:
+        """Queued messages taken out of the queue (``clear_queue``): the tickets they held are
+        answered ``aborted`` (no run will take them in; the run going on settles the stretch)."""
+        gone = {id(x) for x in messages}
+        frames: Frames = []
+        for ticket in [t for t in self.tickets if t.message is not None
+                       and id(t.message) in gone]:
+            self.tickets.remove(ticket)
+            frames.append(PromptResult(id=ticket.request_id, agentInvoked=False,
+                                       status="aborted", sessionSettled=False))
+        return frames
 
     def abort_all(self, now: Activity, *, closing: bool = False) -> Frames:
         """A session change or the close: every open ticket is answered ``aborted`` (tickets

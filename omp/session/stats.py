@@ -111,3 +111,15 @@ def session_stats(messages: Sequence[AgentMessage], *, session_file: str | None,
         routedModels=routed if routed else UNSET,
         contextUsage=UNSET if context_usage is None else context_usage_payload(*context_usage),
     )
+
+
+def tokens_per_second(messages: Sequence[AgentMessage]) -> float | None:
+    """``get_state.tokensPerSecond``: the output tokens of the last model response over the
+    time it streamed them (from its first token when known, else from the request); None when
+    unknown (no response yet, no timing, no output)."""
+    last = next((x for x in reversed(messages) if isinstance(x, AssistantMessage)), None)
+    if last is None or last.usage.output <= 0 or not isinstance(last.duration, float | int):
+        return None
+    ttft = last.ttft if isinstance(last.ttft, float | int) else 0.0
+    streaming = (last.duration - ttft if last.duration > ttft else last.duration) / 1000
+    return round(last.usage.output / streaming, 1) if streaming > 0 else None

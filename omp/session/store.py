@@ -38,7 +38,7 @@ from .context import BranchSettings, branch_settings, build_context, entries_sin
 from .context import user_messages as branch_user_messages
 from .entries import CURRENT_VERSION, SessionHeader, iso_timestamp
 from .errors import InvalidRequest, SessionError
-from .file import SessionFile, branch_file
+from .file import SessionFile, branch_file, fork_file
 from .locations import newest_session
 from .sink import Published
 from .writer import on_loop
@@ -275,6 +275,21 @@ class SessionStore(msgspec.Struct, eq=False):
         except OSError as exc:
             raise SessionError(f"Cannot write the branch: {exc.strerror or exc}") from None
 
+    async def clone(self) -> tuple[SessionFile, str, Built]:
+        """A new file with the whole current branch (pi's ``clone``), no text, and its context
+        and settings, written and built in a worker thread as ``branch`` does. Raises
+        SessionError; on cancellation the thread is abandoned and nothing changed here."""
+        file = self.file
+        if file is None:
+            raise SessionError("clone requires session persistence (omit --no-session)")
+        if file.leaf_id is None:
+            raise SessionError("Cannot clone session: no current entry selected")
+        try:
+            return await trio.to_thread.run_sync(_clone_and_build, file,
+                                                 abandon_on_cancel=True)
+        except OSError as exc:
+            raise SessionError(f"Cannot write the clone: {exc.strerror or exc}") from None
+
     # -- views (get_entries, get_tree, paging, export) ---------------------------------------
 
     @property
@@ -340,6 +355,12 @@ def _branch_and_build(file: SessionFile, entry_id: str) -> tuple[SessionFile, st
     the new file is nobody else's yet)."""
     new, text = branch_file(file, entry_id)
     return new, text, (build_context(new), branch_settings(new))
+
+
+def _clone_and_build(file: SessionFile) -> tuple[SessionFile, str, Built]:
+    """``fork_file`` and the new file's context and settings (blocking, for a worker thread)."""
+    new = fork_file(file)
+    return new, "", (build_context(new), branch_settings(new))
 
 
 async def _load_file(path: Path) -> SessionFile:
