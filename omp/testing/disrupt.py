@@ -126,7 +126,8 @@ def _waiting_requests(harness: OmpHarness) -> bool:
 async def run_disrupted(harness: OmpHarness, script: Iterable[dict[str, Any]],
                         disruption: Disruption, *, message: str = "Go ahead.") -> list[Frame]:
     """Run ``script`` under ``disruption`` (see the module docstring) and return every frame
-    the server wrote on the connection. One call per harness: what the script leaves unused
+    the server wrote on the connection. On cancellation the waiting stops; what was sent stays
+    sent. One call per harness: what the script leaves unused
     would answer the next call's first requests, and the plain answer the script is followed by
     (for the turns a disruption adds) answers all the requests that come after it."""
     return (await disrupt(harness, script, disruption, message=message)).frames

@@ -130,8 +130,6 @@ class OmpHarness:
     uri_schemes: dict[str, HostUriHandler] = attrs.field(factory=dict)
     ui: UiHandler | None = None
     _ids: int = 0
-    _waiting: dict[str, int] = attrs.field(factory=dict)
-    _changed: trio.Event = attrs.field(factory=trio.Event)
 
     # -- reading and writing --------------------------------------------------------------------
 
@@ -148,15 +146,15 @@ class OmpHarness:
 
     async def next_frame(self) -> Frame:
         """The next event (a JSON object), also appended to ``frames``. Raises
-        ``trio.EndOfChannel`` once the connection has ended."""
+        ``trio.EndOfChannel`` once the connection has ended. On cancellation no event is
+        taken."""
         frame = as_frame(await self.client.events.receive())
         self.frames.append(frame)
-        self._changed.set()
-        self._changed = trio.Event()
         return frame
 
     async def until(self, predicate: Callable[[Frame], bool]) -> list[Frame]:
-        """Events from now on up to and including the first one ``predicate`` accepts."""
+        """Events from now on up to and including the first one ``predicate`` accepts. On
+        cancellation the events read so far stay in ``frames``."""
         got = []
         while True:
             frame = await self.next_frame()
@@ -178,7 +176,8 @@ class OmpHarness:
         return await self.until(ends)
 
     async def drain(self) -> list[Frame]:
-        """Every event up to the end of the connection (after the server's input closed)."""
+        """Every event up to the end of the connection (after the server's input closed). On
+        cancellation the events read so far stay in ``frames``."""
         got = []
         while True:
             try:

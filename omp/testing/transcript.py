@@ -21,7 +21,7 @@ import trio
 
 from ..protocol.codec import ChunkAssembler, ChunkError
 from ..protocol.frames import RpcChunk
-from .invariants import Frame, Stops, check_protocol
+from .invariants import HOST_ANSWERS, Frame, Stops, check_protocol
 
 __all__ = ["Transcript"]
 
@@ -54,8 +54,7 @@ class Transcript:
 
     def commands(self) -> list[Frame]:
         """The commands the host wrote (frames with an ``id`` that are not answers)."""
-        return [f for f in self.sent if "id" in f and f.get("type") not in (
-            "host_tool_result", "host_tool_update", "host_uri_result", "extension_ui_response")]
+        return [f for f in self.sent if "id" in f and f.get("type") not in HOST_ANSWERS]
 
     def response(self, request_id: Any) -> Frame | None:
         """The first response to ``request_id``, if it came."""
