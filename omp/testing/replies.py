@@ -10,12 +10,15 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["overflow", "server_error", "text", "tool_call", "tool_calls"]
+__all__ = ["dropped", "overflow", "server_error", "text", "tool_call", "tool_calls"]
 
 
-def text(*pieces: str | float, usage: dict[str, int] | None = None) -> dict[str, Any]:
-    """A streamed text answer: each ``str`` is one delta, each ``float`` a pause (seconds)."""
-    chunks = [{"delay": p} if isinstance(p, float) else {"text": p} for p in pieces]
+def text(*pieces: str | float, thinking: str | None = None,
+         usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """A streamed text answer: each ``str`` is one delta, each ``float`` a pause (seconds);
+    ``thinking`` streams first."""
+    chunks: list[dict[str, Any]] = [{"thinking": thinking}] if thinking else []
+    chunks += [{"delay": p} if isinstance(p, float) else {"text": p} for p in pieces]
     reply: dict[str, Any] = {"chunks": chunks}
     if usage is not None:
         reply["usage"] = usage
@@ -37,6 +40,12 @@ def tool_calls(*calls: dict[str, Any], text: str | None = None,
     if text:
         chunks.append({"text": text})
     return {"chunks": [*chunks, *calls]}
+
+
+def dropped(*pieces: str) -> dict[str, Any]:
+    """A stream cut off after its text ``pieces``: the connection closes mid-answer (the runtime
+    retries it)."""
+    return {"chunks": [{"text": p} for p in pieces], "dropAfter": len(pieces)}
 
 
 def server_error(status: int = 503, message: str = "The server is overloaded", *,
