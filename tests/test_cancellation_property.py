@@ -1147,11 +1147,11 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
 
     Unless ``serve()`` was cancelled (frames may be lost by design then), in every frame the
     host received up to EOF (the rules of ``omp.testing.check_protocol``, the ones every host
-    can check, then this scenario's own): each run that started wrote exactly one terminal ``agent_end``,
-    turns and messages nest (``check_runs``, ``check_message_ids``); ``auto_retry_*`` and
-    ``auto_compaction_*`` are closed before it (``check_sagas``); each tool execution and tool
-    call is paired (``check_tool_calls``); each host tool call and URI request was
-    answered or cancelled (``check_host_requests``), and so was each approval dialog
+    can check, then this scenario's own): each run that started wrote exactly one terminal
+    ``agent_end``, turns and messages nest (``check_runs``, ``check_message_ids``);
+    ``auto_retry_*`` and ``auto_compaction_*`` are closed before it (``check_sagas``); each
+    tool execution and tool call is paired (``check_tool_calls``); each host tool call and URI
+    request was answered or cancelled (``check_host_requests``), and so was each approval dialog
     (``check_dialogs``); each command got one response and each
     accepted prompt one ``prompt_result``; ``get_state`` after a terminal ``agent_end`` says
     ``isStreaming: false`` (``check_idle_after_runs``); ``abort`` answers after the run ended.
