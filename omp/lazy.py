@@ -81,6 +81,8 @@ LAZY_MODULES: dict[str, str] = {
 
 LAZY_IMPORTERS: dict[str, str] = {
     "omp.cli": "the entry point: usage errors and --version answer before trio is imported",
+    "omp.testing.pytest_plugin": "loaded by pytest in every test run of a project where omp is "
+                                 "installed: the kit is imported when a test asks for a fixture",
     "omp.subcommands": "each subcommand runs alone in its process and imports only what it "
                        "needs (omp models: the model registry, not the session)",
 }

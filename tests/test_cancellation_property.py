@@ -89,38 +89,16 @@ import procfs
 import pytest
 import trio
 import trio.testing
-from agent_helpers import (
-    Frame,
-    assert_tool_calls_paired,
-    check_message_ids,
-    to_frame,
-    tool_call,
-    write_models_yml,
-)
+from agent_helpers import Frame, to_frame, tool_call, write_models_yml
 from hypothesis import HealthCheck, Phase, event, example, given, seed, settings
 from hypothesis import strategies as st
 from property_helpers import (
     RecordingSendStream,
-    Stops,
-    backgrounded,
-    check_batch_order,
     check_cut_together,
-    check_dialogs,
-    check_host_requests,
-    check_idle_after_runs,
-    check_pauses,
-    check_prompt_results,
     check_registry,
-    check_responses,
     check_rpc_bash_cut,
-    check_run_outcomes,
-    check_runs,
-    check_sagas,
-    check_subagents,
     leftover_tasks,
-    phase,
     recorded_pids,
-    responses_by_id,
     task_tree,
 )
 
@@ -133,6 +111,15 @@ from omp.rpc import lifecycle
 from omp.rpc.server import ServeOptions
 from omp.session.aborts import AbortRegistry, Family
 from omp.testing.fake_llm import open_fake_llm
+from omp.testing.invariants import (
+    Stops,
+    backgrounded,
+    check_idle_after_runs,
+    check_protocol,
+    check_runs,
+    phase,
+    responses_by_id,
+)
 from omp.tools import shell
 
 EXAMPLES = int(os.environ.get("OMP_CANCELLATION_EXAMPLES", "1000"))
@@ -1163,11 +1150,12 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
     returned had been killed (``procfs.dying``) and is gone soon after.
 
     Unless ``serve()`` was cancelled (frames may be lost by design then), in every frame the
-    host received up to EOF: each run that started wrote exactly one terminal ``agent_end``,
-    turns and messages nest (``check_runs``, ``check_message_ids``); ``auto_retry_*`` and
-    ``auto_compaction_*`` are closed before it (``check_sagas``); each tool execution and tool
-    call is paired (``assert_tool_calls_paired``); each host tool call and URI request was
-    answered or cancelled (``check_host_requests``), and so was each approval dialog
+    host received up to EOF (the rules of ``omp.testing.check_protocol``, the ones every host
+    can check, then this scenario's own): each run that started wrote exactly one terminal
+    ``agent_end``, turns and messages nest (``check_runs``, ``check_message_ids``);
+    ``auto_retry_*`` and ``auto_compaction_*`` are closed before it (``check_sagas``); each
+    tool execution and tool call is paired (``check_tool_calls``); each host tool call and URI
+    request was answered or cancelled (``check_host_requests``), and so was each approval dialog
     (``check_dialogs``); each command got one response and each
     accepted prompt one ``prompt_result``; ``get_state`` after a terminal ``agent_end`` says
     ``isStreaming: false`` (``check_idle_after_runs``); ``abort`` answers after the run ended.
@@ -1206,27 +1194,16 @@ def check_example(scenario: Scenario, record: Record, cwd: Path, children: set[i
 
     # Background work: children run in the background, or a steer moved a running command.
     pauses = (scenario.background and scenario.spawns()) or backgrounded(frames)
-    check_runs(frames, complete=True, pauses=pauses)
-    check_sagas(frames)
-    check_subagents(frames)
-    if pauses:
-        assert record.eof_frames is not None
-        check_pauses(frames[:record.eof_frames])
-    check_message_ids(frames)
-    check_batch_order(frames)
-    assert_tool_calls_paired(frames)
-    check_host_requests(frames, record.sent)
-    check_dialogs(frames, record.sent, record.eof_frames)
-    check_responses(frames, record.commands, exact=True)
-    check_prompt_results(frames, record.prompt_ids, exact=True)
-    check_idle_after_runs(frames, record.prompt_ids, record.state_ids)
     disruption, d1_sent = scenario.disruption, record.sent_at.get("d1")
     abort_window = None
     if disruption in ("abort", "abort_eof") and d1_sent is not None:
         abort_window = (d1_sent, responses_by_id(frames)["d1"][0])
-    check_run_outcomes(frames, Stops(
+    # The protocol's rules (omp.testing.check_protocol: the same for every host), then what
+    # only this scenario's host knows to ask.
+    check_protocol(frames, record.commands, sent=record.sent, pauses=pauses, stops=Stops(
         abort=abort_window, abort_retry=d1_sent if disruption == "abort_retry" else None,
         eof=record.eof_frames), abort_reason=ABORT_REASON, shutdown_reason=SHUTDOWN_REASON)
+    check_idle_after_runs(frames, record.prompt_ids, record.state_ids)
     check_cut_together(frames, record.together, disruption)
     b1_time, d1_time = record.sent_time.get("b1"), record.sent_time.get("d1")
     check_rpc_bash_cut(

@@ -9,6 +9,9 @@ fence (invisible on a rendered page) says how it is checked:
   ``EXAMPLE_TIMEOUT`` seconds (an example that waits for an event that never comes fails).
 * ``<!-- example: extension registers COMMAND -->``: an extension module. It is loaded by a
   real ``omp --mode rpc -e FILE`` and must load without an error and register ``COMMAND``.
+* ``<!-- example: pytest -->``: a test module of a host's project. It runs with
+  ``python -m pytest`` in an empty directory (no ``conftest.py``: the fixtures come from the
+  installed ``omp.testing`` plugin), and every test in it must pass.
 * ``<!-- example: fragment: REASON -->``: not runnable on its own (a piece of a larger program,
   a placeholder to fill in); the REASON is required and shown as the skip reason.
 """
@@ -94,6 +97,9 @@ async def test_example_runs(example: Example, tmp_path: Path, isolated_agent_dir
     if example.mark.startswith("extension"):
         await _check_extension(example, tmp_path)
         return
+    if example.mark == "pytest":
+        await _run_tests(example, tmp_path)
+        return
     assert not example.mark, f"{example.id}: unknown example mark {example.mark!r}"
     script = tmp_path / "example.py"
     script.write_text(example.source)
@@ -106,6 +112,21 @@ async def test_example_runs(example: Example, tmp_path: Path, isolated_agent_dir
             stdin=subprocess.DEVNULL, capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, (
         f"{example.id} exited {done.returncode}:\n{done.stderr.decode(errors='replace')}")
+
+
+async def _run_tests(example: Example, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_example.py").write_text(example.source)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["TMPDIR"] = str(tmp_path)
+    with trio.fail_after(EXAMPLE_TIMEOUT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "test_example.py"], cwd=project, env=env, stdin=subprocess.DEVNULL,
+            capture_stdout=True, capture_stderr=True, check=False)
+    output = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode == 0, f"{example.id}: its tests failed:\n{output}"
 
 
 async def _check_extension(example: Example, tmp_path: Path) -> None:
