@@ -2,8 +2,8 @@
 the host's URL schemes.
 
 ``McpUris`` is the session's ``UriHandler`` once MCP servers are configured: ``mcp://`` URLs
-are its own (``resources/read`` on the connected server that lists the URI; the texts of the
-result are what ``read`` shows), everything else goes to the host's schemes as before.
+are its own (``resources/read`` on the server that lists the URI, waiting for its restart when
+it is down; the texts of the result are what ``read`` shows), everything else goes to the host's schemes as before.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class McpUris:
             return await self.inner.read(url)
         uri = url[len(SCHEME):]
         for connection in self.manager.connections.values():
-            if connection.state == "connected" and any(
+            if connection.listed and any(
                     str(r.uri) == uri for r in connection.resources):
                 try:
                     text, mime = await connection.resource_text(uri)
@@ -49,7 +49,7 @@ class McpUris:
                                     ) from None
                 return UriResource(content=text, content_type=mime)
         known = [f"{SCHEME}{r.uri}" for c in self.manager.connections.values()
-                 if c.state == "connected" for r in c.resources]
+                 if c.listed for r in c.resources]
         raise ToolError(f'No MCP server has resource "{uri}". Resources: '
                         f"{', '.join(known) or '(none)'}")
 
