@@ -782,7 +782,8 @@ async def test_an_exclusive_call_asks_when_its_turn_comes(cwd: Path, tmp_path: P
             for request in reversed(first):
                 await host.answer(request, value="Approve")
             write = await host.ui_request("select")
-            assert (cwd / "a.txt").exists() and (cwd / "b.txt").exists()
+            assert (cwd / "a.txt").exists()
+            assert (cwd / "b.txt").exists()
             await host.answer(write, value="Approve")
             last = await host.ui_request("select")
             assert (cwd / "w.txt").read_text() == "hi"

@@ -518,7 +518,7 @@ async def test_mcp_reconnect_restarts_a_server(tmp_path: Path, isolated_agent_di
             unknown = await host.command_output("/mcp reconnect nope")
     assert said == 'Reconnecting "probe".'
     assert unknown == 'Server "nope" is not running. Run /mcp list to see configured servers.'
-    first, second = mark.read_text().split()
+    _first, second = mark.read_text().split()
     assert result_text(of_type(frames, "tool_execution_end")[0]).startswith(second)
     # A reconnect that was asked for is not a warning.
     assert not [f for f in host.frames if f["type"] == "notice" and f["level"] == "warning"]

@@ -63,7 +63,7 @@ async def test_a_call_right_after_a_crash_waits_for_the_restart(
     assert results["c1"]["isError"] is True
     assert "failure: eof" in result_text(results["c1"])
     assert results["c2"]["isError"] is False, result_text(results["c2"])
-    first, second = starts(mark)
+    _first, second = starts(mark)
     assert result_text(results["c2"]) == f"back from {second}"
     assert frames[-1]["status"] == "completed"
     # The tools were never unmounted: no notice but the first mount.
@@ -99,7 +99,7 @@ async def test_a_server_killed_between_calls_is_restarted_by_the_next_call(
     end = ends(two)["c2"]
     assert end["isError"] is False, result_text(end)
     assert down["message"] == 'MCP server "restart": the server was killed by SIGKILL'
-    first, second = starts(mark)
+    _first, second = starts(mark)
     assert result_text(end) == f"two from {second}"
     assert_all_gone(mark)
 

@@ -27,11 +27,11 @@ down keeps its lists (``listed``: its tools stay mounted, as the original keeps 
 of its tool finds it: the call waits for a connection attempt in progress, or has the next one
 made now (no backoff, a suspended server woken), and fails with that attempt's error, which
 says the server could not be restarted and why (a stdio server's exit status, from the
-transport); a connection that ends under a call fails it at once (``eof``), not at its timeout. An abort
-cancels the call, and the server is told with ``notifications/cancelled`` (shielded, with its
-own short deadline). Notifications that lists changed make a refresher task list them again and
-tell the manager. The server's ``ping`` and ``roots/list`` (the project directory) are
-answered.
+transport); a connection that ends under a call fails it at once (``eof``), not at its
+timeout. An abort cancels the call, and the server is told with ``notifications/cancelled``
+(shielded, with its own short deadline). Notifications that lists changed make a refresher task
+list them again and tell the manager. The server's ``ping`` and ``roots/list`` (the project
+directory) are answered.
 """
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ server's process group is ended (``omp.mcp.transport``), within ``KILL_GRACE`` p
 same way, each in a cancel scope of its own, and connects others in the same nursery.
 
 Whenever a connection's lists change, the session's ``mcp_tools`` are replaced (the next model
-call has them; a server that went down keeps its tools, prompts and instructions mounted, as the
-original does: a call waits for the restart, ``omp.mcp.connection``), one ``notice`` says which tools were mounted / unmounted (the original's
+call has them), one ``notice`` says which tools were mounted / unmounted (the original's
 ``xd://: mounted ...``, ``source: "xdev"``, when they are ``xd://`` devices (``tools.xdev``, the
 default); ``mcp: mounted ...``, ``source: "mcp"`` when they are function tools), and when
-prompts changed ``on_commands`` re-announces the command list.
+prompts changed ``on_commands`` re-announces the command list. A server that went down keeps
+its tools, prompts and instructions mounted, as the original does (``Connection.listed``): a
+call waits for the restart.
 
 OAuth (``omp.mcp.auth``): the connections of HTTP servers send the tokens stored in
 ``credentials``; a server that refuses us starts the flow by itself once (``_auth_required``),

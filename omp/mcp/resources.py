@@ -3,7 +3,8 @@ the host's URL schemes.
 
 ``McpUris`` is the session's ``UriHandler`` once MCP servers are configured: ``mcp://`` URLs
 are its own (``resources/read`` on the server that lists the URI, waiting for its restart when
-it is down; the texts of the result are what ``read`` shows), everything else goes to the host's schemes as before.
+it is down; the texts of the result are what ``read`` shows), everything else goes to the
+host's schemes as before.
 """
 
 from __future__ import annotations
