@@ -252,7 +252,8 @@ async def mcp_crash(workdir: Path) -> None:
                   f"{run.last_end - killed:5.2f} s after the kill: {outcome(run.ends[-1])}")
         run = await run_tools(client, "c", directive("mcp__restart_crash", {}) + " "
                               + directive("mcp__restart_echo", {"text": "after"}))
-        crash, after = run.ends
+        by_tool = {end["toolName"]: end for end in run.ends}  # (in the order they ended)
+        crash, after = by_tool["mcp__restart_crash"], by_tool["mcp__restart_echo"]
         print(f"             a call that crashed it: {outcome(crash)}")
         print(f"             a call beside it: {outcome(after)} "
               f"({run.last_end - run.first_start:.2f} s for both)")
