@@ -40,6 +40,8 @@ LAZY_MODULES: dict[str, str] = {
                  "(omp.tools.LazyTool); eval's kernel module, with jupyter_client and zmq "
                  "(~0.4 s), in a worker thread at the first eval call",
     "omp.session.export_html": "~3 ms: only export_html needs it",
+    "omp.session.oversize": "~1 ms: only an entry whose session-file line is over "
+                            "stream.maxSessionLineBytes needs it",
     "omp.session.rules": "a few ms (TTSR rules, an attrs class per rule part): only when a "
                          "rule place exists (omp.session.rule_sources)",
     "omp.extensions.loader": "~15 ms with the extension API, runtime and events (23 attrs "

@@ -728,3 +728,69 @@ async def test_an_extension_bash_is_judged_by_its_own_tier(tier: str, cwd: Path,
     else:  # (in either order: the calls are shared, both dialogs are up at once)
         assert sorted(requests) == ["Allow tool: bash\nCommand: echo reboot; touch crit.txt",
                                     "Allow tool: bash\nCommand: touch denied.txt"]
+
+
+# --- a batch of calls that ask ---------------------------------------------------------------
+
+
+async def test_the_dialogs_of_one_batch_are_open_together(cwd: Path, tmp_path: Path,
+                                                          isolated_agent_dir: Path) -> None:
+    # Twenty shared calls of one message: each asks in its own task, so the host sees all
+    # twenty dialogs before it answers any, and may answer them in any order (here the last
+    # first); each call follows its own answer.
+    count = 20
+    script = [tools_reply(*(touch_call(f"c{i}", f"f{i}.txt") for i in range(count))),
+              text_reply("done")]
+    config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
+    with trio.fail_after(LIMIT):
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--config",
+                                 config) as (fake, host):
+            await prompt(host)
+            requests = [await host.ui_request("select") for _ in range(count)]
+            assert not of_type(host.frames, "tool_execution_start")
+            by_file = {r["title"].removeprefix("Allow tool: bash\nCommand: touch "): r
+                       for r in requests}
+            assert sorted(by_file) == sorted(f"f{i}.txt" for i in range(count))
+            for i in reversed(range(count)):
+                await host.answer(by_file[f"f{i}.txt"],
+                                  value="Approve" if i % 2 == 0 else "Deny")
+            frames = await host.until_type("prompt_result", id="p")
+    assert frames[-1]["status"] == "completed"
+    for i in range(count):
+        assert (cwd / f"f{i}.txt").exists() is (i % 2 == 0), i
+        result = tool_result_of(fake, 1, f"c{i}")
+        assert (result == DENIED) is (i % 2 == 1), (i, result)
+    assert len(ui_requests(host.frames, "select")) == count
+
+
+async def test_an_exclusive_call_asks_when_its_turn_comes(cwd: Path, tmp_path: Path,
+                                                          isolated_agent_dir: Path) -> None:
+    # As in the original, a call is asked about when it is about to run: the shared calls
+    # before an exclusive one (``write``) ask together, the write once they have ended (the
+    # user approves it seeing what ran before it), and the shared call after it once the
+    # write has ended.
+    script = [tools_reply(touch_call("a", "a.txt"), touch_call("b", "b.txt"),
+                          tool_call("w", "write", {"path": "w.txt", "content": "hi"}),
+                          touch_call("c", "c.txt")),
+              text_reply("done")]
+    config = overlay(tmp_path, "tools:\n  approvalMode: always-ask\n")
+    with trio.fail_after(LIMIT):
+        async with fake_and_host(script, isolated_agent_dir, cwd, "--config",
+                                 config) as (_, host):
+            await prompt(host)
+            first = [await host.ui_request("select") for _ in range(2)]
+            for request in reversed(first):
+                await host.answer(request, value="Approve")
+            write = await host.ui_request("select")
+            assert (cwd / "a.txt").exists()
+            assert (cwd / "b.txt").exists()
+            await host.answer(write, value="Approve")
+            last = await host.ui_request("select")
+            assert (cwd / "w.txt").read_text() == "hi"
+            await host.answer(last, value="Approve")
+            await host.until_type("prompt_result", id="p")
+    assert sorted(r["title"] for r in first) == ["Allow tool: bash\nCommand: touch a.txt",
+                                                 "Allow tool: bash\nCommand: touch b.txt"]
+    assert write["title"] == "Allow tool: write\nPath: w.txt\nContent:\nhi"
+    assert last["title"] == "Allow tool: bash\nCommand: touch c.txt"
+    assert (cwd / "c.txt").exists()

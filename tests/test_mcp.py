@@ -438,7 +438,8 @@ async def test_an_http_server_that_goes_away(tmp_path: Path, isolated_agent_dir:
                 took = trio.current_time() - started
                 server = await start_http_probe(port)
                 assert await host.command_output("/mcp reconnect web") == 'Reconnecting "web".'
-                await host.mounted("mcp__web_echo")
+                # The tool stayed mounted while the server was down: the call waits for the
+                # connection.
                 back = await host.prompt("three")
     finally:
         await kill_process_group(server)
@@ -509,15 +510,18 @@ async def test_mcp_reconnect_restarts_a_server(tmp_path: Path, isolated_agent_di
     mark = tmp_path / "starts"
     write_mcp(isolated_agent_dir / "mcp.json",
               {"probe": stdio_entry(env={"MCP_PROBE_MARK": str(mark)})})
+    script = [tools_reply(tool_call("c1", "mcp__probe_pid", {})), text_reply("ok")]
     with trio.fail_after(LIMIT):
-        async with open_host(cwd, isolated_agent_dir) as host:
+        async with open_host(cwd, isolated_agent_dir, script) as host:
             await host.mounted("mcp__probe_echo")
             said = await host.command_output("/mcp reconnect probe")
-            await host.mounted("mcp__probe_echo")  # unmounted, then mounted again
+            # The tools stay mounted: a call waits for the new connection.
+            frames = await host.prompt("which")
             unknown = await host.command_output("/mcp reconnect nope")
     assert said == 'Reconnecting "probe".'
     assert unknown == 'Server "nope" is not running. Run /mcp list to see configured servers.'
-    assert len(mark.read_text().split()) == 2
+    _first, second = mark.read_text().split()
+    assert result_text(of_type(frames, "tool_execution_end")[0]).startswith(second)
     # A reconnect that was asked for is not a warning.
     assert not [f for f in host.frames if f["type"] == "notice" and f["level"] == "warning"]
 

@@ -161,7 +161,7 @@ class ToolGate(Protocol):
 
     async def check(self, call_id: str, tool: Tool, args: dict[str, Any]) -> str | None:
         """None: the call runs; else its error text. May ask the user (a dialog awaited in
-        the run's task: an abort cancels it, and the call counts as not started)."""
+        the call's task: an abort cancels it, and the call counts as not started)."""
         ...
 
 

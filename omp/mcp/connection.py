@@ -22,13 +22,16 @@ and the transport's exit ends the server's process group.
 
 Calls (``call_tool``, ``prompt_text``, ``read_resource``) run in the caller's task (a tool call
 in the run's turn nursery), with the server's timeout around the wait for a connection and the
-request (a subagent's view of a tool caps it at ``SUBAGENT_CALL_SECONDS``). A call waits for a
-connection attempt in progress (or asks for one) and fails with that attempt's error; a
-connection that ends under a call fails it at once (``eof``), not at its timeout. An abort
-cancels the call, and the server is told with ``notifications/cancelled`` (shielded, with its
-own short deadline). Notifications that lists changed make a refresher task list them again and
-tell the manager. The server's ``ping`` and ``roots/list`` (the project directory) are
-answered.
+request (a subagent's view of a tool caps it at ``SUBAGENT_CALL_SECONDS``). A server that went
+down keeps its lists (``listed``: its tools stay mounted, as the original keeps them), so a call
+of its tool finds it: the call waits for a connection attempt in progress, or has the next one
+made now (no backoff, a suspended server woken), and fails with that attempt's error, which
+says the server could not be restarted and why (a stdio server's exit status, from the
+transport); a connection that ends under a call fails it at once (``eof``), not at its
+timeout. An abort cancels the call, and the server is told with ``notifications/cancelled``
+(shielded, with its own short deadline). Notifications that lists changed make a refresher task
+list them again and tell the manager. The server's ``ping`` and ``roots/list`` (the project
+directory) are answered.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import json
 import math
 import os
 import re
+import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -114,6 +118,10 @@ class Connection:
     prompts: list[types.Prompt] = attrs.field(factory=list)
     resources: list[types.Resource] = attrs.field(factory=list)
     instructions: str | None = None
+    listed: bool = False
+    """The server was connected once: ``tools``, ``prompts``, ``resources`` and
+    ``instructions`` are its last connection's, kept (the tools mounted) while it is down,
+    so a call waits for the restart (docs/guides/mcp.md#lifecycle)."""
     _session: ClientSession | None = None
     _settled: trio.Event = attrs.field(factory=trio.Event)
     """Set once the first attempt is over (connected or not)."""
@@ -121,6 +129,15 @@ class Connection:
     """Set (and replaced) each time an attempt to connect is over."""
     _wake: trio.Event = attrs.field(factory=trio.Event)
     """Set to ask for a connection now (a call, ``/mcp reconnect``)."""
+    _resting: bool = False
+    """Waiting between attempts (``_wait_wake``): a call sets ``_wake`` only then (set
+    during an attempt, it would skip the next backoff of a connection nobody needs)."""
+    _wanted: bool = False
+    """A call waits for the next attempt: no backoff before it (reset when an attempt is
+    over, which answers every call that waited)."""
+    _gone: str | None = None
+    """How a stdio server went away by itself in the current attempt (its exit status), said
+    by the transport; None: it did not, or not yet."""
     _drop: trio.Event = attrs.field(factory=trio.Event)
     """Set to end the current connection (reconnect, server gone)."""
     _refresh: trio.Event = attrs.field(factory=trio.Event)
@@ -160,8 +177,7 @@ class Connection:
                                                              AuthorizationRequired):
                     failures += 1
                     self._down(describe_failure(unwrapped(exc), self), first=failures == 1)
-                    self._attempted.set()
-                    self._attempted = trio.Event()
+                    self._attempt_over()
                     self._settled.set()
                     await self._after_failure(failures)
                     continue
@@ -169,8 +185,7 @@ class Connection:
                 # or the flow started for the first challenge), which wakes this up.
                 failures = 0
                 self._down(self.auth_text(), first=True)
-                self._attempted.set()
-                self._attempted = trio.Event()
+                self._attempt_over()
                 self._settled.set()
                 self.state = "failed"
                 if self.on_auth_required is not None:
@@ -179,7 +194,8 @@ class Connection:
                 self.state = "connecting"
                 continue
             asked, self._asked = self._asked, False
-            self._down(self.error or "the server closed the connection", first=not asked)
+            self._down(self.error or self._gone or "the server closed the connection",
+                       first=not asked)
             self._settled.set()
             await self._after_failure(failures)
 
@@ -210,9 +226,35 @@ class Connection:
         self.state = "connecting"
 
     async def _wait_wake(self, seconds: float) -> None:
-        with trio.move_on_after(seconds):
-            await self._wake.wait()
+        """Wait ``seconds``, or until woken; not at all when a call waits for the server."""
+        if not self._wanted:
+            self._resting = True
+            try:
+                with trio.move_on_after(seconds):
+                    await self._wake.wait()
+            finally:
+                self._resting = False
         self._wake = trio.Event()
+
+    def _attempt_over(self) -> None:
+        """An attempt to connect ended (connected or not): the calls waiting for it go on."""
+        self._wanted = False
+        self._attempted.set()
+        self._attempted = trio.Event()
+
+    def _went_away(self, status: int | None) -> None:
+        """The transport's word that a stdio server went away by itself (``status``: its exit
+        status, None: it closed its stdout and was ended)."""
+        if status is None:
+            self._gone = "the server closed its stdout"
+        elif status >= 0:
+            self._gone = f"the server exited with status {status}"
+        else:
+            try:
+                name = signal.Signals(-status).name
+            except ValueError:
+                name = str(-status)
+            self._gone = f"the server was killed by {name}"
 
     def reconnect(self) -> None:
         """Drop the connection (if any) and connect again now; resets a suspended server."""
@@ -226,6 +268,7 @@ class Connection:
         up within the timeout, or what the transport or the session raised."""
         timeout = self.timeout
         self.challenge = None
+        self._gone = None
         auth = None
         extra_env: dict[str, str] = {}
         if self.oauth is not None and wants_oauth(self.config):
@@ -245,7 +288,7 @@ class Connection:
                               else trio.current_time() + timeout) as deadline:
             async with open_transport(self.config, self.cwd, self.environ, self.policy,
                                       auth, self._printed, extra_env,
-                                      self.max_message_bytes) as (
+                                      self.max_message_bytes, self._went_away) as (
                     read, write, closed), ClientSession(
                     read, write, client_info=CLIENT_INFO, message_handler=self._on_message,
                     list_roots_callback=self._roots) as session, trio.open_nursery() as nursery:
@@ -270,10 +313,10 @@ class Connection:
                 deadline.deadline = math.inf
                 self._session = session
                 self.state, self.error, self._reported = "connected", None, False
+                self.listed = True
                 self._connected_at.append(trio.current_time())
                 self._settled.set()
-                self._attempted.set()
-                self._attempted = trio.Event()
+                self._attempt_over()
                 self.on_change(self)
                 nursery.start_soon(self._refresher, session, init.capabilities)
                 drop = self._drop
@@ -391,18 +434,20 @@ class Connection:
     # -- calls ---------------------------------------------------------------------------
 
     async def _connected(self) -> ClientSession:
-        """The live session, waiting (and asking) for one when there is none. Raises
-        ServerDown when the server was down and the next attempt failed too."""
+        """The live session, waiting for one when there is none: the next attempt is made
+        now (no backoff; a suspended or failed server is woken). Raises ServerDown with
+        that attempt's error when it failed."""
         while True:
             session = self._session
             if session is not None and not self._drop.is_set():
                 return session
-            if self.state in ("failed", "suspended"):
+            self._wanted = True
+            if self._resting:
                 self._wake.set()
             # Connecting, or down (or going down): the next attempt decides.
             await self._attempted.wait()
             if self._session is None:
-                raise ServerDown(self.error or "disconnected")
+                raise ServerDown(self.error or "disconnected", self.listed)
 
     async def wait_settled(self) -> None:
         """Until the first connection attempt is over."""
@@ -516,13 +561,22 @@ class Connection:
 class ServerDown(Exception):
     """The server is not connected and could not be connected again (the attempt's error)."""
 
+    def __init__(self, why: str, was_up: bool = False) -> None:
+        super().__init__(why)
+        self.was_up = was_up
+        """The server had been connected (it went down and could not be restarted)."""
+
 
 class AuthorizationRequired(Exception):
     """The server answered 401 and no stored token (or refresh) satisfies it."""
 
 
 def describe_failure(exc: BaseException, conn: Connection) -> str:
-    """A connection failure in one sentence (no header or env value: they are not in it)."""
+    """A connection failure in one sentence (no header or env value: they are not in it). A
+    stdio server that went away by itself is described by its exit, whatever the session
+    made of the closed pipes."""
+    if conn._gone is not None:
+        return f"{conn._gone} before it was ready"
     if isinstance(exc, trio.TooSlowError):
         timeout = conn.timeout
         return (f'Connection to MCP server "{conn.name}" timed out after '
@@ -564,7 +618,8 @@ def failure_text(conn: Connection, tool: str, stage: str, exc: BaseException,
             advice = "Ask the tool for less, or raise mcp.maxMessageBytes in config.yml."
     elif isinstance(exc, ServerDown):
         failure, retryable = "connect", "yes"
-        message = f'MCP server "{conn.name}" is not connected: {exc}'
+        message = (f'MCP server "{conn.name}" went down and could not be restarted: {exc}'
+                   if exc.was_up else f'MCP server "{conn.name}" is not connected: {exc}')
         advice = "Check that the MCP server can start (/mcp list shows its state), then retry."
     else:
         failure, retryable = "connect", "yes"

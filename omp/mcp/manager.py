@@ -17,7 +17,9 @@ Whenever a connection's lists change, the session's ``mcp_tools`` are replaced (
 call has them), one ``notice`` says which tools were mounted / unmounted (the original's
 ``xd://: mounted ...``, ``source: "xdev"``, when they are ``xd://`` devices (``tools.xdev``, the
 default); ``mcp: mounted ...``, ``source: "mcp"`` when they are function tools), and when
-prompts changed ``on_commands`` re-announces the command list.
+prompts changed ``on_commands`` re-announces the command list. A server that went down keeps
+its tools, prompts and instructions mounted, as the original does (``Connection.listed``): a
+call waits for the restart.
 
 OAuth (``omp.mcp.auth``): the connections of HTTP servers send the tokens stored in
 ``credentials``; a server that refuses us starts the flow by itself once (``_auth_required``),
@@ -326,12 +328,13 @@ class McpManager:
             await connection.wait_settled()
 
     def tools(self) -> list[Tool]:
+        """The tools of every server that was connected once (down or not)."""
         from .connection import McpTool
 
         found: dict[str, Tool] = {}
         # When two servers mint one name, the one whose ``server\0tool`` sorts first wins.
         for _key, tool in sorted(((f"{c.name}\0{t.name}", McpTool.of(c, t))
-                                  for c in self.connections.values() if c.state == "connected"
+                                  for c in self.connections.values() if c.listed
                                   for t in c.tools), key=lambda kt: kt[0]):
             found.setdefault(tool.name, tool)
         return list(found.values())
@@ -339,7 +342,7 @@ class McpManager:
     def prompt_commands(self) -> list[tuple[str, str, Connection, str]]:
         """``(command name, description, connection, prompt name)`` of every prompt."""
         return [(f"{c.name}:{p.name}", p.description or f"MCP prompt from {c.name}", c, p.name)
-                for c in self.connections.values() if c.state == "connected"
+                for c in self.connections.values() if c.listed
                 for p in c.prompts]
 
     def _changed(self, connection: Connection | None) -> None:
@@ -375,7 +378,7 @@ class McpManager:
             settings = self.session.settings
             devices = catalogue(self.tools(), settings.xdev_docs, settings.xdev_inline_devices)
         found = [(c.name, c.instructions) for c in self.connections.values()
-                 if c.instructions and c.state == "connected"]
+                 if c.instructions and c.listed]
         if not found:
             return devices
         return "\n\n".join([*([devices] if devices else []),

@@ -2,9 +2,10 @@
 the host's URL schemes.
 
 ``McpUris`` is the session's ``UriHandler`` once MCP servers are configured: ``mcp://`` URLs
-are its own (``resources/read`` on the connected server that lists the URI; the texts of the
-result are what ``read`` shows), and so is a resource's own URI (``read note://hello``) when a
-connected server lists it and the host's schemes do not take it; everything else goes to the
+are its own (``resources/read`` on the server that lists the URI, waiting for its restart when
+it is down; the texts of the result are what ``read`` shows), and so is a resource's own URI
+(``read note://hello``) when a connected server lists it and the host's schemes do not take it;
+everything else goes to the
 host's schemes as before.
 """
 
@@ -50,7 +51,7 @@ class McpUris:
             return await self.inner.read(url)
         uri = url[len(SCHEME):] if url.startswith(SCHEME) else url
         for connection in self.manager.connections.values():
-            if connection.state == "connected" and any(
+            if connection.listed and any(
                     str(r.uri) == uri for r in connection.resources):
                 try:
                     text, mime = await connection.resource_text(uri)
@@ -60,7 +61,7 @@ class McpUris:
                                     ) from None
                 return UriResource(content=text, content_type=mime)
         known = [f"{SCHEME}{r.uri}" for c in self.manager.connections.values()
-                 if c.state == "connected" for r in c.resources]
+                 if c.listed for r in c.resources]
         raise ToolError(f'No MCP server has resource "{uri}". Resources: '
                         f"{', '.join(known) or '(none)'}")
 

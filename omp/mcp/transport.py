@@ -14,7 +14,8 @@ exception, as the SDK's ``stdio_client`` does. A line over ``max_message_bytes``
 request it answered (``omp.mcp.lines.answered_ids``, among the requests sent and not yet
 answered) gets a JSON-RPC error naming the limit in its place, so that call fails at once
 instead of at its timeout (or never). Its stderr is ours (the server's log goes where our log
-goes).
+goes). A server that went away by itself (its stdout ended) is given ``EXIT_WAIT`` to exit, and
+its exit status is told to ``on_exit`` (why a connection or a restart failed).
 
 Both yield the pair of anyio memory streams ``mcp.ClientSession`` takes, plus ``closed``: an
 event set when the server went away (stdout EOF, a broken stdin), which ends the connection.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -49,6 +50,9 @@ COMMAND_SECONDS = 10.0
 COMMAND_OUTPUT_LIMIT = 64 * 1024
 """The most of a ``!command``'s stdout that is read (a secret is a line)."""
 READ_CHUNK = 64 * 1024
+EXIT_WAIT = 0.25
+"""How long a stdio server whose stdout ended is given to exit before its status is taken
+(then it is ended like any other)."""
 MAX_MESSAGE_BYTES = DEFAULT_MAX_LINE_BYTES
 """The largest line read from a stdio server (``mcp.maxMessageBytes``), the RPC reader's."""
 
@@ -62,17 +66,21 @@ async def open_transport(config: ServerConfig, cwd: Path, environ: Mapping[str, 
                          auth: httpx.Auth | None = None,
                          secrets: set[str] | None = None,
                          extra_env: Mapping[str, str] | None = None,
-                         max_message_bytes: int = MAX_MESSAGE_BYTES) -> AsyncIterator[Streams]:
+                         max_message_bytes: int = MAX_MESSAGE_BYTES,
+                         on_exit: Callable[[int | None], None] | None = None
+                         ) -> AsyncIterator[Streams]:
     """The streams of one connection to ``config`` (a stdio server's environment: ``environ``
     through the session's ``policy``, then the entry's ``env``; an HTTP server's requests
     pass ``auth``, ``omp.mcp.auth.BearerAuth``; the values ``!command``s printed are added to
     ``secrets``, for redaction; ``extra_env``: more of a stdio server's environment, over the
     entry's, e.g. its ``OAUTH_ACCESS_TOKEN``; ``max_message_bytes``: the longest line a
-    stdio server may write). Raises OSError when a stdio server cannot be started. On exit
+    stdio server may write; ``on_exit``: told, as the transport closes, how a stdio server
+    that went away by itself ended: its exit status, None when it closed its stdout and was
+    still running). Raises OSError when a stdio server cannot be started. On exit
     (cancellation included) everything it started is ended."""
     if config.transport == "stdio":
         async with _stdio(config, cwd, environ, policy, secrets, extra_env or {},
-                          max_message_bytes) as streams:
+                          max_message_bytes, on_exit) as streams:
             yield streams
     else:
         headers = await resolve_values(config.headers, environ, cwd, policy, secrets,
@@ -138,7 +146,8 @@ async def _command_value(command: str, environ: Mapping[str, str], cwd: Path,
 @contextlib.asynccontextmanager
 async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
                  policy: EnvironmentPolicy, secrets: set[str] | None,
-                 extra_env: Mapping[str, str], limit: int) -> AsyncIterator[Streams]:
+                 extra_env: Mapping[str, str], limit: int,
+                 on_exit: Callable[[int | None], None] | None) -> AsyncIterator[Streams]:
     assert config.command is not None
     values = await resolve_values(config.env, environ, cwd, policy, secrets,
                                   literal=config.literal)
@@ -214,9 +223,18 @@ async def _stdio(config: ServerConfig, cwd: Path, environ: Mapping[str, str],
             finally:
                 nursery.cancel_scope.cancel()
     finally:
+        # Before we end it: did the server go away by itself, and how (its status says why a
+        # connection or a restart failed)? A pipe's end comes a moment before the exit.
+        gone = closed.is_set()
+        if gone and proc.poll() is None:
+            with trio.move_on_after(EXIT_WAIT, shield=True):
+                await proc.wait()
+        status = proc.returncode
         with contextlib.suppress(OSError):
             proc.stdin.close()  # type: ignore[attr-defined]  # a FdStream: close() is sync
         await kill_process_group(proc, KILL_GRACE)
+        if gone and on_exit is not None:
+            on_exit(status)
 
 
 def too_large(line: Oversized) -> types.ErrorData:

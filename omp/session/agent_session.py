@@ -127,7 +127,8 @@ class AgentSession:
     toolset: ToolSet = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.store = SessionStore(self.cwd, self.publish, self._sessions_directory)
+        self.store = SessionStore(self.cwd, self.publish, self._sessions_directory,
+                                  max_line_bytes=self.settings.stream.maxSessionLineBytes)
         self.models = ModelControl(self.registry, self._start_model, self.publish,
                                    self.store.persist, self.http, self._start_thinking,
                                    stream=self.settings.stream)

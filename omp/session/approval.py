@@ -31,10 +31,13 @@ Rules, in one place:
 * Without a UI (``--no-ui``, one-shot modes) a ``prompt`` fails the call with the original's
   "no interactive UI available" text; a host gone (stdin closed) fails it with the
   disconnect text.
-* Cancellation: the dialog is awaited in the run's task, inside the run's cancel scope, so an
-  ``abort`` (which cancels that scope through the abort registry) ends it at once: the host
-  gets the dialog's ``cancel``, a late answer is ignored (its id is settled), and the call is
-  reported "not executed" like any other call an abort reached before it started. (The
+* When: right before the call runs, in the call's own task of the batch (``omp.agent.loop``),
+  as in the original: the calls that run together (shared) ask together, each its own dialog,
+  answered in any order; an exclusive call asks once the calls before it have ended.
+* Cancellation: the dialog is awaited inside the run's cancel scope, so an ``abort`` (which
+  cancels that scope through the abort registry) ends it at once: the host gets the dialog's
+  ``cancel``, a late answer is ignored (its id is settled), and the call is reported "not
+  executed" like any other call an abort reached before it started. (The
   original holds the abort until the host answers,
   docs/guides/approval.md#differences-from-the-original; we do not.)
 

@@ -24,6 +24,10 @@ file the original wrote opens here:
   goes in must exist (:func:`make_private_dirs` creates the runtime's own, ``0700``), so a path
   a host names never leaves directories behind. Version 1 and 2 files are migrated on load and
   rewritten whole (temp file, then ``os.replace``);
+* a line is at most ``max_line_bytes`` long (``stream.maxSessionLineBytes``, at most the largest
+  frame): the longest strings of a longer entry are kept whole in files of the session's
+  artifacts directory, written first, and the line keeps their heads and names them
+  (``omp.session.oversize``);
 * a session file is a regular file of at most ``MAX_SESSION_FILE_BYTES``: anything else (a FIFO,
   a device, a huge sparse file) is refused before it is read (``omp.files``), and appends never
   wait on a FIFO swapped in for the file;
@@ -53,6 +57,7 @@ import msgspec
 from msgspec import UNSET
 
 from omp.files import read_regular
+from omp.protocol.frames import MAX_REASSEMBLED_FRAME_BYTES
 from omp.protocol.messages import (
     AgentMessage,
     BranchSummaryMessage,
@@ -223,6 +228,10 @@ class SessionFile:
     themselves are never buffered in this process beyond the writer's queue)."""
     _writer: LineWriter | None = attrs.field(default=None, init=False)
     """The writer thread appends go to (``write_behind``); None: they are written in place."""
+    max_line_bytes: int = attrs.field(default=MAX_REASSEMBLED_FRAME_BYTES, kw_only=True)
+    """The longest line an append writes (``stream.maxSessionLineBytes``, set by the session
+    store): the longest strings of a longer entry go to files of their own
+    (``omp.session.oversize``)."""
 
     # -- construction --------------------------------------------------------------------------
 
@@ -423,11 +432,37 @@ class SessionFile:
         else:
             stored = msgspec.structs.replace(entry, id=entry_id, parentId=self._leaf_id,
                                              timestamp=timestamp)
-        self._write(encode_line(stored))
+        line = encode_line(stored)
+        if len(line) > self.max_line_bytes:
+            stored, line = self._kept_aside(stored, line)
+        self._write(line)
         self._entries.append(stored)
         self._by_id[entry_id] = stored
         self._leaf_id = entry_id
         return stored  # type: ignore[return-value]  # same class as ``entry``
+
+    def _kept_aside(self, entry: Entry, line: bytes) -> tuple[Entry, bytes]:
+        """``entry`` with its longest strings in files of the session's artifacts directory
+        (``<file without .jsonl>/<entry id>.<n>.txt``, 0600 in 0700), written before the line
+        that names them, and that line (``omp.session.oversize``). In place, even behind a
+        writer thread: a line this long is a rare event. Raises OSError when a file cannot be
+        written (the session's persistence failure)."""
+        from .oversize import fit
+
+        data = msgspec.json.decode(line)
+        directory = self._path.with_suffix("")
+
+        def path_of(n: int) -> Path:
+            return directory / f"{entry.id}.{n}.txt"
+
+        kept = fit(data, len(line), self.max_line_bytes, lambda n: str(path_of(n)))
+        if not kept:
+            return entry, line
+        make_private_dirs(directory)
+        for n, text in enumerate(kept):
+            _write_new_file(path_of(n), text.encode("utf-8", "surrogatepass"), fsync=self.fsync)
+        stored = decode_entry(data)
+        return stored, encode_line(stored)
 
     def _write(self, line: bytes) -> None:
         if self._needs_newline:

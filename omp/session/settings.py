@@ -120,12 +120,15 @@ stream:                   # bounds on what a provider may send (omp.llm.sse, omp
   maxMessageChars: 4194304    # the largest answer: text, thinking, tool arguments, signatures
   idleTimeoutMs: 120000       # the longest time without an event (the stall watchdog)
   maxResponseBytes: 268435456 # everything one response sends (256 MiB)
+  maxSessionLineBytes: 66060288 # the longest session-file line (63 MiB; 64 KiB to 64 MiB)
 ```
 
 ``stream``: each bound fails the turn with an error naming its key, never retried (a stall,
 the one transient failure among them, is); the defaults are far beyond what a real model sends.
 ``maxMessageChars`` may be at most 10,000,000, so that the message's session-file line stays
-within the largest frame (``omp.llm.types.MAX_MESSAGE_CHARS_LIMIT``).
+within the largest frame (``omp.llm.types.MAX_MESSAGE_CHARS_LIMIT``). ``maxSessionLineBytes``
+bounds every line of the session file: the longest strings of a longer entry are kept in files
+next to it (``omp.session.oversize``); it may be at most the largest frame.
 
 ``shellEnvironmentPolicy`` and ``bash.passProviderKeys``: what subprocesses (the ``bash`` tool,
 RPC ``bash``, ripgrep, MCP servers) inherit, so that a command such as ``env`` cannot copy
@@ -166,6 +169,7 @@ from ..llm.types import (
     MAX_MESSAGE_CHARS_LIMIT,
     MAX_RESPONSE_BYTES,
 )
+from ..protocol.frames import MAX_REASSEMBLED_FRAME_BYTES
 from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
 from ..subprocess_env import EnvironmentPolicy
 from ..tools.eval_settings import EvalSettings
@@ -212,6 +216,13 @@ class RetrySettings(msgspec.Struct, kw_only=True):
     """Longest ``retry-after`` wait honoured; a provider asking for more fails the retry."""
 
 
+MAX_SESSION_LINE_BYTES = MAX_REASSEMBLED_FRAME_BYTES
+"""The most ``stream.maxSessionLineBytes`` may be: the largest frame the output path allows."""
+MIN_SESSION_LINE_BYTES = 64 * 1024
+"""The least it may be (an entry's ids, and the head and note of each string kept aside,
+must fit)."""
+
+
 class StreamSettings(msgspec.Struct, kw_only=True):
     """Bounds on what a provider may send (ours; ``StreamOptions`` carries them to a call)."""
 
@@ -220,6 +231,9 @@ class StreamSettings(msgspec.Struct, kw_only=True):
     idleTimeoutMs: int = 120_000
     """Without an event for this long, the stream counts as stalled (a retryable failure)."""
     maxResponseBytes: int = MAX_RESPONSE_BYTES
+    maxSessionLineBytes: int = MAX_SESSION_LINE_BYTES - 1024 * 1024
+    """The longest line of the session file (``omp.session.oversize``): a little under the
+    largest frame, so that a message that fits it fits a frame with its envelope too."""
 
 
 class BashPattern(msgspec.Struct, kw_only=True):
@@ -920,6 +934,11 @@ def _validate(file: _File, path: Path) -> None:
     for key in _fields(StreamSettings):
         if (value := getattr(file.stream, key)) < 1:
             raise problem(path, f"$.stream.{key}", f"must be 1 or more, got {value}")
+    line = file.stream.maxSessionLineBytes
+    if not MIN_SESSION_LINE_BYTES <= line <= MAX_SESSION_LINE_BYTES:
+        raise problem(path, "$.stream.maxSessionLineBytes",
+                      f"must be from {MIN_SESSION_LINE_BYTES} to {MAX_SESSION_LINE_BYTES} (the "
+                      f"largest frame), got {line}")
     if file.stream.maxMessageChars > MAX_MESSAGE_CHARS_LIMIT:
         raise problem(path, "$.stream.maxMessageChars",
                       f"must be at most {MAX_MESSAGE_CHARS_LIMIT} (its session-file line must "

@@ -74,6 +74,9 @@ class SessionStore(msgspec.Struct, eq=False):
     _started: str = msgspec.field(default_factory=lambda: iso_timestamp(datetime.now(UTC)))
     """When the in-memory session began (its header's ``timestamp``)."""
     _name: str | None = None
+    max_line_bytes: int | None = None
+    """``stream.maxSessionLineBytes``: the longest line of the files it adopts (None: the
+    file's own bound, the largest frame)."""
     _left: list[SessionFile] = msgspec.field(default_factory=list)
     """Files this session left (``adopt``) while their writer threads still had lines queued:
     they are written before any file is read again (``_written_all``), since it may be one."""
@@ -182,6 +185,8 @@ class SessionStore(msgspec.Struct, eq=False):
             self._started = iso_timestamp(datetime.now(UTC))
             return Adopted([], None, fresh=False)
         file.write_behind(on_loop(functools.partial(self._file_failed, file)))
+        if self.max_line_bytes is not None:
+            file.max_line_bytes = self.max_line_bytes
         messages, settings = built or (build_context(file), branch_settings(file))
         return Adopted(messages, settings, fresh=not file.entries)
 
