@@ -139,7 +139,7 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
         return 1
     models = registry.available()
     if args.all:
-        models += [m for m in registry.models if m not in models and m.provider != "offline"
+        models += [m for m in registry.all_models() if m not in models and m.provider != "offline"
                    and (m.provider, m.id) not in registry.discovered]
     if pattern is not None:
         needle = pattern.lower()

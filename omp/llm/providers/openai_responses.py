@@ -31,6 +31,7 @@ from .openai_completions import (
     SEE_IMAGE,
     TOOL_IMAGES_NOTE,
     Json,
+    compat,
     data_url,
     decode_chunk,
     early_end,
@@ -100,7 +101,8 @@ def build_request(call: ModelRequest) -> Json:
     if opts.service_tier:
         body["service_tier"] = opts.service_tier
     effort = openai_effort(model, opts.thinking)
-    if effort is not None:
+    # A model that always reasons and refuses the field (xAI's grok-4) is sent none.
+    if effort is not None and compat(model, "supportsReasoningEffort", True):
         body["reasoning"] = {"effort": effort, "summary": "auto"}
         body["include"] = ["reasoning.encrypted_content"]
     if call.context.tools:
