@@ -116,6 +116,7 @@ stream:                   # bounds on what a provider may send (omp.llm.sse, omp
   maxMessageChars: 4194304    # the largest answer: text, thinking, tool arguments, signatures
   idleTimeoutMs: 120000       # the longest time without an event (the stall watchdog)
   maxResponseBytes: 268435456 # everything one response sends (256 MiB)
+  sendMaxTokens: true         # send the model's output limit (false: the provider's default)
 ```
 
 ``stream``: each bound fails the turn with an error naming its key, never retried (a stall,
@@ -214,6 +215,10 @@ class StreamSettings(msgspec.Struct, kw_only=True):
     idleTimeoutMs: int = 120_000
     """Without an event for this long, the stream counts as stalled (a retryable failure)."""
     maxResponseBytes: int = MAX_RESPONSE_BYTES
+    sendMaxTokens: bool = True
+    """Send the model's output limit with each request (``max_completion_tokens``,
+    ``max_output_tokens``, ``maxOutputTokens``); false leaves it to the provider's default
+    (Anthropic requires one: it is sent there all the same)."""
 
 
 class BashPattern(msgspec.Struct, kw_only=True):
@@ -889,7 +894,7 @@ def _validate(file: _File, path: Path) -> None:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
     for key in _fields(StreamSettings):
-        if (value := getattr(file.stream, key)) < 1:
+        if key != "sendMaxTokens" and (value := getattr(file.stream, key)) < 1:
             raise problem(path, f"$.stream.{key}", f"must be 1 or more, got {value}")
     if file.stream.maxMessageChars > MAX_MESSAGE_CHARS_LIMIT:
         raise problem(path, "$.stream.maxMessageChars",

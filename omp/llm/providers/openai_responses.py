@@ -27,6 +27,7 @@ from ..sse import iter_sse
 from ..thinking import openai_effort
 from ..transform import transform_messages
 from ..types import ModelRequest
+from . import output_limit
 from .openai_completions import (
     SEE_IMAGE,
     TOOL_IMAGES_NOTE,
@@ -92,8 +93,8 @@ def build_request(call: ModelRequest) -> Json:
     body: Json = {"model": model.id, "input": items, "stream": True, "store": False}
     if call.context.system_prompt:
         body["instructions"] = "\n\n".join(call.context.system_prompt)
-    if opts.max_tokens is not None:
-        body["max_output_tokens"] = opts.max_tokens
+    if (limit := output_limit(model, opts)) is not None:
+        body["max_output_tokens"] = limit
     if opts.temperature is not None:
         body["temperature"] = opts.temperature
     if opts.session_id:
