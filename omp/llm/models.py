@@ -590,13 +590,15 @@ class ModelRegistry(msgspec.Struct, eq=False):
     def local_servers(self, overrides: Mapping[str, str] | None = None) -> list[LocalServer]:
         """The local servers to look for models on: every catalog provider with
         ``discovery``, at ``overrides[provider]`` (default: ``use_local_servers``'), else
-        its models.yml ``baseUrl``, else the catalog's."""
+        its models.yml ``baseUrl``, else (Ollama) where ``OLLAMA_BASE_URL`` / ``OLLAMA_HOST``
+        say (``ollama_url``), else the catalog's."""
         chosen = self.server_urls if overrides is None else overrides
         out = []
         for name, entry in self.catalog_providers.items():
             if entry.discovery is None:
                 continue
-            url = chosen.get(name) or self.base_urls.get(name) or entry.baseUrl
+            from_env = ollama_url(self.environ) if entry.discovery == "ollama" else None
+            url = chosen.get(name) or self.base_urls.get(name) or from_env or entry.baseUrl
             out.append(LocalServer(name, entry.discovery, url.rstrip("/")))
         return out
 
@@ -674,6 +676,38 @@ class LocalServer(NamedTuple):
     discovery: Literal["ollama", "openai-models"]
     base_url: str
     """The OpenAI-compatible root its models are called at (``.../v1``)."""
+
+
+def ollama_url(environ: Mapping[str, str]) -> str | None:
+    """The OpenAI-compatible root of the Ollama the environment names: ``OLLAMA_BASE_URL``
+    (its server's root, ``/v1`` added when missing), else Ollama's own ``OLLAMA_HOST``
+    (``host``, ``host:port``, ``:port`` or a URL; port 11434 unless given for http; a server
+    listening on every address, ``0.0.0.0`` or ``::``, is asked on loopback). None when
+    neither is set or usable."""
+    if base := environ.get("OLLAMA_BASE_URL", "").strip():
+        parts = urllib.parse.urlsplit(base)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            base = base.rstrip("/")
+            return base if base.endswith("/v1") else base + "/v1"
+    host = environ.get("OLLAMA_HOST", "").strip()
+    if not host:
+        return None
+    if "://" not in host:
+        host = f"http://127.0.0.1{host}" if host.startswith(":") else f"http://{host}"
+    try:
+        parts = urllib.parse.urlsplit(host)
+        port = parts.port
+    except ValueError:
+        return None
+    name = parts.hostname
+    if parts.scheme not in ("http", "https") or not name:
+        return None
+    name = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(name, name)
+    if ":" in name:
+        name = f"[{name}]"
+    if port is None and parts.scheme == "http":
+        port = 11434
+    return f"{parts.scheme}://{name}{f':{port}' if port else ''}/v1"
 
 
 def local_model(provider: str, model_id: str, base_url: str, entry: CatalogProvider, *,
