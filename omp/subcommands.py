@@ -116,6 +116,8 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
     own.add_argument("--json", action="store_true", help="one line of JSON: {\"models\": [...]}")
     own.add_argument("--all", action="store_true",
                      help="also the models of providers without a credential")
+    own.add_argument("--refresh", action="store_true",
+                     help="ask each configured provider for its models first (cached)")
     # Launch flags a runner puts around the subcommand are taken as the original takes them:
     # those that choose where things are (--profile, --cwd) apply, the rest is accepted.
     launch, rest = parser.parse_known_args(argv)
@@ -141,6 +143,7 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
     try:
         registry = ModelRegistry.load()
         _discover_local(registry, launch.config_files)
+        _live_models(registry, refresh=args.refresh or action == "refresh")
     except ConfigError as exc:
         print(f"omp: {exc}", file=sys.stderr)
         return 1
@@ -215,6 +218,32 @@ def _discover_local(registry: ModelRegistry, config_files: list[str]) -> None:
 
     if servers:
         trio.run(discover)
+
+
+def _live_models(registry: ModelRegistry, *, refresh: bool) -> None:
+    """The models providers listed live: asked now (``--refresh``, ``omp models refresh``),
+    else as cached by the last refresh (``omp.llm.models_live``)."""
+    import trio
+
+    from .config import agent_dir
+    from .llm.models_live import apply_cache
+    from .llm.models_live import refresh as ask
+    from .llm.stream import HttpClient
+
+    directory = agent_dir()
+    if not refresh:
+        apply_cache(registry, directory)
+        return
+
+    async def run() -> None:
+        http = HttpClient()
+        try:
+            await ask(registry, http, directory)
+        finally:
+            with trio.move_on_after(0.5, shield=True):
+                await http.aclose()
+
+    trio.run(run)
 
 
 def _short(value: int | None) -> str:

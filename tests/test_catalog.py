@@ -58,10 +58,11 @@ def test_a_start_without_keys_decodes_no_providers_models(tmp_path: Path) -> Non
     assert len(with_key.all_models()) == sum(len(v) for v in CATALOG.models.values())
 
 
-def omp_models(env_keys: dict[str, str], tmp_path: Path) -> list[dict[str, object]]:
+def omp_models(env_keys: dict[str, str], tmp_path: Path,
+               *extra: str) -> list[dict[str, object]]:
     env = {k: v for k, v in os.environ.items()
            if k not in {name for p in catalog_providers().values() for name in p.env}}
-    result = subprocess.run([sys.executable, "-P", "-m", "omp", "models", "--json"],
+    result = subprocess.run([sys.executable, "-P", "-m", "omp", "models", "--json", *extra],
                             env={**env, **env_keys}, cwd=tmp_path, capture_output=True,
                             check=False)
     assert result.returncode == 0, result.stderr
@@ -103,3 +104,35 @@ def test_the_five_keys_of_the_issue(tmp_path: Path) -> None:
     sonnet = next(e for e in listed if e["selector"] == "anthropic/claude-sonnet-4-5")
     assert sonnet["contextWindow"]
     assert sonnet["maxTokens"]
+
+
+async def test_refresh_adds_a_listed_id_and_caches_it(tmp_path: Path,
+                                                      isolated_agent_dir: Path) -> None:
+    """``omp models --refresh`` asks the configured provider's ``/models`` (the fake LLM as
+    Groq): an id the catalog lacks is listed, cached with its date, and listed again by a
+    later ``omp models`` without asking."""
+    import trio
+
+    from omp.testing.fake_llm import open_fake_llm
+
+    listing = {"match": {"path": "/models"}, "repeat": True, "body": {"object": "list", "data": [
+        {"id": "openai/gpt-oss-120b", "object": "model"},
+        {"id": "brand-new-model", "object": "model"}]}}
+    async with open_fake_llm([listing]) as llm:
+        (isolated_agent_dir / "models.yml").write_text(
+            f"providers:\n  groq:\n    baseUrl: {llm.base_url}/openai/v1\n")
+        keys = {"GROQ_API_KEY": "gsk-secret"}
+        refreshed = await trio.to_thread.run_sync(
+            lambda: omp_models(keys, tmp_path, "--refresh"))
+        later = await trio.to_thread.run_sync(lambda: omp_models(keys, tmp_path))
+    (request,) = llm.requests
+    assert (request.method, request.path) == ("GET", "/openai/v1/models")
+    assert request.headers["authorization"] == "Bearer gsk-secret"
+    for listed in (refreshed, later):
+        new = [e for e in listed if e["selector"] == "groq/brand-new-model"]
+        assert len(new) == 1
+        assert (new[0]["contextWindow"], new[0]["maxTokens"]) == (None, None)
+    cache = json.loads((isolated_agent_dir / "models-cache.json").read_text())
+    assert cache["groq"]["ids"] == ["brand-new-model"]
+    assert cache["groq"]["date"].startswith("20")
+    assert "gsk-secret" not in (isolated_agent_dir / "models-cache.json").read_text()

@@ -365,6 +365,11 @@ class ModelRegistry(msgspec.Struct, eq=False):
     def _place(self, model: Model) -> tuple[int, int, int]:
         return self.order.get((model.provider, model.id), (2, 0, 0))
 
+    def add_model(self, model: Model) -> None:
+        """Add a model its provider lists live (``omp.llm.models_live``), after the others."""
+        self.ensure([model.provider])
+        self._added(model)
+
     def _added(self, model: Model) -> None:
         """``model`` (not the catalog's) goes after every model there is."""
         self.added += 1
