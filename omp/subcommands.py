@@ -1,4 +1,5 @@
-"""The original's subcommands: ``omp models`` runs here, the others are refused in one line.
+"""The original's subcommands: ``omp models``, ``omp config`` and ``omp usage`` run here, the
+others are refused in one line.
 
 ``omp models [ls|list|find|refresh|<provider>] [PATTERN] [--json] [--all]`` lists the models
 whose provider has credentials (docs/design/command-line.md#subcommands), the local servers' models
@@ -11,6 +12,10 @@ comes from, never the key: ``env``, ``stored``, ``login``, ``config``, ``notNeed
 models whose provider has no credential yet, each heading saying which variable to set. The
 launch flags a runner puts in front (``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are
 accepted.
+
+``omp config [list|get KEY|set KEY VALUE|path] [--json]`` shows and sets the settings
+(``omp.config_cli``); ``omp usage [--json]`` totals the tokens and costs of the session files
+(``omp.usage_cli``).
 
 ``omp schema [--commands|--events|--tools]`` (ours, not the original's) prints the JSON Schema
 of the protocol (``omp.protocol.schema``): every frame, or only what a host writes
@@ -97,6 +102,8 @@ def run_subcommand(name: str, argv: list[str], parser: argparse.ArgumentParser) 
         return models_command(argv, parser)
     if name == "schema":
         return schema_command(argv)
+    if name in ("config", "usage"):
+        return settings_command(name, argv, parser)
     return refuse(f"`omp {name}` is not available in this version; to send \"{name}\" to the "
                   f"model as a prompt, use `omp -p {name} ...` or `omp -- {name} ...`")
 
@@ -110,6 +117,8 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
     own.add_argument("--json", action="store_true", help="one line of JSON: {\"models\": [...]}")
     own.add_argument("--all", action="store_true",
                      help="also the models of providers without a credential")
+    own.add_argument("--refresh", action="store_true",
+                     help="ask each configured provider for its models first (cached)")
     # Launch flags a runner puts around the subcommand are taken as the original takes them:
     # those that choose where things are (--profile, --cwd) apply, the rest is accepted.
     launch, rest = parser.parse_known_args(argv)
@@ -135,12 +144,13 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
     try:
         registry = ModelRegistry.load()
         _discover_local(registry, launch.config_files)
+        _live_models(registry, refresh=args.refresh or action == "refresh")
     except ConfigError as exc:
         print(f"omp: {exc}", file=sys.stderr)
         return 1
     models = registry.available()
     if args.all:
-        models += [m for m in registry.models if m not in models and m.provider != "offline"
+        models += [m for m in registry.all_models() if m not in models and m.provider != "offline"
                    and (m.provider, m.id) not in registry.discovered]
     if pattern is not None:
         needle = pattern.lower()
@@ -211,6 +221,32 @@ def _discover_local(registry: ModelRegistry, config_files: list[str]) -> None:
         trio.run(discover)
 
 
+def _live_models(registry: ModelRegistry, *, refresh: bool) -> None:
+    """The models providers listed live: asked now (``--refresh``, ``omp models refresh``),
+    else as cached by the last refresh (``omp.llm.models_live``)."""
+    import trio
+
+    from .config import agent_dir
+    from .llm.models_live import apply_cache
+    from .llm.models_live import refresh as ask
+    from .llm.stream import HttpClient
+
+    directory = agent_dir()
+    if not refresh:
+        apply_cache(registry, directory)
+        return
+
+    async def run() -> None:
+        http = HttpClient()
+        try:
+            await ask(registry, http, directory)
+        finally:
+            with trio.move_on_after(0.5, shield=True):
+                await http.aclose()
+
+    trio.run(run)
+
+
 def _short(value: int | None) -> str:
     """``128K``, ``4.1K``, ``1M``, ``-`` for unknown."""
     if value is None:
@@ -233,6 +269,33 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
     return "\n".join([line("┌", "─", "┬", "┐"), cells(header), line("├", "─", "┼", "┤"),
                       *map(cells, rows), line("└", "─", "┴", "┘")])
+
+
+# -- omp config, omp usage ----------------------------------------------------------------------
+
+
+def settings_command(name: str, argv: list[str], parser: argparse.ArgumentParser) -> int:
+    """``omp config [list|get|set|path] ...`` (``omp.config_cli``) and ``omp usage``
+    (``omp.usage_cli``), with the launch flags a runner puts around them."""
+    own = Parser(prog=f"omp {name}", allow_abbrev=False)
+    own.add_argument("words", nargs="*")
+    flags = ["--json", "-j"] if name == "usage" else ["--json"]
+    own.add_argument(*flags, action="store_true", dest="json", help="output JSON")
+    launch, rest = parser.parse_known_args(argv)
+    try:
+        args = own.parse_args([*rest, *launch.message])
+    except SystemExit as exc:  # argparse said why on stderr
+        return int(exc.code or 0)
+    if problem := enter_place(launch.profile, launch.cwd):
+        print(f"omp: {problem}", file=sys.stderr)
+        return 1
+    if name == "config":
+        from .config_cli import run as run_config
+
+        return run_config(list(args.words), args.json)
+    from .usage_cli import run as run_usage
+
+    return run_usage(args.json)
 
 
 # -- omp schema --------------------------------------------------------------------------------

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from omp.llm.models import read_catalog
+from omp.llm.models import catalog_providers
 
 if TYPE_CHECKING:
     from schema_helpers import FrameLog
 
 
 def _catalog_keys() -> tuple[str, ...]:
-    return tuple(sorted({name for p in read_catalog().providers.values() for name in p.env}))
+    return tuple(sorted({name for p in catalog_providers().values() for name in p.env}))
 
 
 PROVIDER_KEYS = _catalog_keys()

@@ -23,8 +23,14 @@ from agent_helpers import text_reply, to_frame
 
 from omp.client import RpcClient
 from omp.config import ConfigError
-from omp.llm.local import LocalDiscovery, list_url, parse_ollama_tags, parse_openai_models
-from omp.llm.models import LocalServer, ModelRegistry, read_catalog
+from omp.llm.local import (
+    LocalDiscovery,
+    list_url,
+    parse_ollama_show,
+    parse_ollama_tags,
+    parse_openai_models,
+)
+from omp.llm.models import LocalServer, ModelRegistry, ollama_url, read_catalog
 from omp.llm.stream import HttpClient
 from omp.session.settings import LocalModelsSettings, load_settings
 from omp.testing.fake_llm import open_fake_llm
@@ -48,6 +54,12 @@ def dead_port() -> int:
 
 def tags_reply(payload: Any) -> dict[str, Any]:
     return {"match": {"path": "/api/tags"}, "repeat": True, "body": payload}
+
+
+NO_SHOW = {"match": {"path": "/api/show"}, "repeat": True, "status": 404,
+           "body": {"error": "model not found"}}
+"""Ollama's answer to ``/api/show`` for a model it does not know: the fake Ollama of a test
+about something else answers so (else a show would take the reply meant for a prompt)."""
 
 
 def models_reply(payload: Any) -> dict[str, Any]:
@@ -197,7 +209,7 @@ async def test_discovery_finds_what_answers_and_skips_the_rest(tmp_path: Path) -
                          ("ollama", "gpt-oss:20b"),
                          ("vllm", "Qwen/Qwen3-Coder-30B-A3B-Instruct")}
     assert reg.credential("ollama") == "notNeeded"
-    assert [r.path for r in ollama.requests] == ["/api/tags"]
+    assert [r.path for r in ollama.requests if r.path != "/api/show"] == ["/api/tags"]
     # Asked again, a server's list replaces what it listed before.
     reg.set_local_models("ollama", [])
     assert not any(x.provider == "ollama" for x in reg.models)
@@ -294,7 +306,7 @@ def reply_text(frames: list[dict[str, Any]]) -> str:
 async def test_fake_ollama_and_llamacpp_discovered_and_used_for_a_prompt(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([tags_reply(recorded("ollama_tags")),
+        async with open_fake_llm([tags_reply(recorded("ollama_tags")), NO_SHOW,
                                   text_reply("Hi from Ollama")]) as ollama, \
                 open_fake_llm([models_reply(recorded("llamacpp_models")),
                                text_reply("Hi from llama.cpp")]) as llamacpp:
@@ -318,7 +330,7 @@ async def test_fake_ollama_and_llamacpp_discovered_and_used_for_a_prompt(
     assert {x["credential"] for x in listed} == {"notNeeded"}
     assert reply_text(from_ollama) == "Hi from Ollama"
     assert reply_text(from_llamacpp) == "Hi from llama.cpp"
-    chat = [r for r in ollama.requests if r.method == "POST"]
+    chat = [r for r in ollama.requests if r.path != "/api/show" and r.method == "POST"]
     assert [r.path for r in chat] == ["/v1/chat/completions"]
     body = chat[0].json()
     assert body["model"] == "qwen3:8b"
@@ -385,8 +397,9 @@ async def test_omp_models_lists_local_and_catalog_models(tmp_path: Path,
             everything = await run_omp(["models", "--all", "--json"], tmp_path, env)
             table = await run_omp(["models", "--all"], tmp_path, env)
     entries = msgspec.json.decode(listed)["models"]
+    deepseek = sorted((f"deepseek/{x.id}" for x in CATALOG.models["deepseek"]), key=str.lower)
     assert [(x["selector"], x["credential"]) for x in entries] == [
-        ("deepseek/deepseek-chat", "env"), ("deepseek/deepseek-reasoner", "env"),
+        *((selector, "env") for selector in deepseek),
         ("ollama/gpt-oss:20b", "notNeeded"), ("ollama/llava:7b", "notNeeded"),
         ("ollama/qwen3:8b", "notNeeded")]
     every = msgspec.json.decode(everything)["models"]
@@ -394,8 +407,8 @@ async def test_omp_models_lists_local_and_catalog_models(tmp_path: Path,
     assert groq
     assert {x["credential"] for x in groq} == {"missing"}
     assert b"sk-deep-SECRET" not in listed + everything + table
-    assert (b"groq (7) - no key: set GROQ_API_KEY (get one at https://console.groq.com/keys)"
-            in table)
+    assert (f"groq ({len(CATALOG.models['groq'])}) - no key: set GROQ_API_KEY (get one at "
+            "https://console.groq.com/keys)").encode() in table
     assert b"ollama (3)\n" in table
 
 
@@ -456,7 +469,7 @@ async def test_a_local_model_named_before_its_server_was_asked(tmp_path: Path,
 async def test_a_session_continued_on_a_local_model_keeps_it(tmp_path: Path,
                                                               isolated_agent_dir: Path) -> None:
     with trio.fail_after(LIMIT):
-        async with open_fake_llm([tags_reply(recorded("ollama_tags")),
+        async with open_fake_llm([tags_reply(recorded("ollama_tags")), NO_SHOW,
                                   text_reply("first"), text_reply("second")]) as ollama:
             write_config(isolated_agent_dir, {"ollama": ollama.base_url + "/v1"})
             async with RpcClient.spawn(args=["--mode", "rpc"], cwd=tmp_path, env=process_env(),
@@ -472,5 +485,92 @@ async def test_a_session_continued_on_a_local_model_keeps_it(tmp_path: Path,
     assert (state["data"]["model"]["provider"], state["data"]["model"]["id"]) == (
         "ollama", "llava:7b")
     assert reply_text(second) == "second"
-    assert [r.json()["model"] for r in ollama.requests if r.method == "POST"] == [
-        "llava:7b", "llava:7b"]
+    assert [r.json()["model"] for r in ollama.requests
+            if r.method == "POST" and r.path != "/api/show"] == ["llava:7b", "llava:7b"]
+
+
+# --- Ollama where its variables say, and what /api/show says (issue 36) --------------------
+
+
+@pytest.mark.parametrize(("environ", "url"), [
+    ({"OLLAMA_HOST": "0.0.0.0"}, "http://127.0.0.1:11434/v1"),
+    ({"OLLAMA_HOST": "127.0.0.1:5555"}, "http://127.0.0.1:5555/v1"),
+    ({"OLLAMA_HOST": "0.0.0.0:5555"}, "http://127.0.0.1:5555/v1"),
+    ({"OLLAMA_HOST": ":9"}, "http://127.0.0.1:9/v1"),
+    ({"OLLAMA_HOST": "http://gpu-box:8000/"}, "http://gpu-box:8000/v1"),
+    ({"OLLAMA_HOST": "https://ollama.example"}, "https://ollama.example/v1"),
+    ({"OLLAMA_HOST": "[::]:7"}, "http://[::1]:7/v1"),
+    ({"OLLAMA_BASE_URL": "http://gpu-box:11434", "OLLAMA_HOST": "elsewhere"},
+     "http://gpu-box:11434/v1"),
+    ({"OLLAMA_BASE_URL": "http://gpu-box:11434/v1/"}, "http://gpu-box:11434/v1"),
+    ({"OLLAMA_HOST": "ftp://nope"}, None),
+    ({}, None),
+])
+def test_ollama_url_from_its_variables(environ: dict[str, str], url: str | None) -> None:
+    assert ollama_url(environ) == url
+    registry = ModelRegistry.load(Path("/nonexistent"), environ=environ)
+    (ollama,) = [s for s in registry.local_servers() if s.provider == "ollama"]
+    assert ollama.base_url == (url or CATALOG.providers["ollama"].baseUrl)
+    # The settings' address still wins.
+    moved = registry.local_servers({"ollama": "http://127.0.0.1:1/v1"})
+    assert [s.base_url for s in moved if s.provider == "ollama"] == ["http://127.0.0.1:1/v1"]
+
+
+def test_ollama_show() -> None:
+    assert parse_ollama_show(recorded("ollama_show_qwen3")) == (40960, False, True)
+    # The window it is run with (num_ctx) before the one it was trained for.
+    assert parse_ollama_show(recorded("ollama_show_llava")) == (8192, True, False)
+    assert parse_ollama_show({"model_info": {"x.context_length": True}}) == (None, False, False)
+    assert parse_ollama_show([1]) is None
+
+
+def test_openai_models_context_lengths() -> None:
+    payload = {"data": [{"id": "a", "context_length": 32768},
+                        {"id": "b", "meta": {"n_ctx": 16384, "n_ctx_train": 131072}},
+                        {"id": "e", "meta": {"n_ctx_train": 131072}},
+                        {"id": "c", "max_model_len": 4096, "context_length": 9},
+                        {"id": "d", "context_length": -1}]}
+    models = parse_openai_models(payload, server("lm-studio"), CATALOG.providers["lm-studio"])
+    assert models is not None
+    assert [(m.id, m.contextWindow) for m in models] == [
+        ("a", 32768), ("b", 16384), ("e", None), ("c", 4096), ("d", None)]
+
+
+def show_reply(name: str, payload: Any) -> dict[str, Any]:
+    return {"match": {"path": "/api/show", "bodyContains": f'"{name}"'}, "repeat": True,
+            "body": payload}
+
+
+@pytest.mark.parametrize("context_length", [None, "8192"])
+async def test_ollama_host_finds_ollama_and_its_windows(
+        context_length: str | None, tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """``OLLAMA_HOST=127.0.0.1:PORT`` (no ``localModels`` address for Ollama): ``omp models``
+    finds the fake Ollama there, and each model's window from ``/api/show`` (or, with
+    ``OLLAMA_CONTEXT_LENGTH``, that)."""
+    script = [tags_reply(recorded("ollama_tags")),
+              show_reply("qwen3:8b", recorded("ollama_show_qwen3")),
+              show_reply("llava:7b", recorded("ollama_show_llava"))]
+    with trio.fail_after(LIMIT):
+        async with open_fake_llm(script) as ollama:
+            others = {name: f"http://127.0.0.1:{dead_port()}/v1"
+                      for name in ("llama.cpp", "lm-studio", "vllm")}
+            (isolated_agent_dir / "config.yml").write_text(json.dumps(
+                {"localModels": {"servers": others, "timeoutMs": 20000}}))
+            env = {**process_env(), "OLLAMA_HOST": ollama.base_url.removeprefix("http://")}
+            if context_length is not None:
+                env["OLLAMA_CONTEXT_LENGTH"] = context_length
+            listed = await run_omp(["models", "--json"], tmp_path, env)
+    entries = {x["id"]: x for x in msgspec.json.decode(listed)["models"]
+               if x["provider"] == "ollama"}
+    assert set(entries) == {"qwen3:8b", "llava:7b", "gpt-oss:20b"}
+    windows = {name: entry["contextWindow"] for name, entry in entries.items()}
+    if context_length is None:
+        # gpt-oss has no /api/show answer here: its window stays unknown.
+        assert windows == {"qwen3:8b": 40960, "llava:7b": 8192, "gpt-oss:20b": None}
+        assert entries["qwen3:8b"]["reasoning"] is True
+    else:
+        assert windows == dict.fromkeys(entries, 8192)
+    assert entries["llava:7b"]["input"] == ["text", "image"]
+    shown = [r for r in ollama.requests if r.path == "/api/show"]
+    assert sorted(r.json()["model"] for r in shown) == ["gpt-oss:20b", "llava:7b", "qwen3:8b"]
+    assert {r.method for r in shown} == {"POST"}

@@ -289,7 +289,9 @@ async def test_request_body_and_headers(api: str) -> None:
             "name": "get_weather", "description": "Weather for a city.",
             "parameters": WEATHER.parameters}}]
         assert "reasoning_effort" not in off
-        assert "max_completion_tokens" not in off
+        # Without one asked for, the model's own (at most 64,000: omp.llm.providers).
+        assert off.get("max_completion_tokens") == (
+            min(model.maxTokens, 64000) if model.maxTokens else None)
     else:
         assert with_key.path == "/v1/responses"
         assert body["store"] is False

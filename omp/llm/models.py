@@ -1,7 +1,8 @@
 """The model registry: the built-in catalog, ``models.yml`` custom providers, and credentials.
 
 Sources, lowest precedence first: the catalog (``catalog.json`` beside this file, data not code:
-every provider's API kind, base URL, key variables, quirk flags and models), then
+every provider's API kind, base URL, key variables, quirk flags and models, generated from the
+original's published catalog by ``scripts/refresh_catalog.py``), then
 ``<agent dir>/models.yml`` (providers added or overridden in the original's format), then the
 models the local servers list (``omp.llm.local`` calls ``set_local_models``; a models.yml model
 of the same id wins). A catalog provider is available as soon as one of its key variables is set
@@ -23,6 +24,12 @@ sends them as the HTTP Basic ``authorization`` header that URL stands for (``hea
 variables keys are read from (``key_variables``) are kept from every subprocess
 (``Settings.environment_policy``, ``omp.subprocess_env``).
 
+The catalog holds thousands of models; a registry brings a provider's into ``models`` when it is
+first needed (``ensure``: the provider has credentials, a model of it is looked up, or every
+model is asked for), decoding only that provider's lines of the file, once per process
+(``catalog_models_of``). A start without keys reads the providers' table and the offline models
+at the head of the file, and nothing else (docs/guides/models.md#the-provider-catalog).
+
 The offline models (provider ``offline``, no network) are what a machine without any key gets;
 once a real provider is usable they are no longer offered (``available``), but stay selectable
 by name.
@@ -36,7 +43,7 @@ import os
 import re
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -88,10 +95,13 @@ class CatalogProvider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where ``scripts/refresh_catalog.py`` reads the provider's model list."""
     keyUrl: str | None = None
     """Where a user gets a key (shown by ``omp models --all``)."""
+    defaultModel: str | None = None
+    """The model a session starts on when only the provider is named (``--provider``)."""
 
 
 class CatalogModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    provider: str
+    """One model of ``catalog.json``, under its provider's name."""
+
     id: str
     name: str
     reasoning: bool
@@ -101,38 +111,117 @@ class CatalogModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     maxTokens: int | None
     thinking: ModelThinking | msgspec.UnsetType = msgspec.UNSET
     compat: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    api: str | msgspec.UnsetType = msgspec.UNSET
+    """Where the model is served otherwise than its provider's other models (an aggregator
+    with an Anthropic-style and an OpenAI-style endpoint): its API and base URL."""
+    baseUrl: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class Catalog(msgspec.Struct, frozen=True):
+    """The whole catalog (``scripts/refresh_catalog.py``, tests); the runtime decodes only
+    the providers it needs (``catalog_providers``, ``catalog_models_of``)."""
+
     providers: dict[str, CatalogProvider]
-    models: list[CatalogModel]
+    models: dict[str, list[CatalogModel]]
+
+
+class _ProvidersPart(msgspec.Struct, frozen=True):
+    providers: dict[str, CatalogProvider]
+
+
+_CATALOG = Path(__file__).parent / "catalog.json"
+# The file's layout (``scripts/refresh_catalog.py``'s ``render``, one model a line, grouped by
+# provider, the providers before the models) lets a start read the providers' table alone and
+# a provider's models alone: decoding the whole file would take ten milliseconds per start.
+_MODELS_MARK = b'\n  "models": {'
+_GROUP_END = b"\n    ]"
+
+
+def _catalog_bytes() -> bytes:
+    # Beside this module, read as a plain file: importlib.resources would import its readers
+    # (zipfile and more, several ms) at every start for a package that is never zipped.
+    return _CATALOG.read_bytes()
 
 
 def read_catalog() -> Catalog:
-    """The catalog shipped in the package (one msgspec decode: about a millisecond)."""
-    # Beside this module, read as a plain file: importlib.resources would import its readers
-    # (zipfile and more, several ms) at every start for a package that is never zipped.
-    data = (Path(__file__).parent / "catalog.json").read_bytes()
-    return msgspec.json.decode(data, type=Catalog)
+    """The catalog shipped in the package, every provider's models decoded."""
+    return msgspec.json.decode(_catalog_bytes(), type=Catalog)
 
 
 @functools.cache
-def catalog_models() -> tuple[Catalog, tuple[Model, ...]]:
-    """The shipped catalog and its models, decoded once per process and shared by every
-    registry (one per session: a program embedding a thousand sessions would otherwise hold a
-    thousand copies, about 100 KiB each). Both are immutable (frozen Structs); a registry
-    replaces a model in its own list, never changes one."""
-    catalog = read_catalog()
-    models = []
-    for cm in catalog.models:
-        p = catalog.providers[cm.provider]
-        compat = {**p.compat, **(cm.compat or {})} or msgspec.UNSET
-        models.append(Model(
-            id=cm.id, name=cm.name, api=p.api, provider=cm.provider, baseUrl=p.baseUrl,
-            reasoning=cm.reasoning, input=list(cm.input), cost=cm.cost,
-            contextWindow=cm.contextWindow, maxTokens=cm.maxTokens, thinking=cm.thinking,
-            compat=compat))
-    return catalog, tuple(models)
+def catalog_providers() -> dict[str, CatalogProvider]:
+    """The catalog's providers, decoded once per process from the head of the file (the
+    models after them are not read)."""
+    head = b""
+    with _CATALOG.open("rb") as file:
+        while (cut := head.find(_MODELS_MARK)) < 0:
+            chunk = file.read(1 << 16)
+            if not chunk:  # not the generated layout: the whole file, the slow way
+                return read_catalog().providers
+            head += chunk
+    part = head[:cut].rstrip().removesuffix(b",") + b"}"
+    return msgspec.json.decode(part, type=_ProvidersPart).providers
+
+
+_CATALOG_MODELS: dict[str, tuple[Model, ...]] = {}
+"""The catalog models decoded so far, by provider: shared by every registry of the process
+(one per session: a program embedding a thousand sessions would otherwise hold a thousand
+copies). Immutable (frozen Structs); a registry replaces a model in its own list, never
+changes one."""
+
+
+def catalog_models_of(providers: Iterable[str]) -> dict[str, tuple[Model, ...]]:
+    """The catalog models of ``providers``, each decoded the first time a registry needs it
+    (``ModelRegistry.ensure``): a process that uses one provider holds that provider's models
+    only, and a start with no key reads no further than the offline models (first in the
+    file)."""
+    wanted = list(dict.fromkeys(providers))
+    table = catalog_providers()
+    missing = [name for name in wanted if name not in _CATALOG_MODELS and name in table]
+    if missing:
+        for name, listed in _groups(missing).items():
+            _CATALOG_MODELS[name] = tuple(_model_of(name, table[name], cm) for cm in listed)
+    return {name: _CATALOG_MODELS.get(name, ()) for name in wanted}
+
+
+def _groups(providers: list[str]) -> dict[str, list[CatalogModel]]:
+    """The models listed under each of ``providers``: their lines of the file alone, read no
+    further than the last of them (a provider without models: to the end)."""
+    marks = {name: b"\n    " + msgspec.json.encode(name) + b": [" for name in providers}
+    found: dict[str, list[CatalogModel]] = {}
+    starts: dict[str, int] = {}
+    data = bytearray()
+    scanned = 0  # where the search for the groups not started yet goes on from
+    with _CATALOG.open("rb") as file:
+        while True:
+            for name, mark in marks.items():
+                if name in found:
+                    continue
+                if name not in starts:
+                    if (at := data.find(mark, max(0, scanned - len(mark)))) < 0:
+                        continue
+                    starts[name] = at + len(mark) - 1
+                start = starts[name]
+                if (end := data.find(_GROUP_END, start)) >= 0:
+                    found[name] = msgspec.json.decode(
+                        data[start:end + len(_GROUP_END)], type=list[CatalogModel])
+            scanned = len(data)
+            if len(found) == len(marks) or not (chunk := file.read(1 << 16)):
+                break
+            data += chunk
+    if data.find(_MODELS_MARK) < 0:  # not the generated layout: the whole file, the slow way
+        every = read_catalog().models
+        return {name: every.get(name, []) for name in providers}
+    return {name: found.get(name, []) for name in providers}
+
+
+def _model_of(provider: str, entry: CatalogProvider, cm: CatalogModel) -> Model:
+    compat = {**entry.compat, **(cm.compat or {})} or msgspec.UNSET
+    return Model(
+        id=cm.id, name=cm.name, api=cm.api or entry.api, provider=provider,
+        baseUrl=cm.baseUrl or entry.baseUrl, reasoning=cm.reasoning, input=list(cm.input),
+        cost=cm.cost, contextWindow=cm.contextWindow, maxTokens=cm.maxTokens,
+        thinking=cm.thinking, compat=compat)
 
 
 # --- the registry -----------------------------------------------------------------------------
@@ -171,6 +260,15 @@ class ModelRegistry(msgspec.Struct, eq=False):
     """(provider, id) of the models a local server listed (``set_local_models``)."""
     server_urls: dict[str, str] = msgspec.field(default_factory=dict)
     """``localModels.servers``: where the local servers are (``use_local_servers``)."""
+    pending: list[str] = msgspec.field(default_factory=list)
+    """The catalog providers whose models are not in ``models`` yet (``ensure``)."""
+    applied: list[ModelsFile] = msgspec.field(default_factory=list)
+    """The models.yml files applied, laid over a catalog provider's models when they are
+    brought in (``ensure``)."""
+    order: dict[tuple[str, str], tuple[int, int, int]] = msgspec.field(default_factory=dict)
+    """Where each model goes in ``models``: the catalog's in catalog order, then the others
+    as they were added."""
+    added: int = 0
 
     def __post_init__(self) -> None:
         self._hide_url_credentials()
@@ -193,16 +291,97 @@ class ModelRegistry(msgspec.Struct, eq=False):
         return registry
 
     def _load_catalog(self) -> None:
-        catalog, models = catalog_models()
-        for name, p in catalog.providers.items():
+        for name, p in catalog_providers().items():
             self.providers[name] = ProviderAuth(env=tuple(p.env), auth=p.auth)
             self.catalog_providers[name] = p
-        self.models.extend(models)
+            self.pending.append(name)
+
+    # -- the catalog's models, provider by provider ------------------------------------------
+
+    def ensure(self, providers: Iterable[str]) -> None:
+        """Bring the catalog models of ``providers`` into ``models`` (those not in yet), with
+        what models.yml says of them laid over. Until then a provider's models are not
+        decoded: a start pays for the providers it uses, not for the thousands listed."""
+        wanted = [name for name in providers if name in self.pending]
+        # A local server's models are found on it (``omp.llm.local``), never listed here.
+        for name in [n for n in wanted if self.catalog_providers[n].discovery is not None]:
+            self.pending.remove(name)
+            wanted.remove(name)
+        if not wanted:
+            return
+        ranks = {name: i for i, name in enumerate(self.catalog_providers)}
+        for name, listed in catalog_models_of(wanted).items():
+            self.pending.remove(name)
+            models = list(listed)
+            if self.applied:
+                models = self._overridden(name, models)
+            for index, model in enumerate(models):
+                self.order[(name, model.id)] = (0, ranks[name], index)
+            self.models.extend(models)
+        self.models.sort(key=self._place)
+        self._hide_url_credentials()
+
+    def _overridden(self, name: str, models: list[Model]) -> list[Model]:
+        """A catalog provider's models as the models.yml files applied say."""
+        from .models_file import override
+
+        for file in self.applied:
+            pc = file.providers.get(name)
+            if pc is None:
+                continue
+            if pc.models:
+                models = []  # models.yml lists this provider's models: they replace these
+                continue
+            for model_id, ov in pc.modelOverrides.items():
+                models = [override(m, ov) if m.id == model_id else m for m in models]
+            if pc.baseUrl:
+                models = [msgspec.structs.replace(m, baseUrl=pc.baseUrl) for m in models]
+        return models
+
+    def ensure_all(self) -> None:
+        """Every catalog provider's models in ``models`` (a search by bare id, ``--all``)."""
+        self.ensure(list(self.pending))
+
+    def all_models(self) -> list[Model]:
+        """Every model: the catalog's, models.yml's, the local servers'."""
+        self.ensure_all()
+        return self.models
+
+    def models_of(self, provider: str) -> list[Model]:
+        self.ensure([provider])
+        return [m for m in self.models if m.provider == provider]
+
+    def provider_default(self, provider: str) -> Model | None:
+        """The model ``--provider NAME`` alone starts on: the built-in default of that
+        provider (``DEFAULT_MODELS``), else the catalog's, else its first model."""
+        models = self.models_of(provider)
+        entry = self.catalog_providers.get(provider)
+        for wanted in (*(i for p, i in DEFAULT_MODELS if p == provider),
+                       entry.defaultModel if entry is not None else None):
+            if found := next((m for m in models if m.id == wanted), None):
+                return found
+        return models[0] if models else None
+
+    def _place(self, model: Model) -> tuple[int, int, int]:
+        return self.order.get((model.provider, model.id), (2, 0, 0))
+
+    def add_model(self, model: Model) -> None:
+        """Add a model its provider lists live (``omp.llm.models_live``), after the others."""
+        self.ensure([model.provider])
+        self._added(model)
+
+    def _added(self, model: Model) -> None:
+        """``model`` (not the catalog's) goes after every model there is."""
+        self.added += 1
+        self.order[(model.provider, model.id)] = (1, self.added, 0)
+        self.models.append(model)
 
     def apply(self, file: ModelsFile) -> None:
-        """Add or override providers and models from a parsed models.yml."""
+        """Add or override providers and models from a parsed models.yml (a catalog
+        provider's models not brought in yet get it when they are: ``ensure``)."""
         from .models_file import cost_of, override, thinking_of
 
+        self.applied.append(file)
         for name, pc in file.providers.items():
             auth = self.providers.get(name, ProviderAuth())
             self.providers[name] = ProviderAuth(
@@ -217,7 +396,7 @@ class ModelRegistry(msgspec.Struct, eq=False):
             for mc in pc.models:
                 api = mc.api or pc.api
                 assert api is not None  # validated
-                self.models.append(Model(
+                self._added(Model(
                     id=mc.id, name=mc.name or mc.id, api=api, provider=name,
                     baseUrl=mc.baseUrl or pc.baseUrl or "", reasoning=mc.reasoning,
                     input=list(mc.input), cost=cost_of(mc.cost),
@@ -227,11 +406,13 @@ class ModelRegistry(msgspec.Struct, eq=False):
                 if mc.headers:
                     self.model_headers[(name, mc.id)] = dict(mc.headers)
             for model_id, ov in pc.modelOverrides.items():
+                # Also for a catalog model not brought in yet (``ensure`` overrides it then):
+                # its header variables are secrets from the start (``key_variables``).
+                if ov.headers:
+                    self.model_headers[(name, model_id)] = dict(ov.headers)
                 for i, model in enumerate(self.models):
                     if model.provider == name and model.id == model_id:
                         self.models[i] = override(model, ov)
-                        if ov.headers:
-                            self.model_headers[(name, model_id)] = dict(ov.headers)
             if pc.baseUrl and not pc.models:
                 self.models = [msgspec.structs.replace(m, baseUrl=pc.baseUrl)
                                if m.provider == name else m for m in self.models]
@@ -242,6 +423,8 @@ class ModelRegistry(msgspec.Struct, eq=False):
     def _hide_url_credentials(self) -> None:
         """Move credentials out of every model's base URL (models go to hosts as they are)."""
         for index, model in enumerate(self.models):
+            if "@" not in model.baseUrl:
+                continue  # the common case, said at once
             url, authorization = split_url_credentials(model.baseUrl)
             if authorization is not None:
                 self.models[index] = msgspec.structs.replace(model, baseUrl=url)
@@ -250,6 +433,7 @@ class ModelRegistry(msgspec.Struct, eq=False):
     # -- lookup ------------------------------------------------------------------------------
 
     def find(self, provider: str, model_id: str) -> Model | None:
+        self.ensure([provider])
         for model in self.models:
             if model.provider == provider and model.id == model_id:
                 return model
@@ -279,6 +463,7 @@ class ModelRegistry(msgspec.Struct, eq=False):
         ``--provider offline``, ``set_model``, since ``has_credentials("offline")`` stays true).
         """
         ok = {p for p in self.providers if self.has_credentials(p)}
+        self.ensure(p for p in self.catalog_providers if p in ok)
         usable = [m for m in self.models if m.provider in ok]
         real = [m for m in usable if m.provider != OFFLINE_PROVIDER]
         return real or usable
@@ -410,13 +595,15 @@ class ModelRegistry(msgspec.Struct, eq=False):
     def local_servers(self, overrides: Mapping[str, str] | None = None) -> list[LocalServer]:
         """The local servers to look for models on: every catalog provider with
         ``discovery``, at ``overrides[provider]`` (default: ``use_local_servers``'), else
-        its models.yml ``baseUrl``, else the catalog's."""
+        its models.yml ``baseUrl``, else (Ollama) where ``OLLAMA_BASE_URL`` / ``OLLAMA_HOST``
+        say (``ollama_url``), else the catalog's."""
         chosen = self.server_urls if overrides is None else overrides
         out = []
         for name, entry in self.catalog_providers.items():
             if entry.discovery is None:
                 continue
-            url = chosen.get(name) or self.base_urls.get(name) or entry.baseUrl
+            from_env = ollama_url(self.environ) if entry.discovery == "ollama" else None
+            url = chosen.get(name) or self.base_urls.get(name) or from_env or entry.baseUrl
             out.append(LocalServer(name, entry.discovery, url.rstrip("/")))
         return out
 
@@ -430,7 +617,7 @@ class ModelRegistry(msgspec.Struct, eq=False):
         for model in found:
             if model.id not in mine:
                 mine.add(model.id)
-                self.models.append(model)
+                self._added(model)
                 self.discovered.add((provider, model.id))
 
     def local_model(self, provider: str, model_id: str) -> Model | None:
@@ -476,14 +663,14 @@ class ModelRegistry(msgspec.Struct, eq=False):
         return frozenset(names)
 
     def default_model(self) -> Model:
-        """The first built-in default whose provider has a key; else a custom provider's
-        first model with credentials; else the offline model."""
+        """The first built-in default whose provider has a key; else the default of the first
+        other provider with credentials (``provider_default``); else the offline model."""
         for provider, model_id in DEFAULT_MODELS:
             if self.has_credentials(provider) and (model := self.find(provider, model_id)):
                 return model
         for model in self.available():
             if model.provider != OFFLINE_PROVIDER:
-                return model
+                return self.provider_default(model.provider) or model
         offline = self.find(OFFLINE_PROVIDER, OFFLINE_MODEL)
         assert offline is not None
         return offline
@@ -494,6 +681,38 @@ class LocalServer(NamedTuple):
     discovery: Literal["ollama", "openai-models"]
     base_url: str
     """The OpenAI-compatible root its models are called at (``.../v1``)."""
+
+
+def ollama_url(environ: Mapping[str, str]) -> str | None:
+    """The OpenAI-compatible root of the Ollama the environment names: ``OLLAMA_BASE_URL``
+    (its server's root, ``/v1`` added when missing), else Ollama's own ``OLLAMA_HOST``
+    (``host``, ``host:port``, ``:port`` or a URL; port 11434 unless given for http; a server
+    listening on every address, ``0.0.0.0`` or ``::``, is asked on loopback). None when
+    neither is set or usable."""
+    if base := environ.get("OLLAMA_BASE_URL", "").strip():
+        parts = urllib.parse.urlsplit(base)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            base = base.rstrip("/")
+            return base if base.endswith("/v1") else base + "/v1"
+    host = environ.get("OLLAMA_HOST", "").strip()
+    if not host:
+        return None
+    if "://" not in host:
+        host = f"http://127.0.0.1{host}" if host.startswith(":") else f"http://{host}"
+    try:
+        parts = urllib.parse.urlsplit(host)
+        port = parts.port
+    except ValueError:
+        return None
+    name = parts.hostname
+    if parts.scheme not in ("http", "https") or not name:
+        return None
+    name = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(name, name)
+    if ":" in name:
+        name = f"[{name}]"
+    if port is None and parts.scheme == "http":
+        port = 11434
+    return f"{parts.scheme}://{name}{f':{port}' if port else ''}/v1"
 
 
 def local_model(provider: str, model_id: str, base_url: str, entry: CatalogProvider, *,

@@ -63,6 +63,9 @@ class StreamOptions(msgspec.Struct, frozen=True):
     """Extra request headers (models.yml ``headers``)."""
     thinking: ThinkingLevel = "off"
     max_tokens: int | None = None
+    """The output limit asked for; None: the model's own (``omp.llm.providers.output_limit``)."""
+    send_max_tokens: bool = True
+    """Without ``max_tokens``, send the model's output limit (``stream.sendMaxTokens``)."""
     temperature: float | None = None
     session_id: str | None = None
     service_tier: str | None = None

@@ -78,7 +78,7 @@ class SettingsCommands(msgspec.Struct, eq=False):
         registry = self.session.registry
         chosen = registry.available()
         if frame.all:
-            chosen += [m for m in registry.models
+            chosen += [m for m in registry.all_models()
                        if m not in chosen and m.provider != OFFLINE_PROVIDER]
         models = [payloads.AvailableModel(**msgspec.structs.asdict(m),
                                           credential=registry.credential(m.provider))

@@ -343,7 +343,7 @@ def _model(call: Call, *, session_only: bool = False) -> Outcome:
         return LOCAL
     selector, _, level = call.args.split()[0].partition(":")
     provider, _, model_id = selector.rpartition("/")
-    candidates = [x for x in s.registry.models
+    candidates = [x for x in s.registry.all_models()
                   if x.id == model_id and (not provider or x.provider == provider)]
     if not candidates:
         call.output(f"Unknown model: {call.args.split()[0]}")

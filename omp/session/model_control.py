@@ -164,7 +164,8 @@ class ModelControl(msgspec.Struct, eq=False):
                              idle_timeout=self.stream.idleTimeoutMs / 1000,
                              max_event_bytes=self.stream.maxEventBytes,
                              max_message_chars=self.stream.maxMessageChars,
-                             max_response_bytes=self.stream.maxResponseBytes)
+                             max_response_bytes=self.stream.maxResponseBytes,
+                             send_max_tokens=self.stream.sendMaxTokens)
 
     async def _fresh_headers(self, model: Model) -> dict[str, str]:
         """The request headers of ``model`` with its OAuth login renewed first when it is

@@ -121,6 +121,7 @@ stream:                   # bounds on what a provider may send (omp.llm.sse, omp
   idleTimeoutMs: 120000       # the longest time without an event (the stall watchdog)
   maxResponseBytes: 268435456 # everything one response sends (256 MiB)
   maxSessionLineBytes: 66060288 # the longest session-file line (63 MiB; 64 KiB to 64 MiB)
+  sendMaxTokens: true         # send the model's output limit (false: the provider's default)
 ```
 
 ``stream``: each bound fails the turn with an error naming its key, never retried (a stall,
@@ -234,6 +235,10 @@ class StreamSettings(msgspec.Struct, kw_only=True):
     maxSessionLineBytes: int = MAX_SESSION_LINE_BYTES - 1024 * 1024
     """The longest line of the session file (``omp.session.oversize``): a little under the
     largest frame, so that a message that fits it fits a frame with its envelope too."""
+    sendMaxTokens: bool = True
+    """Send the model's output limit with each request (``max_completion_tokens``,
+    ``max_output_tokens``, ``maxOutputTokens``); false leaves it to the provider's default
+    (Anthropic requires one: it is sent there all the same)."""
 
 
 class BashPattern(msgspec.Struct, kw_only=True):
@@ -932,7 +937,7 @@ def _validate(file: _File, path: Path) -> None:
         if value < 0:
             raise problem(path, f"$.{where}", f"must not be negative, got {value}")
     for key in _fields(StreamSettings):
-        if (value := getattr(file.stream, key)) < 1:
+        if key != "sendMaxTokens" and (value := getattr(file.stream, key)) < 1:
             raise problem(path, f"$.stream.{key}", f"must be 1 or more, got {value}")
     line = file.stream.maxSessionLineBytes
     if not MIN_SESSION_LINE_BYTES <= line <= MAX_SESSION_LINE_BYTES:

@@ -283,8 +283,8 @@ def _choose(registry: ModelRegistry, provider: str | None, model: str | None) ->
     if model and "/" in model and provider is None:
         provider, _, model = model.partition("/")
     if model:
-        candidates = [m for m in registry.models
-                      if m.id == model and (provider is None or m.provider == provider)]
+        candidates = [m for m in (registry.all_models() if provider is None
+                                  else registry.models_of(provider)) if m.id == model]
         # A local server's model may be named before the server was asked (it is asked after
         # ``ready``); ``model:high`` is still a thinking level, ``qwen3:8b`` an Ollama tag.
         if (not candidates and provider is not None
@@ -295,11 +295,11 @@ def _choose(registry: ModelRegistry, provider: str | None, model: str | None) ->
             raise SessionError(f"Model not found: {provider + '/' if provider else ''}{model}")
         return candidates[0]
     assert provider is not None
-    of_provider = [m for m in registry.models if m.provider == provider]
-    if not of_provider and provider in {s.provider for s in registry.local_servers()}:
+    first = registry.provider_default(provider)
+    if first is None and provider in {s.provider for s in registry.local_servers()}:
         raise SessionError(f"{provider} is a local server whose models are found after the "
                            f"start: name one with --model {provider}/<id>")
-    if not of_provider:
-        known = sorted({m.provider for m in registry.models})
+    if first is None:
+        known = sorted({m.provider for m in registry.all_models()})
         raise SessionError(f"Unknown provider: {provider} (known: {', '.join(known)})")
-    return of_provider[0]
+    return first

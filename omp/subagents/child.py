@@ -156,7 +156,7 @@ def model_for(parent: AgentSession, agent: AgentDef) -> Model:
         if not pattern or pattern.startswith("@"):
             continue  # a role alias: no roles here, the parent's model serves
         provider, _, model_id = pattern.rpartition("/")
-        for model in parent.registry.models:
+        for model in parent.registry.all_models():
             if model.id == model_id and (not provider or model.provider == provider) and (
                     parent.registry.has_credentials(model.provider)):
                 return model

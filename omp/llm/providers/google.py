@@ -34,6 +34,7 @@ from ..sse import iter_sse
 from ..thinking import google_thinking_config
 from ..transform import same_model, transform_messages
 from ..types import LlmMessage, ModelRequest
+from . import output_limit
 
 # Documented escape hatch for Gemini 3: a function call from history that carries no signature
 # of this model's (it came from another model) is replayed with this value instead.
@@ -186,7 +187,7 @@ def build_request(call: ModelRequest) -> _Request:
     tools = [_FunctionDeclaration(name=t.name, description=t.description,
                                   parametersJsonSchema=t.parameters) for t in context.tools]
     config = _GenerationConfig(
-        maxOutputTokens=options.max_tokens or model.maxTokens, temperature=options.temperature,
+        maxOutputTokens=output_limit(model, options, cap=None), temperature=options.temperature,
         thinkingConfig=google_thinking_config(model, options.thinking))
     return _Request(
         contents=_convert_messages(messages, model), generationConfig=config,

@@ -50,6 +50,7 @@ from ..sse import iter_sse
 from ..thinking import openai_effort
 from ..transform import transform_messages
 from ..types import ModelRequest
+from . import output_limit
 
 Json = dict[str, Any]
 
@@ -247,8 +248,8 @@ def build_request(call: ModelRequest) -> Json:
     body: Json = {"model": model.id, "messages": messages, "stream": True}
     if compat(model, "supportsUsageInStreaming", True):
         body["stream_options"] = {"include_usage": True}
-    if opts.max_tokens is not None:
-        body[str(compat(model, "maxTokensField", "max_completion_tokens"))] = opts.max_tokens
+    if (limit := output_limit(model, opts)) is not None:
+        body[str(compat(model, "maxTokensField", "max_completion_tokens"))] = limit
     if opts.temperature is not None:
         body["temperature"] = opts.temperature
     if opts.service_tier:

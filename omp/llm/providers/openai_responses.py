@@ -27,10 +27,12 @@ from ..sse import iter_sse
 from ..thinking import openai_effort
 from ..transform import transform_messages
 from ..types import ModelRequest
+from . import output_limit
 from .openai_completions import (
     SEE_IMAGE,
     TOOL_IMAGES_NOTE,
     Json,
+    compat,
     data_url,
     decode_chunk,
     early_end,
@@ -91,8 +93,8 @@ def build_request(call: ModelRequest) -> Json:
     body: Json = {"model": model.id, "input": items, "stream": True, "store": False}
     if call.context.system_prompt:
         body["instructions"] = "\n\n".join(call.context.system_prompt)
-    if opts.max_tokens is not None:
-        body["max_output_tokens"] = opts.max_tokens
+    if (limit := output_limit(model, opts)) is not None:
+        body["max_output_tokens"] = limit
     if opts.temperature is not None:
         body["temperature"] = opts.temperature
     if opts.session_id:
@@ -100,7 +102,8 @@ def build_request(call: ModelRequest) -> Json:
     if opts.service_tier:
         body["service_tier"] = opts.service_tier
     effort = openai_effort(model, opts.thinking)
-    if effort is not None:
+    # A model that always reasons and refuses the field (xAI's grok-4) is sent none.
+    if effort is not None and compat(model, "supportsReasoningEffort", True):
         body["reasoning"] = {"effort": effort, "summary": "auto"}
         body["include"] = ["reasoning.encrypted_content"]
     if call.context.tools:
