@@ -106,8 +106,9 @@ class Runtime(msgspec.Struct, eq=False):
     notices: list[ev.Notice] = msgspec.field(default_factory=list)
     """Said once at startup (``startup_notices``), beside the settings' own."""
     services: trio.Nursery | None = None
-    """The nursery of the session's helper processes (the JavaScript extension host): the
-    root nursery of ``run_lifecycle``; ACP: the session's own."""
+    """The nursery of the session's helper processes (the JavaScript extension host, the
+    language servers of ``ToolContext.helpers``): the root nursery of ``run_lifecycle``;
+    ACP: the session's own."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -463,7 +464,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
     try:
         with unwrap():  # one failure leaves as itself, not in the root nursery's group
             async with trio.open_nursery() as root:
-                runtime.services = root
+                runtime.services = runtime.session.tool_context.helpers.nursery = root
                 await wiring.start(root, stdout, signals=signals)
                 await root.start(runtime.session.serve)
                 if runtime.options.deadline is not None:

@@ -18,7 +18,7 @@ from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
 from ..tools import default_tools
 from ..tools.base import Tool, ToolContext, UriHandler
-from ..tools.specs import WEB_SPECS
+from ..tools.specs import OPTIONAL_SPECS, WEB_SPECS
 from ..tools.todo_state import TodoState
 from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
@@ -143,8 +143,13 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         # The search keys' variables are kept from subprocesses like the model providers'.
         secret_variables |= frozenset(KEY_VARIABLES)
     context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
-                          environment=settings.environment_policy(secret_variables))
-    active = (list(default_tools(context, todos, background=settings.async_.enabled))
+                          environment=settings.environment_policy(secret_variables),
+                          lsp=settings.lsp)
+    # Tools off by default are offered when their setting or ``--tools`` asks for them.
+    optional = {"lsp"} if settings.lsp.enabled else set()
+    optional |= set(tool_names or ()) & set(OPTIONAL_SPECS)
+    active = (list(default_tools(context, todos, background=settings.async_.enabled,
+                                 optional=optional))
               if tools is None else list(tools))
     if tool_names is not None:
         by_name = {t.name: t for t in active}

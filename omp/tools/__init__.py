@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import trio
 
-from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
-from .specs import SPECS, WEB_SPECS, ToolSpec, bash_spec
+from .base import (
+    Concurrency,
+    OnUpdate,
+    Tier,
+    Tool,
+    ToolContext,
+    ToolResult,
+    concurrency_of,
+    tier_of,
+)
+from .specs import OPTIONAL_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
 
 
@@ -44,7 +53,7 @@ class LazyTool(Tool):
         return concurrency_of(self._spec.concurrency, args)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
-        return self._spec.approval
+        return tier_of(self._spec.approval, args)
 
     def command_rules(self) -> bool:
         return self._spec.command_rules
@@ -94,6 +103,9 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
         if name == "web_search":
             from .web_search import WebSearchTool
             return WebSearchTool(ctx)
+        if name == "lsp":
+            from .lsp import LspTool
+            return LspTool(ctx)
         from .todo import TodoTool
         return TodoTool(todos)
 
@@ -101,12 +113,14 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
 
 
 def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
-                  background: bool = False) -> list[Tool]:
+                  background: bool = False, optional: Collection[str] = ()) -> list[Tool]:
     """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
-    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``). With
-    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``."""
+    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``); the tools
+    of ``OPTIONAL_SPECS`` named in ``optional`` (a setting or ``--tools`` turned them on).
+    With ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``."""
     state = TodoState() if todos is None else todos
     specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
     if ctx.web is not None and ctx.web.enabled:
         specs += WEB_SPECS.items()
+    specs += [(name, spec) for name, spec in OPTIONAL_SPECS.items() if name in optional]
     return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]

@@ -32,6 +32,7 @@ from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 
 if TYPE_CHECKING:
     from ..commands.skills import Skill
+    from .lsp_settings import LspSettings
     from .web_policy import WebAccess
 
 ResultContent = TextContent | ImageContent
@@ -74,6 +75,13 @@ def concurrency_of(rule: ConcurrencyRule, args: dict[str, Any]) -> Concurrency:
 Tier = Literal["read", "write", "exec"]
 """How much a call may change (docs/guides/approval.md#tiers): which approval mode runs it without
 asking (``always-ask``: ``read``; ``write``: ``read`` and ``write``; ``yolo``: all)."""
+TierRule = Tier | Callable[[dict[str, Any]], Tier]
+"""A tool's declared tier: one for every call, or a function of the call's arguments."""
+
+
+def tier_of(rule: TierRule, args: dict[str, Any]) -> Tier:
+    """The tier ``rule`` gives a call with ``args``."""
+    return rule(args) if callable(rule) else rule
 
 
 class Tool(Protocol):
@@ -339,6 +347,27 @@ class BackgroundJobs(Protocol):
         ...
 
 
+class Helpers:
+    """The session's helper processes that outlive a tool call (language servers): each is
+    made on first use and runs in ``nursery``, the nursery of the session's helper processes
+    (set by whoever runs the session: ``omp.rpc.lifecycle``, ACP), so it ends with the
+    session at the latest. A subagent shares its parent's."""
+
+    def __init__(self) -> None:
+        self.nursery: trio.Nursery | None = None
+        self._made: dict[str, Any] = {}
+
+    def get(self, key: str, make: Callable[[trio.Nursery], T]) -> T:
+        """The helper ``key``, made by ``make(nursery)`` the first time. Raises RuntimeError
+        when no nursery was set (a session nobody runs)."""
+        if key not in self._made:
+            if self.nursery is None:
+                raise RuntimeError("this session runs no helper processes")
+            self._made[key] = make(self.nursery)
+        found: T = self._made[key]
+        return found
+
+
 class ToolContext(msgspec.Struct, eq=False):
     """What built-in tools share: where relative paths resolve, who serves host URLs, and
     the web tools' network access."""
@@ -364,6 +393,10 @@ class ToolContext(msgspec.Struct, eq=False):
     jobs: BackgroundJobs | None = None
     """The session's background jobs (a main session's, set by the session): ``bash`` moves
     long commands there; None (a subagent): every command runs in its call."""
+    helpers: Helpers = msgspec.field(default_factory=Helpers)
+    """Processes that outlive a call (the ``lsp`` tool's language servers)."""
+    lsp: LspSettings | None = None
+    """The ``lsp`` section of ``config.yml``; None: its defaults."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

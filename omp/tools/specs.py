@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .base import Concurrency, ConcurrencyRule, Tier, Tool, concurrency_of
+from .base import Concurrency, ConcurrencyRule, Tier, TierRule, Tool, concurrency_of, tier_of
 
 
 def pty_exclusive(args: dict[str, Any]) -> Concurrency:
@@ -27,8 +27,9 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     parameters: dict[str, Any]
     concurrency: ConcurrencyRule = "shared"
     """How a call runs beside the other calls of its batch (``Tool.concurrency``)."""
-    approval: Tier = "exec"
-    """The approval tier of every call (docs/guides/approval.md#tiers)."""
+    approval: TierRule = "exec"
+    """The approval tier of a call (docs/guides/approval.md#tiers), or a function of its
+    arguments."""
     command_rules: bool = False
     """``bash.patterns`` and the critical commands judge the calls (``Tool.command_rules``)."""
 
@@ -58,7 +59,7 @@ class SpecifiedTool(Tool):
         return concurrency_of(self.spec.concurrency, args)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
-        return self.spec.approval
+        return tier_of(self.spec.approval, args)
 
     def command_rules(self) -> bool:
         return self.spec.command_rules
@@ -294,6 +295,63 @@ WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'description': 'Maximum number of results (default: 10, '
                                                  'at most 20)'}},
          'required': ['query']}),
+]}
+
+
+def _lsp_writes(args: dict[str, Any]) -> bool:
+    return args.get("action") == "rename" and args.get("apply") is True
+
+
+OPTIONAL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
+    # Off unless a setting turns them on (``lsp.enabled``) or ``--tools`` names them; offered
+    # after the tools above.
+    ToolSpec(
+        name='lsp', label='LSP',
+        concurrency=lambda args: "exclusive" if _lsp_writes(args) else "shared",
+        approval=lambda args: "write" if _lsp_writes(args) else "read",
+        description=(
+            'Ask the language server of a file\'s language what it knows: where a symbol is '
+            'defined, where it is used, its type, the problems in a file, a rename that '
+            'follows every use across files.\n\n'
+            'Position: `file`, `line` (1-based) and `symbol` (text on that line; `name#2` for '
+            'its second occurrence there). Without `symbol` the first non-blank character of '
+            'the line is used.\n'
+            '- `definition`, `type_definition`, `implementation`, `references`, `hover`: at '
+            'the position.\n'
+            '- `diagnostics`: the errors and warnings of `file`.\n'
+            '- `symbols`: the symbols of `file`; without `file`, the workspace symbols '
+            'matching `query`.\n'
+            '- `rename`: renames the symbol at the position to `new_name` everywhere. Shows '
+            'the edits; with `apply: true` writes them.\n'
+            '- `status`: the languages, their servers, which run.\n\n'
+            'Prefer it to grep for a symbol\'s uses and to hand edits for a rename: the server '
+            'follows imports and scopes that text search gets wrong. A server starts on the '
+            'first call for its language (a few seconds).'
+        ),
+        parameters={'type': 'object',
+         'properties': {'action': {'type': 'string',
+                                   'enum': ['diagnostics', 'definition', 'references', 'hover',
+                                            'symbols', 'rename', 'type_definition',
+                                            'implementation', 'status'],
+                                   'description': 'What to ask'},
+                        'file': {'type': 'string',
+                                 'description': 'The file (relative or absolute)'},
+                        'line': {'type': 'number',
+                                 'description': 'Line number (1-indexed)'},
+                        'symbol': {'type': 'string',
+                                   'description': 'The symbol on that line (name, or name#N '
+                                                  'for its Nth occurrence)'},
+                        'query': {'type': 'string',
+                                  'description': 'symbols without file: what to search for'},
+                        'new_name': {'type': 'string',
+                                     'description': 'rename: the new name'},
+                        'apply': {'type': 'boolean',
+                                  'description': 'rename: write the edits (default: only '
+                                                 'show them)'},
+                        'timeout': {'type': 'number',
+                                    'description': 'Timeout in seconds (default 20; range '
+                                                   '5-300)'}},
+         'required': ['action']}),
 ]}
 
 
