@@ -73,6 +73,7 @@ LAZY_MODULES: dict[str, str] = {
     "omp.lsp": "~0.5 s with lsprotocol's types: only the lsp tool's first call, in a worker "
                "thread (omp.tools.lsp)",
     "lsprotocol": "see omp.lsp",
+    "importlib.util": "~0.7 ms: only when the lsp tool is asked for (is lsprotocol there?)",
     "tomllib": "~2 ms: only when a Codex config.toml exists",
     "shlex": "~1 ms: only /mcp add splits its arguments",
     "difflib": "~1 ms: only a config.yml key nobody knows (a typo) looks for the closest one",

@@ -181,7 +181,8 @@ class LanguageServers:
         lock = self._starting.setdefault(key, trio.Lock())
         async with lock:
             running = self.running.get(key)
-            if running is not None and running.ended is None:
+            # An exited process counts as ended even before its reader saw the end.
+            if running is not None and running.ended is None and running.process.poll() is None:
                 return running
             env = child_environment(self.policy, {"PWD": str(root)}, environ=self.environ)
             argv = resolve_command(language, env)

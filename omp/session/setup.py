@@ -148,6 +148,12 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     # Tools off by default are offered when their setting or ``--tools`` asks for them.
     optional = {"lsp"} if settings.lsp.enabled else set()
     optional |= set(tool_names or ()) & set(OPTIONAL_SPECS)
+    if "lsp" in optional and not _installed("lsprotocol"):
+        missing = ("lsp needs the lsp extra (lsprotocol): pip install 'omp-trio[lsp]'")
+        if tool_names is not None and "lsp" in tool_names:
+            raise SessionError(missing)
+        print(f"omp: {missing}; the tool is not offered", file=sys.stderr)
+        optional.discard("lsp")
     active = (list(default_tools(context, todos, background=settings.async_.enabled,
                                  optional=optional))
               if tools is None else list(tools))
@@ -187,6 +193,13 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             _make_sessions_dir(directory)
         session.open_startup_file(session_path=session_path, resume=resume)
     return session
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def web_access(settings: Settings, http: HttpClient, registry: ModelRegistry,

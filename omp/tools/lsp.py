@@ -126,7 +126,11 @@ class LspTool(SpecifiedTool):
 
     async def _servers(self) -> LanguageServers:
         # lsprotocol's types take about half a second to import: not on the event loop.
-        module = await trio.to_thread.run_sync(importlib.import_module, "omp.lsp.servers")
+        try:
+            module = await trio.to_thread.run_sync(importlib.import_module, "omp.lsp.servers")
+        except ImportError as exc:
+            raise ToolError(f"The lsp tool needs the lsp extra ({exc.name} is missing): pip "
+                            "install 'omp-trio[lsp]'") from None
         ctx = self.ctx
 
         def make(nursery: trio.Nursery) -> LanguageServers:
