@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,49 @@ async def test_lsp_is_off_by_default_and_on_with_the_setting(project: Path,
                 offered.append(tool_names(agent.fake.requests[0]))
     assert "read" in offered[0]
     assert ["lsp" in names for names in offered] == [False, False, True]
+
+
+async def test_a_crashed_server_is_started_again_by_the_next_call(
+        project: Path, isolated_agent_dir: Path) -> None:
+    definition = {"action": "definition", "file": "b.py", "line": 3, "symbol": "greet"}
+    script = [tools_reply(tool_call("before", "lsp", definition)),
+              # Holds the run until the test has killed the server.
+              tools_reply(tool_call("gate", "bash", {
+                  "command": "while [ ! -e killed ]; do sleep 0.02; done"})),
+              tools_reply(tool_call("after", "lsp", definition)),
+              text_reply("Again.")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(project, isolated_agent_dir, script,
+                              args=(*FAKE_ARGS, "--tools", "bash,lsp")) as agent:
+            await agent.send("prompt", message="Look", id="p1")
+            await agent.until(lambda f: f["type"] == "tool_execution_end"
+                              and f["toolCallId"] == "before")
+            (first,) = pylsp_children(agent.pid)
+            os.kill(first, signal.SIGKILL)
+            # Polled: nothing tells the test when a process it did not start has ended.
+            while procfs.alive(first):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            (project / "killed").touch()
+            await agent.until_settled()
+            (second,) = pylsp_children(agent.pid)
+    got = results(agent.frames)
+    assert not any(r["isError"] for r in got.values()), got
+    assert tool_result_text(got["after"]) == tool_result_text(got["before"])
+    assert second != first
+
+
+async def test_a_server_that_dies_at_its_start_is_a_clear_error(
+        project: Path, isolated_agent_dir: Path) -> None:
+    (isolated_agent_dir / "config.yml").write_text(
+        "lsp:\n  servers:\n    python:\n      command: 'false'\n")
+    script = [tools_reply(tool_call("d", "lsp", {"action": "hover", "file": "a.py",
+                                                 "line": 1})),
+              text_reply("Failed.")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(project, isolated_agent_dir, script, args=LSP_ARGS) as agent:
+            await agent.send("prompt", message="Look", id="p1")
+            frames = await agent.until_settled()
+    result = results(frames)["d"]
+    assert result["isError"]
+    assert tool_result_text(result) == ("The language server stopped: false exited with "
+                                        "status 1. The next call starts it again.")

@@ -201,7 +201,11 @@ class Connection:
             try:
                 await self._stdin.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                self._end("its stdin closed")
+                # The server is going: its reader sees the end and says how it went (the
+                # exit status), which beats "its input closed".
+                with trio.move_on_after(1.0):
+                    await self._stop.wait()
+                self._end("closed its input")
                 raise ServerGone(self.ended or "the server ended") from None
 
     # -- documents and diagnostics ------------------------------------------------------------
