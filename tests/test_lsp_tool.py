@@ -333,3 +333,18 @@ async def test_a_server_that_dies_at_its_start_is_a_clear_error(
     assert result["isError"]
     assert tool_result_text(result) == ("The language server stopped: false exited with "
                                         "status 1. The next call starts it again.")
+
+
+def test_without_lsprotocol_the_tool_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from omp.tools import missing_dependency
+
+    assert missing_dependency("lsp") is None
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "lsprotocol" else found(name, *a))
+    assert missing_dependency("lsp") == (
+        "lsp needs the lsp extra (lsprotocol), which is not installed: pip install "
+        "'omp-trio[lsp]'")

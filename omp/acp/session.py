@@ -303,7 +303,7 @@ class AcpSession:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = runtime.services = nursery
-                runtime.session.tool_context.helpers.nursery = nursery
+                runtime.session.tool_context.services = nursery
                 await nursery.start(serve)
                 if runtime.mcp is not None:
                     await nursery.start(runtime.mcp.run)

@@ -107,8 +107,8 @@ class Runtime(msgspec.Struct, eq=False):
     """Said once at startup (``startup_notices``), beside the settings' own."""
     services: trio.Nursery | None = None
     """The nursery of the session's helper processes (the JavaScript extension host, the
-    language servers of ``ToolContext.helpers``): the root nursery of ``run_lifecycle``;
-    ACP: the session's own."""
+    language servers: ``ToolContext.services``): the root nursery of ``run_lifecycle``; ACP:
+    the session's own."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
@@ -464,7 +464,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
     try:
         with unwrap():  # one failure leaves as itself, not in the root nursery's group
             async with trio.open_nursery() as root:
-                runtime.services = runtime.session.tool_context.helpers.nursery = root
+                runtime.services = runtime.session.tool_context.services = root
                 await wiring.start(root, stdout, signals=signals)
                 await root.start(runtime.session.serve)
                 if runtime.options.deadline is not None:

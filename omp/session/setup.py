@@ -16,9 +16,9 @@ from ..llm.stream import HttpClient
 from ..llm.thinking import clamp, efforts
 from ..llm.types import THINKING_LEVELS, ThinkingLevel
 from ..protocol.payloads import Model
-from ..tools import default_tools
+from ..tools import default_tools, missing_dependency
 from ..tools.base import Tool, ToolContext, UriHandler
-from ..tools.specs import OPTIONAL_SPECS, WEB_SPECS
+from ..tools.specs import WEB_SPECS
 from ..tools.todo_state import TodoState
 from .aborts import AbortRegistry
 from .agent_session import AgentSession, SessionError
@@ -145,21 +145,19 @@ def create_session(*, provider: str | None = None, model: str | None = None,
     context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
                           environment=settings.environment_policy(secret_variables),
                           lsp=settings.lsp)
-    # Tools off by default are offered when their setting or ``--tools`` asks for them.
-    optional = {"lsp"} if settings.lsp.enabled else set()
-    optional |= set(tool_names or ()) & set(OPTIONAL_SPECS)
-    if "lsp" in optional and not _installed("lsprotocol"):
-        missing = ("lsp needs the lsp extra (lsprotocol): pip install 'omp-trio[lsp]'")
-        if tool_names is not None and "lsp" in tool_names:
-            raise SessionError(missing)
-        print(f"omp: {missing}; the tool is not offered", file=sys.stderr)
-        optional.discard("lsp")
+    wanted = ({"lsp"} if settings.lsp.enabled else set()) | set(tool_names or ())
     active = (list(default_tools(context, todos, background=settings.async_.enabled,
-                                 optional=optional))
+                                 enable=wanted))
               if tools is None else list(tools))
+    if (tools is None and tool_names is None and settings.lsp.enabled  # config.yml asked
+            and (missing := missing_dependency("lsp")) is not None):
+        print(f"omp: not offered: {missing}", file=sys.stderr)
     if tool_names is not None:
         by_name = {t.name: t for t in active}
         unknown = [n for n in tool_names if n not in by_name]
+        not_installed = [m for n in unknown if (m := missing_dependency(n)) is not None]
+        if not_installed:
+            raise SessionError("; ".join(not_installed))
         web_off = [n for n in unknown if n in WEB_SPECS]
         if web_off:
             raise SessionError(f"{', '.join(web_off)}: web tools are off; set `web: "
@@ -193,13 +191,6 @@ def create_session(*, provider: str | None = None, model: str | None = None,
             _make_sessions_dir(directory)
         session.open_startup_file(session_path=session_path, resume=resume)
     return session
-
-
-def _installed(module: str) -> bool:
-    """Whether ``module`` can be imported (found, not imported)."""
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
 
 
 def web_access(settings: Settings, http: HttpClient, registry: ModelRegistry,

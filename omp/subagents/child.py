@@ -30,7 +30,6 @@ from ..session.sink import EventSink
 from ..session.system_prompt import PromptOptions
 from ..tools import default_tools
 from ..tools.base import Tool, ToolContext
-from ..tools.specs import OPTIONAL_SPECS
 from ..tools.todo_state import TodoState
 from ..tools.yield_tool import YieldState, YieldTool
 from .agents import TOOL_NAMES, AgentDef
@@ -84,12 +83,13 @@ async def build_child(host: Host, child: Child, context: str | None,
     tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris, rulebook=rulebook,
                                web=parent.tool_context.web,
                                environment=parent.tool_context.environment,
-                               helpers=parent.tool_context.helpers,
+                               services=parent.tool_context.services,
+                               shared=parent.tool_context.shared,
                                lsp=parent.tool_context.lsp,
                                devices=devices.for_subagent() if devices is not None else None)
-    offered = {t.name for t in parent.builtin_tools}
-    available = {t.name: t for t in default_tools(tool_context, TodoState(),
-                                                  optional=offered & set(OPTIONAL_SPECS))
+    # The tools offered only on request: those this launch turned on for the parent.
+    enable = {t.name for t in parent.builtin_tools}
+    available = {t.name: t for t in default_tools(tool_context, TodoState(), enable=enable)
                  if t.name != "todo"}
     if agent.tools is None:
         tools: list[Tool] = list(available.values())

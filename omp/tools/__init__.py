@@ -17,7 +17,7 @@ from .base import (
     concurrency_of,
     tier_of,
 )
-from .specs import OPTIONAL_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
+from .specs import ON_REQUEST_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
 
 
@@ -112,15 +112,29 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
     return load
 
 
+def missing_dependency(name: str) -> str | None:
+    """Why the built-in tool ``name`` cannot be offered on this machine (what to install), or
+    None. Looks for the package without importing it."""
+    if name == "lsp":
+        import importlib.util  # only when lsp is asked for: omp.lazy
+
+        if importlib.util.find_spec("lsprotocol") is None:
+            return ("lsp needs the lsp extra (lsprotocol), which is not installed: pip install "
+                    "'omp-trio[lsp]'")
+    return None
+
+
 def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
-                  background: bool = False, optional: Collection[str] = ()) -> list[Tool]:
+                  background: bool = False, enable: Collection[str] = ()) -> list[Tool]:
     """The built-in tool set, in the order the system prompt lists them; ``web_fetch`` and
-    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``); the tools
-    of ``OPTIONAL_SPECS`` named in ``optional`` (a setting or ``--tools`` turned them on).
-    With ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``."""
+    ``web_search`` only when ``ctx`` has web access turned on (``web.enabled``). With
+    ``background`` (a main session with ``async.enabled``) ``bash`` offers ``async``.
+    ``enable`` adds the tools offered only on request (``ON_REQUEST_SPECS``: ``lsp``) that it
+    names and this machine can run (``missing_dependency``)."""
     state = TodoState() if todos is None else todos
     specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
     if ctx.web is not None and ctx.web.enabled:
         specs += WEB_SPECS.items()
-    specs += [(name, spec) for name, spec in OPTIONAL_SPECS.items() if name in optional]
+    specs += [(name, spec) for name, spec in ON_REQUEST_SPECS.items()
+              if name in enable and missing_dependency(name) is None]
     return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]

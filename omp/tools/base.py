@@ -347,27 +347,6 @@ class BackgroundJobs(Protocol):
         ...
 
 
-class Helpers:
-    """The session's helper processes that outlive a tool call (language servers): each is
-    made on first use and runs in ``nursery``, the nursery of the session's helper processes
-    (set by whoever runs the session: ``omp.rpc.lifecycle``, ACP), so it ends with the
-    session at the latest. A subagent shares its parent's."""
-
-    def __init__(self) -> None:
-        self.nursery: trio.Nursery | None = None
-        self._made: dict[str, Any] = {}
-
-    def get(self, key: str, make: Callable[[trio.Nursery], T]) -> T:
-        """The helper ``key``, made by ``make(nursery)`` the first time. Raises RuntimeError
-        when no nursery was set (a session nobody runs)."""
-        if key not in self._made:
-            if self.nursery is None:
-                raise RuntimeError("this session runs no helper processes")
-            self._made[key] = make(self.nursery)
-        found: T = self._made[key]
-        return found
-
-
 class ToolContext(msgspec.Struct, eq=False):
     """What built-in tools share: where relative paths resolve, who serves host URLs, and
     the web tools' network access."""
@@ -393,8 +372,13 @@ class ToolContext(msgspec.Struct, eq=False):
     jobs: BackgroundJobs | None = None
     """The session's background jobs (a main session's, set by the session): ``bash`` moves
     long commands there; None (a subagent): every command runs in its call."""
-    helpers: Helpers = msgspec.field(default_factory=Helpers)
-    """Processes that outlive a call (the ``lsp`` tool's language servers)."""
+    services: trio.Nursery | None = None
+    """The nursery of the session's helper processes (the language servers of ``lsp``), set
+    when the session starts serving and cancelled when it closes
+    (``omp.rpc.lifecycle.Runtime.services``); None: no helper process can start."""
+    shared: dict[str, Any] = msgspec.field(default_factory=dict)
+    """What the tools make on first use and keep for the session and its subagents (the
+    ``lsp`` tool's language servers, under ``"lsp"``)."""
     lsp: LspSettings | None = None
     """The ``lsp`` section of ``config.yml``; None: its defaults."""
 

@@ -1,7 +1,8 @@
 """The ``lsp`` tool (docs/guides/tools.md#language-servers): a file's language server answers.
 
 The servers are ``omp.lsp.servers.LanguageServers``, one per session (its subagents share
-it), kept in ``ToolContext.helpers`` and running in the session's helper nursery; that
+it), kept in ``ToolContext.shared`` and running in the session's helper nursery
+(``ToolContext.services``); that
 package (and ``lsprotocol``) is imported in a worker thread on the first call, so other
 commands are answered meanwhile and nothing of it loads before ``ready``.
 
@@ -33,7 +34,7 @@ from ..subprocess_env import child_environment
 from .base import OnUpdate, ToolContext, ToolError, ToolResult
 from .edit import MAX_EDIT_BYTES
 from .lsp_settings import MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, LspSettings
-from .specs import OPTIONAL_SPECS, SpecifiedTool
+from .specs import ON_REQUEST_SPECS, SpecifiedTool
 
 if TYPE_CHECKING:
     from lsprotocol import types
@@ -89,7 +90,7 @@ def symbol_column(text: str, line: int, symbol: str | None) -> int:
 class LspTool(SpecifiedTool):
     ctx: ToolContext
 
-    spec = OPTIONAL_SPECS["lsp"]
+    spec = ON_REQUEST_SPECS["lsp"]
 
     @property
     def settings(self) -> LspSettings:
@@ -133,16 +134,14 @@ class LspTool(SpecifiedTool):
                             "install 'omp-trio[lsp]'") from None
         ctx = self.ctx
 
-        def make(nursery: trio.Nursery) -> LanguageServers:
-            servers: LanguageServers = module.LanguageServers(
-                nursery, ctx.cwd, self.settings, ctx.environment)
-            return servers
-
-        try:
-            return ctx.helpers.get("lsp", make)
-        except RuntimeError:
-            raise ToolError("Language servers cannot run in this session (it has no helper "
-                            "processes)") from None
+        servers: LanguageServers | None = ctx.shared.get("lsp")
+        if servers is None:
+            if ctx.services is None:
+                raise ToolError("Language servers cannot run in this session (it has no "
+                                "helper processes)")
+            servers = ctx.shared["lsp"] = module.LanguageServers(
+                ctx.services, ctx.cwd, self.settings, ctx.environment)
+        return servers
 
     # -- the actions -------------------------------------------------------------------------
 

@@ -302,7 +302,7 @@ def _lsp_writes(args: dict[str, Any]) -> bool:
     return args.get("action") == "rename" and args.get("apply") is True
 
 
-OPTIONAL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
+ON_REQUEST_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     # Off unless a setting turns them on (``lsp.enabled``) or ``--tools`` names them; offered
     # after the tools above.
     ToolSpec(
