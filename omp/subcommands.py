@@ -12,9 +12,10 @@ models whose provider has no credential yet, each heading saying which variable 
 launch flags a runner puts in front (``--profile``, ``--cwd``, ``--config``, ``-e`` ...) are
 accepted.
 
-``omp schema [--commands|--events]`` (ours, not the original's) prints the JSON Schema of the
-protocol (``omp.protocol.schema``): every frame, or only what a host writes (``--commands``) or
-only what the server writes (``--events``).
+``omp schema [--commands|--events|--tools]`` (ours, not the original's) prints the JSON Schema
+of the protocol (``omp.protocol.schema``): every frame, or only what a host writes
+(``--commands``) or only what the server writes (``--events``); or the built-in tools'
+arguments (``--tools``, ``omp.tools.specs.tools_schema``).
 
 ``omp acp [launch flags]`` is ``omp --mode acp [launch flags]`` (``omp.cli``); every other
 subcommand name of the original exits 2 naming it, with the way to send that word as a prompt
@@ -246,10 +247,18 @@ def schema_command(argv: list[str]) -> int:
                        help="only what a host writes (commands and sub-protocol answers)")
     which.add_argument("--events", action="store_const", dest="part", const="events",
                        help="only what the server writes (events, responses, side frames)")
+    which.add_argument("--tools", action="store_const", dest="part", const="tools",
+                       help="the built-in tools' arguments, as the model is given them")
     try:
         args = own.parse_args(argv)
     except SystemExit as exc:  # argparse said why on stderr
         return int(exc.code or 0)
+    if args.part == "tools":
+        from .tools.specs import encode_tools_schema
+
+        sys.stdout.buffer.write(encode_tools_schema())
+        sys.stdout.flush()
+        return 0
     # Imported here: the schema generator is needed by nothing else of a run.
     from .protocol.schema import encode_schema
 

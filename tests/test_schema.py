@@ -30,6 +30,7 @@ from agent_helpers import (
     tool_call,
     tools_reply,
 )
+from jsonschema import Draft202012Validator
 from schema_helpers import SCHEMA_DIR, Direction, FrameLog, FrameValidator, shared_validator
 
 from omp.client import Event, RpcClient
@@ -60,6 +61,25 @@ def test_omp_schema_prints_the_schema(part: Part) -> None:
                           capture_output=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (SCHEMA_DIR / f"{FILES[part]}.schema.json").read_bytes()
+
+
+def test_the_tools_schema_is_committed_and_printed() -> None:
+    from omp.tools.specs import encode_tools_schema, tools_schema
+
+    path = SCHEMA_DIR / "tools.schema.json"
+    assert path.read_bytes() == encode_tools_schema(), (
+        f"{path} is stale: a tool's spec changed. Regenerate it with "
+        "`omp schema --tools > schema/tools.schema.json` and commit it.")
+    done = subprocess.run([sys.executable, "-m", "omp", "schema", "--tools"],
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == path.read_bytes()
+    schema = tools_schema()
+    Draft202012Validator.check_schema(schema)
+    for name, parameters in schema["$defs"].items():
+        Draft202012Validator.check_schema(parameters)
+        assert parameters["type"] == "object", name
+    assert schema["$defs"]["lsp"]["properties"]["action"]["enum"][0] == "diagnostics"
 
 
 def test_omp_schema_refuses_unknown_and_conflicting_flags() -> None:

@@ -375,3 +375,27 @@ def bash_spec(*, background: bool) -> ToolSpec:
     return msgspec.structs.replace(
         spec, description=spec.description + BACKGROUND_NOTE,
         parameters={**spec.parameters, 'properties': properties})
+
+
+TOOLS_SCHEMA_ID = "https://omp-trio.invalid/schema/tools.schema.json"
+
+
+def tools_schema() -> dict[str, Any]:
+    """The arguments of every built-in tool as the model is given them (``omp schema
+    --tools``, ``schema/tools.schema.json``): one ``$defs`` entry per tool, its parameters'
+    schema with the tool's label as ``title`` and its description. ``bash`` is listed with
+    ``async`` (offered when background jobs are on); the web tools and the tools offered on
+    request are listed too."""
+    specs = [bash_spec(background=True) if s.name == "bash" else s for s in SPECS.values()]
+    specs += [*WEB_SPECS.values(), *ON_REQUEST_SPECS.values()]
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": TOOLS_SCHEMA_ID,
+            "title": "omp built-in tools",
+            "description": "The arguments of each built-in tool, by name.",
+            "$defs": {spec.name: {"title": spec.label, "description": spec.description,
+                                  **spec.parameters} for spec in specs}}
+
+
+def encode_tools_schema() -> bytes:
+    """``tools_schema()`` as the committed file holds it: indented, one final newline."""
+    return msgspec.json.format(msgspec.json.encode(tools_schema()), indent=2) + b"\n"
