@@ -348,3 +348,37 @@ def test_without_lsprotocol_the_tool_says_what_to_install(
     assert missing_dependency("lsp") == (
         "lsp needs the lsp extra (lsprotocol), which is not installed: pip install "
         "'omp-trio[lsp]'")
+
+
+def test_only_an_applied_rename_writes_and_runs_alone() -> None:
+    from omp.tools.base import concurrency_of, tier_of
+    from omp.tools.specs import ON_REQUEST_SPECS
+
+    spec = ON_REQUEST_SPECS["lsp"]
+    calls = [{"action": "rename", "apply": True}, {"action": "rename"},
+             {"action": "rename", "apply": False}, {"action": "references"}]
+    assert [concurrency_of(spec.concurrency, c) for c in calls] == [
+        "exclusive", "shared", "shared", "shared"]
+    assert [tier_of(spec.approval, c) for c in calls] == ["write", "read", "read", "read"]
+
+
+async def test_a_server_that_never_answers_initialize_is_ended(
+        project: Path, isolated_agent_dir: Path) -> None:
+    # `sleep` reads nothing and answers nothing: the start's deadline (1 s here) ends it.
+    (isolated_agent_dir / "config.yml").write_text(
+        "lsp:\n  startTimeoutSeconds: 1\n  servers:\n    python:\n      command: sleep\n"
+        "      args: ['600']\n")
+    script = [tools_reply(tool_call("d", "lsp", {"action": "symbols", "file": "a.py"})),
+              text_reply("Failed.")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(project, isolated_agent_dir, script, args=LSP_ARGS) as agent:
+            await agent.send("prompt", message="Look", id="p1")
+            frames = await agent.until_settled()
+            left = [pid for pid in procfs.children(agent.pid)
+                    if procfs.cmdline(pid).endswith(b"sleep\x00600\x00")]
+    result = results(frames)["d"]
+    assert result["isError"]
+    assert tool_result_text(result) == (
+        "The language server stopped: sleep did not answer initialize within 1 s "
+        "(lsp.startTimeoutSeconds). The next call starts it again.")
+    assert left == []
