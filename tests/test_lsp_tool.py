@@ -355,7 +355,7 @@ def test_only_an_applied_rename_writes_and_runs_alone() -> None:
     from omp.tools.specs import ON_REQUEST_SPECS
 
     spec = ON_REQUEST_SPECS["lsp"]
-    calls = [{"action": "rename", "apply": True}, {"action": "rename"},
+    calls: list[dict[str, Any]] = [{"action": "rename", "apply": True}, {"action": "rename"},
              {"action": "rename", "apply": False}, {"action": "references"}]
     assert [concurrency_of(spec.concurrency, c) for c in calls] == [
         "exclusive", "shared", "shared", "shared"]
