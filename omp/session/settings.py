@@ -42,15 +42,15 @@ The global file is shared with the original, which has many sections we do not m
 ``vault``, ...): they are ignored silently (``_ORIGINAL_TOP_LEVEL`` lists the original's top-level
 keys). Any other top-level key, in any of the files (most likely a typo: ``compactoin``), is
 ignored with a warning on stderr naming the file, ``$.key`` and the closest known key when one
-is close; the start goes on. Inside the sections we do model (``compaction``, ``retry``, ``bash``,
-``task``, ``async``, ``skills``, ``web``, ``lsp``; ``localModels`` and ``stream`` are ours) the
-original has more keys than we use, and adds some between versions, so an unmodelled key is never an
-error: a key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most
-likely a typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we
-model with a value of the wrong type or range IS an error naming the file and the key (the strict
+is close; the start goes on. Inside the sections we do model (``compaction``, ``retry``,
+``bash``, ``task``, ``async``, ``skills``; ``localModels`` and ``stream`` are ours) the original has
+more keys than we use, and adds some between versions, so an unmodelled key is never an error: a
+key the original defines (``_ORIGINAL_KEYS``) is ignored silently, any other one (most likely a
+typo) is ignored with a warning on stderr naming the file and ``$.section.key``. A key we model
+with a value of the wrong type or range IS an error naming the file and the key (the strict
 converter of ``omp/config.py``), and nothing is applied. ``null`` for a key means "not set" (its
-default), except ``reserveTokens``, where null is a value (the automatic reserve). A missing file or
-an empty one means the defaults.
+default), except ``reserveTokens``, where null is a value (the automatic reserve). A missing file
+or an empty one means the defaults.
 
 ```yaml
 compaction:
