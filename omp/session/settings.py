@@ -456,7 +456,8 @@ _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoun
                 "localModels": frozenset({"servers"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets, send a
 search key elsewhere, point the model at the user's private network, send our prompts to a
-server of its choosing, or approve its own commands)."""
+server of its choosing, approve its own commands, or start language servers, which may run its
+build scripts, or a program of its choosing as one)."""
 
 _NESTED: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("bash", "autoBackground"): AutoBackgroundSettings}
