@@ -27,7 +27,9 @@ the connection keeps the last list per document with a counter of publications, 
 ``wait_diagnostics`` waits for one newer than a given count, bounded by the caller.
 
 Cancellation: a request cancelled while waiting (abort, timeout) is told to the server
-(``$/cancelRequest``, shielded, short deadline) and its answer, if one comes, is dropped.
+(``$/cancelRequest``, shielded, short deadline) and its answer, if one comes, is dropped. A
+message is always written whole (shielded, ``WRITE_SECONDS`` at most): half a message would
+garble the stream for every later call.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ SHUTDOWN_SECONDS = 1.0
 """How long a server has to answer ``shutdown`` before its group is ended."""
 CANCEL_SECONDS = 0.5
 """How long telling the server of a cancelled request may take."""
+WRITE_SECONDS = 5.0
+"""How long one message may take to be written (the server reads its input as it comes)."""
 STDERR_TAIL = 2048
 """Bytes of the end of a server's stderr kept for error messages."""
 READ_CHUNK = 64 * 1024
@@ -196,17 +200,30 @@ class Connection:
                           "params": _CONVERTER.unstructure(params)})
 
     async def _send(self, message: dict[str, Any]) -> None:
+        """Write one message, whole: a write cut short by a cancellation would leave half a
+        message in the pipe and garble every later one, so it is shielded, for at most
+        ``WRITE_SECONDS`` (a server that reads nothing for that long is given up). Raises
+        ServerGone."""
         data = encode(msgspec.json.encode(message))
         async with self._write_lock:
-            try:
-                await self._stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            if self.ended is not None:
+                raise ServerGone(self.ended)
+            broken = False
+            with trio.move_on_after(WRITE_SECONDS, shield=True) as writing:
+                try:
+                    await self._stdin.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    broken = True
+            if writing.cancelled_caught:
+                self._end(f"read none of its input for {WRITE_SECONDS:g} s")
+            elif broken:
                 # The server is going: its reader sees the end and says how it went (the
-                # exit status), which beats "its input closed".
+                # exit status), which beats "it closed its input".
                 with trio.move_on_after(1.0):
                     await self._stop.wait()
                 self._end("closed its input")
-                raise ServerGone(self.ended or "the server ended") from None
+            if self.ended is not None:
+                raise ServerGone(self.ended)
 
     # -- documents and diagnostics ------------------------------------------------------------
 
