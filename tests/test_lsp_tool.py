@@ -168,11 +168,15 @@ def test_settings_add_change_and_remove_languages() -> None:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, isolated_agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     if shutil.which("pylsp", path=str(BIN)) is None:
         pytest.skip("pylsp is not installed (python-lsp-server comes with the test extra)")
     (tmp_path / "a.py").write_text(A_PY)
     (tmp_path / "b.py").write_text(B_PY)
+    # `diagnostics` waits until pylsp published them; the bound is for a server that never
+    # does, so here it is far beyond what a loaded machine takes (the wait ends at the
+    # publication, not at the bound).
+    (isolated_agent_dir / "config.yml").write_text("lsp:\n  diagnosticsWaitMs: 120000\n")
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     return tmp_path
 
