@@ -60,6 +60,9 @@ CANCEL_SECONDS = 0.5
 """How long telling the server of a cancelled request may take."""
 WRITE_SECONDS = 5.0
 """How long one message may take to be written (the server reads its input as it comes)."""
+EXIT_STATUS_SECONDS = 5.0
+"""After a server closed its output on its own, how long to wait for its exit status (for
+the error message)."""
 STDERR_TAIL = 2048
 """Bytes of the end of a server's stderr kept for error messages."""
 READ_CHUNK = 64 * 1024
@@ -219,7 +222,7 @@ class Connection:
             elif broken:
                 # The server is going: its reader sees the end and says how it went (the
                 # exit status), which beats "it closed its input".
-                with trio.move_on_after(1.0):
+                with trio.move_on_after(EXIT_STATUS_SECONDS + 1):
                     await self._stop.wait()
                 self._end("closed its input")
             if self.ended is not None:
@@ -319,10 +322,10 @@ class Connection:
             why = f"wrote something that is no LSP message ({exc})"
         finally:
             if self.ended is None:
-                if why == "ended":
-                    # The exit status tells a crash from a clean exit (it is there once
-                    # stdout closed, or very soon after).
-                    with trio.move_on_after(0.5, shield=True):
+                if why == "ended" and not self._stop.is_set():
+                    # It ended on its own: the exit status says how (it is there once stdout
+                    # closed, or very soon after; a loaded machine may take a while).
+                    with trio.move_on_after(EXIT_STATUS_SECONDS, shield=True):
                         await self.process.wait()
                     code = self.process.returncode
                     why = (f"exited with status {code}" if code is not None
