@@ -9,8 +9,10 @@ requests, runs the ``initialize`` handshake within ``ServerSpec.start_seconds``,
 ``started`` with the ``Connection``. It runs until the server ends on its own (a crash: every
 open request fails with ``ServerGone`` naming the exit status and the end of its stderr) or
 ``Connection.stop`` is called; then it asks the server to ``shutdown`` and ``exit`` (at most
-``SHUTDOWN_SECONDS``) and ends the process group (``kill_process_group``: TERM, ``KILL_GRACE``,
-KILL; shielded, with its own deadline), also when it is cancelled (the session ends).
+``SHUTDOWN_SECONDS``), and ends the process group (``kill_process_group``: TERM, ``KILL_GRACE``,
+KILL; shielded, with its own deadline). Cancelled (the session ends), it ends the group at
+once: its reader is cancelled too, so no answer to ``shutdown`` could be read, and the
+session's end must not wait for one.
 
 The messages: requests and notifications are built from ``lsprotocol``'s types and turned into
 JSON by its converter (``lsprotocol.converters.get_converter``, cattrs); each answer is
@@ -144,6 +146,8 @@ class Connection:
     _write_lock: trio.Lock = attrs.field(factory=trio.Lock)
     _published: trio.Event = attrs.field(factory=trio.Event)
     _stop: trio.Event = attrs.field(factory=trio.Event)
+    _closing: bool = False
+    """We asked the server to end (``shutdown``): its end is no news."""
     _stderr: bytearray = attrs.field(factory=bytearray)
     document_lock: trio.Lock = attrs.field(factory=trio.Lock)
     """Held while a document is synchronised (opened or changed), so two calls never send
@@ -280,6 +284,7 @@ class Connection:
 
     def stop(self) -> None:
         """Ask ``serve_server`` to shut the server down."""
+        self._closing = True
         self._stop.set()
 
     def _end(self, why: str) -> None:
@@ -297,6 +302,7 @@ class Connection:
 
     async def _shutdown(self) -> None:
         """The polite end: ``shutdown``, then ``exit``."""
+        self._closing = True
         if self.ended is not None:
             return
         with contextlib.suppress(ServerGone, RequestFailed):
@@ -307,7 +313,7 @@ class Connection:
 
     async def _read(self, stdout: trio.abc.ReceiveStream) -> None:
         reader = MessageReader(self.spec.max_message_bytes)
-        why = "ended"
+        why: str | None = None
         try:
             while True:
                 try:
@@ -315,14 +321,16 @@ class Connection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
                 if not data:
+                    why = "ended"
                     break
                 for message in reader.feed(data):
                     self._dispatch(message)
         except FramingError as exc:
             why = f"wrote something that is no LSP message ({exc})"
         finally:
-            if self.ended is None:
-                if why == "ended" and not self._stop.is_set():
+            # Cancelled (why is None): the owner is ending the server and says so itself.
+            if self.ended is None and why is not None:
+                if why == "ended" and not self._closing:
                     # It ended on its own: the exit status says how (it is there once stdout
                     # closed, or very soon after; a loaded machine may take a while).
                     with trio.move_on_after(EXIT_STATUS_SECONDS, shield=True):
@@ -494,12 +502,12 @@ async def serve_server(spec: ServerSpec, *,
                 except RequestFailed as exc:
                     raise ServerGone(f"{spec.name} refused to start: {exc}") from None
                 task_status.started(connection)
-                try:
-                    await connection._stop.wait()
-                finally:
-                    with trio.move_on_after(SHUTDOWN_SECONDS, shield=True):
-                        await connection._shutdown()
-                    nursery.cancel_scope.cancel()
+                await connection._stop.wait()
+                # Asked to stop (or it ended): the polite end, while the reader still runs.
+                # Cancelled instead (the session ends), the group is ended below at once.
+                with trio.move_on_after(SHUTDOWN_SECONDS):
+                    await connection._shutdown()
+                nursery.cancel_scope.cancel()
     finally:
         connection._end("was stopped")
         await kill_process_group(process, KILL_GRACE)
