@@ -40,8 +40,13 @@ Prints:
      pass`, half a second after its `tool_execution_start`): from sending `abort` to its
      response, which comes once the run has ended (median of --runs). Target (issue 34): the
      abort within 1 s.
+  7. the `lsp` tool against a real `pylsp` (``--only lsp``; python-lsp-server, beside this
+     interpreter): the first `definition` of a session (the server's start, `initialize`, the
+     file opened, the request), then the same call with the server running (median of
+     --runs), each from `tool_execution_start` to `tool_execution_end`, called by the offline
+     model. No target was set; the original waits for a server the same way on its first call.
 
-``--only bash|grep|batch|mcp|ast|eval`` runs one of them.
+``--only bash|grep|batch|mcp|ast|eval|lsp`` runs one of them.
 
 The omp processes run with `--no-session` in the environment of `isolation.isolated_env`: agent
 directory, HOME and TMPDIR (where the bash executor spills long output) in the benchmark's own
@@ -413,6 +418,37 @@ async def abort_busy(client: RpcClient, request_id: str, text: str) -> float:
             return took
 
 
+# --- 7. the lsp tool: a server's start and a definition --------------------------------------
+
+LSP_SOURCE = "def greet(name):\n    return name\n\n\ngreet('x')\n"
+
+
+async def bench_lsp(workdir: Path, runs: int) -> None:
+    pylsp = shutil.which("pylsp", path=str(Path(sys.executable).parent))
+    if pylsp is None:
+        print("7. lsp: skipped, pylsp is not installed (pip install -e '.[test]')")
+        return
+    (workdir / "a.py").write_text(LSP_SOURCE)
+    env = isolated_env(workdir)
+    env["PATH"] = f"{Path(pylsp).parent}{os.pathsep}{env.get('PATH', '')}"
+    call = {"action": "definition", "file": "a.py", "line": 5, "symbol": "greet"}
+    directive = f"[[tool lsp {json.dumps(call)}]]"
+    async with RpcClient.spawn(args=(*OFFLINE, "--tools", "lsp"), cwd=workdir, env=env,
+                               max_buffered_events=math.inf, close_timeout=30) as client:
+        first = await run_tools(client, "l0", directive)
+        if first.ends[-1]["isError"]:
+            raise RuntimeError(f"the lsp call failed: {first.ends[-1]['result']}")
+        warm: list[float] = []
+        for n in range(runs):
+            run = await run_tools(client, f"l{n + 1}", directive)
+            warm.append(run.last_end - run.first_start)
+    print(f"7. the lsp tool, `definition` answered by pylsp ({runs} warm runs, median)")
+    print(f"   first call          {(first.last_end - first.first_start) * 1000:8.1f} ms  "
+          "(server start, initialize, didOpen, definition)")
+    print(f"   server running      {statistics.median(warm) * 1000:8.1f} ms  (target: none "
+          "set)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="grep repetitions (median)")
@@ -421,13 +457,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="shared bash calls in one batch")
     parser.add_argument("--mcp-mib", type=float, nargs="+", default=[5, 15, 50],
                         help="sizes of the MCP results")
-    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp", "ast", "eval"),
+    parser.add_argument("--only", choices=("bash", "grep", "batch", "mcp", "ast", "eval", "lsp"),
                         default=None)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="omp-bench-tools-"))
     try:
-        for part in ("bash", "grep", "batch", "mcp", "ast", "eval"):
+        for part in ("bash", "grep", "batch", "mcp", "ast", "eval", "lsp"):
             (workdir / part).mkdir()
         if args.only in (None, "bash"):
             trio.run(bench_bash, workdir / "bash", args.mb)
@@ -441,6 +477,8 @@ def main() -> None:
             trio.run(bench_ast, workdir / "ast", args.runs)
         if args.only in (None, "eval"):
             trio.run(bench_eval, workdir / "eval", args.runs)
+        if args.only in (None, "lsp"):
+            trio.run(bench_lsp, workdir / "lsp", args.runs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

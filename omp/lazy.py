@@ -75,6 +75,11 @@ LAZY_MODULES: dict[str, str] = {
     "omp.mcp.foreign": "~1 ms: only when another tool's MCP file (Codex, Gemini, ...) exists",
     "omp.mcp.naming": "only when the model calls an mcp__ name that is no tool (an alias, "
                       "omp.session.mcp_tools); the manager imports it with a server",
+    "omp.lsp": "~0.5 s with lsprotocol's types: only the lsp tool's first call, in a worker "
+               "thread (omp.tools.lsp)",
+    "lsprotocol": "see omp.lsp",
+    "importlib.util": "~0.7 ms: only when a tool offered on request is asked for (are its "
+                      "bindings there?)",
     "tomllib": "~2 ms: only when a Codex config.toml exists",
     "shlex": "~1 ms: only /mcp add splits its arguments",
     "difflib": "~1 ms: only a config.yml key nobody knows (a typo) looks for the closest one",

@@ -30,6 +30,7 @@ from agent_helpers import (
     tool_call,
     tools_reply,
 )
+from jsonschema import Draft202012Validator
 from schema_helpers import SCHEMA_DIR, Direction, FrameLog, FrameValidator, shared_validator
 
 from omp.client import Event, RpcClient
@@ -248,7 +249,6 @@ def test_the_originals_recorded_frames_match_but_for_known_deviations() -> None:
 
 
 def test_the_tools_schema_is_committed_printed_and_valid() -> None:
-    from jsonschema import Draft202012Validator
 
     from omp.tools.specs import encode_tools_schema, tools_schema
 

@@ -107,8 +107,8 @@ class Runtime(msgspec.Struct, eq=False):
     """Said once at startup (``startup_notices``), beside the settings' own."""
     services: trio.Nursery | None = None
     """The nursery of the session's helper processes (the JavaScript extension host, the eval
-    kernel: ``ToolContext.services``): the root nursery of ``run_lifecycle``; ACP: the
-    session's own."""
+    kernel, the language servers: ``ToolContext.services``): the root nursery of
+    ``run_lifecycle``; ACP: the session's own."""
 
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,

@@ -39,7 +39,7 @@ Files, lowest precedence first:
    ``ttsr.disabledRules``; a wrong value is an error naming the key.
 
 The global file is shared with the original, which has many sections we do not model (``theme``,
-``lsp``, ...): they are ignored silently (``_ORIGINAL_TOP_LEVEL`` lists the original's top-level
+``vault``, ...): they are ignored silently (``_ORIGINAL_TOP_LEVEL`` lists the original's top-level
 keys). Any other top-level key, in any of the files (most likely a typo: ``compactoin``), is
 ignored with a warning on stderr naming the file, ``$.key`` and the closest known key when one
 is close; the start goes on. Inside the sections we do model (``compaction``, ``retry``,
@@ -115,6 +115,14 @@ web:                      # omp.tools.web_settings: web_fetch, web_search, read 
 eval:                     # omp.tools.eval_settings: the eval tool's Python kernel
   py: true                # false: no eval tool
   timeout: 30             # seconds a cell may run when the call gives none (0: no deadline)
+lsp:                      # omp.tools.lsp_settings: the lsp tool and its language servers
+  enabled: false          # global only; --tools lsp turns it on for one launch
+  timeoutSeconds: 20      # a call's default limit (its `timeout`: 5 to 300)
+  startTimeoutSeconds: 30 # a server's start and `initialize`
+  diagnosticsWaitMs: 3000 # how long `diagnostics` waits for a changed file's
+  maxMessageBytes: 67108864   # the largest message read from a server
+  servers: {}             # global only; language -> {command, args, fileTypes, rootMarkers,
+                          # languageId, initOptions, settings, enabled}
 stream:                   # bounds on what a provider may send (omp.llm.sse, omp.llm.builder)
   maxEventBytes: 16777216     # the largest server-sent event (16 MiB)
   maxMessageChars: 4194304    # the largest answer: text, thinking, tool arguments, signatures
@@ -175,6 +183,10 @@ from ..protocol.framing import DEFAULT_MAX_LINE_BYTES
 from ..subprocess_env import EnvironmentPolicy
 from ..tools.eval_settings import EvalSettings
 from ..tools.eval_settings import validate as _validate_eval
+from ..tools.lsp_settings import GLOBAL_ONLY_KEYS as _LSP_GLOBAL_ONLY
+from ..tools.lsp_settings import ORIGINAL_KEYS as _LSP_ORIGINAL_KEYS
+from ..tools.lsp_settings import LspSettings
+from ..tools.lsp_settings import validate as _validate_lsp
 from ..tools.web_settings import GLOBAL_ONLY_KEYS as _WEB_GLOBAL_ONLY
 from ..tools.web_settings import WebSettings
 from ..tools.web_settings import validate as _validate_web
@@ -375,6 +387,9 @@ class Settings(msgspec.Struct, kw_only=True):
     """The network policy of the web tools (``omp.tools.web_settings``); off by default."""
     eval: EvalSettings = msgspec.field(default_factory=EvalSettings)
     """The ``eval`` tool's kernel (``omp.tools.eval_settings``)."""
+    lsp: LspSettings = msgspec.field(default_factory=LspSettings)
+    """The ``lsp`` tool and its language servers (``omp.tools.lsp_settings``); off by
+    default."""
     trusted_projects: tuple[Path, ...] = ()
     """Directories whose own code (project extensions, project agents) may run: the global
     file's ``trustedProjects``, ``~`` expanded. Never set from a project's file: a repository
@@ -464,19 +479,20 @@ def _fields(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
 _SECTIONS: dict[str, type[Any]] = {"compaction": CompactionSettings, "retry": RetrySettings,
                                    "bash": BashSettings, "task": TaskSettings,
                                    "async": AsyncSettings, "skills": SkillSettings,
-                                   "web": WebSettings, "eval": EvalSettings,
+                                   "web": WebSettings, "eval": EvalSettings, "lsp": LspSettings,
                                    "shellEnvironmentPolicy": ShellEnvironmentSettings,
                                    "localModels": LocalModelsSettings,
                                    "stream": StreamSettings}
 _ATTRIBUTE = {"async": "async_", "localModels": "local_models"}
 """Sections whose attribute name differs from their key (a Python keyword, or two words)."""
 _GLOBAL_ONLY = {"bash": frozenset({"passProviderKeys", "patterns", "allowCompoundCommands"}),
-                "web": _WEB_GLOBAL_ONLY,
+                "web": _WEB_GLOBAL_ONLY, "lsp": _LSP_GLOBAL_ONLY,
                 "shellEnvironmentPolicy": frozenset(_fields(ShellEnvironmentSettings)),
                 "localModels": frozenset({"servers"})}
 """Keys a project's own file may not set (they would let a repository ask for secrets, send a
 search key elsewhere, point the model at the user's private network, send our prompts to a
-server of its choosing, or approve its own commands)."""
+server of its choosing, approve its own commands, or start language servers, which may run its
+build scripts, or a program of its choosing as one)."""
 
 _NESTED: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("bash", "autoBackground"): AutoBackgroundSettings}
@@ -501,6 +517,7 @@ _ORIGINAL_KEYS = {
     "skills": frozenset(),
     "web": frozenset(),
     "eval": frozenset({"js", "autoProvision", "tools", "workpool", "autoBackground"}),
+    "lsp": _LSP_ORIGINAL_KEYS,
     "shellEnvironmentPolicy": frozenset(),
     "localModels": frozenset(),
     "stream": frozenset(),
@@ -553,6 +570,7 @@ class _File(msgspec.Struct, kw_only=True):
     skills: SkillSettings = msgspec.field(default_factory=SkillSettings)
     web: WebSettings = msgspec.field(default_factory=WebSettings)
     eval: EvalSettings = msgspec.field(default_factory=EvalSettings)
+    lsp: LspSettings = msgspec.field(default_factory=LspSettings)
     shellEnvironmentPolicy: ShellEnvironmentSettings = msgspec.field(
         default_factory=ShellEnvironmentSettings)
     local_models: LocalModelsSettings = msgspec.field(default_factory=LocalModelsSettings)
@@ -646,7 +664,7 @@ def load_settings(agent_directory: Path | None = None, cwd: Path | None = None,
                         async_=AsyncSettings(**merged["async"]),
                         skills=SkillSettings(**merged["skills"]),
                         web=WebSettings(**merged["web"]),
-                        eval=EvalSettings(**merged["eval"]),
+                        eval=EvalSettings(**merged["eval"]), lsp=LspSettings(**merged["lsp"]),
                         environment=ShellEnvironmentSettings(
                             **merged["shellEnvironmentPolicy"]),
                         local_models=LocalModelsSettings(**merged["localModels"]),
@@ -949,6 +967,8 @@ def _validate(file: _File, path: Path) -> None:
                       f"must be at most {MAX_MESSAGE_CHARS_LIMIT} (its session-file line must "
                       f"fit the largest frame), got {file.stream.maxMessageChars}")
     for where, what in [*_validate_web(file.web), *_validate_eval(file.eval)]:
+        raise problem(path, where, what)
+    for where, what in _validate_lsp(file.lsp):
         raise problem(path, where, what)
     _validate_environment(file.shellEnvironmentPolicy, path)
 

@@ -145,13 +145,14 @@ def create_session(*, provider: str | None = None, model: str | None = None,
         secret_variables |= frozenset(KEY_VARIABLES)
     context = ToolContext(cwd, uris=uris, web=web_access(settings, http, registry, env),
                           environment=settings.environment_policy(secret_variables),
-                          eval=settings.eval)
-    wanted = settings.enabled_tools | frozenset(tool_names or ())
+                          eval=settings.eval, lsp=settings.lsp)
+    opted_in = settings.enabled_tools | ({"lsp"} if settings.lsp.enabled else frozenset())
+    wanted = opted_in | frozenset(tool_names or ())
     active = (list(default_tools(context, todos, background=settings.async_.enabled,
                                  enable=wanted))
               if tools is None else list(tools))
     if tools is None and tool_names is None:
-        for name in sorted(settings.enabled_tools):
+        for name in sorted(opted_in):
             if (missing := missing_dependency(name)) is not None:  # config.yml turned it on
                 print(f"omp: not offered: {missing}", file=sys.stderr)
     if tool_names is not None:

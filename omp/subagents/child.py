@@ -83,6 +83,9 @@ async def build_child(host: Host, child: Child, context: str | None,
     tool_context = ToolContext(parent.cwd, uris=parent.tool_context.uris, rulebook=rulebook,
                                web=parent.tool_context.web,
                                environment=parent.tool_context.environment,
+                               services=parent.tool_context.services,
+                               shared=parent.tool_context.shared,
+                               lsp=parent.tool_context.lsp,
                                devices=devices.for_subagent() if devices is not None else None)
     # The tools offered only on request: those this launch turned on for the parent.
     enable = parent.settings.enabled_tools | {t.name for t in parent.builtin_tools}

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Collection
 from typing import Any
 
 import trio
 
-from .base import Concurrency, OnUpdate, Tier, Tool, ToolContext, ToolResult, concurrency_of
+from .base import (
+    Concurrency,
+    OnUpdate,
+    Tier,
+    Tool,
+    ToolContext,
+    ToolResult,
+    concurrency_of,
+    tier_of,
+)
 from .eval_settings import unavailable as eval_unavailable
 from .specs import EVAL_SPECS, ON_REQUEST_SPECS, SPECS, WEB_SPECS, ToolSpec, bash_spec
 from .todo_state import TodoState
@@ -46,7 +54,7 @@ class LazyTool(Tool):
         return concurrency_of(self._spec.concurrency, args)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
-        return self._spec.approval
+        return tier_of(self._spec.approval, args)
 
     def command_rules(self) -> bool:
         return self._spec.command_rules
@@ -108,6 +116,9 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
         if name == "eval":
             from .eval import EvalTool
             return EvalTool(ctx)
+        if name == "lsp":
+            from .lsp import LspTool
+            return LspTool(ctx)
         from .todo import TodoTool
         return TodoTool(todos)
 
@@ -117,9 +128,14 @@ def _loader(name: str, ctx: ToolContext, todos: TodoState) -> Callable[[], Tool]
 def missing_dependency(name: str) -> str | None:
     """Why the built-in tool ``name`` cannot be offered on this machine (what to install), or
     None. Looks for the package without importing it."""
+    import importlib.util  # only when such a tool is asked for: omp.lazy
+
     if name in ("ast_grep", "ast_edit") and importlib.util.find_spec("ast_grep_py") is None:
         return (f"{name} needs ast-grep's Python bindings, which are not installed: "
                 "pip install 'omp-trio[ast]' (or ast-grep-py)")
+    if name == "lsp" and importlib.util.find_spec("lsprotocol") is None:
+        return ("lsp needs the lsp extra (lsprotocol), which is not installed: pip install "
+                "'omp-trio[lsp]'")
     return None
 
 
@@ -129,8 +145,8 @@ def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
     ``ctx`` has eval settings and a kernel can start (``eval_settings.unavailable``);
     ``web_fetch`` and ``web_search`` only when ``ctx`` has web access turned on
     (``web.enabled``). With ``background`` (a main session with ``async.enabled``) ``bash``
-    offers ``async``. ``enable`` adds the tools offered only on request (``find``,
-    ``ast_grep``, ``ast_edit``) that it names and this machine can run
+    offers ``async``. ``enable`` adds the tools offered only on request (``ON_REQUEST_SPECS``:
+    ``find``, ``ast_grep``, ``ast_edit``, ``lsp``) that it names and this machine can run
     (``missing_dependency``)."""
     state = TodoState() if todos is None else todos
     specs = list({**SPECS, 'bash': bash_spec(background=background)}.items())
@@ -140,4 +156,6 @@ def default_tools(ctx: ToolContext, todos: TodoState | None = None, *,
               if name in enable and missing_dependency(name) is None]
     if ctx.web is not None and ctx.web.enabled:
         specs += WEB_SPECS.items()
+    specs += [(name, spec) for name, spec in ON_REQUEST_SPECS.items()
+              if name in enable and missing_dependency(name) is None]
     return [LazyTool(spec, _loader(name, ctx, state)) for name, spec in specs]

@@ -33,6 +33,7 @@ from ..subprocess_env import DEFAULT_POLICY, EnvironmentPolicy
 if TYPE_CHECKING:
     from ..commands.skills import Skill
     from .eval_settings import EvalSettings
+    from .lsp_settings import LspSettings
     from .web_policy import WebAccess
 
 ResultContent = TextContent | ImageContent
@@ -75,6 +76,13 @@ def concurrency_of(rule: ConcurrencyRule, args: dict[str, Any]) -> Concurrency:
 Tier = Literal["read", "write", "exec"]
 """How much a call may change (docs/guides/approval.md#tiers): which approval mode runs it without
 asking (``always-ask``: ``read``; ``write``: ``read`` and ``write``; ``yolo``: all)."""
+TierRule = Tier | Callable[[dict[str, Any]], Tier]
+"""A tool's declared tier: one for every call, or a function of the call's arguments."""
+
+
+def tier_of(rule: TierRule, args: dict[str, Any]) -> Tier:
+    """The tier ``rule`` gives a call with ``args``."""
+    return rule(args) if callable(rule) else rule
 
 
 class Tool(Protocol):
@@ -368,9 +376,14 @@ class ToolContext(msgspec.Struct, eq=False):
     eval: EvalSettings | None = None
     """The ``eval`` section of the settings; None: no ``eval`` tool (a subagent's context)."""
     services: trio.Nursery | None = None
-    """The nursery of the session's helper processes (the eval kernel), set when the session
-    starts serving and cancelled when it closes (``omp.rpc.lifecycle.Runtime.services``);
-    None: no helper process can start."""
+    """The nursery of the session's helper processes (the eval kernel, the language servers of
+    ``lsp``), set when the session starts serving and cancelled when it closes
+    (``omp.rpc.lifecycle.Runtime.services``); None: no helper process can start."""
+    shared: dict[str, Any] = msgspec.field(default_factory=dict)
+    """What the tools make on first use and keep for the session and its subagents (the
+    ``lsp`` tool's language servers, under ``"lsp"``)."""
+    lsp: LspSettings | None = None
+    """The ``lsp`` section of ``config.yml``; None: its defaults."""
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

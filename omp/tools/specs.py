@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .base import Concurrency, ConcurrencyRule, Tier, Tool, concurrency_of
+from .base import Concurrency, ConcurrencyRule, Tier, TierRule, Tool, concurrency_of, tier_of
 
 
 def pty_exclusive(args: dict[str, Any]) -> Concurrency:
@@ -27,8 +27,9 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     parameters: dict[str, Any]
     concurrency: ConcurrencyRule = "shared"
     """How a call runs beside the other calls of its batch (``Tool.concurrency``)."""
-    approval: Tier = "exec"
-    """The approval tier of every call (docs/guides/approval.md#tiers)."""
+    approval: TierRule = "exec"
+    """The approval tier of a call (docs/guides/approval.md#tiers), or a function of its
+    arguments."""
     command_rules: bool = False
     """``bash.patterns`` and the critical commands judge the calls (``Tool.command_rules``)."""
 
@@ -58,7 +59,7 @@ class SpecifiedTool(Tool):
         return concurrency_of(self.spec.concurrency, args)
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
-        return self.spec.approval
+        return tier_of(self.spec.approval, args)
 
     def command_rules(self) -> bool:
         return self.spec.command_rules
@@ -252,11 +253,15 @@ SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
 ]}
 
 
+def _lsp_writes(args: dict[str, Any]) -> bool:
+    """An ``lsp`` call that writes files: ``rename`` with ``apply: true``."""
+    return args.get("action") == "rename" and args.get("apply") is True
+
 
 ON_REQUEST_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
     # Offered only when named: by ``--tools`` or a subagent's tool list, or (the AST tools)
-    # by their setting (``astGrep.enabled``, ``astEdit.enabled``), off by default as in the
-    # original. ``find`` is ``glob``'s listing under pi's name and schema.
+    # by their setting (``astGrep.enabled``, ``astEdit.enabled``, ``lsp.enabled``), off by
+    # default. ``find`` is ``glob``'s listing under pi's name and schema.
     ToolSpec(
         name='find', label='Find', approval='read',
         description=(
@@ -339,6 +344,53 @@ ON_REQUEST_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
                                   'items': {'type': 'string'},
                                   'description': 'Files, directories or globs to rewrite'}},
          'required': ['ops', 'paths']}),
+    ToolSpec(
+        name='lsp', label='LSP',
+        concurrency=lambda args: "exclusive" if _lsp_writes(args) else "shared",
+        approval=lambda args: "write" if _lsp_writes(args) else "read",
+        description=(
+            'Ask the language server of a file\'s language what it knows: where a symbol is '
+            'defined, where it is used, its type, the problems in a file, a rename that '
+            'follows every use across files.\n\n'
+            'Position: `file`, `line` (1-based) and `symbol` (text on that line; `name#2` for '
+            'its second occurrence there). Without `symbol` the first non-blank character of '
+            'the line is used.\n'
+            '- `definition`, `type_definition`, `implementation`, `references`, `hover`: at '
+            'the position.\n'
+            '- `diagnostics`: the errors and warnings of `file`.\n'
+            '- `symbols`: the symbols of `file`; without `file`, the workspace symbols '
+            'matching `query`.\n'
+            '- `rename`: renames the symbol at the position to `new_name` everywhere. Shows '
+            'the edits; with `apply: true` writes them.\n'
+            '- `status`: the languages, their servers, which run.\n\n'
+            'Prefer it to grep for a symbol\'s uses and to hand edits for a rename: the server '
+            'follows imports and scopes that text search gets wrong. A server starts on the '
+            'first call for its language (a few seconds).'
+        ),
+        parameters={'type': 'object',
+         'properties': {'action': {'type': 'string',
+                                   'enum': ['diagnostics', 'definition', 'references', 'hover',
+                                            'symbols', 'rename', 'type_definition',
+                                            'implementation', 'status'],
+                                   'description': 'What to ask'},
+                        'file': {'type': 'string',
+                                 'description': 'The file (relative or absolute)'},
+                        'line': {'type': 'number',
+                                 'description': 'Line number (1-indexed)'},
+                        'symbol': {'type': 'string',
+                                   'description': 'The symbol on that line (name, or name#N '
+                                                  'for its Nth occurrence)'},
+                        'query': {'type': 'string',
+                                  'description': 'symbols without file: what to search for'},
+                        'new_name': {'type': 'string',
+                                     'description': 'rename: the new name'},
+                        'apply': {'type': 'boolean',
+                                  'description': 'rename: write the edits (default: only '
+                                                 'show them)'},
+                        'timeout': {'type': 'number',
+                                    'description': 'Timeout in seconds (default 20; range '
+                                                   '5-300)'}},
+         'required': ['action']}),
 ]}
 
 WEB_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in [
@@ -460,8 +512,8 @@ def tools_schema() -> dict[str, Any]:
     three annotations for hosts: ``x-omp-offered`` (``default``, ``default, when its extra is
     installed``, ``on request``: ``--tools`` or a setting, ``web.enabled``),
     ``x-omp-concurrency`` (``shared``, ``exclusive`` or ``by arguments``) and
-    ``x-omp-approval`` (the tier). ``bash`` is shown as a session with ``async.enabled`` (the
-    default) offers it."""
+    ``x-omp-approval`` (the tier, or ``by arguments``). ``bash`` is shown as a session with
+    ``async.enabled`` (the default) offers it."""
     offered = [(spec, "default") for spec in SPECS.values()]
     offered += [(spec, "default, when its extra is installed") for spec in EVAL_SPECS.values()]
     offered += [(spec, "on request") for spec in ON_REQUEST_SPECS.values()]
@@ -475,7 +527,7 @@ def tools_schema() -> dict[str, Any]:
             "title": spec.label, "description": spec.description, **spec.parameters,
             "x-omp-offered": when,
             "x-omp-concurrency": "by arguments" if callable(rule) else rule,
-            "x-omp-approval": spec.approval}
+            "x-omp-approval": "by arguments" if callable(spec.approval) else spec.approval}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": TOOLS_SCHEMA_ID,
             "title": "omp built-in tools: the arguments of each",
             "$defs": dict(sorted(defs.items()))}
