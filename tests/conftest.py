@@ -1,7 +1,8 @@
 """Every test runs with its own empty agent directory and no provider keys from the machine,
 so results do not depend on who runs them (child processes inherit this environment). With
 ``OMP_TEST_VALIDATE_FRAMES=1`` every frame a test's ``RpcClient`` receives is checked against
-the committed JSON Schema (the ``validate_frames`` fixture). The
+the committed JSON Schema (the ``validate_frames`` fixture). Hypothesis neither times examples
+nor checks how fast it draws them (the ``omp`` profile). The
 temporary directories must lie outside any git work tree: ripgrep and the project walk (skills,
 context files) honour the repository they find above ``tmp_path``."""
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from omp.llm.models import catalog_providers
 
@@ -27,6 +29,13 @@ def _catalog_keys() -> tuple[str, ...]:
 
 PROVIDER_KEYS = _catalog_keys()
 """Every variable a catalog provider's key is read from (ANTHROPIC_API_KEY, GROQ_API_KEY...)."""
+
+
+# How fast hypothesis draws inputs and how long one example takes depend on how busy the machine
+# is (CI runs the suite on every core of a shared 2-core machine), not on the code under test:
+# neither is a failure here. Modules with a profile of their own say the same.
+settings.register_profile("omp", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("omp")
 
 
 # Read once and taken out of the environment: the processes the tests start must not see it

@@ -155,10 +155,10 @@ async def test_the_gate_hello_command_asks_and_greets(cwd: Path,
                  "input": {"hint": "arguments"}}]
             await host.send({"id": "h1", "type": "prompt", "message": "/hello"})
             (response,) = of_type(await host.until_type("response", id="h1"), "response")
-            # An extension command: the response has no data
-            # (docs/design/protocol.md#prompt_result).
+            # An extension command: the response says only that it was handled (pi's
+            # disposition; the original's carries no data) (docs/design/protocol.md#prompt_result).
             assert response == {"type": "response", "id": "h1", "command": "prompt",
-                                "success": True}
+                                "success": True, "data": {"disposition": "handled"}}
             ask = await host.ui_request("input")
             assert ask == {"type": "extension_ui_request", "id": ask["id"], "method": "input",
                            "title": "Your name?", "placeholder": "a name"}
@@ -1321,7 +1321,7 @@ async def test_send_user_message_from_a_command_starts_a_run(cwd: Path,
         async with open_process_host(cwd) as host:
             frames = await prompt(host, "/go now", "g")
     (response,) = of_type(frames, "response", id="g")
-    assert "data" not in response
+    assert response["data"] == {"disposition": "handled"}
     user = of_type(frames, "message_end")[0]["message"]
     assert (user["role"], user["content"][0]["text"]) == ("user", "from the extension: now")
     answer = of_type(frames, "message_end")[-1]["message"]
@@ -1636,7 +1636,7 @@ async def test_reload_plugins_imports_the_extensions_again(
             reloaded = await host.until_type("response", id="r")
             after_reload = (cwd / "shutdowns.txt").read_text()
             used = await prompt(host, "which? [[tool version {}]]")
-    assert reloaded[-1]["data"] == {"agentInvoked": False}
+    assert reloaded[-1]["data"] == {"agentInvoked": False, "disposition": "handled"}
     assert [f["text"] for f in of_type(reloaded, "command_output")] == [
         "Reloaded extensions, skills, prompt templates and file commands."]
     (update,) = of_type(reloaded, "available_commands_update")
@@ -1662,9 +1662,10 @@ async def test_commands_written_at_spawn_wait_for_the_extensions(
     assert types.index("available_commands_update") < types.index("response")
     (listed,) = [f for f in frames if f["type"] == "response" and f["id"] == "c"]
     assert "v7" in [c["name"] for c in listed["data"]["commands"]]
-    # The extension's command ran: its response carries no data, then its prompt_result.
+    # The extension's command ran: its response says it was handled, then its prompt_result.
     assert [f for f in frames if f["type"] == "response" and f["id"] == "p"] == [
-        {"type": "response", "id": "p", "command": "prompt", "success": True}]
+        {"type": "response", "id": "p", "command": "prompt", "success": True,
+         "data": {"disposition": "handled"}}]
     assert frames[-1] == {"type": "prompt_result", "id": "p", "agentInvoked": False,
                           "status": "completed", "sessionSettled": True}
     assert "message_start" not in types  # nothing reached the model
