@@ -49,7 +49,7 @@ VALID: dict[str, dict[str, Any]] = {
     "set_event_filter": {"events": ["agent_end"]},
     "set_model": {"provider": "anthropic", "modelId": "claude"},
     "cycle_model": {},
-    "get_available_models": {},
+    "get_available_models": {"all": True, "refresh": True},
     "set_thinking_level": {"level": "high"},
     "cycle_thinking_level": {},
     "get_available_thinking_levels": {},
