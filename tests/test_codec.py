@@ -78,6 +78,13 @@ VALID: dict[str, dict[str, Any]] = {
     "get_tree": {},
     "get_login_providers": {},
     "login": {"providerId": "anthropic"},
+    # pi's commands
+    "get_commands": {},
+    "clear_queue": {},
+    "fork": {"entryId": "abcd1234"},
+    "clone": {},
+    "get_fork_messages": {},
+    "list_sessions": {"cwd": "/tmp", "all": True, "limit": 5, "query": "refactor"},
 }
 
 
