@@ -36,6 +36,8 @@ LAZY_MODULES: dict[str, str] = {
     "omp.llm.providers": "~45 ms each with httpx: loaded with the first call to their API",
     "omp.llm.models_file": "~4 ms plus cattrs and yaml: only with a models.yml",
     "omp.llm.local": "~0.5 ms: the local model servers are asked after ready, never before",
+    "omp.llm.models_live": "~3 ms (the cache's file handling): only get_available_models "
+                           "with refresh asks the providers' live lists",
     "omp.tools": "~5-7 ms per tool implementation: loaded with its first call "
                  "(omp.tools.LazyTool); eval's kernel module, with jupyter_client and zmq "
                  "(~0.4 s), in a worker thread at the first eval call",

@@ -136,3 +136,46 @@ async def test_refresh_adds_a_listed_id_and_caches_it(tmp_path: Path,
     assert cache["groq"]["ids"] == ["brand-new-model"]
     assert cache["groq"]["date"].startswith("20")
     assert "gsk-secret" not in (isolated_agent_dir / "models-cache.json").read_text()
+
+
+async def test_rpc_get_available_models_refresh_asks_only_when_told(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """Over RPC, ``get_available_models`` asks no provider; with ``refresh: true`` it asks
+    the configured provider's ``/models`` (the fake LLM as Groq) first, lists the new id,
+    caches it, and ``set_model`` finds it."""
+    import trio
+
+    from omp.client import RpcClient
+    from omp.protocol import commands as cmd
+    from omp.protocol import payloads
+    from omp.testing.fake_llm import open_fake_llm
+
+    listing = {"match": {"path": "/models"}, "repeat": True, "body": {"object": "list", "data": [
+        {"id": "openai/gpt-oss-120b", "object": "model"},
+        {"id": "brand-new-model", "object": "model"}]}}
+    env = {k: v for k, v in os.environ.items()
+           if k not in {name for p in catalog_providers().values() for name in p.env}}
+    env["GROQ_API_KEY"] = "gsk-secret"
+    with trio.fail_after(60):
+        async with open_fake_llm([listing]) as llm:
+            (isolated_agent_dir / "models.yml").write_text(
+                f"providers:\n  groq:\n    baseUrl: {llm.base_url}/openai/v1\n")
+            async with RpcClient.spawn(args=["--mode", "rpc", "--no-session"], cwd=tmp_path,
+                                       env=env, stderr=subprocess.DEVNULL) as client:
+                plain = await client.call(cmd.GetAvailableModels(), payloads.ModelsPayload)
+                assert llm.requests == []
+                refreshed = await client.call(cmd.GetAvailableModels(refresh=True),
+                                              payloads.ModelsPayload)
+                chosen = await client.call(cmd.SetModel(provider="groq",
+                                                        modelId="brand-new-model"),
+                                           payloads.Model)
+    selectors = [[f"{m.provider}/{m.id}" for m in listed.models]
+                 for listed in (plain, refreshed)]
+    assert "groq/brand-new-model" not in selectors[0]
+    assert "groq/openai/gpt-oss-120b" in selectors[0]
+    assert selectors[1] == [*selectors[0], "groq/brand-new-model"]
+    assert chosen.id == "brand-new-model"
+    (request,) = llm.requests
+    assert (request.method, request.path) == ("GET", "/openai/v1/models")
+    cache = json.loads((isolated_agent_dir / "models-cache.json").read_text())
+    assert cache["groq"]["ids"] == ["brand-new-model"]

@@ -49,7 +49,7 @@ VALID: dict[str, dict[str, Any]] = {
     "set_event_filter": {"events": ["agent_end"]},
     "set_model": {"provider": "anthropic", "modelId": "claude"},
     "cycle_model": {},
-    "get_available_models": {},
+    "get_available_models": {"all": True, "refresh": True},
     "set_thinking_level": {"level": "high"},
     "cycle_thinking_level": {},
     "get_available_thinking_levels": {},
@@ -78,6 +78,13 @@ VALID: dict[str, dict[str, Any]] = {
     "get_tree": {},
     "get_login_providers": {},
     "login": {"providerId": "anthropic"},
+    # pi's commands
+    "get_commands": {},
+    "clear_queue": {},
+    "fork": {"entryId": "abcd1234"},
+    "clone": {},
+    "get_fork_messages": {},
+    "list_sessions": {"cwd": "/tmp", "all": True, "limit": 5, "query": "refactor"},
 }
 
 

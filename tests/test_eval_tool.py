@@ -1,9 +1,10 @@
 """The ``eval`` tool through the real ``omp --mode rpc`` process and the fake LLM
 (``omp.tools.eval``, ``omp.tools.eval_kernel``): one IPython kernel per session, started by the
-first call; names kept across calls, ``reset`` wiping them; output, the last value, tracebacks
-and PNG displays in the result; an abort interrupting a busy cell with one tool end; no kernel
-left once the server has exited; the kernel's environment without provider keys; and, where
-``jupyter_client`` cannot be imported, no tool and a ``--tools eval`` that says what to install.
+first call; names kept across calls, ``reset`` wiping them, a session change ending the kernel
+and all it started; output, the last value, tracebacks and PNG displays in the result; an abort
+interrupting a busy cell with one tool end; no kernel left once the server has exited; the
+kernel's environment without provider keys; and, where ``jupyter_client`` cannot be imported, no
+tool and a ``--tools eval`` that says what to install.
 
 Cells write what the test needs to know (the kernel's pid) to files, so the test waits for
 events, never for a duration.
@@ -235,6 +236,40 @@ async def test_a_lost_kernel_is_replaced_and_the_next_result_says_so(
     assert stuck.endswith("Cell timed out after 1 seconds. The kernel did not stop and was "
                           "restarted: the names defined before are gone.")
     assert tool_result_text(got["after-stuck"]) == f"{KERNEL_LOST}\n\n2"
+
+
+@needs_kernel
+async def test_a_session_change_ends_the_kernel_and_its_group(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """``new_session`` stops the kernel (the AgentSession object survives the change, the
+    tool with it): its process and what its cells started are gone once the command has
+    answered, and the next call runs in a new kernel without the old names, not reported as
+    a lost kernel."""
+    child = ("import subprocess\nchild = subprocess.Popen(['sleep', '600'])\n"
+             "open('child.pid', 'w').write(f'{child.pid}\\n')\n")
+    script = [
+        tools_reply(py("set", PID_TO_FILE + child + "x = 41")), text_reply("set"),
+        tools_reply(py("after", "x")), text_reply("done")]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
+            await agent.send("prompt", message="Define x", id="p1")
+            first = await agent.until_settled()
+            kernel = await kernel_pid(tmp_path / "kernel.pid")
+            sleeper = await kernel_pid(tmp_path / "child.pid")
+            assert procfs.alive(kernel)
+            assert procfs.alive(sleeper)
+            await agent.data("new_session")
+            # Gone by the time the command answered: no wait here.
+            assert not procfs.alive(kernel)
+            assert not procfs.alive(sleeper)
+            assert not [p for p in procfs.group_members(kernel) if procfs.alive(p)]
+            await agent.send("prompt", message="Use x", id="p2")
+            second = await agent.until_settled()
+    assert results(first)["set"]["isError"] is False
+    after = results(second)["after"]
+    assert after["isError"] is True
+    assert "NameError" in tool_result_text(after)
+    assert KERNEL_LOST not in tool_result_text(after)
 
 
 @needs_kernel

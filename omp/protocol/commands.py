@@ -162,6 +162,10 @@ class GetAvailableModels(_Frame, tag="get_available_models", frozen=True):
     all: bool = False
     """Ours: also the catalog's models whose provider has no credential yet (each with
     ``credential: "missing"``), after the available ones."""
+    refresh: bool = False
+    """First ask each provider with credentials for its live list (``{baseUrl}/models``, each
+    within 10 s and 8 MB); the ids the catalog lacks are added and cached in the agent
+    directory, as ``omp models --refresh`` does."""
 
 
 class SetThinkingLevel(_Frame, tag="set_thinking_level", frozen=True):

@@ -195,8 +195,9 @@ class Commands:
             cmd.SetTodos: serial(settings.set_todos),
             cmd.SetEventFilter: serial(self.set_event_filter),
             cmd.GetAvailableCommands: serial(self.get_available_commands),
-            # Both may wait for the local servers being asked (at most their timeout; the
-            # shutdown cancels the wait).
+            # Both may wait for the local servers being asked, and get_available_models with
+            # ``refresh`` for the providers' lists (each at most its timeout; ``abort`` and the
+            # shutdown cancel the wait).
             cmd.SetModel: Route(settings.set_model, "serial", family="command"),
             cmd.CycleModel: serial(settings.cycle_model),
             cmd.GetAvailableModels: Route(settings.get_available_models, "serial",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from ..config import ConfigError
+from ..config import ConfigError, agent_dir
 from ..extensions.ui import UiDisconnected
 from ..llm.models import OFFLINE_PROVIDER
 from ..protocol import commands as cmd
@@ -72,10 +72,17 @@ class SettingsCommands(msgspec.Struct, eq=False):
     async def get_available_models(self, frame: cmd.GetAvailableModels) -> Response:
         """The models with credentials (or none needed: local servers), each with where its
         credential comes from (``credential``, never the credential); with ``all``, the
-        catalog's others after them (``missing``)."""
+        catalog's others after them (``missing``). With ``refresh``, the providers' live lists
+        are asked first (``omp.llm.models_live``); cancelled (``abort``, shutdown), the requests
+        stop and nothing is cached."""
         if self.discovery is not None:
             await self.discovery.wait()
         registry = self.session.registry
+        if frame.refresh:
+            from ..llm.models_live import refresh  # lazy: only a host that asks loads it
+
+            directory = self.session.prompt_options.agent_directory or agent_dir()
+            await refresh(registry, self.session.http, directory)
         chosen = registry.available()
         if frame.all:
             chosen += [m for m in registry.all_models()

@@ -298,6 +298,7 @@ class AgentSession:
         await self.runs.abort_all()
         self.agent.messages.clear()
         self.todos.replace([])
+        await self.tool_context.session_changed()
 
     async def export_html(self, output_path: str | None) -> str:
         model = self.models.model

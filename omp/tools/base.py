@@ -384,6 +384,19 @@ class ToolContext(msgspec.Struct, eq=False):
     ``lsp`` tool's language servers, under ``"lsp"``)."""
     lsp: LspSettings | None = None
     """The ``lsp`` section of ``config.yml``; None: its defaults."""
+    on_session_change: list[Callable[[], Awaitable[None]]] = msgspec.field(
+        default_factory=list)
+    """What the session awaits, in order, when it changes to another transcript
+    (``new_session``, ``switch_session``, ``open_session``): the tools that keep state of the
+    old one there (the ``eval`` tool's kernel) register here. Each must end in bounded time and
+    leave no process behind."""
+
+    async def session_changed(self) -> None:
+        """End what the tools keep of the old transcript (``on_session_change``, in order).
+        Each is bounded and not cut short by cancellation (the eval kernel's stop is
+        shielded), so no process of the old session is left running."""
+        for end in list(self.on_session_change):
+            await end()
 
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""

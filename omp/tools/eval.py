@@ -22,7 +22,10 @@ Tool results:
   ``Cancelled`` propagates once the kernel is idle or gone; the agent loop writes the aborted
   result.
 
-``reset: true`` stops the kernel first; the cell runs in a new one.
+``reset: true`` stops the kernel first; the cell runs in a new one. So does a session change
+(``new_session``, ``switch_session``, ``open_session``: ``ToolContext.on_session_change``), as
+the kernel's names belong to the old transcript; the next call's result does not call that a
+lost kernel.
 """
 
 from __future__ import annotations
@@ -255,6 +258,16 @@ class EvalTool(SpecifiedTool):
     _kernels_started: int = 0
 
     spec = EVAL_SPECS["eval"]
+
+    def __attrs_post_init__(self) -> None:
+        self.ctx.on_session_change.append(self._end_kernel)
+
+    async def _end_kernel(self) -> None:
+        """The session changed: stop the kernel (its process group killed, its files removed),
+        so the next call starts a new one. Not cut short by cancellation (``Kernel.stop``)."""
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            await kernel.stop()
 
     async def execute(self, call_id: str, args: dict[str, Any], *,
                       on_update: OnUpdate, steered: trio.Event | None = None) -> ToolResult:
