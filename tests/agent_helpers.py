@@ -25,6 +25,7 @@ import trio
 
 from omp.client import Event, RpcClient
 from omp.protocol.frames import Response
+from omp.testing import invariants
 from omp.testing.fake_llm import FakeLLM, open_fake_llm
 
 Frame = dict[str, Any]
@@ -133,52 +134,18 @@ def index_of(frames: Sequence[Frame], predicate: Callable[[Frame], bool], start:
 
 
 def check_message_ids(frames: Iterable[Frame]) -> list[str]:
-    """Assert the ``messageId`` rules (docs/design/protocol.md#message-ids-and-the-event-filter) and
-    return the ids, in order.
-
-    Every message_start carries a fresh ``msg-N`` (increasing); message_update carries the id
-    of the innermost open message; message_end closes it with the same id.
-    """
-    stack: list[str] = []
-    ids: list[str] = []
-    last = 0
-    for f in frames:
-        t = f["type"]
-        if t == "message_start":
-            mid = f["messageId"]
-            assert mid.startswith("msg-"), f
-            number = int(mid.removeprefix("msg-"))
-            assert number > last, (mid, last)
-            last = number
-            stack.append(mid)
-            ids.append(mid)
-        elif t == "message_update":
-            assert stack, f
-            assert f["messageId"] == stack[-1], (f.get("messageId"), stack)
-        elif t == "message_end":
-            assert stack, f
-            assert f["messageId"] == stack.pop(), f
-        elif t == "agent_end":
-            assert stack == [], stack
-    return ids
+    """Assert the ``messageId`` rules (``omp.testing.invariants.check_message_ids``) and return
+    the ids, in order."""
+    frames = list(frames)
+    invariants.check_message_ids(frames)
+    return [f["messageId"] for f in frames if f["type"] == "message_start"]
 
 
 def assert_tool_calls_paired(frames: Sequence[Frame]) -> None:
-    """Every tool call of every final assistant message has exactly one toolResult message,
-    and every toolResult answers a call; start/end frames pair up the same way."""
-    calls: list[str] = []
-    results: list[str] = []
-    for f in of_type(frames, "message_end"):
-        message = f["message"]
-        if message["role"] == "assistant":
-            calls += [b["id"] for b in message["content"] if b["type"] == "toolCall"]
-        elif message["role"] == "toolResult":
-            results.append(message["toolCallId"])
-    assert sorted(calls) == sorted(results), (calls, results)
-    assert len(set(calls)) == len(calls)
-    starts = [f["toolCallId"] for f in of_type(frames, "tool_execution_start")]
-    ends = [f["toolCallId"] for f in of_type(frames, "tool_execution_end")]
-    assert sorted(starts) == sorted(ends) == sorted(calls), (starts, ends, calls)
+    """Every tool call of every final assistant message has exactly one start, one end and one
+    toolResult message, and nothing answers a call no message made
+    (``omp.testing.invariants.check_tool_calls``)."""
+    invariants.check_tool_calls(frames)
 
 
 def tool_result_text(frame: Frame) -> str:
