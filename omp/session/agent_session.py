@@ -32,7 +32,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, Input, NoHooks, ToolGate, TurnSetup, user_message
+from ..agent.loop import Agent, Input, ToolGate, TurnSetup, user_message
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..llm.builder import Pace
@@ -171,11 +171,12 @@ class AgentSession:
 
     def use_approval(self, gate: ToolGate | None) -> None:
         """Every later tool call passes ``gate`` (None: none)."""
-        self.approval = self.agent.gate = gate
+        self.approval = gate
+        self.agent.use_gate(gate)
 
     def set_host_tools(self, tools: Sequence[Tool]) -> None:
         """Replace the host's tools; the next model call (and system prompt) has them."""
-        self.toolset.host = list(tools)
+        self.toolset.set_host(tools)
 
     def active_tool_names(self) -> list[str]:
         return [t.name for t in self.tools]
@@ -203,8 +204,7 @@ class AgentSession:
         self.extensions = extensions
         if extensions is not None:
             extensions.start(self, ui)
-        self.agent.hooks = extensions if extensions is not None and extensions.active \
-            else NoHooks()
+        self.agent.use_hooks(extensions if extensions is not None and extensions.active else None)
 
     def _agent_end_hook(self) -> Callable[[list[m.AgentMessage]], Awaitable[None]] | None:
         extensions = self.extensions
