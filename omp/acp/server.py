@@ -333,11 +333,11 @@ class AcpServer:
             # answer)", so the tool is not offered then.
             runtime.session.toolset.own.append(AskTool(dialogs))
         fs = self.client_capabilities.fs
-        if fs.readTextFile and fs.writeTextFile:
-            runtime.session.tool_context.files = EditorFiles(self.client, acp.session_id)
-        if self.client_capabilities.terminal:
-            runtime.session.tool_context.terminals = EditorTerminals(self.client,
-                                                                     acp.session_id)
+        runtime.session.tool_context.use_editor(
+            EditorFiles(self.client, acp.session_id)
+            if fs.readTextFile and fs.writeTextFile else None,
+            EditorTerminals(self.client, acp.session_id)
+            if self.client_capabilities.terminal else None)
         await self._sessions_nursery.start(acp.host)
         acp.commands = Commands(runtime.session, outbox, self._requests_nursery.start_soon,
                                 runtime.controls, runtime.host_uris, runtime.aborts,

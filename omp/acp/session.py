@@ -295,8 +295,8 @@ class AcpSession:
 
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = runtime.services = nursery
-                runtime.session.tool_context.services = nursery
+                self._nursery = nursery
+                runtime.use_services(nursery)
                 await nursery.start(serve)
                 if runtime.mcp is not None:
                     await nursery.start(runtime.mcp.run)

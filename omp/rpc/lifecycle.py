@@ -110,6 +110,16 @@ class Runtime(msgspec.Struct, eq=False):
     kernel, the language servers: ``ToolContext.services``): the root nursery of
     ``run_lifecycle``; ACP: the session's own."""
 
+    def use_services(self, services: trio.Nursery) -> None:
+        """The session's helper processes start in ``services`` from now on."""
+        self.services = services
+        self.session.tool_context.use_services(services)
+
+    def use_mcp(self, mcp: McpManager) -> None:
+        """``mcp`` is the MCP manager from now on (``use_mcp``; ``/mcp reload`` and ACP's
+        ``replace_mcp`` give a new one)."""
+        self.mcp = mcp
+
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
                   sink: EventSink | None = None, require_credentials: bool = False) -> Runtime:
@@ -198,9 +208,9 @@ def use_rules(runtime: Runtime) -> None:
                           lambda: session.messages, session.cwd, always=found.always,
                           rulebook=found.rulebook)
         session.between.use_rules(watch)
-        session.prompt_options.rules = watch.always_for("main")
-        session.prompt_options.rulebook = session.tool_context.rulebook = (
-            watch.rulebook_for("main"))
+        rulebook = watch.rulebook_for("main")
+        session.prompt_options.use_rules(watch.always_for("main"), rulebook)
+        session.tool_context.use_rulebook(rulebook)
 
 
 def extension_packages(options: ServeOptions, cwd: Path) -> list[Path]:
@@ -295,20 +305,20 @@ def use_mcp(runtime: Runtime, servers: Sequence[ServerConfig],
     from ..mcp.manager import McpManager
     from ..mcp.resources import McpUris
 
-    runtime.mcp = McpManager(servers, session, runtime.outbox.emit,
-                             credentials=session.registry.credentials, aborts=runtime.aborts,
-                             loader=loader)
-    if runtime.ui.enabled:
-        # OAuth flows of HTTP servers talk to the user through the host's UI.
-        runtime.mcp.host_ui = runtime.ui
+    # OAuth flows of HTTP servers talk to the user through the host's UI.
+    mcp = McpManager(servers, session, runtime.outbox.emit,
+                     credentials=session.registry.credentials,
+                     host_ui=runtime.ui if runtime.ui.enabled else None, aborts=runtime.aborts,
+                     loader=loader)
+    runtime.use_mcp(mcp)
     # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
     context = session.tool_context
-    context.uris = McpUris(context.uris, runtime.mcp)
+    context.use_uris(McpUris(context.uris, mcp))
     if session.settings.xdev:
         from ..mcp.devices import McpDevices
 
         # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
-        context.devices = McpDevices(session.toolset.devices)
+        context.mount_devices(McpDevices(session.toolset.devices))
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
@@ -464,7 +474,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
     try:
         with unwrap():  # one failure leaves as itself, not in the root nursery's group
             async with trio.open_nursery() as root:
-                runtime.services = runtime.session.tool_context.services = root
+                runtime.use_services(root)
                 await wiring.start(root, stdout, signals=signals)
                 await root.start(runtime.session.run_nursery)
                 if runtime.options.deadline is not None:

@@ -141,7 +141,7 @@ class AgentSession:
         if self.task_depth == 0:
             # A subagent runs its commands in their calls: its result must not wait for jobs
             # that outlive its ``yield`` (as it never spawns in the background).
-            self.tool_context.jobs = self.jobs
+            self.tool_context.use_jobs(self.jobs)
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
         self.between = Interjections(self.agent, self.publish, self._record, TodoReminders(
@@ -185,11 +185,12 @@ class AgentSession:
         self.toolset.set_active(names)
 
     def load_skills(self) -> None:
-        """(Re)discover the skills; the system prompt and ``read`` use the new list. A broken
-        skill file is left out and said once on stderr."""
+        """(Re)discover the skills; a broken skill file is left out and said once on stderr."""
         directory = self.prompt_options.agent_directory or agent_dir()
         skills, problems = load_skills(directory, self.cwd, settings=self.settings.skills)
-        self.skills = self.prompt_options.skills = self.tool_context.skills = skills
+        self.skills = skills
+        self.prompt_options.use_skills(skills)
+        self.tool_context.use_skills(skills)
         self.report_problems(problems)
 
     def report_problems(self, problems: Sequence[Problem]) -> None:
