@@ -310,8 +310,9 @@ class AcpSession:
         assert self.runtime is not None
         assert self.commands is not None
         if (mcp := self.runtime.mcp) is not None:
-            self.commands.slash.mcp = mcp
-            mcp.on_commands = self.announce_commands
+            self.commands.slash.use_mcp(mcp)
+            if self.announce_commands is not None:
+                mcp.announce_with(self.announce_commands)
 
     async def replace_mcp(self, servers: list[w.McpServer]) -> None:
         """``session/load`` / ``resume`` of this live session: the editor's servers become

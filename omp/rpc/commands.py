@@ -354,7 +354,7 @@ class Commands:
         if schemes is None:
             return fail("set_host_uri_schemes", frame.id, problem or "invalid schemes",
                         INVALID_PARAMS)
-        self.host_uris.schemes = schemes
+        self.host_uris.use_schemes(schemes)
         return ok("set_host_uri_schemes", frame.id,
                   payloads.HostUriSchemes(schemes=list(schemes)))
 

@@ -194,7 +194,8 @@ class OnceFront:
         commands = Commands(session, runtime.outbox, nursery.start_soon, runtime.controls,
                             runtime.host_uris, runtime.aborts, runtime.ui, runtime.subagents,
                             custom=runtime.options.commands)
-        commands.slash.mcp = runtime.mcp  # /mcp, and the servers' prompts as commands
+        if runtime.mcp is not None:
+            commands.slash.use_mcp(runtime.mcp)  # /mcp, and the servers' prompts as commands
         task_status.started()
         nursery.start_soon(self._tell_stalls)
         for prompt in self.prompts:
