@@ -120,6 +120,20 @@ class Runtime(msgspec.Struct, eq=False):
         ``replace_mcp`` give a new one)."""
         self.mcp = mcp
 
+    def use_discovery(self, discovery: LocalDiscovery) -> None:
+        """``discovery`` asks the local model servers from now on (``start_local_discovery``)."""
+        self.discovery = discovery
+
+    def use_extension_host(self, host: JsHost) -> None:
+        """``host`` is the JavaScript extension host running now (``load_extensions``)."""
+        self.extension_host = host
+
+    def take_extension_host(self) -> JsHost | None:
+        """The JavaScript extension host, if one runs, which the caller now closes; the runtime
+        has none after (``close_extension_host``)."""
+        host, self.extension_host = self.extension_host, None
+        return host
+
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
                   sink: EventSink | None = None, require_credentials: bool = False) -> Runtime:
@@ -253,10 +267,11 @@ def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
     servers = session.registry.local_servers()
     if not servers:
         return None
-    runtime.discovery = LocalDiscovery(session.registry, runtime.http, servers,
-                                       timeout=chosen.timeoutMs / 1000)
-    runtime.discovery.start(nursery, after)
-    return runtime.discovery
+    discovery = LocalDiscovery(session.registry, runtime.http, servers,
+                               timeout=chosen.timeoutMs / 1000)
+    runtime.use_discovery(discovery)
+    discovery.start(nursery, after)
+    return discovery
 
 
 def load_mcp(runtime: Runtime) -> None:
@@ -356,7 +371,7 @@ def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``),
     an untrusted project's rules left out, session files ``--continue`` passed over."""
     session = runtime.session
-    skipped, session.store.startup_notes = session.store.startup_notes, []
+    skipped = session.store.take_startup_notes()
     return [*(ev.Notice(level="warning", source="config", message=note)
               for note in session.settings.notes),
             *session.prompt_options.take_notices(), *runtime.notices,
@@ -593,10 +608,10 @@ async def load_extensions(runtime: Runtime, mode: str = "rpc") -> LoadReport | N
         spec = HostSpec(nursery=runtime.services, cwd=session.cwd, mode=mode, trusted=trusted,
                         agent_dir=directory, env=child_environment(
                             session.tool_context.environment, {"PWD": str(session.cwd)}))
-    report = await load_sources(sources, emit=runtime.outbox.emit, js_host=spec)
-    report.skipped_project = skipped
+    report = await load_sources(sources, emit=runtime.outbox.emit, js_host=spec,
+                                skipped_project=skipped)
     if report.js is not None:
-        runtime.extension_host = report.js.host
+        runtime.use_extension_host(report.js.host)
     for path, error in report.errors:
         print(f"Failed to load extension {path}: {error}", file=sys.stderr)
     return report
@@ -624,7 +639,7 @@ async def close_extension_host(runtime: Runtime) -> None:
     """Kill the JavaScript extension host, if one runs; requests still open to it fail. Not
     cut short by a cancellation of the caller: shielded, with its own deadline
     (``JsHost.aclose``)."""
-    host, runtime.extension_host = runtime.extension_host, None
+    host = runtime.take_extension_host()
     if host is not None:
         await host.aclose()
 
