@@ -94,8 +94,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("omp/rpc/commands.py", "self.outbox.view.types"): CHANGED,
     ("omp/rpc/dispatch.py", "commands.command_entered"): STATE,
     ("omp/rpc/lifecycle.py", "session.settings.approval"): WIRED,
-    ("omp/rpc/once.py", "self.sink.settled"): WIRED,
-    ("omp/rpc/once.py", "self.sink.model"): WIRED,
     ("omp/rpc/output.py", "queue.direct"): STATE,
     ("omp/rpc/output.py", "queue.delivered"): STATE,
     ("omp/rpc/output.py", "self.encoder.protocol_version"): STATE,
