@@ -46,8 +46,6 @@ WIRED = "a collaborator wired after construction: to pass in the constructor (is
 CHANGED = "a value changed from outside: to become a set_/use_ method of its owner (issue 39)"
 
 ALLOWED: dict[tuple[str, str], str] = {
-    ("omp/acp/server.py", "acp.accepted"): WIRED,
-    ("omp/acp/server.py", "acp.load_problems"): WIRED,
     ("omp/acp/session.py", "pending.result"): WIRED,
     ("omp/acp/session.py", "pending.cancelled"): WIRED,
     ("omp/agent/loop.py", "turn.assistant"): RECORD,

@@ -204,8 +204,7 @@ class AcpServer:
         except msgspec.ValidationError:
             return  # its handler answers what is wrong
         if (acp := self.sessions.get(target.sessionId)) is not None:
-            acp.accepted += 1
-            self._tickets[request_id] = acp.accepted
+            self._tickets[request_id] = acp.accept_prompt()
 
     def notification(self, method: str, params: msgspec.Raw | msgspec.UnsetType) -> None:
         if method != "session/cancel":
@@ -358,8 +357,8 @@ class AcpServer:
         # as --mode rpc does, their dialogs asked of the editor.
         loaded = await start_extensions(runtime, ui=dialogs)
         if loaded is not None:
-            acp.load_problems = [f"Extension {path} did not load: {error}"
-                                 for path, error in loaded.errors]
+            acp.note_load_problems([f"Extension {path} did not load: {error}"
+                                    for path, error in loaded.errors])
         return acp
 
     def _bootstrap_soon(self, acp: AcpSession) -> None:
@@ -386,11 +385,10 @@ class AcpServer:
                 else msgspec.UNSET)
             for c in acp.commands.slash.command_list()]))
         acp.session_info()
-        for problem in acp.load_problems:
+        for problem in acp.take_load_problems():
             # Before any prompt: a tool ban that did not load must not look like one that did.
             self.update(acp.session_id, w.AgentMessageChunk(
                 content=w.TextContent(text=f"Warning: {problem}"), messageId=str(uuid.uuid4())))
-        acp.load_problems = []
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:

@@ -111,9 +111,9 @@ class AcpSession:
     """Sends the session's commands again (``available_commands_update``), set by the server:
     called when its MCP servers' prompts changed."""
     editor_servers: list[str] = attrs.field(factory=list)
+    """The names of the MCP servers the editor gave this session (the last request's)."""
     load_problems: list[str] = attrs.field(factory=list)
     """Extensions that did not load: said in the session's first updates (``bootstrap``)."""
-    """The names of the MCP servers the editor gave this session (the last request's)."""
     _nursery: trio.Nursery | None = None
     """The session's own (``host``): its nursery's and its MCP servers' tasks."""
 
@@ -138,6 +138,20 @@ class AcpSession:
         if choice in ("allow_always", "reject_always"):
             self.remembered[request.tool_name] = choice == "allow_always"
         return choice in ("allow_once", "allow_always")
+
+    def accept_prompt(self) -> int:
+        """The ticket of a ``session/prompt`` the reader just read (see ``accepted``)."""
+        self.accepted += 1
+        return self.accepted
+
+    def note_load_problems(self, problems: list[str]) -> None:
+        """Extensions that did not load, to be said in the first updates (``bootstrap``)."""
+        self.load_problems = problems
+
+    def take_load_problems(self) -> list[str]:
+        """The load problems not said yet, which the caller now says; none are left."""
+        problems, self.load_problems = self.load_problems, []
+        return problems
 
     @property
     def cwd(self) -> Path:
