@@ -88,8 +88,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("omp/pipe.py", "pipe.receive_closed"): STATE,
     ("omp/process.py", "orphanage.term_at"): STATE,
     ("omp/process.py", "orphanage.starting"): STATE,
-    ("omp/rpc/commands.py", "self.outbox.view.message_updates"): CHANGED,
-    ("omp/rpc/commands.py", "self.outbox.view.types"): CHANGED,
     ("omp/rpc/dispatch.py", "commands.command_entered"): STATE,
     ("omp/rpc/lifecycle.py", "session.settings.approval"): WIRED,
     ("omp/rpc/output.py", "queue.direct"): STATE,
