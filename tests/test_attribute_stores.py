@@ -69,6 +69,11 @@ def test_the_policy_allows_scopes_exceptions_and_records_being_filled(tmp_path: 
             made.field = 2
             def inner():
                 record.late = 1
+        class Registry:
+            @classmethod
+            def load(cls):
+                registry = cls()
+                registry.credentials = 1
         """) == ["record.late"]
 
 
