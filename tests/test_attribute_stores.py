@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def load_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "check_attribute_stores", ROOT / "scripts" / "check_attribute_stores.py")
+        "check_attribute_stores", ROOT / "scripts" / "check_attribute_stores.py"
+    )
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -40,7 +41,9 @@ def test_omp_stores_only_what_the_allowlist_names() -> None:
 
 
 def test_a_store_on_another_object_is_found(tmp_path: Path) -> None:
-    assert targets(tmp_path, """
+    assert targets(
+        tmp_path,
+        """
         def wire(runtime, session):
             runtime.mcp = 1
             session.tool_context.jobs += 1
@@ -50,12 +53,21 @@ def test_a_store_on_another_object_is_found(tmp_path: Path) -> None:
             def f(self):
                 self.a = 1
                 self.agent.gate = 1
-        """) == ["runtime.mcp", "session.tool_context.jobs", "session.agent.hooks", "a.x",
-                 "b.y", "self.agent.gate"]
+        """,
+    ) == [
+        "runtime.mcp",
+        "session.tool_context.jobs",
+        "session.agent.hooks",
+        "a.x",
+        "b.y",
+        "self.agent.gate",
+    ]
 
 
 def test_the_policy_allows_scopes_exceptions_and_records_being_filled(tmp_path: Path) -> None:
-    assert targets(tmp_path, """
+    assert targets(
+        tmp_path,
+        """
         def f(scope, error):
             scope.deadline = 1
             scope.shield = True
@@ -74,7 +86,8 @@ def test_the_policy_allows_scopes_exceptions_and_records_being_filled(tmp_path: 
             def load(cls):
                 registry = cls()
                 registry.credentials = 1
-        """) == ["record.late"]
+        """,
+    ) == ["record.late"]
 
 
 def test_a_new_store_and_a_stale_entry_both_fail() -> None:
