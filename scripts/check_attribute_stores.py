@@ -46,8 +46,8 @@ WIRED = "a collaborator wired after construction: to pass in the constructor (is
 CHANGED = "a value changed from outside: to become a set_/use_ method of its owner (issue 39)"
 
 ALLOWED: dict[tuple[str, str], str] = {
-    ("omp/acp/session.py", "pending.result"): WIRED,
-    ("omp/acp/session.py", "pending.cancelled"): WIRED,
+    ("omp/acp/session.py", "pending.result"): STATE,
+    ("omp/acp/session.py", "pending.cancelled"): STATE,
     ("omp/agent/loop.py", "turn.assistant"): RECORD,
     ("omp/agent/loop.py", "turn.call"): RECORD,
     ("omp/agent/loop.py", "turn.message_started"): RECORD,
