@@ -109,6 +109,8 @@ def docs(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
+    # No assignment to another object's attributes beyond the script's policy and allowlist.
+    session.run("python", "scripts/check_attribute_stores.py")
 
 
 @nox.session

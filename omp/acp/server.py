@@ -204,8 +204,7 @@ class AcpServer:
         except msgspec.ValidationError:
             return  # its handler answers what is wrong
         if (acp := self.sessions.get(target.sessionId)) is not None:
-            acp.accepted += 1
-            self._tickets[request_id] = acp.accepted
+            self._tickets[request_id] = acp.accept_prompt()
 
     def notification(self, method: str, params: msgspec.Raw | msgspec.UnsetType) -> None:
         if method != "session/cancel":
@@ -333,11 +332,11 @@ class AcpServer:
             # answer)", so the tool is not offered then.
             runtime.session.toolset.own.append(AskTool(dialogs))
         fs = self.client_capabilities.fs
-        if fs.readTextFile and fs.writeTextFile:
-            runtime.session.tool_context.files = EditorFiles(self.client, acp.session_id)
-        if self.client_capabilities.terminal:
-            runtime.session.tool_context.terminals = EditorTerminals(self.client,
-                                                                     acp.session_id)
+        runtime.session.tool_context.use_editor(
+            EditorFiles(self.client, acp.session_id)
+            if fs.readTextFile and fs.writeTextFile else None,
+            EditorTerminals(self.client, acp.session_id)
+            if self.client_capabilities.terminal else None)
         await self._sessions_nursery.start(acp.host)
         acp.commands = Commands(runtime.session, outbox, self._requests_nursery.start_soon,
                                 runtime.controls, runtime.host_uris, runtime.aborts,
@@ -358,8 +357,8 @@ class AcpServer:
         # as --mode rpc does, their dialogs asked of the editor.
         loaded = await start_extensions(runtime, ui=dialogs)
         if loaded is not None:
-            acp.load_problems = [f"Extension {path} did not load: {error}"
-                                 for path, error in loaded.errors]
+            acp.note_load_problems([f"Extension {path} did not load: {error}"
+                                    for path, error in loaded.errors])
         return acp
 
     def _bootstrap_soon(self, acp: AcpSession) -> None:
@@ -386,11 +385,10 @@ class AcpServer:
                 else msgspec.UNSET)
             for c in acp.commands.slash.command_list()]))
         acp.session_info()
-        for problem in acp.load_problems:
+        for problem in acp.take_load_problems():
             # Before any prompt: a tool ban that did not load must not look like one that did.
             self.update(acp.session_id, w.AgentMessageChunk(
                 content=w.TextContent(text=f"Warning: {problem}"), messageId=str(uuid.uuid4())))
-        acp.load_problems = []
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:

@@ -111,9 +111,9 @@ class AcpSession:
     """Sends the session's commands again (``available_commands_update``), set by the server:
     called when its MCP servers' prompts changed."""
     editor_servers: list[str] = attrs.field(factory=list)
+    """The names of the MCP servers the editor gave this session (the last request's)."""
     load_problems: list[str] = attrs.field(factory=list)
     """Extensions that did not load: said in the session's first updates (``bootstrap``)."""
-    """The names of the MCP servers the editor gave this session (the last request's)."""
     _nursery: trio.Nursery | None = None
     """The session's own (``host``): its nursery's and its MCP servers' tasks."""
 
@@ -138,6 +138,20 @@ class AcpSession:
         if choice in ("allow_always", "reject_always"):
             self.remembered[request.tool_name] = choice == "allow_always"
         return choice in ("allow_once", "allow_always")
+
+    def accept_prompt(self) -> int:
+        """The ticket of a ``session/prompt`` the reader just read (see ``accepted``)."""
+        self.accepted += 1
+        return self.accepted
+
+    def note_load_problems(self, problems: list[str]) -> None:
+        """Extensions that did not load, to be said in the first updates (``bootstrap``)."""
+        self.load_problems = problems
+
+    def take_load_problems(self) -> list[str]:
+        """The load problems not said yet, which the caller now says; none are left."""
+        problems, self.load_problems = self.load_problems, []
+        return problems
 
     @property
     def cwd(self) -> Path:
@@ -295,8 +309,8 @@ class AcpSession:
 
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = runtime.services = nursery
-                runtime.session.tool_context.services = nursery
+                self._nursery = nursery
+                runtime.use_services(nursery)
                 await nursery.start(serve)
                 if runtime.mcp is not None:
                     await nursery.start(runtime.mcp.run)
@@ -310,8 +324,9 @@ class AcpSession:
         assert self.runtime is not None
         assert self.commands is not None
         if (mcp := self.runtime.mcp) is not None:
-            self.commands.slash.mcp = mcp
-            mcp.on_commands = self.announce_commands
+            self.commands.slash.use_mcp(mcp)
+            if self.announce_commands is not None:
+                mcp.announce_with(self.announce_commands)
 
     async def replace_mcp(self, servers: list[w.McpServer]) -> None:
         """``session/load`` / ``resume`` of this live session: the editor's servers become

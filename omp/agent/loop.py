@@ -394,6 +394,22 @@ class Agent:
     _asides: set[int] = attrs.field(factory=set)
     """Identities of the queued steering messages that are asides (``queue_aside``)."""
 
+    def use_gate(self, gate: ToolGate | None) -> None:
+        """Every later tool call passes ``gate`` (None: every call runs)."""
+        self.gate = gate
+
+    def use_hooks(self, hooks: AgentHooks | None) -> None:
+        """Every later attempt, turn and tool call goes through ``hooks`` (None: none)."""
+        self.hooks = hooks if hooks is not None else NoHooks()
+
+    def use_watch(self, watch: StreamWatch | None) -> None:
+        """Every later model call's stream is watched by ``watch`` (None: nothing watches)."""
+        self.watch = watch
+
+    def request_stop(self) -> None:
+        """End the attempt once the current turn is done (``stop_requested``)."""
+        self.stop_requested = True
+
     # -- queues ------------------------------------------------------------------------------
 
     def queue_steering(self, message: Input) -> None:

@@ -72,11 +72,13 @@ def load(sources: Iterable[Source], emit: Emit = None) -> LoadReport:
 
 
 async def load_sources(sources: Sequence[Source], emit: Emit = None, *,
-                       js_host: HostSpec | None = None) -> LoadReport:
+                       js_host: HostSpec | None = None,
+                       skipped_project: Path | None = None) -> LoadReport:
     """``load``, for both kinds: the Python sources are imported here, the TypeScript /
     JavaScript ones in the JavaScript extension host started in ``js_host.nursery`` (only
     when there are some; without ``js_host`` they fail to load). The extensions keep the
-    sources' order. On cancellation the host is killed with its nursery."""
+    sources' order; ``skipped_project`` goes into the report (an untrusted project whose
+    extensions were left out). On cancellation the host is killed with its nursery."""
     results: dict[int, ExtensionAPI | Extension | str] = {}
     js_sources = []
     for index, source in enumerate(sources):
@@ -100,7 +102,8 @@ async def load_sources(sources: Sequence[Source], emit: Emit = None, *,
             results.update(bridge.loaded)
     loaded: list[Extension] = []
     apis: list[ExtensionAPI] = []
-    report = LoadReport(Extensions(loaded, apis, emit=emit), js=bridge)
+    report = LoadReport(Extensions(loaded, apis, emit=emit), js=bridge,
+                        skipped_project=skipped_project)
     for index in sorted(results):
         outcome, source = results[index], sources[index]
         if isinstance(outcome, str):

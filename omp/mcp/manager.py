@@ -107,6 +107,10 @@ class McpManager:
     def enabled(self) -> list[ServerConfig]:
         return [s for s in self.servers if s.enabled]
 
+    def announce_with(self, announce: Callable[[], None]) -> None:
+        """``announce`` re-announces the command list when the servers' prompts change."""
+        self.on_commands = announce
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Connect every enabled server and keep them connected until ``close``. On

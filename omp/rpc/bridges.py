@@ -251,6 +251,10 @@ class HostUris(msgspec.Struct, eq=False):
     emit: Emit
     schemes: dict[str, cmd.HostUriSchemeDefinition] = msgspec.field(default_factory=dict)
 
+    def use_schemes(self, schemes: dict[str, cmd.HostUriSchemeDefinition]) -> None:
+        """The host serves ``schemes`` from now on, in place of the earlier ones."""
+        self.schemes = schemes
+
     def _scheme(self, url: str) -> cmd.HostUriSchemeDefinition | None:
         return self.schemes.get(url.partition("://")[0].lower())
 

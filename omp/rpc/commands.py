@@ -57,7 +57,7 @@ from .bridges import (
     normalize_schemes,
     validate_host_tools,
 )
-from .outbox import Outbox
+from .outbox import EventView, Outbox
 from .output import Output, SwitchProtocol
 from .pi_commands import PiCommands
 from .session_commands import SessionCommands
@@ -354,7 +354,7 @@ class Commands:
         if schemes is None:
             return fail("set_host_uri_schemes", frame.id, problem or "invalid schemes",
                         INVALID_PARAMS)
-        self.host_uris.schemes = schemes
+        self.host_uris.use_schemes(schemes)
         return ok("set_host_uri_schemes", frame.id,
                   payloads.HostUriSchemes(schemes=list(schemes)))
 
@@ -515,12 +515,12 @@ class Commands:
             return fail("set_event_filter", frame.id,
                         "events must be null or an array of non-empty event type strings",
                         INVALID_PARAMS)
-        if events is None:
-            self.outbox.view.types = None
-        elif isinstance(events, list):
-            self.outbox.view.types = frozenset(events)
-        if isinstance(frame.messageUpdates, str):
-            self.outbox.view.message_updates = frame.messageUpdates
+        view = self.outbox.view
+        self.outbox.use_view(EventView(
+            types=None if events is None else frozenset(events) if isinstance(events, list)
+            else view.types,
+            message_updates=frame.messageUpdates if isinstance(frame.messageUpdates, str)
+            else view.message_updates))
         shown = None if self.outbox.view.types is None else [
             e for e in dict.fromkeys(events if isinstance(events, list) else sorted(
                 self.outbox.view.types))]

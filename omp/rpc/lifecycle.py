@@ -110,6 +110,30 @@ class Runtime(msgspec.Struct, eq=False):
     kernel, the language servers: ``ToolContext.services``): the root nursery of
     ``run_lifecycle``; ACP: the session's own."""
 
+    def use_services(self, services: trio.Nursery) -> None:
+        """The session's helper processes start in ``services`` from now on."""
+        self.services = services
+        self.session.tool_context.use_services(services)
+
+    def use_mcp(self, mcp: McpManager) -> None:
+        """``mcp`` is the MCP manager from now on (``use_mcp``; ``/mcp reload`` and ACP's
+        ``replace_mcp`` give a new one)."""
+        self.mcp = mcp
+
+    def use_discovery(self, discovery: LocalDiscovery) -> None:
+        """``discovery`` asks the local model servers from now on (``start_local_discovery``)."""
+        self.discovery = discovery
+
+    def use_extension_host(self, host: JsHost) -> None:
+        """``host`` is the JavaScript extension host running now (``load_extensions``)."""
+        self.extension_host = host
+
+    def take_extension_host(self) -> JsHost | None:
+        """The JavaScript extension host, if one runs, which the caller now closes; the runtime
+        has none after (``close_extension_host``)."""
+        host, self.extension_host = self.extension_host, None
+        return host
+
 
 def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
                   sink: EventSink | None = None, require_credentials: bool = False) -> Runtime:
@@ -198,9 +222,9 @@ def use_rules(runtime: Runtime) -> None:
                           lambda: session.messages, session.cwd, always=found.always,
                           rulebook=found.rulebook)
         session.between.use_rules(watch)
-        session.prompt_options.rules = watch.always_for("main")
-        session.prompt_options.rulebook = session.tool_context.rulebook = (
-            watch.rulebook_for("main"))
+        rulebook = watch.rulebook_for("main")
+        session.prompt_options.use_rules(watch.always_for("main"), rulebook)
+        session.tool_context.use_rulebook(rulebook)
 
 
 def extension_packages(options: ServeOptions, cwd: Path) -> list[Path]:
@@ -243,10 +267,11 @@ def start_local_discovery(runtime: Runtime, nursery: trio.Nursery,
     servers = session.registry.local_servers()
     if not servers:
         return None
-    runtime.discovery = LocalDiscovery(session.registry, runtime.http, servers,
-                                       timeout=chosen.timeoutMs / 1000)
-    runtime.discovery.start(nursery, after)
-    return runtime.discovery
+    discovery = LocalDiscovery(session.registry, runtime.http, servers,
+                               timeout=chosen.timeoutMs / 1000)
+    runtime.use_discovery(discovery)
+    discovery.start(nursery, after)
+    return discovery
 
 
 def load_mcp(runtime: Runtime) -> None:
@@ -295,20 +320,20 @@ def use_mcp(runtime: Runtime, servers: Sequence[ServerConfig],
     from ..mcp.manager import McpManager
     from ..mcp.resources import McpUris
 
-    runtime.mcp = McpManager(servers, session, runtime.outbox.emit,
-                             credentials=session.registry.credentials, aborts=runtime.aborts,
-                             loader=loader)
-    if runtime.ui.enabled:
-        # OAuth flows of HTTP servers talk to the user through the host's UI.
-        runtime.mcp.host_ui = runtime.ui
+    # OAuth flows of HTTP servers talk to the user through the host's UI.
+    mcp = McpManager(servers, session, runtime.outbox.emit,
+                     credentials=session.registry.credentials,
+                     host_ui=runtime.ui if runtime.ui.enabled else None, aborts=runtime.aborts,
+                     loader=loader)
+    runtime.use_mcp(mcp)
     # ``read mcp://<uri>`` reads the servers' resources; other URLs stay the host's.
     context = session.tool_context
-    context.uris = McpUris(context.uris, runtime.mcp)
+    context.use_uris(McpUris(context.uris, mcp))
     if session.settings.xdev:
         from ..mcp.devices import McpDevices
 
         # ``tools.xdev``: the tools are ``xd://`` devices of ``read`` / ``write``.
-        context.devices = McpDevices(session.toolset.devices)
+        context.mount_devices(McpDevices(session.toolset.devices))
 
 
 def plugin_parts(options: ServeOptions, part: str) -> list[Path]:
@@ -346,7 +371,7 @@ def startup_notices(runtime: Runtime) -> list[ev.Notice]:
     that this runtime does not act on, context files left out (a FIFO named ``AGENTS.md``),
     an untrusted project's rules left out, session files ``--continue`` passed over."""
     session = runtime.session
-    skipped, session.store.startup_notes = session.store.startup_notes, []
+    skipped = session.store.take_startup_notes()
     return [*(ev.Notice(level="warning", source="config", message=note)
               for note in session.settings.notes),
             *session.prompt_options.take_notices(), *runtime.notices,
@@ -464,7 +489,7 @@ async def run_lifecycle(runtime: Runtime, stdout: trio.abc.SendStream | None, fr
     try:
         with unwrap():  # one failure leaves as itself, not in the root nursery's group
             async with trio.open_nursery() as root:
-                runtime.services = runtime.session.tool_context.services = root
+                runtime.use_services(root)
                 await wiring.start(root, stdout, signals=signals)
                 await root.start(runtime.session.run_nursery)
                 if runtime.options.deadline is not None:
@@ -583,10 +608,10 @@ async def load_extensions(runtime: Runtime, mode: str = "rpc") -> LoadReport | N
         spec = HostSpec(nursery=runtime.services, cwd=session.cwd, mode=mode, trusted=trusted,
                         agent_dir=directory, env=child_environment(
                             session.tool_context.environment, {"PWD": str(session.cwd)}))
-    report = await load_sources(sources, emit=runtime.outbox.emit, js_host=spec)
-    report.skipped_project = skipped
+    report = await load_sources(sources, emit=runtime.outbox.emit, js_host=spec,
+                                skipped_project=skipped)
     if report.js is not None:
-        runtime.extension_host = report.js.host
+        runtime.use_extension_host(report.js.host)
     for path, error in report.errors:
         print(f"Failed to load extension {path}: {error}", file=sys.stderr)
     return report
@@ -614,7 +639,7 @@ async def close_extension_host(runtime: Runtime) -> None:
     """Kill the JavaScript extension host, if one runs; requests still open to it fail. Not
     cut short by a cancellation of the caller: shielded, with its own deadline
     (``JsHost.aclose``)."""
-    host, runtime.extension_host = runtime.extension_host, None
+    host = runtime.take_extension_host()
     if host is not None:
         await host.aclose()
 

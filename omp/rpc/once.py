@@ -96,6 +96,14 @@ class OnceSink:
     command_output: list[str] = attrs.field(factory=list)
     """Text mode: what slash commands said (``command_output``), printed before the answer."""
 
+    def use_model(self, model: str) -> None:
+        """The stall notices name ``model`` (``provider/id``) as what a run waits for."""
+        self.model = model
+
+    def next_prompt(self) -> None:
+        """A fresh ``settled`` for the prompt about to be sent."""
+        self.settled = trio.Event()
+
     def note_command_output(self, frame: msgspec.Struct) -> None:
         if isinstance(frame, ev.CommandOutput):
             self.command_output.append(frame.text)
@@ -164,7 +172,7 @@ class OnceFront:
         self._nursery = nursery
         runtime = self.runtime
         session = runtime.session
-        self.sink.model = f"{session.model.provider}/{session.model.id}"
+        self.sink.use_model(f"{session.model.provider}/{session.model.id}")
         if self.header:
             runtime.outbox.emit(session.store.header())
         for notice in startup_notices(runtime):
@@ -194,13 +202,14 @@ class OnceFront:
         commands = Commands(session, runtime.outbox, nursery.start_soon, runtime.controls,
                             runtime.host_uris, runtime.aborts, runtime.ui, runtime.subagents,
                             custom=runtime.options.commands)
-        commands.slash.mcp = runtime.mcp  # /mcp, and the servers' prompts as commands
+        if runtime.mcp is not None:
+            commands.slash.use_mcp(runtime.mcp)  # /mcp, and the servers' prompts as commands
         task_status.started()
         nursery.start_soon(self._tell_stalls)
         for prompt in self.prompts:
             if self._stopping or session.runs.expired is not None:
                 break  # stopped, or --max-time passed: what was not sent is not sent
-            self.sink.settled = trio.Event()
+            self.sink.next_prompt()
             self.sent += 1
             self._in_flight = True
             if not await self._send(commands, prompt):

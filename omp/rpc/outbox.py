@@ -45,6 +45,10 @@ class Outbox(msgspec.Struct, eq=False):
     _open_ids: list[str] = msgspec.field(default_factory=list)
     _counter: int = 0
 
+    def use_view(self, view: EventView) -> None:
+        """Session events emitted from now on go through ``view`` (``set_event_filter``)."""
+        self.view = view
+
     def emit(self, frame: msgspec.Struct) -> None:
         """Queue a frame the host did not ask for (side frames, session events); never waits.
 

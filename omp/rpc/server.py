@@ -186,12 +186,12 @@ class RpcServer:
         load_mcp(self.runtime)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)
-        self.commands.slash.project_trusted = project_trusted(
-            self.runtime.options, self.session.cwd, self.session.settings.trusted_projects)
+        self.commands.slash.set_project_trusted(project_trusted(
+            self.runtime.options, self.session.cwd, self.session.settings.trusted_projects))
         if (mcp := self.runtime.mcp) is not None:
             # After ``ready``: the servers connect in the background, never delaying it.
-            mcp.on_commands = self._announce_commands
-            self.commands.slash.mcp = mcp
+            mcp.announce_with(self._announce_commands)
+            self.commands.slash.use_mcp(mcp)
             nursery.start_soon(self._start_mcp, mcp)
         self.start_job(self._start_extensions)
         task_status.started()
@@ -216,7 +216,7 @@ class RpcServer:
             await self.output.wait_drained()
         if extensions_wanted(self.runtime.options):
             # Also when none is found now: /reload-plugins may find some later.
-            self.commands.slash.reload_extensions = self._reload_extensions
+            self.commands.slash.allow_reload(self._reload_extensions)
         await start_extensions(self.runtime)
         self.output.put_nowait(self.commands.available_commands_update())
         self._started.set()
@@ -386,7 +386,7 @@ class RpcServer:
         # original's texts, and its URL schemes are gone with it
         # (docs/design/protocol.md#end-of-input).
         self.runtime.controls.disconnect()
-        self.runtime.host_uris.schemes = {}
+        self.runtime.host_uris.use_schemes({})
         # Every command in flight is cancelled and answered (RPC bash with its cancelled
         # result); the run is aborted by the session's close, with the shutdown's reason, and
         # its terminal frames (aborted message, turn_end, agent_end, prompt_result) are still

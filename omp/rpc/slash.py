@@ -162,6 +162,18 @@ class Slash:
                 self.builtins[name] = builtin
         self.reload_templates()
 
+    def use_mcp(self, mcp: McpManager) -> None:
+        """``/mcp`` and the servers' prompts as commands go to ``mcp`` from now on."""
+        self.mcp = mcp
+
+    def set_project_trusted(self, trusted: bool) -> None:
+        """Whether ``/mcp test`` may run one of the project's own servers."""
+        self.project_trusted = trusted
+
+    def allow_reload(self, reload: Callable[[], Awaitable[None]]) -> None:
+        """``/reload-plugins`` imports the session's extensions again with ``reload``."""
+        self.reload_extensions = reload
+
     @property
     def agent_directory(self) -> Path:
         return self.session.prompt_options.agent_directory or agent_dir()

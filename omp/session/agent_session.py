@@ -32,7 +32,7 @@ import attrs
 import msgspec
 import trio
 
-from ..agent.loop import Agent, Input, NoHooks, ToolGate, TurnSetup, user_message
+from ..agent.loop import Agent, Input, ToolGate, TurnSetup, user_message
 from ..commands import Problem, ReportOnce, Skill, load_skills
 from ..config import agent_dir
 from ..llm.builder import Pace
@@ -141,7 +141,7 @@ class AgentSession:
         if self.task_depth == 0:
             # A subagent runs its commands in their calls: its result must not wait for jobs
             # that outlive its ``yield`` (as it never spawns in the background).
-            self.tool_context.jobs = self.jobs
+            self.tool_context.use_jobs(self.jobs)
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
         self.between = Interjections(self.agent, self.publish, self._record, TodoReminders(
@@ -171,11 +171,12 @@ class AgentSession:
 
     def use_approval(self, gate: ToolGate | None) -> None:
         """Every later tool call passes ``gate`` (None: none)."""
-        self.approval = self.agent.gate = gate
+        self.approval = gate
+        self.agent.use_gate(gate)
 
     def set_host_tools(self, tools: Sequence[Tool]) -> None:
         """Replace the host's tools; the next model call (and system prompt) has them."""
-        self.toolset.host = list(tools)
+        self.toolset.set_host(tools)
 
     def active_tool_names(self) -> list[str]:
         return [t.name for t in self.tools]
@@ -184,11 +185,12 @@ class AgentSession:
         self.toolset.set_active(names)
 
     def load_skills(self) -> None:
-        """(Re)discover the skills; the system prompt and ``read`` use the new list. A broken
-        skill file is left out and said once on stderr."""
+        """(Re)discover the skills; a broken skill file is left out and said once on stderr."""
         directory = self.prompt_options.agent_directory or agent_dir()
         skills, problems = load_skills(directory, self.cwd, settings=self.settings.skills)
-        self.skills = self.prompt_options.skills = self.tool_context.skills = skills
+        self.skills = skills
+        self.prompt_options.use_skills(skills)
+        self.tool_context.use_skills(skills)
         self.report_problems(problems)
 
     def report_problems(self, problems: Sequence[Problem]) -> None:
@@ -203,8 +205,7 @@ class AgentSession:
         self.extensions = extensions
         if extensions is not None:
             extensions.start(self, ui)
-        self.agent.hooks = extensions if extensions is not None and extensions.active \
-            else NoHooks()
+        self.agent.use_hooks(extensions if extensions is not None and extensions.active else None)
 
     def _agent_end_hook(self) -> Callable[[list[m.AgentMessage]], Awaitable[None]] | None:
         extensions = self.extensions

@@ -336,7 +336,7 @@ class RunCoordinator(msgspec.Struct, eq=False):
         """End the run once the current turn's tool calls are done (a subagent's terminal
         ``yield``): no further model call, nothing aborted (``Agent.stop_requested``)."""
         if self._run is not None:
-            self.agent.stop_requested = True
+            self.agent.request_stop()
 
     async def wait_for_idle(self) -> None:
         """Wait until no run is going. On cancellation, stops waiting."""

@@ -34,7 +34,8 @@ class Interjections(msgspec.Struct, eq=False):
 
     def use_rules(self, watch: RuleWatch | None) -> None:
         """TTSR rules watch every later model call (None: none)."""
-        self.rules = self.agent.watch = watch
+        self.rules = watch
+        self.agent.use_watch(watch)
 
     def drop_failed_turn(self, failed: m.AssistantMessage) -> None:
         """Remove a failed attempt's last turn from the live context (the file keeps it)."""

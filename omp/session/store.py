@@ -81,6 +81,11 @@ class SessionStore(msgspec.Struct, eq=False):
     """Files this session left (``adopt``) while their writer threads still had lines queued:
     they are written before any file is read again (``_written_all``), since it may be one."""
 
+    def take_startup_notes(self) -> list[str]:
+        """The ``startup_notes`` said so far, which the caller now says; none are left."""
+        notes, self.startup_notes = self.startup_notes, []
+        return notes
+
     # -- identity ----------------------------------------------------------------------------
 
     @property

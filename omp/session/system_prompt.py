@@ -345,6 +345,15 @@ class PromptOptions(msgspec.Struct, eq=False):
     problems: list[str] = msgspec.field(default_factory=list)
     """Context files left out since the last ``take_notices``, and why."""
 
+    def use_skills(self, skills: Sequence[Skill]) -> None:
+        """The next system prompt lists these skills."""
+        self.skills = skills
+
+    def use_rules(self, rules: tuple[str, ...], rulebook: tuple[RulebookRule, ...]) -> None:
+        """The next system prompt carries these always-apply rules and names this rulebook."""
+        self.rules = rules
+        self.rulebook = rulebook
+
     def build(self, tools: Sequence[Tool]) -> list[str]:
         if self.context is None:
             self.use_context(*read_context_files(self.cwd, self.directory,

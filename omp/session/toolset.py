@@ -67,6 +67,10 @@ class ToolSet:
         known = {t.name for t in self.all()}
         self._active = {n for n in names if n in known}
 
+    def set_host(self, tools: Sequence[Tool]) -> None:
+        """Replace the host's tools (``set_host_tools``)."""
+        self.host = list(tools)
+
     def set_mcp(self, tools: Sequence[Tool]) -> None:
         """Replace the MCP servers' tools. A tool ``set_active`` left out stays out; a new one
         is active."""

@@ -398,6 +398,36 @@ class ToolContext(msgspec.Struct, eq=False):
         for end in list(self.on_session_change):
             await end()
 
+    def use_skills(self, skills: Sequence[Skill]) -> None:
+        """``read`` serves these skills' ``skill://`` URIs from now on."""
+        self.skills = skills
+
+    def use_rulebook(self, rulebook: Sequence[RulebookRule]) -> None:
+        """``read`` serves these rules' ``rule://`` URIs from now on."""
+        self.rulebook = rulebook
+
+    def use_jobs(self, jobs: BackgroundJobs) -> None:
+        """``bash`` may move long commands to these background jobs (a main session's)."""
+        self.jobs = jobs
+
+    def use_services(self, services: trio.Nursery) -> None:
+        """Helper processes (the eval kernel, language servers) start in ``services``."""
+        self.services = services
+
+    def use_uris(self, uris: UriHandler | None) -> None:
+        """``read`` asks ``uris`` for the URLs it owns (it wraps the earlier handler)."""
+        self.uris = uris
+
+    def mount_devices(self, devices: Devices) -> None:
+        """``read`` and ``write`` reach ``xd://`` devices through ``devices``."""
+        self.devices = devices
+
+    def use_editor(self, files: EditorFiles | None, terminals: EditorTerminals | None) -> None:
+        """The tools read and write through the editor's ``files`` and run ``bash`` in its
+        ``terminals`` (None: the disk, local processes)."""
+        self.files = files
+        self.terminals = terminals
+
     def resolve(self, path: str) -> Path:
         """``path`` against the session cwd, with ``~`` expanded."""
         p = Path(path).expanduser()
