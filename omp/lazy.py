@@ -80,8 +80,10 @@ LAZY_MODULES: dict[str, str] = {
     "omp.lsp": "~0.5 s with lsprotocol's types: only the lsp tool's first call, in a worker "
                "thread (omp.tools.lsp)",
     "lsprotocol": "see omp.lsp",
-    "importlib.util": "~0.7 ms: only when a tool offered on request is asked for (are its "
-                      "bindings there?)",
+    "importlib.util": "~0.7 ms: only when a tool's packages are looked for (eval's kernel at "
+                      "a start with eval.py on; the tools offered on request when asked for)",
+    "omp.session.listing": "~1 ms: only list_sessions and ACP's session/list read stored "
+                           "sessions",
     "tomllib": "~2 ms: only when a Codex config.toml exists",
     "shlex": "~1 ms: only /mcp add splits its arguments",
     "difflib": "~1 ms: only a config.yml key nobody knows (a typo) looks for the closest one",

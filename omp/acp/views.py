@@ -22,7 +22,6 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..rpc.options import ServeOptions
 from ..session import AgentSession
-from ..session.listing import list_stored, project_directory
 from ..session.locations import SessionMatch, find_sessions
 from . import wire as w
 from .updates import tool_call
@@ -66,6 +65,8 @@ def history_updates(messages: list[m.AgentMessage], cwd: Path) -> Iterator[w.Ses
 
 def stored_matches(options: ServeOptions, cwd: Path | None) -> list[SessionMatch]:
     """The session files of ``cwd`` (None: of every project), newest first (blocking)."""
+    from ..session.listing import project_directory  # omp.lazy
+
     agent_directory = options.agent_dir or agent_dir()
     directory = (agent_directory / "sessions" if cwd is None
                  else project_directory(agent_directory, cwd, options.session_dir))
@@ -84,6 +85,8 @@ def stored_sessions(options: ServeOptions, cwd: Path | None, offset: int, count:
     """A page of ``session/list``: ``count`` entries of ``cwd`` (None: of every project)
     from ``offset``, newest first, each with its ``_meta``; and how many there are in all.
     Read by RPC ``list_sessions``'s reader (``omp.session.listing``; blocking)."""
+    from ..session.listing import list_stored, project_directory  # omp.lazy
+
     agent_directory = options.agent_dir or agent_dir()
     directory = (agent_directory / "sessions" if cwd is None
                  else project_directory(agent_directory, cwd, options.session_dir))

@@ -25,7 +25,6 @@ from ..protocol.events import Notice
 from ..protocol.frames import Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.entries import message_text
-from ..session.listing import Listing, list_stored, project_directory
 from .slash import Slash
 
 MAX_NOTICES = 10
@@ -116,6 +115,8 @@ class PiCommands:
         own, here = session.store.directory, session.cwd
         query = frame.query.strip() if isinstance(frame.query, str) else ""
         wanted = frame.cwd if isinstance(frame.cwd, str) else None
+        # On first use: a server that is never asked for its sessions does not load the reader.
+        from ..session.listing import Listing, list_stored, project_directory
 
         def read() -> Listing:
             if frame.all:

@@ -9,8 +9,6 @@ with the tool's first call.
 
 from __future__ import annotations
 
-import importlib.util
-
 import msgspec
 
 DEFAULT_TIMEOUT = 30.0
@@ -44,6 +42,8 @@ def missing_dependencies() -> list[str]:
 
 
 def _installed(name: str) -> bool:
+    import importlib.util  # omp.lazy: only when a kernel may be offered
+
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):  # a finder that refuses it, a broken __spec__
