@@ -278,6 +278,13 @@ def hide_environment_block(secret: Callable[[str], bool]) -> int:
     return hidden
 
 
+def live_children() -> frozenset[int]:
+    """This process's child processes that have not exited (Linux ``/proc``; elsewhere none
+    are seen)."""
+    me = os.getpid()
+    return frozenset(p.pid for p in _processes() or () if p.ppid == me and not p.dead)
+
+
 def _children(exclude: frozenset[int]) -> list[_Stat]:
     me = os.getpid()
     return [p for p in _processes() or () if p.ppid == me and p.pid not in exclude]

@@ -190,6 +190,19 @@ async def pid_in(path: Path) -> int:
         return int((await wait_for_file(path)).strip())
 
 
+async def wait_until_gone(pid: int) -> None:
+    """Wait until ``pid`` (any process, not only a child of ours) has exited: its pidfd becomes
+    readable then, an event rather than a poll. On cancellation, stops waiting."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+
+
 async def write_fifo(path: Path, data: bytes) -> None:
     """Write ``data`` to a FIFO once a reader has opened it, then close it (EOF)."""
     while True:

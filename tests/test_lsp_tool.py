@@ -29,6 +29,7 @@ from agent_helpers import (
     tool_call,
     tool_result_text,
     tools_reply,
+    wait_until_gone,
 )
 
 from omp.lsp.edits import Change, EditRefused, apply_changes, utf16_column
@@ -310,9 +311,7 @@ async def test_a_crashed_server_is_started_again_by_the_next_call(
                               and f["toolCallId"] == "before")
             (first,) = pylsp_children(agent.pid)
             os.kill(first, signal.SIGKILL)
-            # Polled: nothing tells the test when a process it did not start has ended.
-            while procfs.alive(first):  # noqa: ASYNC110
-                await trio.sleep(0.01)
+            await wait_until_gone(first)
             (project / "killed").touch()
             await agent.until_settled()
             (second,) = pylsp_children(agent.pid)

@@ -51,7 +51,13 @@ from ..client import (
 from ..groups import unwrap
 from ..llm.models import read_catalog
 from ..pipe import memory_pipe
-from ..process import kill_process_group, open_process_group, signal_group
+from ..process import (
+    KILL_GRACE,
+    REAP_TIMEOUT,
+    kill_process_group,
+    open_process_group,
+    signal_group,
+)
 from ..protocol.events import ExtensionUiRequest, HostToolCall, HostUriRequest
 from ..rpc.options import ServeOptions
 from ..rpc.server import serve
@@ -333,14 +339,16 @@ async def open_omp_process(
             harness.client = client
             yield harness
     finally:
-        with trio.CancelScope(shield=True):
+        # Shielded so a cancelled test still ends its server; bounded by the wait for its exit
+        # plus the kill ladder's own deadline.
+        with trio.move_on_after(CLOSE_TIMEOUT + KILL_GRACE + REAP_TIMEOUT, shield=True):
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await process.wait()
             if process.returncode is None:
                 hung = True
                 await kill_process_group(process)
-            # Whatever it started in its own group, still there, goes too.
-            signal_group(process.pid, signal.SIGKILL)
+        # Whatever it started in its own group, still there, goes too.
+        signal_group(process.pid, signal.SIGKILL)
     if hung:
         raise AssertionError(f"omp --mode rpc (pid {process.pid}) did not exit within "
                              f"{CLOSE_TIMEOUT:g} s of the end of its input; it was killed")

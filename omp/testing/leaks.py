@@ -22,6 +22,8 @@ from typing import Any
 import attrs
 import trio
 
+from ..process import live_children
+
 __all__ = ["Resources", "leftover_tasks", "task_tree"]
 
 SETTLE_SECONDS = 5.0
@@ -90,29 +92,6 @@ def task_tree() -> str:
     return "\n".join(lines)
 
 
-def _live_children() -> frozenset[int]:
-    """Live child processes of this process (Linux ``/proc``; elsewhere none are seen)."""
-    me = os.getpid()
-    found: set[int] = set()
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return frozenset()
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as file:
-                stat = file.read()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold anything, so split after its last ")"
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and int(fields[1]) == me and fields[0] not in (b"Z", b"X"):
-            found.add(int(name))
-    return frozenset(found)
-
-
 def _open_fds() -> dict[int, str]:
     """Open file descriptors and what each one is (``/proc/self/fd``; elsewhere none)."""
     try:
@@ -145,7 +124,7 @@ class Resources:
     @classmethod
     def now(cls) -> Resources:
         """Take stock (inside ``trio.run``)."""
-        return cls(frozenset(_all_tasks()), _borrowed_threads(), _live_children(), _open_fds())
+        return cls(frozenset(_all_tasks()), _borrowed_threads(), live_children(), _open_fds())
 
     def _new_since(self, before: Resources) -> list[str]:
         keep = _ancestry()
