@@ -105,8 +105,21 @@ def cpu_and_switches(pid: int) -> tuple[int, int]:
     return cpu, switches
 
 
+async def sample_cpu_after_answer(fake: FakeLLM, answered: int, pid: int,
+                                  out: list[int]) -> None:
+    """Append omp's CPU clock (ns) once the fake has handed answer ``answered + 1`` to its
+    socket. The fake's task wakes this one as it ends the response, a few steps of this loop
+    after the write: omp, on the other core, may have begun on those bytes, so the CPU from
+    here to ``agent_end`` errs short, never long."""
+    await fake.wait_until(lambda f: len(f.finished_at) > answered)
+    out.append(cpu_and_switches(pid)[0])
+
+
 async def last_chunk_to_agent_end(fake: FakeLLM, omp: Omp, runs: int,
-                                  costs: list[tuple[int, int]] | None = None) -> list[float]:
+                                  costs: list[tuple[int, int]] | None = None,
+                                  tail_cpu: list[float] | None = None) -> list[float]:
+    """The latencies; ``costs`` gets a run's CPU and context switches, ``tail_cpu`` omp's CPU
+    seconds from the last chunk to ``agent_end`` read here, per run."""
     out = []
     before = cpu_and_switches(omp.proc.pid)
     for i in range(runs):
@@ -114,8 +127,14 @@ async def last_chunk_to_agent_end(fake: FakeLLM, omp: Omp, runs: int,
         # history's tokens for the compaction threshold (a cost of models that report none).
         fake.add({"chunks": [{"text": "Hello"}, {"text": " there"}, {"text": "!"}],
                   "usage": {"input": 20, "output": 3}})
-        await omp.send({"id": f"p{i}", "type": "prompt", "message": "hi"})
-        _, at = await omp.until("agent_end")
+        at_last_chunk: list[int] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sample_cpu_after_answer, fake, len(fake.finished_at),
+                               omp.proc.pid, at_last_chunk)
+            await omp.send({"id": f"p{i}", "type": "prompt", "message": "hi"})
+            _, at = await omp.until("agent_end")
+        if tail_cpu is not None:
+            tail_cpu.append((cpu_and_switches(omp.proc.pid)[0] - at_last_chunk[0]) / 1e9)
         out.append(at - fake.finished_at[-1])
         await omp.until("session_settled")
     if costs is not None:
@@ -164,11 +183,12 @@ async def main_async(runs: int, deltas: int) -> None:
                 "    models: [{id: fake-model}]\n")
             latencies: dict[str, tuple[list[float], list[float]]] = {}
             costs: dict[str, list[tuple[int, int]]] = {}
+            tails: dict[str, list[float]] = {}
             for label, session in (("session file", True), ("--no-session", False)):
                 omp = await spawn(env, session=session)
                 await last_chunk_to_agent_end(fake, omp, 2)  # warm up (imports, connection)
                 latency = await last_chunk_to_agent_end(
-                    fake, omp, runs, costs.setdefault(label, []))
+                    fake, omp, runs, costs.setdefault(label, []), tails.setdefault(label, []))
                 aborts = await abort_to_agent_end(fake, omp, runs)
                 latencies[label] = latency, aborts
                 if session:
@@ -180,6 +200,9 @@ async def main_async(runs: int, deltas: int) -> None:
               f"({label}; median of {runs}; target <= 1)")
         print(f"abort -> agent_end            {statistics.median(aborts) * 1000:7.2f} ms "
               f"({label}; median of {runs}; target <= 1)")
+        print(f"  omp's CPU, last chunk -> agent_end "
+              f"{statistics.median(tails[label]) * 1e6:5.0f} us ({label}; median; the latency "
+              "on an idle machine, less two wake-ups)")
         cpu, switches = costs[label][0]
         print(f"  a short prompt's run costs omp {cpu / 1000:7.0f} us CPU, "
               f"{switches} context switches ({label})")

@@ -18,6 +18,7 @@ from omp.session.compaction import (
     SUMMARY_PROMPT,
     SUMMARY_SYSTEM_PROMPT,
     UPDATE_SUMMARY_PROMPT,
+    anchored_context_tokens,
     compact,
     compaction_threshold,
     effective_reserve_tokens,
@@ -129,6 +130,18 @@ def test_context_tokens_are_the_last_usage_plus_what_follows() -> None:
     messages.append(assistant(text(tokens(2)), usage=usage(input=5000), stop="error"))
     messages.append(assistant(text(tokens(1)), usage=usage(input=6000), stop="aborted"))
     assert estimate_context_tokens(messages) == 1200 + 10 + 2 + 1
+
+
+def test_the_request_overhead_counts_only_before_the_first_usage() -> None:
+    # The system prompt and tools are inside the provider's count once there is one; before,
+    # they are estimated with everything else (and only then computed: Maintenance).
+    first = [user(tokens(10))]
+    assert anchored_context_tokens(first) is None
+    assert estimate_context_tokens(first, overhead=500) == 510
+    answered = [*first, assistant(text(tokens(5)), usage=usage(input=600, output=5)),
+                user(tokens(3))]
+    assert anchored_context_tokens(answered) == 605 + 3
+    assert estimate_context_tokens(answered, overhead=500) == 605 + 3
 
 
 def test_usage_from_before_a_compaction_is_ignored() -> None:

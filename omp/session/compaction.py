@@ -109,15 +109,25 @@ def estimate_tokens(message: m.AgentMessage) -> int:
 
 
 def estimate_context_tokens(messages: Sequence[m.AgentMessage], overhead: int = 0) -> int:
-    """The context's size in tokens (docs/design/sessions.md#context-usage): anchor + tail.
+    """The context's size in tokens (docs/design/sessions.md#context-usage): anchor + tail
+    (``anchored_context_tokens``); without an anchor, every message is estimated, plus
+    ``overhead`` (the system prompt and the tool definitions, which a provider's count holds:
+    docs/design/sessions.md#context-usage, the estimate of the request that would be sent now).
+    """
+    anchored = anchored_context_tokens(messages)
+    if anchored is not None:
+        return anchored
+    return overhead + sum(estimate_tokens(msg) for msg in messages)
+
+
+def anchored_context_tokens(messages: Sequence[m.AgentMessage]) -> int | None:
+    """The provider's last count plus an estimate of what came after it; None before any.
 
     The anchor is the newest assistant message that ended normally and has usage, newer than
     the latest compaction (an older one measured a context that no longer exists): its
     ``contextTokens``, else ``totalTokens``, else the sum of its counts
     (docs/design/sessions.md#settings-and-threshold: the reply is part of the next prompt). Every
-    message after it is estimated; without an anchor, all are, plus ``overhead`` (the system prompt
-    and the tool definitions, which a provider's count holds: docs/design/sessions.md#context-usage,
-    the estimate of the request that would be sent now).
+    message after it is estimated.
     """
     compacted_at = max((msg.timestamp for msg in messages
                         if isinstance(msg, m.CompactionSummaryMessage)), default=-1)
@@ -126,7 +136,7 @@ def estimate_context_tokens(messages: Sequence[m.AgentMessage], overhead: int = 
         if (isinstance(msg, m.AssistantMessage) and msg.stopReason not in ("error", "aborted")
                 and msg.timestamp >= compacted_at and (anchor := _usage_tokens(msg.usage))):
             return anchor + sum(estimate_tokens(after) for after in messages[i + 1:])
-    return overhead + sum(estimate_tokens(msg) for msg in messages)
+    return None
 
 
 def request_overhead_tokens(system_prompt: Sequence[str], tools: Sequence[Tool]) -> int:

@@ -26,6 +26,7 @@ from .aborts import AbortRegistry
 from .compaction import (
     CompactionPlan,
     HandoffError,
+    anchored_context_tokens,
     compact,
     estimate_context_tokens,
     find_cut_point,
@@ -69,9 +70,15 @@ class Maintenance(msgspec.Struct, eq=False):
         window = self.models.model.contextWindow
         if not window:
             return None
-        setup = self.turn_setup()
-        overhead = request_overhead_tokens(setup.system_prompt, setup.tools)
-        return estimate_context_tokens(self.agent.messages, overhead), window
+        messages = self.agent.messages
+        tokens = anchored_context_tokens(messages)
+        if tokens is None:
+            # Only then the request's own part: building the turn's setup and encoding every
+            # tool's schema is most of the work at a run's end, before agent_end (issue 38).
+            setup = self.turn_setup()
+            overhead = request_overhead_tokens(setup.system_prompt, setup.tools)
+            tokens = estimate_context_tokens(messages, overhead)
+        return tokens, window
 
     def can_compact(self) -> bool:
         messages = self.agent.messages
