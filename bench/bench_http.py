@@ -10,7 +10,9 @@ of two ways, and prints the CPU time of this process per event:
   * httpx: `httpx.AsyncClient.stream` and omp's `iter_sse` (what a provider adapter does, and
     `bench_many.py`'s http floor);
   * bare: a trio TCP stream, the chunked framing parsed from bytes, omp's `SseDecoder`: about
-    the least any HTTP client written in Python on trio can cost.
+    the least any HTTP client written in Python on trio can cost;
+  * socket: the same reading and chunked framing, events only counted (no SSE decoding): what
+    waking a trio task for each network read costs, under any parser.
 
 The difference is what the HTTP stack (httpx, httpcore, h11) costs per event: the figure that
 says whether a different HTTP client would pay (issue 38). Runs alternate, --runs each. A
@@ -20,11 +22,13 @@ benchmark, not a test: it prints figures and asserts nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -81,7 +85,8 @@ async def read_httpx(port: int, count: list[int], clients: list[object], index: 
             count[0] += 1
 
 
-async def read_bare(port: int, count: list[int], clients: list[object], index: int) -> None:
+async def read_bare(port: int, count: list[int], clients: list[object], index: int,
+                    *, decode: bool = True) -> None:
     from omp.llm.sse import SseDecoder
 
     stream = await trio.open_tcp_stream("127.0.0.1", port)
@@ -106,7 +111,8 @@ async def read_bare(port: int, count: list[int], clients: list[object], index: i
             position = end + 2
         data = data[position:]
         if body:
-            count[0] += len(decoder.feed(b"".join(body)))
+            events = b"".join(body)
+            count[0] += len(decoder.feed(events)) if decode else events.count(b"\n\n")
         if not ended:
             more = await stream.receive_some(65536)
             if not more:
@@ -123,7 +129,10 @@ async def run_once(port: int, how: str, args: argparse.Namespace) -> tuple[float
         [httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0, read=100.0),
                            trust_env=False) for _ in range(args.sessions)]
         if how == "httpx" else [])
-    read = read_httpx if how == "httpx" else read_bare
+    readers: dict[str, Callable[[int, list[int], list[object], int], Awaitable[None]]] = {
+        "httpx": read_httpx, "bare": read_bare,
+        "socket": functools.partial(read_bare, decode=False)}
+    read = readers[how]
     count = [0]
     spread = args.burst / args.rate
 
@@ -159,7 +168,7 @@ def main() -> None:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        figures: dict[str, list[float]] = {"httpx": [], "bare": []}
+        figures: dict[str, list[float]] = {"httpx": [], "bare": [], "socket": []}
         for _ in range(args.runs):
             for how, runs in figures.items():
                 per_event, events = trio.run(run_once, port, how, args)
