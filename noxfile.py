@@ -1,11 +1,20 @@
-"""`nox` runs the tests (on every core), the linter and the type checker, each in its own
-virtualenv: README.md's test command. `nox -s tests_lowest` runs the tests of the code that
-calls a dependency on the lowest versions pyproject.toml declares, and `nox -s docs` builds the
-documentation site; neither is a default session (.ci/run runs both after the default ones), so
-the command a developer runs stays within a few minutes on two cores."""
+"""`nox` runs the tests (on every core), the linter and the type checker: README.md's test
+command. `nox -s tests_lowest` runs the tests of the code that calls a dependency on the lowest
+versions pyproject.toml declares, and `nox -s docs` builds the documentation site; neither is a
+default session (.ci/run runs both after the default ones), so the command a developer runs
+stays within a few minutes on two cores.
+
+The three default sessions run in the environment nox itself runs in, with no install: README's
+command installs the `dev` extra there (the `test` extra, ruff, mypy and nox), so a virtualenv
+per session would install the same packages three more times, minutes of a CI run on two cores
+(the test extra brings IPython, Jupyter and a language server). Run from an environment without
+them (a global nox), a session stops at once saying what to install. `tests_lowest` and `docs`
+install other versions and other packages, each in its own virtualenv."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import tomllib
 from pathlib import Path
 
@@ -50,10 +59,20 @@ declared minimum differs from the newest release. msgspec, ripgrep, html-to-mark
 left out as dependencies: their minimum is the version ``tests`` installs too."""
 
 
-@nox.session
+def needs(session: nox.Session, *modules: str) -> None:
+    """Stop the session, saying what to install, when nox's own environment lacks ``modules``
+    (the default sessions use it instead of a virtualenv of their own)."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        session.error(f"{', '.join(missing)} not installed in nox's environment "
+                      f"({sys.executable}): run nox from the dev environment "
+                      "(pip install -e '.[dev]'), as README.md does")
+
+
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[test]")
-    session.run("pytest", *PARALLEL, *session.posargs, env=VALIDATE)
+    needs(session, "omp", "pytest", "xdist", "pytest_trio", "hypothesis", "pytest_timeout")
+    session.run(sys.executable, "-m", "pytest", *PARALLEL, *session.posargs, env=VALIDATE)
 
 
 @nox.session(python="3.11")
@@ -105,16 +124,15 @@ def docs(session: nox.Session) -> None:
         session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
-    session.run("ruff", "check", ".")
+    needs(session, "ruff")
+    session.run(sys.executable, "-m", "ruff", "check", ".")
     # No assignment to another object's attributes beyond the script's policy and allowlist.
-    session.run("python", "scripts/check_attribute_stores.py")
+    session.run(sys.executable, "scripts/check_attribute_stores.py")
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def typecheck(session: nox.Session) -> None:
-    session.install("-e", ".[test]", "mypy>=1.11", "nox>=2024.4", "types-jsonschema",
-                    "types-PyYAML")
-    session.run("mypy", "--strict")
+    needs(session, "omp", "mypy", "pytest", "nox")
+    session.run(sys.executable, "-m", "mypy", "--strict")

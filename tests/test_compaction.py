@@ -138,8 +138,8 @@ def test_the_request_overhead_counts_only_before_the_first_usage() -> None:
     first = [user(tokens(10))]
     assert anchored_context_tokens(first) is None
     assert estimate_context_tokens(first, overhead=500) == 510
-    answered = [*first, assistant(text(tokens(5)), usage=usage(input=600, output=5)),
-                user(tokens(3))]
+    reply = assistant(text(tokens(5)), usage=usage(input=600, output=5))
+    answered: list[m.AgentMessage] = [*first, reply, user(tokens(3))]
     assert anchored_context_tokens(answered) == 605 + 3
     assert estimate_context_tokens(answered, overhead=500) == 605 + 3
 
