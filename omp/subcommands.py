@@ -222,19 +222,17 @@ def _discover_local(registry: ModelRegistry, config_files: list[str]) -> None:
 
 
 def _live_models(registry: ModelRegistry, *, refresh: bool) -> None:
-    """The models providers listed live: asked now (``--refresh``, ``omp models refresh``),
-    else as cached by the last refresh (``omp.llm.models_live``)."""
+    """The models providers listed live: asked now (``--refresh``, ``omp models refresh``);
+    else the registry has those the last refresh cached (``ModelRegistry.add_listed``)."""
+    if not refresh:
+        return
     import trio
 
     from .config import agent_dir
-    from .llm.models_live import apply_cache
     from .llm.models_live import refresh as ask
     from .llm.stream import HttpClient
 
     directory = agent_dir()
-    if not refresh:
-        apply_cache(registry, directory)
-        return
 
     async def run() -> None:
         http = HttpClient()

@@ -179,3 +179,52 @@ async def test_rpc_get_available_models_refresh_asks_only_when_told(
     assert (request.method, request.path) == ("GET", "/openai/v1/models")
     cache = json.loads((isolated_agent_dir / "models-cache.json").read_text())
     assert cache["groq"]["ids"] == ["brand-new-model"]
+
+
+def test_every_registry_has_the_ids_the_last_refresh_cached(isolated_agent_dir: Path) -> None:
+    """``models-cache.json`` is read by any process's registry (an RPC server, a one-shot run,
+    ``omp models``), when the provider is brought in; an id the catalog has is not added twice
+    and a provider the catalog lacks is ignored."""
+    (isolated_agent_dir / "models-cache.json").write_text(json.dumps({
+        "groq": {"date": "2026-12-01T00:00:00+00:00",
+                 "ids": ["brand-new-model", "openai/gpt-oss-120b"]},
+        "nobody": {"date": "2026-12-01T00:00:00+00:00", "ids": ["x"]}}))
+    registry = ModelRegistry.load(isolated_agent_dir, environ={"GROQ_API_KEY": "gsk-secret"})
+    found = registry.find("groq", "brand-new-model")
+    assert found is not None
+    assert (found.api, found.contextWindow) == (catalog_providers()["groq"].api, None)
+    ids = [m.id for m in registry.models_of("groq")]
+    assert ids.count("openai/gpt-oss-120b") == 1
+    assert ids[-1] == "brand-new-model"  # after the catalog's own
+    assert all(m.provider != "nobody" for m in registry.all_models())
+
+
+async def test_an_rpc_server_offers_the_cached_ids_without_asking(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """A server started after a refresh lists and switches to a cached id, and asks no
+    provider (the fake LLM as Groq's base URL, never called)."""
+    import trio
+
+    from omp.client import RpcClient
+    from omp.protocol import commands as cmd
+    from omp.protocol import payloads
+    from omp.testing.fake_llm import open_fake_llm
+
+    (isolated_agent_dir / "models-cache.json").write_text(json.dumps({
+        "groq": {"date": "2026-12-01T00:00:00+00:00", "ids": ["brand-new-model"]}}))
+    env = {k: v for k, v in os.environ.items()
+           if k not in {name for p in catalog_providers().values() for name in p.env}}
+    env["GROQ_API_KEY"] = "gsk-secret"
+    with trio.fail_after(60):
+        async with open_fake_llm([]) as llm:
+            (isolated_agent_dir / "models.yml").write_text(
+                f"providers:\n  groq:\n    baseUrl: {llm.base_url}/openai/v1\n")
+            async with RpcClient.spawn(args=["--mode", "rpc", "--no-session"], cwd=tmp_path,
+                                       env=env, stderr=subprocess.DEVNULL) as client:
+                listed = await client.call(cmd.GetAvailableModels(), payloads.ModelsPayload)
+                chosen = await client.call(cmd.SetModel(provider="groq",
+                                                        modelId="brand-new-model"),
+                                           payloads.Model)
+            assert llm.requests == []
+    assert "groq/brand-new-model" in [f"{m.provider}/{m.id}" for m in listed.models]
+    assert chosen.baseUrl == f"{llm.base_url}/openai/v1"

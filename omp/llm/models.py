@@ -30,6 +30,11 @@ model is asked for), decoding only that provider's lines of the file, once per p
 (``catalog_models_of``). A start without keys reads the providers' table and the offline models
 at the head of the file, and nothing else (docs/guides/models.md#the-provider-catalog).
 
+The ids a provider listed live and the catalog lacks (``omp models --refresh``,
+``get_available_models`` with ``refresh``: ``omp.llm.models_live``) are kept in
+``<agent dir>/models-cache.json``; a registry adds a provider's cached ids when it brings that
+provider's models in, so every process sees the last refresh (``CachedProvider``).
+
 The offline models (provider ``offline``, no network) are what a machine without any key gets;
 once a real provider is usable they are no longer offered (``available``), but stay selectable
 by name.
@@ -238,6 +243,29 @@ class ProviderAuth(msgspec.Struct, kw_only=True):
     auth_header: bool = False
 
 
+MODELS_CACHE = "models-cache.json"
+"""The ids each provider listed live at the last refresh, in the agent directory."""
+
+
+class CachedProvider(msgspec.Struct):
+    """One provider's entry in ``models-cache.json``."""
+
+    date: str
+    """When the list was read (ISO 8601, UTC)."""
+    ids: list[str]
+    """The ids the catalog lacked then."""
+
+
+def read_models_cache(directory: Path) -> dict[str, CachedProvider]:
+    """``models-cache.json`` of ``directory``; empty when there is none or it is unusable (a
+    refresh writes it anew)."""
+    try:
+        return msgspec.json.decode((directory / MODELS_CACHE).read_bytes(),
+                                   type=dict[str, CachedProvider])
+    except (OSError, msgspec.DecodeError):
+        return {}
+
+
 class ModelRegistry(msgspec.Struct, eq=False):
     models: list[Model] = msgspec.field(default_factory=list)
     providers: dict[str, ProviderAuth] = msgspec.field(default_factory=dict)
@@ -269,6 +297,10 @@ class ModelRegistry(msgspec.Struct, eq=False):
     """Where each model goes in ``models``: the catalog's in catalog order, then the others
     as they were added."""
     added: int = 0
+    cache_dir: Path | None = None
+    """Where ``models-cache.json`` is read, once, when a catalog provider is first brought in;
+    None: no cache (a registry built without an agent directory)."""
+    _cached: dict[str, CachedProvider] | None = None
 
     def __post_init__(self) -> None:
         self._hide_url_credentials()
@@ -279,7 +311,7 @@ class ModelRegistry(msgspec.Struct, eq=False):
         """The catalog plus ``models.yml`` and ``auth.json`` of the agent directory."""
         env = os.environ if environ is None else environ
         directory = agent_dir(env) if directory is None else directory
-        registry = cls(environ=env, cli_keys=dict(cli_keys or {}))
+        registry = cls(environ=env, cli_keys=dict(cli_keys or {}), cache_dir=directory)
         registry._load_catalog()
         # Anything by that name is read, so a models.yml that is a directory is an error, not
         # silently no custom providers.
@@ -320,6 +352,28 @@ class ModelRegistry(msgspec.Struct, eq=False):
             self.models.extend(models)
         self.models.sort(key=self._place)
         self._hide_url_credentials()
+        if self.cache_dir is not None:
+            if self._cached is None:
+                self._cached = read_models_cache(self.cache_dir)
+            for name in wanted:
+                if (cached := self._cached.get(name)) is not None:
+                    self.add_listed(name, cached.ids)
+
+    def add_listed(self, provider: str, ids: Iterable[str]) -> None:
+        """Add the ids ``provider`` listed live that it lacks, as its models (its API and URL;
+        limits and prices unknown: ``None`` and 0), after the others."""
+        entry = self.catalog_providers[provider]
+        self.ensure([provider])
+        known = {m.id for m in self.models_of(provider)}
+        for model_id in ids:
+            if model_id in known:
+                continue
+            known.add(model_id)
+            self._added(Model(
+                id=model_id, name=model_id, api=entry.api, provider=provider,
+                baseUrl=self.base_urls.get(provider, entry.baseUrl), reasoning=False,
+                input=["text"], cost=ModelCost(input=0, output=0, cacheRead=0, cacheWrite=0),
+                contextWindow=None, maxTokens=None, compat=dict(entry.compat) or msgspec.UNSET))
 
     def _overridden(self, name: str, models: list[Model]) -> list[Model]:
         """A catalog provider's models as the models.yml files applied say."""
@@ -364,11 +418,6 @@ class ModelRegistry(msgspec.Struct, eq=False):
 
     def _place(self, model: Model) -> tuple[int, int, int]:
         return self.order.get((model.provider, model.id), (2, 0, 0))
-
-    def add_model(self, model: Model) -> None:
-        """Add a model its provider lists live (``omp.llm.models_live``), after the others."""
-        self.ensure([model.provider])
-        self._added(model)
 
     def _added(self, model: Model) -> None:
         """``model`` (not the catalog's) goes after every model there is."""

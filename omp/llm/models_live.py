@@ -5,9 +5,9 @@ credentials and an OpenAI-style list (``{"data": [{"id": ...}]}``, or Google's `
 [{"name": "models/..."}]}``) at ``{baseUrl}/models``, all at once, each bounded by ``TIMEOUT``
 seconds and ``MAX_BYTES`` of answer, ``MAX_IDS`` ids. The ids the catalog lacks become models of
 that provider (its API and URL, limits and prices unknown: ``null`` and 0) and are written,
-with the date they were seen, to ``<agent dir>/models-cache.json`` (0600, replaced whole);
-``apply_cache`` adds them to a registry later (``omp models``). A provider that fails is
-skipped and named on stderr; the cache keeps what it had for it.
+with the date they were seen, to ``<agent dir>/models-cache.json`` (0600, replaced whole); every
+registry adds them when it brings their provider in (``ModelRegistry.add_listed``). A provider
+that fails is skipped and named on stderr; the cache keeps what it had for it.
 
 Cancellation: the requests stop where they are and nothing is written.
 """
@@ -25,21 +25,13 @@ from typing import Any
 import msgspec
 import trio
 
-from ..protocol.payloads import Model, ModelCost
-from .models import ModelRegistry
+from .models import MODELS_CACHE, CachedProvider, ModelRegistry, read_models_cache
 from .stream import HttpClient
 
-CACHE_NAME = "models-cache.json"
 TIMEOUT = 10.0
 MAX_BYTES = 8 << 20
 MAX_IDS = 5000
 _KEYLESS_LISTS = frozenset({"openrouter"})
-
-
-class CachedProvider(msgspec.Struct):
-    date: str
-    """When the list was read (ISO 8601, UTC)."""
-    ids: list[str]
 
 
 def _headers(registry: ModelRegistry, provider: str, api: str) -> dict[str, str]:
@@ -116,51 +108,25 @@ async def refresh(registry: ModelRegistry, http: HttpClient,
         for name in names:
             nursery.start_soon(one, name)
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    cache = read_cache(directory)
+    cache = read_models_cache(directory)
     new: dict[str, list[str]] = {}
     for name, ids in found.items():
         known = {m.id for m in registry.models_of(name)}
         new[name] = [i for i in ids if i not in known]
         cache[name] = CachedProvider(date=date, ids=new[name])
     _write_cache(directory, cache)
-    apply_cache(registry, directory, cache)
+    for name, ids in new.items():
+        registry.add_listed(name, ids)
     return new
-
-
-def read_cache(directory: Path) -> dict[str, CachedProvider]:
-    path = directory / CACHE_NAME
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=dict[str, CachedProvider])
-    except (OSError, msgspec.DecodeError):
-        return {}  # none yet, or unusable: a refresh writes it anew
-
-
-def apply_cache(registry: ModelRegistry, directory: Path,
-                cache: dict[str, CachedProvider] | None = None) -> None:
-    """Add the cached ids the registry lacks, as models of their provider."""
-    for name, cached in (read_cache(directory) if cache is None else cache).items():
-        entry = registry.catalog_providers.get(name)
-        if entry is None:
-            continue
-        known = {m.id for m in registry.models_of(name)}
-        for model_id in cached.ids:
-            if model_id not in known:
-                known.add(model_id)
-                registry.add_model(Model(
-                    id=model_id, name=model_id, api=entry.api, provider=name,
-                    baseUrl=registry.base_urls.get(name, entry.baseUrl), reasoning=False,
-                    input=["text"], cost=ModelCost(input=0, output=0, cacheRead=0, cacheWrite=0),
-                    contextWindow=None, maxTokens=None,
-                    compat=dict(entry.compat) or msgspec.UNSET))
 
 
 def _write_cache(directory: Path, cache: dict[str, CachedProvider]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{CACHE_NAME}.", suffix=".tmp")
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{MODELS_CACHE}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(msgspec.json.encode(cache))
-        os.replace(temporary, directory / CACHE_NAME)
+        os.replace(temporary, directory / MODELS_CACHE)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
