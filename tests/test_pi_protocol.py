@@ -15,6 +15,7 @@ from agent_helpers import (
     frame_types,
     of_type,
     open_agent,
+    request_messages,
     text_reply,
     tool_call,
     tools_reply,
@@ -256,3 +257,33 @@ async def test_fork_clone_and_fork_messages(tmp_path: Path, isolated_agent_dir: 
             bad = await agent.call("fork", entryId="nope")
             assert not bad.success
             assert bad.error
+
+
+async def test_bash_streams_its_output_and_can_stay_out_of_the_context(
+    tmp_path: Path, isolated_agent_dir: Path
+) -> None:
+    """pi's ``bash``: every piece of output as ``bash_execution_update`` with the command's id
+    before the response; ``excludeFromContext`` keeps the record in the session but not in
+    the next request, while a plain one is sent."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with open_agent(tmp_path, isolated_agent_dir, [text_reply("ok")]) as agent:
+            await agent.send("bash", command="echo kept; echo out", id="b1")
+            streamed = await agent.until_response("b1")
+            await agent.send("bash", command="echo secret-listing", id="b2",
+                             excludeFromContext=True)
+            await agent.until_response("b2")
+            messages = (await agent.data("get_messages"))["messages"]
+            await agent.send("prompt", message="go", id="p1")
+            await agent.until_settled()
+            sent = request_messages(agent.fake, 0)
+    updates = of_type(streamed, "bash_execution_update")
+    assert updates
+    assert all(u["id"] == "b1" for u in updates)
+    assert "".join(u["delta"] for u in updates) == "kept\nout\n"
+    assert frame_types(streamed)[-1] == "response"
+    records = [m for m in messages if m["role"] == "bashExecution"]
+    assert [(r["command"], r.get("excludeFromContext", False)) for r in records] == [
+        ("echo kept; echo out", False), ("echo secret-listing", True)]
+    text = str(sent)
+    assert "kept" in text
+    assert "secret-listing" not in text

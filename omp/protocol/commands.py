@@ -223,6 +223,8 @@ class AbortRetry(_Frame, tag="abort_retry", frozen=True):
 class Bash(_Frame, tag="bash", frozen=True):
     command: str
     timeout: float | UnsetType = UNSET
+    excludeFromContext: bool = False
+    """pi's: the output is kept in the session but never sent to the model."""
 
 
 class AbortBash(_Frame, tag="abort_bash", frozen=True):

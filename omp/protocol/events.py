@@ -48,6 +48,7 @@ __all__ = [
     "AutoRetryStart",
     "AvailableCommand",
     "AvailableCommandsUpdate",
+    "BashExecutionUpdate",
     "CommandOutput",
     "ConfigUpdate",
     "ExtensionError",
@@ -204,6 +205,15 @@ class ToolExecutionUpdate(_Frame, tag="tool_execution_update",
     partialResult: ToolExecutionResult
 
 
+class BashExecutionUpdate(_Frame, tag="bash_execution_update",
+                          frozen=True, kw_only=True, omit_defaults=True):
+    """pi's stream of an RPC ``bash`` command's output: one frame per piece read, all of it
+    (the response may hold only the elided output); ``id`` is the command's when it had one."""
+
+    delta: str
+    id: str | int | UnsetType = UNSET
+
+
 class ToolExecutionEnd(_Frame, tag="tool_execution_end",
                        frozen=True, kw_only=True, omit_defaults=True):
     toolCallId: str
@@ -330,6 +340,7 @@ SessionEvent = (
     | ToolExecutionUpdate
     | ToolExecutionEnd
     | ToolStreamUpdate
+    | BashExecutionUpdate
     | AutoCompactionStart
     | AutoCompactionEnd
     | AutoRetryStart

@@ -15,6 +15,7 @@ import trio
 from msgspec import UNSET
 
 from ..protocol import commands as cmd
+from ..protocol import events as ev
 from ..protocol import payloads
 from ..protocol.codec import INVALID_PARAMS
 from ..protocol.frames import Response, fail, ok
@@ -143,7 +144,8 @@ class SessionCommands(msgspec.Struct, eq=False):
         return ok("handoff", frame.id, {})
 
     async def bash(self, frame: cmd.Bash, scope: trio.CancelScope) -> Response:
-        """Run one shell command (its own task) and answer with its BashResult.
+        """Run one shell command (its own task) and answer with its BashResult; its output
+        streams as ``bash_execution_update`` frames meanwhile (pi's), with the command's id.
 
         ``abort_bash``, ``abort`` and stdin EOF cancel it (``scope``, registered when the
         command was read, so also before it started): the process group is killed and the
@@ -154,7 +156,12 @@ class SessionCommands(msgspec.Struct, eq=False):
 
         session = self.session
         timeout = frame.timeout if isinstance(frame.timeout, int | float) else 300.0
-        run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout,
+        command_id = msgspec.UNSET if frame.id is None else frame.id
+
+        async def stream(text: str) -> None:
+            session.publish(ev.BashExecutionUpdate(delta=text, id=command_id))
+
+        run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout, on_output=stream,
                        environment=session.tool_context.environment)
         try:
             with scope:
@@ -162,7 +169,7 @@ class SessionCommands(msgspec.Struct, eq=False):
         except ShellSpawnError as exc:
             return fail("bash", frame.id, str(exc))
         result = run.result()
-        session.runs.record_bash(result)
+        session.runs.record_bash(result, exclude_from_context=frame.excludeFromContext)
         return ok("bash", frame.id, bash_result(result))
 
 

@@ -206,15 +206,17 @@ class RunCoordinator(msgspec.Struct, eq=False):
         elif self._nursery is not None:
             self.start_run([message])
 
-    def record_bash(self, result: ShellResult) -> None:
+    def record_bash(self, result: ShellResult, *, exclude_from_context: bool = False) -> None:
         """An RPC ``bash`` command's record: into the context now when idle, before the next
-        run while one streams (a run's context must not change under it)."""
+        run while one streams (a run's context must not change under it). Excluded, it is
+        kept in the session and never sent to the model."""
         cancelled = result.cancelled or result.timed_out
         message = m.BashExecutionMessage(
             command=result.command, output=result.output,
             exitCode=msgspec.UNSET if cancelled or result.exit_code is None
             else result.exit_code,
-            cancelled=cancelled, truncated=result.truncation.truncated, timestamp=now_ms())
+            cancelled=cancelled, truncated=result.truncation.truncated, timestamp=now_ms(),
+            excludeFromContext=exclude_from_context)
         if self._run is not None:
             self._deferred.append(message)
         else:
