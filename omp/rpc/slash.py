@@ -677,7 +677,7 @@ def _force(call: Call) -> Outcome:
     names = [t.name for t in s.tools]
     if tool not in names:
         raise CommandFailed(f"Unknown tool: {tool} (active tools: {', '.join(names) or 'none'})")
-    s.forced_tool = tool
+    s.toolset.force(tool)
     call.output(f"Next turn forced to use {tool}.")
     return Residual(prompt.strip()) if prompt.strip() else LOCAL
 
