@@ -201,7 +201,7 @@ class Slash:
         except ConfigError as exc:
             print(f"omp: {exc}", file=sys.stderr)
         else:
-            self.session.settings.skills = fresh.skills
+            self.session.settings.use_skills(fresh.skills)
         self.session.load_skills()
         self.reload_templates()
 
