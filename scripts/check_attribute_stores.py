@@ -97,7 +97,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("omp/session/settlement.py", "ticket.run"): STATE,
     ("omp/session/settlement.py", "ticket.ended"): STATE,
     ("omp/session/settlement.py", "ticket.command_running"): STATE,
-    ("omp/session/store.py", "file.max_line_bytes"): WIRED,
     ("omp/subagents/child.py", "child.tracker.context_window"): RECORD,
     ("omp/subagents/child.py", "child.tracker.resolved_model"): RECORD,
     ("omp/subagents/child.py", "child.session_file"): RECORD,
