@@ -117,7 +117,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("omp/testing/transcript.py", "transcript._reader"): TEST_KIT,
     ("omp/testing/transcript.py", "transcript._writer"): TEST_KIT,
     ("omp/testing/transcript.py", "self._transcript.input_closed_at"): TEST_KIT,
-    ("omp/tools/bash.py", "self.run.on_output"): WIRED,
     ("omp/tools/yield_tool.py", "self.state.failures"): STATE,
     ("omp/tools/yield_tool.py", "self.state.result"): STATE,
 }
