@@ -42,8 +42,6 @@ ARGS = "argparse's namespace, normalised before use"
 TEST_KIT = "test kit: the fixture fills its own helper object"
 TAGGED = "an error tagged with its origin where it crosses the mapping boundary"
 NESTED = "a plain record nested in its owner, changed by the owner's own method"
-WIRED = "a collaborator wired after construction: to pass in the constructor (issue 39)"
-CHANGED = "a value changed from outside: to become a set_/use_ method of its owner (issue 39)"
 
 ALLOWED: dict[tuple[str, str], str] = {
     ("omp/acp/session.py", "pending.result"): STATE,
