@@ -190,11 +190,12 @@ class JsHost:
     process: trio.Process
     _stream: trio.SocketStream
     _outgoing: trio.MemorySendChannel[bytes]
+    _nursery: trio.Nursery = attrs.field(alias="nursery")
+    """``open_js_host``'s: the reader, the writer, the calls made outside any request."""
     _server: CallServer | None = None
     """Serves the host's calls, and is told when it ends on its own (``use_server``)."""
     ended: str | None = None
     """Why the host ended, once it did (``exited with code 1``, ``killed by SIGKILL``)."""
-    _nursery: trio.Nursery | None = None
     _requests: dict[int, trio.MemorySendChannel[Reply]] = attrs.field(factory=dict)
     _calls: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     _next_id: int = 0
@@ -348,7 +349,7 @@ class JsHost:
             waiting = self._requests.get(of) if isinstance(of, int) else None
             if waiting is not None:
                 waiting.send_nowait(message)
-            elif self._nursery is not None:
+            else:
                 self._serve(message, self._nursery)
         elif kind == "cancel_call":
             scope = self._calls.get(message.get("id"))  # type: ignore[arg-type]
@@ -428,12 +429,12 @@ async def open_js_host(runtime: JsRuntime, *, cwd: Path,
         theirs.close()
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
     send, receive = trio.open_memory_channel[bytes](math.inf)
-    host = JsHost(runtime, process, stream, send)
+    host: JsHost | None = None
     try:
         # The body's error (HostGone from started()) leaves as itself, not in a group.
         with unwrap():
             async with trio.open_nursery() as nursery:
-                host._nursery = nursery
+                host = JsHost(runtime, process, stream, send, nursery=nursery)
                 nursery.start_soon(host._read)
                 nursery.start_soon(host._write, receive)
                 try:
@@ -445,11 +446,13 @@ async def open_js_host(runtime: JsRuntime, *, cwd: Path,
     finally:
         # Requests still open (a run's handler while /reload-plugins closes the host) fail
         # now, whether or not the reader saw the end before it was cancelled.
-        host._end("was closed")
+        if host is not None:
+            host._end("was closed")
         send.close()
         with trio.move_on_after(EXIT_STATUS_SECONDS, shield=True):
             await stream.aclose()
-        host._finished.set()
+        if host is not None:
+            host._finished.set()
 
 
 async def serve_js_host(runtime: JsRuntime, *, cwd: Path, env: Mapping[str, str],
