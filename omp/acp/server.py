@@ -7,10 +7,11 @@ Who owns what:
   the same spool and backpressure as rpc), the **sessions nursery** and the **requests
   nursery**. The reader runs in the root task; when stdin ends the sessions are closed, the
   requests still running get ``SHUTDOWN_GRACE`` seconds, the output is drained, and it returns.
-* Each ACP session is an ``omp.rpc.lifecycle.Runtime`` built by ``build_runtime`` (its own
-  session, HTTP client and abort registry, ``cwd`` per session), its session nursery
-  (``AgentSession.serve``) a task of the sessions nursery. ``session/close`` closes it; nothing
-  of it outlives ``serve_acp``.
+* Each ACP session (``omp.acp.session.AcpSession``) is complete when built: its constructor
+  builds its ``omp.rpc.lifecycle.Runtime`` with ``build_runtime`` (its own session, HTTP client
+  and abort registry, ``cwd`` per session) and what goes with it; its ``host``, a task of the
+  sessions nursery, opens its own nursery (the session nursery, ``AgentSession.run_nursery``,
+  and its MCP servers). ``session/close`` closes it; nothing of it outlives ``serve_acp``.
 * Each client request is a task of the requests nursery, answered exactly once (a result or an
   error). A session's extensions are loaded and started when it opens and hear
   ``session_shutdown`` when it closes; when the editor offers ``fs``, its ``read`` / ``write``
@@ -66,28 +67,17 @@ import trio
 from .. import __version__
 from ..config import ConfigError
 from ..protocol.framing import LineFramer, LineTooLong
-from ..rpc.commands import Commands
-from ..rpc.lifecycle import (
-    approval_gate,
-    build_runtime,
-    load_mcp,
-    new_output,
-    start_extensions,
-)
+from ..rpc.lifecycle import start_extensions
 from ..rpc.options import ServeOptions
-from ..rpc.outbox import Outbox
 from ..rpc.output import Output
 from ..session import SessionError
 from ..session.file import SessionFile, fork_file
-from ..tools.ask import AskTool
 from . import wire as w
-from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
-from .dialogs import ElicitationUI
+from .client import ClientChannel, ClientError
 from .errors import AcpError, BusyError, MethodNotFound
 from .ext import ext_method
 from .session import MCP_SETTLE_SECONDS, AcpSession, live
 from .terminal_auth import FLAG as TERMINAL_AUTH_FLAG
-from .updates import UpdateMapper
 from .views import (
     config_options,
     history_updates,
@@ -304,49 +294,18 @@ class AcpServer:
         return path
 
     async def _open(self, options: ServeOptions, servers: list[w.McpServer]) -> AcpSession:
-        """Build a session's runtime and start its nursery in the sessions nursery."""
+        """Build a session (``AcpSession``: its runtime and what goes with it) and start its
+        nursery in the sessions nursery."""
         if servers:
             # The editor's servers join those of the MCP config files (omp.mcp), as entries
             # of the same shape; a bad one is said on stderr (a notice) and skipped.
             options = msgspec.structs.replace(options, mcp_servers={
                 **options.mcp_servers, **{x.name: mcp_entry(x) for x in servers}})
-        acp = AcpSession(self)
-        # Tool approval asks the editor, where --mode rpc shows its host a dialog. Each
-        # session aborts its own work: a registry of its own.
-        options = msgspec.structs.replace(options, approve=acp.approve, aborts=None)
-        outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
-                        aside=acp.on_frame)
-        runtime = build_runtime(options, outbox, ui=False, sink=acp)
-        load_mcp(runtime)
-        acp.runtime = runtime
-        acp.session_id = runtime.session.session_id
-        acp.mapper = UpdateMapper(runtime.session.cwd, lambda: runtime.session.todos.phases)
-        # Dialogs (extensions', the approval gate's own questions) become elicitations.
-        elicitation = self.client_capabilities.elicitation
-        dialogs = ElicitationUI(self.client, acp.session_id,
-                                form=elicitation is not None and elicitation.form is not None)
-        runtime.session.use_approval(approval_gate(options, runtime.session, dialogs))
-        if dialogs.form and (options.tools is None or "ask" in options.tools):
-            # The model's questions become the editor's forms
-            # (docs/guides/acp.md#dialogs-as-elicitations); with no forms every answer would be "(no
-            # answer)", so the tool is not offered then.
-            runtime.session.toolset.own.append(AskTool(dialogs))
-        fs = self.client_capabilities.fs
-        runtime.session.tool_context.use_editor(
-            EditorFiles(self.client, acp.session_id)
-            if fs.readTextFile and fs.writeTextFile else None,
-            EditorTerminals(self.client, acp.session_id)
-            if self.client_capabilities.terminal else None)
+        acp = AcpSession(self, options, editor_servers=[x.name for x in servers])
+        runtime = acp.runtime
         await self._sessions_nursery.start(acp.host)
-        acp.commands = Commands(runtime.session, outbox, self._requests_nursery.start_soon,
-                                runtime.controls, runtime.host_uris, runtime.aborts,
-                                runtime.ui, runtime.subagents)
         for notice in runtime.notices:
             print(f"omp acp: {notice.message}", file=sys.stderr)
-        acp.announce_commands = lambda: self.bootstrap(acp) if acp.session_id in self.sessions \
-            else None
-        acp.wire_mcp()
-        acp.editor_servers = [x.name for x in servers]
         if (mcp := runtime.mcp) is not None and servers:
             # The editor's servers are there for the first prompt: the answer waits for
             # their first connection attempt (bounded; a slow one mounts later).
@@ -355,11 +314,22 @@ class AcpServer:
         self.sessions[acp.session_id] = acp
         # The session's extensions (the user's, a trusted project's, -e): loaded and started
         # as --mode rpc does, their dialogs asked of the editor.
-        loaded = await start_extensions(runtime, ui=dialogs)
+        loaded = await start_extensions(runtime, ui=acp.dialogs)
         if loaded is not None:
             acp.note_load_problems([f"Extension {path} did not load: {error}"
                                     for path, error in loaded.errors])
         return acp
+
+    # -- what a session asks of its server (omp.acp.session.SessionServer) -------------------
+
+    def spawn(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` as a task of the requests nursery."""
+        self._requests_nursery.start_soon(work)
+
+    def commands_changed(self, acp: AcpSession) -> None:
+        """Send ``acp``'s commands and info again (``bootstrap``) while it is open."""
+        if acp.session_id in self.sessions:
+            self.bootstrap(acp)
 
     def _bootstrap_soon(self, acp: AcpSession) -> None:
         """``bootstrap`` right after the response (a task of the requests nursery: it runs
@@ -375,8 +345,6 @@ class AcpServer:
     def bootstrap(self, acp: AcpSession) -> None:
         """What follows a session's creation: its commands and its info
         (docs/guides/acp.md#sessions)."""
-        assert acp.commands is not None
-        assert acp.runtime is not None
         self.update(acp.session_id, w.AvailableCommandsUpdate(availableCommands=[
             w.AvailableCommand(
                 name=c.name, description=c.description or c.name,

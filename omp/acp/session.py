@@ -2,6 +2,12 @@ r"""One ACP session (``AcpSession``): its runtime, the prompt going, the mapping
 to ``session/update``\ s (it is the session's event sink), its tool-approval policy (asks the
 editor with ``session/request_permission``, remembers "always"), and ``session/cancel``.
 
+An ``AcpSession`` is complete when built: its constructor builds the runtime, whose event sink,
+outbox aside and approval policy are the session's own methods, and everything built from it
+(the update mapping, the dialogs, the commands). What it needs of its server it asks through
+``SessionServer``. ``host`` opens the session's own nursery, as a task of the server's sessions
+nursery, and holds it until the session is closed.
+
 A prompt is the editor's from when it is sent to the session until its ``prompt_result``
 (``owned``); a run going while none is (an extension's, a background job's) makes a new
 prompt busy (``omp.acp.errors.BusyError``, docs/guides/acp.md#prompts-and-updates), unless a
@@ -12,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -28,15 +34,28 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..rpc.commands import Commands
 from ..rpc.dispatch import dispatch
-from ..rpc.lifecycle import CLEANUP_SECONDS, Runtime, close_extension_host, use_mcp
+from ..rpc.lifecycle import (
+    CLEANUP_SECONDS,
+    Runtime,
+    approval_gate,
+    build_runtime,
+    close_extension_host,
+    load_mcp,
+    new_output,
+    use_mcp,
+)
+from ..rpc.options import ServeOptions
+from ..rpc.outbox import Outbox
 from ..rpc.output import Output
 from ..session import AgentSession
 from ..session.aborts import ABORT
 from ..session.approval import ApprovalRequest
 from ..session.coordinator import BUSY
 from ..session.sink import Published, Update
+from ..tools.ask import AskTool
 from . import wire as w
-from .client import ClientChannel, ClientError
+from .client import ClientChannel, ClientError, EditorFiles, EditorTerminals
+from .dialogs import ElicitationUI
 from .errors import AcpError, BusyError
 from .updates import UpdateMapper, tool_call
 from .views import mcp_entry, now_iso, prompt_text, stop_reason, usage_of
@@ -49,9 +68,21 @@ class SessionServer(Protocol):
     """The one writer's queue (JSON-RPC messages to the editor)."""
     client: ClientChannel
     """Requests of ours to the editor."""
+    client_capabilities: w.ClientCapabilities
+    """What the editor said it offers at ``initialize`` (fs, terminals, forms)."""
 
     def update(self, session_id: str, update: w.SessionUpdate) -> None:
         """Send ``session/update`` for ``session_id``."""
+        ...
+
+    def spawn(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` as a task of the server's (work that must not hold a request up:
+        an extension command)."""
+        ...
+
+    def commands_changed(self, acp: AcpSession) -> None:
+        """``acp``'s commands changed (its MCP servers' prompts): tell the editor again, if
+        the session is still open."""
         ...
 
 
@@ -79,13 +110,24 @@ class PendingPrompt:
 
 @attrs.define(eq=False, repr=False)
 class AcpSession:
-    """One session of the ACP server: its runtime, mapping state, the prompt going."""
+    """One session of the ACP server: its runtime, mapping state, the prompt going. Built
+    from the server's options for it (its cwd, what it resumes, the editor's MCP servers
+    among ``mcp_servers``); raises ``SessionError`` / ``ConfigError`` as ``build_runtime``,
+    and then nothing was started."""
 
     server: SessionServer
-    session_id: str = ""
-    runtime: Runtime | None = None
-    commands: Commands | None = None
-    mapper: UpdateMapper | None = None
+    _options: ServeOptions = attrs.field(alias="options")
+    editor_servers: list[str] = attrs.field(factory=list)
+    """The names of the MCP servers the editor gave this session (the last request's)."""
+    runtime: Runtime = attrs.field(init=False)
+    session_id: str = attrs.field(init=False)
+    """The session's id when it opened: the editor's name for it from then on."""
+    commands: Commands = attrs.field(init=False)
+    dialogs: ElicitationUI = attrs.field(init=False)
+    """The session's dialogs (its extensions', the approval gate's), asked of the editor."""
+    mapper: UpdateMapper | None = attrs.field(default=None, init=False)
+    """None only while the constructor builds the runtime: what the session publishes then
+    is no editor's (none knows the session yet)."""
     pending: PendingPrompt | None = None
     muted: bool = False
     """After ``session/cancel``: the cancelled turn's events are no longer forwarded."""
@@ -107,15 +149,41 @@ class AcpSession:
     remembered: dict[str, bool] = attrs.field(factory=dict)
     """``allow_always`` / ``reject_always`` answers, by tool name, for this session
     (docs/guides/acp.md#tool-permission)."""
-    announce_commands: Callable[[], None] | None = None
-    """Sends the session's commands again (``available_commands_update``), set by the server:
-    called when its MCP servers' prompts changed."""
-    editor_servers: list[str] = attrs.field(factory=list)
-    """The names of the MCP servers the editor gave this session (the last request's)."""
     load_problems: list[str] = attrs.field(factory=list)
     """Extensions that did not load: said in the session's first updates (``bootstrap``)."""
     _nursery: trio.Nursery | None = None
-    """The session's own (``host``): its nursery's and its MCP servers' tasks."""
+    """The session's own, opened by ``host``: its nursery's and its MCP servers' tasks."""
+
+    def __attrs_post_init__(self) -> None:
+        # Tool approval asks the editor, where --mode rpc shows its host a dialog. Each
+        # session aborts its own work: a registry of its own.
+        options = msgspec.structs.replace(self._options, approve=self.approve, aborts=None)
+        outbox = Outbox(new_output(options, encoder_limit=sys.maxsize), discard=True,
+                        aside=self.on_frame)
+        runtime = self.runtime = build_runtime(options, outbox, ui=False, sink=self)
+        session = runtime.session
+        load_mcp(runtime)
+        self.session_id = session.session_id
+        self.mapper = UpdateMapper(session.cwd, lambda: session.todos.phases)
+        client, capabilities = self.server.client, self.server.client_capabilities
+        elicitation = capabilities.elicitation
+        self.dialogs = ElicitationUI(client, self.session_id, form=elicitation is not None
+                                     and elicitation.form is not None)
+        session.use_approval(approval_gate(options, session, self.dialogs))
+        if self.dialogs.form and (options.tools is None or "ask" in options.tools):
+            # The model's questions become the editor's forms
+            # (docs/guides/acp.md#dialogs-as-elicitations); with no forms every answer would be
+            # "(no answer)", so the tool is not offered then.
+            session.toolset.own.append(AskTool(self.dialogs))
+        fs = capabilities.fs
+        session.tool_context.use_editor(
+            EditorFiles(client, self.session_id) if fs.readTextFile and fs.writeTextFile
+            else None,
+            EditorTerminals(client, self.session_id) if capabilities.terminal else None)
+        self.commands = Commands(session, outbox, self.server.spawn, runtime.controls,
+                                 runtime.host_uris, runtime.aborts, runtime.ui,
+                                 runtime.subagents)
+        self.wire_mcp()
 
     async def approve(self, request: ApprovalRequest) -> bool:
         """The session's tool-approval policy (``omp.session.approval.ApprovePolicy``): when
@@ -155,7 +223,6 @@ class AcpSession:
 
     @property
     def cwd(self) -> Path:
-        assert self.runtime is not None
         return self.runtime.session.cwd
 
     # -- requests on the session -----------------------------------------------------------
@@ -167,8 +234,6 @@ class AcpSession:
         of the editor started makes it busy (``BusyError``). ``ticket``: the one it got when it was
         read. On cancellation (shutdown) it stops waiting."""
         runtime, commands = self.runtime, self.commands
-        assert runtime is not None
-        assert commands is not None
         session = runtime.session
         if self.pending is not None:
             self.abort(upto=None if ticket is None else ticket - 1)
@@ -301,7 +366,6 @@ class AcpSession:
         then its HTTP client is closed. On cancellation the run is cancelled with it and
         every MCP server ends."""
         runtime = self.runtime
-        assert runtime is not None
 
         async def serve(*, task_status: trio.TaskStatus[None]) -> None:
             await runtime.session.run_nursery(task_status=task_status)
@@ -321,12 +385,14 @@ class AcpSession:
 
     def wire_mcp(self) -> None:
         """``/mcp`` and the commands update see the session's MCP manager."""
-        assert self.runtime is not None
-        assert self.commands is not None
         if (mcp := self.runtime.mcp) is not None:
             self.commands.slash.use_mcp(mcp)
-            if self.announce_commands is not None:
-                mcp.announce_with(self.announce_commands)
+            mcp.announce_with(self.announce_commands)
+
+    def announce_commands(self) -> None:
+        """The session's commands changed (its MCP servers' prompts): the server sends them
+        again (``available_commands_update``)."""
+        self.server.commands_changed(self)
 
     async def replace_mcp(self, servers: list[w.McpServer]) -> None:
         """``session/load`` / ``resume`` of this live session: the editor's servers become
@@ -336,8 +402,7 @@ class AcpSession:
         stay. An entry that does not parse is said on stderr and skipped. On cancellation it stops
         waiting; what was started stays the session's."""
         runtime = self.runtime
-        assert runtime is not None
-        assert self._nursery is not None
+        assert self._nursery is not None  # a session is in the server's list once hosted
         parsed = []
         for server in servers:
             try:
@@ -360,8 +425,6 @@ class AcpSession:
     async def aclose(self) -> None:
         """Cancel the prompt, close the session (its run aborted, its nursery ended), then
         its extensions hear ``session_shutdown``. On cancellation it stops waiting."""
-        if self.runtime is None:
-            return
         self.abort()
         await self.runtime.session.aclose()
         if (extensions := self.runtime.session.extensions) is not None:
@@ -372,8 +435,6 @@ class AcpSession:
         """``session/cancel``: abort the work going, answer the prompt ``cancelled`` now; the
         prompts read so far (``upto``: those up to that ticket) that have not started yet
         answer ``cancelled`` without starting."""
-        if self.runtime is None:
-            return
         self.cancelled_upto = max(self.cancelled_upto, self.accepted if upto is None else upto)
         self.runtime.aborts.cancel(*ABORT)
         self.stopping = True
@@ -385,6 +446,5 @@ class AcpSession:
 
 
 def live(acp: AcpSession) -> AgentSession:
-    """The session of an opened ACP session."""
-    assert acp.runtime is not None
+    """The agent session of an ACP session."""
     return acp.runtime.session

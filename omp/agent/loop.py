@@ -406,6 +406,14 @@ class Agent:
         """Every later model call's stream is watched by ``watch`` (None: nothing watches)."""
         self.watch = watch
 
+    def set_modes(self, *, steering: QueueMode | None = None, follow_up: QueueMode | None = None,
+                  interrupt: Literal["immediate", "wait"] | None = None) -> None:
+        """How many steering messages / follow-ups a turn takes, whether steering cuts a tool
+        batch short (``immediate``): from the next one on; None: unchanged."""
+        self.steering_mode = steering or self.steering_mode
+        self.follow_up_mode = follow_up or self.follow_up_mode
+        self.interrupt_mode = interrupt or self.interrupt_mode
+
     def request_stop(self) -> None:
         """End the attempt once the current turn is done (``stop_requested``)."""
         self.stop_requested = True

@@ -103,12 +103,13 @@ def unrunnable(source: Source, runtime: JsRuntime | None) -> str | None:
     return None
 
 
-async def load_js(sources: Sequence[tuple[int, Source]], spec: HostSpec, emit: Emit
-                  ) -> tuple[JsExtensions | None, dict[int, str]]:
+async def load_js(sources: Sequence[tuple[int, Source]], spec: HostSpec, emit: Emit,
+                  extensions: Extensions) -> tuple[JsExtensions | None, dict[int, str]]:
     """Start the host and load ``sources`` (``(index, source)``: the index is the source's
-    place in the load order) in it. Returns the loaded extensions (None when none loaded, and
-    then no host runs) and the errors by index. On cancellation the host is killed with the
-    nursery it runs in."""
+    place in the load order) in it, as part of the session's ``extensions`` (both kinds, which
+    the caller fills). Returns the loaded extensions (None when none loaded, and then no host
+    runs), which serve the host's calls from then on, and the errors by index. On
+    cancellation the host is killed with the nursery it runs in."""
     runtime = await find_js_runtime(spec.env)
     errors: dict[int, str] = {}
     runnable = []
@@ -138,7 +139,7 @@ async def load_js(sources: Sequence[tuple[int, Source]], spec: HostSpec, emit: E
                if isinstance(exc, trio.TooSlowError) else
                f"the extension host could not run it: {exc}")
         return None, {**errors, **{i: why for i, _ in runnable}}
-    bridge = JsExtensions(host, emit)
+    bridge = JsExtensions(host, emit, extensions)
     by_index = dict(runnable)
     for item in answer.get("extensions", []) if isinstance(answer, dict) else []:
         index = item.get("index")
@@ -151,8 +152,7 @@ async def load_js(sources: Sequence[tuple[int, Source]], spec: HostSpec, emit: E
     if not bridge.loaded:
         await host.aclose()
         return None, errors
-    host.server = bridge
-    host.on_exit = bridge.host_exited
+    host.use_server(bridge)
     return bridge, errors
 
 
@@ -171,10 +171,10 @@ class JsExtensions:
 
     host: JsHost
     emit: Emit
+    runtime: Extensions
+    """The session's extensions (both kinds): their commands and ``ctx`` once started."""
     loaded: dict[int, Extension] = attrs.field(factory=dict)
     """By load-order index."""
-    runtime: Extensions | None = None
-    """The session's extensions (both kinds), once built."""
     notices: list[str] = attrs.field(factory=list)
     """Warnings of the load: events an extension listens to that this runtime does not fire,
     what it asked for in vain (``registerProvider``)."""
@@ -249,7 +249,7 @@ class JsExtensions:
         call (``HOT_EVENTS``), which see the one of the request before."""
         host = ctx.host
         tools = host.tools
-        commands = self.runtime.commands() if self.runtime is not None else {}
+        commands = self.runtime.commands()
         parts: dict[str, Any] = {"facts": {
             "cwd": str(host.cwd), "hasUI": ctx.has_ui, "activeTools": [t.name for t in tools],
             "commands": [{"name": n, "description": c.description, "source": "extension"}
@@ -277,7 +277,7 @@ class JsExtensions:
     # -- the host's calls (omp.extensions.jshost.CallServer) ---------------------------------
 
     def _ctx(self) -> ExtensionContext:
-        ctx = self.runtime.ctx if self.runtime is not None else None
+        ctx = self.runtime.ctx
         if ctx is None:
             raise RuntimeError("the session has not started its extensions yet")
         return ctx
@@ -409,8 +409,7 @@ class JsExtensions:
             extension.handlers.clear()
             extension.tools.clear()
             extension.commands.clear()
-        if self.runtime is not None:
-            self.runtime.refresh()
+        self.runtime.refresh()
 
 
 def _text(value: Any) -> str | None:

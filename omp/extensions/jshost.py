@@ -50,8 +50,10 @@ Host → session:
   clock), else in the host's nursery;
 * ``cancel_call {id}``: the call is no longer wanted (its ``AbortSignal`` fired).
 
+The host's calls are served by the ``CallServer`` given to ``JsHost.use_server`` once the
+extensions are loaded (before, an asked call is answered with an error and a told one dropped).
 When the host ends on its own (a crash, ``process.exit`` in a handler), every open request fails
-(``HostGone``) and ``on_exit`` is told why, once.
+(``HostGone``) and that server is told why (``host_exited``), once.
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ class CallServer(Protocol):
     async def asked(self, call: dict[str, Any]) -> Any:
         """A call that waits for an answer (a dialog): its value; raising answers an error.
         On cancellation (the request ended, the call was cancelled) nothing is answered."""
+
+    def host_exited(self, why: str) -> None:
+        """The host ended on its own (not closed by us), ``why`` saying how; told once."""
 
 
 class JsRuntime(msgspec.Struct, frozen=True):
@@ -185,13 +190,12 @@ class JsHost:
     process: trio.Process
     _stream: trio.SocketStream
     _outgoing: trio.MemorySendChannel[bytes]
-    server: CallServer | None = None
-    """Serves the host's calls (set once the extensions are loaded)."""
-    on_exit: Callable[[str], None] | None = None
-    """Told once why the host ended, when it ended on its own."""
+    _nursery: trio.Nursery = attrs.field(alias="nursery")
+    """``open_js_host``'s: the reader, the writer, the calls made outside any request."""
+    _server: CallServer | None = None
+    """Serves the host's calls, and is told when it ends on its own (``use_server``)."""
     ended: str | None = None
     """Why the host ended, once it did (``exited with code 1``, ``killed by SIGKILL``)."""
-    _nursery: trio.Nursery | None = None
     _requests: dict[int, trio.MemorySendChannel[Reply]] = attrs.field(factory=dict)
     _calls: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     _next_id: int = 0
@@ -270,8 +274,14 @@ class JsHost:
 
     # -- calls -------------------------------------------------------------------------------
 
+    def use_server(self, server: CallServer) -> None:
+        """From now on ``server`` serves the host's calls and is told if the host ends on its
+        own (``host_exited``). Before (while the extensions load), a call that waits for an
+        answer is answered "not ready" and one that does not is dropped."""
+        self._server = server
+
     def _serve(self, call: Reply, nursery: trio.Nursery) -> None:
-        server = self.server
+        server = self._server
         if server is None:
             if call.get("id") is not None:
                 self.send({"type": "answer", "id": call["id"],
@@ -339,7 +349,7 @@ class JsHost:
             waiting = self._requests.get(of) if isinstance(of, int) else None
             if waiting is not None:
                 waiting.send_nowait(message)
-            elif self._nursery is not None:
+            else:
                 self._serve(message, self._nursery)
         elif kind == "cancel_call":
             scope = self._calls.get(message.get("id"))  # type: ignore[arg-type]
@@ -370,8 +380,8 @@ class JsHost:
         else:
             why = f"exited with code {code}"
         self._end(why)
-        if not self._closing and self.on_exit is not None:
-            self.on_exit(why)
+        if not self._closing and self._server is not None:
+            self._server.host_exited(why)
 
     def _end(self, why: str) -> None:
         """From now on requests fail with ``why``; the open ones are told at once."""
@@ -419,12 +429,12 @@ async def open_js_host(runtime: JsRuntime, *, cwd: Path,
         theirs.close()
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
     send, receive = trio.open_memory_channel[bytes](math.inf)
-    host = JsHost(runtime, process, stream, send)
+    host: JsHost | None = None
     try:
         # The body's error (HostGone from started()) leaves as itself, not in a group.
         with unwrap():
             async with trio.open_nursery() as nursery:
-                host._nursery = nursery
+                host = JsHost(runtime, process, stream, send, nursery=nursery)
                 nursery.start_soon(host._read)
                 nursery.start_soon(host._write, receive)
                 try:
@@ -436,11 +446,13 @@ async def open_js_host(runtime: JsRuntime, *, cwd: Path,
     finally:
         # Requests still open (a run's handler while /reload-plugins closes the host) fail
         # now, whether or not the reader saw the end before it was cancelled.
-        host._end("was closed")
+        if host is not None:
+            host._end("was closed")
         send.close()
         with trio.move_on_after(EXIT_STATUS_SECONDS, shield=True):
             await stream.aclose()
-        host._finished.set()
+        if host is not None:
+            host._finished.set()
 
 
 async def serve_js_host(runtime: JsRuntime, *, cwd: Path, env: Mapping[str, str],

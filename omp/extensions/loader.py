@@ -88,6 +88,11 @@ async def load_sources(sources: Sequence[Source], emit: Emit = None, *,
             results[index] = source.problem
         else:
             results[index] = _load_python(source, index)
+    loaded: list[Extension] = []
+    apis: list[ExtensionAPI] = []
+    # Built before the JavaScript host loads (its extensions' calls need the whole set) and
+    # filled below, in load order.
+    extensions = Extensions(loaded, apis, emit=emit)
     bridge = None
     if js_sources and js_host is None:
         results.update((i, "TypeScript / JavaScript extensions cannot run here") for i, _ in
@@ -96,14 +101,11 @@ async def load_sources(sources: Sequence[Source], emit: Emit = None, *,
         assert js_host is not None
         from .jsapi import load_js  # lazy: omp.lazy says why
 
-        bridge, js_errors = await load_js(js_sources, js_host, emit)
+        bridge, js_errors = await load_js(js_sources, js_host, emit, extensions)
         results.update(js_errors)
         if bridge is not None:
             results.update(bridge.loaded)
-    loaded: list[Extension] = []
-    apis: list[ExtensionAPI] = []
-    report = LoadReport(Extensions(loaded, apis, emit=emit), js=bridge,
-                        skipped_project=skipped_project)
+    report = LoadReport(extensions, js=bridge, skipped_project=skipped_project)
     for index in sorted(results):
         outcome, source = results[index], sources[index]
         if isinstance(outcome, str):
@@ -117,7 +119,6 @@ async def load_sources(sources: Sequence[Source], emit: Emit = None, *,
             loaded.append(outcome)
     report.extensions.refresh()
     if bridge is not None:
-        bridge.runtime = report.extensions
         report.notices += bridge.notices
     return report
 

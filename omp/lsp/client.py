@@ -130,6 +130,8 @@ class Connection:
     spec: ServerSpec
     process: trio.Process
     _stdin: trio.abc.SendStream
+    _nursery: trio.Nursery = attrs.field(alias="nursery")
+    """``serve_server``'s: the readers, and the answers to the server's own requests."""
     capabilities: types.ServerCapabilities | None = None
     server_info: str | None = None
     """The server's name and version (``initialize``'s ``serverInfo``)."""
@@ -139,7 +141,6 @@ class Connection:
     publications: int = 0
     ended: str | None = None
     """Why the server is gone; None while it runs."""
-    _nursery: trio.Nursery | None = None
     _pending: dict[int, trio.MemorySendChannel[dict[str, Any] | Oversized | None]] = (
         attrs.field(factory=dict))
     _next_id: int = 0
@@ -363,7 +364,6 @@ class Connection:
         method = message.get("method")
         if isinstance(method, str):
             if "id" in message:
-                assert self._nursery is not None
                 self._nursery.start_soon(self._answer, message["id"], method,
                                          message.get("params"))
             elif method == "textDocument/publishDiagnostics":
@@ -485,11 +485,11 @@ async def serve_server(spec: ServerSpec, *,
     assert process.stdin is not None
     assert process.stdout is not None
     assert process.stderr is not None
-    connection = Connection(spec, process, process.stdin)
+    connection: Connection | None = None
     try:
         with unwrap():
             async with trio.open_nursery() as nursery:
-                connection._nursery = nursery
+                connection = Connection(spec, process, process.stdin, nursery=nursery)
                 nursery.start_soon(connection._read, process.stdout)
                 nursery.start_soon(connection._read_stderr, process.stderr)
                 try:
@@ -509,7 +509,8 @@ async def serve_server(spec: ServerSpec, *,
                     await connection._shutdown()
                 nursery.cancel_scope.cancel()
     finally:
-        connection._end("was stopped")
+        if connection is not None:
+            connection._end("was stopped")
         await kill_process_group(process, KILL_GRACE)
         for stream in (process.stdin, process.stdout, process.stderr):
             await trio.aclose_forcefully(stream)

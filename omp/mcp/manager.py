@@ -351,8 +351,7 @@ class McpManager:
 
     def _changed(self, connection: Connection | None) -> None:
         tools = self.tools()
-        self.session.toolset.set_mcp(tools)
-        self.session.mcp.own_instructions = self.instructions_block()
+        self.session.toolset.set_mcp(tools, self.instructions_block())
         names = [t.name for t in tools]
         added = [n for n in names if n not in self._mounted]
         removed = [n for n in self._mounted if n not in names]

@@ -313,7 +313,7 @@ class Commands:
             # ACP adapter refuses a state whose level is absent from the available ones.
             thinkingLevel=models.thinking_level,
             isStreaming=s.is_streaming,
-            isCompacting=s.is_compacting,
+            isCompacting=s.maintenance.compacting,
             steeringMode=agent.steering_mode,
             followUpMode=agent.follow_up_mode,
             interruptMode=agent.interrupt_mode,

@@ -237,13 +237,14 @@ def extension_packages(options: ServeOptions, cwd: Path) -> list[Path]:
 def approval_gate(options: ServeOptions, session: AgentSession, ui: ExtensionUI
                   ) -> ApprovalGate:
     """The settings' tool approval with the command line's over it
-    (docs/guides/approval.md#modes-and-policies), its questions asked through ``ui``."""
+    (docs/guides/approval.md#modes-and-policies), its questions asked through ``ui``. The
+    command line's part is the gate's alone: ``session.settings`` keeps what the files say
+    (nothing else reads ``approval`` there)."""
     settings = session.settings.approval
     if options.approval_mode is not None:
         settings = msgspec.structs.replace(settings, mode=options.approval_mode)
     if options.auto_approve:
         settings = msgspec.structs.replace(settings, auto_approve=True)
-    session.settings.approval = settings
     return ApprovalGate(settings, ui, options.approve, session.settings.bash,
                         observer=lambda: session.extensions,
                         session_id=lambda: session.session_id,

@@ -32,7 +32,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import msgspec
@@ -77,6 +77,17 @@ class OnceOutput:
     """``text``: print the final answer's thinking too (``--print-thoughts``)."""
 
 
+def _noting(said: list[str]) -> Callable[[msgspec.Struct], None]:
+    """An outbox ``aside`` that keeps what slash commands say (``command_output``) in
+    ``said``."""
+
+    def note(frame: msgspec.Struct) -> None:
+        if isinstance(frame, ev.CommandOutput):
+            said.append(frame.text)
+
+    return note
+
+
 @attrs.define(eq=False, repr=False)
 class OnceSink:
     """The session's sink in the one-shot modes: it notes the runs' ends and what a run waits
@@ -103,10 +114,6 @@ class OnceSink:
     def next_prompt(self) -> None:
         """A fresh ``settled`` for the prompt about to be sent."""
         self.settled = trio.Event()
-
-    def note_command_output(self, frame: msgspec.Struct) -> None:
-        if isinstance(frame, ev.CommandOutput):
-            self.command_output.append(frame.text)
 
     def publish(self, event: Published) -> None:
         self.last_activity = trio.current_time()
@@ -323,12 +330,13 @@ async def run_once(options: ServeOptions, prompts: Sequence[Prompt],
     updates = "delta" if output.message_updates == "delta" else "snapshot"
     # json: events are JSON lines of any size (no rpc frame limit), queued in order and
     # written by the lifecycle's one writer; text: nothing is written until the answer.
+    # Text mode: what slash commands say is printed at the end with the answer (stdout is
+    # the protocol's until then).
+    command_output: list[str] = []
     outbox = Outbox(new_output(options, encoder_limit=sys.maxsize),
                     EventView(message_updates=updates), message_ids=False, discard=text,
-                    aside=None)
-    sink = OnceSink(outbox, text)
-    if text:  # printed at the end with the answer: stdout is the protocol's until then
-        outbox.aside = sink.note_command_output
+                    aside=_noting(command_output) if text else None)
+    sink = OnceSink(outbox, text, command_output=command_output)
     runtime = build_runtime(options, outbox, ui=False, sink=sink, require_credentials=True)
     load_mcp(runtime)
     front = OnceFront(runtime, sink, prompts, header=not text,

@@ -153,7 +153,7 @@ class RpcServer:
                                  runtime.host_uris, runtime.aborts, runtime.ui,
                                  runtime.subagents, custom=runtime.options.commands)
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
-        runtime.session.on_shutdown_request = self.request_stop
+        runtime.session.use_shutdown_request(self.request_stop)
 
     @property
     def output(self) -> Output:
@@ -181,8 +181,8 @@ class RpcServer:
         await trio.lowlevel.checkpoint_if_cancelled()
         if (on_ready := self.runtime.options.on_ready) is not None:
             on_ready()
-        self.commands.settings.discovery = start_local_discovery(
-            self.runtime, nursery, after=self._after_start)
+        self.commands.settings.use_discovery(start_local_discovery(
+            self.runtime, nursery, after=self._after_start))
         load_mcp(self.runtime)
         for notice in startup_notices(self.runtime):
             self.runtime.outbox.emit(notice)

@@ -110,7 +110,7 @@ class SessionCommands(msgspec.Struct, eq=False):
 
     def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
         session = self.session
-        if session.is_streaming or session.is_compacting:
+        if session.is_streaming or session.maintenance.compacting:
             return fail("get_messages_page", frame.id,
                         "Cannot page messages while the session is changing", "session_busy")
         cursor = frame.cursor if isinstance(frame.cursor, str) else None

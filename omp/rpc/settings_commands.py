@@ -35,11 +35,14 @@ class SettingsCommands(msgspec.Struct, eq=False):
     emit: Emit
     subagents: SubagentHost | None = None
     discovery: LocalDiscovery | None = None
-    """The local model servers being asked, set right after ``ready`` by the server
-    (``start_local_discovery``): the model commands wait for it (at most its timeout) so that
-    what they see includes them."""
-    subagent_level: str = "off"
+    """The local model servers being asked (``use_discovery``)."""
     _login_running: bool = False
+
+    def use_discovery(self, discovery: LocalDiscovery | None) -> None:
+        """From now on the model commands wait for ``discovery`` (at most its timeout) so that
+        what they see includes the local servers' models; None: they wait for nothing. The
+        server calls it right after ``ready`` (``start_local_discovery``)."""
+        self.discovery = discovery
 
     def get_messages(self, frame: cmd.GetMessages) -> Response:
         return ok("get_messages", frame.id,
@@ -106,20 +109,21 @@ class SettingsCommands(msgspec.Struct, eq=False):
             levels=self.session.models.available_thinking_levels()))
 
     def set_steering_mode(self, frame: cmd.SetSteeringMode) -> Response:
-        self.session.agent.steering_mode = frame.mode
+        self.session.agent.set_modes(steering=frame.mode)
         return ok("set_steering_mode", frame.id)
 
     def set_follow_up_mode(self, frame: cmd.SetFollowUpMode) -> Response:
-        self.session.agent.follow_up_mode = frame.mode
+        self.session.agent.set_modes(follow_up=frame.mode)
         return ok("set_follow_up_mode", frame.id)
 
     def set_interrupt_mode(self, frame: cmd.SetInterruptMode) -> Response:
-        self.session.agent.interrupt_mode = frame.mode
+        self.session.agent.set_modes(interrupt=frame.mode)
         return ok("set_interrupt_mode", frame.id)
 
     def set_todos(self, frame: cmd.SetTodos) -> Response:
-        phases = self.session.set_todos(frame.phases)
-        return ok("set_todos", frame.id, payloads.TodoPhasesPayload(todoPhases=phases))
+        self.session.todos.replace(frame.phases)  # the ids the host gave are kept
+        return ok("set_todos", frame.id,
+                  payloads.TodoPhasesPayload(todoPhases=self.session.todos.phases))
 
     # Logins (omp.login): OAuth for providers with an ``oauth`` block in models.yml, API-key
     # login for every other provider that takes a key. Vendor-subscription logins that need us
@@ -170,8 +174,7 @@ class SettingsCommands(msgspec.Struct, eq=False):
         return ok("login", frame.id, payloads.LoginResult(providerId=target.id))
 
     # Subagents (docs/design/subagents.md#subagent-frames): the registry belongs to the session's
-    # subagent host and lives as long as the server; the level is kept here too
-    # (``subagent_level``).
+    # subagent host and lives as long as the server, and so does its level.
     def _subagent_registry(self) -> SubagentRegistry | None:
         return None if self.subagents is None else self.subagents.registry
 
@@ -179,7 +182,7 @@ class SettingsCommands(msgspec.Struct, eq=False):
         registry = self._subagent_registry()
         if registry is None:
             return fail("set_subagent_subscription", frame.id, NO_SUBAGENT_BUS)
-        self.subagent_level = registry.level = frame.level
+        registry.set_level(frame.level)
         return ok("set_subagent_subscription", frame.id,
                   payloads.SubagentSubscriptionPayload(level=frame.level))
 
@@ -216,7 +219,7 @@ class SettingsCommands(msgspec.Struct, eq=False):
         return ok("get_subagent_messages", frame.id, page)
 
     def set_auto_retry(self, frame: cmd.SetAutoRetry) -> Response:
-        self.session.auto_retry = frame.enabled
+        self.session.set_auto_retry(frame.enabled)
         return ok("set_auto_retry", frame.id)
 
     def set_fast_mode(self, frame: cmd.SetFastMode) -> Response:
@@ -229,5 +232,5 @@ class SettingsCommands(msgspec.Struct, eq=False):
             enabled=models.fast_mode, active=models.fast_mode_active))
 
     def set_auto_compaction(self, frame: cmd.SetAutoCompaction) -> Response:
-        self.session.auto_compaction = frame.enabled
+        self.session.set_auto_compaction(frame.enabled)
         return ok("set_auto_compaction", frame.id)

@@ -201,7 +201,7 @@ class Slash:
         except ConfigError as exc:
             print(f"omp: {exc}", file=sys.stderr)
         else:
-            self.session.settings.skills = fresh.skills
+            self.session.settings.use_skills(fresh.skills)
         self.session.load_skills()
         self.reload_templates()
 
@@ -677,7 +677,7 @@ def _force(call: Call) -> Outcome:
     names = [t.name for t in s.tools]
     if tool not in names:
         raise CommandFailed(f"Unknown tool: {tool} (active tools: {', '.join(names) or 'none'})")
-    s.forced_tool = tool
+    s.toolset.force(tool)
     call.output(f"Next turn forced to use {tool}.")
     return Residual(prompt.strip()) if prompt.strip() else LOCAL
 

@@ -40,7 +40,7 @@ from ..llm.models import ModelRegistry
 from ..llm.stream import HttpClient
 from ..llm.types import ThinkingLevel
 from ..protocol import messages as m
-from ..protocol.commands import RequestId, TodoPhase
+from ..protocol.commands import RequestId
 from ..protocol.events import MessageEnd
 from ..protocol.payloads import Model
 from ..tools.base import Tool, ToolContext
@@ -84,7 +84,7 @@ class AgentSession:
     prompt_extra: str | None = None
     """A block the system prompt carries before its last one (a subagent's assignment)."""
     todos: TodoState = attrs.field(factory=TodoState)
-    """Shared with the ``todo`` tool: ``set_todos`` and the model edit the same list."""
+    """Shared with the ``todo`` tool: the RPC ``set_todos`` and the model edit the same list."""
     sink: EventSink = attrs.field(factory=NullSink)
     settings: Settings = attrs.field(factory=Settings)
     _sessions_directory: Path | None = attrs.field(default=None, alias="sessions_directory")
@@ -97,12 +97,8 @@ class AgentSession:
     """The owner's abort registry: runs, retries and maintenance register here."""
     tools_from: Callable[[AgentSession], Sequence[Tool]] | None = None
     """Tools that need the session itself (the ``task`` tool, a subagent's ``yield``)."""
-    on_shutdown_request: Callable[[], None] | None = None
-    """What ``ctx.shutdown()`` calls (the server: end after the current command)."""
     auto_retry: bool = True
-    """``set_auto_retry``: False turns every automatic retry off."""
     auto_compaction: bool = True
-    """``set_auto_compaction``: whether compaction may start on its own."""
     task_depth: int = 0
     """How deep this session is in a tree of subagents (the main session: 0)."""
     mcp: McpTools = attrs.field(factory=McpTools)
@@ -114,8 +110,8 @@ class AgentSession:
     skills: list[Skill] = attrs.field(factory=list, init=False)
     reported: ReportOnce = attrs.field(factory=ReportOnce, init=False)
     """Problems in the user's markdown files already shown (each is shown once)."""
-    forced_tool: str | None = attrs.field(default=None, init=False)
-    """``/force``: the tool the model must call in the next turn (cleared once used)."""
+    _on_shutdown_request: Callable[[], None] | None = attrs.field(default=None, init=False)
+    """What ``ctx.shutdown()`` calls (the RPC server: end after the current command)."""
     store: SessionStore = attrs.field(init=False)
     models: ModelControl = attrs.field(init=False)
     agent: Agent = attrs.field(init=False)
@@ -183,6 +179,14 @@ class AgentSession:
 
     def set_active_tools(self, names: Sequence[str]) -> None:
         self.toolset.set_active(names)
+
+    def set_auto_retry(self, enabled: bool) -> None:
+        """Whether a transient failure is retried, from the next one on (not a waiting retry)."""
+        self.auto_retry = enabled
+
+    def set_auto_compaction(self, enabled: bool) -> None:
+        """Whether compaction may start on its own, from the next check on (``compact`` may)."""
+        self.auto_compaction = enabled
 
     def load_skills(self) -> None:
         """(Re)discover the skills; a broken skill file is left out and said once on stderr."""
@@ -332,7 +336,7 @@ class AgentSession:
     def _agent_turn_setup(self) -> TurnSetup:
         """``turn_setup`` for the agent's model calls: a ``/force`` applies to one of them."""
         setup = self.turn_setup()
-        forced, self.forced_tool = self.forced_tool, None
+        forced = self.toolset.take_forced()
         if forced is None or not any(t.name == forced for t in setup.tools):
             return setup
         return msgspec.structs.replace(
@@ -344,10 +348,6 @@ class AgentSession:
     def is_streaming(self) -> bool:
         """True from the moment a prompt is accepted until its run has fully ended."""
         return self.runs.run is not None
-
-    @property
-    def is_compacting(self) -> bool:
-        return self.maintenance.compacting
 
     @property
     def messages(self) -> list[m.AgentMessage]:
@@ -404,11 +404,6 @@ class AgentSession:
             self.models.check_credentials()
         return self.runs.retry(request_id)
 
-    def set_todos(self, phases: list[TodoPhase]) -> list[TodoPhase]:
-        """Replace the todo list; phases and tasks keep the ids the host gave them."""
-        self.todos.replace(phases)
-        return self.todos.phases
-
     # -- what extensions drive (omp.extensions.api.ExtensionHost) -------------------------
 
     def abort_nowait(self) -> None:
@@ -416,8 +411,12 @@ class AgentSession:
         self.runs.abort_nowait()
 
     def request_shutdown(self) -> None:
-        if self.on_shutdown_request is not None:
-            self.on_shutdown_request()
+        if self._on_shutdown_request is not None:
+            self._on_shutdown_request()
+
+    def use_shutdown_request(self, callback: Callable[[], None] | None) -> None:
+        """``ctx.shutdown()`` calls ``callback`` from now on (None: it does nothing)."""
+        self._on_shutdown_request = callback
 
     def send_user_message(self, text: str, images: Sequence[m.ImageContent] = (), *,
                           deliver_as: DeliverAs | None = None) -> None:

@@ -229,9 +229,9 @@ class SessionFile:
     _writer: LineWriter | None = attrs.field(default=None, init=False)
     """The writer thread appends go to (``write_behind``); None: they are written in place."""
     max_line_bytes: int = attrs.field(default=MAX_REASSEMBLED_FRAME_BYTES, kw_only=True)
-    """The longest line an append writes (``stream.maxSessionLineBytes``, set by the session
-    store): the longest strings of a longer entry go to files of their own
-    (``omp.session.oversize``)."""
+    """The longest line an append writes (``stream.maxSessionLineBytes`` of the session that
+    adopts the file: ``set_max_line_bytes``): the longest strings of a longer entry go to files
+    of their own (``omp.session.oversize``)."""
 
     # -- construction --------------------------------------------------------------------------
 
@@ -479,6 +479,11 @@ class SessionFile:
             finally:
                 os.close(fd)
         self._needs_newline = False
+
+    def set_max_line_bytes(self, limit: int) -> None:
+        """From the next append on, a line longer than ``limit`` bytes keeps its longest
+        strings in files of their own (``omp.session.oversize``); what is written stays."""
+        self.max_line_bytes = limit
 
     def write_behind(self, on_failure: Callable[[OSError], None] | None = None) -> None:
         """From now on an append hands its line to a writer thread and returns without waiting

@@ -7,6 +7,8 @@ one of them (``mcp__<server>__<tool>``) finds it through ``alias``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from ..tools.base import Tool
@@ -16,8 +18,15 @@ class McpTools(msgspec.Struct, eq=False):
     parent: McpTools | None = None
     """A subagent's: its parent session's."""
     own: list[Tool] = msgspec.field(default_factory=list)
+    """The connected servers' tools (``set_own``); a subagent's: none (its parent's are used)."""
     own_instructions: str | None = None
     """The ``## MCP Server Instructions`` block (and the device catalogue), if any."""
+
+    def set_own(self, tools: Sequence[Tool], instructions: str | None) -> None:
+        """The servers' tools and instructions block are these from now on (the manager
+        calls it whenever a server connects, changes or goes)."""
+        self.own = list(tools)
+        self.own_instructions = instructions
 
     def tools(self) -> list[Tool]:
         if self.parent is None:

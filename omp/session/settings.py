@@ -438,6 +438,18 @@ class Settings(msgspec.Struct, kw_only=True):
     """``mcp.maxMessageBytes``: the longest line (one JSON-RPC message) a stdio MCP server
     may write; a longer answer fails its call naming this limit."""
 
+    def use_skills(self, skills: SkillSettings) -> None:
+        """The ``skills`` section read again (``/reload-plugins``): the next skills load and
+        command list use it, in every session these settings are shared with (its subagents)."""
+        self.skills = skills
+
+    def use_task_sections(self, task: TaskSettings, async_: AsyncSettings) -> None:
+        """The ``task`` and ``async`` sections read again at a spawn
+        (docs/design/subagents.md#settings): that spawn and every later one use them, in every
+        session these settings are shared with."""
+        self.task = task
+        self.async_ = async_
+
     def environment_policy(self, provider_variables: frozenset[str]) -> EnvironmentPolicy:
         """The policy every subprocess of a session is started with: ``shellEnvironmentPolicy``
         and ``bash.passProviderKeys``, keeping ``provider_variables`` (the model registry's

@@ -191,7 +191,7 @@ class SessionStore(msgspec.Struct, eq=False):
             return Adopted([], None, fresh=False)
         file.write_behind(on_loop(functools.partial(self._file_failed, file)))
         if self.max_line_bytes is not None:
-            file.max_line_bytes = self.max_line_bytes
+            file.set_max_line_bytes(self.max_line_bytes)
         messages, settings = built or (build_context(file), branch_settings(file))
         return Adopted(messages, settings, fresh=not file.entries)
 

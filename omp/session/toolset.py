@@ -37,6 +37,8 @@ class ToolSet:
     host: list[Tool] = attrs.field(factory=list)
     _active: set[str] | None = None
     _prompt: tuple[tuple[object, ...], list[str]] | None = None
+    _forced: str | None = None
+    """``/force``: the tool the next model call must call (``force``)."""
 
     def all(self) -> list[Tool]:
         """Every tool, in the order of the module docstring."""
@@ -71,13 +73,24 @@ class ToolSet:
         """Replace the host's tools (``set_host_tools``)."""
         self.host = list(tools)
 
-    def set_mcp(self, tools: Sequence[Tool]) -> None:
-        """Replace the MCP servers' tools. A tool ``set_active`` left out stays out; a new one
-        is active."""
+    def set_mcp(self, tools: Sequence[Tool], instructions: str | None) -> None:
+        """Replace the MCP servers' tools and their instructions block (the system prompt
+        has them from the next model call on). A tool ``set_active`` left out stays out; a
+        new one is active."""
         if self._active is not None:
             old = {t.name for t in self.mcp.own}
             self._active |= {t.name for t in tools if t.name not in old}
-        self.mcp.own = list(tools)
+        self.mcp.set_own(tools, instructions)
+
+    def force(self, name: str) -> None:
+        """The next model call must call the tool ``name`` (``/force``); the call after it is
+        free again. A name that call does not offer forces nothing."""
+        self._forced = name
+
+    def take_forced(self) -> str | None:
+        """The tool ``force`` named, if any, which the caller's model call now uses."""
+        forced, self._forced = self._forced, None
+        return forced
 
     def system_prompt(self) -> list[str]:
         """The system prompt blocks for the tools offered now (built again only when one of its

@@ -286,8 +286,7 @@ class SubagentHost:
             except ConfigError:
                 pass  # keep what the session started with; startup reported the file
             else:
-                session.settings.task = fresh.task
-                session.settings.async_ = fresh.async_
+                session.settings.use_task_sections(fresh.task, fresh.async_)
             self.refresh_agents()
 
         await trio.to_thread.run_sync(read)

@@ -61,6 +61,12 @@ class SubagentRegistry:
     _ending: dict[str, SubagentSnapshot] = attrs.field(factory=dict)
     """Children live at the last session change: their terminal lifecycle is still written."""
 
+    def set_level(self, level: SubagentLevel) -> None:
+        """Which frames the host gets from now on: ``off`` none, ``lifecycle`` the children's
+        lifecycle and progress, ``events`` their own events too. The registry keeps track of
+        the children whatever the level."""
+        self.level = level
+
     def _sync(self) -> None:
         epoch = self.epoch()
         if epoch != self._seen_epoch:

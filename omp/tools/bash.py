@@ -49,6 +49,7 @@ from msgspec import UNSET
 from ..groups import unwrap
 from ..protocol.messages import TextContent
 from ..protocol.payloads import BashResult
+from ..subprocess_env import EnvironmentPolicy
 from .base import (
     BackgroundJobs,
     HandOff,
@@ -138,8 +139,7 @@ class BashTool(SpecifiedTool):
                                         timeout=timeout, on_update=on_update)
             return outcome(ran.text, ran.details, timed_out=ran.timed_out,
                            exit_code=ran.exit_code, timeout=timeout, notices=notices)
-        call = _CallCommand(ShellRun(command, cwd=self.ctx.cwd, timeout=timeout,
-                                     environment=self.ctx.environment), on_update)
+        call = _CallCommand(command, self.ctx.cwd, timeout, self.ctx.environment, on_update)
         # A terminal command runs alone and in its call (the original's rule for ``pty``).
         wait = (None if pty or jobs is None or jobs.at_capacity
                 else auto_background_wait(jobs.auto_background_after(), timeout))
@@ -187,10 +187,15 @@ class BashTool(SpecifiedTool):
 @attrs.define(eq=False)
 class _CallCommand:
     """A command run by a call: its output streamed to the call (``tool_execution_update``)
-    for as long as it is the call's."""
+    for as long as it is the call's. Its ``ShellRun`` is built here, telling it of each
+    chunk of output."""
 
-    run: ShellRun
+    command: str
+    cwd: Path
+    timeout: float | None
+    environment: EnvironmentPolicy
     on_update: OnUpdate
+    run: ShellRun = attrs.field(init=False)
     changed: trio.Event = attrs.field(factory=trio.Event)
     done: trio.Event = attrs.field(factory=trio.Event)
     spawn_error: ShellSpawnError | None = None
@@ -198,7 +203,8 @@ class _CallCommand:
     """``total_bytes`` at the last update sent."""
 
     def __attrs_post_init__(self) -> None:
-        self.run.on_output = self._output
+        self.run = ShellRun(self.command, cwd=self.cwd, timeout=self.timeout,
+                            environment=self.environment, on_output=self._output)
 
     async def _output(self, _: str) -> None:
         self.changed.set()
