@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 
 from omp.client import HostToolHandler, HostToolUpdater
 from omp.protocol.commands import HostToolDefinition
@@ -80,17 +80,31 @@ EXAMPLES = int(os.environ.get("OMP_KIT_EXAMPLES", "200"))
 """Issue 41's figure. Each example is a fresh omp_client (and fake_llm) whose teardown checks
 that nothing was left behind: about half a second each on an idle machine."""
 
+SHARDS = 2
+"""The examples are split into this many tests, each drawing ``EXAMPLES // SHARDS`` from a
+fixed seed of its own (the same scenarios every run), so that a parallel run spreads them over
+its workers instead of ending with one test of several minutes."""
 
-# 200 examples take two to three minutes (two shared cores); much longer under load.
-@pytest.mark.timeout(900)
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(disruption=disruptions())
-async def test_any_disruption_keeps_the_protocol(omp_client: OmpHarness,
-                                                 disruption: Disruption) -> None:
-    await omp_client.client.set_host_tools([LOOKUP])
-    await run_disrupted(omp_client, SCRIPT, disruption)
-    omp_client.transcript.check()
+
+def disruption_shard(number: int) -> Any:
+    # 100 examples take one to two minutes (two shared cores); much longer under load.
+    @pytest.mark.timeout(900)
+    @seed(number)
+    @settings(max_examples=max(1, EXAMPLES // SHARDS), deadline=None, derandomize=False,
+              database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(disruption=disruptions())
+    async def test(omp_client: OmpHarness, disruption: Disruption) -> None:
+        await omp_client.client.set_host_tools([LOOKUP])
+        await run_disrupted(omp_client, SCRIPT, disruption)
+        omp_client.transcript.check()
+
+    test.__name__ = test.__qualname__ = f"test_any_disruption_keeps_the_protocol_{number}"
+    return test
+
+
+test_any_disruption_keeps_the_protocol_0 = disruption_shard(0)
+test_any_disruption_keeps_the_protocol_1 = disruption_shard(1)
 
 
 # --- check_protocol ------------------------------------------------------------------------------
