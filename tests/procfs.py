@@ -135,6 +135,23 @@ def wait_gone(pid: int, timeout: float) -> bool:
         os.close(pidfd)
 
 
+def runqueue_waits(pid: int) -> dict[int, float] | None:
+    """Per thread of ``pid`` (by native id), the seconds it has spent runnable but waiting for
+    a CPU (``/proc/<pid>/task/*/schedstat``, second field); None where the kernel does not
+    say."""
+    waits: dict[int, float] = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as file:
+                    waits[int(tid)] = int(file.read().split()[1]) / 1e9
+            except FileNotFoundError:
+                continue  # that thread just ended
+    except (OSError, ValueError, IndexError):
+        return None
+    return waits
+
+
 def cpu_seconds(pid: int) -> float:
     """The CPU time ``pid`` has used so far (user + kernel), in seconds."""
     found = stat(pid)

@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import procfs
 import pytest
 import trio
 import trio.testing
@@ -114,15 +115,6 @@ async def run_omp(*args: str, cwd: Path, env: dict[str, str] | None = None
         return await trio.run_process([*OMP, *args], capture_stdout=True, capture_stderr=True,
                                       check=False, cwd=cwd,
                                       env={**os.environ, **(env or {})})
-
-
-def live(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 # --- the task runner's tool ban ------------------------------------------------------------------
@@ -395,20 +387,20 @@ async def test_no_process_of_the_host_outlives_the_session_and_reload_restarts_i
         async with open_process_host(cwd, args=ts_args(extension),
                                      env={"PID_FILE": str(pid_file)}) as host:
             ((first_host, first_child),) = pids_in(pid_file)
-            assert live(first_host)
-            assert live(first_child)
+            assert procfs.alive(first_host)
+            assert procfs.alive(first_child)
             reloaded = await prompt(host, "/reload-plugins", "r")
             (_, (second_host, second_child)) = pids_in(pid_file)
             # The old host and what it started are gone, a new one runs.
-            assert not live(first_host)
-            assert not live(first_child)
-            assert live(second_host)
-            assert live(second_child)
+            assert not procfs.alive(first_host)
+            assert not procfs.alive(first_child)
+            assert procfs.alive(second_host)
+            assert procfs.alive(second_child)
             await host.close_input()
             assert await host.wait() == 0
     assert not of_type(reloaded, "extension_error")
-    assert not live(second_host)
-    assert not live(second_child)
+    assert not procfs.alive(second_host)
+    assert not procfs.alive(second_child)
 
 
 @needs_typescript
@@ -423,12 +415,12 @@ async def test_an_embedded_server_cancelled_from_outside_kills_its_host(
         with trio.CancelScope() as outside:
             async with open_embedded_host(options):
                 ((host_pid, child_pid),) = pids_in(pid_file)
-                assert live(host_pid)
-                assert live(child_pid)
+                assert procfs.alive(host_pid)
+                assert procfs.alive(child_pid)
                 outside.cancel()
                 await trio.sleep_forever()
-    assert process_gone(host_pid) or not live(host_pid)
-    assert not live(child_pid)
+    assert process_gone(host_pid) or not procfs.alive(host_pid)
+    assert not procfs.alive(child_pid)
 
 
 FAILING_GATES = '''\

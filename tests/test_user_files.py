@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import procfs
 import pytest
 import trio
 from offline_rpc import as_dict, frames_until, spawn
@@ -85,24 +86,6 @@ async def embedded(options: omp.ServeOptions) -> AsyncIterator[RpcClient]:
             yield client
 
 
-def runqueue_waits() -> dict[int, float] | None:
-    """Per thread of this process (by native id), the seconds it has spent runnable but
-    waiting for a CPU (Linux ``/proc/self/task/*/schedstat``, second field); None where the
-    kernel does not say."""
-    waits: dict[int, float] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-        for tid in tids:
-            try:
-                with open(f"/proc/self/task/{tid}/schedstat", "rb") as file:
-                    waits[int(tid)] = int(file.read().split()[1]) / 1e9
-            except FileNotFoundError:
-                continue  # that thread just ended
-    except (OSError, ValueError, IndexError):
-        return None
-    return waits
-
-
 async def longest_gap(work: Callable[[], Awaitable[Any]]) -> tuple[float, float, Any]:
     """``work()``'s result, and how long the loop went without running a heartbeat (a task
     sleeping 1 ms at a time) while it ran: the longest gap between two ticks less the time the
@@ -123,12 +106,12 @@ async def longest_gap(work: Callable[[], Awaitable[Any]]) -> tuple[float, float,
 
     async def heartbeat() -> None:
         nonlocal longest, longest_wall
-        before = runqueue_waits()
+        before = procfs.runqueue_waits(os.getpid())
         last = time.perf_counter()
         while True:
             await trio.sleep(0.001)
             now = time.perf_counter()
-            after = runqueue_waits()
+            after = procfs.runqueue_waits(os.getpid())
             gap = now - last
             longest_wall = max(longest_wall, gap)
             if before is not None and after is not None:
