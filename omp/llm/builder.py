@@ -357,6 +357,19 @@ class MessageBuilder:
             reasoningTokens=reasoning if reasoning is not None else u.reasoningTokens)
         self._snapshot = None
 
+    def set_stop(self, reason: m.StopReason, error: str | None = None) -> None:
+        """How the answer ended, as the provider said (``error``: its words when the reason is
+        a failure); ``finish`` may still override it (an abort, a failed stream)."""
+        self.stop_reason = reason
+        if error is not None:
+            self.error_message = error
+        self._snapshot = None
+
+    def set_response_id(self, response_id: str) -> None:
+        """The provider's id of this answer."""
+        self.response_id = response_id
+        self._snapshot = None
+
     def snapshot(self) -> m.AssistantMessage:
         if self._snapshot is None:
             self._snapshot = m.AssistantMessage(

@@ -321,6 +321,11 @@ class FrameEncoder(msgspec.Struct, eq=False):
     # it can no longer be found equal in agent_end).
     _streamed: list[Any] = msgspec.field(default_factory=list)
 
+    def switch_protocol(self, version: int) -> None:
+        """Frame the frames encoded from now on as protocol ``version`` says (v2: rpc_chunk
+        lines for a frame over the size limit)."""
+        self.protocol_version = version
+
     def encode(self, frame: msgspec.Struct) -> bytes:
         """The frame as one or more ``\\n``-terminated lines."""
         try:

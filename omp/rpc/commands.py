@@ -575,6 +575,12 @@ class Commands:
         self.spawn(run)
         return ok(kind, request_id, payloads.PromptAck(disposition="handled"))
 
+    def take_command_entered(self) -> trio.Event | None:
+        """The ``command_entered`` event of the extension command the last handler started,
+        if any; cleared, so each is waited for once."""
+        entered, self.command_entered = self.command_entered, None
+        return entered
+
     async def run_custom(self, frame: CustomCommand) -> Response:
         try:
             data = await self.custom[frame.type](frame)

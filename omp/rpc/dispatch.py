@@ -80,8 +80,7 @@ async def settle(commands: Commands, admission: Admission, response: Response, *
     every later command. On cancellation it stops waiting."""
     if admission.route.after is not None:
         admission.route.after(response)
-    if lane and (entered := commands.command_entered) is not None:
-        commands.command_entered = None
+    if lane and (entered := commands.take_command_entered()) is not None:
         await entered.wait()
 
 

@@ -196,7 +196,7 @@ class Output:
         if self._closed:
             raise trio.ClosedResourceError("the output queue is closed")
         if isinstance(item, SwitchProtocol):
-            self.encoder.protocol_version = item.version
+            self.encoder.switch_protocol(item.version)
             return
         buffer = self._buffer
         self.encoder.encode_into(item, buffer)

@@ -145,8 +145,7 @@ async def build_child(host: Host, child: Child, context: str | None,
                 "agent": agent.name, "resolvedModel": f"{model.provider}/{model.id}",
                 "readOnly": agent.read_only, "spawns": spawns if spawns else ""}
         file.append(RawEntry(init))
-    child.tracker.resolved_model = f"{model.provider}/{model.id}"
-    child.tracker.context_window = model.contextWindow or None
+    child.tracker.use_model(f"{model.provider}/{model.id}", model.contextWindow or None)
     return session
 
 def model_for(parent: AgentSession, agent: AgentDef) -> Model:

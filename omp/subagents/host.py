@@ -426,7 +426,7 @@ class SubagentHost:
                 index=child.index, task=tracker.task, assignment=child.assignment,
                 status="failed", exit_code=1, output="", stderr=f"{exc}"))
             return
-        tracker.status = "running"
+        tracker.set_status("running")
         self.registry.lifecycle(ev.SubagentLifecyclePayload(
             id=child.id, agent=child.agent.name, agentSource=child.agent.source,
             status="started", index=child.index, sessionFile=_opt(child.session_file),
@@ -528,7 +528,7 @@ class SubagentHost:
         final: Literal["completed", "failed", "aborted"] = (
             "aborted" if outcome.status == "cancelled" else
             "completed" if outcome.exit_code == 0 else "failed")
-        child.tracker.status = final
+        child.tracker.set_status(final)
         self._progress(child)
         self.registry.lifecycle(ev.SubagentLifecyclePayload(
             id=child.id, agent=child.agent.name, agentSource=child.agent.source,

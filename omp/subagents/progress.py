@@ -71,6 +71,15 @@ class ProgressTracker:
     last_text: str = ""
     """The newest non-empty assistant text (``last activity`` of a cancelled child)."""
 
+    def use_model(self, resolved: str, context_window: int | None) -> None:
+        """The model the child runs on (``provider/id``) and its context window, once chosen."""
+        self.resolved_model = resolved
+        self.context_window = context_window
+
+    def set_status(self, status: Status) -> None:
+        """The child's state from now on (the next progress frame says it)."""
+        self.status = status
+
     def observe(self, event: Any) -> bool:
         """Take in one event; True when progress must be emitted now (a flush point;
         docs/design/subagents.md#frames)."""

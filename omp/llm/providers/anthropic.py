@@ -398,14 +398,14 @@ async def _read_events(call: ModelRequest, out: MessageBuilder, response: httpx.
                     out.close(event.index)
             elif isinstance(event, _MessageStart):
                 if event.message.id:
-                    out.response_id = event.message.id
+                    out.set_response_id(event.message.id)
                 _set_usage(out, event.message.usage)
             elif isinstance(event, _MessageDelta):
                 _set_usage(out, event.usage)
                 reason = event.delta.stop_reason if event.delta else None
                 if reason is not None:
                     if reason in _STOP_REASONS:
-                        out.stop_reason = _STOP_REASONS[reason]
+                        out.set_stop(_STOP_REASONS[reason])
                     else:  # refusal, sensitive, and whatever comes next
                         refusal = reason
             elif isinstance(event, _ErrorEvent):

@@ -311,7 +311,7 @@ async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.
                     text or err.status or "Gemini stream error", model.provider,
                     model.id, error_type=_STATUS_TYPES.get(err.status, err.status))
             if chunk.responseId:
-                out.response_id = chunk.responseId
+                out.set_response_id(chunk.responseId)
             candidate = chunk.candidates[0] if chunk.candidates else None
             for part in candidate.content.parts if candidate and candidate.content else ():
                 if part.functionCall is not None:
@@ -353,9 +353,9 @@ async def _read_chunks(call: ModelRequest, out: MessageBuilder, response: httpx.
                             message="Gemini stream ended early (no finishReason): the "
                                     "connection closed before the response was complete")
     if finish == "STOP":
-        out.stop_reason = "stop"
+        out.set_stop("stop")
     elif finish == "MAX_TOKENS":
-        out.stop_reason = "length"
+        out.set_stop("length")
     else:
         kind_: ErrorKind = "server" if finish in _RETRYABLE_FINISH else "bad_request"
         raise ProviderError(kind=kind_, provider=model.provider, model=model.id,

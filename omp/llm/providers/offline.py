@@ -110,4 +110,4 @@ async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.As
         len(_text_of(msg.content)) if isinstance(msg, m.UserMessage | m.ToolResultMessage)
         else len(msgspec.json.encode(msg.content)) for msg in messages)
     out.set_usage(input=max(1, context_chars // 4), output=max(1, len(reply) // 4))
-    out.stop_reason = "toolUse" if calls else "stop"
+    out.set_stop("toolUse" if calls else "stop")

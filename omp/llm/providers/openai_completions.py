@@ -425,7 +425,7 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                 if chunk.error is not None:
                     raise stream_error(chunk.error, call, fallback="Provider stream error")
                 if isinstance(chunk.id, str) and out.response_id is None:
-                    out.response_id = chunk.id
+                    out.set_response_id(chunk.id)
                 choice = chunk.choices[0] if chunk.choices else None
                 usage = (chunk.usage or (choice.usage if choice is not None else None)
                          or _obj(chunk.x_groq).get("usage"))
@@ -448,13 +448,13 @@ async def stream_openai_completions(call: ModelRequest, out: MessageBuilder,
                 if isinstance(reason := choice.finish_reason, str) and reason:
                     finished = True
                     reason = reason.lower()
-                    out.stop_reason = _FINISH.get(reason, "stop")
-                    if out.stop_reason == "stop" and blocks.tool_calls:
-                        out.stop_reason = "toolUse"  # servers that say "stop" after calls
-                    if reason == "content_filter":
-                        out.error_message = "Provider finish_reason: content_filter"
-                    elif reason == "error":
-                        out.error_message = "Provider returned error finish_reason"
+                    stop = _FINISH.get(reason, "stop")
+                    if stop == "stop" and blocks.tool_calls:
+                        stop = "toolUse"  # servers that say "stop" after calls
+                    out.set_stop(stop, "Provider finish_reason: content_filter"
+                                 if reason == "content_filter" else
+                                 "Provider returned error finish_reason" if reason == "error"
+                                 else None)
     if not (done or finished):
         raise early_end(call)  # like any failure: the open block stays as it was cut
     blocks.end()

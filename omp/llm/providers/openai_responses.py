@@ -348,7 +348,7 @@ def _str(value: Any) -> str:
 def _response_id(out: MessageBuilder, response: Any) -> None:
     response = response.get("response", response) if isinstance(response, dict) else None
     if isinstance(response, dict) and isinstance(response.get("id"), str):
-        out.response_id = response["id"]
+        out.set_response_id(response["id"])
 
 
 def _completed(out: MessageBuilder, response: Any) -> None:
@@ -366,7 +366,7 @@ def _completed(out: MessageBuilder, response: Any) -> None:
                       reasoning=reasoning if isinstance(reasoning, int) else None)
     status = response.get("status")
     if isinstance(status, str):
-        out.stop_reason = _STATUS.get(status, "stop")
+        out.set_stop(_STATUS.get(status, "stop"))
 
 
 def _failed(response: Any, call: ModelRequest) -> ProviderError:
