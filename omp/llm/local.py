@@ -297,11 +297,18 @@ async def _accepts(base_url: str) -> bool:
         return False
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        stream = await trio.open_tcp_stream(parts.hostname, port)
+        stream = await trio.open_tcp_stream(_host(parts.hostname), port)
     except (OSError, ValueError):
         return False
     await stream.aclose()
     return True
+
+
+def _host(name: str) -> str | bytes:
+    """``name`` as the resolver takes it: an ASCII name as bytes, so that the socket module
+    does not load the ``idna`` codec (with ``stringprep``, ~0.1 MiB that would stay in an
+    idle server) to encode a loopback address; anything else as it is."""
+    return name.encode("ascii") if name.isascii() else name
 
 
 async def _post(http: HttpClient, url: str, payload: Any,
