@@ -82,6 +82,9 @@ LAZY_MODULES: dict[str, str] = {
     "lsprotocol": "see omp.lsp",
     "importlib.util": "~0.7 ms: only when a tool's packages are looked for (eval's kernel at "
                       "a start with eval.py on; the tools offered on request when asked for)",
+    "omp.commands.render": "~0.1 MB resident (the Handlebars subset and the prompt formatter, "
+                           "their regexes): only a template, file command or skill being sent "
+                           "renders",
     "omp.session.listing": "~1 ms: only list_sessions and ACP's session/list read stored "
                            "sessions",
     "tomllib": "~2 ms: only when a Codex config.toml exists",

@@ -33,9 +33,7 @@ from .frontmatter import parse_frontmatter as parse_frontmatter
 from .frontmatter import strip_frontmatter as strip_frontmatter
 from .problems import Problem as Problem
 from .problems import ReportOnce as ReportOnce
-from .render import TemplateError as TemplateError
-from .render import format_prompt as format_prompt
-from .render import render_handlebars as render_handlebars
+from .problems import TemplateError as TemplateError
 from .skills import SKILL_PROMPT_TYPE as SKILL_PROMPT_TYPE
 from .skills import SKILL_URI_LINE as SKILL_URI_LINE
 from .skills import Skill as Skill

@@ -16,6 +16,11 @@ import msgspec
 from ..config import ConfigError
 
 
+class TemplateError(ValueError):
+    """A body uses Handlebars this renderer does not have, or uses it wrongly
+    (``omp.commands.render``; defined here so that catching it does not load the renderer)."""
+
+
 class Problem(msgspec.Struct, frozen=True):
     """One thing wrong with one file (``path``), in words the user can act on."""
 

@@ -32,10 +32,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-
-class TemplateError(ValueError):
-    """A body uses Handlebars this renderer does not have, or uses it wrongly."""
-
+from .problems import TemplateError as TemplateError
 
 # --- the formatter -------------------------------------------------------------------------
 

@@ -60,7 +60,6 @@ from ..protocol.payloads import AvailableCommand, CommandInput
 from .dirs import entries, project_dirs
 from .frontmatter import parse_frontmatter, strip_frontmatter
 from .problems import Problem
-from .render import format_prompt
 
 SKILL_FILE = "SKILL.md"
 SKILL_PROMPT_TYPE = "skill-prompt"
@@ -317,6 +316,8 @@ def skill_message(skill: Skill, args: str, raw_prompt: str, *,
             f"{_RESOLVE_PATHS}")
     if args:
         text += f"\nUser: {args}"
+    from .render import format_prompt  # lazy: omp.lazy says why
+
     content = format_prompt(text).strip()
     details: dict[str, Any] = {"name": skill.name, "path": str(skill.path)}
     if args:

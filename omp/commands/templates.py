@@ -24,8 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .render import format_prompt, render_handlebars
-
 _PLACEHOLDER = re.compile(r"\$@\[(\d+)(?::(\d*))?\]|\$ARGUMENTS|\$@|\$(\d+)")
 _USES_DOLLAR = re.compile(r"\$(?:ARGUMENTS|@(?:\[\d+(?::\d*)?\])?|\d+)")
 # As loose as the original's check: the lazy spans may cross from one {{ to a later }}.
@@ -95,6 +93,8 @@ def expand(body: str, args_text: str) -> str:
 
     Raises ``omp.commands.render.TemplateError`` when the body's Handlebars cannot be rendered.
     """
+    from .render import format_prompt, render_handlebars  # lazy: omp.lazy says why
+
     args = parse_args(args_text)
     joined = " ".join(args)
     rendered = format_prompt(render_handlebars(
