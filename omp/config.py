@@ -28,7 +28,6 @@ by ``bench/bench_rpc.py``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -194,6 +193,8 @@ def parse_yaml_mapping(text: str, path: Path, expected: str, *,
 
 def read_json_mapping(path: Path, expected: str) -> dict[Any, Any] | None:
     """A JSON file's top-level mapping (None for ``null``); errors as ``read_yaml_mapping``."""
+    import json  # lazy: omp.lazy says why
+
     text = read_text(path)
     try:
         raw = json.loads(text)

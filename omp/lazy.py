@@ -82,6 +82,9 @@ LAZY_MODULES: dict[str, str] = {
     "lsprotocol": "see omp.lsp",
     "importlib.util": "~0.7 ms: only when a tool's packages are looked for (eval's kernel at "
                       "a start with eval.py on; the tools offered on request when asked for)",
+    "json": "~0.1 MB resident (with its decoder, encoder and scanner): msgspec does the "
+            "frames; only a JSON config file, a subagent's result or session file, a tool "
+            "call's arguments that break its schema or a YAML scalar that needs quoting use it",
     "omp.commands.render": "~0.1 MB resident (the Handlebars subset and the prompt formatter, "
                            "their regexes): only a template, file command or skill being sent "
                            "renders",

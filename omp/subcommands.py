@@ -34,7 +34,6 @@ refuses it (exit 1); with more words it is a prompt.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -171,6 +170,8 @@ def models_command(argv: list[str], parser: argparse.ArgumentParser) -> int:
                      "cacheRead": m.cost.cacheRead, "cacheWrite": m.cost.cacheWrite},
             "credential": registry.credential(m.provider),
         } for m in models]
+        import json  # this module is imported by every start (its parser): json only here
+
         print(json.dumps({"models": entries}, separators=(",", ":")))
         return 0
     if not models:

@@ -51,7 +51,6 @@ Rules, in one place (docs/design/agent-loop.md#the-loop; docs/internals.md#the-r
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -900,6 +899,8 @@ def _tool_calls(message: m.AssistantMessage) -> list[m.ToolCall]:
 
 def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
     """The error text the model gets for arguments that break the tool's schema, else None."""
+    import json  # lazy: omp.lazy says why
+
     import jsonschema  # first tool call only: startup does not pay for it
 
     validator_cls = jsonschema.validators.validator_for(tool.parameters)

@@ -19,7 +19,6 @@ the same here:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -112,6 +111,8 @@ def _parse(yaml_text: str, path: Path) -> dict[Any, Any]:
 
 def _quote_ambiguous_scalars(yaml_text: str) -> str | None:
     """``key: a: b`` lines with the value double-quoted; None when there is none."""
+    import json  # lazy: omp.lazy says why
+
     changed = False
     lines = []
     for line in yaml_text.split("\n"):

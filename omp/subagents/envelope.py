@@ -7,7 +7,6 @@ Pure functions; ``omp.session.jobs`` delivers a job's text in an ``async-result`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -71,6 +70,8 @@ class ChildOutcome(msgspec.Struct, eq=False):
 def assemble(result: YieldResult | None, last_text: str | None, *, cancelled: bool,
              requests: int, tokens: int) -> tuple[Status, int, str, str, Any]:
     """(status, exit code, output, stderr, data) of a child from what it yielded."""
+    import json  # lazy: omp.lazy says why
+
     if result is not None and result.status == "aborted":
         output = json.dumps({"aborted": True, "error": result.error}, indent=2)
         return "cancelled", 1, output, result.error or "", None

@@ -17,7 +17,6 @@ not listed or remembered.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -169,6 +168,8 @@ def read_messages(path: str, from_byte: int) -> SubagentMessagesResult:
     Blocking (one file read, through the regular-file gate: callers on the event loop run it in a
     worker thread). Raises UnknownSubagent when the transcript is not a regular file (a FIFO put in
     its place), is larger than a session file may be, or cannot be read."""
+    import json  # lazy: omp.lazy says why
+
     start = max(0, int(from_byte))
     try:
         data, size = read_part(path, MAX_SESSION_FILE_BYTES, start=start)

@@ -12,7 +12,6 @@ schema-breaking arguments through so the model reads these precise texts.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Protocol
 
@@ -95,6 +94,8 @@ def _default(agent: str) -> dict[str, Any]:
 def unescape_once(text: str) -> str:
     """A string the model JSON-encoded twice, decoded once (docs/design/subagents.md#the-task-tool);
     anything else as it is."""
+    import json  # lazy: omp.lazy says why
+
     escapes = _ESCAPES.findall(text)
     if not escapes or (len(escapes) < 2 and not any(
             e.startswith(('\\"', "\\\\", "\\u")) for e in escapes)):
