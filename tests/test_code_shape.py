@@ -1,6 +1,7 @@
 """The shape the code keeps: no class over 500 lines, ``AgentSession`` a thin façade (issue 20),
-and the modules a plain start must not import before ``ready`` (``omp.lazy`` says why each is
-imported on first use; ``bench/bench_rpc.py`` measures what a start costs)."""
+the modules a plain start must not import before ``ready``, and those an idle server must not
+hold (``omp.lazy`` says why each is imported on first use; ``bench/bench_rpc.py`` measures what a
+start costs and what an idle server holds)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,56 @@ def test_a_plain_start_imports_none_of_the_lazy_modules_before_ready(tmp_path: P
     early = sorted(m for m in modules
                    if any(m == lazy or m.startswith(lazy + ".") for lazy in NOT_BEFORE_READY))
     assert not early, f"imported before ready: {early} (see omp/lazy.py)"
+
+
+# The same, once the start's work is done: the first commands answered and the local model
+# servers asked (``get_available_models`` waits for that). Nothing is imported before the
+# snapshot that the server did not import itself.
+_IDLE_PROBE = """
+import sys, trio, omp
+
+async def main():
+    to_server, server_in = omp.memory_pipe()
+    server_out, from_server = omp.memory_pipe()
+    options = omp.ServeOptions(persist=False, announce_offline=False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: omp.serve(server_in, server_out, options=options))
+        await to_server.send_all(b'{"id":"1","type":"get_state"}\\n'
+                                 b'{"id":"2","type":"get_available_models"}\\n')
+        seen = b""
+        while seen.count(b'"type":"response"') < 2:
+            chunk = await from_server.receive_some()
+            assert chunk, seen
+            seen += chunk
+        modules = sorted(sys.modules)
+        await to_server.aclose()
+    print("\\n".join(modules))
+
+trio.run(main)
+"""
+
+LOADED_ONCE_READY = ("omp.mcp", "omp.mcp.config", "omp.llm.local")
+"""What a start imports right after ``ready`` (the MCP files read, the local servers asked)."""
+NOT_WHEN_IDLE = (
+    *(m for m in NOT_BEFORE_READY if m not in LOADED_ONCE_READY),
+    "json", "omp.commands.render", "encodings.idna", "stringprep",
+)
+"""Modules an idle server (started, asked, nothing run) does not hold: each is memory it would
+keep for good (``bench/bench_rpc.py``'s idle RSS). ``omp.lazy`` says where each is first used;
+``encodings.idna`` and ``stringprep``: the probe of the local servers resolves ASCII names
+without the codec (``omp.llm.local``)."""
+
+
+def test_an_idle_server_holds_none_of_the_lazy_modules(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "OMP_AGENT_DIR": str(tmp_path / "agent"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-P", "-c", _IDLE_PROBE], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=60, check=True)
+    modules = done.stdout.decode().split()
+    assert "omp.rpc.server" in modules  # the probe saw the server's imports
+    assert "omp.llm.local" in modules  # and the local servers were asked
+    held = sorted(m for m in modules
+                  if any(m == lazy or m.startswith(lazy + ".") for lazy in NOT_WHEN_IDLE))
+    assert not held, f"held by an idle server: {held} (see omp/lazy.py)"
 
 
 def test_the_lowest_versions_session_names_test_files_that_exist() -> None:
