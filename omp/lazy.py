@@ -85,6 +85,10 @@ LAZY_MODULES: dict[str, str] = {
     "json": "~0.1 MB resident (with its decoder, encoder and scanner): msgspec does the "
             "frames; only a JSON config file, a subagent's result or session file, a tool "
             "call's arguments that break its schema or a YAML scalar that needs quoting use it",
+    "omp.session.compaction": "~0.05 MB resident (the summary call, its prompts and the "
+                              "conversation's serialisation): only a compaction or handoff; "
+                              "the estimates a session needs from its start are "
+                              "omp.session.estimates",
     "omp.commands.render": "~0.1 MB resident (the Handlebars subset and the prompt formatter, "
                            "their regexes): only a template, file command or skill being sent "
                            "renders",

@@ -20,8 +20,8 @@ the registry and a callable that queues a frame. Rules:
 from __future__ import annotations
 
 import math
+import os
 import re
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -54,7 +54,8 @@ Emit = Callable[[msgspec.Struct], None]
 
 
 def new_request_id() -> str:
-    return secrets.token_hex(8)
+    # ``secrets.token_hex(8)`` without importing ``secrets`` (which a start would keep loaded).
+    return os.urandom(8).hex()
 
 
 class Disconnected(msgspec.Struct, frozen=True):

@@ -53,7 +53,7 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..protocol import payloads
 from ..session import SessionError
-from ..session.compaction import estimate_context_tokens, estimate_tokens
+from ..session.estimates import estimate_context_tokens, estimate_tokens
 from ..session.settings import load_settings
 from ..session.system_prompt import read_context_files
 

@@ -11,6 +11,7 @@ and records it in the session file; the recent part and tool-call/result pairs s
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -23,22 +24,21 @@ from ..llm.types import Context
 from ..protocol import messages as m
 from ..protocol.payloads import CompactionResult
 from .aborts import AbortRegistry
-from .compaction import (
-    CompactionPlan,
-    HandoffError,
+from .coordinator import RunCoordinator
+from .errors import SessionError
+from .estimates import (
     anchored_context_tokens,
-    compact,
     estimate_context_tokens,
     find_cut_point,
-    handoff,
     request_overhead_tokens,
     should_compact,
 )
-from .coordinator import RunCoordinator
-from .errors import SessionError
 from .model_control import ModelControl
 from .settings import Settings
 from .store import SessionStore
+
+if TYPE_CHECKING:
+    from .compaction import CompactionPlan
 
 TITLE_SYSTEM_PROMPT = ("You name conversations. Answer with a title of at most six words for "
                        "the conversation the user shows you, and nothing else.")
@@ -97,6 +97,8 @@ class Maintenance(msgspec.Struct, eq=False):
         """Compact the live context with the current model; None when there is nothing to
         compact. Raises SessionError when the model call fails. On cancellation nothing was
         changed."""
+        from .compaction import compact  # lazy: omp.lazy says why
+
         setup = self.turn_setup()
         try:
             plan = await compact(self.models.model, setup.options, list(self.agent.messages),
@@ -149,6 +151,8 @@ class Maintenance(msgspec.Struct, eq=False):
         (docs/design/sessions.md#handoff), in ``scope``. Refused while a run goes on. Raises
         SessionError with the spec's messages. On cancellation (``abort``) nothing was changed
         ("Handoff cancelled")."""
+        from .compaction import HandoffError, handoff  # lazy: omp.lazy says why
+
         if self.runs.run is not None:
             raise SessionError("Cannot hand off while a response is in progress")
         if self.compacting:
