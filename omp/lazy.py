@@ -89,6 +89,8 @@ LAZY_MODULES: dict[str, str] = {
                               "conversation's serialisation): only a compaction or handoff; "
                               "the estimates a session needs from its start are "
                               "omp.session.estimates",
+    "omp.session.run": "~0.08 MB resident with omp.session.retry (a run's saga, its retries "
+                       "and auto-compaction): loaded with the first run",
     "omp.commands.render": "~0.1 MB resident (the Handlebars subset and the prompt formatter, "
                            "their regexes): only a template, file command or skill being sent "
                            "renders",

@@ -38,11 +38,11 @@ from ..protocol import messages as m
 from ..protocol.commands import RequestId
 from .aborts import AbortRegistry
 from .errors import SessionError
-from .run import Run, RunHost
 from .settlement import Activity, Settlement, Ticket
 
 if TYPE_CHECKING:
     from ..tools.shell import ShellResult  # annotation only: omp.lazy says why
+    from .run import Run, RunHost  # Run: loaded with the first run (omp.lazy)
 from .sink import Published
 
 ASYNC_RESULT = "async-result"
@@ -270,6 +270,8 @@ class RunCoordinator(msgspec.Struct, eq=False):
         for message in self._deferred:
             self.record(message)
         self._deferred.clear()
+        from .run import Run  # lazy: omp.lazy says why
+
         run = Run(self.host, prompts, self.rng, aborts=self.aborts,
                   scope=scope if scope is not None else trio.CancelScope())
         if self.expired is not None:

@@ -35,7 +35,7 @@ recomputes its state in one method and returns the I/O to do). Its owner
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -43,8 +43,10 @@ from ..agent.loop import Input
 from ..protocol import messages as m
 from ..protocol.commands import RequestId
 from ..protocol.events import AgentEnd, AgentSettled, PromptError, PromptResult, SessionSettled
-from .run import RunReport
 from .sink import Published
+
+if TYPE_CHECKING:
+    from .run import RunReport
 
 Status = Literal["completed", "aborted", "error"]
 Frames = list[Published]
