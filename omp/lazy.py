@@ -39,8 +39,9 @@ LAZY_MODULES: dict[str, str] = {
     "omp.llm.models_live": "~3 ms (the cache's file handling): only get_available_models "
                            "with refresh asks the providers' live lists",
     "omp.tools": "~5-7 ms per tool implementation: loaded with its first call "
-                 "(omp.tools.LazyTool); eval's kernel module, with jupyter_client and zmq "
-                 "(~0.4 s), in a worker thread at the first eval call",
+                 "(omp.tools.LazyTool); the host's ask tool only with --mode rpc-ui "
+                 "(~0.03 MB an idle server would keep); eval's kernel module, with "
+                 "jupyter_client and zmq (~0.4 s), in a worker thread at the first eval call",
     "omp.session.export_html": "~3 ms: only export_html needs it",
     "omp.session.oversize": "~1 ms: only an entry whose session-file line is over "
                             "stream.maxSessionLineBytes needs it",
@@ -91,6 +92,7 @@ LAZY_MODULES: dict[str, str] = {
                               "omp.session.estimates",
     "omp.session.run": "~0.08 MB resident with omp.session.retry (a run's saga, its retries "
                        "and auto-compaction): loaded with the first run",
+    "omp.rpc.paging": "~0.02 MB resident: only get_messages_page and get_tree use it",
     "omp.commands.render": "~0.1 MB resident (the Handlebars subset and the prompt formatter, "
                            "their regexes): only a template, file command or skill being sent "
                            "renders",

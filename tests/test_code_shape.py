@@ -131,7 +131,7 @@ LOADED_ONCE_READY = ("omp.mcp", "omp.mcp.config", "omp.llm.local")
 NOT_WHEN_IDLE = (
     *(m for m in NOT_BEFORE_READY if m not in LOADED_ONCE_READY),
     "json", "omp.commands.render", "omp.session.compaction", "omp.session.run", "omp.session.retry",
-    "encodings.idna", "stringprep",
+    "omp.rpc.paging", "omp.tools.ask", "encodings.idna", "stringprep",
 )
 """Modules an idle server (started, asked, nothing run) does not hold: each is memory it would
 keep for good (``bench/bench_rpc.py``'s idle RSS). ``omp.lazy`` says where each is first used;

@@ -59,7 +59,6 @@ from ..session.sink import EventSink
 from ..subagents import SubagentHost
 from ..subagents import install as install_subagents
 from ..subprocess_env import child_environment
-from ..tools.ask import AskTool
 from ..tools.base import Tool
 from .bridges import ControlRegistry, HostUI, HostUris, emit_title_enabled
 from .options import ServeOptions
@@ -154,7 +153,11 @@ def build_runtime(options: ServeOptions, outbox: Outbox, *, ui: bool = True,
     def own_tools(session: AgentSession) -> list[Tool]:
         """The tools that need the session: the host's ``ask`` (``--mode rpc-ui``) and the
         ``task`` tool with its subagent host (unless ``--tools`` chose the tools)."""
-        tools: list[Tool] = [AskTool(host_ui)] if options.ask_tool and host_ui.enabled else []
+        tools: list[Tool] = []
+        if options.ask_tool and host_ui.enabled:
+            from ..tools.ask import AskTool  # lazy: omp.lazy says why (omp.tools)
+
+            tools.append(AskTool(host_ui))
         host = install_subagents(
             session, outbox.emit,
             agent_directory=session.prompt_options.agent_directory or agent_dir(),

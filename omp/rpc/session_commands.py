@@ -22,7 +22,6 @@ from ..protocol.frames import Response, fail, ok
 from ..session import AgentSession, SessionError
 from ..session.errors import InvalidRequest
 from ..session.stats import session_stats
-from .paging import PageError, encode_tree, page
 
 
 class SessionCommands(msgspec.Struct, eq=False):
@@ -103,12 +102,16 @@ class SessionCommands(msgspec.Struct, eq=False):
                                             "leafId": self.session.store.leaf_id})
 
     def get_tree(self, frame: cmd.GetTree) -> Response:
+        from .paging import encode_tree  # lazy: omp.lazy says why
+
         # A long session nests deeper than a recursive encoder goes: pre-encoded.
         return ok("get_tree", frame.id, {
             "tree": msgspec.Raw(encode_tree(self.session.store.entry_tree())),
             "leafId": self.session.store.leaf_id})
 
     def get_messages_page(self, frame: cmd.GetMessagesPage) -> Response:
+        from .paging import PageError, page  # lazy: omp.lazy says why
+
         session = self.session
         if session.is_streaming or session.maintenance.compacting:
             return fail("get_messages_page", frame.id,
