@@ -1,11 +1,14 @@
 """Which modules are imported on first use instead of at the top of a module, and why.
 
 Starting in a blink is a feature (``bench/bench_rpc.py``: spawn → ``ready`` within 60 ms of
-``import trio``), so a module that costs startup time and is not needed to answer the first
-command is imported inside the function that first needs it. That is the only reason for a
-function-local import; every entry below was measured with ``python -X importtime`` on a
-byte-compiled install, and ``tests/test_imports.py`` checks that no other module is imported
-that way. Everything else is imported at the top of its module.
+``import trio``), and so is a small idle process (its idle RSS: a server started and asked,
+nothing run). So a module that costs startup time, or memory an idle server would keep for
+good, and is not needed to answer the first command is imported inside the function that first
+needs it. Those are the only reasons for a function-local import; every entry below was
+measured on a byte-compiled install (``python -X importtime``; ``tracemalloc`` for the memory),
+and ``tests/test_imports.py`` checks that no other module is imported that way
+(``tests/test_code_shape.py``: what must not load before ``ready``, and what an idle server
+must not hold). Everything else is imported at the top of its module.
 
 For the same reason plain records (skills, commands, problems, routes, agent definitions,
 stream options, the settings sections of ``config.yml``) are msgspec Structs, and so are the
