@@ -82,7 +82,10 @@ async def test_names_persist_reset_wipes_them_and_no_kernel_outlives_the_server(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     script = [
         tools_reply(py("set", PID_TO_FILE + "x = 41\nprint('set')")),
-        tools_reply(py("use", "print('stdout')\nimport sys; print('stderr', file=sys.stderr)\n"
+        # Flushed: the kernel sends each stream's text on its own schedule, so two unflushed
+        # streams may arrive interleaved ("stderrstdout\n\n42" once in CI).
+        tools_reply(py("use", "print('stdout', flush=True)\n"
+                              "import sys; print('stderr', file=sys.stderr, flush=True)\n"
                               "x + 1")),
         tools_reply(py("big", "print('y' * 100_000)")),
         tools_reply(tool_call("js", "eval", {"language": "js", "code": "1 + 1"})),
