@@ -4,28 +4,15 @@ sources."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
+
+from repo_files import load_repo_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "check_attribute_stores", ROOT / "scripts" / "check_attribute_stores.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_attribute_stores"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-script = load_script()
+script = load_repo_file("scripts/check_attribute_stores.py")
 
 
 def targets(tmp_path: Path, source: str) -> list[str]:

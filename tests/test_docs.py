@@ -7,7 +7,6 @@ links from the README."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -17,6 +16,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from repo_files import load_repo_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -285,12 +285,7 @@ def test_every_command_has_an_example_the_schema_accepts() -> None:
 
     from omp.protocol.schema import command_tags
 
-    spec = importlib.util.spec_from_file_location("gen_reference",
-                                                  ROOT / "docs" / "gen_reference.py")
-    assert spec is not None
-    assert spec.loader is not None
-    generator = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generator)
+    generator = load_repo_file("docs/gen_reference.py")
     assert set(generator.EXAMPLES) == set(command_tags())
     validator = shared_validator()
     for tag in generator.EXAMPLES:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from agent_helpers import wait_until_gone
 from test_mcp import LIMIT, PROBE, Host, open_host, stdio_entry, write_mcp
 
 from omp.mcp.commands import add, remove
@@ -102,19 +103,6 @@ def test_add_texts(tmp_path: Path) -> None:
         'Server "h" not found in user config.')
 
 
-async def gone(pid: int) -> None:
-    """Until process ``pid`` (the server's child, not ours to wait for) has ended: its pidfd
-    becomes readable when it exits (a zombie counts as ended)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        await trio.lowlevel.wait_readable(fd)
-    finally:
-        os.close(fd)
-
-
 async def test_reload_applies_the_configuration(tmp_path: Path,
                                                 isolated_agent_dir: Path) -> None:
     """``/mcp reload`` reads the files again and applies them to the live servers: a new
@@ -147,8 +135,8 @@ async def test_reload_applies_the_configuration(tmp_path: Path,
             write_mcp(user, {"second": entry("second", enabled=False)})
             stopped = await host.command_output("/mcp reload")
             listed = await host.command_output("/mcp list")
-            await gone(starts("probe")[-1])
-            await gone(starts("second")[-1])
+            await wait_until_gone(starts("probe")[-1])
+            await wait_until_gone(starts("second")[-1])
     assert unchanged == "MCP runtime reloaded: no server changed."
     assert changed == "MCP runtime reloaded: started second; restarted probe."
     assert stopped == "MCP runtime reloaded: stopped probe, second."

@@ -5,31 +5,18 @@ to the catalog. The fetching itself needs the internet and is not run here."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from repo_files import load_repo_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "catalog"
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("refresh_catalog",
-                                                  ROOT / "scripts" / "refresh_catalog.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["refresh_catalog"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-script = load_script()
+script = load_repo_file("scripts/refresh_catalog.py")
 
 
 def recorded(name: str) -> Any:
