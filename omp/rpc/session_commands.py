@@ -160,9 +160,14 @@ class SessionCommands(msgspec.Struct, eq=False):
         session = self.session
         timeout = frame.timeout if isinstance(frame.timeout, int | float) else 300.0
         command_id = msgspec.UNSET if frame.id is None else frame.id
+        pace = session.sink.pace
 
         async def stream(text: str) -> None:
             session.publish(ev.BashExecutionUpdate(delta=text, id=command_id))
+            # A host far behind stops the reading (the command then blocks on its full
+            # pipe), as the model's stream does: the frames never pile up in memory.
+            if pace.behind():
+                await pace.wait_if_behind()
 
         run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout, on_output=stream,
                        environment=session.tool_context.environment)
