@@ -89,7 +89,9 @@ def tests_lowest(session: nox.Session) -> None:
     repository's root."""
     constraints = Path(session.virtualenv.location) / "lowest.txt"
     constraints.write_text("".join(f"{pin}\n" for pin in lowest_pins()))
-    session.install("-c", str(constraints), "-e", ".[test]")
+    # Not the whole test extra: the eval kernel (IPython, Jupyter) and the language server are
+    # no runtime dependency, and their installation was a third of the session's time.
+    session.install("-c", str(constraints), "-e", ".[test-core,ast]")
     chosen = session.posargs or [f"tests/{name}" for name in LOWEST_TESTS]
     session.run("pytest", *PARALLEL, *chosen,
                 env={**VALIDATE, "OMP_CANCELLATION_EXAMPLES": "200"})

@@ -31,9 +31,13 @@ from agent_helpers import (
     tools_reply,
 )
 
+from omp.tools.eval_settings import missing_dependencies
+
 BUSY = ("Agent is already processing. Use steer() or followUp() to queue messages, or wait for "
         "completion.")
-BUILTIN_TOOLS = {"read", "bash", "edit", "write", "grep", "glob", "ls", "todo", "eval", "task"}
+# eval is offered where its extra is installed (`nox -s tests_lowest` runs without it).
+BUILTIN_TOOLS = {"read", "bash", "edit", "write", "grep", "glob", "ls", "todo", "task"} | (
+    set() if missing_dependencies() else {"eval"})
 TEST_TIMEOUT = 60
 
 
