@@ -366,6 +366,38 @@ async def test_a_file_left_with_lines_on_their_way_is_read_whole_when_switched_b
     assert (state["sessionFile"], state["sessionName"]) == (first, "Kept")
 
 
+@pytest.mark.parametrize("change", ["new_session", "branch", "clone"])
+async def test_a_file_left_with_lines_on_their_way_is_older_than_its_successor(
+        tmp_path: Path, change: str) -> None:
+    """The session is named on a slow disk (its line waits 0.5 s in the writer thread) and at
+    once replaced by a new session, a branch or a clone: the new file is created only once the
+    old one is written, so the old one is not the newer of the two ("the newest session" of
+    ``--continue`` and ``open_session`` is the one modified last)."""
+    options = omp.ServeOptions(model="offline/echo", cwd=tmp_path, announce_offline=False,
+                               discover_extensions=False, agent_dir=tmp_path / "agent")
+    with trio.fail_after(LIMIT):
+        async with embedded(options) as client:
+            await client.request({"type": "prompt", "message": "question one"})
+            await frames_until(client, lambda f: f["type"] == "session_settled")
+            first = Path(as_dict((await client.request({"type": "get_state"})).data)[
+                "sessionFile"])
+            (user,) = as_dict((await client.request({"type": "get_fork_messages"})).data)[
+                "messages"]
+            more: dict[str, Any] = {"branch": {"entryId": user["entryId"]}}.get(change, {})
+            async with slow_disk(first, 0.5, threads="omp-session-writer") as opened:
+                assert (await client.request({"type": "set_session_name",
+                                              "name": "Kept"})).success
+                changed = await client.request({"type": change, **more})
+                assert changed.success, changed
+            second = Path(as_dict((await client.request({"type": "get_state"})).data)[
+                "sessionFile"])
+    assert opened[0].startswith("omp-session-writer")  # the name went the slow way
+    assert second != first
+    assert b'"Kept"' in await trio.Path(first).read_bytes()
+    older, newer = [(await trio.Path(p).stat()).st_mtime_ns for p in (first, second)]
+    assert older <= newer
+
+
 def test_a_failed_write_is_delivered_once(tmp_path: Path) -> None:
     """A FIFO put in place of the file: the writer thread's write is refused at once and the
     failure is delivered once, to ``on_failure`` (from the writer thread) when there is one,

@@ -6,8 +6,11 @@ through ``persist``; a write that fails is reported once (a ``notice``) and the 
 in memory, the reason kept in ``persistence_failure`` (the process then exits 1).
 
 Appends are written behind the loop by the file's writer thread (``omp.session.writer``), in
-order; ``written`` waits for them (the end of a run, the close). Loading or creating another
-file (``new_session``, ``switch_session``, ``open_session``, ``branch``) happens in a worker
+order; ``written`` waits for them (at the close), and so does loading or creating another
+file: the file read may be one this session wrote, and "the newest session" (``--continue``,
+``open_session``) is the one modified last, which a file left behind must not become by lines
+landing after its successor was created. Loading or creating another file (``new_session``,
+``switch_session``, ``open_session``, ``branch``, ``clone``) happens in a worker
 thread *before* anything changes: a file that cannot be read or created changes nothing, and
 neither does a cancellation before it is loaded. Adopting a loaded file is synchronous:
 ``adopt`` makes it the session and returns what the rest of the session takes from it (the live
@@ -79,7 +82,8 @@ class SessionStore(msgspec.Struct, eq=False):
     file's own bound, the largest frame)."""
     _left: list[SessionFile] = msgspec.field(default_factory=list)
     """Files this session left (``adopt``) while their writer threads still had lines queued:
-    they are written before any file is read again (``_written_all``), since it may be one."""
+    they are written before any file is read again or another is created (``written``):
+    the read may be of one of them, and "the newest session" is the one modified last."""
 
     def take_startup_notes(self) -> list[str]:
         """The ``startup_notes`` said so far, which the caller now says; none are left."""
@@ -141,24 +145,19 @@ class SessionStore(msgspec.Struct, eq=False):
             self._file_failed(self.file, exc)
 
     async def written(self) -> None:
-        """Wait until the session file's writer thread has written every line appended so far
-        (a failure is the usual persistence failure). On cancellation it stops waiting (the
-        thread goes on writing)."""
+        """Wait until the writer threads have written every line appended so far: the session
+        file's (a failure is the usual persistence failure) and those of the files this
+        session left (their failures were reported through their own callbacks). On
+        cancellation it stops waiting (the threads go on writing)."""
+        for left in self._left:
+            with contextlib.suppress(OSError):
+                await trio.to_thread.run_sync(left.flush, abandon_on_cancel=True)
+        self._left.clear()
         if (file := self.file) is not None and file.pending:
             try:
                 await trio.to_thread.run_sync(file.flush, abandon_on_cancel=True)
             except OSError as exc:
                 self._file_failed(file, exc)
-
-    async def _written_all(self) -> None:
-        """``written``, and the files this session left written too: before a file is read,
-        which may be one of them. On cancellation it stops waiting."""
-        for file in self._left:
-            # A failure was reported through that file's own callback when it happened.
-            with contextlib.suppress(OSError):
-                await trio.to_thread.run_sync(file.flush, abandon_on_cancel=True)
-        self._left.clear()
-        await self.written()
 
     def _file_failed(self, file: SessionFile, exc: OSError) -> None:
         """``file`` could not be written (an append, or its writer thread; once per file)."""
@@ -224,6 +223,7 @@ class SessionStore(msgspec.Struct, eq=False):
             return None
         create = functools.partial(SessionFile.create, self.directory, cwd=str(self.cwd),
                                    parent_session=parent_session)
+        await self.written()  # the file left behind must not look newer than this one
         try:
             return await trio.to_thread.run_sync(create)
         except OSError as exc:
@@ -237,7 +237,7 @@ class SessionStore(msgspec.Struct, eq=False):
         if not await trio.Path(path.parent).is_dir():
             raise SessionError(f"File not found: {path}")
         create = functools.partial(SessionFile.create_at, path, cwd=str(self.cwd))
-        await self._written_all()  # it may be this very file, or one left before
+        await self.written()  # it may be this very file, or one left before
         try:
             return (await _load_file(path) if await trio.Path(path).exists() else
                     await trio.to_thread.run_sync(create))
@@ -252,6 +252,7 @@ class SessionStore(msgspec.Struct, eq=False):
         changed."""
         if self.file is None:
             raise SessionError("open_session requires session persistence (omit --no-session)")
+        await self.written()  # the newest may be a file this session wrote, still growing
         newest = await trio.to_thread.run_sync(
             lambda: newest_session(directory, non_empty=True), abandon_on_cancel=True)
         if newest is not None and newest == self.file.path:
@@ -259,7 +260,6 @@ class SessionStore(msgspec.Struct, eq=False):
         if newest is None and self.file.path.parent == directory and empty:
             return None, False  # already the empty session of that directory
         create = functools.partial(SessionFile.create, directory, cwd=str(self.cwd))
-        await self._written_all()  # the newest may be a file this session wrote
         try:
             if newest is not None:
                 return await _load_file(newest), True
@@ -277,6 +277,7 @@ class SessionStore(msgspec.Struct, eq=False):
         file = self.file
         if file is None:
             raise SessionError("branch requires session persistence (omit --no-session)")
+        await self.written()  # the file branched from must not look newer than the branch
         try:
             return await trio.to_thread.run_sync(_branch_and_build, file, entry_id,
                                                  abandon_on_cancel=True)
@@ -294,6 +295,7 @@ class SessionStore(msgspec.Struct, eq=False):
             raise SessionError("clone requires session persistence (omit --no-session)")
         if file.leaf_id is None:
             raise SessionError("Cannot clone session: no current entry selected")
+        await self.written()  # the file cloned must not look newer than the clone
         try:
             return await trio.to_thread.run_sync(_clone_and_build, file,
                                                  abandon_on_cancel=True)
