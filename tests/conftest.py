@@ -85,6 +85,16 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "frames_off_schema(reason): the test's server writes frames outside the "
         "schema on purpose (a fake server's garbage, an unknown frame type), so "
         "OMP_TEST_VALIDATE_FRAMES=1 does not check its frames")
+    config.addinivalue_line(
+        "markers", "long: the test takes tens of seconds (a property's examples, a real "
+        "timeout); it runs first")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``long`` tests first. A parallel run (xdist's worksteal) gives each worker a block
+    of the list and lets a worker that ran out take the end of another's block: a long test
+    collected late would end the run on one worker while the other has nothing left."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -453,6 +453,7 @@ def assert_run_invariants(frames: list[Frame]) -> None:
     check_message_ids(frames)
 
 
+@pytest.mark.long
 @settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pause=st.floats(min_value=0.0, max_value=0.9))

@@ -30,7 +30,10 @@ def test_every_benchmark_is_listed_here() -> None:
     assert sorted(p.name for p in BENCH.glob("bench_*.py")) == sorted(SMALL)
 
 
-@pytest.mark.parametrize("script", sorted(SMALL))
+# bench_tools starts a kernel, a language server and an MCP server: the longest of them.
+@pytest.mark.parametrize("script", [
+    pytest.param(name, marks=pytest.mark.long) if name == "bench_tools.py" else name
+    for name in sorted(SMALL)])
 def test_a_benchmark_touches_neither_home_nor_tmp(tmp_path: Path, script: str) -> None:
     home, tmp, cwd = tmp_path / "home", tmp_path / "tmp", tmp_path / "cwd"
     for directory in (home, tmp, cwd):

@@ -1341,7 +1341,7 @@ def shard(number: int) -> Callable[..., None]:
         wrapped = seed(number)(wrapped)
     # 250 examples take about a minute (2 shared cores; the costly ones are the shell
     # commands, the stubborn one above all); a failure's shrinking runs many more.
-    marked: Callable[..., None] = pytest.mark.timeout(600)(wrapped)
+    marked: Callable[..., None] = pytest.mark.long(pytest.mark.timeout(600)(wrapped))
     return marked
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import procfs
+import pytest
 import trio
 from agent_helpers import Frame, of_type, text_reply, to_frame, tool_call, tools_reply
 from test_mcp import Host, open_host, result_text, write_mcp
@@ -154,6 +155,7 @@ async def test_a_server_that_cannot_come_back_fails_the_call_saying_why(
     assert_all_gone(mark)
 
 
+@pytest.mark.long  # the call's timeout, 20 s of real time
 async def test_a_restart_slower_than_the_call_fails_at_the_calls_timeout(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     cwd = tmp_path / "project"

@@ -88,6 +88,7 @@ its workers instead of ending with one test of several minutes."""
 
 def disruption_shard(number: int) -> Any:
     # 100 examples take one to two minutes (two shared cores); much longer under load.
+    @pytest.mark.long
     @pytest.mark.timeout(900)
     @seed(number)
     @settings(max_examples=max(1, EXAMPLES // SHARDS), deadline=None, derandomize=False,
