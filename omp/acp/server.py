@@ -445,13 +445,16 @@ class AcpServer:
                             ) -> w.ListSessionsResult:
         """The stored sessions of ``cwd`` (or of every project), newest first, in pages of
         ``LIST_PAGE``; the cursor is the offset of the next page. The files are read in a
-        thread; on cancellation it is abandoned."""
+        thread, once the live sessions' files have every line appended so far; on
+        cancellation it is abandoned."""
         offset = 0
         if isinstance(params.cursor, str):
             if not params.cursor.isdigit():
                 raise AcpError(f"Invalid ACP session cursor: {params.cursor}")
             offset = int(params.cursor)
         cwd = self._cwd(params.cwd) if isinstance(params.cwd, str) else None
+        for acp in list(self.sessions.values()):  # their counts and sizes as the client saw
+            await live(acp).store.written()
         page, total = await trio.to_thread.run_sync(
             stored_sessions, self.options, cwd, offset, LIST_PAGE, abandon_on_cancel=True)
         more = offset + LIST_PAGE < total

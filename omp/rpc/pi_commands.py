@@ -104,7 +104,8 @@ class PiCommands:
     async def list_sessions(self, frame: cmd.ListSessions) -> Response:
         """The stored sessions of ``cwd`` (default: the session's) or of every project
         (``all``), newest first; a file that is no session is skipped and said in a
-        ``notice``. Read in a worker thread; on cancellation it is abandoned."""
+        ``notice``. Read in a worker thread once the session's own file has every line
+        appended so far; on cancellation it is abandoned."""
         limit = frame.limit if isinstance(frame.limit, int) else None
         if limit is not None and limit <= 0:
             return fail(
@@ -132,6 +133,8 @@ class PiCommands:
                 path, directory = here, own or project_directory(agent_directory, here)
             return list_stored([directory], cwd=str(path), limit=limit, query=query or None)
 
+        # The session's own file is among those read: with every line the host has seen.
+        await session.store.written()
         listing = await trio.to_thread.run_sync(read, abandon_on_cancel=True)
         for skipped, why in listing.skipped[:MAX_NOTICES]:
             self.emit(
