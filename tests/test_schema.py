@@ -101,6 +101,12 @@ def test_every_command_has_its_response_data_and_a_definition() -> None:
     ("out", {"type": "message_update",
              "assistantMessageEvent": {"type": "bogus_delta", "contentIndex": 0, "delta": "x"}},
      "'bogus_delta' is not one of"),
+    # Inside a tagged union, the branch the tag names is checked, and its errors are said.
+    ("out", {"type": "message_update",
+             "assistantMessageEvent": {"type": "text_delta", "contentIndex": 0, "delta": 5}},
+     "MessageUpdateDelta at /assistantMessageEvent/delta: 5 is not of type 'string'"),
+    ("out", {"type": "message_end", "message": {"role": "assistant", "content": 5}},
+     "MessageEnd at /message/content: 5 is not of type 'array'"),
     ("out", {"type": "prompt", "message": "hi"}, "no schema defines an 'out' frame"),
 ])
 def test_the_schema_rejects_wrong_frames(direction: Direction, frame: dict[str, Any],
