@@ -897,13 +897,12 @@ async def test_sigkill_mid_answer_keeps_what_was_flushed(tmp_path: Path) -> None
             since_prompt = host.frames[start_at:]
             assert [f["message"]["role"] for f in of_type(since_prompt, "message_end")] == [
                 "user"], kinds(since_prompt)
-            # Killed once the file holds every line so far (the header, the entries, the user
-            # message): a frame may reach the host before its line reaches the disk, and no
-            # frame says when it has (omp/session/writer.py), so the file is polled.
+            # Killed once the file holds every line so far: a frame may reach the host before
+            # its line reaches the disk (omp/session/writer.py), and list_sessions answers
+            # once the session's own file has every line appended so far.
             path = Path(state["sessionFile"])
-            lines = 1 + len(flushed) + 1
-            while len(file_bytes(path).splitlines()) < lines:  # noqa: ASYNC110 (no event)
-                await trio.sleep(0.01)  # polling: no event says a line reached the disk
+            await host.data("list_sessions")
+            assert len(file_bytes(path).splitlines()) == 1 + len(flushed) + 1
             pid = client.pid
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
