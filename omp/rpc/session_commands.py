@@ -166,8 +166,7 @@ class SessionCommands(msgspec.Struct, eq=False):
             session.publish(ev.BashExecutionUpdate(delta=text, id=command_id))
             # A host far behind stops the reading (the command then blocks on its full
             # pipe), as the model's stream does: the frames never pile up in memory.
-            if pace.behind():
-                await pace.wait_if_behind()
+            await pace.wait_if_behind()
 
         run = ShellRun(frame.command, cwd=session.cwd, timeout=timeout, on_output=stream,
                        environment=session.tool_context.environment)

@@ -150,8 +150,9 @@ class SessionStore(msgspec.Struct, eq=False):
         session left (their failures were reported through their own callbacks). On
         cancellation it stops waiting (the threads go on writing)."""
         for left in self._left:
-            with contextlib.suppress(OSError):
-                await trio.to_thread.run_sync(left.flush, abandon_on_cancel=True)
+            if left.pending:
+                with contextlib.suppress(OSError):
+                    await trio.to_thread.run_sync(left.flush, abandon_on_cancel=True)
         self._left.clear()
         if (file := self.file) is not None and file.pending:
             try:
