@@ -7,7 +7,7 @@ was checked against and the path of each error: a frame is checked against the d
 frame, a tagged union (an ``anyOf`` with a ``discriminator``, as msgspec writes one) is checked
 against the branch its tag names: the same verdict, since every branch's tag is a constant of
 its own, and a fraction of the time (building the errors of every other branch made each frame
-cost milliseconds, a sixth of the suite's time).
+cost milliseconds, a sixth of the time of the tests that read many frames).
 
 ``watch_client_frames`` (used by the ``validate_frames`` fixture in ``conftest.py``) wraps
 ``RpcClient._on_frame`` so every logical frame a client receives in a test is checked; the
