@@ -38,9 +38,11 @@ settings.register_profile("omp", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("omp")
 
 
-# Read once and taken out of the environment: the processes the tests start must not see it
-# (some tests check exactly which variables reach a child).
-VALIDATE_FRAMES = os.environ.pop("OMP_TEST_VALIDATE_FRAMES", "") == "1"
+VALIDATE_FRAMES = os.environ.get("OMP_TEST_VALIDATE_FRAMES", "") == "1"
+"""Read when each pytest process imports this file. The variable is taken out of the
+environment by ``pytest_configure`` (the processes the tests start must not see it: some tests
+check exactly which variables reach a child), but not in an xdist controller, whose workers
+inherit its environment after this import and must read it too."""
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -81,6 +83,8 @@ def validate_frames(monkeypatch: pytest.MonkeyPatch) -> Iterator[FrameLog]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("numprocesses", None) or hasattr(config, "workerinput"):
+        os.environ.pop("OMP_TEST_VALIDATE_FRAMES", None)
     config.addinivalue_line(
         "markers", "frames_off_schema(reason): the test's server writes frames outside the "
         "schema on purpose (a fake server's garbage, an unknown frame type), so "

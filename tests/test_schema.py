@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,30 @@ def test_a_delta_of_every_kind_the_stream_forwards_is_accepted() -> None:
         assert not validator.problems(frame), kind
     assert not validator.problems(
         {"type": "response", "command": "get_state", "success": False, "error": "no"})
+
+
+def test_a_parallel_runs_workers_check_frames_when_the_run_asks(tmp_path: Path) -> None:
+    """``OMP_TEST_VALIDATE_FRAMES=1`` given to a parallel run (nox runs ``pytest -n auto``)
+    reaches the xdist workers, which run the tests: the controller imports conftest.py before
+    it starts them and must leave the variable in the environment they inherit. The processes
+    the tests start still do not see it."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import os\n"
+        "def test_probe(request):\n"
+        "    assert os.environ.get('PYTEST_XDIST_WORKER')\n"
+        "    assert 'validate_frames' in request.fixturenames\n"
+        "    assert 'OMP_TEST_VALIDATE_FRAMES' not in os.environ\n")
+    # tests/conftest.py as a plugin of a run rooted in tmp_path: the probe runs under it
+    # as the suite's tests do.
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_TEST_VALIDATE_FRAMES": "1", "PYTHONPATH": path}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+         "-n", "1", probe.name],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT * 4)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout, done.stdout
 
 
 # --- a real server's frames ----------------------------------------------------------------
