@@ -94,7 +94,7 @@ def tests_lowest(session: nox.Session) -> None:
     session.install("-c", str(constraints), "-e", ".[test-core,ast]")
     chosen = session.posargs or [f"tests/{name}" for name in LOWEST_TESTS]
     session.run("pytest", *PARALLEL, *chosen,
-                env={**VALIDATE, "OMP_CANCELLATION_EXAMPLES": "200"})
+                env={**VALIDATE, "OMP_CANCELLATION_EXAMPLES": "100"})
 
 
 def lowest_pins() -> list[str]:
