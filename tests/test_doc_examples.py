@@ -9,9 +9,9 @@ fence (invisible on a rendered page) says how it is checked:
   ``EXAMPLE_TIMEOUT`` seconds (an example that waits for an event that never comes fails).
 * ``<!-- example: extension registers COMMAND -->``: an extension module. It is loaded by a
   real ``omp --mode rpc -e FILE`` and must load without an error and register ``COMMAND``.
-* ``<!-- example: pytest -->``: a test module of a host's project. It runs with
-  ``python -m pytest`` in an empty directory (no ``conftest.py``: the fixtures come from the
-  installed ``omp.testing`` plugin), and every test in it must pass.
+* ``<!-- example: pytest -->``: a test module of a host's project. The docs' test modules run
+  together, one ``python -m pytest`` in an otherwise empty directory (no ``conftest.py``: the
+  fixtures come from the installed ``omp.testing`` plugin), and every test in each must pass.
 * ``<!-- example: fragment: REASON -->``: not runnable on its own (a piece of a larger program,
   a placeholder to fill in); the REASON is required and shown as the skip reason.
 """
@@ -88,7 +88,8 @@ def test_the_examples_are_found() -> None:
     assert any(not e.mark for e in readme), "no runnable example in README.md"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.id)
+@pytest.mark.parametrize("example", [e for e in EXAMPLES if e.mark != "pytest"],
+                         ids=lambda e: e.id)
 async def test_example_runs(example: Example, tmp_path: Path, isolated_agent_dir: Path) -> None:
     if example.mark.startswith("fragment"):
         reason = example.mark.removeprefix("fragment").strip(" :")
@@ -96,9 +97,6 @@ async def test_example_runs(example: Example, tmp_path: Path, isolated_agent_dir
         pytest.skip(f"fragment: {reason}")
     if example.mark.startswith("extension"):
         await _check_extension(example, tmp_path)
-        return
-    if example.mark == "pytest":
-        await _run_tests(example, tmp_path)
         return
     assert not example.mark, f"{example.id}: unknown example mark {example.mark!r}"
     script = tmp_path / "example.py"
@@ -114,19 +112,34 @@ async def test_example_runs(example: Example, tmp_path: Path, isolated_agent_dir
         f"{example.id} exited {done.returncode}:\n{done.stderr.decode(errors='replace')}")
 
 
-async def _run_tests(example: Example, tmp_path: Path) -> None:
+async def test_the_pytest_examples_pass(tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """The ``pytest`` examples, each a module of one project run by one ``python -m pytest``
+    (a pytest with every plugin takes seconds to start: once, not once per example). Every
+    module must be collected, and every test in it pass; the output names the example's file
+    and line in the module's name."""
+    chosen = [e for e in EXAMPLES if e.mark == "pytest"]
+    assert chosen, "no pytest example in the docs"
     project = tmp_path / "project"
     project.mkdir()
-    (project / "test_example.py").write_text(example.source)
+    names = {}
+    for example in chosen:
+        stem = re.sub(r"\W", "_", f"{example.path.relative_to(ROOT).with_suffix('')}")
+        name = f"test_{stem}_{example.line}.py"
+        (project / name).write_text(example.source)
+        names[name] = example.id
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env["TMPDIR"] = str(tmp_path)
-    with trio.fail_after(EXAMPLE_TIMEOUT):
+    with trio.fail_after(EXAMPLE_TIMEOUT * len(chosen)):
         done = await trio.run_process(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "test_example.py"], cwd=project, env=env, stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *names],
+            cwd=project, env=env, stdin=subprocess.DEVNULL,
             capture_stdout=True, capture_stderr=True, check=False)
     output = (done.stdout + done.stderr).decode(errors="replace")
-    assert done.returncode == 0, f"{example.id}: its tests failed:\n{output}"
+    assert done.returncode == 0, f"the examples' tests failed:\n{output}"
+    passed = {line.split()[1].split("::")[0] for line in output.splitlines()
+              if line.startswith("PASSED ")}
+    assert passed == set(names), (
+        f"examples without a passing test: {[names[n] for n in set(names) - passed]}\n{output}")
 
 
 async def _check_extension(example: Example, tmp_path: Path) -> None:
