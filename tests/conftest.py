@@ -2,7 +2,8 @@
 so results do not depend on who runs them (child processes inherit this environment). With
 ``OMP_TEST_VALIDATE_FRAMES=1`` every frame a test's ``RpcClient`` receives is checked against
 the committed JSON Schema (the ``validate_frames`` fixture). Hypothesis neither times examples
-nor checks how fast it draws them (the ``omp`` profile). The
+nor checks how fast it draws them (the ``omp`` profile). Before the first test the package is
+byte-compiled (``_byte_compile``), and the ``long`` tests are put first. The
 temporary directories must lie outside any git work tree: ripgrep and the project walk (skills,
 context files) honour the repository they find above ``tmp_path``."""
 
