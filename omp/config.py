@@ -64,9 +64,9 @@ def agent_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("HOME") or Path.home()) / ".omp" / "agent"
 
 
-PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+PROFILE_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 """A valid ``--profile`` name (the original's rule)."""
-_WINDOWS_DEVICE = re.compile(r"^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$")
+_WINDOWS_DEVICE = r"^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$"
 
 
 def select_profile(name: str | None) -> str | None:
@@ -80,10 +80,10 @@ def select_profile(name: str | None) -> str | None:
     name = (name or "").strip()
     if not name or name == "default":
         return None
-    if (not PROFILE_NAME.match(name) or name in (".", "..") or name.endswith(".")
-            or _WINDOWS_DEVICE.match(name)):
+    if (not re.match(PROFILE_NAME, name) or name in (".", "..") or name.endswith(".")
+            or re.match(_WINDOWS_DEVICE, name)):
         return (f'Invalid OMP profile "{name}". Profile names must match '
-                f"{PROFILE_NAME.pattern}, cannot be \".\" or \"..\", cannot end with \".\", and "
+                f"{PROFILE_NAME}, cannot be \".\" or \"..\", cannot end with \".\", and "
                 "cannot be a Windows reserved device name (CON, PRN, AUX, NUL, COM0-9, LPT0-9, "
                 "or any of those with an extension).")
     home = Path(os.environ.get("HOME") or Path.home())
@@ -383,12 +383,12 @@ def _describe(exc: BaseException, type_: Any) -> str:
     return format_exception(exc, type_)
 
 
-_INDEX = re.compile(r"\['([A-Za-z_][A-Za-z0-9_-]*)'\]")
+_INDEX = r"\['([A-Za-z_][A-Za-z0-9_-]*)'\]"
 
 
 def _plain(problem: str) -> str:
     # cattrs: "<what> @ $.providers['p'].models[0]" → "$.providers.p.models[0]: <what>"; a key
     # that is not a plain name (a space, a dot) keeps its brackets so the path stays readable.
     what, _, where = problem.partition(" @ ")
-    where = _INDEX.sub(r".\1", where)
+    where = re.sub(_INDEX, r".\1", where)
     return f"{where}: {what}" if where else what

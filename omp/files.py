@@ -64,7 +64,7 @@ class OwnProcessFile(UnusableFile):
     """A file of this process's own ``/proc/<pid>/`` directory."""
 
 
-_PROC_ENTRY = re.compile(r"^/proc/(\d+)(?:/|$)")
+_PROC_ENTRY = r"^/proc/(\d+)(?:/|$)"
 
 
 def _ours(pid: int) -> bool:
@@ -73,7 +73,7 @@ def _ours(pid: int) -> bool:
 
 
 def _refuse_proc_path(shown: Path | str, real: str) -> None:
-    match = _PROC_ENTRY.match(real)
+    match = re.match(_PROC_ENTRY, real)
     if match is not None and _ours(int(match[1])):
         name = os.fsdecode(shown)
         what = real if name == real else f"{name} is {real},"

@@ -302,7 +302,7 @@ async def test_https_connects_to_the_checked_address_and_verifies_the_name(
     names: list[str | None] = []
     trusting = ssl.create_default_context(cafile=str(good))
     trusting.load_verify_locations(cafile=str(other))
-    http = HttpClient(client=httpx.AsyncClient(verify=trusting, trust_env=False))
+    http = HttpClient(httpx.AsyncClient(verify=trusting, trust_env=False))
     try:
         for cert, key in ((good, good_key), (other, other_key)):
             server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -56,7 +56,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
-import attrs
 import msgspec
 import trio
 
@@ -359,17 +358,16 @@ class _Turn(msgspec.Struct, eq=False):
     """Each call's cancel scope, entered here before its task is started."""
 
 
-@attrs.define(eq=False, repr=False)
-class Agent:
+class Agent(msgspec.Struct, eq=False):
     """Holds the live context and the queues, and runs one attempt at a time."""
 
     sink: AgentSink
     setup: Callable[[], TurnSetup]
-    hooks: AgentHooks = attrs.field(factory=NoHooks)
-    messages: list[m.AgentMessage] = attrs.field(factory=list)
-    steering: deque[Input] = attrs.field(factory=deque)
-    follow_ups: deque[Input] = attrs.field(factory=deque)
-    stop_requested: bool = attrs.field(default=False, init=False)
+    hooks: AgentHooks = msgspec.field(default_factory=NoHooks)
+    messages: list[m.AgentMessage] = msgspec.field(default_factory=list)
+    steering: deque[Input] = msgspec.field(default_factory=deque)
+    follow_ups: deque[Input] = msgspec.field(default_factory=deque)
+    stop_requested: bool = False
     """A tool asked to end the attempt after its turn (a child's terminal ``yield``): the turn
     ends as it is and no other starts; nothing is aborted."""
     steering_mode: QueueMode = "one-at-a-time"
@@ -382,15 +380,15 @@ class Agent:
     watch: StreamWatch | None = None
     """Watches each model call's stream and may cut it (TTSR); None: nothing watches."""
     _cut: StreamCut | None = None
-    _added: list[m.AgentMessage] = attrs.field(factory=list)
+    _added: list[m.AgentMessage] = msgspec.field(default_factory=list)
     """What the current (or last) attempt added: ``agent_end.messages``."""
     _turn: _Turn | None = None
     _turn_index: int = 0
     _system_prompt: list[str] | None = None
     """The system prompt a ``before_agent_start`` hook set for the rest of the attempt."""
-    _steered: trio.Event = attrs.field(factory=trio.Event)
+    _steered: trio.Event = msgspec.field(default_factory=trio.Event)
     """The current batch's ``steered`` event (``_execute``)."""
-    _asides: set[int] = attrs.field(factory=set)
+    _asides: set[int] = msgspec.field(default_factory=set)
     """Identities of the queued steering messages that are asides (``queue_aside``)."""
 
     def use_gate(self, gate: ToolGate | None) -> None:

@@ -29,13 +29,13 @@ import msgspec
 from ..config import ConfigError, parse_yaml_mapping
 from .problems import Problem
 
-_HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-_KEBAB = re.compile(r"-([a-z])")
-_PLAIN_SCALAR = re.compile(r"^(\s*[A-Za-z_][\w-]*:\s+)(\S.*?)(\s*)$", re.ASCII)
+_HTML_COMMENT = r"(?s)<!--.*?-->"
+_KEBAB = r"-([a-z])"
+_PLAIN_SCALAR = r"(?a)^(\s*[A-Za-z_][\w-]*:\s+)(\S.*?)(\s*)$"
 # A value starting with one of these is YAML syntax (quoted, flow, block, tag, anchor, comment),
 # not a plain scalar that happens to contain ": ".
 _NOT_PLAIN_START = frozenset("\"'[{|>!&*#")
-_SIMPLE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.*)$")
+_SIMPLE_LINE = r"^([A-Za-z0-9_-]+):\s*(.*)$"
 
 
 class Frontmatter(msgspec.Struct, frozen=True):
@@ -50,7 +50,7 @@ class Frontmatter(msgspec.Struct, frozen=True):
 
 def parse_frontmatter(text: str, path: Path) -> Frontmatter:
     """``text`` (the content of ``path``) split into frontmatter and body; never raises."""
-    normalized = _HTML_COMMENT.sub("", _newlines(text))
+    normalized = re.sub(_HTML_COMMENT, "", _newlines(text))
     split = _split(normalized)
     if split is None:
         return Frontmatter(fields={}, body=normalized)
@@ -61,7 +61,7 @@ def parse_frontmatter(text: str, path: Path) -> Frontmatter:
         detail = str(error).removeprefix(f"{path}: ")
     fields: dict[str, Any] = {}
     for line in yaml_text.split("\n"):
-        if match := _SIMPLE_LINE.match(line):
+        if match := re.match(_SIMPLE_LINE, line):
             fields[match[1]] = match[2].strip()
     problem = Problem(path, f"broken frontmatter, read as plain `key: value` lines: {detail}")
     return Frontmatter(fields=_normalize_keys(fields), body=body, problem=problem)
@@ -116,7 +116,7 @@ def _quote_ambiguous_scalars(yaml_text: str) -> str | None:
     changed = False
     lines = []
     for line in yaml_text.split("\n"):
-        match = _PLAIN_SCALAR.match(line)
+        match = re.match(_PLAIN_SCALAR, line)
         if match and ": " in match[2] and match[2][0] not in _NOT_PLAIN_START:
             line = f"{match[1]}{json.dumps(match[2], ensure_ascii=False)}{match[3]}"
             changed = True
@@ -133,4 +133,4 @@ def _normalize_keys(value: Any) -> Any:
 
 
 def _camel(key: str) -> str:
-    return _KEBAB.sub(lambda match: match[1].upper(), key) if "-" in key else key
+    return re.sub(_KEBAB, lambda match: match[1].upper(), key) if "-" in key else key

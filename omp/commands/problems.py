@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-import attrs
 import msgspec
 
 from ..config import ConfigError
@@ -36,11 +35,10 @@ class Problem(msgspec.Struct, frozen=True):
         return cls(path, str(error).removeprefix(f"{path}: "))
 
 
-@attrs.define(eq=False, repr=False)
-class ReportOnce:
+class ReportOnce(msgspec.Struct, eq=False):
     """Remembers the problems already shown; ``new()`` keeps the ones not seen before."""
 
-    _seen: set[Problem] = attrs.field(factory=set)
+    _seen: set[Problem] = msgspec.field(default_factory=set)
 
     def new(self, problems: Iterable[Problem]) -> list[Problem]:
         fresh = []

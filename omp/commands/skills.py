@@ -67,8 +67,8 @@ SKILL_URI_SCHEME = "skill://"
 SKILL_URI_LINE = "- `skill://<name>`: instructions; `/<path>`: its file"
 """The line for ``skill://`` in a system prompt's list of internal URLs, as the original has it."""
 
-_INVALID_NAME = re.compile(r"[\s/]")
-_INLINE_TOKEN = re.compile(r"(^|\s)/skill:([^\s/]+)(\s|\Z)")
+_INVALID_NAME = r"[\s/]"
+_INLINE_TOKEN = r"(^|\s)/skill:([^\s/]+)(\s|\Z)"
 # The spec quotes the opening words; the rest of the sentence is ours.
 _RESOLVE_PATHS = ("Resolve relative paths in this skill (such as `scripts/run.py` or "
                   "`templates/base.md`) against this directory; read the files it refers to, and "
@@ -229,7 +229,7 @@ def _load(path: Path, dir_name: str, source: str, problems: list[Problem]) -> Sk
         return None
     raw_name = fields.get("name")
     name = raw_name.strip() if isinstance(raw_name, str) and raw_name.strip() else dir_name
-    if _INVALID_NAME.search(name):
+    if re.search(_INVALID_NAME, name):
         problems.append(Problem(path, f"skill name {name!r} has whitespace or '/' in it, so it "
                                       "could not be invoked as /skill:<name> nor read as "
                                       "skill://<name>; skill skipped"))
@@ -279,7 +279,7 @@ def parse_skill_invocation(text: str) -> SkillInvocation | None:
         return SkillInvocation(name, args.strip()) if name else None
     if start.startswith("/") or _local_execution(start):
         return None
-    match = _INLINE_TOKEN.search(text)
+    match = re.search(_INLINE_TOKEN, text)
     if match is None:
         return None
     before = text[:match.start(2) - len("/skill:")].rstrip()

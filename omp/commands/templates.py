@@ -24,11 +24,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-_PLACEHOLDER = re.compile(r"\$@\[(\d+)(?::(\d*))?\]|\$ARGUMENTS|\$@|\$(\d+)")
-_USES_DOLLAR = re.compile(r"\$(?:ARGUMENTS|@(?:\[\d+(?::\d*)?\])?|\d+)")
+_PLACEHOLDER = r"\$@\[(\d+)(?::(\d*))?\]|\$ARGUMENTS|\$@|\$(\d+)"
+_USES_DOLLAR = r"\$(?:ARGUMENTS|@(?:\[\d+(?::\d*)?\])?|\d+)"
 # As loose as the original's check: the lazy spans may cross from one {{ to a later }}.
-_USES_HANDLEBARS = re.compile(r"\{\{.*?(?:\b(?:arguments|ARGUMENTS|args)\b|\barg\s+[^}]+).*?\}\}",
-                              re.DOTALL)
+_USES_HANDLEBARS = r"(?s)\{\{.*?(?:\b(?:arguments|ARGUMENTS|args)\b|\barg\s+[^}]+).*?\}\}"
 
 
 def split_command(text: str) -> tuple[str, str] | None:
@@ -80,12 +79,13 @@ def substitute_args(body: str, args: Sequence[str]) -> str:
             return " ".join(args[start:start + length]) if length > 0 else ""
         return " ".join(args)  # $@ and $ARGUMENTS
 
-    return _PLACEHOLDER.sub(replace, body)
+    return re.sub(_PLACEHOLDER, replace, body)
 
 
 def uses_arg_placeholders(body: str) -> bool:
     """Whether ``body`` places its args itself (else they are appended; rule 5)."""
-    return _USES_DOLLAR.search(body) is not None or _USES_HANDLEBARS.search(body) is not None
+    return (re.search(_USES_DOLLAR, body) is not None
+            or re.search(_USES_HANDLEBARS, body) is not None)
 
 
 def expand(body: str, args_text: str) -> str:

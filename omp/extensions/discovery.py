@@ -64,7 +64,7 @@ ENTRY_POINT_GROUP = "omp.extensions"
 Setup = Callable[[Any], Any]
 """``setup(omp)``: takes the ``omp.extensions.api.ExtensionAPI``."""
 
-_GROUP_HEADER = re.compile(rb"^[ \t]*\[[ \t]*omp\.extensions[ \t]*\]", re.MULTILINE)
+_GROUP_HEADER = rb"(?m)^[ \t]*\[[ \t]*omp\.extensions[ \t]*\]"
 JS_SUFFIXES = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs")
 """Module files the JavaScript extension host loads."""
 TS_SUFFIXES = (".ts", ".mts", ".cts")
@@ -252,6 +252,6 @@ def _group_may_be_declared(search_path: Sequence[str]) -> bool:
                                         MAX_CONFIG_BYTES)
                 except (OSError, UnusableFile):
                     continue
-                if _GROUP_HEADER.search(text):
+                if re.search(_GROUP_HEADER, text):
                     return True
     return False

@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-import attrs
 import msgspec
 import trio
 
@@ -195,8 +194,7 @@ def _or_unset(value: str | float | None) -> Any:
     return msgspec.UNSET if value is None else value
 
 
-@attrs.define(eq=False, repr=False)
-class MessageBuilder:
+class MessageBuilder(msgspec.Struct, eq=False):
     """The partial assistant message, and the events that describe its growth.
 
     Blocks are addressed by a provider-chosen ``key`` (Anthropic's ``index``, a tool call's
@@ -211,16 +209,16 @@ class MessageBuilder:
     """The most characters of text, thinking, tool arguments and signatures the message may
     hold (``stream.maxMessageChars``); a delta past it raises the ``bad_response``
     ProviderError and is not kept."""
-    usage: m.Usage = attrs.field(factory=m.Usage.zero)
+    usage: m.Usage = msgspec.field(default_factory=m.Usage.zero)
     stop_reason: m.StopReason = "stop"
     error_message: str | None = None
     response_id: str | None = None
-    timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    timestamp: int = msgspec.field(default_factory=lambda: int(time.time() * 1000))
     started: bool = False
-    _blocks: list[_Block] = attrs.field(factory=list)
-    _keys: dict[Any, int] = attrs.field(factory=dict)
+    _blocks: list[_Block] = msgspec.field(default_factory=list)
+    _keys: dict[Any, int] = msgspec.field(default_factory=dict)
     _snapshot: m.AssistantMessage | None = None
-    _t0: float = attrs.field(factory=time.monotonic)
+    _t0: float = msgspec.field(default_factory=time.monotonic)
     _chars: int = 0
     _ttft: float | None = None
     _duration: float | None = None

@@ -47,7 +47,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
 import msgspec
 
 from ..groups import chain, unwrapped
@@ -113,26 +112,27 @@ _QUOTA = r"insufficient_quota|exceeded your current quota"
 # stream event" and "Malformed Gemini stream chunk" included): the same answer next time.
 _BAD_RESPONSE = r"Malformed\b|Stream over a limit\b"
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
-_PATH = re.compile(r"(?<![\w:/])(?:/[\w.\-]+){2,}")
-_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s?#@]+@")
-_SENSITIVE_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+_PATH = r"(?<![\w:/])(?:/[\w.\-]+){2,}"
+_USERINFO = r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s?#@]+@"
+_SENSITIVE_HEADER = r"(?i)auth|key|token|secret|cookie|password"
 # The machine fields of an error object shown after its message, in this order.
 _EXTRAS = ("type", "param", "code", "status")
 
 
-@attrs.define(eq=False, repr=False)
 class ProviderError(Exception):
-    kind: ErrorKind
-    message: str
-    """The text for ``errorMessage`` (module docstring), without local paths or secrets."""
-    provider: str = ""
-    model: str = ""
-    http_status: int | None = None
-    retry_after: float | None = None
-    """Seconds the provider asked us to wait, when it said."""
-
-    def __attrs_post_init__(self) -> None:
-        super().__init__(self.message)
+    # A plain exception, not attrs: this module is imported at every start, where attrs'
+    # generated methods cost more than the class itself (omp/lazy.py).
+    def __init__(self, kind: ErrorKind, message: str, provider: str = "", model: str = "",
+                 http_status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        """The text for ``errorMessage`` (module docstring), without local paths or secrets."""
+        self.provider = provider
+        self.model = model
+        self.http_status = http_status
+        self.retry_after = retry_after
+        """Seconds the provider asked us to wait, when it said."""
 
     @property
     def retryable(self) -> bool:
@@ -192,7 +192,7 @@ def kind_for_status(status: int, message: str) -> ErrorKind:
 
 def scrub(text: str) -> str:
     """Drop absolute local paths a library may have put in an exception's text."""
-    return _PATH.sub("<path>", text)
+    return re.sub(_PATH, "<path>", text)
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -202,7 +202,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     wanted = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True)
     if wanted:
         text = re.sub("|".join(map(re.escape, wanted)), REDACTED, text)
-    return _USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
+    return re.sub(_USERINFO, rf"\g<scheme>{REDACTED}@", text)
 
 
 def secrets_of(model: Model, options: StreamOptions) -> tuple[str, ...]:
@@ -214,7 +214,7 @@ def secrets_of(model: Model, options: StreamOptions) -> tuple[str, ...]:
     model_headers = model.headers if isinstance(model.headers, dict) else {}
     for headers in (model_headers, options.headers):
         for name, value in headers.items():
-            if _SENSITIVE_HEADER.search(name):
+            if re.search(_SENSITIVE_HEADER, name):
                 found.append(value.strip())
                 # "Bearer <token>", "Basic <credentials>": the token alone may be echoed too.
                 found.extend(value.split()[1:])

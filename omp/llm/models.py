@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from ..login.flows import LoginTarget
     from .models_file import ModelsFile
 
-_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_ENV_NAME = r"^[A-Z_][A-Z0-9_]*$"
 OFFLINE_PROVIDER = "offline"
 OFFLINE_MODEL = "echo"
 # Which built-in model a fresh session starts on, by the first provider that has a key.
@@ -541,7 +541,7 @@ class ModelRegistry(msgspec.Struct, eq=False):
             return f"log in first (the `login` command with providerId `{provider}`)"
         auth = self.providers.get(provider)
         names = list(auth.env) if auth else []
-        if auth and auth.config_key and _ENV_NAME.match(auth.config_key):
+        if auth and auth.config_key and re.match(_ENV_NAME, auth.config_key):
             names.append(auth.config_key)
         if names:
             return "set " + " or ".join(names)
@@ -551,7 +551,7 @@ class ModelRegistry(msgspec.Struct, eq=False):
         """Provider → the variable its models.yml ``apiKey`` names, for the providers left
         without credentials because that variable is not set."""
         return {name: auth.config_key for name, auth in self.providers.items()
-                if auth.config_key and _ENV_NAME.match(auth.config_key)
+                if auth.config_key and re.match(_ENV_NAME, auth.config_key)
                 and not self.has_credentials(name)}
 
     def headers(self, model: Model) -> dict[str, str]:
@@ -705,10 +705,10 @@ class ModelRegistry(msgspec.Struct, eq=False):
         header_sets += self.model_headers.values()
         for auth in self.providers.values():
             names.update(auth.env)
-            if auth.config_key and _ENV_NAME.match(auth.config_key):
+            if auth.config_key and re.match(_ENV_NAME, auth.config_key):
                 names.add(auth.config_key)
         for headers in header_sets:
-            names.update(value for value in headers.values() if _ENV_NAME.match(value))
+            names.update(value for value in headers.values() if re.match(_ENV_NAME, value))
         return frozenset(names)
 
     def default_model(self) -> Model:
@@ -811,7 +811,7 @@ def split_url_credentials(url: str) -> tuple[str, str | None]:
 def resolve_config_value(value: str, environ: Mapping[str, str]) -> str | None:
     """models.yml ``apiKey``/header value: an environment variable's value when the value names
     a variable (unset → None), else the literal."""
-    if _ENV_NAME.match(value):
+    if re.match(_ENV_NAME, value):
         return environ.get(value) or None
     return value
 

@@ -17,7 +17,6 @@ import functools
 import ssl
 from typing import TYPE_CHECKING, Protocol, cast
 
-import attrs
 import msgspec
 
 from ..groups import only_cancelled
@@ -79,39 +78,38 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-@attrs.define(eq=False, repr=False)
-class HttpClient:
+class HttpClient(msgspec.Struct, eq=False):
     """The HTTP client of one owner (a ``serve()``): opened on first use, for connection reuse
     across that owner's model calls, and closed by the owner. Never shared between owners, so
     one server closing its client cannot break another's calls
     (docs/internals.md#resources-belong-to-a-serve)."""
 
-    _client: httpx.AsyncClient | None = None
+    client: httpx.AsyncClient | None = None
+    """The client in use: given (a test's own), or made by ``async_client`` on first use."""
     _closed: bool = False
 
     def async_client(self) -> httpx.AsyncClient:
         """The ``httpx.AsyncClient``, made on first use; RuntimeError once closed."""
         if self._closed:
             raise RuntimeError("the HTTP client was closed with its owner")
-        if self._client is None:
-            self._client = new_http_client()
-        return self._client
+        if self.client is None:
+            self.client = new_http_client()
+        return self.client
 
     async def aclose(self) -> None:
         """Close the connections. On cancellation they are dropped unclosed."""
         self._closed = True
-        client, self._client = self._client, None
+        client, self.client = self.client, None
         if client is not None:
             await client.aclose()
 
 
-@attrs.define(eq=False, repr=False)
-class ModelCall:
+class ModelCall(msgspec.Struct, eq=False):
     """One request to one model."""
 
     model: Model
     context: Context
-    options: StreamOptions = attrs.field(factory=StreamOptions)
+    options: StreamOptions = msgspec.field(default_factory=StreamOptions)
     final: m.AssistantMessage | None = None
     """The message once the call ended: done, error, or aborted by cancellation."""
     error: ProviderError | None = None

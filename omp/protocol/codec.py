@@ -106,7 +106,7 @@ def decode_line(line: Line) -> cmd.Inbound | Response:
 # A ``\uXXXX`` escape of a surrogate, preceded by an even number of backslashes (so the
 # backslash before ``u`` is not itself escaped): a high one with its low partner (kept), a lone
 # high one, or a lone low one.
-_SURROGATE_ESCAPE = re.compile(
+_SURROGATE_ESCAPE = (
     rb"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
     rb"|(?<!\\)((?:\\\\)*)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
@@ -117,7 +117,7 @@ def _replace_lone_surrogates(line: bytes) -> bytes:
             return match.group(0)  # a valid pair
         return (match.group(1) if match.group(2) is not None else match.group(4)) + b"\\ufffd"
 
-    return _SURROGATE_ESCAPE.sub(replace, line)
+    return re.sub(_SURROGATE_ESCAPE, replace, line)
 
 
 def _too_deep() -> Response:
@@ -189,32 +189,32 @@ def nesting_exceeds(line: bytes, limit: int) -> bool:
 
 # --- validation messages ----------------------------------------------------------------------
 
-_at = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_missing = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
-_expected = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`")
-_bad_enum = re.compile(r"^Invalid enum value (?P<got>.+)$")
+_at = r" - at `\$(?P<path>[^`]*)`$"
+_missing = r"^Object missing required field `(?P<field>[^`]+)`"
+_expected = r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`"
+_bad_enum = r"^Invalid enum value (?P<got>.+)$"
 
 
 def explain(exc: msgspec.ValidationError, root: Any) -> str:
     """Rewrite msgspec's message so it names the field and what the protocol expects there."""
     message = str(exc)
     path = ""
-    if m := _at.search(message):
+    if m := re.search(_at, message):
         path = m["path"]
         message = message[: m.start()]
     steps = _parse_path(path)
-    if m := _missing.match(message):
+    if m := re.match(_missing, message):
         steps.append(m["field"])
         expected = _expected_of(root, steps)
         return f"`{_format_path(steps)}` is required ({expected})"
     expected = _expected_of(root, steps)
     field = _format_path(steps) or "the frame"
-    if m := _bad_enum.match(message):
+    if m := re.match(_bad_enum, message):
         got = m["got"]
         if len(got) >= 2 and got[0] == got[-1] == "'":
             got = msgspec.json.encode(got[1:-1]).decode()
         return f"`{field}` must be {expected.removeprefix('expected ')} (got {got})"
-    if m := _expected.match(message):
+    if m := re.match(_expected, message):
         got = _json_kinds.get(m["got"], m["got"])
         return f"`{field}` has the wrong type: {expected}, got {got}"
     return f"`{field}`: {message}"

@@ -25,7 +25,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-import attrs
 import msgspec
 import trio
 
@@ -35,8 +34,8 @@ from ..protocol import events as ev
 from ..protocol import messages as m
 from ..tools.base import OnUpdate, Tool, ToolError, ToolResult, UriResource
 
-HOST_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-URI_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
+HOST_TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+URI_SCHEME = r"^[a-z][a-z0-9+.-]*$"
 # Schemes with a meaning of their own (ours, the web's, and the original's internal ones, so a
 # host written for it keeps its choice of names).
 RESERVED_SCHEMES = frozenset({
@@ -62,11 +61,10 @@ class Disconnected(msgspec.Struct, frozen=True):
     """Delivered to a pending request when the host is gone."""
 
 
-@attrs.define(eq=False, repr=False)
-class ControlRegistry:
+class ControlRegistry(msgspec.Struct, eq=False):
     """Requests to the host awaiting its control frames, by (answering kind, request id)."""
 
-    _pending: dict[tuple[str, str], PendingRequest] = attrs.field(factory=dict)
+    _pending: dict[tuple[str, str], PendingRequest] = msgspec.field(default_factory=dict)
     disconnected: bool = False
 
     def dispatch(self, frame: cmd.ControlFrame) -> None:
@@ -91,8 +89,11 @@ class ControlRegistry:
         self._pending.pop((request.kind, request.id), None)
 
 
-@attrs.define(eq=False, repr=False)
-class PendingRequest:
+def _frame_channel() -> tuple[trio.MemorySendChannel[Any], trio.MemoryReceiveChannel[Any]]:
+    return trio.open_memory_channel(float("inf"))
+
+
+class PendingRequest(msgspec.Struct, eq=False):
     """One request to the host, awaiting its frames (filled by the reader, read by the caller).
 
     Raises ToolError(``disconnected``) at once when the host is already gone.
@@ -103,25 +104,24 @@ class PendingRequest:
     """The control frame kind that answers it (``host_tool_result`` / ``host_uri_result``)."""
     disconnected: str
     """The error text when the host goes away before answering."""
-    id: str = attrs.field(factory=new_request_id)
-    _send: trio.MemorySendChannel[Any] = attrs.field(init=False)
-    _recv: trio.MemoryReceiveChannel[Any] = attrs.field(init=False)
+    id: str = msgspec.field(default_factory=new_request_id)
     settled: bool = False
+    _frames: tuple[trio.MemorySendChannel[Any], trio.MemoryReceiveChannel[Any]] = (
+        msgspec.field(default_factory=_frame_channel))
 
-    def __attrs_post_init__(self) -> None:
+    def __post_init__(self) -> None:
         if self.registry.disconnected:
             raise ToolError(self.disconnected)
-        self._send, self._recv = trio.open_memory_channel(float("inf"))
         self.registry._add(self)
 
     def deliver(self, frame: Any) -> None:
-        self._send.send_nowait(frame)
+        self._frames[0].send_nowait(frame)
 
     async def next_frame(self) -> Any:
         """The next frame the host sent for this request. Cancellable. Raises ToolError when
         the host went away (the request stays unsettled: its owner still writes the cancel
         frame, for a host that closed its input but reads on)."""
-        frame = await self._recv.receive()
+        frame = await self._frames[1].receive()
         if isinstance(frame, Disconnected):
             raise ToolError(self.disconnected)
         return frame
@@ -148,20 +148,29 @@ def _content(raw: list[dict[str, Any]]) -> list[m.TextContent | m.ImageContent]:
     return out
 
 
-@attrs.define(eq=False, repr=False)
 class HostTool(Tool):
     """A tool the host runs; the model sees it like any other
     (docs/design/protocol.md#host-tools)."""
 
-    registry: ControlRegistry
-    emit: Emit
+    # A plain class, not attrs: this module is imported at every start, where attrs' generated
+    # methods cost more than the class itself (omp/lazy.py).
+    __slots__ = ("_pending", "description", "emit", "label", "name", "parameters", "registry")
+    # ``shared`` (the Tool default), as in the original: the calls of one batch reach the
+    # host together, and the host decides what may run at once.
     name: str
     label: str
     description: str
     parameters: dict[str, Any]
-    # ``shared`` (the Tool default), as in the original: the calls of one batch reach the
-    # host together, and the host decides what may run at once.
-    _pending: dict[str, PendingRequest] = attrs.field(factory=dict)
+
+    def __init__(self, registry: ControlRegistry, emit: Emit, *, name: str, label: str,
+                 description: str, parameters: dict[str, Any]) -> None:
+        self.registry = registry
+        self.emit = emit
+        self.name = name
+        self.label = label
+        self.description = description
+        self.parameters = parameters
+        self._pending: dict[str, PendingRequest] = {}
 
     @property
     def abort_text(self) -> str:
@@ -225,7 +234,7 @@ def validate_host_tools(tools: list[cmd.HostToolDefinition], builtin: set[str]
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         name = tool.name.strip()
-        if not HOST_TOOL_NAME.match(name):
+        if not re.match(HOST_TOOL_NAME, name):
             return (f"Host tool at index {i} must have a name of 1-64 letters, digits, _ or - "
                     f"(got {tool.name!r})")
         if name in seen:
@@ -313,7 +322,7 @@ def normalize_schemes(schemes: list[cmd.HostUriSchemeDefinition]
         scheme = entry.scheme.strip().lower()
         if not scheme:
             return None, "Host URI scheme must be a non-empty string"
-        if not URI_SCHEME.match(scheme):
+        if not re.match(URI_SCHEME, scheme):
             return None, f"Host URI scheme contains invalid characters: {entry.scheme}"
         if scheme in RESERVED_SCHEMES:
             return None, f"Host URI scheme is reserved: {scheme}://"

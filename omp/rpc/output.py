@@ -43,7 +43,6 @@ import tempfile
 from collections.abc import Callable
 from typing import IO
 
-import attrs
 import msgspec
 import trio
 
@@ -162,27 +161,26 @@ class ByteSpool(msgspec.Struct, eq=False):
             self._file = None
 
 
-@attrs.define(eq=False, repr=False)
-class Output:
+class Output(msgspec.Struct, eq=False):
     """Frames for the host, encoded as they are queued, in queue order, into the spool."""
 
     high_water_bytes: int = 1024 * 1024
     """Unsent bytes from which on the host is ``behind`` (and ``wait_if_behind`` waits)."""
-    spool: ByteSpool = attrs.field(factory=ByteSpool)
-    encoder: FrameEncoder = attrs.field(factory=FrameEncoder)
-    _buffer: bytearray = attrs.field(factory=bytearray, init=False)
-    _readable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
-    _writable: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
-    _drained: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
-    _closed: bool = attrs.field(default=False, init=False)
-    _failure: OutputClosedError | None = attrs.field(default=None, init=False)
-    send_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    spool: ByteSpool = msgspec.field(default_factory=ByteSpool)
+    encoder: FrameEncoder = msgspec.field(default_factory=FrameEncoder)
+    _buffer: bytearray = msgspec.field(default_factory=bytearray)
+    _readable: trio.lowlevel.ParkingLot = msgspec.field(default_factory=trio.lowlevel.ParkingLot)
+    _writable: trio.lowlevel.ParkingLot = msgspec.field(default_factory=trio.lowlevel.ParkingLot)
+    _drained: trio.lowlevel.ParkingLot = msgspec.field(default_factory=trio.lowlevel.ParkingLot)
+    _closed: bool = False
+    _failure: OutputClosedError | None = None
+    send_scope: trio.CancelScope | None = None
     """Around the writer's loop: ``fail`` cancels it, even mid-send (the host may never read
     again)."""
-    delivered: int = attrs.field(default=0, init=False)
+    delivered: int = 0
     """Pieces delivered so far (a frame sent straight into a pipe, or up to ``SEND_PIECE``
     bytes of a block): whether a host is still reading, for shutdown."""
-    direct: Callable[[bytes | bytearray], bool] | None = attrs.field(default=None, init=False)
+    direct: Callable[[bytes | bytearray], bool] | None = None
     """While the writer serves an ``omp.memory_pipe``: the pipe's ``send_nowait``. A frame
     queued while nothing is pending goes straight into the pipe, so the host can read it
     without the writer task's switch (one scheduler round less latency per batch)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import attrs
 import msgspec
 import trio
 
@@ -40,8 +39,7 @@ _PI_SOURCE: dict[str, payloads.PiCommandSource] = {
 """Our command sources in pi's words; built-ins are left out, as pi leaves out its own."""
 
 
-@attrs.define(eq=False, repr=False)
-class PiCommands:
+class PiCommands(msgspec.Struct, eq=False):
     session: AgentSession
     slash: Slash
     emit: Callable[[msgspec.Struct], None]

@@ -43,7 +43,6 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import attrs
 import trio
 
 from ..protocol.codec import decode_line
@@ -117,7 +116,6 @@ async def serve(
     await run_on_stdio(runtime, functools.partial(RpcServer, runtime), task_status=task_status)
 
 
-@attrs.define(eq=False, repr=False)
 class RpcServer:
     """The RPC front end of the lifecycle: the reader, the serial lane, the command tasks.
 
@@ -125,34 +123,35 @@ class RpcServer:
     ``AbortRegistry`` here, as the reader routes it (``route``), before the next line is read.
     """
 
-    runtime: Runtime
-    stdin: trio.abc.ReceiveStream
-    commands: Commands = attrs.field(init=False)
-    _serial_send: trio.MemorySendChannel[tuple[Frame, Admission] | Job] = (
-        attrs.field(init=False))
-    _serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Admission]
-                                            | Job] = attrs.field(init=False)
-    # Commands accepted into the serial lane and not yet answered: while any is pending, new
-    # quick commands queue behind it instead of being answered inline (arrival order).
-    _serial_pending: int = attrs.field(default=0, init=False)
-    _command_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _commands_done: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _stopping: bool = attrs.field(default=False, init=False)
-    """``ctx.shutdown()``: no more input; what is queued in the serial lane is dropped."""
-    _reader_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
-    _input_ended: bool = attrs.field(default=False, init=False)
-    """``end_input`` was called: the reader reads no more."""
-    _receive_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
-    """Around the reader's wait for input, which ``end_input`` cancels."""
-    _started: trio.Event = attrs.field(factory=trio.Event, init=False)
-    """The start's serial job is done (extensions loaded, commands announced)."""
+    # A plain class, not attrs: this module is imported at every start, where attrs' generated
+    # methods cost more than the class itself (omp/lazy.py).
+    __slots__ = ("_command_nursery", "_commands_done", "_input_ended", "_reader_scope",
+                 "_receive_scope", "_serial_pending", "_serial_recv", "_serial_send", "_started",
+                 "_stopping", "commands", "runtime", "stdin")
 
-    def __attrs_post_init__(self) -> None:
-        runtime = self.runtime
+    def __init__(self, runtime: Runtime, stdin: trio.abc.ReceiveStream) -> None:
+        self.runtime = runtime
+        self.stdin = stdin
         self.commands = Commands(runtime.session, runtime.outbox, self.spawn, runtime.controls,
                                  runtime.host_uris, runtime.aborts, runtime.ui,
                                  runtime.subagents, custom=runtime.options.commands)
+        self._serial_send: trio.MemorySendChannel[tuple[Frame, Admission] | Job]
+        self._serial_recv: trio.MemoryReceiveChannel[tuple[Frame, Admission] | Job]
         self._serial_send, self._serial_recv = trio.open_memory_channel(float("inf"))
+        # Commands accepted into the serial lane and not yet answered: while any is pending,
+        # new quick commands queue behind it instead of being answered inline (arrival order).
+        self._serial_pending = 0
+        self._command_nursery: trio.Nursery | None = None
+        self._commands_done = trio.Event()
+        self._stopping = False
+        """``ctx.shutdown()``: no more input; what is queued in the serial lane is dropped."""
+        self._reader_scope = trio.CancelScope()
+        self._input_ended = False
+        """``end_input`` was called: the reader reads no more."""
+        self._receive_scope: trio.CancelScope | None = None
+        """Around the reader's wait for input, which ``end_input`` cancels."""
+        self._started = trio.Event()
+        """The start's serial job is done (extensions loaded, commands announced)."""
         runtime.session.use_shutdown_request(self.request_stop)
 
     @property

@@ -33,7 +33,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import msgspec
 import trio
 
@@ -133,8 +132,12 @@ class Call(msgspec.Struct, eq=False):
         self.slash.emit(ev.CommandOutput(text=text))
 
 
-@attrs.define(eq=False, repr=False)
-class Slash:
+def _by_name() -> dict[str, Builtin]:
+    """The built-in commands by name and by alias."""
+    return {name: builtin for builtin in BUILTINS for name in (builtin.name, *builtin.aliases)}
+
+
+class Slash(msgspec.Struct, eq=False):
     """The command registry of one server's session."""
 
     session: AgentSession
@@ -142,24 +145,18 @@ class Slash:
     spawn: Spawn
     home: Path | None = None
     """Where the user's ``~/.agent(s)``, ``~/.claude`` folders are (default: the real home)."""
-    templates: list[PromptTemplate] = attrs.field(factory=list, init=False)
-    builtins: dict[str, Builtin] = attrs.field(init=False)
+    templates: list[PromptTemplate] = msgspec.field(default_factory=list)
+    builtins: dict[str, Builtin] = msgspec.field(default_factory=_by_name)
     """By name and by alias."""
-    ordered: list[Builtin] = attrs.field(init=False)
-    reload_extensions: Callable[[], Awaitable[None]] | None = attrs.field(default=None,
-                                                                         init=False)
+    ordered: list[Builtin] = msgspec.field(default_factory=lambda: list(BUILTINS))
+    reload_extensions: Callable[[], Awaitable[None]] | None = None
     """Set by the server that loaded the session's extensions: imports them again."""
-    mcp: McpManager | None = attrs.field(default=None, init=False)
+    mcp: McpManager | None = None
     """The server's MCP servers (``/mcp``, their prompts as commands); None: none configured."""
-    project_trusted: bool = attrs.field(default=False, init=False)
+    project_trusted: bool = False
     """Whether the project's own MCP servers may run (``/mcp test`` of one of them)."""
 
-    def __attrs_post_init__(self) -> None:
-        self.ordered = list(BUILTINS)
-        self.builtins = {}
-        for builtin in self.ordered:
-            for name in (builtin.name, *builtin.aliases):
-                self.builtins[name] = builtin
+    def __post_init__(self) -> None:
         self.reload_templates()
 
     def use_mcp(self, mcp: McpManager) -> None:

@@ -144,10 +144,10 @@ def resolve(decision: ToolDecision, user: ApprovalPolicy | None, settings: Appro
     return "allow" if _ORDER[decision.tier] <= _MAXIMUM[settings.mode] else "prompt"
 
 
-_CONTROL = re.compile(r"&&|\|\||[;|&\n`]|\$\(")
+_CONTROL = r"&&|\|\||[;|&\n`]|\$\("
 """Shell control syntax: a command with any of it is never allowed by an ``allow`` pattern
 as a whole."""
-_SEGMENTS = re.compile(r"&&|\|\||[;|\n]")
+_SEGMENTS = r"&&|\|\||[;|\n]"
 
 
 def _normal(command: str) -> str:
@@ -219,7 +219,7 @@ def bash_decision(command: str, bash: BashSettings) -> ToolDecision:
     ``allowCompoundCommands`` and every ``&&`` segment is allowed) allows at the ``write``
     tier; a ``prompt`` pattern (whole or segment) asks."""
     whole = _normal(command)
-    segments = [_normal(s) for s in _SEGMENTS.split(command) if s.strip()]
+    segments = [_normal(s) for s in re.split(_SEGMENTS, command) if s.strip()]
     def matches(pattern: str, candidates: list[str]) -> bool:
         compiled = _glob(pattern)
         return any(compiled.match(c) for c in candidates)
@@ -230,11 +230,11 @@ def bash_decision(command: str, bash: BashSettings) -> ToolDecision:
     if is_critical(command):
         return ToolDecision("exec", override=True, reason=CRITICAL_REASON)
     allows = [r.match for r in bash.patterns if r.approval == "allow"]
-    if not _CONTROL.search(command) and any(matches(a, [whole]) for a in allows):
+    if not re.search(_CONTROL, command) and any(matches(a, [whole]) for a in allows):
         return ToolDecision("write", "allow")
     chain = [_normal(s) for s in command.split("&&")]
     if (bash.allowCompoundCommands and len(chain) > 1
-            and not any(_CONTROL.search(s) for s in chain)
+            and not any(re.search(_CONTROL, s) for s in chain)
             and all(any(matches(a, [s]) for a in allows) for s in chain)):
         return ToolDecision("write", "allow")
     for rule in bash.patterns:

@@ -52,7 +52,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import attrs
 import msgspec
 from msgspec import UNSET
 
@@ -201,8 +200,7 @@ def _with_base(data: dict[str, Any], entry_id: str, parent_id: str | None,
 # --- the session file ------------------------------------------------------------------------
 
 
-@attrs.define(eq=False, repr=False)
-class SessionFile:
+class SessionFile(msgspec.Struct, eq=False):
     """One session file: its header, its entries (all branches) and the leaf.
 
     Make one with :meth:`create`, :meth:`create_at` or :meth:`open`. The constructor takes the
@@ -211,9 +209,9 @@ class SessionFile:
 
     _path: Path
     _header: SessionHeader
-    _entries: list[Entry] = attrs.field(factory=list)
-    _by_id: dict[str, Entry] = attrs.field(factory=dict)
-    _raw: dict[str, dict[str, Any] | bytes] = attrs.field(factory=dict)
+    _entries: list[Entry] = msgspec.field(default_factory=list)
+    _by_id: dict[str, Entry] = msgspec.field(default_factory=dict)
+    _raw: dict[str, dict[str, Any] | bytes] = msgspec.field(default_factory=dict)
     """The JSON object (or still-undecoded line) each loaded entry was read from, by id."""
     _leaf_id: str | None = None
     _slot_title: str | None = None
@@ -221,14 +219,14 @@ class SessionFile:
     """The file starts with omp's 256-byte title slot (rewritten in place by ``set_name``)."""
     _needs_newline: bool = False
     """The file ends in a torn line: the next append starts a line of its own."""
-    problems: list[LoadProblem] = attrs.field(factory=list)
+    problems: list[LoadProblem] = msgspec.field(default_factory=list)
     """Lines skipped on load (never the torn last line, which is set aside silently)."""
     fsync: bool = False
     """``fsync`` after every write: each append, or each batch of the writer thread (the bytes
     themselves are never buffered in this process beyond the writer's queue)."""
-    _writer: LineWriter | None = attrs.field(default=None, init=False)
+    _writer: LineWriter | None = None
     """The writer thread appends go to (``write_behind``); None: they are written in place."""
-    max_line_bytes: int = attrs.field(default=MAX_REASSEMBLED_FRAME_BYTES, kw_only=True)
+    max_line_bytes: int = MAX_REASSEMBLED_FRAME_BYTES
     """The longest line an append writes (``stream.maxSessionLineBytes`` of the session that
     adopts the file: ``set_max_line_bytes``): the longest strings of a longer entry go to files
     of their own (``omp.session.oversize``)."""
@@ -671,9 +669,8 @@ def _load_current(path: Path, lines: list[bytes], *,
         entries.append(entry)
         by_id[entry_id] = entry
         raw[entry_id] = line
-    return SessionFile(path, header, entries=entries, by_id=by_id, raw=raw,
-                       leaf_id=_leaf_of(entries),
-                       needs_newline=_torn_tail(lines), fsync=fsync)
+    return SessionFile(path, header, entries, by_id, raw, _leaf_of(entries),
+                       _needs_newline=_torn_tail(lines), fsync=fsync)
 
 
 def _set_torn_line_aside(path: Path, lines: list[bytes], index: int) -> bool:
@@ -789,9 +786,8 @@ def _load_generic(path: Path, lines: list[bytes], *, fsync: bool) -> SessionFile
         out.append(msgspec.json.encode(header_raw) + b"\n")
         out.extend(msgspec.json.encode(raw_by_id[e.id]) + b"\n" for e in entries)
         _replace_file(path, b"".join(out))
-    return SessionFile(path, header, entries=entries, by_id=by_id, raw=raw_by_id,
-                       leaf_id=_leaf_of(entries), slot_title=slot_title, has_slot=has_slot,
-                       needs_newline=torn_tail and not migrated, problems=problems, fsync=fsync)
+    return SessionFile(path, header, entries, by_id, raw_by_id, _leaf_of(entries), slot_title,
+                       has_slot, torn_tail and not migrated, problems, fsync)
 
 
 def _migrate(header: dict[str, Any], body: list[tuple[int, dict[str, Any]]], version: int) -> bool:

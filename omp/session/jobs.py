@@ -32,7 +32,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
-import attrs
 import msgspec
 import trio
 
@@ -73,8 +72,7 @@ class Job(msgspec.Struct, eq=False):
     started: float = msgspec.field(default_factory=time.monotonic)
 
 
-@attrs.define(eq=False, repr=False)
-class _Moving(Generic[T]):
+class _Moving(msgspec.Struct, Generic[T], eq=False):
     """The ``HandOff`` of one work: the ``task_status`` of its start in the session nursery."""
 
     jobs: Jobs
@@ -100,16 +98,15 @@ class _Moving(Generic[T]):
         return True
 
 
-@attrs.define(eq=False, repr=False)
-class Jobs:
+class Jobs(msgspec.Struct, eq=False):
     """The background jobs of one (main) session."""
 
     runs: RunCoordinator
     settings: Settings
     """The session's settings, read live (``async.maxJobs``)."""
-    rows: dict[str, Job] = attrs.field(factory=dict)
+    rows: dict[str, Job] = msgspec.field(default_factory=dict)
     _next_command: int = 1
-    _pending: list[tuple[Job, Settled]] = attrs.field(factory=list)
+    _pending: list[tuple[Job, Settled]] = msgspec.field(default_factory=list)
     _pending_epoch: int = 0
     _flush_epoch: int | None = None
 

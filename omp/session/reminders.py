@@ -19,7 +19,7 @@ Rules, in one place:
 
 from __future__ import annotations
 
-import attrs
+import msgspec
 
 from ..agent.loop import now_ms
 from ..protocol import events as ev
@@ -50,8 +50,7 @@ def reminder_text(todos: TodoState, attempt: int, maximum: int) -> str:
             "</system-reminder>")
 
 
-@attrs.define(eq=False, repr=False)
-class TodoReminders:
+class TodoReminders(msgspec.Struct, eq=False):
     """One session's reminder count; ``due`` decides, the saga acts on what it returns."""
 
     todos: TodoState

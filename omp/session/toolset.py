@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import attrs
+import msgspec
 
 from ..tools.base import Tool
 from .mcp_tools import McpTools
 from .system_prompt import PromptOptions
 
 
-@attrs.define(eq=False, repr=False)
-class ToolSet:
+class ToolSet(msgspec.Struct, eq=False):
     options: PromptOptions
     own: list[Tool]
     """The built-in tools and those that need the session."""
@@ -34,7 +33,7 @@ class ToolSet:
     """``tools.xdev``: MCP tools are ``xd://`` devices rather than function tools."""
     prompt_extra: str | None = None
     """A block the system prompt carries before its last one (a subagent's assignment)."""
-    host: list[Tool] = attrs.field(factory=list)
+    host: list[Tool] = msgspec.field(default_factory=list)
     _active: set[str] | None = None
     _prompt: tuple[tuple[object, ...], list[str]] | None = None
     _forced: str | None = None

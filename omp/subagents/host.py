@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
 import msgspec
 import trio
 
@@ -86,11 +85,10 @@ _ADJECTIVES = ("Swift", "Quiet", "Bright", "Bold", "Calm", "Clever", "Eager", "K
                "Nimble", "Brave", "Sharp", "Steady", "Vivid", "Witty", "Gentle")
 _NOUNS = ("Falcon", "Otter", "Badger", "Heron", "Lynx", "Marten", "Osprey", "Raven", "Wren",
           "Fox", "Hare", "Kestrel", "Panda", "Seal", "Tiger", "Wolf")
-_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_ID_CHARS = r"[^A-Za-z0-9_-]"
 
 
-@attrs.define(eq=False, repr=False)
-class SubagentHost:
+class SubagentHost(msgspec.Struct, eq=False):
     """The ``task`` tool's spawner for one session (the main one or a child)."""
 
     session: AgentSession
@@ -102,16 +100,18 @@ class SubagentHost:
     """Ids of this session's children start with it (``Parent.``)."""
     spawns: str = "*"
     """Which agents this session may spawn: ``*``, a comma-separated list, or none."""
-    limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(32))
-    _agents: list[AgentDef] = attrs.field(factory=list)
-    _used_ids: set[str] = attrs.field(factory=set)
+    limiter: trio.CapacityLimiter = msgspec.field(default_factory=lambda: trio.CapacityLimiter(32))
+    agents: list[AgentDef] = msgspec.field(default_factory=list)
+    """The agent definitions as last read (``refresh_agents``); a child's host starts with its
+    parent's."""
+    _used_ids: set[str] = msgspec.field(default_factory=set)
     _cancelled: str | None = None
-    _rng: random.Random = attrs.field(factory=random.Random)
+    _rng: random.Random = msgspec.field(default_factory=random.Random)
 
     def nested_tool(self, session: AgentSession, prefix: str, spawns: str) -> Tool:
         """The ``task`` tool of a child session that may spawn children of its own."""
         return SubagentHost(session, self.registry, self.agent_directory, self.trusted,
-                            prefix=prefix, spawns=spawns, agents=self._agents).tool()
+                            prefix=prefix, spawns=spawns, agents=self.agents).tool()
 
     # -- installing ---------------------------------------------------------------------------
 
@@ -124,9 +124,9 @@ class SubagentHost:
 
     def refresh_agents(self) -> list[AgentDef]:
         """Read the agent files again (blocking: a few small files)."""
-        self._agents = discover_agents(self.agent_directory, self.session.cwd,
+        self.agents = discover_agents(self.agent_directory, self.session.cwd,
                                        trusted=self.trusted)
-        return self._agents
+        return self.agents
 
     # -- the Spawner protocol -----------------------------------------------------------------
 
@@ -192,7 +192,7 @@ class SubagentHost:
         disabled = set(self.session.settings.task.disabledAgents)
         allowed = None if self.spawns == "*" else {
             s.strip() for s in self.spawns.split(",") if s.strip()}
-        return [a for a in self._agents if a.name not in disabled
+        return [a for a in self.agents if a.name not in disabled
                 and (allowed is None or a.name in allowed)]
 
     async def spawn(self, call_id: str, context: str | None, items: list[TaskItem], *,
@@ -301,7 +301,7 @@ class SubagentHost:
             return None, (f"Cannot spawn another agent at task depth {depth}; maximum depth is "
                           f"{limit}.")
         name = item.agent or self.default_agent()
-        by_name = {a.name: a for a in self._agents}
+        by_name = {a.name: a for a in self.agents}
         available = ", ".join(a.name for a in self._visible_agents())
         if self.spawns != "*":
             allowed = [s.strip() for s in self.spawns.split(",") if s.strip()]
@@ -317,7 +317,7 @@ class SubagentHost:
         return agent, None
 
     def _allocate_id(self, requested: str | None, taken: set[str]) -> str:
-        base = _ID_CHARS.sub("", requested or "")[:48] or (
+        base = re.sub(_ID_CHARS, "", requested or "")[:48] or (
             self._rng.choice(_ADJECTIVES) + self._rng.choice(_NOUNS))
         directory = self.artifacts_dir()
         candidate, n = self.prefix + base, 1

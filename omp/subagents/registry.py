@@ -22,7 +22,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import msgspec
 
 from ..files import UnusableFile, read_part
@@ -46,18 +45,17 @@ class UnknownSubagent(LookupError):
     message says why."""
 
 
-@attrs.define(eq=False, repr=False)
-class SubagentRegistry:
+class SubagentRegistry(msgspec.Struct, eq=False):
     emit: Callable[[msgspec.Struct], None]
     """Writes a frame (the server's ``emit``; never waits)."""
     epoch: Callable[[], int]
     """The root session's ``job_epoch``."""
     level: SubagentLevel = "off"
     _seen_epoch: int = 0
-    _live: dict[str, SubagentSnapshot] = attrs.field(factory=dict)
-    _files: OrderedDict[str, str] = attrs.field(factory=OrderedDict)
-    _stale: set[str] = attrs.field(factory=set)
-    _ending: dict[str, SubagentSnapshot] = attrs.field(factory=dict)
+    _live: dict[str, SubagentSnapshot] = msgspec.field(default_factory=dict)
+    _files: OrderedDict[str, str] = msgspec.field(default_factory=OrderedDict)
+    _stale: set[str] = msgspec.field(default_factory=set)
+    _ending: dict[str, SubagentSnapshot] = msgspec.field(default_factory=dict)
     """Children live at the last session change: their terminal lifecycle is still written."""
 
     def set_level(self, level: SubagentLevel) -> None:

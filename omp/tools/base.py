@@ -275,8 +275,12 @@ class RulebookRule(msgspec.Struct, frozen=True):
 
 RULE_URI_SCHEME = "rule://"
 
-URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-"""A path that is a URL (``scheme://...``): served by the host or refused, never a local file."""
+_URL_LIKE = r"^[A-Za-z][A-Za-z0-9+.-]*://"
+
+
+def url_like(path: str) -> bool:
+    """``path`` is a URL (``scheme://...``): served by the host or refused, never a local file."""
+    return re.match(_URL_LIKE, path) is not None
 
 
 JobStatus = Literal["completed", "failed", "cancelled"]

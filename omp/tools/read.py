@@ -30,12 +30,12 @@ from ..protocol.messages import ImageContent, TextContent
 from .base import (
     DEVICE_SCHEME,
     RULE_URI_SCHEME,
-    URL_LIKE,
     OnUpdate,
     ToolContext,
     ToolError,
     ToolResult,
     UriResource,
+    url_like,
 )
 from .ls import DEFAULT_LS_LIMIT, list_directory, os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
@@ -354,7 +354,7 @@ class ReadTool(SpecifiedTool):
             from .web_fetch import read_url
 
             return await read_url(self._ctx, shown_path)
-        elif URL_LIKE.match(shown_path):
+        elif url_like(shown_path):
             # Never the local file "./zz:/y": a URL nobody serves is a mistake to report.
             raise ToolError(f"Cannot read {shown_path}: no host serves "
                             f"{shown_path.partition('://')[0]}:// URLs; read a file path.")

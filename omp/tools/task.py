@@ -15,15 +15,14 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-import attrs
 import msgspec
 import trio
 
 from .base import OnUpdate, Tool, ToolResult
 
 EMPTY_DETAILS: dict[str, Any] = {"projectAgentsDir": None, "results": [], "totalDurationMs": 0}
-_AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-_ESCAPES = re.compile(r'\\["\\]|\\u[0-9a-fA-F]{4}|\\[nrtbf/]')
+_AGENT_NAME = r"^[A-Za-z0-9_-]+$"
+_ESCAPES = r'\\["\\]|\\u[0-9a-fA-F]{4}|\\[nrtbf/]'
 
 
 class TaskItem(msgspec.Struct, frozen=True):
@@ -88,7 +87,7 @@ def flat_schema(default_agent: str) -> dict[str, Any]:
 def _default(agent: str) -> dict[str, Any]:
     # The default is only shown when it is a plain agent name
     # (docs/design/subagents.md#the-task-tool).
-    return {"default": agent} if _AGENT_NAME.match(agent) else {}
+    return {"default": agent} if re.match(_AGENT_NAME, agent) else {}
 
 
 def unescape_once(text: str) -> str:
@@ -96,7 +95,7 @@ def unescape_once(text: str) -> str:
     anything else as it is."""
     import json  # lazy: omp.lazy says why
 
-    escapes = _ESCAPES.findall(text)
+    escapes = re.findall(_ESCAPES, text)
     if not escapes or (len(escapes) < 2 and not any(
             e.startswith(('\\"', "\\\\", "\\u")) for e in escapes)):
         return text
@@ -163,15 +162,19 @@ def validate(args: dict[str, Any], *, batch: bool) -> tuple[str | None, list[Tas
     return None, [item], True, ""
 
 
-@attrs.define(eq=False, repr=False)
 class TaskTool(Tool):
     """``task``: present only while spawning is possible (the spawner's session decides)."""
 
-    spawner: Spawner
-    name: str = "task"
-    label: str = "Task"
-    lenient_arguments: bool = True
+    # A plain class, not attrs: its module is imported at every start, where attrs' generated
+    # methods cost more than the class itself (omp/lazy.py).
+    __slots__ = ("spawner",)
+    name = "task"
+    label = "Task"
+    lenient_arguments = True
     """Schema failures do not reject the call: ``execute`` answers with precise texts."""
+
+    def __init__(self, spawner: Spawner) -> None:
+        self.spawner = spawner
 
     @property
     def description(self) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from ..files import UnusableFile, open_regular
-from .base import DEVICE_SCHEME, URL_LIKE, OnUpdate, ToolContext, ToolError, ToolResult
+from .base import DEVICE_SCHEME, OnUpdate, ToolContext, ToolError, ToolResult, url_like
 from .ls import os_error_message, resolve_path
 from .specs import SPECS, SpecifiedTool
 
@@ -73,7 +73,7 @@ class WriteTool(SpecifiedTool):
                                 "register this scheme as writable.")
             await self._ctx.uris.write(url, content)
             return ToolResult.text(f"Successfully wrote {len(content)} bytes to {url}")
-        if URL_LIKE.match(shown_path):
+        if url_like(shown_path):
             # Never a local file named "zz:/y": a URL nobody serves is a mistake to report.
             raise ToolError(f"Unknown URI-like write target '{shown_path}'. No host serves "
                             f"{shown_path.partition('://')[0]}:// URLs; write to a file path.")

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-import attrs
 import msgspec
 import trio
 
@@ -61,17 +60,22 @@ class YieldState(msgspec.Struct, eq=False):
     """Consecutive failing calls (the driver stops the child after too many)."""
 
 
-@attrs.define(eq=False, repr=False)
 class YieldTool(Tool):
-    state: YieldState
-    last_text: Callable[[], str | None]
-    """The text of the child's last assistant turn that reads as a report."""
-    on_terminal: Callable[[], None]
-    name: str = "yield"
-    label: str = "Submit Result"
-    description: str = ("Submit your final result (or an error for a real blocker). Calling it "
-                        "ends your work on the assignment.")
-    parameters: dict[str, Any] = attrs.field(factory=lambda: PARAMETERS)
+    # A plain class, not attrs: its module is imported at every start (YieldState), where
+    # attrs' generated methods cost more than the class itself (omp/lazy.py).
+    __slots__ = ("last_text", "on_terminal", "state")
+    name = "yield"
+    label = "Submit Result"
+    description = ("Submit your final result (or an error for a real blocker). Calling it ends "
+                   "your work on the assignment.")
+    parameters = PARAMETERS
+
+    def __init__(self, state: YieldState, last_text: Callable[[], str | None],
+                 on_terminal: Callable[[], None]) -> None:
+        self.state = state
+        self.last_text = last_text
+        """The text of the child's last assistant turn that reads as a report."""
+        self.on_terminal = on_terminal
 
     def approval_tier(self, args: dict[str, Any]) -> Tier:
         return "read"  # the original's tier (docs/guides/approval.md#tiers)
