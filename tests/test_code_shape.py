@@ -1,7 +1,8 @@
 """The shape the code keeps: no class over 500 lines, ``AgentSession`` a thin façade (issue 20),
-the modules a plain start must not import before ``ready``, and those an idle server must not
-hold (``omp.lazy`` says why each is imported on first use; ``bench/bench_rpc.py`` measures what a
-start costs and what an idle server holds)."""
+the modules a plain start must not import before ``ready``, the attrs classes and compiled
+patterns it must not create, and the modules an idle server must not hold (``omp.lazy`` says why
+each is left to first use; ``bench/bench_rpc.py`` measures what a start costs and what an idle
+server holds)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import omp
 
@@ -54,6 +56,11 @@ class Snapshot(trio.abc.SendStream):
     async def send_all(self, data):
         if self.first is None:
             self.modules = sorted(sys.modules)
+            self.attrs_classes = sorted(
+                f"{name}.{key}" for name, module in list(sys.modules.items())
+                if name.startswith("omp") for key, value in vars(module).items()
+                if isinstance(value, type) and value.__module__ == name
+                and hasattr(value, "__attrs_attrs__"))
             self.first = bytes(data).split(b"\\n")[0].decode()
         await trio.lowlevel.checkpoint()
     async def wait_send_all_might_not_block(self):
@@ -68,7 +75,8 @@ async def main():
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: omp.serve(server_in, out, options=options))
         await to_server.aclose()  # EOF: serve() ends after ready
-    print(json.dumps({"first": out.first, "modules": out.modules}))
+    print(json.dumps({"first": out.first, "modules": out.modules,
+                      "attrs_classes": out.attrs_classes}))
 
 trio.run(main)
 """
@@ -87,17 +95,54 @@ NOT_BEFORE_READY = (
 ``ready``; each is imported where it is first used."""
 
 
-def test_a_plain_start_imports_none_of_the_lazy_modules_before_ready(tmp_path: Path) -> None:
+def start_report(tmp_path: Path) -> dict[str, Any]:
+    """What ``_PROBE`` saw when ``ready`` was written."""
     env = {"HOME": str(tmp_path), "OMP_AGENT_DIR": str(tmp_path / "agent"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-P", "-c", _PROBE], cwd=tmp_path, env=env,
                           capture_output=True, timeout=60, check=True)
-    report = json.loads(done.stdout)
+    report: dict[str, Any] = json.loads(done.stdout)
     assert json.loads(report["first"])["type"] == "ready"
-    modules = report["modules"]
-    assert "omp.rpc.server" in modules  # the probe saw the server's own imports
+    assert "omp.rpc.server" in report["modules"]  # the probe saw the server's own imports
+    return report
+
+
+def test_a_plain_start_imports_none_of_the_lazy_modules_before_ready(tmp_path: Path) -> None:
+    modules = start_report(tmp_path)["modules"]
     early = sorted(m for m in modules
                    if any(m == lazy or m.startswith(lazy + ".") for lazy in NOT_BEFORE_READY))
     assert not early, f"imported before ready: {early} (see omp/lazy.py)"
+
+
+ATTRS_AT_START = ["omp.rpc.commands.Commands", "omp.session.agent_session.AgentSession"]
+"""The only attrs classes a start creates (omp/lazy.py says why: attrs compiles its methods
+when the class is created; these two use its aliases and parts built after init)."""
+
+
+def module_level_compiles(path: Path) -> list[str]:
+    """``NAME = re.compile(...)`` statements at the top level of ``path``."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return [f"{path.name}:{node.lineno}" for node in body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func) == "re.compile"]
+
+
+def test_a_start_creates_no_other_attrs_class_and_compiles_no_pattern(tmp_path: Path) -> None:
+    report = start_report(tmp_path)
+    assert report["attrs_classes"] == ATTRS_AT_START, "see omp/lazy.py"
+    paths = [ROOT.parent.joinpath(*name.split(".")) for name in report["modules"]
+             if name.split(".")[0] == "omp"]
+    files = [p / "__init__.py" if p.is_dir() else p.with_suffix(".py") for p in paths]
+    assert len(files) > 50
+    assert all(f.is_file() for f in files)
+    compiled = [where for f in files for where in module_level_compiles(f)]
+    assert compiled == [], "compile on first use instead (omp/lazy.py)"
+
+
+def test_the_compile_check_sees_a_module_level_compile(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('import re\n\nX = re.compile(r"a")\n\n\n'
+                      'def f():\n    return re.compile("b")\n')
+    assert module_level_compiles(module) == ["m.py:3"]
 
 
 # The same, once the start's work is done: the first commands answered and the local model
