@@ -21,11 +21,12 @@ The one strict converter (``omp.config.structure``) takes Structs as it takes at
 attrs stays where its features are used, declared ``eq=False, repr=False`` (the repr is 0.15
 ms of the 0.3): private fields with aliases, fields set in ``__attrs_post_init__`` with no
 default, validators, subclasses of a protocol with behaviour (the tools), exceptions. But not
-in a module a start imports: there a tool or an exception is a plain class (``__slots__`` and
-an ``__init__``), a private field is a Struct field named ``_x`` and the parts built after init
-come from default factories (``__post_init__`` does the rest); only ``AgentSession`` and
-``omp.rpc.commands.Commands`` stay attrs classes (aliases, and parts that need the object
-itself), two of the 24 a start created before.
+in a module a start imports: there a tool, an exception or an object whose parts are built
+from the object itself (``RpcServer``, ``Commands``) is a plain class (``__slots__`` and an
+``__init__``), a private field is a Struct field named ``_x``, and parts that need only the
+fields come from default factories and ``__post_init__``; only ``AgentSession`` stays an
+attrs class (aliases, and parts that need the session itself, in a façade kept short), one of
+the 24 a start created before.
 
 Likewise, a module a start imports compiles no regular expression at import: it keeps the
 pattern as a string and calls ``re.search(PATTERN, text)`` (re's own cache compiles it on

@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
-import attrs
 import msgspec
 import trio
 
@@ -112,42 +111,46 @@ class Route(msgspec.Struct, frozen=True):
     when it is cancelled."""
 
 
-@attrs.define(eq=False, repr=False)
 class Commands:
-    session: AgentSession
-    outbox: Outbox
-    spawn: Callable[[Callable[[], Awaitable[None]]], None]
-    """Runs work that must not hold the serial lane (extension commands) as a task."""
-    controls: ControlRegistry
-    host_uris: HostUris
-    aborts: AbortRegistry
-    ui: HostUI
-    subagents: SubagentHost | None = None
-    command_entered: trio.Event | None = attrs.field(default=None, init=False)
-    """Set when the extension command started by the last handler has run to its first wait.
-    The lane that answered waits for it before the next line, so what the command does at
-    once (``ctx.shutdown()``) applies to every later line, as if it had run in the lane."""
-    custom: Mapping[str, CustomHandler] = attrs.field(factory=dict)
-    files: SessionCommands = attrs.field(init=False)
-    """The session's file and context (``omp.rpc.session_commands``)."""
-    settings: SettingsCommands = attrs.field(init=False)
-    """Model, modes, messages, login, subagents (``omp.rpc.settings_commands``)."""
-    pi: PiCommands = attrs.field(init=False)
-    """pi's commands and ``list_sessions`` (``omp.rpc.pi_commands``)."""
-    routes: dict[type[Any], Route] = attrs.field(init=False)
-    custom_names: frozenset[str] = attrs.field(init=False)
-    slash: Slash = attrs.field(init=False)
+    # A plain class, not attrs: this module is imported at every start, where attrs' generated
+    # methods cost more than the class itself (omp/lazy.py).
+    __slots__ = ("aborts", "command_entered", "controls", "custom", "custom_names", "files",
+                 "host_uris", "outbox", "pi", "routes", "session", "settings", "slash", "spawn",
+                 "subagents", "ui")
 
-    def __attrs_post_init__(self) -> None:
-        clash = set(self.custom) & (set(cmd.COMMANDS) | set(cmd.CONTROL_FRAMES))
+    def __init__(self, session: AgentSession, outbox: Outbox,
+                 spawn: Callable[[Callable[[], Awaitable[None]]], None],
+                 controls: ControlRegistry, host_uris: HostUris, aborts: AbortRegistry,
+                 ui: HostUI, subagents: SubagentHost | None = None, *,
+                 custom: Mapping[str, CustomHandler] | None = None) -> None:
+        custom = custom if custom is not None else {}
+        clash = set(custom) & (set(cmd.COMMANDS) | set(cmd.CONTROL_FRAMES))
         if clash:
             raise ValueError(f"custom commands cannot replace built-in ones: {sorted(clash)}")
-        self.custom_names = frozenset(self.custom)
-        self.files = SessionCommands(self.session)
-        self.settings = SettingsCommands(self.session, self.controls, self.emit, self.subagents)
-        self.slash = Slash(self.session, self.emit, self.spawn)
-        self.pi = PiCommands(self.session, self.slash, self.emit)
-        self.routes = self._route_table()
+        self.session = session
+        self.outbox = outbox
+        self.spawn = spawn
+        """Runs work that must not hold the serial lane (extension commands) as a task."""
+        self.controls = controls
+        self.host_uris = host_uris
+        self.aborts = aborts
+        self.ui = ui
+        self.subagents = subagents
+        self.command_entered: trio.Event | None = None
+        """Set when the extension command started by the last handler has run to its first
+        wait. The lane that answered waits for it before the next line, so what the command
+        does at once (``ctx.shutdown()``) applies to every later line, as if it had run in the
+        lane."""
+        self.custom = custom
+        self.custom_names = frozenset(custom)
+        self.files = SessionCommands(session)
+        """The session's file and context (``omp.rpc.session_commands``)."""
+        self.settings = SettingsCommands(session, controls, self.emit, subagents)
+        """Model, modes, messages, login, subagents (``omp.rpc.settings_commands``)."""
+        self.slash = Slash(session, self.emit, spawn)
+        self.pi = PiCommands(session, self.slash, self.emit)
+        """pi's commands and ``list_sessions`` (``omp.rpc.pi_commands``)."""
+        self.routes: dict[type[Any], Route] = self._route_table()
 
     @property
     def output(self) -> Output:
