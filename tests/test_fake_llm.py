@@ -730,3 +730,27 @@ async def test_cli_usage_errors_exit_2(script_file: Path) -> None:
     assert b"usage:" in unknown.stderr
     assert missing.returncode == 2
     assert b"cannot read script /nonexistent/script.json" in missing.stderr
+
+
+async def test_a_gate_holds_the_answer_until_the_test_opens_it() -> None:
+    """What comes before the gate is sent; the rest waits, however long, for ``open_gate``;
+    a gate stays open for every later answer."""
+    reply = {"chunks": [{"text": "before"}, {"gate": "go", "text": " after"}]}
+    async with open_fake_llm([reply, reply]) as fake, httpx.AsyncClient() as c:
+        with trio.fail_after(10):
+            async with c.stream("POST", fake.base_url + MESSAGES, json={}) as r:
+                decoder = SseDecoder()
+                events: list[SseEvent] = []
+                chunks = r.aiter_bytes()
+                while "before" not in json.dumps(payloads(events)):
+                    events += decoder.feed(await chunks.__anext__())
+                await fake.wait_until(lambda f: f.waiting == {"go": 1})
+                assert "after" not in json.dumps(payloads(events))
+                fake.open_gate("go")
+                async for data in chunks:
+                    events += decoder.feed(data)
+            assert fake.waiting == {}
+            assert '" after"' in json.dumps(payloads(events))
+            assert [e.event for e in events][-1] == "message_stop"
+            second = await post_events(fake, MESSAGES)  # the gate is open now
+            assert "after" in json.dumps(payloads(second))

@@ -25,6 +25,8 @@ from subagent_helpers import (
     tool_end_text,
 )
 
+from omp.testing import replies
+
 pytestmark = pytest.mark.trio
 
 
@@ -126,10 +128,17 @@ async def test_background_child_joins_a_running_parent_at_a_step_boundary(
         tmp_path: Path, isolated_agent_dir: Path) -> None:
     script = [child_yields("Say hi", {"greeting": "hi"}),
               match("Background job", text_reply("Got the result")),
-              match("Spawned agent", text_reply("Still", 0.8, " working")),
+              match("Spawned agent", replies.text("Still", replies.gate("joined"), " working")),
               task_call("T1", {"name": "SubOne", "task": "Say hi"})]
     async with open_agent(tmp_path, isolated_agent_dir, script) as agent:
         await agent.send("prompt", message="Delegate in the background")
+        # The parent is held in its second answer until the child's result waits to join it
+        # (queued: get_state counts it), so the result meets a running parent, however slow
+        # the machine.
+        await agent.fake.wait_until(lambda fake: "joined" in fake.waiting)
+        while not (await agent.data("get_state"))["pendingMessageCount"]:
+            pass
+        agent.fake.open_gate("joined")
         frames = await agent.until_settled()
         ends = of_type(frames, "agent_end")
         assert [e.get("isTerminal") for e in ends] == [True]

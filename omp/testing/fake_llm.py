@@ -13,8 +13,10 @@ Streaming rules, the same for every format:
   A format's preamble (``message_start``, ``response.created``, the role chunk) is written lazily
   with the first content chunk (or the finish), so ``hangAfter: 0`` sends the head and nothing else.
 - ``chunks[i].delay`` waits before chunk ``i``; ``chunks[i].at`` waits until that many seconds
-  after the reply began (a pace that does not drift). Everything rendered before a wait is
-  flushed first; chunks without a wait are batched into writes of about 64 KiB.
+  after the reply began (a pace that does not drift); ``chunks[i].gate`` waits until the test
+  calls ``FakeLLM.open_gate`` with its name (``FakeLLM.waiting`` counts the responses waiting
+  at each gate). Everything rendered before a wait is flushed first; chunks without a wait are
+  batched into writes of about 64 KiB.
 - ``dropAfter: N`` / ``hangAfter: N`` act after the first ``N`` entries of ``chunks`` (delay-only
   entries count; with ``raw``, after ``N`` raw lines), before any finish. ``dropAfter`` closes
   the TCP connection mid-body; ``hangAfter`` keeps it open, silent, until the client goes away.
@@ -34,7 +36,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, ClassVar, Literal
 from urllib.parse import parse_qsl, urlsplit
@@ -161,8 +163,11 @@ class FakeLLM:
     finished_at: list[float] = attrs.field(factory=list)
     """``time.monotonic()`` when each complete response was handed to the socket (the clock
     is system-wide, so another process on this machine can compare its own times to it)."""
+    waiting: dict[str, int] = attrs.field(factory=dict)
+    """Responses waiting right now at each gate (``Chunk.gate``) not yet opened."""
     _entries: list[_Entry] = attrs.field(factory=list)
     _changed: trio.Event = attrs.field(factory=trio.Event)
+    _gates: dict[str, trio.Event] = attrs.field(factory=dict)
     _connection_serial: int = 0
     _response_serial: int = 0
 
@@ -186,6 +191,29 @@ class FakeLLM:
         """
         while not predicate(self):
             await self._changed.wait()
+
+    def open_gate(self, name: str) -> None:
+        """Let every response waiting at the gate ``name`` go on, and every later one pass it
+        (a gate stays open)."""
+        self._gate(name).set()
+
+    def _gate(self, name: str) -> trio.Event:
+        return self._gates.setdefault(name, trio.Event())
+
+    async def _pass_gate(self, name: str) -> None:
+        """Wait until the gate ``name`` is open; cancellation (the client left) stops it."""
+        gate = self._gate(name)
+        if gate.is_set():
+            return
+        self.waiting[name] = self.waiting.get(name, 0) + 1
+        self._notify()
+        try:
+            await gate.wait()
+        finally:
+            self.waiting[name] -= 1
+            if not self.waiting[name]:
+                del self.waiting[name]
+            self._notify()
 
     async def wait_for_disconnect(self, count: int = 1) -> None:
         """Return once ``disconnects >= count``. Cancellation just stops the waiting."""
@@ -286,7 +314,7 @@ class FakeLLM:
             nursery.start_soon(_watch_client, conn, stream, state, nursery.cancel_scope)
             try:
                 await _write_stream(conn, stream, request, reply, api, state,
-                                    self._response_serial)
+                                    self._response_serial, self._pass_gate)
                 if state.finished:
                     self.finished_at.append(time.monotonic())
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -418,7 +446,8 @@ async def _send_flood(conn: h11.Connection, stream: trio.SocketStream, flood: Fl
 
 async def _write_stream(conn: h11.Connection, stream: trio.SocketStream,
                         request: RecordedRequest, reply: Reply, api: type[_Renderer] | None,
-                        state: _StreamState, serial: int) -> None:
+                        state: _StreamState, serial: int,
+                        pass_gate: Callable[[str], Awaitable[None]]) -> None:
     """Head, chunks (batched between waits), then the finish or the in-stream error.
 
     Returns early, leaving the body unterminated, for ``dropAfter``; sleeps until cancelled
@@ -468,6 +497,9 @@ async def _write_stream(conn: h11.Connection, stream: trio.SocketStream,
             if chunk.at is not UNSET:
                 await flush()
                 await trio.sleep_until(began + chunk.at)
+            if chunk.gate is not UNSET:
+                await flush()
+                await pass_gate(chunk.gate)
             renderer.chunk(chunk)
             if len(out) >= _FLUSH_BYTES:
                 await flush()

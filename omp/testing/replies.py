@@ -10,19 +10,27 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["dropped", "overflow", "server_error", "text", "tool_call", "tool_calls"]
+__all__ = ["dropped", "gate", "overflow", "server_error", "text", "tool_call", "tool_calls"]
 
 
-def text(*pieces: str | float, thinking: str | None = None,
+def text(*pieces: str | float | dict[str, Any], thinking: str | None = None,
          usage: dict[str, int] | None = None) -> dict[str, Any]:
-    """A streamed text answer: each ``str`` is one delta, each ``float`` a pause (seconds);
-    ``thinking`` streams first."""
+    """A streamed text answer: each ``str`` is one delta, each ``float`` a pause (seconds),
+    each ``dict`` a chunk as it is (``gate(name)``); ``thinking`` streams first."""
     chunks: list[dict[str, Any]] = [{"thinking": thinking}] if thinking else []
-    chunks += [{"delay": p} if isinstance(p, float) else {"text": p} for p in pieces]
+    chunks += [p if isinstance(p, dict) else {"delay": p} if isinstance(p, float)
+               else {"text": p} for p in pieces]
     reply: dict[str, Any] = {"chunks": chunks}
     if usage is not None:
         reply["usage"] = usage
     return reply
+
+
+def gate(name: str) -> dict[str, Any]:
+    """A piece of ``text`` that holds the answer until the test calls
+    ``fake_llm.open_gate(name)`` (what came before is sent; ``fake_llm.waiting`` counts the
+    answers held at each gate): wait for an event of the test, not for a time."""
+    return {"gate": name}
 
 
 def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ As JSON (``python -m omp.testing.fake_llm --script FILE``)::
        "body": {"error": {"message": "rate limited", "type": "rate_limit_error"}}},
       {"chunks": [{"text": "partial"}], "dropAfter": 1},
       {"chunks": [{"text": "never finishes"}], "hangAfter": 1},
+      {"chunks": [{"text": "Half"}, {"gate": "go", "text": " and the rest"}]},
       {"raw": ["data: not json", ""]},
       {"flood": {"prefix": "data: \\"", "bytes": 100000000, "suffix": "\\"\\n\\n"}}
     ]
@@ -47,7 +48,7 @@ class ToolCallChunk(_S, frozen=True, kw_only=True, omit_defaults=True,
 
 
 class Chunk(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
-    """Exactly one of the content fields, or only ``delay`` / ``at``."""
+    """Exactly one of the content fields, or only ``delay`` / ``at`` / ``gate``."""
 
     text: str | UnsetType = UNSET
     thinking: str | UnsetType = UNSET
@@ -60,6 +61,12 @@ class Chunk(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fi
     at: float | UnsetType = UNSET
     """Send this chunk no earlier than ``at`` seconds after the reply began: a schedule that
     does not drift (a late write does not push the later chunks back, as ``delay`` does)."""
+    gate: str | UnsetType = UNSET
+    """Send this chunk only once the test opened the gate of this name
+    (``FakeLLM.open_gate``): what the reply rendered before it is flushed first, and the
+    response waits, open and silent, for an event of the test instead of a time. A gate is
+    opened by the test's own code, so a reply that has one needs a server in the test's
+    process (``open_fake_llm``), not the command-line one."""
 
 
 class ScriptUsage(_S, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
