@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import Frame, frame_types, of_type, open_agent, text_reply
+from agent_helpers import STEP_TIMEOUT, Frame, frame_types, of_type, open_agent, text_reply
 from subagent_helpers import (
     child_match,
     child_yields,
@@ -135,9 +135,10 @@ async def test_background_child_joins_a_running_parent_at_a_step_boundary(
         # The parent is held in its second answer until the child's result waits to join it
         # (queued: get_state counts it), so the result meets a running parent, however slow
         # the machine.
-        await agent.fake.wait_until(lambda fake: "joined" in fake.waiting)
-        while not (await agent.data("get_state"))["pendingMessageCount"]:
-            pass
+        with trio.fail_after(STEP_TIMEOUT):
+            await agent.fake.wait_until(lambda fake: "joined" in fake.waiting)
+            while not (await agent.data("get_state"))["pendingMessageCount"]:
+                pass
         agent.fake.open_gate("joined")
         frames = await agent.until_settled()
         ends = of_type(frames, "agent_end")
