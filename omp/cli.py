@@ -101,8 +101,8 @@ _VALUE_FLAGS = {"--smol", "--slow", "--plan", "--prewalk-into", "--plan-yolo-int
 
 APPROVAL_MODES = ("always-ask", "write", "yolo")
 THINKING_CHOICES = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "auto")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)([smh]?)$")
+_UUID = r"(?i)^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_DURATION = r"^(\d+(?:\.\d+)?|\.\d+)([smh]?)$"
 
 
 class UsageError(Exception):
@@ -280,7 +280,7 @@ def _positive_int(text: str) -> int:
 def _duration(text: str) -> float:
     """``--max-time``: seconds (``600``, ``1.5``) or ``<n>s|m|h``
     (docs/design/command-line.md#deadline-max-time)."""
-    match = _DURATION.match(text.strip())
+    match = re.match(_DURATION, text.strip())
     value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)] \
         if match else 0.0
     if value <= 0:
@@ -466,7 +466,7 @@ def _launch(args: argparse.Namespace, started: float) -> int:
         return export_session(Path(args.export).expanduser(),
                               args.message[0] if args.message else None)
 
-    if args.continue_ and args.resume is None and args.message and _UUID.match(args.message[0]):
+    if args.continue_ and args.resume is None and args.message and re.match(_UUID, args.message[0]):
         # ``-c <uuid>`` resumes that session, as the original does
         # (docs/design/command-line.md#resuming-a-session-r-c).
         args.resume, args.continue_ = args.message.pop(0), False
