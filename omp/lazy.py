@@ -30,7 +30,7 @@ the 24 a start created before.
 
 Likewise, a module a start imports compiles no regular expression at import: it keeps the
 pattern as a string and calls ``re.search(PATTERN, text)`` (re's own cache compiles it on
-first use); 31 patterns, 2-4 ms of a start, most of them used only on an error path.
+first use); 33 patterns, 2-4 ms of a start, most of them used only on an error path.
 """
 
 from __future__ import annotations
