@@ -133,7 +133,8 @@ class PipeSendStream(trio.abc.SendStream):
         pipe.writable.unpark_all()
 
     async def aclose(self) -> None:
-        """Close (see ``close``); a checkpoint, as every stream call is."""
+        """Close (see ``close``); a checkpoint, as every stream call is. On cancellation the
+        end is closed all the same (before the checkpoint) and ``Cancelled`` propagates."""
         self.close()
         await trio.lowlevel.checkpoint()
 
@@ -194,7 +195,9 @@ class PipeReceiveStream(trio.abc.ReceiveStream):
         pipe.readable.unpark_all()
 
     async def aclose(self) -> None:
-        """Close (see ``close``); a checkpoint, as every stream call is."""
+        """Close (see ``close``); a checkpoint, as every stream call is. On cancellation the
+        end is closed all the same (before the checkpoint, the buffer dropped) and
+        ``Cancelled`` propagates."""
         self.close()
         await trio.lowlevel.checkpoint()
 

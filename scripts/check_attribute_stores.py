@@ -49,6 +49,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("omp/agent/loop.py", "turn.assistant"): RECORD,
     ("omp/agent/loop.py", "turn.call"): RECORD,
     ("omp/agent/loop.py", "turn.message_started"): RECORD,
+    ("omp/agent/loop.py", "turn.opened"): RECORD,
+    ("omp/agent/loop.py", "turn.taking_in"): RECORD,
     ("omp/cli.py", "args.resume"): ARGS,
     ("omp/cli.py", "args.continue_"): ARGS,
     ("omp/client.py", "pending.response"): RECORD,

@@ -61,11 +61,17 @@ class TerminalEditor(Recorder):
         self.released = asyncio.Event()
         self.refuse_wait = False
         """``terminal/wait_for_exit`` answers with an error."""
+        self.create_asked = asyncio.Event()
+        self.hold_create: asyncio.Event | None = None
+        """When set to an event: ``terminal/create`` is answered only once it is set."""
 
     async def create_terminal(self, session_id: str, command: str,
                               args: list[str] | None = None, env: Any = None,
                               cwd: str | None = None, output_byte_limit: int | None = None,
                               **kwargs: Any) -> Any:
+        self.create_asked.set()
+        if self.hold_create is not None:
+            await self.hold_create.wait()
         self.created.append({"command": command, "args": args, "cwd": cwd,
                              "limit": output_byte_limit})
         process = await asyncio.create_subprocess_exec(
@@ -220,6 +226,42 @@ async def test_cancel_kills_and_releases_the_terminal_at_once(
     assert seen["stop"] == "cancelled"
     assert editor.calls == [("create", "term-1"), ("kill", "term-1"), ("release", "term-1")]
     assert seen["elapsed"] < 5.0
+    assert seen["after"] is False
+    assert seen["next"] == "end_turn"
+
+
+async def test_a_terminal_created_after_the_cancel_is_released(
+        tmp_path: Path, isolated_agent_dir: Path) -> None:
+    """The turn is cancelled while the editor is still creating the terminal: the terminal
+    it creates afterwards has no ``bash`` call left to run or release it, so omp releases it
+    (killing its command) when its id arrives."""
+    project = tmp_path / "project"
+    project.mkdir()
+    script = [{"chunks": [tool_call("call_l", "bash", {"command": "echo late; sleep 60"})],
+               "stop": "toolUse"},
+              text_reply("next answer")]
+    async with fake_provider(script, isolated_agent_dir):
+        editor = TerminalEditor()
+        editor.hold_create = asyncio.Event()
+        seen: dict[str, Any] = {}
+
+        async def body(conn: Any, rec: Recorder) -> None:
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid,
+                                                       prompt=[acp.text_block("go")]))
+            await editor.create_asked.wait()
+            await conn.cancel(session_id=sid)
+            seen["stop"] = (await prompt).stop_reason
+            assert editor.hold_create is not None
+            editor.hold_create.set()  # the editor creates the terminal only now
+            await editor.released.wait()
+            seen["after"] = procfs.alive(editor.terminals["term-1"].process.pid)
+            seen["next"] = (await conn.prompt(session_id=sid,
+                                              prompt=[acp.text_block("again")])).stop_reason
+
+        await trio.to_thread.run_sync(lambda: run_client(project, body, recorder=editor))
+    assert seen["stop"] == "cancelled"
+    assert editor.calls == [("create", "term-1"), ("release", "term-1")]
     assert seen["after"] is False
     assert seen["next"] == "end_turn"
 

@@ -2,7 +2,7 @@
 the modules a plain start must not import before ``ready``, the attrs classes and compiled
 patterns it must not create, and the modules an idle server must not hold (``omp.lazy`` says why
 each is left to first use; ``bench/bench_rpc.py`` measures what a start costs and what an idle
-server holds)."""
+server holds); and every public async function's docstring saying what cancellation does."""
 
 from __future__ import annotations
 
@@ -210,3 +210,93 @@ def test_the_lowest_versions_session_names_test_files_that_exist() -> None:
     assert len(names) > 10, "LOWEST_TESTS not found in noxfile.py"
     missing = [n for n in names if not (ROOT.parent / "tests" / n).is_file()]
     assert missing == [], f"noxfile.LOWEST_TESTS names files that do not exist: {missing}"
+
+
+def _awaits(function: ast.AsyncFunctionDef) -> bool:
+    return any(isinstance(node, ast.Await | ast.AsyncFor | ast.AsyncWith)
+               for node in ast.walk(function))
+
+
+def _is_protocol(node: ast.ClassDef) -> bool:
+    return any(ast.unparse(base).split("[")[0].endswith("Protocol") for base in node.bases)
+
+
+def undocumented_cancellation(source: str, where: str) -> list[str]:
+    """The public async functions and methods of ``source`` whose docstring does not say what
+    happens on cancellation (the word "cancel" in any form).
+
+    Public: not nested in a function, no leading underscore on it or its class. Exempt: an
+    ``@overload`` stub, and a function that never awaits (no checkpoint: nothing in it can be
+    cancelled) unless it is a Protocol's member, whose docstring is the contract that
+    implementations and callers keep.
+    """
+    missing: list[str] = []
+
+    def visit(body: list[ast.stmt], prefix: str, protocol: bool) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                visit(node.body, f"{prefix}{node.name}.", _is_protocol(node))
+            elif isinstance(node, ast.AsyncFunctionDef) and not node.name.startswith("_"):
+                if any(ast.unparse(d).split(".")[-1] == "overload" for d in node.decorator_list):
+                    continue
+                if not (protocol or _awaits(node)):
+                    continue
+                if "cancel" not in (ast.get_docstring(node) or "").lower():
+                    missing.append(f"{where}:{node.lineno} {prefix}{node.name}")
+
+    visit(ast.parse(source).body, "", False)
+    return missing
+
+
+def test_public_async_functions_say_what_cancellation_does() -> None:
+    """The house rule: a public async function's docstring says what happens when the task
+    running it is cancelled (what is cleaned up, whether ``Cancelled`` propagates)."""
+    missing: list[str] = []
+    checked = 0
+    for path in sorted(ROOT.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        checked += source.count("async def ")
+        missing += undocumented_cancellation(source, str(path.relative_to(ROOT.parent)))
+    assert checked > 300  # the walk found the code
+    assert missing == [], "say what happens on cancellation in the docstrings of:\n" + "\n".join(
+        missing)
+
+
+def test_the_cancellation_docstring_check_sees_what_it_must() -> None:
+    source = '''
+from typing import Protocol, overload
+
+class Pipe(Protocol):
+    async def send(self, data: bytes) -> None:
+        """Send ``data``."""
+        ...
+
+class Reader:
+    async def read(self) -> bytes:
+        """Read a line."""
+        return await self._stream.receive_some()
+
+    async def peek(self) -> bytes:
+        """The next line. On cancellation nothing is consumed."""
+        return await self._stream.receive_some()
+
+    async def noop(self) -> None:
+        return None
+
+    @overload
+    async def get(self, key: int) -> int: ...
+
+    async def _private(self) -> None:
+        await trio.sleep(1)
+
+async def main() -> None:
+    async def nested() -> None:
+        await trio.sleep(1)
+    await nested()
+
+class _Hidden:
+    async def run(self) -> None:
+        await trio.sleep(1)
+'''
+    assert undocumented_cancellation(source, "x.py") == [
+        "x.py:5 Pipe.send", "x.py:10 Reader.read", "x.py:27 main"]

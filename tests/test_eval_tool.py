@@ -16,6 +16,8 @@ import base64
 import json
 import subprocess
 import sys
+import tempfile
+import threading
 import zlib
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import procfs
 import pytest
 import trio
+import trio.testing
 from agent_helpers import (
     assert_tool_calls_paired,
     of_type,
@@ -36,8 +39,11 @@ from agent_helpers import (
 
 from omp.config import ConfigError
 from omp.session.settings import load_settings
-from omp.tools.eval import KERNEL_LOST, cell_timeout, traceback_text
+from omp.tools import eval as eval_tool
+from omp.tools.eval import KERNEL_LOST, CellOutput, cell_timeout, traceback_text
 from omp.tools.eval_settings import INSTALL_HINT, EvalSettings, missing_dependencies
+from omp.tools.shell import create_spill_file
+from omp.tools.truncate import ELISION_HEAD_BYTES
 
 TEST_TIMEOUT = 120  # a kernel's start imports IPython: seconds on a loaded 2-core machine
 
@@ -385,3 +391,34 @@ def test_a_traceback_loses_its_colours_rule_and_middle_frames() -> None:
     assert lines[-1] == "ValueError: bad"
     assert len(lines) == 2 + 12 + 1
     assert "\x1b" not in text
+
+
+async def test_flushes_from_two_tasks_create_one_spill_file_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's reader and the call's progress updates both flush a cell's output: the
+    second flush waits for the first, so the spill file is created once and holds the output
+    in order. (The first one's file creation is held in its thread until the second has
+    started, the moment two unordered flushes would both create a file.)"""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    entered, release = threading.Event(), threading.Event()
+
+    def held_create(prefix: str) -> tuple[int, Path]:
+        entered.set()
+        release.wait(30)
+        return create_spill_file(prefix)
+
+    monkeypatch.setattr(eval_tool, "create_spill_file", held_create)
+    output = CellOutput(max_bytes=ELISION_HEAD_BYTES + 10)
+    first = "a" * (ELISION_HEAD_BYTES + 20)  # over the limit: the output spills
+    await output.take({"msg_type": "stream", "content": {"text": first}})
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(output.flush)
+            await trio.to_thread.run_sync(entered.wait, 30)
+            await output.take({"msg_type": "stream", "content": {"text": "b" * 40}})
+            nursery.start_soon(output.flush)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+    output.close()
+    (spilled,) = await trio.to_thread.run_sync(lambda: list(tmp_path.glob("omp-eval-*.log")))
+    assert spilled.read_bytes() == first.encode() + b"b" * 40

@@ -19,6 +19,7 @@ from typing import Any
 import procfs
 import pytest
 import trio
+import trio.testing
 from agent_helpers import (
     FAKE_ARGS,
     Frame,
@@ -32,6 +33,7 @@ from agent_helpers import (
     wait_until_gone,
 )
 
+from omp.lsp.client import ServerSpec, serve_server, uri_of
 from omp.lsp.edits import Change, EditRefused, apply_changes, utf16_column
 from omp.lsp.framing import HEADER_LIMIT, FramingError, MessageReader, encode
 from omp.lsp.servers import LANGUAGES, find_root, languages
@@ -385,3 +387,38 @@ async def test_a_server_that_never_answers_initialize_is_ended(
         "The language server stopped: sleep did not answer initialize within 1 s "
         "(lsp.startTimeoutSeconds). The next call starts it again.")
     assert left == []
+
+
+async def test_a_sync_cancelled_before_it_is_written_is_sent_by_the_next(tmp_path: Path) -> None:
+    """``Connection.sync`` records a text as the server's only once it is written: cancelled
+    while it waits to write (another message is being written), the server never got it, so
+    the next ``sync`` of that text sends it (``didOpen``, version 1)."""
+    source = tmp_path / "a.py"
+    source.write_text(A_PY)
+    spec = ServerSpec(language="python", argv=(str(BIN / "pylsp"),), root=tmp_path,
+                      language_id="python", env=dict(os.environ))
+    with trio.fail_after(TEST_TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            connection = await nursery.start(serve_server, spec)
+            written = trio.Event()
+
+            async def write_something(*, task_status: trio.TaskStatus[None]) -> None:
+                # Holds the lock as a message being written does: the sync waits for it.
+                async with connection._write_lock:
+                    task_status.started()
+                    await written.wait()
+
+            await nursery.start(write_something)
+            with trio.CancelScope() as scope:
+                async def cancel_once_waiting() -> None:
+                    await trio.testing.wait_all_tasks_blocked()
+                    scope.cancel()
+
+                nursery.start_soon(cancel_once_waiting)
+                await connection.sync(source, A_PY)
+            written.set()
+            assert scope.cancelled_caught
+            assert uri_of(source) not in connection.documents
+            assert await connection.sync(source, A_PY) is True
+            assert connection.documents[uri_of(source)].version == 1
+            connection.stop()

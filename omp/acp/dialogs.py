@@ -65,18 +65,28 @@ class ElicitationUI(HeadlessUI):
 
     async def select(self, title: str, options: Sequence[Option], *,
                      timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """The label the user picked of ``options`` (a form whose ``value`` is one of them),
+        or None. On cancellation the question is abandoned (a late answer is ignored) and
+        ``Cancelled`` propagates; only the dialog's own ``timeout`` gives the default."""
         labels = [o if isinstance(o, str) else str(o.get("label", "")) for o in options]
         value = await self._ask(title, {"type": "string", "enum": labels}, timeout)
         return value if isinstance(value, str) else None
 
     async def confirm(self, title: str, message: str, *,
                       timeout: int | None = None) -> bool:  # noqa: ASYNC109
+        """The user's yes or no (a form with a boolean ``value``); False unless accepted. On
+        cancellation the question is abandoned (a late answer is ignored) and ``Cancelled``
+        propagates; only the dialog's own ``timeout`` gives the default."""
         text = f"{title}\n\n{message}" if message.strip() else title
         value = await self._ask(text, {"type": "boolean"}, timeout)
         return value if isinstance(value, bool) else False
 
     async def input(self, title: str, placeholder: str | None = None, *,
                     timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """The text the user entered (a form with a string ``value``, the placeholder as its
+        description), or None. On cancellation the question is abandoned (a late answer is
+        ignored) and ``Cancelled`` propagates; only the dialog's own ``timeout`` gives the
+        default."""
         schema: dict[str, Any] = {"type": "string"}
         if placeholder is not None and placeholder.strip():
             schema["description"] = placeholder  # a form has no placeholder; the nearest

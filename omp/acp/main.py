@@ -78,7 +78,9 @@ def _secrets_policy() -> EnvironmentPolicy:
 async def run_acp(options: ServeOptions) -> None:
     """``serve_acp`` on the process's stdio (``omp acp``), the secrets of the environment gone
     from the block ``/proc/<pid>/environ`` shows (``omp.process.hide_environment_block``).
-    Raises as ``serve_acp``."""
+    Raises as ``serve_acp``. On cancellation everything is cancelled at once, as in
+    ``serve_acp``; then the orphans still running are ended and reaped (``adopt_orphans``:
+    shielded, bounded), stdio is given back, and ``Cancelled`` propagates."""
     if sys.stdin.isatty():
         print(TTY_HINT, file=sys.stderr)
     hide_environment_block(_secrets_policy().is_secret)

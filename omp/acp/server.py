@@ -360,6 +360,10 @@ class AcpServer:
 
     async def new_session(self, params: w.NewSessionParams, _id: int | str
                           ) -> w.NewSessionResult:
+        """Open a new session in ``cwd`` with the editor's MCP servers (their first connection
+        attempt awaited, at most ``MCP_SETTLE_SECONDS``) and its extensions started. On
+        cancellation (shutdown) a half-opened session is closed with the sessions nursery and
+        ``Cancelled`` propagates (``answer`` replies with an error)."""
         options = msgspec.structs.replace(self.options, cwd=self._cwd(params.cwd),
                                           announce_offline=False)
         acp = await self._open(options, params.mcpServers)
@@ -462,6 +466,10 @@ class AcpServer:
                                     else msgspec.UNSET)
 
     async def close_session(self, params: w.SessionIdParams, _id: int | str) -> w.Empty:
+        """Close the session (``AcpSession.aclose``); an unknown one is no error. On
+        cancellation (shutdown) it stops closing and ``Cancelled`` propagates: the session,
+        already out of ``sessions``, ends with the sessions nursery (its extensions may not hear
+        ``session_shutdown``)."""
         acp = self.sessions.pop(params.sessionId, None)
         if acp is not None:
             await acp.aclose()
@@ -496,7 +504,10 @@ class AcpServer:
         return acp
 
     async def prompt(self, params: w.PromptParams, request_id: int | str) -> w.PromptResult:
-        """``AcpSession.prompt`` with the ticket it got when it was read."""
+        """``AcpSession.prompt`` with the ticket it got when it was read. On cancellation
+        (shutdown) it stops waiting and ``Cancelled`` propagates (``answer`` replies with an
+        error); the run is left to its session's close. ``session/cancel`` does not cancel
+        it: the prompt answers ``cancelled``."""
         ticket = self._tickets.pop(request_id, None)
         return await self._session(params.sessionId).prompt(params.prompt, ticket)
 

@@ -123,30 +123,62 @@ class AgentHooks(Protocol):
         """False: no extension listens (the loop skips the calls)."""
         ...
 
-    async def agent_start(self) -> None: ...
+    async def agent_start(self) -> None:
+        """The attempt starts (before its ``agent_start`` frame). On cancellation (abort)
+        ``Cancelled`` must propagate (``Extensions`` absorbs only a handler's own timeout);
+        ``close_open`` then writes the attempt: ``agent_start``, a turn that takes its inputs
+        in, and an empty aborted assistant message."""
+        ...
 
     async def before_agent_start(self, inputs: Sequence[m.UserMessage],
                                  system_prompt: Sequence[str]
                                  ) -> tuple[list[m.AgentMessage], list[str] | None]:
-        """Messages to add after ``inputs``, and a system prompt for the rest of the run."""
+        """Messages to add after ``inputs``, and a system prompt for the rest of the run.
+        On cancellation ``Cancelled`` must propagate: nothing is added, the system prompt is
+        unchanged, and ``close_open`` ends the turn (its inputs stay in the context)."""
         ...
 
     async def context(self, messages: list[m.AgentMessage]) -> list[m.AgentMessage]:
-        """The messages one model call sends (the history itself is unchanged)."""
+        """The messages one model call sends (the history itself is unchanged). On
+        cancellation ``Cancelled`` must propagate: no model call is made, and ``close_open``
+        ends the turn with an empty aborted assistant message."""
         ...
 
-    async def turn_start(self, turn_index: int) -> None: ...
+    async def turn_start(self, turn_index: int) -> None:
+        """A turn starts (before its ``turn_start`` frame). On cancellation ``Cancelled`` must
+        propagate; the turn is already in the loop's ledger, so ``close_open`` writes its
+        ``turn_start``, takes its inputs in, then an empty aborted assistant message and its
+        ``turn_end``."""
+        ...
 
     async def turn_end(self, turn_index: int, message: m.AssistantMessage,
-                       results: Sequence[m.ToolResultMessage]) -> None: ...
+                       results: Sequence[m.ToolResultMessage]) -> None:
+        """A turn ended (before its ``turn_end`` frame). On cancellation ``Cancelled`` must
+        propagate; ``close_open`` then writes the turn's ``turn_end`` (every call keeps the
+        result it ended with: all of them have ended) and the empty aborted turn."""
+        ...
 
-    async def message_end(self, message: m.AgentMessage) -> None: ...
+    async def message_end(self, message: m.AgentMessage) -> None:
+        """A message ended (before its ``message_end`` frame; a tool result's, before its
+        ``tool_execution_end``). On cancellation ``Cancelled`` must propagate; ``close_open``
+        ends an assistant message ``aborted``, a tool call that ran with its abort result, a
+        refused one with its refusal, and an input message of the turn with its
+        ``message_end`` (the inputs after it are taken in)."""
+        ...
 
     async def tool_call(self, call_id: str, tool_name: str,
-                        arguments: dict[str, Any]) -> CallDecision: ...
+                        arguments: dict[str, Any]) -> CallDecision:
+        """Whether the call runs, and with which arguments (before it is announced). On
+        cancellation ``Cancelled`` must propagate: the call does not run, and ``close_open``
+        ends it blocked (``GATE_CANCELLED``)."""
+        ...
 
     async def tool_result(self, call_id: str, tool_name: str, arguments: dict[str, Any],
-                          result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]: ...
+                          result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]:
+        """The result of a call that ran, as the model will see it, and whether it is an
+        error. On cancellation ``Cancelled`` must propagate: ``result`` is dropped and
+        ``close_open`` ends the call with its abort result (what the tool did stays done)."""
+        ...
 
 
 class ToolGate(Protocol):
@@ -340,6 +372,13 @@ class _Turn(msgspec.Struct, eq=False):
     tools: dict[str, Tool] = msgspec.field(default_factory=dict)
     alias: Callable[[str], Tool | None] | None = None
     """``TurnSetup.alias``."""
+    opened: bool = False
+    """``turn_start`` was written (an abort in the ``turn_start`` hook comes before it)."""
+    taking_in: m.AgentMessage | None = None
+    """An input message whose ``message_start`` was written and whose ``message_end`` was not
+    (its ``message_end`` hook is running)."""
+    refusing: dict[str, ToolResult] = msgspec.field(default_factory=dict)
+    """Refused calls (denied, blocked) that were announced, with the result they end with."""
     call: ModelCall | None = None
     """The model call while it streams."""
     message_started: bool = False
@@ -357,12 +396,31 @@ class _Turn(msgspec.Struct, eq=False):
     scopes: dict[str, trio.CancelScope] = msgspec.field(default_factory=dict)
     """Each call's cancel scope, entered here before its task is started."""
 
+    def abort_result(self, call: m.ToolCall, reason: str) -> tuple[ToolResult, bool]:
+        """How a call of this turn that has not ended ends when the run is aborted: its
+        result, and whether its ``tool_execution_start`` is still to be written."""
+        if call.id in self.refusing:  # extensions were seeing its refusal: it ends refused
+            return self.refusing[call.id], False
+        if call.id in self.gating:  # an extension was deciding about it: reported as blocked
+            return _not_run(GATE_CANCELLED, "blocked"), True
+        if call.id in self.started:
+            # A tool may say in its own words that it was aborted (host tools do).
+            tool = self.started[call.id]
+            text = (tool.abort_text if tool is not None else None) or (
+                f"Tool execution was aborted: {reason}")
+            return ToolResult.text(text, {"__synthetic": True, "source": "aborted",
+                                          "executed": True}), False
+        return _not_run(NOT_STARTED_ABORTED.format(reason=reason), "not_executed_aborted"), True
+
 
 class Agent(msgspec.Struct, eq=False):
     """Holds the live context and the queues, and runs one attempt at a time."""
 
     sink: AgentSink
     setup: Callable[[], TurnSetup]
+    current_model: Callable[[], Model]
+    """The session's model now, read without ``setup``'s side effects: an attempt aborted
+    before its first turn ends with an aborted message of this model."""
     hooks: AgentHooks = msgspec.field(default_factory=NoHooks)
     messages: list[m.AgentMessage] = msgspec.field(default_factory=list)
     steering: deque[Input] = msgspec.field(default_factory=deque)
@@ -383,6 +441,11 @@ class Agent(msgspec.Struct, eq=False):
     _added: list[m.AgentMessage] = msgspec.field(default_factory=list)
     """What the current (or last) attempt added: ``agent_end.messages``."""
     _turn: _Turn | None = None
+    _opened: bool = False
+    """The current attempt's ``agent_start`` was written (its hook came first)."""
+    _untaken: list[Input] = msgspec.field(default_factory=list)
+    """The inputs handed to the attempt or to its current turn that are not in the context
+    yet: an abort before they are takes them in (``close_open``)."""
     _turn_index: int = 0
     _system_prompt: list[str] | None = None
     """The system prompt a ``before_agent_start`` hook set for the rest of the attempt."""
@@ -479,9 +542,12 @@ class Agent(msgspec.Struct, eq=False):
         self._system_prompt = None
         self.stop_requested = False
         self._cut = None
+        self._opened = False
+        self._untaken = list(prompts)
         if self.hooks.active:
             await self.hooks.agent_start()
         self.sink.publish(ev.AgentStart())
+        self._opened = True
         pending: list[Input] = [*prompts, *self._dequeue(self.steering, self.steering_mode)]
         while True:
             assistant, more = await self._run_turn(pending)
@@ -510,13 +576,29 @@ class Agent(msgspec.Struct, eq=False):
 
     def close_open(self, reason: str) -> RunResult:
         """Close whatever the cancelled attempt left open, in protocol order; never waits.
+        Inputs handed to it that were not taken in yet are taken in (the run served them),
+        and an attempt cancelled before its ``agent_start`` is written whole.
 
         ``reason`` becomes the aborted assistant message's ``errorMessage``. Returns the
         attempt's result with outcome ``aborted``.
         """
         turn, self._turn = self._turn, None
+        untaken, self._untaken = self._untaken, []
         if turn is None:
-            return self._result("aborted")
+            if self._opened:
+                return self._result("aborted")
+            # Cancelled in the agent_start hook: the attempt is written now, whole.
+            self.sink.publish(ev.AgentStart())
+            self._opened = True
+            turn = _Turn(self.current_model())
+        if not turn.opened:
+            self.sink.publish(ev.TurnStart())
+        if turn.taking_in is not None:
+            self.sink.publish(ev.MessageEnd(message=turn.taking_in))
+        for message in untaken:  # taken in (the run served them), as a turn takes them
+            self._add(message)
+            self.sink.publish(ev.MessageStart(message=message))
+            self.sink.publish(ev.MessageEnd(message=message))
         if turn.assistant is None:
             # The model call was streaming: its partial message ends aborted.
             streaming = turn.call
@@ -530,7 +612,7 @@ class Agent(msgspec.Struct, eq=False):
                                             errorMessage=reason)
             self._end_assistant(turn, final)
             calls = _tool_calls(final)
-            results = [self._synthetic(c, NOT_EXECUTED_ABORTED, "assistant_stop_aborted")
+            results = [_synthetic(self.sink, c, NOT_EXECUTED_ABORTED, "assistant_stop_aborted")
                        for c in calls]
             self._end_turn(final, results)
             return self._result("aborted")
@@ -539,25 +621,11 @@ class Agent(msgspec.Struct, eq=False):
         # now, once each, in call order.
         results = list(turn.results.values())
         for call in _tool_calls(assistant):
-            if call.id in turn.results:
-                continue
-            if call.id in turn.gating:
-                # Aborted while an extension decided about it: reported as blocked.
-                self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
-                                                        args=call.arguments))
-                results.append(self._finish(call, ToolResult.text(
-                    GATE_CANCELLED, {"__synthetic": True, "source": "blocked",
-                                     "executed": False}), True))
-            elif call.id in turn.started:
-                # A tool may say in its own words that it was aborted (host tools do).
-                started = turn.started[call.id]
-                text = (started.abort_text if started is not None else None) or (
-                    f"Tool execution was aborted: {reason}")
-                results.append(self._finish(call, ToolResult.text(
-                    text, {"__synthetic": True, "source": "aborted", "executed": True}), True))
-            else:
-                results.append(self._synthetic(call, NOT_STARTED_ABORTED.format(reason=reason),
-                                               "not_executed_aborted"))
+            if call.id not in turn.results:
+                result, announce = turn.abort_result(call, reason)
+                if announce:
+                    _announce(self.sink, call)
+                results.append(_finish(self.sink, call, result, True))
         self._end_turn(assistant, results)
         # The run ends the way an abort while streaming ends it: with an aborted assistant
         # message, so hosts that look at the last assistant message show "aborted".
@@ -595,19 +663,21 @@ class Agent(msgspec.Struct, eq=False):
         turn = self._turn = _Turn(setup.model, {t.name: t for t in (*setup.unlisted,
                                                                    *setup.tools)},
                                   setup.alias)
+        self._untaken = list(inputs)
         index = self._turn_index
         self._turn_index += 1
         if hooks.active:
             await hooks.turn_start(index)
         self.sink.publish(ev.TurnStart())
+        turn.opened = True
         for message in inputs:
-            await self._take_in(message)
+            await self._take_in(turn, message)
         prompts = [x for x in inputs if isinstance(x, m.UserMessage)]
         if prompts and hooks.active:
             extra, prompt = await hooks.before_agent_start(
                 prompts, self._system_prompt or setup.system_prompt)
             for added in extra:
-                await self._take_in(added)
+                await self._take_in(turn, added)
             if prompt is not None:
                 self._system_prompt = prompt
         assistant = await self._model_call(setup, turn)
@@ -619,9 +689,9 @@ class Agent(msgspec.Struct, eq=False):
         more = False
         if assistant.stopReason == "error":
             text = ERROR_NOT_EXECUTED.format(error=assistant.errorMessage or "unknown error")
-            results = [self._synthetic(c, text, "assistant_stop_error") for c in calls]
+            results = [_synthetic(self.sink, c, text, "assistant_stop_error") for c in calls]
         elif assistant.stopReason == "length" and calls:
-            results = [self._synthetic(c, LENGTH_NOT_EXECUTED, "assistant_stop_length")
+            results = [_synthetic(self.sink, c, LENGTH_NOT_EXECUTED, "assistant_stop_length")
                        for c in calls]
             more = True
         elif calls:
@@ -629,17 +699,24 @@ class Agent(msgspec.Struct, eq=False):
             more = True
         else:
             results = []
+        for result in results:  # ended: an abort in the turn_end hook must not end them again
+            turn.results[result.toolCallId] = result
         if hooks.active:
             await hooks.turn_end(index, assistant, results)
         self._end_turn(assistant, results)
         return assistant, more
 
-    async def _take_in(self, message: m.AgentMessage) -> None:
-        """An input message of the turn: into the context, then its frames."""
+    async def _take_in(self, turn: _Turn, message: m.AgentMessage) -> None:
+        """An input message of the turn: into the context, then its frames (the ledger keeps
+        it while its ``message_end`` hook runs, so an abort there still ends it)."""
+        if self._untaken and self._untaken[0] is message:
+            del self._untaken[0]
         self._add(message)
         self.sink.publish(ev.MessageStart(message=message))
         if self.hooks.active:
+            turn.taking_in = message
             await self.hooks.message_end(message)
+            turn.taking_in = None
         self.sink.publish(ev.MessageEnd(message=message))
 
     # -- model call --------------------------------------------------------------------------
@@ -701,28 +778,6 @@ class Agent(msgspec.Struct, eq=False):
 
     # -- tools -------------------------------------------------------------------------------
 
-    def _synthetic(self, call: m.ToolCall, text: str, source: str) -> m.ToolResultMessage:
-        """Start and end a call that is not run."""
-        self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
-                                                args=call.arguments))
-        return self._finish(call, ToolResult.text(
-            text, {"__synthetic": True, "source": source, "executed": False}), True)
-
-    def _finish(self, call: m.ToolCall, result: ToolResult, is_error: bool
-                ) -> m.ToolResultMessage:
-        message = _result_message(call, result, is_error)
-        self._publish_result(call, message)
-        return message
-
-    def _publish_result(self, call: m.ToolCall, message: m.ToolResultMessage) -> None:
-        # Written together, with no checkpoint between them (message ids nest).
-        self.sink.publish(ev.ToolExecutionEnd(
-            toolCallId=call.id, toolName=call.name, isError=message.isError,
-            result=ev.ToolExecutionResult(content=list(message.content),
-                                          details=message.details)))
-        self.sink.publish(ev.MessageStart(message=message))
-        self.sink.publish(ev.MessageEnd(message=message))
-
     async def _finish_notified(self, call: m.ToolCall, result: ToolResult, is_error: bool
                                ) -> m.ToolResultMessage:
         """``_finish`` in a running turn: extensions see the result message before its end."""
@@ -730,7 +785,7 @@ class Agent(msgspec.Struct, eq=False):
         if self.hooks.active:
             # The end frame and the result message are written together, after the hook.
             await self.hooks.message_end(message)
-        self._publish_result(call, message)
+        _publish_result(self.sink, call, message)
         return message
 
     async def _execute(self, turn: _Turn, calls: Sequence[m.ToolCall]
@@ -856,8 +911,41 @@ class Agent(msgspec.Struct, eq=False):
         """A call that does not run (denied, blocked): announced, then its error result."""
         self.sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
                                                 args=args))
-        turn.started[call.id] = None
+        turn.refusing[call.id] = result
         turn.results[call.id] = await self._finish_notified(call, result, True)
+
+
+def _not_run(text: str, source: str) -> ToolResult:
+    """The result of a call that did not run (``source`` says why)."""
+    return ToolResult.text(text, {"__synthetic": True, "source": source, "executed": False})
+
+
+def _announce(sink: AgentSink, call: m.ToolCall) -> None:
+    sink.publish(ev.ToolExecutionStart(toolCallId=call.id, toolName=call.name,
+                                       args=call.arguments))
+
+
+def _synthetic(sink: AgentSink, call: m.ToolCall, text: str, source: str
+               ) -> m.ToolResultMessage:
+    """Start and end a call that is not run."""
+    _announce(sink, call)
+    return _finish(sink, call, _not_run(text, source), True)
+
+
+def _finish(sink: AgentSink, call: m.ToolCall, result: ToolResult, is_error: bool
+            ) -> m.ToolResultMessage:
+    message = _result_message(call, result, is_error)
+    _publish_result(sink, call, message)
+    return message
+
+
+def _publish_result(sink: AgentSink, call: m.ToolCall, message: m.ToolResultMessage) -> None:
+    # Written together, with no checkpoint between them (message ids nest).
+    sink.publish(ev.ToolExecutionEnd(
+        toolCallId=call.id, toolName=call.name, isError=message.isError,
+        result=ev.ToolExecutionResult(content=list(message.content), details=message.details)))
+    sink.publish(ev.MessageStart(message=message))
+    sink.publish(ev.MessageEnd(message=message))
 
 
 def _result_message(call: m.ToolCall, result: ToolResult, is_error: bool

@@ -112,7 +112,10 @@ class ExtensionHost(SessionView, Protocol):
 
     def set_session_name(self, name: str) -> None: ...
 
-    async def wait_for_idle(self) -> None: ...
+    async def wait_for_idle(self) -> None:
+        """Wait until no run is going (a JavaScript extension's ``waitForIdle``). On
+        cancellation an implementation stops waiting and nothing else: the run goes on,
+        nothing is aborted."""
 
 
 @attrs.define(eq=False, repr=False)

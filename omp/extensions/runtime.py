@@ -285,17 +285,23 @@ class Extensions:
             self.emit(ev.ExtensionError(extensionPath=path, event=event, error=error))
 
     async def notify(self, event: Any) -> None:
-        """Every handler of ``event``, in order; results are ignored."""
+        """Every handler of ``event``, in order; results are ignored. A checkpoint only where a
+        handler awaits. On cancellation the handler running is cancelled with the caller (no
+        ``extension_error`` for it), the later ones do not run, and ``Cancelled`` propagates; a
+        handler's own timeout is not one (it is reported and the chain goes on)."""
         for extension, handler in self._handlers.get(event.type, ()):
             await self._call(extension, handler, event)
 
     # -- session events ----------------------------------------------------------------------
 
     async def session_start(self) -> None:
+        """Every ``session_start`` handler, in order. On cancellation as ``notify``."""
         await self.notify(SessionStartEvent())
 
     async def session_shutdown(self) -> None:
-        """All ``session_shutdown`` handlers at once, each capped at ``shutdown_timeout``."""
+        """All ``session_shutdown`` handlers at once, each capped at ``shutdown_timeout``.
+        Nothing is shielded: on cancellation every handler still running is cancelled with the
+        nursery (no ``extension_error`` for them) and ``Cancelled`` propagates."""
         handlers = self._handlers.get("session_shutdown", ())
         if not handlers:
             return
@@ -309,16 +315,24 @@ class Extensions:
                 nursery.start_soon(call, extension, handler)
 
     async def agent_end(self, messages: list[m.AgentMessage]) -> None:
+        """Every ``agent_end`` handler, in order. On cancellation as ``notify`` (the session
+        runs it in the run's ``tail`` scope, which an ``abort`` cancels too)."""
         await self.notify(AgentEndEvent(messages=messages))
 
     # -- the loop's hooks (omp.agent.loop.AgentHooks) ----------------------------------------
 
     async def agent_start(self) -> None:
+        """Every ``agent_start`` handler, in order. On cancellation (an abort of the run) as
+        ``notify``."""
         await self.notify(AgentStartEvent())
 
     async def before_agent_start(self, inputs: Sequence[m.UserMessage],
                                  system_prompt: Sequence[str]
                                  ) -> tuple[list[m.AgentMessage], list[str] | None]:
+        """The ``before_agent_start`` handlers, in order: the messages they add and the system
+        prompt as the last one that changed it left it (None: unchanged). On cancellation (an
+        abort of the run) the handler running is cancelled, the later ones do not run and
+        ``Cancelled`` propagates: what the earlier ones returned is dropped."""
         handlers = self._handlers.get("before_agent_start", ())
         if not handlers:
             return [], None
@@ -345,6 +359,10 @@ class Extensions:
         return extra, prompt if changed else None
 
     async def context(self, messages: list[m.AgentMessage]) -> list[m.AgentMessage]:
+        """``messages`` through the ``context`` handlers, each given the previous one's list.
+        On cancellation (an abort of the run) the handler running is cancelled, the later ones
+        do not run and ``Cancelled`` propagates: no list is returned (``messages`` itself is
+        never replaced; each handler gets a copy of the list)."""
         for extension, handler in self._handlers.get("context", ()):
             outcome = await self._call(extension, handler, ContextEvent(messages=list(messages)))
             replaced = field(outcome.value, "messages") if outcome.status == "ok" else None
@@ -356,22 +374,33 @@ class Extensions:
         return messages
 
     async def turn_start(self, turn_index: int) -> None:
+        """Every ``turn_start`` handler, in order. On cancellation (an abort of the run) as
+        ``notify``."""
         if self.listens("turn_start"):
             await self.notify(TurnStartEvent(turn_index=turn_index,
                                              timestamp=int(time.time() * 1000)))
 
     async def turn_end(self, turn_index: int, message: m.AssistantMessage,
                        results: Sequence[m.ToolResultMessage]) -> None:
+        """Every ``turn_end`` handler, in order. On cancellation (an abort of the run) as
+        ``notify``."""
         if self.listens("turn_end"):
             await self.notify(TurnEndEvent(turn_index=turn_index, message=message,
                                            tool_results=list(results)))
 
     async def message_end(self, message: m.AgentMessage) -> None:
+        """Every ``message_end`` handler, in order. On cancellation (an abort of the run) as
+        ``notify``."""
         if self.listens("message_end"):
             await self.notify(MessageEndEvent(message=message))
 
     async def tool_call(self, call_id: str, tool_name: str,
                         arguments: dict[str, Any]) -> CallDecision:
+        """The ``tool_call`` handlers, in order, each timed without its dialogs: the first
+        block (or failure, or timeout) blocks the call, the last replacement input wins. On
+        cancellation (an abort of the run) the handler running is cancelled (over RPC a
+        dialog it has open sends the host ``cancel``), the later ones do not run and ``Cancelled``
+        propagates: no decision is made, the call neither blocked nor let through."""
         handlers = self._handlers.get("tool_call", ())
         replacement: dict[str, Any] | None = None
         for extension, handler in handlers:
@@ -396,6 +425,8 @@ class Extensions:
     async def tool_approval_requested(self, *, session_id: str, tool_call_id: str,
                                       tool_name: str, approval_mode: str,
                                       reason: str | None) -> None:
+        """Every ``tool_approval_requested`` handler, in order. On cancellation as
+        ``notify``."""
         if self.listens("tool_approval_requested"):
             await self.notify(ToolApprovalRequestedEvent(
                 session_id=session_id, tool_call_id=tool_call_id, tool_name=tool_name,
@@ -404,6 +435,8 @@ class Extensions:
     async def tool_approval_resolved(self, *, session_id: str, tool_call_id: str,
                                      tool_name: str, approval_mode: str, approved: bool,
                                      reason: str | None) -> None:
+        """Every ``tool_approval_resolved`` handler, in order. On cancellation as
+        ``notify``."""
         if self.listens("tool_approval_resolved"):
             await self.notify(ToolApprovalResolvedEvent(
                 session_id=session_id, tool_call_id=tool_call_id, tool_name=tool_name,
@@ -411,6 +444,9 @@ class Extensions:
 
     async def tool_result(self, call_id: str, tool_name: str, arguments: dict[str, Any],
                           result: ToolResult, is_error: bool) -> tuple[ToolResult, bool]:
+        """``result`` through the ``tool_result`` handlers, each seeing the previous one's
+        output. On cancellation (an abort of the run) the handler running is cancelled, the
+        later ones do not run and ``Cancelled`` propagates: no result is returned."""
         for extension, handler in self._handlers.get("tool_result", ()):
             event = ToolResultEvent(
                 tool_call_id=call_id, tool_name=tool_name, input=dict(arguments),

@@ -41,14 +41,28 @@ class ExtensionUI(Protocol):
         ...
 
     async def select(self, title: str, options: Sequence[Option], *,
-                     timeout: int | None = None) -> str | None: ...  # noqa: ASYNC109
+                     timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """The label of the option the user picked, or None. On cancellation an implementation
+        withdraws the question where its protocol can (RPC: a ``cancel`` request) and abandons
+        it otherwise (a late answer is ignored), and lets ``Cancelled`` propagate: a
+        cancellation never returns the default."""
+        ...
 
-    async def confirm(self, title: str, message: str, *, timeout: int | None = None) -> bool: ...  # noqa: ASYNC109
+    async def confirm(self, title: str, message: str, *, timeout: int | None = None) -> bool:  # noqa: ASYNC109
+        """The user's yes or no (False by default). On cancellation as ``select``: the question
+        is withdrawn or abandoned and ``Cancelled`` propagates."""
+        ...
 
     async def input(self, title: str, placeholder: str | None = None, *,
-                    timeout: int | None = None) -> str | None: ...  # noqa: ASYNC109
+                    timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """The text the user typed, or None. On cancellation as ``select``: the question is
+        withdrawn or abandoned and ``Cancelled`` propagates."""
+        ...
 
-    async def editor(self, title: str, prefill: str | None = None) -> str | None: ...
+    async def editor(self, title: str, prefill: str | None = None) -> str | None:
+        """The text the user edited (from ``prefill``), or None. On cancellation as
+        ``select``: the question is withdrawn or abandoned and ``Cancelled`` propagates."""
+        ...
 
     def notify(self, message: str, type: NotifyType | None = None) -> None: ...
 
@@ -71,19 +85,27 @@ class HeadlessUI:
 
     async def select(self, title: str, options: Sequence[Option], *,
                      timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """None, after a checkpoint. On cancellation ``Cancelled`` propagates from that
+        checkpoint (nothing was asked)."""
         await trio.lowlevel.checkpoint()
         return None
 
     async def confirm(self, title: str, message: str, *, timeout: int | None = None) -> bool:  # noqa: ASYNC109
+        """False, after a checkpoint. On cancellation ``Cancelled`` propagates from that
+        checkpoint (nothing was asked)."""
         await trio.lowlevel.checkpoint()
         return False
 
     async def input(self, title: str, placeholder: str | None = None, *,
                     timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """None, after a checkpoint. On cancellation ``Cancelled`` propagates from that
+        checkpoint (nothing was asked)."""
         await trio.lowlevel.checkpoint()
         return None
 
     async def editor(self, title: str, prefill: str | None = None) -> str | None:
+        """None, after a checkpoint. On cancellation ``Cancelled`` propagates from that
+        checkpoint (nothing was asked)."""
         await trio.lowlevel.checkpoint()
         return None
 

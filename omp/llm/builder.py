@@ -71,6 +71,8 @@ class NoPace:
         return False
 
     async def wait_if_behind(self) -> None:
+        """Never waits. On cancellation (already requested when it is called) it raises
+        ``Cancelled`` without yielding; otherwise it returns at once."""
         await trio.lowlevel.checkpoint_if_cancelled()
 
 

@@ -89,6 +89,10 @@ async def drain(events: AsyncIterator[SseEvent]) -> None:
 
     Bounded: a server that keeps the stream open past its end marker, or breaks it, only costs
     the connection, never the answer already received.
+
+    On cancellation it stops reading and ``Cancelled`` propagates (only its own deadline is
+    absorbed); the caller's ``post_stream`` then closes the response, whose connection is
+    dropped rather than pooled.
     """
     with trio.move_on_after(DRAIN_SECONDS):
         try:

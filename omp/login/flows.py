@@ -83,7 +83,11 @@ class Dialogs(Protocol):
                type: Literal["info", "warning", "error"] | None = None) -> None: ...
 
     async def input(self, title: str, placeholder: str | None = None, *,
-                    timeout: int | None = None) -> str | None: ...  # noqa: ASYNC109
+                    timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """The user's answer; None when they dismissed it or ``timeout`` (ms) passed. Raises
+        when the host is gone. On cancellation the dialog is withdrawn (``HostUI`` writes a
+        ``cancel`` request to the host) and ``Cancelled`` propagates."""
+        ...
 
 
 @attrs.define(eq=False, repr=False)
@@ -106,6 +110,8 @@ class FrameLoginUI:
 
     async def input(self, title: str, *, placeholder: str | None = None,
                     timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """The answer to the host's ``input`` dialog (``Dialogs.input``). On cancellation the
+        dialog is withdrawn (``HostUI`` writes its ``cancel``) and ``Cancelled`` propagates."""
         return await self.dialogs.input(title, placeholder, timeout=timeout)
 
 
@@ -135,7 +141,9 @@ async def run_login(target: LoginTarget, ui: LoginUI, http: httpx.AsyncClient) -
 
 
 async def api_key_login(ui: LoginUI, name: str) -> str:
-    """Ask for the key (one prompt); a pasted ``Bearer`` prefix is dropped."""
+    """Ask for the key (one prompt); a pasted ``Bearer`` prefix is dropped. On cancellation
+    the prompt is withdrawn (``ui.input``: over RPC a ``cancel`` frame, in a terminal its
+    reader thread abandoned) and ``Cancelled`` propagates."""
     value = await ui.input(f"Paste your {name} API key", timeout=PROMPT_TIMEOUT_MS)
     key = (value or "").strip()
     if key[:7].lower() == "bearer ":
@@ -154,7 +162,8 @@ async def device_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget
     server says, within ``MIN_INTERVAL`` and ``MAX_INTERVAL`` of ``omp.login.oauth``;
     ``slow_down`` adds 5 s, or takes the server's new ``interval`` when that is longer) until
     the user approved, denied, or the code expired (``expires_in``, at most
-    ``MAX_DEVICE_SECONDS``)."""
+    ``MAX_DEVICE_SECONDS``). On cancellation the polling stops (an exchange in flight has its
+    response closed) and ``Cancelled`` propagates; the device code is left to expire."""
     ui.notify("Requesting device authorization...")
     device = await request_device_code(http, target.id, config)
     ui.open_url(device.verification_uri_complete or device.verification_uri,
@@ -199,7 +208,9 @@ async def pkce_login(ui: LoginUI, http: httpx.AsyncClient, target: LoginTarget,
                      config: OAuthConfig, *, wait_seconds: float = CALLBACK_SECONDS
                      ) -> OAuthTokens:
     """Send the user to the authorization URL and take the code from the loopback redirect
-    or from a pasted redirect URL / code, whichever comes first; then exchange it."""
+    or from a pasted redirect URL / code, whichever comes first; then exchange it. On
+    cancellation the loopback listener is closed, a paste prompt still open is withdrawn, an
+    exchange in flight has its response closed, and ``Cancelled`` propagates."""
     assert config.authorizationUrl is not None  # checked when models.yml was read
     verifier, challenge = pkce_pair()
     state = new_state()

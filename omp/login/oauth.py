@@ -114,7 +114,8 @@ async def post_form(http: httpx.AsyncClient, provider: str, url: str,
 
     Raises ``OAuthError`` for a reply that names an OAuth error, ``LoginError`` for anything
     else (no answer, a timeout, a reply over ``MAX_BODY_BYTES`` or compressed, a reply that is
-    not a JSON object).
+    not a JSON object). On cancellation the response is closed and ``Cancelled`` propagates
+    (only the ``REQUEST_SECONDS`` bound becomes a ``LoginError``).
     """
     import httpx
 
@@ -165,7 +166,8 @@ async def _read_body(response: httpx.Response, provider: str, url: str) -> bytes
 
 async def request_device_code(http: httpx.AsyncClient, provider: str,
                               config: OAuthConfig) -> DeviceCode:
-    """RFC 8628 §3.1: ask for a device code and a user code."""
+    """RFC 8628 §3.1: ask for a device code and a user code. On cancellation as ``post_form``:
+    the response is closed and ``Cancelled`` propagates."""
     assert config.deviceAuthorizationUrl is not None  # checked when models.yml was read
     form = {"client_id": config.clientId}
     if config.scopes:
@@ -225,7 +227,10 @@ def tokens_from(body: Mapping[str, Any], provider: str, *, previous_refresh: str
 
 async def refresh_tokens(http: httpx.AsyncClient, provider: str, config: OAuthConfig,
                          tokens: OAuthTokens) -> OAuthTokens:
-    """RFC 6749 §6: new tokens for ``tokens``' refresh token. Raises LoginError."""
+    """RFC 6749 §6: new tokens for ``tokens``' refresh token. Raises LoginError. On
+    cancellation the response is closed and ``Cancelled`` propagates; a refresh the server
+    already made is lost (a server that rotates refresh tokens may then refuse
+    ``tokens.refresh``)."""
     if tokens.refresh is None:
         raise LoginError(f"the {provider} login has no refresh token")
     form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh,

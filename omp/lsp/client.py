@@ -29,9 +29,11 @@ the connection keeps the last list per document with a counter of publications, 
 ``wait_diagnostics`` waits for one newer than a given count, bounded by the caller.
 
 Cancellation: a request cancelled while waiting (abort, timeout) is told to the server
-(``$/cancelRequest``, shielded, short deadline) and its answer, if one comes, is dropped. A
-message is always written whole (shielded, ``WRITE_SECONDS`` at most): half a message would
-garble the stream for every later call.
+(``$/cancelRequest``, shielded: its turn to write is awaited ``CANCEL_SECONDS`` at most) and
+its answer, if one comes, is dropped. A message is always written whole once its write began
+(shielded, ``WRITE_SECONDS`` at most, the cancel notice's too: half a message would garble the
+stream for every later call), so a server that stopped reading its input holds a cancelled
+request up to that long, then is ended.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ KILL_GRACE = 1.0
 SHUTDOWN_SECONDS = 1.0
 """How long a server has to answer ``shutdown`` before its group is ended."""
 CANCEL_SECONDS = 0.5
-"""How long telling the server of a cancelled request may take."""
+"""How long telling the server of a cancelled request may wait for its turn to write (the write
+itself, once begun, is bounded by ``WRITE_SECONDS``)."""
 WRITE_SECONDS = 5.0
 """How long one message may take to be written (the server reads its input as it comes)."""
 EXIT_STATUS_SECONDS = 5.0
@@ -165,7 +168,8 @@ class Connection:
         return structure(message, response_type, self.spec.name, method).result
 
     async def request_raw(self, method: str, params: Any) -> Any:
-        """``request``, the result as JSON decoded it (not checked)."""
+        """``request``, the result as JSON decoded it (not checked). On cancellation, as
+        ``request``, the server is told (``$/cancelRequest``) and ``Cancelled`` propagates."""
         return (await self._exchange(method, params)).get("result")
 
     async def _exchange(self, method: str, params: Any) -> dict[str, Any]:
@@ -201,7 +205,9 @@ class Connection:
         return message
 
     async def notify(self, method: str, params: Any) -> None:
-        """Send a notification. Raises ServerGone."""
+        """Send a notification. Raises ServerGone. On cancellation while it waits to be
+        written nothing is sent and ``Cancelled`` propagates; one already being written is
+        written whole (shielded, at most ``WRITE_SECONDS``) and ``notify`` returns."""
         if self.ended is not None:
             raise ServerGone(self.ended)
         await self._send({"jsonrpc": "2.0", "method": method,
@@ -237,25 +243,29 @@ class Connection:
 
     async def sync(self, path: Path, text: str) -> bool:
         """Make the server's copy of ``path`` be ``text`` (``didOpen``, or ``didChange`` with
-        the whole text); False when it already was. Raises ServerGone."""
+        the whole text); False when it already was. Raises ServerGone. On cancellation
+        ``Cancelled`` propagates; a notification already being written is written whole (and
+        recorded), one cancelled before it was written leaves ``documents`` as it was (a later
+        ``sync`` sends it then)."""
         uri = uri_of(path)
         async with self.document_lock:
             opened = self.documents.get(uri)
+            # Recorded once sent: the server has what ``documents`` says. A publication that
+            # arrives while it is written is about this text (``sent_at`` counts from before).
+            sent_at = self.publications
             if opened is None:
-                self.documents[uri] = OpenDocument(1, text, self.publications)
                 await self.notify("textDocument/didOpen", types.DidOpenTextDocumentParams(
                     text_document=types.TextDocumentItem(
                         uri=uri, language_id=self.spec.language_id, version=1, text=text)))
+                self.documents[uri] = OpenDocument(1, text, sent_at)
                 return True
             if opened.text == text:
                 return False
-            opened.version += 1
-            opened.text = text
-            opened.sent_at = self.publications
+            version = opened.version + 1
             await self.notify("textDocument/didChange", types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(
-                    uri=uri, version=opened.version),
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                 content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+            opened.version, opened.text, opened.sent_at = version, text, sent_at
             return True
 
     def current_diagnostics(self, uri: str) -> Published | None:

@@ -72,6 +72,10 @@ class BearerAuth(httpx.Auth):
         raise RuntimeError("MCP HTTP clients are async")
 
     async def async_auth_flow(self, request: httpx.Request) -> Any:
+        """The stored token on ``request`` (renewed first when it expired); after a 401 or 403,
+        one refresh and one retry; a 401 left over goes to ``on_challenge``. On cancellation
+        while a token is renewed ``Cancelled`` propagates through httpx, which closes the
+        response it holds; the stored tokens are as ``McpOAuth.bearer`` leaves them."""
         token = await self.oauth.bearer(self.key)
         if token is not None:
             request.headers["Authorization"] = f"Bearer {token}"
@@ -98,7 +102,10 @@ class McpOAuth:
 
     async def bearer(self, key: str, *, refresh: bool = False) -> str | None:
         """The access token to send (None: none stored, or it expired and cannot be
-        refreshed). ``refresh``: the server refused the current one, get a new one."""
+        refreshed). ``refresh``: the server refused the current one, get a new one. On
+        cancellation during the refresh the lock is released and ``Cancelled`` propagates, the
+        stored tokens unchanged (a refresh the server already made is lost: ``refresh_tokens``);
+        once the new tokens are being written, that write completes and they are returned."""
         tokens = self.tokens(key)
         if tokens is None:
             return None

@@ -450,7 +450,8 @@ class Connection:
                 raise ServerDown(self.error or "disconnected", self.listed)
 
     async def wait_settled(self) -> None:
-        """Until the first connection attempt is over."""
+        """Until the first connection attempt is over. On cancellation, stops waiting (the
+        attempt goes on)."""
         await self._settled.wait()
 
     async def _on_session(self, call: Callable[[ClientSession], Awaitable[T]]) -> T:
@@ -536,14 +537,17 @@ class Connection:
         return "\n\n".join(parts)
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
-        """``resources/read``. Raises McpError, TooSlowError, ServerDown."""
+        """``resources/read``. Raises McpError, TooSlowError, ServerDown. On cancellation the
+        request is abandoned (the server is not told; a late answer is dropped) and
+        ``Cancelled`` propagates; a connection attempt it asked for goes on."""
         timeout = self.timeout
         with trio.fail_after(math.inf if timeout is None else timeout):
             return await self._on_session(lambda session: session.read_resource(AnyUrl(uri)))
 
     async def resource_text(self, uri: str) -> tuple[str, str]:
         """``(text, content type)`` of a resource: its text contents joined by a blank line;
-        a binary one as a line saying so."""
+        a binary one as a line saying so. On cancellation as ``read_resource``: the request is
+        abandoned and ``Cancelled`` propagates."""
         result = await self.read_resource(uri)
         parts, mime = [], "text/plain"
         for item in result.contents:

@@ -326,7 +326,8 @@ class McpManager:
         self._scope.cancel()
 
     async def wait_settled(self) -> None:
-        """Until every enabled server's first connection attempt is over."""
+        """Until every enabled server's first connection attempt is over. On cancellation,
+        stops waiting (the attempts go on)."""
         await self._started.wait()
         for connection in self.connections.values():
             await connection.wait_settled()

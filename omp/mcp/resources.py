@@ -66,6 +66,9 @@ class McpUris:
                         f"{', '.join(known) or '(none)'}")
 
     async def write(self, url: str, content: str) -> None:
+        """Write ``content`` through the host's schemes (``inner``); an ``mcp://`` URL or a
+        server's resource raises ToolError (resources are read-only). On cancellation as the
+        host's ``write``: the host is told (``host_uri_cancel``) and ``Cancelled`` propagates."""
         if url.startswith(SCHEME) or not self._host_owns(url) or self.inner is None:
             raise ToolError(f"Cannot write {url}: MCP resources are read-only")
         await self.inner.write(url, content)

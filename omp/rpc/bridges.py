@@ -396,6 +396,10 @@ class HostUI(msgspec.Struct, eq=False):
 
     async def select(self, title: str, options: Sequence[Option], *,
                      timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """Ask the host to pick one of ``options`` (labels, with ``optionDetails`` when any has
+        a description); the answer, or None. On cancellation while it waits a ``cancel``
+        request for it is written (queued, never waiting) and ``Cancelled`` propagates;
+        already cancelled, or without a UI, nothing is written."""
         labels = [o if isinstance(o, str) else str(o.get("label", "")) for o in options]
         described = [None if isinstance(o, str) else o.get("description") for o in options]
         details = ([ev.SelectOptionDetail(description=d) if isinstance(d, str)
@@ -406,6 +410,8 @@ class HostUI(msgspec.Struct, eq=False):
         return _value(frame)
 
     async def confirm(self, title: str, message: str, *, timeout: int | None = None) -> bool:  # noqa: ASYNC109
+        """Ask the host a yes-or-no question; False unless it says yes. On cancellation as
+        ``select``: a ``cancel`` request for it is written and ``Cancelled`` propagates."""
         frame = await self._dialog("confirm", timeout, title=title, message=message)
         if frame is None or frame.cancelled or not isinstance(frame.confirmed, bool):
             return False
@@ -413,10 +419,14 @@ class HostUI(msgspec.Struct, eq=False):
 
     async def input(self, title: str, placeholder: str | None = None, *,
                     timeout: int | None = None) -> str | None:  # noqa: ASYNC109
+        """Ask the host for a text; its answer, or None. On cancellation as ``select``: a
+        ``cancel`` request for it is written and ``Cancelled`` propagates."""
         frame = await self._dialog("input", timeout, title=title, placeholder=placeholder)
         return _value(frame)
 
     async def editor(self, title: str, prefill: str | None = None) -> str | None:
+        """Ask the host to edit ``prefill`` (no timeout); the text, or None. On cancellation as
+        ``select``: a ``cancel`` request for it is written and ``Cancelled`` propagates."""
         frame = await self._dialog("editor", None, title=title, prefill=prefill)
         return _value(frame)
 

@@ -199,8 +199,8 @@ class Commands:
             cmd.SetEventFilter: serial(self.set_event_filter),
             cmd.GetAvailableCommands: serial(self.get_available_commands),
             # Both may wait for the local servers being asked, and get_available_models with
-            # ``refresh`` for the providers' lists (each at most its timeout; ``abort`` and the
-            # shutdown cancel the wait).
+            # ``refresh`` for the providers' lists (each at most its timeout; the shutdown
+            # cancels the wait: ``abort`` leaves the family ``command`` alone).
             cmd.SetModel: Route(settings.set_model, "serial", family="command"),
             cmd.CycleModel: serial(settings.cycle_model),
             cmd.GetAvailableModels: Route(settings.get_available_models, "serial",
@@ -237,7 +237,7 @@ class Commands:
             cmd.Fork: Route(pi.fork, "serial", after=announce, family="command"),
             cmd.Clone: Route(pi.clone, "serial", after=announce, family="command"),
             cmd.GetForkMessages: serial(pi.get_fork_messages),
-            # Reads the files in a thread; ``abort`` stops waiting for it.
+            # Reads the files in a thread (the shutdown stops waiting for it).
             cmd.ListSessions: Route(pi.list_sessions, "serial", family="command"),
         })
         missing = [name for name, kind in cmd.COMMANDS.items() if kind not in routes]
@@ -388,7 +388,12 @@ class Commands:
             return fail("prompt", frame.id, str(exc))
 
     async def prompt_builtin(self, frame: cmd.Prompt) -> Response:
-        """A built-in that awaits (``/export``, ``/session delete``), in the serial lane."""
+        """A built-in that awaits (``/export``, ``/session delete``), in the serial lane.
+
+        On cancellation (the shutdown; ``abort`` leaves family ``command`` alone) the built-in's
+        work is cancelled where it is and ``Cancelled`` propagates (``dispatch.answer`` answers
+        it as cancelled work): what it did so far stays (``/session delete`` may have moved to
+        a new session without deleting the old file; ``/export`` may still write its page)."""
         images = frame.images if isinstance(frame.images, list) else []
         found = self.slash.builtin_for(frame.message)
         assert found is not None
@@ -402,7 +407,11 @@ class Commands:
 
     async def prompt_mcp(self, frame: cmd.Prompt) -> Response:
         """``/<server>:<prompt> k=v ...``: the server's prompt (``prompts/get``) is sent as the
-        user's prompt; the response has no data (the original's custom-command path)."""
+        user's prompt; the response has no data (the original's custom-command path).
+
+        On cancellation (the shutdown; ``abort`` leaves family ``command`` alone) the
+        ``prompts/get`` request is abandoned, nothing is prompted, and ``Cancelled``
+        propagates (``dispatch.answer`` answers it as cancelled work)."""
         found = self.slash.mcp_prompt_for(frame.message)
         if found is None:  # the server went away since the command was read
             return self._prompt_text(frame, "prompt", frame.message, frame.images or [], None,
@@ -494,7 +503,10 @@ class Commands:
     async def abort_and_prompt(self, frame: cmd.AbortAndPrompt) -> Response:
         """Abort, then the prompt through the session pipeline only (no skill, no
         built-in: docs/design/protocol.md#command-table). Its run's scope is registered before the
-        reader reads the next line (the reader waits for this handler)."""
+        reader reads the next line (the reader waits for this handler).
+
+        On cancellation while it waits for the aborted work to end, the abort still happened;
+        no prompt is sent, nothing is answered and ``Cancelled`` propagates."""
         await self._abort()
         images = frame.images if isinstance(frame.images, list) else []
         try:
@@ -585,6 +597,10 @@ class Commands:
         return entered
 
     async def run_custom(self, frame: CustomCommand) -> Response:
+        """A command the embedding host registered: its handler's data, or its exception's
+        text as the failure. On cancellation (the shutdown; ``abort`` leaves family
+        ``command`` alone) the handler is cancelled with it and ``Cancelled`` propagates
+        (``dispatch.answer`` answers it as cancelled work)."""
         try:
             data = await self.custom[frame.type](frame)
         except Exception as exc:

@@ -166,7 +166,13 @@ class RpcServer:
 
     async def run(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
         """``ready``, then the extensions (the serial lane's first job), then the reader
-        until EOF (or ``request_stop``)."""
+        until EOF (or ``request_stop``).
+
+        ``request_stop`` and ``end_input`` are not cancellations: the reader's own scopes
+        absorb them and it returns. On cancellation (the root cancelled: a broken output, a
+        second stop signal, ``serve`` cancelled from outside) it stops where it is and
+        ``Cancelled`` propagates: no more input is read, an ``abort`` the reader is waiting
+        on gets no response, and what it started in ``nursery`` ends with that nursery."""
         await nursery.start(self.run_commands)
         self.output.put_nowait(Ready())
         # Everything below runs once ``ready`` is written (a host measures startup by it,
@@ -317,7 +323,12 @@ class RpcServer:
         await settle(self.commands, admission, response, lane=lane)
 
     async def run_commands(self, *, task_status: trio.TaskStatus[None]) -> None:
-        """The serial lane and the command nursery; returns when both are finished."""
+        """The serial lane and the command nursery; returns when both are finished.
+
+        On cancellation the command the lane is answering and every task of the command
+        nursery are cancelled (each cleans up as it does: an RPC ``bash`` kills its process
+        group) and get no response, commands still queued are dropped unanswered
+        (``_commands_done`` stays unset), and ``Cancelled`` propagates."""
         async with trio.open_nursery() as nursery:
             self._command_nursery = nursery
             task_status.started()

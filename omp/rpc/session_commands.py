@@ -30,7 +30,13 @@ class SessionCommands(msgspec.Struct, eq=False):
     async def change_session(self, frame: cmd.NewSession | cmd.SwitchSession | cmd.OpenSession
                              ) -> Response:
         """new_session / switch_session / open_session: the run in progress is aborted (its
-        prompts answered ``aborted``), then the session continues in another file."""
+        prompts answered ``aborted``), then the session continues in another file.
+
+        On cancellation (the shutdown; ``abort`` leaves family ``command`` alone) ``Cancelled``
+        propagates (``dispatch.answer`` answers it as cancelled work). Cancelled while the file
+        is read or created, the session is unchanged (a file being created is still made, then
+        left unused); later, the run may be aborted and the context cleared while the session
+        stays in its old file."""
         session = self.session
         kind = _tag(frame)
         data: Any
@@ -59,7 +65,11 @@ class SessionCommands(msgspec.Struct, eq=False):
             context_usage=s.maintenance.context_usage()))
 
     async def export_html(self, frame: cmd.ExportHtml) -> Response:
-        """Write the session as one self-contained HTML page (in a worker thread)."""
+        """Write the session as one self-contained HTML page (in a worker thread).
+
+        On cancellation (the shutdown; ``abort`` leaves family ``command`` alone) the thread is
+        abandoned and may still write the page (whole: it is replaced atomically), and
+        ``Cancelled`` propagates (``dispatch.answer`` answers it as cancelled work)."""
         output = frame.outputPath if isinstance(frame.outputPath, str) else None
         try:
             shown = await self.session.export_html(output)
@@ -80,6 +90,11 @@ class SessionCommands(msgspec.Struct, eq=False):
         return ok("set_session_name", frame.id)
 
     async def branch(self, frame: cmd.Branch) -> Response:
+        """A new file with the conversation before entry ``entryId``, continued there; the
+        response has that message's text. On cancellation (the shutdown; ``abort`` leaves
+        family ``command`` alone) nothing changed (the abandoned worker thread's new file may
+        still appear) and ``Cancelled`` propagates (``dispatch.answer`` answers it as
+        cancelled work)."""
         try:
             text = await self.session.branch(frame.entryId)
         except SessionError as exc:
@@ -127,6 +142,10 @@ class SessionCommands(msgspec.Struct, eq=False):
         return ok("get_messages_page", frame.id, result)
 
     async def compact(self, frame: cmd.Compact, scope: trio.CancelScope) -> Response:
+        """Summarise the older context (``omp.session.maintenance``), in ``scope``. Cancelled
+        through ``scope`` (``abort``, the shutdown) it answers "Compaction cancelled" and the
+        context is unchanged (a run it aborted first stays aborted); cancelled from outside,
+        ``Cancelled`` propagates, nothing changed."""
         instructions = (frame.customInstructions
                         if isinstance(frame.customInstructions, str) else None)
         try:
@@ -136,6 +155,10 @@ class SessionCommands(msgspec.Struct, eq=False):
         return ok("compact", frame.id, result)
 
     async def handoff(self, frame: cmd.Handoff, scope: trio.CancelScope) -> Response:
+        """Replace the older context by a handoff document the model writes, in ``scope``.
+        Cancelled through ``scope`` (``abort``, the shutdown) it answers "Handoff cancelled"
+        and the context is unchanged; cancelled from outside, ``Cancelled`` propagates,
+        nothing changed."""
         instructions = (frame.customInstructions
                         if isinstance(frame.customInstructions, str) else None)
         try:

@@ -54,6 +54,11 @@ class SettingsCommands(msgspec.Struct, eq=False):
                   payloads.LastAssistantText(text=msgspec.UNSET if text is None else text))
 
     async def set_model(self, frame: cmd.SetModel) -> Response:
+        """Switch to the model ``modelId`` of ``provider``; a model not known yet is looked for
+        once the local servers have answered (``discovery``). On cancellation (the shutdown;
+        ``abort`` leaves family ``command`` alone) it stops waiting for them, the model is
+        unchanged, and ``Cancelled`` propagates (``dispatch.answer`` answers it as cancelled
+        work)."""
         if self.discovery is not None and self.session.registry.find(
                 frame.provider, frame.modelId) is None:
             await self.discovery.wait()
@@ -76,8 +81,8 @@ class SettingsCommands(msgspec.Struct, eq=False):
         """The models with credentials (or none needed: local servers), each with where its
         credential comes from (``credential``, never the credential); with ``all``, the
         catalog's others after them (``missing``). With ``refresh``, the providers' live lists
-        are asked first (``omp.llm.models_live``); cancelled (``abort``, shutdown), the requests
-        stop and nothing is cached."""
+        are asked first (``omp.llm.models_live``); cancelled (the shutdown: ``abort`` leaves the
+        family ``command`` alone), the requests stop and nothing is cached."""
         if self.discovery is not None:
             await self.discovery.wait()
         registry = self.session.registry

@@ -129,14 +129,13 @@ class AgentSession:
                                    self.store.persist, self.http, self._start_thinking,
                                    stream=self.settings.stream)
         self.agent = Agent(sink=_AgentEvents(self), setup=self._agent_turn_setup,
-                           gate=self.approval)
+                           current_model=lambda: self.models.model, gate=self.approval)
         self.runs = RunCoordinator(self.agent, self, self.publish, self.aborts,
                                    self._record, self._agent_end_hook, self.store.written,
                                    random.Random())
         self.jobs = Jobs(self.runs, self.settings)
         if self.task_depth == 0:
-            # A subagent runs its commands in their calls: its result must not wait for jobs
-            # that outlive its ``yield`` (as it never spawns in the background).
+            # A subagent runs its commands in their calls (its result must not wait for jobs).
             self.tool_context.use_jobs(self.jobs)
         self.maintenance = Maintenance(self.agent, self.models, self.store, self.runs,
                                        self.settings, self.http, self.aborts, self.turn_setup)
@@ -270,7 +269,8 @@ class AgentSession:
         """Continue the session in ``path`` (a new empty one there when it does not exist).
         Returns False (nothing changed) for a session recorded in another working directory:
         RPC has no way to ask the user whether to change directories
-        (docs/design/sessions.md#switch_session)."""
+        (docs/design/sessions.md#switch_session). On cancellation before the old run has ended
+        the old session stays (a file just created stays on disk); after, the switch completes."""
         file = await self.store.load_switch(path)
         if file.cwd and Path(file.cwd) != self.cwd:
             return False
@@ -290,8 +290,7 @@ class AgentSession:
     async def branch(self, entry_id: str | None) -> str:
         """A new file with the conversation before user message ``entry_id``, or with the whole
         current branch when None (pi's ``clone``); returns that message's text ("" for None).
-        The run in progress (if any) is not interrupted. Written in a worker thread; on
-        cancellation nothing changed."""
+        The run going on is not interrupted. In a worker thread; on cancellation nothing changed."""
         file, text, built = await (self.store.branch(entry_id) if entry_id is not None
                                    else self.store.clone())
         self.runs.cancel_jobs()  # they worked for the old transcript
@@ -306,9 +305,9 @@ class AgentSession:
         await self.tool_context.session_changed()
 
     async def export_html(self, output_path: str | None) -> str:
-        model = self.models.model
+        """The session as one HTML page (``SessionStore.export_html``; on cancellation as there)."""
         return await self.store.export_html(output_path, messages=list(self.agent.messages),
-                                            model=f"{model.provider}/{model.id}")
+                                            model=f"{self.model.provider}/{self.model.id}")
 
     # -- model and thinking (ModelControl) ---------------------------------------------------
 
@@ -452,6 +451,7 @@ class AgentSession:
         return self.auto_compaction and self.maintenance.needs_compaction()
 
     async def summarize(self) -> Any:
+        """``Maintenance.summarize`` for the run saga; on cancellation nothing was changed."""
         return await self.maintenance.summarize()
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -98,11 +98,19 @@ class ApprovalObserver(Protocol):
 
     async def tool_approval_requested(self, *, session_id: str, tool_call_id: str,
                                       tool_name: str, approval_mode: str,
-                                      reason: str | None) -> None: ...
+                                      reason: str | None) -> None:
+        """A call is about to ask (before the host or the policy function is asked). Awaited
+        in the call's task: on cancellation (abort) ``Cancelled`` must propagate; the host is
+        not asked and the call is reported "not executed"."""
+        ...
 
     async def tool_approval_resolved(self, *, session_id: str, tool_call_id: str,
                                      tool_name: str, approval_mode: str, approved: bool,
-                                     reason: str | None) -> None: ...
+                                     reason: str | None) -> None:
+        """The answer to a call that asked. Awaited in the call's task: on cancellation
+        (abort) ``Cancelled`` must propagate; the call does not run, even when approved, and
+        is reported "not executed"."""
+        ...
 
 
 def _no_observer() -> ApprovalObserver | None:

@@ -67,7 +67,13 @@ class Child:
 
 async def build_child(host: Host, child: Child, context: str | None,
                       state: YieldState, sink: EventSink) -> AgentSession:
-    """The child's session, its file created (in a thread) with its ``session_init``."""
+    """The child's session, its file created (in a thread) with its ``session_init``.
+
+    On cancellation before the file's thread starts nothing is created and ``Cancelled``
+    propagates; once it runs, the file is waited for (not abandoned) and the session is built
+    and returned all the same, the caller meeting ``Cancelled`` at its next checkpoint
+    (``SubagentHost`` then closes the session). Without an artifacts directory nothing here
+    waits."""
     parent = host.session
     agent = child.agent
     model = model_for(parent, agent)

@@ -135,7 +135,12 @@ async def run_disrupted(harness: OmpHarness, script: Iterable[dict[str, Any]],
 
 async def disrupt(harness: OmpHarness, script: Iterable[dict[str, Any]],
                   disruption: Disruption, *, message: str = "Go ahead.") -> Disrupted:
-    """``run_disrupted``, also saying whether the phase was found."""
+    """``run_disrupted``, also saying whether the phase was found.
+
+    On cancellation the waiting stops and ``Cancelled`` propagates: what was sent stays sent,
+    the replies added to ``harness.fake`` stay queued, and the server goes on (its harness
+    ends it). Cancelled inside a ``stop_reading`` or ``withhold_result`` action, the host stays
+    not reading, or withholding, from then on."""
     fake = harness.fake
     fake.add(SUMMARY_REPLY)
     for reply in script:

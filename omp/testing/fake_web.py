@@ -252,7 +252,9 @@ async def open_fake_web(*, host: str = "127.0.0.1", port: int = 0,
                         tls: ssl.SSLContext | None = None) -> AsyncIterator[FakeWeb]:
     """``async with open_fake_web() as fake``: the running ``FakeWeb``, its tasks in a nursery
     the manager owns; leaving the block closes the listener and drops every connection. The
-    block's own exception propagates unchanged (``omp.groups``)."""
+    block's own exception propagates unchanged (``omp.groups``). On cancellation, while it
+    starts or in the block, the listener is closed and every connection dropped all the same,
+    and ``Cancelled`` propagates."""
     with unwrap():
         async with trio.open_nursery() as nursery:
             fake: FakeWeb = await nursery.start(functools.partial(

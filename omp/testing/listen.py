@@ -19,7 +19,8 @@ async def one_listener(host: str, port: int) -> AsyncIterator[tuple[trio.SocketL
     """The listener on ``host:port`` and its address as a URL authority (``127.0.0.1:PORT``,
     ``[::1]:PORT``). A name with several addresses gets one listener per address, each with
     its own ephemeral port: the first is kept, so a fake has one address. Leaving the block
-    closes it."""
+    closes it. On cancellation, while it opens or in the block, every listener it opened is
+    closed (``aclose_forcefully``) and ``Cancelled`` propagates."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     try:
         for extra in listeners[1:]:

@@ -73,7 +73,9 @@ def omp_process_args() -> list[str]:
 
 @pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeLLM]:
-    """A running fake LLM server with an empty script."""
+    """A running fake LLM server with an empty script. On cancellation (in its setup, or
+    thrown in at its ``yield`` by pytest-trio) the server is closed all the same and
+    ``Cancelled`` propagates, without the leak check (cancelled in it, it stops waiting)."""
     from omp.testing.fake_llm import open_fake_llm
     from omp.testing.leaks import Resources
 
@@ -89,7 +91,10 @@ async def omp_client(fake_llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.Monk
                      omp_host_tools: Mapping[str, HostToolHandler],
                      omp_uri_schemes: Mapping[str, HostUriHandler],
                      omp_ui: UiHandler | None) -> AsyncIterator[OmpHarness]:
-    """``omp.serve`` in process, wired to ``fake_llm``, and its client (``OmpHarness``)."""
+    """``omp.serve`` in process, wired to ``fake_llm``, and its client (``OmpHarness``). On
+    cancellation (in its setup, or thrown in at its ``yield`` by pytest-trio) the server is
+    ended and waited for all the same (``open_omp_client``) and ``Cancelled`` propagates,
+    without the leak check (cancelled in it, it stops waiting)."""
     from omp.testing.harness import open_omp_client
     from omp.testing.leaks import Resources
 
@@ -113,7 +118,10 @@ async def omp_process(fake_llm: FakeLLM, tmp_path: Path, omp_process_args: list[
                       omp_host_tools: Mapping[str, HostToolHandler],
                       omp_uri_schemes: Mapping[str, HostUriHandler],
                       omp_ui: UiHandler | None) -> AsyncIterator[OmpHarness]:
-    """A spawned ``omp --mode rpc``, wired to ``fake_llm``, and its client (``OmpHarness``)."""
+    """A spawned ``omp --mode rpc``, wired to ``fake_llm``, and its client (``OmpHarness``).
+    On cancellation (in its setup, or thrown in at its ``yield`` by pytest-trio) the process
+    is shut down all the same, shielded and bounded (``open_omp_process``), and ``Cancelled``
+    propagates, without the leak check (cancelled in it, it stops waiting)."""
     from omp.testing.harness import open_omp_process
     from omp.testing.leaks import Resources
 

@@ -173,7 +173,8 @@ class UriHandler(Protocol):
         ...
 
     async def write(self, url: str, content: str) -> None:
-        """As ``read``."""
+        """As ``read``. On cancellation the host is told (``host_uri_cancel``) and
+        ``Cancelled`` propagates; the host may have written ``content`` already."""
         ...
 
 
@@ -193,7 +194,9 @@ class Devices(Protocol):
         ...
 
     async def read(self, url: str) -> ToolResult:
-        """Raises ToolError naming what is wrong."""
+        """Raises ToolError naming what is wrong. Answered from what is mounted, without
+        waiting (``McpDevices``: not even a checkpoint), so there is nothing for cancellation
+        to cut short; an implementation that waits must let ``Cancelled`` propagate."""
         ...
 
     async def write(self, call_id: str, url: str, content: str, *,
@@ -218,7 +221,8 @@ class EditorFiles(Protocol):
         ...
 
     async def write_text(self, path: Path, content: str) -> None:
-        """As ``read_text``."""
+        """As ``read_text``. On cancellation the question is abandoned (a late answer is
+        ignored; the editor may still write the file) and ``Cancelled`` propagates."""
         ...
 
 
@@ -245,19 +249,33 @@ class EditorTerminals(Protocol):
 
     async def create(self, command: str, args: list[str], cwd: Path,
                      output_byte_limit: int) -> str:
-        """Start ``command args`` in ``cwd``; the terminal's id."""
+        """Start ``command args`` in ``cwd``; the terminal's id. On cancellation the question
+        is abandoned and ``Cancelled`` propagates; a terminal the editor creates anyway must
+        not be left running: the implementation releases it once its id arrives (nobody else
+        knows it)."""
         ...
 
-    async def output(self, terminal_id: str) -> TerminalOutput: ...
+    async def output(self, terminal_id: str) -> TerminalOutput:
+        """What the terminal printed so far. On cancellation the question is abandoned (a
+        late answer is ignored) and ``Cancelled`` propagates."""
+        ...
 
-    async def wait_for_exit(self, terminal_id: str) -> TerminalExit: ...
+    async def wait_for_exit(self, terminal_id: str) -> TerminalExit:
+        """Until the terminal's command exits; its exit status. On cancellation the wait is
+        abandoned, the command keeps running (``kill`` / ``release`` end it) and
+        ``Cancelled`` propagates."""
+        ...
 
     async def kill(self, terminal_id: str) -> None:
-        """End the command; the terminal stays until ``release``."""
+        """End the command; the terminal stays until ``release``. On cancellation the
+        question is abandoned (the editor may still kill it) and ``Cancelled`` propagates;
+        ``bash`` sends its cleanup ``kill`` and ``release`` shielded, with a deadline."""
         ...
 
     async def release(self, terminal_id: str) -> None:
-        """Kill the command if it still runs and free the terminal."""
+        """Kill the command if it still runs and free the terminal. On cancellation the
+        question is abandoned (the editor may still release it) and ``Cancelled``
+        propagates."""
         ...
 
 

@@ -118,6 +118,9 @@ class CellOutput:
     _spilling: bool = attrs.field(default=False, init=False)
     _spill: tuple[int, Path] | None = attrs.field(default=None, init=False)
     _spill_failed: bool = attrs.field(default=False, init=False)
+    _flushing: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    """Held by a ``flush``: the kernel's reader and the call's progress updates both flush, and
+    the file must be created once and written in order."""
     _left_out: list[str] = attrs.field(factory=list, init=False)
 
     @_elider.default
@@ -127,7 +130,9 @@ class CellOutput:
     async def take(self, message: Message) -> None:
         """One output message of the cell. Once the output is over the limit, what the spill
         file lacks is written when it reaches ``SPILL_CHUNK`` (so memory stays bounded,
-        the reading of the kernel's messages waiting for the disk)."""
+        the reading of the kernel's messages waiting for the disk). Not a checkpoint unless it
+        flushes; on cancellation then, as ``flush``: the message itself is in the shown output
+        already."""
         self._take(message)
         if len(self._unspilled) >= SPILL_CHUNK:
             await self.flush()
@@ -187,17 +192,26 @@ class CellOutput:
 
     async def flush(self) -> None:
         """Write to the spill file what it lacks, once the output is over the limit (the
-        first time: create it). In a thread; a failure leaves the output shown without it."""
-        if not self._spilling or not self._unspilled or self._spill_failed:
-            return
-        chunk = bytes(self._unspilled)
-        self._unspilled.clear()
-        try:
-            if self._spill is None:
-                self._spill = await trio.to_thread.run_sync(create_spill_file, "omp-eval")
-            await trio.to_thread.run_sync(_write_all, self._spill[0], chunk)
-        except OSError:
-            self._spill_failed = True
+        first time: create it). In a thread; a failure leaves the output shown without it.
+        One at a time: a flush from another task waits for this one, then writes what came
+        since (so the file is created once and its chunks are in order).
+
+        On cancellation while it waits for its turn nothing is lost (the next flush writes
+        it); a write (or the file's creation) already running in its thread is waited for,
+        not abandoned, and ``Cancelled`` comes at the next checkpoint; a chunk whose write had
+        not started is dropped from the spill file (the shown output keeps it) and
+        ``Cancelled`` propagates."""
+        async with self._flushing:
+            if not self._spilling or not self._unspilled or self._spill_failed:
+                return
+            chunk = bytes(self._unspilled)
+            self._unspilled.clear()
+            try:
+                if self._spill is None:
+                    self._spill = await trio.to_thread.run_sync(create_spill_file, "omp-eval")
+                await trio.to_thread.run_sync(_write_all, self._spill[0], chunk)
+            except OSError:
+                self._spill_failed = True
 
     def close(self) -> None:
         if self._spill is not None:

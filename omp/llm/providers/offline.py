@@ -45,7 +45,11 @@ def _pieces(text: str, at_least: int = 3) -> list[str]:
 
 
 async def stream_offline(call: ModelRequest, out: MessageBuilder, http: httpx.AsyncClient) -> None:
-    """The offline model's reply, computed from ``call.context``; no I/O."""
+    """The offline model's reply, computed from ``call.context``; no I/O.
+
+    On cancellation (at the checkpoint before each delta, or in a ``[[slow]]`` wait) it stops
+    and ``Cancelled`` propagates; ``out`` keeps what was appended, which ``ModelCall`` ends as
+    the aborted message."""
     messages = call.context.messages
     last = messages[-1] if messages else None
     prompt = ""
