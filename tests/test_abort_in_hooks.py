@@ -114,6 +114,21 @@ def check(frames: list[Frame]) -> dict[str, Any]:
     return last
 
 
+async def abort_after_a_call(cwd: Path, agent_dir: Path, hook: str,
+                             stop: str) -> tuple[list[Frame], Frame]:
+    """One ``read`` call answered with ``stop``, aborted while ``hook`` is held: the frames
+    (checked) and the call's ``tool_execution_end``."""
+    install(agent_dir, "hold", HOLD.format(hold=hook))
+    script = [{"chunks": [tool_call("call_1", "read", {"path": "x.txt"})], "stop": stop}]
+    async with fake_provider(script, agent_dir):
+        with trio.fail_after(LIMIT):
+            async with open_process_host(cwd, args=FAKE_ARGS) as host:
+                frames = await abort_while_held(host, hook)
+    check(frames)
+    (end,) = of_type(frames, "tool_execution_end")
+    return frames, end
+
+
 TAKEN_IN_AND_ABORTED = [("turn_start", None), ("message_start", "user"), ("message_end", "user"),
                         ("message_start", "assistant"), ("message_end", "assistant"),
                         ("turn_end", None)]
@@ -159,14 +174,7 @@ async def test_an_abort_in_the_turn_end_hook_after_a_cut_answer_ends_each_call_o
         cwd: Path, isolated_agent_dir: Path) -> None:
     """The answer stopped at its length limit with a tool call: the call ends "not executed"
     at once; the abort in the ``turn_end`` hook that follows must not end it again."""
-    install(isolated_agent_dir, "hold", HOLD.format(hold="turn_end"))
-    script = [{"chunks": [tool_call("call_1", "read", {"path": "x.txt"})], "stop": "length"}]
-    async with fake_provider(script, isolated_agent_dir):
-        with trio.fail_after(LIMIT):
-            async with open_process_host(cwd, args=FAKE_ARGS) as host:
-                frames = await abort_while_held(host, "turn_end")
-    check(frames)
-    (end,) = of_type(frames, "tool_execution_end")
+    frames, end = await abort_after_a_call(cwd, isolated_agent_dir, "turn_end", "length")
     assert "output token limit" in end["result"]["content"][0]["text"]
     first_turn_end = of_type(frames, "turn_end")[0]
     assert [r["toolCallId"] for r in first_turn_end["toolResults"]] == ["call_1"]
@@ -177,14 +185,8 @@ async def test_an_abort_while_a_refusal_is_seen_ends_the_call_refused(
         cwd: Path, isolated_agent_dir: Path) -> None:
     """A call the ``tool_call`` hook blocked is announced; the abort comes while the
     ``message_end`` hook sees its result: it ends with its refusal, not as a call that ran."""
-    install(isolated_agent_dir, "hold", HOLD.format(hold="message_end:toolResult"))
-    script = [{"chunks": [tool_call("call_1", "read", {"path": "x.txt"})], "stop": "toolUse"}]
-    async with fake_provider(script, isolated_agent_dir):
-        with trio.fail_after(LIMIT):
-            async with open_process_host(cwd, args=FAKE_ARGS) as host:
-                frames = await abort_while_held(host, "message_end:toolResult")
-    check(frames)
-    (end,) = of_type(frames, "tool_execution_end")
+    _, end = await abort_after_a_call(cwd, isolated_agent_dir, "message_end:toolResult",
+                                      "toolUse")
     assert end["isError"] is True
     assert end["result"]["content"][0]["text"] == "Blocked by the test"
     assert end["result"]["details"].get("executed") is not True
