@@ -287,16 +287,16 @@ class Reader:
     async def get(self, key: int) -> int: ...
 
     async def _private(self) -> None:
-        await trio.sleep(1)
+        await self.pause()
 
 async def main() -> None:
     async def nested() -> None:
-        await trio.sleep(1)
+        await pause()
     await nested()
 
 class _Hidden:
     async def run(self) -> None:
-        await trio.sleep(1)
+        await self.pause()
 '''
     assert undocumented_cancellation(source, "x.py") == [
         "x.py:5 Pipe.send", "x.py:10 Reader.read", "x.py:27 main"]
