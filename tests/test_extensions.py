@@ -1009,6 +1009,35 @@ async def test_shutdown_waits_for_the_command_then_exits(cwd: Path,
         ("extension_ui_request", "session_shutdown")]
 
 
+STOP_AT_THE_END = '''
+def setup(omp):
+    def stop(event, ctx):
+        ctx.shutdown()
+
+    omp.on("agent_end", stop)
+'''
+
+
+async def test_shutdown_while_an_abort_waits_for_the_run_still_answers_the_abort(
+        cwd: Path, isolated_agent_dir: Path) -> None:
+    """The reader answers ``abort`` itself, once the run has ended; the run's ``agent_end``
+    handler asks for the shutdown meanwhile: the abort is the command running now, so it is
+    answered, then the server ends."""
+    install(isolated_agent_dir, "stop", STOP_AT_THE_END)
+    with trio.fail_after(LIMIT):
+        async with open_process_host(cwd) as host:
+            await host.send({"id": "p", "type": "prompt",
+                             "message": "[[slow 0.5]] one two three four five six"})
+            await host.until_type("message_update")
+            await host.send({"id": "a", "type": "abort"})
+            frames = await host.rest()  # the output ends while our input is still open
+            code = await host.wait()
+    assert code == 0
+    (answer,) = [f for f in frames if f["type"] == "response" and f.get("id") == "a"]
+    assert answer["success"] is True
+    assert [f["status"] for f in of_type(frames, "prompt_result")] == ["aborted"]
+
+
 # --- extension tools and the tool hooks ----------------------------------------------------------
 
 TOOLS = '''

@@ -125,9 +125,9 @@ class RpcServer:
 
     # A plain class, not attrs: this module is imported at every start, where attrs' generated
     # methods cost more than the class itself (omp/lazy.py).
-    __slots__ = ("_command_nursery", "_commands_done", "_input_ended", "_reader_scope",
-                 "_receive_scope", "_serial_pending", "_serial_recv", "_serial_send", "_started",
-                 "_stopping", "commands", "runtime", "stdin")
+    __slots__ = ("_answering", "_command_nursery", "_commands_done", "_input_ended",
+                 "_reader_scope", "_receive_scope", "_serial_pending", "_serial_recv",
+                 "_serial_send", "_started", "_stopping", "commands", "runtime", "stdin")
 
     def __init__(self, runtime: Runtime, stdin: trio.abc.ReceiveStream) -> None:
         self.runtime = runtime
@@ -146,6 +146,9 @@ class RpcServer:
         self._stopping = False
         """``ctx.shutdown()``: no more input; what is queued in the serial lane is dropped."""
         self._reader_scope = trio.CancelScope()
+        self._answering = False
+        """The reader is answering an abort-family command itself (it waits for the aborted
+        work to end): ``ctx.shutdown()`` meanwhile lets it answer, then the reader stops."""
         self._input_ended = False
         """``end_input`` was called: the reader reads no more."""
         self._receive_scope: trio.CancelScope | None = None
@@ -264,7 +267,7 @@ class RpcServer:
     async def _read(self, stdin: trio.abc.ReceiveStream) -> None:
         framer = LineFramer(max_line_bytes=self.runtime.options.max_line_bytes)
         custom = self.commands.custom_names
-        while not self._input_ended:
+        while not (self._input_ended or self._stopping):
             receive = self._receive_scope = trio.CancelScope()
             try:
                 with receive:
@@ -302,7 +305,9 @@ class RpcServer:
             route.handler(frame)
             return
         if route.lane == "immediate":
+            self._answering = True
             await self._answer_now(frame, admission)
+            self._answering = False
         elif route.lane == "task":
             self._start_task(frame, admission)
         elif self._serial_pending == 0 and route.sync:
@@ -368,7 +373,8 @@ class RpcServer:
         (docs/design/protocol.md#shutdown-asked-by-an-extension)."""
         if not self._stopping:
             self._stopping = True
-            self._reader_scope.cancel()
+            if not self._answering:  # an abort being answered still answers; then it stops
+                self._reader_scope.cancel()
 
     def end_input(self) -> None:
         """Read no more input, as if it had reached EOF now (SIGTERM, SIGHUP): lines already
